@@ -1,0 +1,41 @@
+"""microtensor: a small, readable tensor runtime with PyTorch's API.
+
+Strided tensors and views over shared storage (Cython core), reverse-mode autograd
+including in-place writes into views, and the ``vmap``/``grad`` transforms.
+"""
+from microtensor._C import meta as _meta
+from microtensor._C import tensor as _core
+from microtensor._C.meta import (channels_last, channels_last_3d, contiguous_format,
+                                 memory_format, preserve_format)
+from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dtype,
+                                   set_default_dtype)
+from microtensor._C.tensor import bool_ as bool
+from microtensor._C.tensor import float32, float64, int32, int64
+from microtensor._dtype import can_cast, promote_types, result_type
+from microtensor import autograd  # before ops: autograd installs its hook into the dispatcher
+from microtensor._tensor import Tensor, install_methods
+from microtensor.autograd import grad_mode as _grad_mode
+from microtensor.ops import dispatch as _dispatch
+
+_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _grad_mode.state)
+
+from microtensor import ops  # noqa: E402
+from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402
+from microtensor.autograd.grad_mode import (enable_grad, inference_mode,  # noqa: E402
+                                            is_grad_enabled, no_grad, set_grad_enabled)
+from microtensor.ops.factory import (Generator, arange, as_tensor, default_generator,  # noqa: E402
+                                     empty, empty_strided, eye, from_numpy, full, initial_seed,
+                                     linspace, manual_seed, ones, scalar_tensor, seed, tensor,
+                                     zeros)
+
+install_methods(ops.REGISTRY, globals())
+_autograd_methods.install(Tensor)
+
+float = float32
+double = float64
+long = int64
+int = int32
+uint8 = None
+del uint8
+
+__version__ = "0.1.0"

@@ -1,0 +1,290 @@
+"""``microtensor.Tensor``: the class users hold.
+
+The metadata and the fast paths live in the Cython base ``TensorBase``.  This class adds
+what reads best in Python: conversions (``numpy``, ``item``, ``tolist``), printing,
+Python protocol methods, autograd conveniences, and — attached at import by
+``install_methods`` — one method per op declared in ``microtensor.ops``.
+"""
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.meta import contiguous_format
+from microtensor._C.tensor import TensorBase, bool_, float32, float64, int32, int64
+from microtensor.ops.dispatch import call, call_by_name
+
+
+class Tensor(TensorBase):
+    """A strided view of a storage, with autograd metadata.  See ``TensorBase``."""
+
+    # ------------------------------------------------------------ layout queries
+    def is_contiguous(self, memory_format=contiguous_format):
+        if memory_format is contiguous_format:
+            return self._is_contig
+        return meta.is_contiguous(self._sizes, self._strides, memory_format)
+
+    def is_non_overlapping_and_dense(self):
+        return meta.is_non_overlapping_and_dense(self._sizes, self._strides)
+
+    # ------------------------------------------------------------ conversions
+    def numpy(self, *, force=False):
+        if self.device.type != "cpu":
+            raise TypeError(f"can't convert {self.device.type}:{self.device.index or 0} device "
+                            "type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+                            "memory first.")
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                               "tensor.detach().numpy() instead.")
+        return self._array()
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.detach().cpu()._array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def item(self):
+        if self._numel != 1:
+            raise RuntimeError(f"a Tensor with {self._numel} elements cannot be converted to "
+                               "Scalar")
+        return self.detach().cpu()._array().reshape(()).item()
+
+    def tolist(self):
+        return self.detach().cpu()._array().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._numel != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def __index__(self):
+        if self._dtype.is_floating_point or self._numel != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an "
+                            "index")
+        return int(self.item())
+
+    def __len__(self):
+        if not self._sizes:
+            raise TypeError("len() of a 0-d tensor")
+        return self._sizes[0]
+
+    def __iter__(self):
+        if not self._sizes:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self):
+        return id(self)
+
+    def __reduce_ex__(self, protocol):
+        from microtensor.ops.factory import tensor
+        return (tensor, (self.tolist(),), None)
+
+    def __dlpack__(self, stream=None):
+        return self.detach()._array().__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.detach()._array().__dlpack_device__()
+
+    def float(self):
+        return self.to(float32)
+
+    def double(self):
+        return self.to(float64)
+
+    def long(self):
+        return self.to(int64)
+
+    def int(self):
+        return self.to(int32)
+
+    def bool(self):
+        return self.to(bool_)
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return "microtensor." + {"float32": "FloatTensor", "float64": "DoubleTensor",
+                                     "int64": "LongTensor", "int32": "IntTensor",
+                                     "bool": "BoolTensor"}[self._dtype.name]
+        return self.to(dtype)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to(device if device is not None else "cuda")
+
+    # ------------------------------------------------------------ printing
+    def __repr__(self):
+        from microtensor._printing import tensor_repr
+        return tensor_repr(self)
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return repr(self)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def T(self):
+        return self.permute(tuple(range(self.dim() - 1, -1, -1)))
+
+    @property
+    def mT(self):
+        if self.dim() < 2:
+            raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. "
+                               f"Got {self.dim()}-D tensor.")
+        return self.transpose(-2, -1)
+
+    @property
+    def data(self):
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        self._set_storage(value._storage, value._sizes, value._strides, value._offset)
+        self._dtype = value._dtype
+
+    # ------------------------------------------------------------ Python operators
+    def __neg__(self):
+        return call_by_name("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return call_by_name("abs", self)
+
+    def __invert__(self):
+        if self._dtype is bool_:
+            return call_by_name("logical_not", self)
+        return call_by_name("bitwise_not", self)
+
+    def __pow__(self, exponent):
+        return call_by_name("pow", self, exponent)
+
+    def __rpow__(self, base):
+        from microtensor.ops.factory import scalar_tensor_like
+        return call_by_name("pow", scalar_tensor_like(base, self), self)
+
+    def __matmul__(self, other):
+        return call_by_name("matmul", self, other)
+
+    def __rmatmul__(self, other):
+        return call_by_name("matmul", other, self)
+
+    def __floordiv__(self, other):
+        return call_by_name("div", self, other, rounding_mode="floor")
+
+    def __rfloordiv__(self, other):
+        from microtensor.ops.factory import scalar_tensor_like
+        return call_by_name("div", scalar_tensor_like(other, self), self, rounding_mode="floor")
+
+    def __mod__(self, other):
+        return call_by_name("remainder", self, other)
+
+    def __and__(self, other):
+        return call_by_name("bitwise_and" if self._dtype is not bool_ else "logical_and",
+                            self, other)
+
+    def __or__(self, other):
+        return call_by_name("bitwise_or" if self._dtype is not bool_ else "logical_or",
+                            self, other)
+
+    def __xor__(self, other):
+        return call_by_name("bitwise_xor" if self._dtype is not bool_ else "logical_xor",
+                            self, other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __eq__(self, other):
+        return call_by_name("eq", self, other)
+
+    def __ne__(self, other):
+        return call_by_name("ne", self, other)
+
+    def __lt__(self, other):
+        return call_by_name("lt", self, other)
+
+    def __le__(self, other):
+        return call_by_name("le", self, other)
+
+    def __gt__(self, other):
+        return call_by_name("gt", self, other)
+
+    def __ge__(self, other):
+        return call_by_name("ge", self, other)
+
+    def __iadd__(self, other):
+        return call_by_name("add_", self, other)
+
+    def __isub__(self, other):
+        return call_by_name("sub_", self, other)
+
+    def __imul__(self, other):
+        return call_by_name("mul_", self, other)
+
+    def __itruediv__(self, other):
+        return call_by_name("div_", self, other)
+
+    def __ipow__(self, other):
+        return call_by_name("pow_", self, other)
+
+    def __imod__(self, other):
+        return call_by_name("remainder_", self, other)
+
+    def __iand__(self, other):
+        return call_by_name("bitwise_and_" if self._dtype is not bool_ else "logical_and_",
+                            self, other)
+
+    def __ior__(self, other):
+        return call_by_name("bitwise_or_" if self._dtype is not bool_ else "logical_or_",
+                            self, other)
+
+    def __ixor__(self, other):
+        return call_by_name("bitwise_xor_" if self._dtype is not bool_ else "logical_xor_",
+                            self, other)
+
+    def __getitem__(self, index):
+        from microtensor.ops.indexing import getitem
+        return getitem(self, index)
+
+    def __setitem__(self, index, value):
+        from microtensor.ops.indexing import setitem
+        setitem(self, index, value)
+
+
+def _method(op):
+    if op.kind == "composite":
+        return op.kernel
+
+    def method(self, *args, **kwargs):
+        return call(op, (self,) + args, kwargs)
+    method.__name__ = op.name
+    method.__qualname__ = "Tensor." + op.name
+    method.__doc__ = op.kernel.__doc__
+    return method
+
+
+def _function(op):
+    if op.kind == "composite":
+        return op.kernel
+
+    def function(*args, **kwargs):
+        return call(op, args, kwargs)
+    function.__name__ = op.name
+    function.__qualname__ = op.name
+    function.__doc__ = op.kernel.__doc__
+    return function
+
+
+def install_methods(registry, namespace):
+    """Make every declared op a ``Tensor`` method and/or a ``microtensor.<name>`` function."""
+    for name, op in registry.items():
+        if op.method and name not in Tensor.__dict__:
+            setattr(Tensor, name, _method(op))
+        if op.function and not name.startswith("_"):
+            namespace.setdefault(name, _function(op))

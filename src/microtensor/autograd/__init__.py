@@ -1,0 +1,10 @@
+"""Reverse-mode automatic differentiation: grad mode, the graph, the engine, Function,
+gradcheck.  ``microtensor.autograd.grad`` and ``backward`` are the entry points."""
+from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
+from microtensor.autograd.engine import backward, grad
+from microtensor.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
+                                            no_grad, set_grad_enabled)
+from microtensor.autograd.graph import Node
+
+__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
+           "is_grad_enabled", "inference_mode", "Node"]

@@ -1,0 +1,74 @@
+"""Autograd's methods on ``Tensor``: ``backward``, ``requires_grad_``, hooks, ``retain_grad``.
+
+They live with autograd (not in ``_tensor.py``) because they only make sense in terms of
+the graph; ``install`` attaches them to the class.
+"""
+import weakref
+
+from microtensor.autograd import engine
+from microtensor.autograd.recording import current_grad_fn, grad_accumulator
+
+
+def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    engine.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+
+def requires_grad_(self, requires_grad=True):
+    if not self.is_leaf and not requires_grad:
+        raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
+                           "want to use a computed variable in a subgraph that doesn't require "
+                           "differentiation use var_no_grad = var.detach().")
+    if requires_grad and not self._dtype.is_floating_point:
+        raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                           "gradients")
+    self._requires_grad = bool(requires_grad)
+    return self
+
+
+def detach_(self):
+    if self._is_diff_view:
+        raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+    self._grad_fn = None
+    self._requires_grad = False
+    return self
+
+
+def retain_grad(self):
+    if self.is_leaf:
+        return
+    if self._retains_grad:
+        return
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    ref = weakref.ref(self)
+
+    def store(grad):
+        tensor = ref()
+        if tensor is not None:
+            tensor._grad = grad.detach().clone() if tensor._grad is None else tensor._grad + grad
+    current_grad_fn(self).register_tensor_prehook(self._output_nr, store)
+    self._retains_grad = True
+
+
+def register_hook(self, hook):
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    fn = current_grad_fn(self)
+    if fn is None:
+        return grad_accumulator(self).register_tensor_prehook(0, hook)
+    return fn.register_tensor_prehook(self._output_nr, hook)
+
+
+def _grad_fn(self):
+    return current_grad_fn(self)
+
+
+def _is_leaf(self):
+    return current_grad_fn(self) is None
+
+
+def install(tensor_cls):
+    for fn in (backward, requires_grad_, detach_, retain_grad, register_hook):
+        setattr(tensor_cls, fn.__name__, fn)
+    tensor_cls.grad_fn = property(_grad_fn)
+    tensor_cls.is_leaf = property(_is_leaf)

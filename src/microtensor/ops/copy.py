@@ -1,0 +1,127 @@
+"""Copies: ``copy_`` between any two layouts, ``clone``, ``contiguous`` and dtype/device moves.
+
+``copy_`` is the one strided copy of the library; its kernel (``_C.kernels.copy_``)
+coalesces dimensions and tiles when the source and destination orders differ.
+"""
+import numpy as np
+
+from microtensor._C import kernels, meta
+from microtensor._C.meta import contiguous_format, preserve_format
+from microtensor._C.tensor import TensorBase, device, dtype, empty_strided_unchecked
+from microtensor.ops.registry import op
+
+
+def strided_copy(dst, src):
+    """Copy ``src`` (broadcast to ``dst``'s shape) into ``dst``, casting the dtype."""
+    if dst._numel == 0:
+        return
+    if src.device != dst.device:
+        _cross_device_copy(dst, src)
+        return
+    src_arr = src._array()
+    if src._sizes != dst._sizes:
+        src_arr = np.broadcast_to(src_arr, dst._sizes)
+    if dst.device.type == "cpu":
+        kernels.copy_(dst._array(), src_arr)
+    else:
+        from microtensor.backends import cuda
+        cuda.copy_(dst, dst._array(), src_arr)
+
+
+def _cross_device_copy(dst, src):
+    from microtensor.backends import cuda
+    cuda.copy_between_devices(dst, src)
+
+
+@op(inputs=("self", "src"), kind="inplace")
+def copy_(self, src, non_blocking=False):
+    if not isinstance(src, TensorBase):
+        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    try:
+        meta.expand_strides(src._sizes, src._strides, self._sizes)
+    except RuntimeError:
+        raise RuntimeError(f"The size of tensor a ({self._sizes[-1] if self._sizes else 1}) "
+                           f"must match the size of tensor b "
+                           f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
+                           f"{max(self.dim() - 1, 0)}") from None
+    strided_copy(self, src)
+    return self
+
+
+@copy_.def_derivative
+def copy_(grad, src_shape):
+    return grad.new_zeros(grad.shape), grad.sum_to_size(src_shape)
+
+
+@op()
+def clone(self, *, memory_format=preserve_format):
+    if memory_format is preserve_format:
+        strides = meta.preserve_format_strides(self._sizes, self._strides)
+    else:
+        strides = meta.strides_for_format(self._sizes, memory_format)
+    out = empty_strided_unchecked(self._sizes, tuple(strides), self._dtype, self.device)
+    strided_copy(out, self)
+    return out
+
+
+@clone.def_derivative
+def clone(grad):
+    return grad,
+
+
+@op(kind="composite")
+def contiguous(self, memory_format=contiguous_format):
+    """``self`` when already contiguous in ``memory_format``, else a copy that is."""
+    if self.is_contiguous(memory_format=memory_format):
+        return self
+    return self.clone(memory_format=memory_format)
+
+
+@op()
+def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
+    target_dtype = dtype or self._dtype
+    target_device = device or self.device
+    strides = meta.preserve_format_strides(self._sizes, self._strides) \
+        if memory_format is preserve_format else meta.strides_for_format(self._sizes,
+                                                                           memory_format)
+    out = empty_strided_unchecked(self._sizes, tuple(strides), target_dtype, target_device)
+    strided_copy(out, self)
+    return out
+
+
+@_to_copy.def_derivative
+def _to_copy(grad, self_dtype, self_device):
+    return grad.to(dtype=self_dtype, device=self_device),
+
+
+def _parse_to(args, kwargs):
+    target_dtype = kwargs.pop("dtype", None)
+    target_device = kwargs.pop("device", None)
+    for a in args:
+        if isinstance(a, dtype):
+            target_dtype = a
+        elif isinstance(a, (str, device)):
+            target_device = device(a)
+        elif isinstance(a, TensorBase):
+            target_dtype, target_device = a._dtype, a.device
+        else:
+            raise TypeError(f"to() received an invalid combination of arguments: {a!r}")
+    if isinstance(target_device, str):
+        target_device = device(target_device)
+    return target_dtype, target_device
+
+
+@op(kind="composite", function=False)
+def to(self, *args, **kwargs):
+    """``to(dtype)``, ``to(device)``, ``to(other)``: ``self`` when nothing changes."""
+    copy = kwargs.pop("copy", False)
+    memory_format = kwargs.pop("memory_format", preserve_format)
+    kwargs.pop("non_blocking", None)
+    target_dtype, target_device = _parse_to(args, kwargs)
+    same_dtype = target_dtype is None or target_dtype is self._dtype
+    same_device = target_device is None or target_device == self.device \
+        or (target_device.type == self.device.type and target_device.index is None)
+    if same_dtype and same_device and not copy:
+        return self
+    return self._to_copy(target_dtype, target_device if not same_device else None,
+                         memory_format)

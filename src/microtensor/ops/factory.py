@@ -1,0 +1,423 @@
+"""Factories: tensors made from sizes, data or another tensor, and random numbers.
+
+Plain factories (``zeros``, ``tensor``, ``arange`` ...) have no tensor input, so they are
+ordinary functions.  The ``new_*`` methods and ``*_like`` functions take a tensor whose
+dtype, device (and, under vmap, batch) the result inherits, so they are declared as ops;
+so are the random factories, which vmap must see to apply its ``randomness`` setting.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.meta import contiguous_format, preserve_format
+from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, empty_strided_unchecked,
+                                   float32, float64, from_array, get_default_dtype, int64)
+from microtensor._dtype import scalar_dtype
+from microtensor.ops.registry import op
+
+
+# --------------------------------------------------------------------------- arguments
+
+def parse_size(size):
+    """``zeros(2, 3)``, ``zeros((2, 3))`` and ``zeros([2, 3])`` all mean sizes (2, 3)."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    sizes = []
+    for s in size:
+        if isinstance(s, TensorBase):
+            s = s.item()
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+            raise TypeError(f"size must be a tuple of ints, but got an element of type "
+                            f"{type(s).__name__}")
+        sizes.append(int(s))
+    sizes = tuple(sizes)
+    meta.check_size_nonnegative(sizes)
+    return sizes
+
+
+def to_device(dev):
+    if dev is None or isinstance(dev, device):
+        return dev
+    return device(dev)
+
+
+def finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def empty_contiguous(sizes, dt, dev):
+    return empty_strided_unchecked(sizes, tuple(meta.contiguous_strides(sizes)), dt, dev or cpu)
+
+
+def fill_new(sizes, dt, dev, value, requires_grad=False):
+    t = empty_contiguous(sizes, dt, dev)
+    if t._numel:
+        t._array().fill(value)
+    return finish(t, requires_grad)
+
+
+# --------------------------------------------------------------------------- from sizes
+
+def empty(*size, dtype=None, device=None, requires_grad=False,
+          memory_format=contiguous_format, pin_memory=False):
+    sizes = parse_size(size)
+    dt = dtype or get_default_dtype()
+    strides = meta.strides_for_format(sizes, memory_format) \
+        if memory_format is not preserve_format else meta.contiguous_strides(sizes)
+    t = empty_strided_unchecked(sizes, tuple(strides), dt, to_device(device) or cpu)
+    return finish(t, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    return fill_new(parse_size(size), dtype or get_default_dtype(), to_device(device), 0,
+                    requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return fill_new(parse_size(size), dtype or get_default_dtype(), to_device(device), 1,
+                    requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    if isinstance(fill_value, TensorBase):
+        fill_value = fill_value.item()
+    dt = dtype or scalar_dtype(fill_value)
+    return fill_new(parse_size((size,)), dt, to_device(device), fill_value, requires_grad)
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
+    sizes = parse_size((size,))
+    strides = tuple(int(s) for s in stride)
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"dimensionality of sizes ({len(sizes)}) must match dimensionality "
+                           f"of strides ({len(strides)})")
+    if any(s < 0 for s in strides):
+        raise RuntimeError(f"empty_strided: strides must be non-negative, got {list(strides)}")
+    storage_elems = meta.storage_size_for(sizes, strides)
+    meta.check_size_nonnegative((storage_elems,))
+    t = empty_strided_unchecked(sizes, strides, dtype or get_default_dtype(),
+                                to_device(device) or cpu)
+    return finish(t, requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    m = n if m is None else m
+    sizes = parse_size((n, m))
+    t = fill_new(sizes, dtype or get_default_dtype(), to_device(device), 0)
+    if t._numel:
+        np.fill_diagonal(t._array(), 1)
+    return finish(t, requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (end - start) / step < 0:
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+    if dtype is None:
+        is_float = any(isinstance(x, float) for x in (start, end, step))
+        dtype = get_default_dtype() if is_float else int64
+    length = max(0, math.ceil((end - start) / step))
+    values = start + step * np.arange(length, dtype=np.float64 if dtype.is_floating_point
+                                      else np.int64)
+    return finish(from_array(values.astype(dtype.np)), requires_grad).to(to_device(device) or cpu)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    values = np.linspace(start, end, steps, dtype=np.float64)
+    dt = dtype or get_default_dtype()
+    return finish(from_array(values.astype(dt.np)), requires_grad).to(to_device(device) or cpu)
+
+
+# --------------------------------------------------------------------------- from data
+
+def _infer_dtype(data):
+    """The dtype ``tensor(data)`` takes: floats anywhere make it the default float type."""
+    kinds = set()
+
+    def visit(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+        elif isinstance(x, TensorBase):
+            kinds.add(x._dtype)
+        elif isinstance(x, np.ndarray):
+            kinds.add(from_array(np.ascontiguousarray(x))._dtype if x.dtype != np.float16
+                      else float32)
+        elif isinstance(x, (bool, np.bool_)):
+            kinds.add(bool_)
+        elif isinstance(x, (numbers.Integral, np.integer)):
+            kinds.add(int64)
+        elif isinstance(x, (numbers.Real, np.floating)):
+            kinds.add(get_default_dtype())
+        else:
+            raise TypeError(f"Could not infer dtype of {type(x).__name__}")
+    visit(data)
+    from microtensor._dtype import promote_types
+    result = None
+    for k in kinds:
+        result = k if result is None else promote_types(result, k)
+    return result or get_default_dtype()
+
+
+def _to_nested(data):
+    if isinstance(data, TensorBase):
+        return data._array()
+    if isinstance(data, (list, tuple)):
+        return [_to_nested(x) for x in data]
+    return data
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    if isinstance(data, TensorBase):
+        result = data.detach().clone()
+        if dtype is not None:
+            result = result.to(dtype)
+        return finish(result.to(to_device(device) or data.device), requires_grad)
+    if isinstance(data, np.ndarray) and dtype is None:
+        dt = _infer_dtype(data) if data.dtype != np.float16 else float32
+    else:
+        dt = dtype or _infer_dtype(data)
+    arr = np.array(_to_nested(data), dtype=dt.np)
+    if arr.dtype == object:
+        raise ValueError("expected a sequence of equal-length sequences")
+    t = from_array(arr)
+    dev = to_device(device)
+    if dev is not None and dev.type != "cpu":
+        t = t.to(dev)
+    return finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    dev = to_device(device)
+    if isinstance(data, TensorBase):
+        result = data if dtype is None else data.to(dtype)
+        return result if dev is None else result.to(dev)
+    if isinstance(data, np.ndarray) and (dtype is None or np.dtype(dtype.np) == data.dtype) \
+            and (dev is None or dev.type == "cpu"):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=dev)
+
+
+def from_numpy(ndarray):
+    """A tensor sharing ``ndarray``'s memory (writes show through both ways)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    if any(s < 0 for s in ndarray.strides):
+        raise ValueError("At least one stride in the given numpy array is negative, and "
+                         "tensors with negative strides are not currently supported. (You can "
+                         "probably work around this by making a copy of your array  with "
+                         "array.copy().) ")
+    return from_array(ndarray)
+
+
+def scalar_tensor_like(value, other):
+    """A 0-d tensor for the Python number on the left of ``2 - t`` (it promotes as a scalar)."""
+    from microtensor._dtype import result_type
+    t = from_array(np.array(value, dtype=result_type(value, other).np)) \
+        if not isinstance(value, TensorBase) else value
+    return t.to(other.device) if other.device.type != "cpu" else t
+
+
+def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
+    return tensor(value, dtype=dtype or get_default_dtype(), device=device,
+                  requires_grad=requires_grad)
+
+
+# --------------------------------------------------------------------------- random numbers
+
+class Generator:
+    """A source of random numbers (``mt.Generator().manual_seed(0)``)."""
+
+    def __init__(self, device="cpu"):
+        self.device = to_device(device)
+        self._seed = 67280421310721
+        self._rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed):
+        self._seed = int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self):
+        self.manual_seed(np.random.SeedSequence().entropy % (2 ** 63))
+        return self._seed
+
+    def initial_seed(self):
+        return self._seed
+
+    def get_state(self):
+        return self._rng.bit_generator.state
+
+    def set_state(self, state):
+        self._rng.bit_generator.state = state
+        return self
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed):
+    return default_generator.manual_seed(seed)
+
+
+def seed():
+    return default_generator.seed()
+
+
+def initial_seed():
+    return default_generator.initial_seed()
+
+
+def _random(sample, size, dtype, dev, generator, requires_grad):
+    sizes = parse_size(size)
+    rng = (generator or default_generator)._rng
+    arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
+    t = from_array(np.ascontiguousarray(arr))
+    if dev is not None and dev.type != "cpu":
+        t = t.to(dev)
+    return finish(t, requires_grad)
+
+
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    return _random(lambda rng, s: rng.random(s), size, dtype or get_default_dtype(),
+                   to_device(device), generator, requires_grad)
+
+
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    return _random(lambda rng, s: rng.standard_normal(s), size, dtype or get_default_dtype(),
+                   to_device(device), generator, requires_grad)
+
+
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
+            requires_grad=False):
+    if size is None:
+        low, high, size = 0, low, high
+    if high is None:
+        low, high = 0, low
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
+                           f">= to={high}")
+    return _random(lambda rng, s: rng.integers(low, high, s), (size,), dtype or int64,
+                   to_device(device), generator, requires_grad)
+
+
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+    rng = (generator or default_generator)._rng
+    return finish(from_array(rng.permutation(n).astype((dtype or int64).np)), requires_grad)
+
+
+def _like_strides(self, memory_format):
+    if memory_format is preserve_format:
+        return tuple(meta.preserve_format_strides(self._sizes, self._strides))
+    return tuple(meta.strides_for_format(self._sizes, memory_format))
+
+
+def _new_like(self, dtype, device, memory_format):
+    return empty_strided_unchecked(self._sizes, _like_strides(self, memory_format),
+                                   dtype or self._dtype, to_device(device) or self.device)
+
+
+@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory")
+def rand_like(self, *, dtype=None, device=None, requires_grad=False,
+              memory_format=preserve_format, generator=None):
+    t = _new_like(self, dtype, device, memory_format)
+    if t._numel:
+        t._array()[...] = (generator or default_generator)._rng.random(t._sizes)
+    return finish(t, requires_grad)
+
+
+@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory")
+def randn_like(self, *, dtype=None, device=None, requires_grad=False,
+               memory_format=preserve_format, generator=None):
+    t = _new_like(self, dtype, device, memory_format)
+    if t._numel:
+        t._array()[...] = (generator or default_generator)._rng.standard_normal(t._sizes)
+    return finish(t, requires_grad)
+
+
+# --------------------------------------------------------------------------- from a tensor
+
+def _filled_like(self, value, dtype, device, requires_grad, memory_format):
+    t = _new_like(self, dtype, device, memory_format)
+    if t._numel and value is not None:
+        t._array().fill(value)
+    return finish(t, requires_grad)
+
+
+@op(method=False, differentiable=False, kind="factory")
+def empty_like(self, *, dtype=None, device=None, requires_grad=False,
+               memory_format=preserve_format):
+    return _filled_like(self, None, dtype, device, requires_grad, memory_format)
+
+
+@op(method=False, differentiable=False, kind="factory")
+def zeros_like(self, *, dtype=None, device=None, requires_grad=False,
+               memory_format=preserve_format):
+    return _filled_like(self, 0, dtype, device, requires_grad, memory_format)
+
+
+@op(method=False, differentiable=False, kind="factory")
+def ones_like(self, *, dtype=None, device=None, requires_grad=False,
+              memory_format=preserve_format):
+    return _filled_like(self, 1, dtype, device, requires_grad, memory_format)
+
+
+@op(method=False, differentiable=False, kind="factory")
+def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=preserve_format):
+    return _filled_like(self, fill_value, dtype, device, requires_grad, memory_format)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+    return finish(empty_contiguous(parse_size(size), dtype or self._dtype,
+                                   to_device(device) or self.device), requires_grad)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
+                    0, requires_grad)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
+                    1, requires_grad)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return fill_new(parse_size((size,)), dtype or self._dtype, to_device(device) or self.device,
+                    fill_value, requires_grad)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+    return tensor(data, dtype=dtype or self._dtype, device=device or self.device,
+                  requires_grad=requires_grad)
+
+
+@op(function=False, differentiable=False, kind="factory")
+def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
+    return empty_strided(size, stride, dtype=dtype or self._dtype,
+                         device=to_device(device) or self.device, requires_grad=requires_grad)
+
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "arange",
+           "linspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
+           "Generator", "default_generator", "scalar_tensor", "float64"]

@@ -1,0 +1,130 @@
+"""How kernels compute: shared helpers that the op declarations call.
+
+``pointwise`` runs a NumPy ufunc over zero-copy views of the operands, into a result laid
+out by PyTorch's rule (the output follows the inputs' dimension order); ``reduce`` runs a
+NumPy reduction; ``new_result`` and ``from_numpy_result`` make tensors.  NumPy only ever
+sees views of microtensor storages, so results and in-place writes land where they should.
+"""
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
+                                   get_default_dtype)
+from microtensor._dtype import can_cast, result_type
+
+
+def array_of(x):
+    """A NumPy view of a tensor, or the Python scalar itself."""
+    return x._array() if isinstance(x, TensorBase) else x
+
+
+def device_of(*operands):
+    dev = None
+    for x in operands:
+        if isinstance(x, TensorBase):
+            if dev is None:
+                dev = x.device
+            elif x.device != dev and x._sizes:
+                raise RuntimeError("Expected all tensors to be on the same device, but found at "
+                                   f"least two devices, {dev} and {x.device}!")
+    return dev
+
+
+def new_result(shape, dtype, operands=(), device=None):
+    """A fresh tensor for an elementwise result: strides follow the tensor operands."""
+    layouts = [(t._sizes, t._strides) for t in operands if isinstance(t, TensorBase)]
+    strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
+        meta.contiguous_strides(shape)
+    return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
+                                   device or device_of(*operands) or _cpu())
+
+
+def _cpu():
+    from microtensor._C.tensor import cpu
+    return cpu
+
+
+def check_out(out, shape, dtype):
+    """PyTorch's checks for writing a result into an existing tensor (in-place ops)."""
+    if tuple(out._sizes) != tuple(shape):
+        raise RuntimeError(f"output with shape {list(out._sizes)} doesn't match the broadcast "
+                           f"shape {list(shape)}")
+    if not can_cast(dtype, out._dtype):
+        raise RuntimeError(f"result type {_type_name(dtype)} can't be cast to the desired "
+                           f"output type {_type_name(out._dtype)}")
+
+
+def _type_name(dt):
+    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
+            "bool": "Bool"}[dt.name]
+
+
+def float_dtype(dt):
+    """The dtype a float-only op computes in: integers and bool promote to the default."""
+    return dt if dt.is_floating_point else get_default_dtype()
+
+
+def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
+    """Apply ``ufunc`` elementwise with broadcasting and PyTorch's type promotion.
+
+    ``dtype`` is the result dtype (default: promotion of the operands); ``compute_dtype``
+    the dtype NumPy computes in (default: ``dtype``; comparisons pass the promoted type).
+    """
+    promoted = result_type(*operands)
+    if dtype is None:
+        dtype = promoted
+    shape = meta.broadcast_shapes(*[x._sizes for x in operands if isinstance(x, TensorBase)])
+    device_of(*operands)
+    if out is None:
+        out = new_result(shape, dtype, operands)
+    else:
+        check_out(out, shape, dtype)
+    if out._numel:
+        compute = (compute_dtype or dtype).np
+        ufunc(*[array_of(x) for x in operands], out=out._array(), dtype=compute,
+              casting="unsafe")
+    return out
+
+
+def dims_of(dim, ndim):
+    """``dim`` argument of a reduction as a sorted tuple of wrapped dims (None = all)."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        dim = (dim,)
+    wrapped = tuple(meta.wrap_dim(d, ndim) for d in dim)
+    if len(set(wrapped)) != len(wrapped):
+        raise RuntimeError(f"dim {wrapped[0]} appears multiple times in the list of dims")
+    return tuple(sorted(wrapped)) if wrapped else tuple(range(ndim))
+
+
+def reduced_shape(shape, dims, keepdim):
+    if keepdim:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def from_numpy_result(arr, dtype=None, device=None):
+    """Wrap a fresh NumPy array (or scalar) that a kernel computed as a new tensor."""
+    arr = np.asarray(arr) if dtype is None else np.asarray(arr, dtype=dtype.np)
+    if not arr.flags.c_contiguous or not arr.flags.owndata:
+        arr = np.ascontiguousarray(arr).copy() if arr.base is not None else arr
+    return from_array(arr)
+
+
+def reduce(np_reduction, self, dim, keepdim, dtype, **np_kwargs):
+    """A reduction over ``dim`` (None = all dims) into a new contiguous tensor."""
+    dims = dims_of(dim, self.dim())
+    arr = self._array()
+    if self.dim() == 0:
+        result = np_reduction(arr, axis=None, dtype=dtype.np, **np_kwargs) \
+            if dtype is not None else np_reduction(arr, axis=None, **np_kwargs)
+    else:
+        kw = dict(np_kwargs)
+        if dtype is not None:
+            kw["dtype"] = dtype.np
+        result = np_reduction(arr, axis=dims, keepdims=keepdim, **kw)
+    return from_numpy_result(result, dtype or self._dtype)
+
+
+__all__ = ["pointwise", "reduce", "new_result", "from_numpy_result", "dims_of", "float32"]

@@ -1,0 +1,600 @@
+"""Elementwise ops: arithmetic, math functions, comparisons and logical ops.
+
+Kernels run NumPy ufuncs over views (``loops.pointwise``) with broadcasting and PyTorch's
+type promotion; the result follows the inputs' layout.  Each op with an in-place form
+declares it with ``inplace_variant``.  Derivatives are written in microtensor ops; the
+engine sums gradients back to each input's shape (un-broadcasting) and dtype.
+"""
+import numpy as np
+
+from microtensor._C.tensor import TensorBase, bool_, float32
+from microtensor._dtype import result_type
+from microtensor.ops.loops import float_dtype, pointwise
+from microtensor.ops.registry import inplace_variant, op
+
+BINARY = ("self", "other")
+
+
+def _float_result(*operands):
+    return float_dtype(result_type(*operands))
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+@op(inputs=BINARY)
+def add(self, other, *, alpha=1, out=None):
+    if alpha != 1:
+        other = other * alpha
+    return pointwise(np.add, self, other, out=out)
+
+
+@add.def_derivative
+def add(grad, alpha):
+    return grad, (grad if alpha == 1 else grad * alpha)
+
+
+add_ = inplace_variant(add)
+
+
+@op(inputs=BINARY)
+def sub(self, other, *, alpha=1, out=None):
+    if isinstance(self, TensorBase) and self._dtype is bool_ and \
+            isinstance(other, TensorBase) and other._dtype is bool_:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported. Use the `^` or `logical_xor()` operator instead.")
+    if alpha != 1:
+        other = other * alpha
+    return pointwise(np.subtract, self, other, out=out)
+
+
+@sub.def_derivative
+def sub(grad, alpha):
+    return grad, -grad if alpha == 1 else grad * -alpha
+
+
+sub_ = inplace_variant(sub)
+
+
+@op(kind="composite")
+def rsub(self, other, *, alpha=1):
+    return sub(other, self, alpha=alpha) if isinstance(other, TensorBase) else \
+        (-self) * alpha + other
+
+
+@op(inputs=BINARY)
+def mul(self, other, *, out=None):
+    return pointwise(np.multiply, self, other, out=out)
+
+
+@mul.def_derivative
+def mul(grad, self, other):
+    return grad * other, grad * self
+
+
+mul_ = inplace_variant(mul)
+
+
+@op(inputs=BINARY)
+def div(self, other, *, rounding_mode=None, out=None):
+    if rounding_mode is None:
+        return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
+    if rounding_mode == "floor":
+        return pointwise(np.floor_divide, self, other, out=out)
+    if rounding_mode == "trunc":
+        dt = result_type(self, other)
+        if dt.is_floating_point:
+            quotient = pointwise(np.true_divide, self, other, out=out)
+            return pointwise(np.trunc, quotient, out=quotient)
+        return pointwise(_trunc_int_divide, self, other, out=out)
+    raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but "
+                       f"found '{rounding_mode}'")
+
+
+def _trunc_int_divide(a, b, out, dtype, casting):
+    q = np.floor_divide(a, b)
+    fix = (np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0))
+    np.add(q, fix, out=out, dtype=dtype, casting=casting)
+    return out
+
+
+@div.def_derivative
+def div(grad, self, other, rounding_mode):
+    if rounding_mode is not None:
+        return grad * 0, grad * 0
+    return grad / other, -grad * self / (other * other)
+
+
+div_ = inplace_variant(div)
+true_divide = div
+
+
+@op(kind="composite")
+def floor_divide(self, other):
+    return div(self, other, rounding_mode="floor")
+
+
+@op(inputs=BINARY)
+def remainder(self, other, *, out=None):
+    return pointwise(np.remainder, self, other, out=out)
+
+
+@remainder.def_derivative
+def remainder(grad, self, other):
+    return grad, -grad * (self / other).floor()
+
+
+@op(inputs=BINARY)
+def fmod(self, other, *, out=None):
+    return pointwise(np.fmod, self, other, out=out)
+
+
+@fmod.def_derivative
+def fmod(grad, self, other):
+    return grad, -grad * (self / other).trunc()
+
+
+@op(inputs=BINARY)
+def pow(self, exponent, *, out=None):
+    if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
+            isinstance(exponent, int) and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return pointwise(np.power, self, exponent, out=out)
+
+
+pow.inputs = ("self", "exponent")
+pow.input_positions = (0, 1)
+
+
+@pow.def_derivative
+def pow(grad, self, exponent):
+    if not isinstance(exponent, TensorBase):
+        if exponent == 0:
+            return grad * 0, None
+        return grad * exponent * self.pow(exponent - 1), None
+    base_grad = grad * exponent * self.pow(exponent - 1)
+    # d/de a**e = a**e * log(a); defined as 0 where a == 0 and the power is 0
+    log_self = self.log() if isinstance(self, TensorBase) else np.log(self)
+    exp_grad = grad * (self ** exponent) * log_self
+    exp_grad = exp_grad.masked_fill((self == 0) & (exponent >= 0), 0) \
+        if isinstance(self, TensorBase) else exp_grad
+    return base_grad, exp_grad
+
+
+pow_ = inplace_variant(pow)
+
+
+@op(kind="composite", method=False)
+def float_power(self, exponent):
+    return pow(self.double() if isinstance(self, TensorBase) else self,
+               exponent.double() if isinstance(exponent, TensorBase) else exponent)
+
+
+# --------------------------------------------------------------------------- unary math
+
+def _unary(name, ufunc, floating=True):
+    """Declare a one-input elementwise op and its in-place variant (kernel only)."""
+    def kernel(self, *, out=None):
+        return pointwise(ufunc, self, out=out,
+                         dtype=float_dtype(self._dtype) if floating else None)
+    kernel.__name__ = name
+    declared = op(name)(kernel)
+    inplace_variant(declared)
+    return declared
+
+
+neg = _unary("neg", np.negative, floating=False)
+exp = _unary("exp", np.exp)
+log = _unary("log", np.log)
+log1p = _unary("log1p", np.log1p)
+expm1 = _unary("expm1", np.expm1)
+log2 = _unary("log2", np.log2)
+log10 = _unary("log10", np.log10)
+sin = _unary("sin", np.sin)
+cos = _unary("cos", np.cos)
+tan = _unary("tan", np.tan)
+tanh = _unary("tanh", np.tanh)
+sinh = _unary("sinh", np.sinh)
+cosh = _unary("cosh", np.cosh)
+asin = _unary("asin", np.arcsin)
+acos = _unary("acos", np.arccos)
+atan = _unary("atan", np.arctan)
+sqrt = _unary("sqrt", np.sqrt)
+abs = _unary("abs", np.absolute, floating=False)
+sign = _unary("sign", np.sign, floating=False)
+floor = _unary("floor", np.floor, floating=False)
+ceil = _unary("ceil", np.ceil, floating=False)
+round = _unary("round", np.round, floating=False)
+trunc = _unary("trunc", np.trunc, floating=False)
+frac = _unary("frac", lambda a, out, dtype, casting: np.subtract(
+    a, np.trunc(a), out=out, dtype=dtype, casting=casting), floating=False)
+reciprocal = _unary("reciprocal", lambda a, out, dtype, casting: np.divide(
+    1, a, out=out, dtype=dtype, casting=casting))
+rsqrt = _unary("rsqrt", lambda a, out, dtype, casting: np.divide(
+    1, np.sqrt(a, dtype=dtype), out=out, dtype=dtype, casting=casting))
+sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
+    1, 1 + np.exp(np.negative(a, dtype=dtype)), out=out, dtype=dtype, casting=casting))
+relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
+    a, 0, out=out, dtype=dtype, casting=casting), floating=False)
+
+absolute = abs
+negative = neg
+
+
+@neg.def_derivative
+def neg(grad):
+    return -grad,
+
+
+@exp.def_derivative
+def exp(grad, result):
+    return grad * result,
+
+
+@log.def_derivative
+def log(grad, self):
+    return grad / self,
+
+
+@log1p.def_derivative
+def log1p(grad, self):
+    return grad / (self + 1),
+
+
+@expm1.def_derivative
+def expm1(grad, result):
+    return grad * (result + 1),
+
+
+@log2.def_derivative
+def log2(grad, self):
+    return grad / (self * 0.6931471805599453),
+
+
+@log10.def_derivative
+def log10(grad, self):
+    return grad / (self * 2.302585092994046),
+
+
+@sin.def_derivative
+def sin(grad, self):
+    return grad * self.cos(),
+
+
+@cos.def_derivative
+def cos(grad, self):
+    return -grad * self.sin(),
+
+
+@tan.def_derivative
+def tan(grad, result):
+    return grad * (1 + result * result),
+
+
+@tanh.def_derivative
+def tanh(grad, result):
+    return grad * (1 - result * result),
+
+
+@sinh.def_derivative
+def sinh(grad, self):
+    return grad * self.cosh(),
+
+
+@cosh.def_derivative
+def cosh(grad, self):
+    return grad * self.sinh(),
+
+
+@asin.def_derivative
+def asin(grad, self):
+    return grad * (1 - self * self).rsqrt(),
+
+
+@acos.def_derivative
+def acos(grad, self):
+    return -grad * (1 - self * self).rsqrt(),
+
+
+@atan.def_derivative
+def atan(grad, self):
+    return grad / (1 + self * self),
+
+
+@sqrt.def_derivative
+def sqrt(grad, result):
+    return grad / (2 * result),
+
+
+@rsqrt.def_derivative
+def rsqrt(grad, result):
+    return grad * -0.5 * result * result * result,
+
+
+@reciprocal.def_derivative
+def reciprocal(grad, result):
+    return -grad * result * result,
+
+
+@sigmoid.def_derivative
+def sigmoid(grad, result):
+    return grad * result * (1 - result),
+
+
+@relu.def_derivative
+def relu(grad, result):
+    return grad * (result > 0),
+
+
+@abs.def_derivative
+def abs(grad, self):
+    return grad * self.sign(),
+
+
+def _zero_grad(grad):
+    return grad * 0,
+
+
+for _flat in (sign, floor, ceil, round, trunc):
+    _flat.def_derivative(_zero_grad)
+
+
+@frac.def_derivative
+def frac(grad):
+    return grad,
+
+
+# --------------------------------------------------------------------------- two inputs
+
+@op(inputs=BINARY)
+def maximum(self, other, *, out=None):
+    return pointwise(np.maximum, self, other, out=out)
+
+
+@maximum.def_derivative
+def maximum(grad, self, other):
+    # ties split the gradient evenly, as PyTorch does
+    left = (self > other) + (self == other) * 0.5
+    return grad * left, grad * (1 - left)
+
+
+@op(inputs=BINARY)
+def minimum(self, other, *, out=None):
+    return pointwise(np.minimum, self, other, out=out)
+
+
+@minimum.def_derivative
+def minimum(grad, self, other):
+    left = (self < other) + (self == other) * 0.5
+    return grad * left, grad * (1 - left)
+
+
+@op(inputs=("self", "min", "max"))
+def clamp(self, min=None, max=None, *, out=None):
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    result = self
+    if min is not None:
+        result = pointwise(np.maximum, result, min, out=out,
+                           dtype=result_type(self, min, *([max] if max is not None else [])))
+    if max is not None:
+        source = result if min is not None else self
+        result = pointwise(np.minimum, source, max, out=out if min is None else result,
+                           dtype=result_type(self, max, *([min] if min is not None else [])))
+    return result
+
+
+@clamp.def_derivative
+def clamp(grad, self, min, max):
+    mask = None
+    if min is not None:
+        mask = self >= min
+    if max is not None:
+        upper = self <= max
+        mask = upper if mask is None else mask & upper
+    g_self = grad * mask
+    g_min = grad * (self < min) if isinstance(min, TensorBase) else None
+    g_max = grad * (self > max) if isinstance(max, TensorBase) else None
+    return g_self, g_min, g_max
+
+
+clamp_ = inplace_variant(clamp)
+clip = clamp
+
+
+@op(kind="composite")
+def clamp_min(self, min):
+    return clamp(self, min=min)
+
+
+@op(kind="composite")
+def clamp_max(self, max):
+    return clamp(self, max=max)
+
+
+@op(inputs=("condition", "self", "other"), method=False)
+def where(condition, self, other):
+    if condition._dtype is not bool_:
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
+                           f"with dtype {condition._dtype.name.capitalize()}")
+    dt = result_type(self, other)
+    return pointwise(lambda c, a, b, out, dtype, casting: np.copyto(
+        out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt)
+
+
+@where.def_derivative
+def where(grad, condition):
+    zeros = grad.new_zeros(())
+    return None, where(condition, grad, zeros), where(condition, zeros, grad)
+
+
+@op(kind="composite", function=False, method=True, inputs=("self", "condition", "other"))
+def _where_method(self, condition, other):
+    return where(condition, self, other)
+
+
+@op(inputs=("self", "mask", "value"))
+def masked_fill(self, mask, value):
+    if mask._dtype is not bool_:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{mask._dtype.name}")
+    if isinstance(value, TensorBase) and value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.dim()} dimension(s).")
+    dt = self._dtype
+    return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
+        out, np.where(m, v, a), casting=casting) or out, self, mask, value, dtype=dt)
+
+
+@masked_fill.def_derivative
+def masked_fill(grad, mask, value):
+    g_value = where(mask, grad, grad.new_zeros(())).sum() if isinstance(value, TensorBase) \
+        else None
+    return where(mask, grad.new_zeros(()), grad), None, g_value
+
+
+masked_fill_ = inplace_variant(masked_fill)
+
+
+@op(inputs=("self", "end", "weight"))
+def lerp(self, end, weight, *, out=None):
+    return pointwise(lambda a, b, w, out, dtype, casting: np.add(
+        a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
+        self, end, weight, out=out)
+
+
+@lerp.def_derivative
+def lerp(grad, self, end, weight):
+    g_weight = grad * (end - self) if isinstance(weight, TensorBase) else None
+    return grad * (1 - weight), grad * weight, g_weight
+
+
+# --------------------------------------------------------------------------- comparisons
+
+def _comparison(name, ufunc):
+    def kernel(self, other, *, out=None):
+        return pointwise(ufunc, self, other, out=out, dtype=bool_,
+                         compute_dtype=result_type(self, other))
+    kernel.__name__ = name
+    declared = op(name, inputs=BINARY, differentiable=False)(kernel)
+    inplace_variant(declared, differentiable=False)
+    return declared
+
+
+eq = _comparison("eq", np.equal)
+ne = _comparison("ne", np.not_equal)
+lt = _comparison("lt", np.less)
+le = _comparison("le", np.less_equal)
+gt = _comparison("gt", np.greater)
+ge = _comparison("ge", np.greater_equal)
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
+def _logical(name, ufunc, arity):
+    if arity == 2:
+        def kernel(self, other, *, out=None):
+            return pointwise(ufunc, self, other, out=out, dtype=bool_, compute_dtype=bool_)
+    else:
+        def kernel(self, *, out=None):
+            return pointwise(ufunc, self, out=out, dtype=bool_, compute_dtype=bool_)
+    kernel.__name__ = name
+    declared = op(name, inputs=BINARY[:arity], differentiable=False)(kernel)
+    inplace_variant(declared, differentiable=False)
+    return declared
+
+
+logical_and = _logical("logical_and", np.logical_and, 2)
+logical_or = _logical("logical_or", np.logical_or, 2)
+logical_xor = _logical("logical_xor", np.logical_xor, 2)
+logical_not = _logical("logical_not", np.logical_not, 1)
+
+
+def _bitwise(name, ufunc):
+    def kernel(self, other, *, out=None):
+        dt = result_type(self, other)
+        if dt.is_floating_point:
+            raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Float'")
+        return pointwise(ufunc, self, other, out=out)
+    kernel.__name__ = name
+    declared = op(name, inputs=BINARY, differentiable=False)(kernel)
+    inplace_variant(declared, differentiable=False)
+    return declared
+
+
+bitwise_and = _bitwise("bitwise_and", np.bitwise_and)
+bitwise_or = _bitwise("bitwise_or", np.bitwise_or)
+bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
+
+
+@op(differentiable=False)
+def bitwise_not(self):
+    if self._dtype.is_floating_point:
+        raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float'")
+    return pointwise(np.invert, self)
+
+
+@op(differentiable=False)
+def isnan(self):
+    return pointwise(np.isnan, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+
+
+@op(differentiable=False)
+def isinf(self):
+    return pointwise(np.isinf, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+
+
+@op(differentiable=False)
+def isfinite(self):
+    return pointwise(np.isfinite, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+
+
+@op(inputs=BINARY, kind="composite")
+def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(np.allclose(self._array(), other._array(), rtol=rtol, atol=atol,
+                            equal_nan=equal_nan))
+
+
+@op(inputs=BINARY, kind="composite")
+def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    diff = (self - other).abs()
+    close = diff <= atol + rtol * other.abs()
+    if equal_nan:
+        close = close | (self.isnan() & other.isnan())
+    return close
+
+
+@op(inputs=BINARY, kind="composite")
+def equal(self, other):
+    return self.shape == other.shape and bool((self == other).all())
+
+
+# --------------------------------------------------------------------------- fills
+
+@op(inputs=("self",), kind="inplace")
+def fill_(self, value):
+    if isinstance(value, TensorBase):
+        if value.dim() != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor "
+                               f"with {value.dim()} dimensions.")
+        value = value.item()
+    if self._numel:
+        from microtensor._C import kernels
+        if self.device.type == "cpu":
+            kernels.fill_(self._array(), value)
+        else:
+            self._array().fill(value)
+    return self
+
+
+@fill_.def_derivative
+def fill_(grad):
+    return grad * 0,
+
+
+@op(inputs=("self",), kind="composite")
+def zero_(self):
+    return self.fill_(0)
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in
+           ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
+            "TensorBase", "bool_", "float32", "BINARY")]

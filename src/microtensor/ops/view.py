@@ -1,0 +1,413 @@
+"""View ops: results that share their input's storage (no copy), with ``_base`` set.
+
+Each kernel only computes the new (sizes, strides, offset) — the stride math lives in
+``microtensor._C.meta`` — and asks the core for a bounds-checked view.  Derivatives map
+the gradient back to the input's shape with other view ops, or by writing it into a
+``new_zeros`` buffer through the same view, so that they run under vmap too.
+"""
+import builtins
+
+from microtensor._C import meta
+from microtensor._C.tensor import TensorBase
+from microtensor.ops.registry import op
+
+
+def _sizes_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+# --------------------------------------------------------------------------- reshaping
+
+@op(kind="view")
+def view(self, *shape):
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
+        raise TypeError("view(dtype) is not supported; use .to(dtype)")
+    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    strides = meta.view_strides(self._sizes, self._strides, sizes)
+    if strides is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.")
+    return self._make_view_unchecked(sizes, tuple(strides), self._offset)
+
+
+@view.def_derivative
+def view(grad, self_shape):
+    return grad.reshape(self_shape),
+
+
+@op(kind="composite")
+def reshape(self, *shape):
+    """A view when the strides allow one (PyTorch's rule), else a contiguous copy."""
+    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    if meta.view_strides(self._sizes, self._strides, sizes) is not None:
+        return self.view(sizes)
+    return self.clone(memory_format=meta.contiguous_format).view(sizes)
+
+
+@op(kind="composite")
+def view_as(self, other):
+    return self.view(other.shape)
+
+
+@op(kind="composite")
+def reshape_as(self, other):
+    return self.reshape(other.shape)
+
+
+@op(kind="composite")
+def flatten(self, start_dim=0, end_dim=-1):
+    if self.dim() == 0:
+        return self.reshape(1)
+    start = meta.wrap_dim(start_dim, self.dim())
+    end = meta.wrap_dim(end_dim, self.dim())
+    if start > end:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if start == end:
+        return self.view(self._sizes) if self._base is None else self.alias()
+    middle = 1
+    for s in self._sizes[start:end + 1]:
+        middle *= s
+    return self.reshape(self._sizes[:start] + (middle,) + self._sizes[end + 1:])
+
+
+@op(kind="composite")
+def unflatten(self, dim, sizes):
+    d = meta.wrap_dim(dim, self.dim())
+    sizes = tuple(meta.infer_size(tuple(sizes), self._sizes[d]))
+    return self.view(self._sizes[:d] + sizes + self._sizes[d + 1:])
+
+
+# --------------------------------------------------------------------------- permuting
+
+@op(kind="view")
+def transpose(self, dim0, dim1):
+    n = self.dim()
+    a, b = meta.wrap_dim(dim0, n), meta.wrap_dim(dim1, n)
+    sizes, strides = list(self._sizes), list(self._strides)
+    sizes[a], sizes[b] = sizes[b], sizes[a]
+    strides[a], strides[b] = strides[b], strides[a]
+    return self._make_view_unchecked(tuple(sizes), tuple(strides), self._offset)
+
+
+@transpose.def_derivative
+def transpose(grad, dim0, dim1):
+    return grad.transpose(dim0, dim1),
+
+
+@op(kind="composite")
+def swapaxes(self, axis0, axis1):
+    return self.transpose(axis0, axis1)
+
+
+@op(kind="composite")
+def t(self):
+    if self.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.dim()}D")
+    return self.transpose(0, 1) if self.dim() == 2 else self.alias()
+
+
+@op(kind="view")
+def permute(self, *dims):
+    dims = _sizes_arg(dims)
+    n = self.dim()
+    if len(dims) != n:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {n} is not equal to len(dims) = {len(dims)}")
+    wrapped = [meta.wrap_dim(d, n) for d in dims]
+    if len(set(wrapped)) != n:
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return self._make_view_unchecked(tuple(self._sizes[d] for d in wrapped),
+                                     tuple(self._strides[d] for d in wrapped), self._offset)
+
+
+@permute.def_derivative
+def permute(grad, dims):
+    dims = _sizes_arg(dims)
+    n = len(dims)
+    inverse = [0] * n
+    for i, d in enumerate(dims):
+        inverse[meta.wrap_dim(d, n)] = i
+    return grad.permute(inverse),
+
+
+@op(kind="composite")
+def movedim(self, source, destination):
+    n = self.dim()
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
+                           f"should contain the same number of dims as destination ({dst} dims)")
+    src = [meta.wrap_dim(d, n) for d in src]
+    dst = [meta.wrap_dim(d, n) for d in dst]
+    order = [None] * n
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(n) if d not in src)
+    order = [next(rest) if o is None else o for o in order]
+    return self.permute(order)
+
+
+moveaxis = movedim
+
+
+# --------------------------------------------------------------------------- size-1 dims
+
+@op(kind="view")
+def unsqueeze(self, dim):
+    d = meta.wrap_dim(dim, self.dim() + 1)
+    new_stride = self._sizes[d] * self._strides[d] if d < self.dim() else 1
+    return self._make_view_unchecked(self._sizes[:d] + (1,) + self._sizes[d:],
+                                     self._strides[:d] + (new_stride,) + self._strides[d:],
+                                     self._offset)
+
+
+@unsqueeze.def_derivative
+def unsqueeze(grad, dim):
+    return grad.squeeze(dim),
+
+
+@op(kind="view")
+def squeeze(self, dim=None):
+    n = self.dim()
+    if dim is None:
+        dims = {i for i, s in enumerate(self._sizes) if s == 1}
+    else:
+        dims = {meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, int) else dim)}
+        dims = {d for d in dims if self._sizes[d] == 1}
+    keep = [i for i in range(n) if i not in dims]
+    return self._make_view_unchecked(tuple(self._sizes[i] for i in keep),
+                                     tuple(self._strides[i] for i in keep), self._offset)
+
+
+@squeeze.def_derivative
+def squeeze(grad, self_shape):
+    return grad.reshape(self_shape),
+
+
+# --------------------------------------------------------------------------- broadcasting
+
+@op(kind="view")
+def expand(self, *sizes):
+    sizes = _sizes_arg(sizes)
+    strides = meta.expand_strides(self._sizes, self._strides, sizes)
+    final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - self.dim())]
+                  for i, s in enumerate(sizes))
+    return self._make_view_unchecked(final, tuple(strides), self._offset)
+
+
+@expand.def_derivative
+def expand(grad, self_shape):
+    return grad.sum_to_size(self_shape),
+
+
+@op(kind="composite")
+def expand_as(self, other):
+    return self.expand(other.shape)
+
+
+@op(kind="composite", method=False)
+def broadcast_to(self, size):
+    return self.expand(size)
+
+
+# --------------------------------------------------------------------------- taking parts
+
+def _zeros_with(grad, self_shape, write):
+    """d(view)/d(input): a zero gradient with ``grad`` written through the same view."""
+    out = grad.new_zeros(self_shape)
+    write(out).copy_(grad)
+    return out
+
+
+@op(kind="view")
+def select(self, dim, index):
+    n = self.dim()
+    if n == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = meta.wrap_dim(dim, n)
+    size = self._sizes[d]
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(self._sizes)} at dimension {dim}")
+    index = index + size if index < 0 else index
+    return self._make_view_unchecked(self._sizes[:d] + self._sizes[d + 1:],
+                                     self._strides[:d] + self._strides[d + 1:],
+                                     self._offset + index * self._strides[d])
+
+
+@select.def_derivative
+def select(grad, self_shape, dim, index):
+    return _zeros_with(grad, self_shape, lambda t: t.select(dim, index)),
+
+
+@op(kind="view")
+def narrow(self, dim, start, length):
+    if self.dim() == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d = meta.wrap_dim(dim, self.dim())
+    size = self._sizes[d]
+    if isinstance(start, TensorBase):
+        start = start.item()
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], "
+                         f"but got {start})")
+    start = start + size if start < 0 else start
+    if length < 0 or start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return self._make_view_unchecked(self._sizes[:d] + (length,) + self._sizes[d + 1:],
+                                     self._strides, self._offset + start * self._strides[d])
+
+
+@narrow.def_derivative
+def narrow(grad, self_shape, dim, start, length):
+    return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length)),
+
+
+@op(kind="view")
+def slice(self, dim=0, start=None, end=None, step=1):
+    """``self[..., start:end:step]`` along ``dim`` (what basic indexing uses)."""
+    d = meta.wrap_dim(dim, self.dim())
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    begin, stop, _ = builtins.slice(start, end).indices(self._sizes[d])
+    length = max(0, (stop - begin + step - 1) // step)
+    return self._make_view_unchecked(
+        self._sizes[:d] + (length,) + self._sizes[d + 1:],
+        self._strides[:d] + (self._strides[d] * step,) + self._strides[d + 1:],
+        self._offset + (begin * self._strides[d] if length else 0))
+
+
+@slice.def_derivative
+def slice(grad, self_shape, dim, start, end, step):
+    return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step)),
+
+
+@op(kind="view")
+def diagonal(self, offset=0, dim1=0, dim2=1):
+    n = self.dim()
+    a, b = meta.wrap_dim(dim1, n), meta.wrap_dim(dim2, n)
+    if a == b:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if offset >= 0:
+        length = max(0, min(self._sizes[a], self._sizes[b] - offset))
+        start = self._offset + offset * self._strides[b]
+    else:
+        length = max(0, min(self._sizes[a] + offset, self._sizes[b]))
+        start = self._offset - offset * self._strides[a]
+    if length == 0:
+        start = self._offset
+    keep = [i for i in range(n) if i not in (a, b)]
+    return self._make_view_unchecked(
+        tuple(self._sizes[i] for i in keep) + (length,),
+        tuple(self._strides[i] for i in keep) + (self._strides[a] + self._strides[b],), start)
+
+
+@diagonal.def_derivative
+def diagonal(grad, self_shape, offset, dim1, dim2):
+    return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2)),
+
+
+@op(kind="view")
+def unfold(self, dimension, size, step):
+    d = meta.wrap_dim(dimension, max(self.dim(), 1))
+    dim_size = self._sizes[d] if self.dim() else 1
+    if size > dim_size:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {dim_size} but size "
+                           f"is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if self.dim() == 0:
+        return self._make_view_unchecked((size,), (1,), self._offset)
+    count = (dim_size - size) // step + 1
+    sizes = self._sizes[:d] + (count,) + self._sizes[d + 1:] + (size,)
+    strides = self._strides[:d] + (step * self._strides[d],) + self._strides[d + 1:] + \
+        (self._strides[d],)
+    return self._make_view_unchecked(sizes, strides, self._offset)
+
+
+@unfold.def_derivative
+def unfold(grad, self_shape, self_strides, self_offset, dimension, size, step):
+    d = meta.wrap_dim(dimension, max(len(self_shape), 1))
+    out_strides = self_strides[:d] + (step * self_strides[d],) + self_strides[d + 1:] + \
+        (self_strides[d],) if self_shape else (1,)
+    return as_strided_backward(grad, self_shape, self_strides, self_offset, grad.shape,
+                               out_strides, self_offset),
+
+
+@op(kind="view")
+def as_strided(self, size, stride, storage_offset=None):
+    sizes, strides = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"mismatch in length of strides and shape: size {list(sizes)} and "
+                           f"stride {list(strides)}")
+    offset = self._offset if storage_offset is None else int(storage_offset)
+    return self._make_view(sizes, strides, offset)
+
+
+@as_strided.def_derivative
+def as_strided(grad, self_shape, self_strides, self_offset, size, stride, storage_offset):
+    offset = self_offset if storage_offset is None else storage_offset
+    return as_strided_backward(grad, self_shape, self_strides, self_offset, size, stride,
+                               offset),
+
+
+def as_strided_backward(grad, in_sizes, in_strides, in_offset, sizes, strides, offset):
+    """Gradient of ``as_strided``: scatter ``grad`` into a buffer shaped like the input's
+    memory, adding where the output overlaps itself, then read the input's geometry back.
+
+    The buffer is made with ``grad.new_zeros`` so that under vmap it is batched.
+    """
+    shared = min(in_offset, offset)
+    in_off, out_off = in_offset - shared, offset - shared
+    extent = max(meta.storage_size_for(in_sizes, in_strides) + in_off,
+                 meta.storage_size_for(sizes, strides) + out_off)
+    buffer = grad.new_zeros(extent)
+    if meta.is_non_overlapping_and_dense(sizes, strides) or not _may_overlap(sizes, strides):
+        buffer.as_strided(sizes, strides, out_off).copy_(grad)
+    else:
+        from microtensor.ops.factory import arange
+        positions = arange(extent, device=grad.device).as_strided(sizes, strides, out_off)
+        buffer = buffer.index_add(0, positions.reshape(-1), grad.reshape(-1))
+    result = buffer.as_strided(in_sizes, in_strides, in_off)
+    if _may_overlap(in_sizes, in_strides):
+        ones = grad.new_zeros(extent)
+        ones.as_strided(in_sizes, in_strides, in_off).fill_(1)
+        from microtensor.ops.factory import arange
+        positions = arange(extent, device=grad.device).as_strided(in_sizes, in_strides, in_off)
+        counts = grad.new_zeros(extent).index_add(
+            0, positions.reshape(-1), grad.new_ones(positions.numel()))
+        result = result / counts.as_strided(in_sizes, in_strides, in_off)
+    return result
+
+
+def _may_overlap(sizes, strides):
+    dims = sorted((st, s) for s, st in zip(sizes, strides) if s > 1)
+    reach = 0
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+# --------------------------------------------------------------------------- aliases
+
+@op(kind="view")
+def alias(self):
+    return self._make_view_unchecked(self._sizes, self._strides, self._offset)
+
+
+@alias.def_derivative
+def alias(grad):
+    return grad,
+
+
+@op(kind="view", differentiable=False)
+def detach(self):
+    """A view that shares storage and version counter but is cut from the graph."""
+    return self._make_view_unchecked(self._sizes, self._strides, self._offset)
