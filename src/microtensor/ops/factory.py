@@ -288,19 +288,22 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
     return finish(t, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random(lambda rng, s: rng.random(s), size, dtype or get_default_dtype(),
                    to_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random(lambda rng, s: rng.standard_normal(s), size, dtype or get_default_dtype(),
                    to_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
             requires_grad=False):
     if size is None:
@@ -314,7 +317,8 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
                    to_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     rng = (generator or default_generator)._rng
     return finish(from_array(rng.permutation(n).astype((dtype or int64).np)), requires_grad)
@@ -331,7 +335,8 @@ def _new_like(self, dtype, device, memory_format):
                                    dtype or self._dtype, to_device(device) or self.device)
 
 
-@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def rand_like(self, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
@@ -340,7 +345,8 @@ def rand_like(self, *, dtype=None, device=None, requires_grad=False,
     return finish(t, requires_grad)
 
 
-@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory")
+@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
+    family="factory")
 def randn_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
@@ -358,61 +364,71 @@ def _filled_like(self, value, dtype, device, requires_grad, memory_format):
     return finish(t, requires_grad)
 
 
-@op(method=False, differentiable=False, kind="factory")
+@op(method=False, differentiable=False, kind="factory",
+    family="factory")
 def empty_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format):
     return _filled_like(self, None, dtype, device, requires_grad, memory_format)
 
 
-@op(method=False, differentiable=False, kind="factory")
+@op(method=False, differentiable=False, kind="factory",
+    family="factory")
 def zeros_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format):
     return _filled_like(self, 0, dtype, device, requires_grad, memory_format)
 
 
-@op(method=False, differentiable=False, kind="factory")
+@op(method=False, differentiable=False, kind="factory",
+    family="factory")
 def ones_like(self, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format):
     return _filled_like(self, 1, dtype, device, requires_grad, memory_format)
 
 
-@op(method=False, differentiable=False, kind="factory")
+@op(method=False, differentiable=False, kind="factory",
+    family="factory")
 def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format):
     return _filled_like(self, fill_value, dtype, device, requires_grad, memory_format)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
     return finish(empty_contiguous(parse_size(size), dtype or self._dtype,
                                    to_device(device) or self.device), requires_grad)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
                     0, requires_grad)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
                     1, requires_grad)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size((size,)), dtype or self._dtype, to_device(device) or self.device,
                     fill_value, requires_grad)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     return tensor(data, dtype=dtype or self._dtype, device=device or self.device,
                   requires_grad=requires_grad)
 
 
-@op(function=False, differentiable=False, kind="factory")
+@op(function=False, differentiable=False, kind="factory",
+    family="factory")
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
     return empty_strided(size, stride, dtype=dtype or self._dtype,
                          device=to_device(device) or self.device, requires_grad=requires_grad)

@@ -21,7 +21,7 @@ def _float_result(*operands):
 
 # --------------------------------------------------------------------------- arithmetic
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def add(self, other, *, alpha=1, out=None):
     if alpha != 1:
         other = other * alpha
@@ -36,7 +36,7 @@ def add(grad, alpha):
 add_ = inplace_variant(add)
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def sub(self, other, *, alpha=1, out=None):
     if isinstance(self, TensorBase) and self._dtype is bool_ and \
             isinstance(other, TensorBase) and other._dtype is bool_:
@@ -61,7 +61,7 @@ def rsub(self, other, *, alpha=1):
         (-self) * alpha + other
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def mul(self, other, *, out=None):
     return pointwise(np.multiply, self, other, out=out)
 
@@ -74,7 +74,7 @@ def mul(grad, self, other):
 mul_ = inplace_variant(mul)
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
@@ -113,7 +113,7 @@ def floor_divide(self, other):
     return div(self, other, rounding_mode="floor")
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def remainder(self, other, *, out=None):
     return pointwise(np.remainder, self, other, out=out)
 
@@ -123,7 +123,7 @@ def remainder(grad, self, other):
     return grad, -grad * (self / other).floor()
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def fmod(self, other, *, out=None):
     return pointwise(np.fmod, self, other, out=out)
 
@@ -133,7 +133,7 @@ def fmod(grad, self, other):
     return grad, -grad * (self / other).trunc()
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
             isinstance(exponent, int) and exponent < 0:
@@ -177,7 +177,7 @@ def _unary(name, ufunc, floating=True):
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
-    declared = op(name)(kernel)
+    declared = op(name, family="pointwise")(kernel)
     inplace_variant(declared)
     return declared
 
@@ -345,7 +345,7 @@ def frac(grad):
 
 # --------------------------------------------------------------------------- two inputs
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def maximum(self, other, *, out=None):
     return pointwise(np.maximum, self, other, out=out)
 
@@ -357,7 +357,7 @@ def maximum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=BINARY)
+@op(inputs=BINARY, family="pointwise")
 def minimum(self, other, *, out=None):
     return pointwise(np.minimum, self, other, out=out)
 
@@ -368,7 +368,7 @@ def minimum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=("self", "min", "max"))
+@op(inputs=("self", "min", "max"), family="pointwise")
 def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
@@ -411,7 +411,7 @@ def clamp_max(self, max):
     return clamp(self, max=max)
 
 
-@op(inputs=("condition", "self", "other"), method=False)
+@op(inputs=("condition", "self", "other"), method=False, family="pointwise")
 def where(condition, self, other):
     if condition._dtype is not bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
@@ -432,7 +432,7 @@ def _where_method(self, condition, other):
     return where(condition, self, other)
 
 
-@op(inputs=("self", "mask", "value"))
+@op(inputs=("self", "mask", "value"), family="pointwise")
 def masked_fill(self, mask, value):
     if mask._dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
@@ -455,7 +455,7 @@ def masked_fill(grad, mask, value):
 masked_fill_ = inplace_variant(masked_fill)
 
 
-@op(inputs=("self", "end", "weight"))
+@op(inputs=("self", "end", "weight"), family="pointwise")
 def lerp(self, end, weight, *, out=None):
     return pointwise(lambda a, b, w, out, dtype, casting: np.add(
         a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
@@ -475,7 +475,7 @@ def _comparison(name, ufunc):
         return pointwise(ufunc, self, other, out=out, dtype=bool_,
                          compute_dtype=result_type(self, other))
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY, differentiable=False)(kernel)
+    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise")(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -497,7 +497,8 @@ def _logical(name, ufunc, arity):
         def kernel(self, *, out=None):
             return pointwise(ufunc, self, out=out, dtype=bool_, compute_dtype=bool_)
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY[:arity], differentiable=False)(kernel)
+    declared = op(name, inputs=BINARY[:arity], differentiable=False,
+                  family="pointwise")(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -515,7 +516,7 @@ def _bitwise(name, ufunc):
             raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Float'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY, differentiable=False)(kernel)
+    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise")(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -525,24 +526,24 @@ bitwise_or = _bitwise("bitwise_or", np.bitwise_or)
 bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
 
 
-@op(differentiable=False)
+@op(differentiable=False, family="pointwise")
 def bitwise_not(self):
     if self._dtype.is_floating_point:
         raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float'")
     return pointwise(np.invert, self)
 
 
-@op(differentiable=False)
+@op(differentiable=False, family="pointwise")
 def isnan(self):
     return pointwise(np.isnan, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
 
-@op(differentiable=False)
+@op(differentiable=False, family="pointwise")
 def isinf(self):
     return pointwise(np.isinf, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
 
-@op(differentiable=False)
+@op(differentiable=False, family="pointwise")
 def isfinite(self):
     return pointwise(np.isfinite, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
@@ -569,7 +570,7 @@ def equal(self, other):
 
 # --------------------------------------------------------------------------- fills
 
-@op(inputs=("self",), kind="inplace")
+@op(inputs=("self",), kind="inplace", family="pointwise")
 def fill_(self, value):
     if isinstance(value, TensorBase):
         if value.dim() != 0:

@@ -28,7 +28,7 @@ def unsqueeze_reduced(grad, self_shape, dim, keepdim):
     return grad
 
 
-@op()
+@op(family="reduction")
 def sum(self, dim=None, keepdim=False, *, dtype=None):
     out_dtype = _sum_dtype(self, dtype)
     if dim is None and not keepdim and self.device.type == "cpu":

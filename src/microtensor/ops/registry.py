@@ -8,8 +8,14 @@ An ``Op`` bundles what each layer needs to know about one operator:
   differentiable and vmappable.  Its parameters name what it needs: ``grad`` first, then
   any forward argument by name, and ``result`` for the output.  Autograd saves exactly
   those values (and checks their version counters), nothing more;
-* ``batch_rule``: how vmap runs the op on batched tensors (usually from a family);
-* ``samples``: sample inputs that the test suite runs through every check.
+* ``batch_rule``: how vmap runs the op on batched tensors; most ops instead name a
+  ``family`` ("pointwise", "reduction", "factory", "view", ...) whose shared rule vmap
+  applies;
+* ``samples``: sample inputs that the test suite runs through every check: a function
+  ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
+  ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
+  ``microtensor.testing``) makes a random tensor.  The first argument is the tensor the
+  method is called on.
 
 The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<name>`` and
 ``Tensor.<name>``.
@@ -17,6 +23,20 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 import inspect
 
 REGISTRY = {}
+
+
+class Sample:
+    """One sample call of an op: positional and keyword arguments."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self):
+        def short(a):
+            return f"Tensor{tuple(a.shape)}" if hasattr(a, "_sizes") else repr(a)
+        parts = [short(a) for a in self.args] + [f"{k}={short(v)}" for k, v in self.kwargs.items()]
+        return "Sample(" + ", ".join(parts) + ")"
 
 
 class Op:
@@ -92,6 +112,7 @@ def inplace_variant(base, name=None, **options):
         return base.kernel(*args, out=args[0], **kwargs)
     kernel.__signature__ = inspect.signature(base.kernel)
     o = Op(name or base.name + "_", kernel, inputs=base.inputs, kind="inplace",
-           inplace_of=base, samples=base.samples, function=False, **options)
+           inplace_of=base, samples=base.samples, family=base.family, function=False,
+           **options)
     REGISTRY[o.name] = o
     return o
