@@ -1,0 +1,106 @@
+"""Side-by-side benchmarks: microtensor against NumPy and PyTorch, as ratios.
+
+    python benchmarks/run.py            # full run (several minutes)
+    python benchmarks/run.py --quick    # under a minute
+    python benchmarks/run.py --only tiny,large
+
+The machine is noisy, so every case of a section is timed in the same rounds (each round
+runs one repeat of every case, in rotating order) and each ratio is the median over
+rounds of that round's ratio.  Absolute times are printed for orientation only.
+Everything runs single-threaded (BLAS and PyTorch pinned to one thread).
+"""
+import argparse
+import os
+import statistics
+import sys
+import timeit
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import microtensor as mt  # noqa: E402
+
+try:
+    import torch
+    torch.set_num_threads(1)
+except ImportError:   # the PyTorch columns are then left out
+    torch = None
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sections  # noqa: E402
+
+
+def calibrate(fn, target):
+    """How many calls of ``fn`` take about ``target`` seconds."""
+    number = 1
+    while True:
+        t = timeit.timeit(fn, number=number)
+        if t >= target / 4 or number > 1e7:
+            return max(1, int(number * target / max(t, 1e-9)))
+        number *= 4
+
+
+def measure(cases, rounds, target):
+    """Per case: list of seconds per call, one entry per round (rotating order)."""
+    numbers = {name: calibrate(fn, target) for name, fn in cases.items()}
+    times = {name: [] for name in cases}
+    names = list(cases)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            times[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
+    return times
+
+
+def ratio(times, a, b):
+    return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+
+def fmt_time(seconds):
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def run_section(section, quick):
+    rounds = section.rounds_quick if quick else section.rounds
+    target = section.target_quick if quick else section.target
+    rows = []
+    print(f"\n## {section.title}\n")
+    print("| case | microtensor | " + " | ".join(section.references(torch)) + " | " +
+          " | ".join(f"mt / {ref}" for ref in section.references(torch)) + " |")
+    print("|---" * (2 + 2 * len(section.references(torch))) + "|")
+    for case in section.cases(mt, np, torch):
+        times = measure(case.callables(), rounds, target)
+        mids = {k: statistics.median(v) for k, v in times.items()}
+        refs = [r for r in section.references(torch) if r in times]
+        cells = [case.name, fmt_time(mids["microtensor"])]
+        cells += [fmt_time(mids[r]) if r in mids else "-" for r in section.references(torch)]
+        ratios = {r: ratio(times, "microtensor", r) for r in refs}
+        cells += [f"{ratios[r]:.2f}" if r in ratios else "-" for r in section.references(torch)]
+        print("| " + " | ".join(cells) + " |", flush=True)
+        rows.append((case, ratios))
+    section.summary(rows)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter repeats")
+    parser.add_argument("--only", default="", help="comma-separated section keys: " +
+                        ",".join(s.key for s in sections.ALL))
+    args = parser.parse_args(argv)
+    chosen = [s for s in sections.ALL if not args.only or s.key in args.only.split(",")]
+    print(f"microtensor {mt.__version__}, numpy {np.__version__}, "
+          f"torch {torch.__version__ if torch else 'not installed'}; one thread")
+    for section in chosen:
+        run_section(section, args.quick)
+
+
+if __name__ == "__main__":
+    main()
