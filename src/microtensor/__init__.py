@@ -31,6 +31,8 @@ from microtensor.ops.factory import (Generator, arange, as_tensor, default_gener
 install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
 
+from microtensor import nn, optim  # noqa: E402
+
 float = float32
 double = float64
 long = int64
