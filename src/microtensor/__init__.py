@@ -24,12 +24,13 @@ from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E4
 from microtensor.autograd.grad_mode import (enable_grad, inference_mode,  # noqa: E402
                                             is_grad_enabled, no_grad, set_grad_enabled)
 from microtensor.ops.factory import (Generator, arange, as_tensor, default_generator,  # noqa: E402
-                                     empty, empty_strided, eye, from_numpy, full, initial_seed,
-                                     linspace, manual_seed, ones, scalar_tensor, seed, tensor,
-                                     zeros)
+                                     empty, empty_strided, eye, from_dlpack, from_numpy, full,
+                                     initial_seed, linspace, manual_seed, ones, scalar_tensor,
+                                     seed, tensor, zeros)
 
 install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
+from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
 from microtensor import nn, optim  # noqa: E402
 

@@ -1,43 +1,140 @@
-"""``repr`` of tensors in PyTorch's style: ``tensor([1.5000, 2.0000], grad_fn=<MulBackward0>)``."""
+"""``repr`` of tensors in PyTorch's style: ``tensor([1.5000, 2.0000], grad_fn=<MulBackward0>)``.
+
+The rules are PyTorch's print options at their defaults: 4 digits after the point, lines
+of at most 80 characters, and tensors of more than 1000 elements summarized by their first
+and last 3 entries along each dim.  One width, chosen from all the (summarized) values,
+right-aligns every entry, and one notation serves the whole tensor: integers with a
+trailing ``.`` when every float is whole, scientific when the magnitudes span more than
+1000x or leave [1e-4, 1e8], fixed-point otherwise.
+"""
+import math
+
 import numpy as np
 
-from microtensor._C.tensor import float32, get_default_dtype, int64
+from microtensor._C.tensor import bool_, get_default_dtype, int64
+
+PRECISION = 4
+LINE_WIDTH = 80
+THRESHOLD = 1000
+EDGE_ITEMS = 3
 
 
-def _format_array(arr, indent):
-    if arr.dtype.kind == "f":
-        finite = arr[np.isfinite(arr)]
-        if finite.size and np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8:
-            formatter = {"float_kind": lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)}
-        elif finite.size and (np.abs(finite).max() >= 1e8 or
-                              np.abs(finite[finite != 0]).min(initial=1) < 1e-4):
-            formatter = {"float_kind": lambda v: f"{v:.4e}"}
+class _Formatter:
+    """Turns one element into text of the width shared by all elements of a tensor."""
+
+    def __init__(self, values, is_float):
+        self.is_float = is_float
+        self.whole = True
+        self.scientific = False
+        self.width = 1
+        if not is_float:
+            self.width = max((len(self._plain(v)) for v in values.ravel().tolist()), default=1)
+            return
+        finite = values[np.isfinite(values) & (values != 0)].astype(np.float64)
+        if finite.size == 0:
+            return
+        magnitudes = np.abs(finite)
+        smallest, largest = magnitudes.min(), magnitudes.max()
+        self.whole = bool(np.all(finite == np.ceil(finite)))
+        spread = largest / smallest > 1000.0 or largest > 1.0e8
+        self.scientific = spread if self.whole else spread or smallest < 1.0e-4
+        if self.scientific:
+            self.width = max(len(f"{v:.{PRECISION}e}") for v in finite.tolist())
+        elif self.whole:
+            self.width = max(len(f"{v:.0f}") + 1 for v in finite.tolist())
         else:
-            formatter = {"float_kind": lambda v: f"{v:.4f}"}
-    elif arr.dtype.kind == "b":
-        formatter = {"bool": lambda v: "True" if v else "False"}
+            self.width = max(len(f"{v:.{PRECISION}f}") for v in finite.tolist())
+
+    @staticmethod
+    def _plain(value):
+        return str(value)
+
+    def format(self, value):
+        if not self.is_float:
+            text = self._plain(value)
+        elif self.scientific:
+            text = f"{value:{self.width}.{PRECISION}e}"
+        elif self.whole:
+            text = f"{value:.0f}" + ("" if math.isinf(value) or math.isnan(value) else ".")
+        else:
+            text = f"{value:.{PRECISION}f}"
+        return text.rjust(self.width)
+
+
+def _summarized(arr):
+    """The entries a summarized print shows: the first and last EDGE_ITEMS along each dim."""
+    if arr.ndim == 0:
+        return arr
+    if arr.shape[0] > 2 * EDGE_ITEMS:
+        arr = np.concatenate([arr[:EDGE_ITEMS], arr[-EDGE_ITEMS:]])
+    return np.stack([_summarized(row) for row in arr]) if arr.ndim > 1 else arr
+
+
+def _vector(arr, indent, summarize, formatter):
+    per_line = max(1, (LINE_WIDTH - indent) // (formatter.width + 2))
+    values = arr.tolist()
+    if summarize and len(values) > 2 * EDGE_ITEMS:
+        entries = [formatter.format(v) for v in values[:EDGE_ITEMS]] + [" ..."] + \
+            [formatter.format(v) for v in values[-EDGE_ITEMS:]]
     else:
-        formatter = None
-    return np.array2string(arr, separator=", ", prefix=" " * indent, formatter=formatter,
-                           threshold=1000, edgeitems=3, max_line_width=80)
+        entries = [formatter.format(v) for v in values]
+    lines = [", ".join(entries[i:i + per_line]) for i in range(0, len(entries), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested(arr, indent, summarize, formatter):
+    if arr.ndim == 0:
+        return formatter.format(arr.item())
+    if arr.ndim == 1:
+        return _vector(arr, indent, summarize, formatter)
+    rows = range(arr.shape[0])
+    if summarize and arr.shape[0] > 2 * EDGE_ITEMS:
+        rows = list(rows[:EDGE_ITEMS]) + [None] + list(rows[-EDGE_ITEMS:])
+    parts = ["..." if r is None else _nested(arr[r], indent + 1, summarize, formatter)
+             for r in rows]
+    return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
+
+
+def _body(arr, indent):
+    summarize = arr.size > THRESHOLD
+    shown = _summarized(arr) if summarize else arr
+    formatter = _Formatter(shown, arr.dtype.kind == "f")
+    return _nested(arr, indent, summarize, formatter)
+
+
+def _with_suffixes(text, suffixes, indent):
+    """Append ``, key=value`` parts, wrapping one onto a new line when it would pass 80."""
+    pieces = [text]
+    line_length = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if line_length + len(suffix) + 2 > LINE_WIDTH:
+            pieces.append(",\n" + " " * indent + suffix)
+            line_length = indent + len(suffix)
+        else:
+            pieces.append(", " + suffix)
+            line_length += len(suffix) + 2
+    return "".join(pieces) + ")"
 
 
 def tensor_repr(t):
     prefix = "tensor("
     arr = t.detach().cpu()._array()
-    body = "[]" if t._numel == 0 and t.dim() == 1 else _format_array(arr, len(prefix))
-    extras = []
+    suffixes = []
     if t.device.type != "cpu":
-        extras.append(f"device='{t.device}'")
-    if t._numel == 0 and t.dim() != 1:
-        extras.append(f"size={tuple(t.shape)}")
-    default_shown = (float32 if get_default_dtype() is float32 else get_default_dtype(), int64)
-    if t.dtype not in default_shown and t.dtype.name != "bool" or \
-            (t._numel == 0 and t.dtype is not get_default_dtype()):
-        extras.append(f"dtype={t.dtype!r}")
+        suffixes.append(f"device='{t.device}'")
+    if t._numel == 0:
+        if t.dim() != 1:
+            suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not get_default_dtype():
+            suffixes.append(f"dtype={t.dtype!r}")
+        body = "[]"
+    else:
+        if t.dtype not in (get_default_dtype(), int64, bool_):
+            suffixes.append(f"dtype={t.dtype!r}")
+        body = _body(arr, len(prefix))
     fn = t.grad_fn
     if fn is not None:
-        extras.append(f"grad_fn=<{fn.name()}>")
+        suffixes.append(f"grad_fn=<{fn.name()}>")
     elif t.requires_grad:
-        extras.append("requires_grad=True")
-    return prefix + body + "".join(", " + e for e in extras) + ")"
+        suffixes.append("requires_grad=True")
+    return _with_suffixes(prefix + body, suffixes, len(prefix))

@@ -50,10 +50,15 @@ class Tensor(TensorBase):
         return self.detach().cpu()._array().tolist()
 
     def __float__(self):
-        return float(self.item())
+        return float(self._scalar_for_python())
 
     def __int__(self):
-        return int(self.item())
+        return int(self._scalar_for_python())
+
+    def _scalar_for_python(self):
+        if self._numel != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return self.item()
 
     def __bool__(self):
         if self._numel != 1:
@@ -83,8 +88,12 @@ class Tensor(TensorBase):
         from microtensor.ops.factory import tensor
         return (tensor, (self.tolist(),), None)
 
-    def __dlpack__(self, stream=None):
-        return self.detach()._array().__dlpack__()
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if self.requires_grad:
+            raise RuntimeError("Can't export tensors that require gradient, use "
+                               "tensor.detach()")
+        return self._array().__dlpack__(stream=stream, max_version=max_version,
+                                        dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self):
         return self.detach()._array().__dlpack_device__()

@@ -103,12 +103,12 @@ cdef inline int _load(tuple values, long long* out) except -1:
     return 0
 
 
-cdef inline long long _numel(tuple sizes) except? -1:
-    cdef long long numel = 1
+cdef inline bint _has_zero(tuple sizes) except -1:
     cdef Py_ssize_t i
     for i in range(len(sizes)):
-        numel = _checked_mul(numel, sizes[i], sizes)
-    return numel
+        if <long long>sizes[i] == 0:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------ strides of fresh tensors
@@ -184,12 +184,10 @@ cdef int[5] CL3D_ORDER = [1, 4, 3, 2, 0]
 
 cdef bint _is_contiguous_rowmajor(tuple sizes, tuple strides) except -1:
     """Row-major contiguity; size-1 dims may have any stride and empty tensors always pass."""
-    cdef Py_ssize_t d
+    cdef Py_ssize_t d = len(sizes)
     cdef long long expected = 1, size
-    for d in range(len(sizes)):
-        if <long long>sizes[d] == 0:
-            return True
-    d = len(sizes)
+    if _has_zero(sizes):
+        return True
     while d > 0:
         d -= 1
         size = sizes[d]
@@ -219,12 +217,11 @@ cpdef bint is_non_overlapping_and_dense(sizes, strides) except -1:
     cdef tuple shape = _as_tuple(sizes), stride = _as_tuple(strides)
     _check_same_rank(shape, stride)
     cdef Py_ssize_t n = len(shape), count = 0, i, j
-    cdef long long size, key_stride, key_size, expected = 1
+    cdef long long size, key_stride, expected = 1
     if n == 1:
         return <long long>shape[0] < 2 or <long long>stride[0] == 1
-    for i in range(n):
-        if <long long>shape[i] == 0:
-            return True
+    if _has_zero(shape):
+        return True
     cdef long long on_stack[STACK_SLOTS]
     # sizes in the first half, strides in the second, of the dims with size >= 2, by stride
     cdef long long* buffer = _scratch(2 * n, on_stack)
@@ -259,9 +256,8 @@ cpdef long long storage_size_for(sizes, strides) except -1:
     _check_same_rank(shape, stride)
     cdef Py_ssize_t i, n = len(shape)
     cdef long long extent = 1, term
-    for i in range(n):
-        if <long long>shape[i] == 0:
-            return 0
+    if _has_zero(shape):
+        return 0
     for i in range(n):
         if (mt_mul_overflow(<long long>shape[i] - 1, stride[i], &term)
                 or mt_add_overflow(extent, term, &extent)):
@@ -401,7 +397,7 @@ cpdef object view_strides(old_sizes, old_strides, new_sizes):
     cdef tuple result
     if old_n == 0:
         return (1,) * new_n
-    if _numel(old_shape) == 0:
+    if _has_zero(old_shape):
         if old_shape == new_shape:
             return old_stride
         return contiguous_strides(new_shape)
@@ -410,7 +406,8 @@ cpdef object view_strides(old_sizes, old_strides, new_sizes):
     old_d = old_n
     while old_d > 0:
         old_d -= 1
-        chunk_numel *= <long long>old_shape[old_d]
+        if mt_mul_overflow(chunk_numel, old_shape[old_d], &chunk_numel):
+            return None
         # a chunk is a run of old dims that merge into one; it ends where the next outer
         # (non-size-1) dim does not continue it
         if old_d == 0 or (<long long>old_shape[old_d - 1] != 1
@@ -484,7 +481,9 @@ cpdef tuple broadcast_pair(a, b):
     cdef Py_ssize_t n = n_a if n_a > n_b else n_b, i, offset
     cdef long long size_a, size_b
     cdef tuple result = PyTuple_New(n)
-    for i in range(n):
+    i = n
+    while i > 0:  # innermost first, so a mismatch is reported at the last such dim
+        i -= 1
         offset = n - 1 - i
         size_a = shape_a[n_a - 1 - offset] if offset < n_a else 1
         size_b = shape_b[n_b - 1 - offset] if offset < n_b else 1

@@ -204,10 +204,11 @@ def _install(tensor_cls, dispatch_binary, dispatch_call, grad_mode):
 cdef inline bint _contiguous(tuple sizes, tuple strides):
     cdef Py_ssize_t expected = 1, size
     cdef Py_ssize_t i
-    for i in range(len(sizes) - 1, -1, -1):
-        size = sizes[i]
+    for size in sizes:
         if size == 0:
             return True
+    for i in range(len(sizes) - 1, -1, -1):
+        size = sizes[i]
         if size != 1:
             if <Py_ssize_t>strides[i] != expected:
                 return False
@@ -215,10 +216,22 @@ cdef inline bint _contiguous(tuple sizes, tuple strides):
     return True
 
 
+cdef extern from *:
+    """
+    static inline int mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+        return __builtin_mul_overflow(a, b, out);
+    }
+    """
+    bint mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept nogil
+
+
 cdef inline Py_ssize_t _numel(tuple sizes) except -1:
     cdef Py_ssize_t n = 1
+    cdef bint overflow = False
     for s in sizes:
-        n *= <Py_ssize_t>s
+        overflow |= mt_tensor_mul_overflow(n, <Py_ssize_t>s, &n)
+    if overflow and n != 0:
+        raise RuntimeError(f"numel: integer multiplication overflow (sizes {list(sizes)})")
     return n
 
 
@@ -393,6 +406,11 @@ cdef class TensorBase:
             t._is_diff_view = True
             t._view_info = base._grad_fn
         return t
+
+    def _make_alias_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
+        """A tensor over this storage (so sharing the version counter) that is not a view:
+        no ``_base``, no autograd history (``detach``, ``_unsafe_view``)."""
+        return _new_tensor(_tensor_cls, self._storage, sizes, strides, offset, self._dtype)
 
     def _set_geometry(self, tuple sizes, tuple strides, Py_ssize_t offset):
         """In-place metadata change (``as_strided_``, ``squeeze_``, ``t_`` ...), bounds-checked."""
@@ -598,8 +616,12 @@ cdef object _ndarray_view(TensorBase t):
         strides[i] = <Py_ssize_t>t._strides[i] * item
     cdef cnp.dtype descr = cnp.PyArray_DescrFromType(t._dtype.typenum)
     Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
+    # a storage over read-only memory (a read-only array given to from_numpy) stays
+    # read-only, so writes raise instead of touching memory nobody may write
+    cdef int flags = cnp.NPY_ARRAY_WRITEABLE \
+        if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>t._storage.data) else 0
     arr = PyArray_NewFromDescr(<PyTypeObject*>np.ndarray, descr, nd, dims, strides,
-                                   <void*>_ptr(t), cnp.NPY_ARRAY_WRITEABLE, None)
+                               <void*>_ptr(t), flags, None)
     Py_INCREF(t._storage.data)  # PyArray_SetBaseObject steals a reference
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, t._storage.data)
     return arr

@@ -2,9 +2,18 @@
 gradcheck.  ``microtensor.autograd.grad`` and ``backward`` are the entry points."""
 from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
 from microtensor.autograd.engine import backward, grad
+from microtensor.autograd.function import Function, FunctionCtx
 from microtensor.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                             no_grad, set_grad_enabled)
+from microtensor.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from microtensor.autograd.graph import Node
 
+# As in PyTorch, ``autograd.gradcheck`` is the function (it shadows its module); these
+# attributes keep the module-style spelling ``autograd.gradcheck.gradcheck`` working too.
+gradcheck.gradcheck = gradcheck
+gradcheck.gradgradcheck = gradgradcheck
+gradcheck.GradcheckError = GradcheckError
+
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "inference_mode", "Node"]
+           "is_grad_enabled", "inference_mode", "Node", "Function", "FunctionCtx",
+           "gradcheck", "gradgradcheck", "GradcheckError"]

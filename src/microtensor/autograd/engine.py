@@ -7,11 +7,12 @@ gradient is summed back to the shape of a broadcast input and cast to the input'
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import heapq
+import sys
 
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.grad_mode import state as grad_state
-from microtensor.autograd.graph import AccumulateGrad, OpNode
-from microtensor.autograd.recording import current_grad_fn, gradient_edge
+from microtensor.autograd.graph import AccumulateGrad
+from microtensor.autograd.recording import gradient_edge
 
 
 def validate_outputs(node, grads):
@@ -19,36 +20,39 @@ def validate_outputs(node, grads):
     metas = getattr(node, "input_meta", None)
     if metas is None:
         return grads
-    fixed = list(grads)
-    for i, (g, meta) in enumerate(zip(grads, metas)):
+    if len(grads) != len(metas):
+        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                           f"(expected {len(metas)}, got {len(grads)})")
+    fixed = None
+    for i, g in enumerate(grads):
         if g is None:
             continue
-        sizes, dtype, _ = meta
-        if tuple(g.shape) != tuple(sizes):
-            try:
-                g = g.sum_to_size(sizes)
-            except RuntimeError:
-                raise RuntimeError(f"Function {node.name()} returned an invalid gradient at "
-                                   f"index {i} - got {list(g.shape)} but expected shape "
-                                   f"compatible with {list(sizes)}") from None
-        if g.dtype is not dtype:
-            g = g.to(dtype)
-        fixed[i] = g
-    return tuple(fixed)
+        sizes, dtype = metas[i]
+        if g._sizes != sizes or g._dtype is not dtype:
+            if fixed is None:
+                fixed = list(grads)
+            fixed[i] = _conform(node, i, g, sizes, dtype)
+    return grads if fixed is None else tuple(fixed)
 
 
-def _accumulate(buffer, slot, grad):
-    existing = buffer[slot]
-    buffer[slot] = grad if existing is None else existing + grad
+def _conform(node, i, g, sizes, dtype):
+    if g._sizes != sizes:
+        try:
+            g = g.sum_to_size(sizes)
+        except RuntimeError:
+            raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
+                               f"{i} - got {list(g._sizes)} but expected shape compatible "
+                               f"with {list(sizes)}") from None
+    if g._dtype is not dtype:
+        g = g.to(dtype)
+    return g
 
 
 def _collect(roots):
     """Number of incoming edges of every node reachable from ``roots``."""
     dependencies = {}
-    seen = set()
     stack = [node for node, _ in roots if node is not None]
-    for node in stack:
-        seen.add(node)
+    seen = set(stack)
     while stack:
         node = stack.pop()
         for nxt, _ in node.next_functions:
@@ -62,98 +66,80 @@ def _collect(roots):
 
 
 def _needed(nodes, targets):
-    """Nodes from which some target node can be reached (only those need to run)."""
+    """The nodes that must run for gradient to reach ``targets``: those with an edge to a
+    target or to another needed node (a target itself runs only if it is also needed)."""
     needed = {}
-
-    def reaches(node):
-        if node in needed:
-            return needed[node]
-        needed[node] = False
-        stack = [(node, iter(node.next_functions))]
-        # iterative DFS: a node is needed if it is a target or any successor is needed
+    for start in nodes:
+        if start in needed:
+            continue
+        needed[start] = False
+        stack = [(start, iter(start.next_functions))]
         while stack:
-            current, it = stack[-1]
-            advanced = False
-            for nxt, _ in it:
+            node, edges = stack[-1]
+            for nxt, _ in edges:
                 if nxt is None:
                     continue
                 if nxt not in needed:
                     needed[nxt] = False
                     stack.append((nxt, iter(nxt.next_functions)))
-                    advanced = True
                     break
-                if needed[nxt]:
-                    needed[current] = True
-            if not advanced:
+                if needed[nxt] or nxt in targets:
+                    needed[node] = True
+            else:
                 stack.pop()
-                if current in targets:
-                    needed[current] = True
-                if stack and needed[current]:
+                if stack and (needed[node] or node in targets):
                     needed[stack[-1][0]] = True
-        return needed[node]
-    for node in nodes:
-        reaches(node)
     return needed
 
 
-def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None,
-                 accumulate=True, accumulate_only=None):
+def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None):
     """Execute the graph.
 
     ``roots``: edges ``(node, output_nr)`` of the outputs; ``root_grads``: their gradients.
     ``capture``: edges whose incoming gradient should be returned (``autograd.grad``), in
     which case nothing accumulates into ``.grad`` and only nodes leading to them run.
-    ``accumulate_only``: for ``backward(inputs=...)``, the AccumulateGrad nodes allowed to
-    accumulate.
     """
     dependencies, nodes = _collect(roots)
-    if capture:
-        accumulate = False
-    captured = [None] * len(capture) if capture else None
-    capture_at = {}
-    if capture:
+    captured = capture_at = needed = None
+    if capture is not None:
+        captured = [None] * len(capture)
+        capture_at = {}
         for i, edge in enumerate(capture):
             capture_at.setdefault(edge, []).append(i)
         needed = _needed(nodes, {node for node, _ in capture})
-    elif accumulate_only is not None:
-        needed = _needed(nodes, accumulate_only)
-    else:
-        needed = None
 
     buffers = {}
     ready = []
     for (node, nr), grad in zip(roots, root_grads):
-        if node is None:
-            continue
-        buffer = buffers.setdefault(node, [None] * _num_inputs(node))
-        _accumulate(buffer, nr, grad)
+        if node is not None:
+            _accumulate(buffers.setdefault(node, [None] * _num_inputs(node)), nr, grad)
     for node in buffers:
         if dependencies.get(node, 0) == 0:
-            heapq.heappush(ready, (-node.sequence_nr, id(node), node))
+            heapq.heappush(ready, (-node.sequence_nr, node))
 
     prev = grad_state.enabled
     grad_state.enabled = create_graph
     try:
         while ready:
-            _, _, node = heapq.heappop(ready)
+            node = heapq.heappop(ready)[1]
             grads = buffers.pop(node)
-            grads = _run_pre_hooks(node, grads)
+            if node._pre_hooks or node._node_pre_hooks:
+                grads = _run_pre_hooks(node, grads)
             if capture_at:
                 for nr, g in enumerate(grads):
                     for i in capture_at.get((node, nr), ()):
                         captured[i] = g
-            if needed is not None and not needed.get(node, False):
+            if needed is not None and not needed[node]:
                 continue
-            if isinstance(node, AccumulateGrad):
-                if accumulate and (accumulate_only is None or node in accumulate_only):
-                    _accumulate_into_leaf(node.variable, grads[0], create_graph)
+            if type(node) is AccumulateGrad:
+                _accumulate_into_leaf(node.variable, grads[0], create_graph)
                 continue
             if all(g is None for g in grads):
                 outputs = (None,) * len(node.next_functions)
             else:
                 outputs = validate_outputs(node, node.apply(tuple(grads)))
-            for hook in list(node._post_hooks.values()):
-                hook(outputs, grads)
+            if node._post_hooks:
+                outputs = _run_post_hooks(node, outputs, grads)
             if not retain_graph:
                 node.release()
             for (nxt, nr), g in zip(node.next_functions, outputs):
@@ -166,43 +152,67 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None,
                     _accumulate(buffer, nr, g)
                 dependencies[nxt] -= 1
                 if dependencies[nxt] == 0:
-                    heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+                    heapq.heappush(ready, (-nxt.sequence_nr, nxt))
     finally:
         grad_state.enabled = prev
     return captured
 
 
+def _accumulate(buffer, slot, grad):
+    existing = buffer[slot]
+    buffer[slot] = grad if existing is None else existing + grad
+
+
 def _num_inputs(node):
-    if isinstance(node, OpNode):
-        return node.num_outputs
     return getattr(node, "num_outputs", 1)
 
 
 def _run_pre_hooks(node, grads):
-    if not node._pre_hooks:
-        return grads
     grads = list(grads)
-    for nr, hooks in node._pre_hooks.items():
+    for nr, hooks in (node._pre_hooks or {}).items():
         for hook in list(hooks.values()):
             if nr < len(grads) and grads[nr] is not None:
                 result = hook(grads[nr])
                 if result is not None:
                     grads[nr] = result
+    for hook in list((node._node_pre_hooks or {}).values()):
+        result = hook(tuple(grads))
+        if result is not None:
+            grads = list(result)
     return grads
 
 
+def _run_post_hooks(node, grad_inputs, grad_outputs):
+    for hook in list(node._post_hooks.values()):
+        result = hook(grad_inputs, tuple(grad_outputs))
+        if result is not None:
+            grad_inputs = tuple(result)
+    return grad_inputs
+
+
+def _can_steal(grad):
+    """Whether ``grad`` may become a leaf's ``.grad`` as is: a fresh, dense tensor that no
+    one else refers to (beyond the engine's buffer, the two callers' parameters and
+    ``getrefcount``'s own argument)."""
+    return grad._base is None and grad._is_contig and sys.getrefcount(grad) <= 4
+
+
 def _accumulate_into_leaf(variable, grad, create_graph):
+    """``variable.grad += grad``, PyTorch's way: the first gradient is stolen when nothing
+    else refers to it (else cloned); with ``create_graph`` sums are out of place so that
+    ``.grad`` stays differentiable."""
     if grad is None:
         return
-    if not create_graph:
-        grad = grad.detach()
     if variable._grad is None:
-        # keep the layout of the parameter, as PyTorch does (a fresh, non-aliasing grad)
-        variable._grad = grad.clone() if not create_graph and grad._base is not None else grad
-    elif create_graph:
+        if create_graph:
+            variable._grad = grad if _can_steal(grad) else grad.clone()
+        else:
+            stealable = not grad._requires_grad and _can_steal(grad)
+            variable._grad = grad if stealable else grad.detach().clone()
+    elif create_graph or variable._grad._requires_grad:
         variable._grad = variable._grad + grad
     else:
-        variable._grad.add_(grad)
+        variable._grad.add_(grad.detach() if grad._requires_grad else grad)
 
 
 # --------------------------------------------------------------------------- public API
@@ -241,6 +251,9 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
                         "consider using vmap.")
                 raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
                                    f"{g.shape} and output[{i}] has a shape of {out.shape}.")
+        else:
+            raise TypeError(f"gradients can be either Tensors or None, but got "
+                            f"{type(g).__name__}")
         grads.append(g)
     return grads
 
@@ -261,7 +274,8 @@ def _root_edges(outputs):
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves."""
+    """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves (or of
+    ``inputs`` only, which may be non-leaves)."""
     _refuse_inside_transforms("backward")
     outputs = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(outputs)
@@ -271,26 +285,27 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     roots = _root_edges(outputs)
     if retain_graph is None:
         retain_graph = create_graph
-    accumulate_only = None
-    if inputs is not None:
-        inputs = _as_tuple(inputs)
-        if not inputs:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-        accumulate_only = set()
-        for t in inputs:
-            node, _ = gradient_edge(t)
-            if node is None:
-                raise RuntimeError("One of the differentiated Tensors does not require grad")
-            accumulate_only.add(node)
-    run_backward(roots, grads, retain_graph=retain_graph, create_graph=create_graph,
-                 accumulate_only=accumulate_only)
+    if inputs is None:
+        run_backward(roots, grads, retain_graph=retain_graph, create_graph=create_graph)
+        return
+    inputs = _as_tuple(inputs)
+    if not inputs:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    for t in inputs:
+        if not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    captured = run_backward(roots, grads, retain_graph=retain_graph, create_graph=create_graph,
+                            capture=[gradient_edge(t) for t in inputs])
+    for t, g in zip(inputs, captured):
+        if g is not None:
+            _accumulate_into_leaf(t, g if g._sizes == t._sizes else g.sum_to_size(t._sizes),
+                                  create_graph)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          only_inputs=True, allow_unused=None, is_grads_batched=False, materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs`` (nothing accumulates)."""
     outputs = _as_tuple(outputs)
-    single_input = isinstance(inputs, TensorBase)
     inputs = _as_tuple(inputs)
     if allow_unused is None:
         allow_unused = materialize_grads
@@ -326,7 +341,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    "desired behavior.")
             if materialize_grads:
                 g = t.new_zeros(t.shape)
-        elif tuple(g.shape) != tuple(t.shape):
+        elif g._sizes != t._sizes:
             g = g.sum_to_size(t.shape)
         out.append(g)
     return tuple(out)
@@ -340,7 +355,8 @@ transform_guard = None
 def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
                   materialize_grads):
     if batched_grad_impl is None:
-        raise NotImplementedError("autograd.grad(is_grads_batched=True) needs microtensor.vmap")
+        raise NotImplementedError("autograd.grad(is_grads_batched=True) needs microtensor.vmap, "
+                                  "which is not available yet")
     return batched_grad_impl(outputs, inputs, grad_outputs, retain_graph, create_graph,
                              allow_unused, materialize_grads)
 
@@ -350,4 +366,4 @@ def _refuse_inside_transforms(what, outputs=(), inputs=()):
         transform_guard(what, outputs, inputs)
 
 
-__all__ = ["backward", "grad", "run_backward", "validate_outputs", "current_grad_fn"]
+__all__ = ["backward", "grad", "run_backward", "validate_outputs"]

@@ -10,10 +10,10 @@ the input needs no gradient.
 create (see ``autograd.recording``).
 """
 import itertools
-import re
 import weakref
 
 from microtensor._C.meta import contiguous_format
+from microtensor.autograd.grad_mode import state as grad_state
 
 _sequence = itertools.count()
 
@@ -48,14 +48,22 @@ _hook_ids = itertools.count()
 
 
 class Node:
-    """A step of the backward pass: maps gradients of its outputs to those of its inputs."""
+    """A step of the backward pass: maps gradients of its outputs to those of its inputs.
+
+    Hooks (rare) are kept in dicts made on first registration:
+    ``_pre_hooks``: output_nr -> {id: fn(grad) -> grad | None} (tensor hooks);
+    ``_node_pre_hooks``: {id: fn(grad_outputs) -> grad_outputs | None};
+    ``_post_hooks``: {id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}.
+    """
+
+    _pre_hooks = None
+    _node_pre_hooks = None
+    _post_hooks = None
+    _metadata = None
 
     def __init__(self, next_functions):
         self.next_functions = tuple(next_functions)
         self.sequence_nr = next(_sequence)
-        self._pre_hooks = {}          # output_nr -> {id: fn(grad) -> grad | None}
-        self._post_hooks = {}         # id -> fn(grad_inputs, grad_outputs)
-        self.metadata = {}
 
     def name(self):
         return type(self).__name__
@@ -66,19 +74,26 @@ class Node:
     def release(self):
         """Free saved values after a backward pass without ``retain_graph``."""
 
+    @property
+    def metadata(self):
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
+
     def register_hook(self, fn):
-        key = next(_hook_ids)
-        self._post_hooks[key] = fn
-        return RemovableHandle(self._post_hooks, key)
+        if self._post_hooks is None:
+            self._post_hooks = {}
+        return add_hook(self._post_hooks, fn)
 
     def register_prehook(self, fn):
-        return self.register_tensor_prehook(0, fn)
+        if self._node_pre_hooks is None:
+            self._node_pre_hooks = {}
+        return add_hook(self._node_pre_hooks, fn)
 
     def register_tensor_prehook(self, output_nr, fn):
-        hooks = self._pre_hooks.setdefault(output_nr, {})
-        key = next(_hook_ids)
-        hooks[key] = fn
-        return RemovableHandle(hooks, key)
+        if self._pre_hooks is None:
+            self._pre_hooks = {}
+        return add_hook(self._pre_hooks.setdefault(output_nr, {}), fn)
 
     def __call__(self, *grads):
         return self.apply(grads)
@@ -87,19 +102,38 @@ class Node:
         return f"<{self.name()} object at {hex(id(self))}>"
 
 
+def add_hook(hooks, fn):
+    key = next(_hook_ids)
+    hooks[key] = fn
+    return RemovableHandle(hooks, key)
+
+
 class AccumulateGrad(Node):
     """The sink for a leaf tensor: adds the incoming gradient into ``variable.grad``."""
 
     def __init__(self, variable):
         super().__init__(())
         self.variable = variable
+        # hooks registered on the leaf live on the tensor (the accumulator is only weakly
+        # held by it); sharing the dict lets the engine run them as this node's pre-hooks
+        if variable._hooks is None:
+            variable._hooks = {}
+        self._pre_hooks = {0: variable._hooks}
 
     def apply(self, grads):
         return ()
 
 
-def _camel(name):
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name.strip("_")))
+def detached_alias(tensor):
+    """``tensor``'s memory (same storage, hence same version counter) with no history and
+    no ``_base`` link back to ``tensor``, so a node may keep it without a reference cycle."""
+    return tensor._make_alias_unchecked(tensor._sizes, tensor._strides, tensor._offset)
+
+
+def _type_name(tensor):
+    return "microtensor." + {"float32": "FloatTensor", "float64": "DoubleTensor",
+                             "int64": "LongTensor", "int32": "IntTensor",
+                             "bool": "BoolTensor"}.get(tensor._dtype.name, tensor._dtype.name)
 
 
 class SavedTensor:
@@ -116,30 +150,34 @@ class SavedTensor:
         self.version = tensor._storage.version
         self.is_output = is_output
         self.output_nr = output_nr
-        self.had_grad = tensor.requires_grad
-        self.data = tensor.detach() if is_output else tensor
+        # an op's floating outputs are the ones its node is attached to
+        self.had_grad = is_output and tensor._dtype.is_floating_point
+        self.data = detached_alias(tensor) if is_output else tensor
 
     def unpack(self, node):
         data = self.data
         if data is None:
             raise RuntimeError(RELEASED_ERROR)
         if data._storage.version != self.version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [microtensor.{data._dtype.name} {list(data._sizes)}], "
-                f"which is output {self.output_nr} of {node.name()}, is at version "
-                f"{data._storage.version}; expected version {self.version} instead. Hint: the "
-                "backtrace further above can point to the operation that failed to compute its "
-                "gradient. The variable in question was changed in there or anywhere later.")
-        if self.is_output and self.had_grad:
-            from microtensor.autograd.grad_mode import state
-            if state.enabled:
-                alias = data.detach()
-                alias._grad_fn = node
-                alias._output_nr = self.output_nr
-                alias._requires_grad = True
-                return alias
+            raise RuntimeError(self._modified_message(node))
+        if self.had_grad and grad_state.enabled:
+            alias = detached_alias(data)
+            alias._grad_fn = node
+            alias._output_nr = self.output_nr
+            alias._requires_grad = True
+            return alias
         return data
+
+    def _modified_message(self, node):
+        data = self.data
+        producer = node if self.is_output else data._grad_fn
+        output_nr = self.output_nr if self.is_output else data._output_nr
+        which = f", which is output {output_nr} of {producer.name()}," if producer else ""
+        return ("one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{_type_name(data)} {list(data._sizes)}]{which} is at "
+                f"version {data._storage.version}; expected version {self.version} instead. "
+                "Hint: the variable was changed in place after it was used by the operation "
+                "whose backward failed; use out-of-place operations or .clone() it first.")
 
 
 class OpNode(Node):
@@ -147,31 +185,30 @@ class OpNode(Node):
 
     ``saved`` maps each name the formula asks for to its value (``SavedTensor``s for
     tensors); ``slots`` says how the formula's results map onto the edges (a list input
-    such as ``cat``'s has one edge per tensor).
+    such as ``cat``'s has one edge per tensor); ``input_meta`` holds each edge's input
+    (sizes, dtype) for ``engine.validate_outputs``.
     """
 
     def __init__(self, op, saved, next_functions, slots, input_meta, num_outputs):
-        super().__init__(next_functions)
+        self.next_functions = tuple(next_functions)
+        self.sequence_nr = next(_sequence)
         self.op = op
         self.saved = saved
         self.slots = slots
         self.input_meta = input_meta
         self.num_outputs = num_outputs
-        self.released = False
 
     def name(self):
-        return _camel(self.op.inplace_of.name if self.op.inplace_of else self.op.name) + \
-            "Backward0"
+        return self.op.node_name
 
     def unpacked(self):
-        if self.released:
-            raise RuntimeError(RELEASED_ERROR)
         values = {}
         for name, value in self.saved.items():
-            if isinstance(value, SavedTensor):
+            if type(value) is SavedTensor:
                 value = value.unpack(self)
-            elif isinstance(value, list) and value and isinstance(value[0], SavedTensor):
-                value = [v.unpack(self) for v in value]
+            elif type(value) in (list, tuple) and value and type(value[0]) is SavedTensor:
+                value = type(value)(v.unpack(self) if type(v) is SavedTensor else v
+                                    for v in value)
             values[name] = value
         return values
 
@@ -179,6 +216,9 @@ class OpNode(Node):
         derivative = self.op.derivative or self.op.inplace_of.derivative
         grad = grads[0] if self.num_outputs == 1 else tuple(grads)
         results = derivative(grad, **self.unpacked())
+        if len(results) != len(self.slots):
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of "
+                               f"gradients (expected {len(self.slots)}, got {len(results)})")
         flat = []
         for slot, result in zip(self.slots, results):
             if slot == 1:
@@ -188,16 +228,20 @@ class OpNode(Node):
         return tuple(flat)
 
     def release(self):
-        self.saved = {k: None if isinstance(v, SavedTensor) else v
-                      for k, v in self.saved.items()}
-        self.released = True
+        for value in self.saved.values():
+            if type(value) is SavedTensor:
+                value.data = None
+            elif type(value) in (list, tuple):
+                for v in value:
+                    if type(v) is SavedTensor:
+                        v.data = None
 
     def __getattr__(self, name):
         # PyTorch exposes saved values as ``grad_fn._saved_<name>``
         if name.startswith("_saved_"):
             value = self.__dict__["saved"].get(name[len("_saved_"):])
             return value.unpack(self) if isinstance(value, SavedTensor) else value
-        raise AttributeError(name)
+        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
 
 class Geometry:

@@ -2,9 +2,9 @@
 
 ``record`` (installed into the dispatcher) runs the kernel with grad mode off, builds an
 ``OpNode`` holding what the derivative asked to save, and makes the node the outputs'
-``grad_fn``.  In-place ops additionally *rebase history*: the modified tensor gets the
-new node as its ``grad_fn``; if it is a view, its base gets a ``CopySlices`` node instead
-and the view's ``grad_fn`` is regenerated from the base.
+``grad_fn``.  In-place ops additionally *rebase history* (``rebase_history``): the
+modified tensor gets the new node as its ``grad_fn``; if it is a view, its base gets a
+``CopySlices`` node instead and the view's ``grad_fn`` is regenerated from the base.
 """
 import weakref
 
@@ -14,13 +14,7 @@ from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, Copy
                                         SavedTensor)
 from microtensor.ops import dispatch
 
-_META = {
-    "_shape": lambda t: tuple(t._sizes),
-    "_strides": lambda t: tuple(t._strides),
-    "_offset": lambda t: t._offset,
-    "_dtype": lambda t: t._dtype,
-    "_device": lambda t: t.device,
-}
+_NONE_EDGE = (None, 0)
 
 
 def grad_accumulator(tensor):
@@ -49,42 +43,39 @@ def current_grad_fn(tensor):
 
 def gradient_edge(tensor):
     """Where a gradient for ``tensor`` must be sent: ``(node, input_nr)`` or (None, 0)."""
-    fn = current_grad_fn(tensor)
+    fn = current_grad_fn(tensor) if tensor._is_diff_view else tensor._grad_fn
     if fn is not None:
         return fn, tensor._output_nr
     if tensor._requires_grad:
         return grad_accumulator(tensor), 0
     if tensor._is_diff_view and tensor._base.requires_grad:
         return gradient_edge(tensor._base)
-    return None, 0
+    return _NONE_EDGE
 
+
+# ------------------------------------------------------------------ what a node keeps
 
 def _save(op, bound, outputs):
+    """The values ``op``'s derivative asks for (see ``Op.saved_plan``)."""
     saved = {}
-    for name in op.saved_names:
-        if name == "result":
+    for name, source, read in op.saved_plan:
+        if source == "result":
             if len(outputs) == 1:
-                saved[name] = SavedTensor(outputs[0], is_output=True)
+                saved[name] = SavedTensor(outputs[0], True)
             else:
                 saved[name] = tuple(SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
                                     for i, o in enumerate(outputs))
-            continue
-        if name not in bound:
-            for suffix, get in _META.items():
-                if name.endswith(suffix) and name[:-len(suffix)] in bound:
-                    value = bound[name[:-len(suffix)]]
-                    saved[name] = get(value) if isinstance(value, TensorBase) else None
-                    break
-            else:
-                raise TypeError(f"derivative of {op.name} asks for unknown value '{name}'")
-            continue
-        value = bound[name]
-        if isinstance(value, TensorBase):
-            saved[name] = SavedTensor(value)
-        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], TensorBase):
-            saved[name] = [SavedTensor(v) for v in value]
+        elif source == "meta":
+            value = bound[read[0]]
+            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
         else:
-            saved[name] = value
+            value = bound[name]
+            if isinstance(value, TensorBase):
+                saved[name] = SavedTensor(value)
+            elif isinstance(value, (list, tuple)) and value and isinstance(value[0], TensorBase):
+                saved[name] = [SavedTensor(v) for v in value]
+            else:
+                saved[name] = value
     return saved
 
 
@@ -95,12 +86,12 @@ def _edges(op, bound):
         value = bound.get(name)
         if isinstance(value, TensorBase):
             edges.append(gradient_edge(value))
-            metas.append((value._sizes, value._dtype, value.device))
+            metas.append((value._sizes, value._dtype))
             slots.append(1)
         elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase) for v in value):
             for v in value:
                 edges.append(gradient_edge(v))
-                metas.append((v._sizes, v._dtype, v.device))
+                metas.append((v._sizes, v._dtype))
             slots.append(len(value))
         else:
             slots.append(0)
@@ -115,17 +106,18 @@ def _attach(outputs, node):
             out._requires_grad = True
 
 
+# ------------------------------------------------------------------ recording
+
 def record(op, args, kwargs):
     if op.kind == "inplace":
         return record_inplace(op, args, kwargs)
     bound = op.bind(args, kwargs)
-    prev = grad_state.enabled
     grad_state.enabled = False
     try:
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
-        grad_state.enabled = prev
-    outputs = result if isinstance(result, tuple) else (result,)
+        grad_state.enabled = True
+    outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = _edges(op, bound)
     node = OpNode(op, _save(op, bound, outputs), edges, slots, metas, len(outputs))
     _attach(outputs, node)
@@ -134,56 +126,74 @@ def record(op, args, kwargs):
             out._is_diff_view = True
             out._view_info = out._base._grad_fn
             if len(outputs) > 1:
-                out._multi_output_view = op.name
+                out._multi_output_view = node.name()
     return result
 
 
-def _check_inplace(tensor):
+NO_GRAD_VIEW_ERROR = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode "
+    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+    "can clarify your code by moving both the view and the inplace either both inside the "
+    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+    "want the inplace to be tracked).")
+
+
+def check_inplace(tensor):
+    """PyTorch's refusals for an in-place op that autograd would have to record."""
     if tensor._is_diff_view:
+        origin = getattr(tensor, "_multi_output_view", None)
+        if origin is not None:
+            raise RuntimeError(
+                f"Output {tensor._output_nr} of {origin} is a view and is being modified "
+                "inplace. This view is the output of a function that returns multiple views. "
+                "Such functions do not allow the output views to be modified inplace. You "
+                "should replace the inplace operation by an out-of-place one.")
         base = tensor._base
         if base._grad_fn is None and base._requires_grad:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
-        origin = getattr(tensor, "_multi_output_view", None)
-        if origin is not None:
-            raise RuntimeError(
-                f"Output {tensor._output_nr} of {origin.capitalize()}Backward0 is a view and is "
-                "being modified inplace. This view is the output of a function that returns "
-                "multiple views. Such functions do not allow the output views to be modified "
-                "inplace. You should replace the inplace operation by an out-of-place one.")
+    elif tensor._base is not None:
+        raise RuntimeError(NO_GRAD_VIEW_ERROR)
     elif tensor._grad_fn is None and tensor._requires_grad:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
                            "operation.")
 
 
-def record_inplace(op, args, kwargs):
-    self = args[0]
-    _check_inplace(self)
-    bound = op.bind(args, kwargs)
-    base_op = op.inplace_of or op
-    needs_old_self = "self" in base_op.saved_names
-    prev = grad_state.enabled
-    grad_state.enabled = False
-    try:
-        if needs_old_self:
-            bound["self"] = self.clone()
-        edges, slots, metas = _edges(base_op, bound if not needs_old_self else
-                                     dict(bound, self=self))
-        result = dispatch.run_kernel(op, args, kwargs)
-    finally:
-        grad_state.enabled = prev
-    node = OpNode(op, _save(base_op, bound, (self,)), edges, slots, metas, 1)
-    if self._is_diff_view:
-        base = self._base
-        copy_slices = CopySlices(base, self, node, gradient_edge(base))
+def rebase_history(tensor, node):
+    """Make ``node`` (whose output 0 is ``tensor``'s new value) the producer of ``tensor``.
+
+    For a view, the base gets ``CopySlices`` (base gradient = incoming gradient with the
+    view's region replaced by ``node``'s gradient) and the view's ``grad_fn`` is then
+    regenerated from the base, as are sibling views' when next asked for.
+    """
+    if tensor._is_diff_view:
+        base = tensor._base
+        copy_slices = CopySlices(base, tensor, node, gradient_edge(base))
         base._grad_fn = copy_slices
         base._output_nr = 0
         base._requires_grad = True
-        current_grad_fn(self)
+        current_grad_fn(tensor)
     else:
-        self._grad_fn = node
-        self._output_nr = 0
-        self._requires_grad = True
+        tensor._grad_fn = node
+        tensor._output_nr = 0
+        tensor._requires_grad = True
+
+
+def record_inplace(op, args, kwargs):
+    self = args[0]
+    check_inplace(self)
+    bound = op.bind(args, kwargs)
+    base_op = op.inplace_of or op
+    grad_state.enabled = False
+    try:
+        edges, slots, metas = _edges(base_op, bound)
+        if base_op.saves_self:
+            bound["self"] = self.clone()
+        result = dispatch.run_kernel(op, args, kwargs)
+    finally:
+        grad_state.enabled = True
+    node = OpNode(op, _save(base_op, bound, (self,)), edges, slots, metas, 1)
+    rebase_history(self, node)
     return result
 
 

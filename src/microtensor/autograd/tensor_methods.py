@@ -5,8 +5,10 @@ the graph; ``install`` attaches them to the class.
 """
 import weakref
 
+from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine
-from microtensor.autograd.recording import current_grad_fn, grad_accumulator
+from microtensor.autograd.graph import add_hook
+from microtensor.autograd.recording import current_grad_fn
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -54,9 +56,16 @@ def register_hook(self, hook):
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     fn = current_grad_fn(self)
-    if fn is None:
-        return grad_accumulator(self).register_tensor_prehook(0, hook)
-    return fn.register_tensor_prehook(self._output_nr, hook)
+    if fn is not None:
+        return fn.register_tensor_prehook(self._output_nr, hook)
+    # a leaf keeps its hooks; its AccumulateGrad runs them (see graph.AccumulateGrad)
+    if self._hooks is None:
+        self._hooks = {}
+    return add_hook(self._hooks, hook)
+
+
+def _set_requires_grad(self, requires_grad):
+    requires_grad_(self, requires_grad)
 
 
 def _grad_fn(self):
@@ -70,5 +79,6 @@ def _is_leaf(self):
 def install(tensor_cls):
     for fn in (backward, requires_grad_, detach_, retain_grad, register_hook):
         setattr(tensor_cls, fn.__name__, fn)
+    tensor_cls.requires_grad = property(TensorBase.requires_grad.__get__, _set_requires_grad)
     tensor_cls.grad_fn = property(_grad_fn)
     tensor_cls.is_leaf = property(_is_leaf)

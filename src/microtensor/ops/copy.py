@@ -28,6 +28,31 @@ def strided_copy(dst, src):
         cuda.copy_(dst, dst._array(), src_arr)
 
 
+def check_no_internal_overlap(dst):
+    """PyTorch refuses to write into a tensor where two elements share a memory location
+    (a stretched, stride-0 dim): the result would depend on the order of the writes."""
+    if any(size > 1 and stride == 0 for size, stride in zip(dst._sizes, dst._strides)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
+
+
+def _partially_overlap(dst, src):
+    """PyTorch's test: two dense tensors over one storage whose byte ranges meet without
+    being the very same elements in the same order."""
+    if dst._storage is not src._storage or dst._numel == 0 or src._numel == 0:
+        return False
+    if not (dst.is_non_overlapping_and_dense() and src.is_non_overlapping_and_dense()):
+        return False  # PyTorch cannot tell cheaply, and allows the copy
+    dst_begin = dst._offset * dst._dtype.itemsize
+    src_begin = src._offset * src._dtype.itemsize
+    dst_end = dst_begin + dst._numel * dst._dtype.itemsize
+    src_end = src_begin + src._numel * src._dtype.itemsize
+    if (dst_begin, dst_end) == (src_begin, src_end):
+        return dst._strides != src._strides
+    return dst_begin < src_end and src_begin < dst_end
+
+
 def _cross_device_copy(dst, src):
     from microtensor.backends import cuda
     cuda.copy_between_devices(dst, src)
@@ -37,6 +62,8 @@ def _cross_device_copy(dst, src):
 def copy_(self, src, non_blocking=False):
     if not isinstance(src, TensorBase):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    if src is self:
+        return self
     try:
         meta.expand_strides(src._sizes, src._strides, self._sizes)
     except RuntimeError:
@@ -44,6 +71,11 @@ def copy_(self, src, non_blocking=False):
                            f"must match the size of tensor b "
                            f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
                            f"{max(self.dim() - 1, 0)}") from None
+    check_no_internal_overlap(self)
+    if _partially_overlap(self, src):
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the "
+                           "written-to tensor refer to a single memory location. Please clone() "
+                           "the tensor before performing the operation.")
     strided_copy(self, src)
     return self
 
@@ -74,6 +106,8 @@ def contiguous(self, memory_format=contiguous_format):
     """``self`` when already contiguous in ``memory_format``, else a copy that is."""
     if self.is_contiguous(memory_format=memory_format):
         return self
+    if memory_format is preserve_format:
+        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
     return self.clone(memory_format=memory_format)
 
 
@@ -121,7 +155,9 @@ def to(self, *args, **kwargs):
     same_dtype = target_dtype is None or target_dtype is self._dtype
     same_device = target_device is None or target_device == self.device \
         or (target_device.type == self.device.type and target_device.index is None)
-    if same_dtype and same_device and not copy:
+    keeps_layout = memory_format is preserve_format or \
+        meta.suggest_memory_format(self._sizes, self._strides) is memory_format
+    if same_dtype and same_device and keeps_layout and not copy:
         return self
     return self._to_copy(target_dtype, target_device if not same_device else None,
                          memory_format)

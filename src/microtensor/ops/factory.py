@@ -12,8 +12,9 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
-from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, empty_strided_unchecked,
-                                   float32, float64, from_array, get_default_dtype, int64)
+from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
+                                   empty_strided_unchecked, float32, float64, from_array,
+                                   get_default_dtype, int64)
 from microtensor._dtype import scalar_dtype
 from microtensor.ops.registry import op
 
@@ -31,10 +32,22 @@ def parse_size(size):
         if isinstance(s, bool) or not isinstance(s, numbers.Integral):
             raise TypeError(f"size must be a tuple of ints, but got an element of type "
                             f"{type(s).__name__}")
+        if not -2 ** 63 <= s < 2 ** 63:
+            raise TypeError(f"size must be a tuple of ints, but {s} does not fit in 64 bits")
         sizes.append(int(s))
     sizes = tuple(sizes)
     meta.check_size_nonnegative(sizes)
     return sizes
+
+
+def pick_dtype(requested, default):
+    """``requested`` when given (it must be a microtensor dtype), else ``default``."""
+    if requested is None:
+        return default
+    if not isinstance(requested, dtype):
+        raise TypeError(f"argument 'dtype' must be microtensor.dtype, not "
+                        f"{type(requested).__name__}")
+    return requested
 
 
 def to_device(dev):
@@ -53,6 +66,14 @@ def empty_contiguous(sizes, dt, dev):
     return empty_strided_unchecked(sizes, tuple(meta.contiguous_strides(sizes)), dt, dev or cpu)
 
 
+def tensor_of(values):
+    """A tensor taking over a fresh C-ordered array (NumPy gives empty arrays stride 0;
+    PyTorch gives them contiguous strides)."""
+    if values.size == 0:
+        return empty_contiguous(values.shape, dtype_from_numpy(values.dtype), cpu)
+    return from_array(values)
+
+
 def fill_new(sizes, dt, dev, value, requires_grad=False):
     t = empty_contiguous(sizes, dt, dev)
     if t._numel:
@@ -65,7 +86,7 @@ def fill_new(sizes, dt, dev, value, requires_grad=False):
 def empty(*size, dtype=None, device=None, requires_grad=False,
           memory_format=contiguous_format, pin_memory=False):
     sizes = parse_size(size)
-    dt = dtype or get_default_dtype()
+    dt = pick_dtype(dtype, get_default_dtype())
     strides = meta.strides_for_format(sizes, memory_format) \
         if memory_format is not preserve_format else meta.contiguous_strides(sizes)
     t = empty_strided_unchecked(sizes, tuple(strides), dt, to_device(device) or cpu)
@@ -73,19 +94,22 @@ def empty(*size, dtype=None, device=None, requires_grad=False,
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), dtype or get_default_dtype(), to_device(device), 0,
-                    requires_grad)
+    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), to_device(device),
+                    0, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), dtype or get_default_dtype(), to_device(device), 1,
-                    requires_grad)
+    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), to_device(device),
+                    1, requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"full(): argument 'size' must be tuple of ints, not "
+                        f"{type(size).__name__}")
     if isinstance(fill_value, TensorBase):
         fill_value = fill_value.item()
-    dt = dtype or scalar_dtype(fill_value)
+    dt = pick_dtype(dtype, scalar_dtype(fill_value))
     return fill_new(parse_size((size,)), dt, to_device(device), fill_value, requires_grad)
 
 
@@ -99,15 +123,18 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False)
         raise RuntimeError(f"empty_strided: strides must be non-negative, got {list(strides)}")
     storage_elems = meta.storage_size_for(sizes, strides)
     meta.check_size_nonnegative((storage_elems,))
-    t = empty_strided_unchecked(sizes, strides, dtype or get_default_dtype(),
+    t = empty_strided_unchecked(sizes, strides, pick_dtype(dtype, get_default_dtype()),
                                 to_device(device) or cpu)
     return finish(t, requires_grad)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     m = n if m is None else m
+    for name, value in (("n", n), ("m", m)):
+        if isinstance(value, numbers.Integral) and value < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {value}")
     sizes = parse_size((n, m))
-    t = fill_new(sizes, dtype or get_default_dtype(), to_device(device), 0)
+    t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), to_device(device), 0)
     if t._numel:
         np.fill_diagonal(t._array(), 1)
     return finish(t, requires_grad)
@@ -119,23 +146,34 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if not all(math.isfinite(x) for x in (start, end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
     if (end - start) / step < 0:
-        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    if dtype is bool_:
+        raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
     if dtype is None:
         is_float = any(isinstance(x, float) for x in (start, end, step))
         dtype = get_default_dtype() if is_float else int64
     length = max(0, math.ceil((end - start) / step))
     values = start + step * np.arange(length, dtype=np.float64 if dtype.is_floating_point
                                       else np.int64)
-    return finish(from_array(values.astype(dtype.np)), requires_grad).to(to_device(device) or cpu)
+    return finish(tensor_of(values.astype(dtype.np)), requires_grad).to(to_device(device) or cpu)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    """PyTorch's formula: the first half counts up from ``start``, the second half down
+    from ``end`` (so both ends are exact), in the result's float type."""
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
-    values = np.linspace(start, end, steps, dtype=np.float64)
-    dt = dtype or get_default_dtype()
-    return finish(from_array(values.astype(dt.np)), requires_grad).to(to_device(device) or cpu)
+    dt = pick_dtype(dtype, get_default_dtype())
+    compute = dt.np if dt.is_floating_point else np.dtype(np.float64)
+    first, last = compute.type(start), compute.type(end)
+    step = (last - first) / compute.type(max(steps - 1, 1))
+    index = np.arange(steps, dtype=compute)
+    values = np.where(index < steps // 2, first + step * index,
+                      last - step * (compute.type(steps - 1) - index))
+    return finish(tensor_of(values.astype(dt.np)), requires_grad).to(to_device(device) or cpu)
 
 
 # --------------------------------------------------------------------------- from data
@@ -153,6 +191,8 @@ def _infer_dtype(data):
         elif isinstance(x, np.ndarray):
             kinds.add(from_array(np.ascontiguousarray(x))._dtype if x.dtype != np.float16
                       else float32)
+        elif isinstance(x, np.generic) and x.dtype != np.float16:
+            kinds.add(dtype_from_numpy(x.dtype))
         elif isinstance(x, (bool, np.bool_)):
             kinds.add(bool_)
         elif isinstance(x, (numbers.Integral, np.integer)):
@@ -177,20 +217,44 @@ def _to_nested(data):
     return data
 
 
+def _leading_shape(data):
+    """The shape PyTorch reads off the first element at each depth."""
+    shape = []
+    while isinstance(data, (list, tuple)):
+        shape.append(len(data))
+        if not data:
+            break
+        data = data[0]
+    return shape
+
+
+def _check_rectangular(data, shape, dim):
+    if dim == len(shape):
+        return
+    if not isinstance(data, (list, tuple)) or len(data) != shape[dim]:
+        got = len(data) if isinstance(data, (list, tuple)) else type(data).__name__
+        raise ValueError(f"expected sequence of length {shape[dim]} at dim {dim} (got {got})")
+    for item in data:
+        _check_rectangular(item, shape, dim + 1)
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     if isinstance(data, TensorBase):
         result = data.detach().clone()
         if dtype is not None:
             result = result.to(dtype)
         return finish(result.to(to_device(device) or data.device), requires_grad)
+    pick_dtype(dtype, None)
     if isinstance(data, np.ndarray) and dtype is None:
         dt = _infer_dtype(data) if data.dtype != np.float16 else float32
     else:
-        dt = dtype or _infer_dtype(data)
-    arr = np.array(_to_nested(data), dtype=dt.np)
-    if arr.dtype == object:
-        raise ValueError("expected a sequence of equal-length sequences")
-    t = from_array(arr)
+        dt = dtype if dtype is not None else _infer_dtype(data)
+    try:
+        arr = np.array(_to_nested(data), dtype=dt.np)
+    except ValueError:
+        _check_rectangular(data, _leading_shape(data), 0)
+        raise
+    t = tensor_of(arr)
     dev = to_device(device)
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
@@ -220,6 +284,14 @@ def from_numpy(ndarray):
     return from_array(ndarray)
 
 
+def from_dlpack(ext_tensor):
+    """A tensor sharing memory with any CPU object that exports DLPack (a NumPy array, a
+    PyTorch tensor, ...): writes show through both ways."""
+    if isinstance(ext_tensor, TensorBase):
+        return ext_tensor.detach()
+    return from_numpy(np.from_dlpack(ext_tensor))
+
+
 def scalar_tensor_like(value, other):
     """A 0-d tensor for the Python number on the left of ``2 - t`` (it promotes as a scalar)."""
     from microtensor._dtype import result_type
@@ -229,7 +301,7 @@ def scalar_tensor_like(value, other):
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
-    return tensor(value, dtype=dtype or get_default_dtype(), device=device,
+    return tensor(value, dtype=pick_dtype(dtype, get_default_dtype()), device=device,
                   requires_grad=requires_grad)
 
 
@@ -278,11 +350,17 @@ def initial_seed():
     return default_generator.initial_seed()
 
 
+def floating_only(dt, name):
+    if not dt.is_floating_point:
+        raise NotImplementedError(f"\"{name}\" not implemented for '{dt.name}'")
+    return dt
+
+
 def _random(sample, size, dtype, dev, generator, requires_grad):
     sizes = parse_size(size)
     rng = (generator or default_generator)._rng
     arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
-    t = from_array(np.ascontiguousarray(arr))
+    t = tensor_of(np.ascontiguousarray(arr))
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
     return finish(t, requires_grad)
@@ -291,15 +369,17 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory")
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random(lambda rng, s: rng.random(s), size, dtype or get_default_dtype(),
-                   to_device(device), generator, requires_grad)
+    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
+    return _random(lambda rng, s: rng.random(s), size, dt, to_device(device), generator,
+                   requires_grad)
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory")
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random(lambda rng, s: rng.standard_normal(s), size, dtype or get_default_dtype(),
-                   to_device(device), generator, requires_grad)
+    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
+    return _random(lambda rng, s: rng.standard_normal(s), size, dt, to_device(device), generator,
+                   requires_grad)
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
@@ -313,7 +393,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
                            f">= to={high}")
-    return _random(lambda rng, s: rng.integers(low, high, s), (size,), dtype or int64,
+    return _random(lambda rng, s: rng.integers(low, high, s), (size,), pick_dtype(dtype, int64),
                    to_device(device), generator, requires_grad)
 
 
@@ -321,7 +401,8 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     family="factory")
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     rng = (generator or default_generator)._rng
-    return finish(from_array(rng.permutation(n).astype((dtype or int64).np)), requires_grad)
+    values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
+    return finish(tensor_of(values), requires_grad)
 
 
 def _like_strides(self, memory_format):
@@ -332,7 +413,8 @@ def _like_strides(self, memory_format):
 
 def _new_like(self, dtype, device, memory_format):
     return empty_strided_unchecked(self._sizes, _like_strides(self, memory_format),
-                                   dtype or self._dtype, to_device(device) or self.device)
+                                   pick_dtype(dtype, self._dtype),
+                                   to_device(device) or self.device)
 
 
 @op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
@@ -340,6 +422,7 @@ def _new_like(self, dtype, device, memory_format):
 def rand_like(self, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
+    floating_only(t._dtype, "rand_like")
     if t._numel:
         t._array()[...] = (generator or default_generator)._rng.random(t._sizes)
     return finish(t, requires_grad)
@@ -350,6 +433,7 @@ def rand_like(self, *, dtype=None, device=None, requires_grad=False,
 def randn_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
+    floating_only(t._dtype, "randn_like")
     if t._numel:
         t._array()[...] = (generator or default_generator)._rng.standard_normal(t._sizes)
     return finish(t, requires_grad)
@@ -395,45 +479,48 @@ def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
-    return finish(empty_contiguous(parse_size(size), dtype or self._dtype,
+    return finish(empty_contiguous(parse_size(size), pick_dtype(dtype, self._dtype),
                                    to_device(device) or self.device), requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
-                    0, requires_grad)
+    return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
+                    to_device(device) or self.device, 0, requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), dtype or self._dtype, to_device(device) or self.device,
-                    1, requires_grad)
+    return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
+                    to_device(device) or self.device, 1, requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size((size,)), dtype or self._dtype, to_device(device) or self.device,
-                    fill_value, requires_grad)
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"new_full(): argument 'size' must be tuple of ints, not "
+                        f"{type(size).__name__}")
+    return fill_new(parse_size((size,)), pick_dtype(dtype, self._dtype),
+                    to_device(device) or self.device, fill_value, requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
-    return tensor(data, dtype=dtype or self._dtype, device=device or self.device,
+    return tensor(data, dtype=pick_dtype(dtype, self._dtype), device=device or self.device,
                   requires_grad=requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
     family="factory")
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
-    return empty_strided(size, stride, dtype=dtype or self._dtype,
+    return empty_strided(size, stride, dtype=pick_dtype(dtype, self._dtype),
                          device=to_device(device) or self.device, requires_grad=requires_grad)
 
 
-__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "arange",
-           "linspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
+__all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "empty", "full",
+           "arange", "linspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
            "Generator", "default_generator", "scalar_tensor", "float64"]

@@ -1,13 +1,63 @@
-"""Indexing: ``tensor[index]`` and ``tensor[index] = value``.
+"""Indexing: ``tensor[index]``, ``tensor[index] = value``, and the ops that read or write
+elements chosen by index tensors (``index_select``, ``gather``, ``scatter``,
+``scatter_add``, ``index_add``, ``index_fill``, ``masked_select``, ``take``).
 
 Basic indices (ints, slices with positive steps, None, Ellipsis) make views through
 ``select``/``slice``/``unsqueeze``, so reads share storage and writes go through the view
-(which autograd turns into CopySlices).  Advanced indices (integer or bool tensors, lists)
-are handled by ``index``/``index_put_``.
+(which autograd turns into CopySlices).  Advanced indices (integer or bool tensors, lists,
+Python bools) follow PyTorch: the basic parts are applied first as views, then ``index``
+(a read, which copies) or ``index_put_`` (a write) gets one entry per remaining dimension,
+an index tensor or None for "all of it".  On that form NumPy's advanced indexing has
+PyTorch's rules (where results dims go, mask expansion, broadcasting), so the kernels hand
+it to NumPy, after checking every index against its dimension: nothing outside the
+storage is ever read or written.
 """
-from microtensor._C.tensor import TensorBase
-from microtensor.ops.dispatch import call_by_name
+import numpy as np
 
+from microtensor._C import meta
+from microtensor._C.tensor import TensorBase, bool_, int32, int64
+from microtensor.ops.dispatch import call_by_name
+from microtensor.ops.loops import _type_name as type_name
+from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.shape import cat, fresh_tensor
+
+
+# --------------------------------------------------------------------------- index checks
+
+def _is_integer_index(t):
+    return t._dtype is int64 or t._dtype is int32
+
+
+def _out_of_range(positions, low, high):
+    """The first of ``positions`` (an ndarray) outside ``[low, high)``, or None."""
+    if positions.size == 0 or (positions.min() >= low and positions.max() < high):
+        return None
+    return int(positions[(positions < low) | (positions >= high)].flat[0])
+
+
+def _shape_or_vector(t):
+    """A 0-d tensor counts as a vector of one element in the dim-wise index ops."""
+    return t._sizes or (1,)
+
+
+def _along(positions, dim):
+    """NumPy's index that reads or writes, for every element of ``positions``, the element
+    of the same coordinates but with coordinate ``dim`` replaced by its value."""
+    grids = list(np.indices(positions.shape, sparse=True))
+    grids[dim] = positions
+    return tuple(grids)
+
+
+def _target(self, out):
+    """Where an out-of-place op writes: a contiguous copy of ``self`` (``out`` for the
+    in-place variant)."""
+    if out is not None:
+        return out
+    from microtensor.ops.copy import clone
+    return clone.kernel(self, memory_format=meta.contiguous_format)
+
+
+# --------------------------------------------------------------------------- tensor[index]
 
 def _is_basic(item):
     return item is None or item is Ellipsis or isinstance(item, (int, slice)) and \
@@ -29,6 +79,22 @@ def _expand_ellipsis(index, ndim):
     return out
 
 
+def _select_checked(tensor, dim, item):
+    size = tensor.shape[dim]
+    if not -size <= item < size:
+        raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {size}")
+    return tensor.select(dim, item)
+
+
+def _sliced(tensor, dim, item):
+    start, stop, step = item.start, item.stop, item.step
+    if step is not None and step <= 0:
+        raise ValueError("step must be greater than zero")
+    if start in (None, 0) and stop is None and step in (None, 1):
+        return tensor
+    return call_by_name("slice", tensor, dim, start, stop, step or 1)
+
+
 def basic_index(self, index):
     """Apply a tuple of basic indices as a chain of views."""
     result = self
@@ -38,36 +104,82 @@ def basic_index(self, index):
             result = result.unsqueeze(dim)
             dim += 1
         elif isinstance(item, int):
-            size = result.shape[dim]
-            if not -size <= item < size:
-                raise IndexError(f"index {item} is out of bounds for dimension {dim} with "
-                                 f"size {size}")
-            result = result.select(dim, item)
+            result = _select_checked(result, dim, item)
         else:
-            start, stop, step = item.start, item.stop, item.step
-            if step is not None and step <= 0:
-                raise ValueError("step must be greater than zero")
-            if not (start in (None, 0) and stop is None and step in (None, 1)):
-                result = call_by_name("slice", result, dim, start, stop, step or 1)
+            result = _sliced(result, dim, item)
             dim += 1
     if result is self:
         result = self.alias()
     return result
 
 
+def _as_index_tensor(item):
+    """Lists, tuples and ndarrays in an index become tensors (bool only when all bool)."""
+    from microtensor.ops.factory import tensor
+    if isinstance(item, TensorBase):
+        return item
+    if isinstance(item, bool):
+        return tensor(item)
+    if isinstance(item, (list, tuple, np.ndarray)):
+        t = tensor(item)
+        return t.long() if t._numel == 0 else t
+    raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                     f"Variables are valid indices (got {type(item).__name__})")
+
+
+def _split_index(self, index):
+    """Apply the basic parts of a mixed index as views of ``self``.  Returns that view
+    (``self`` itself when there were none) and ``index``'s entries for it: one per
+    dimension it indexes, an index tensor or None, trailing Nones dropped."""
+    index = [i if _is_basic(i) else _as_index_tensor(i) for i in index]
+    consumed = sum(1 if isinstance(i, (int, slice)) else
+                   i.dim() if i._dtype is bool_ else 1
+                   for i in index if i is not None and i is not Ellipsis)
+    if consumed > self.dim():
+        raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    result, dim, entries = self, 0, []
+    for item in index:
+        if item is Ellipsis:
+            entries.extend([None] * (self.dim() - consumed))
+            dim += self.dim() - consumed
+        elif item is None:
+            result = result.unsqueeze(dim)
+            entries.append(None)
+            dim += 1
+        elif isinstance(item, int):
+            result = _select_checked(result, dim, item)
+        elif isinstance(item, slice):
+            result = _sliced(result, dim, item)
+            entries.append(None)
+            dim += 1
+        elif item._dtype is bool_ and item.dim() == 0:
+            # a 0-d mask adds a dimension of size 1 that it keeps (True) or empties (False)
+            result = result.unsqueeze(dim)
+            entries.append(item.reshape(1))
+            dim += 1
+        else:
+            entries.append(item)
+            dim += item.dim() if item._dtype is bool_ else 1
+    while entries and entries[-1] is None:
+        entries.pop()
+    return result, tuple(entries)
+
+
 def _normalize(index):
     if not isinstance(index, tuple):
         index = (index,)
     return tuple(i.item() if isinstance(i, TensorBase) and i.dim() == 0 and
-                 not i.dtype.is_floating_point and i.dtype.name != "bool" else i
-                 for i in index)
+                 _is_integer_index(i) else i for i in index)
 
 
 def getitem(self, index):
     index = _normalize(index)
     if all(_is_basic(i) for i in index):
         return basic_index(self, index)
-    return call_by_name("index", self, index)
+    view, entries = _split_index(self, index)
+    return call_by_name("index", view, entries)
 
 
 def setitem(self, index, value):
@@ -79,4 +191,489 @@ def setitem(self, index, value):
         else:
             target.fill_(value)
         return
-    call_by_name("index_put_", self, index, value)
+    target, entries = _split_index(self, index)
+    if not isinstance(value, TensorBase):
+        from microtensor.ops.factory import full
+        value = full((), value, dtype=target.dtype, device=target.device)
+    elif value._sizes[:1] == (1,):
+        # PyTorch drops a value's leading size-1 dims, which broadcasting puts back
+        sizes = value._sizes
+        while sizes[:1] == (1,):
+            sizes = sizes[1:]
+        value = value.reshape(sizes)
+    call_by_name("index_put_", target, entries, value)
+
+
+# --------------------------------------------------------------------------- index, index_put
+
+class _IndexPlan:
+    """``self[indices]`` checked and translated for NumPy: ``where`` is NumPy's index and
+    ``shape`` the result's shape."""
+
+    def __init__(self, self_tensor, indices):
+        sizes = self_tensor._sizes
+        where, entry_shapes, full_dims, dim, indexed = [], [], [], 0, 0
+        for entry in indices:
+            if entry is None:
+                if dim >= len(sizes):
+                    raise IndexError(f"too many indices for tensor of dimension {len(sizes)}")
+                where.append(slice(None))
+                full_dims.append((len(where) - 1, sizes[dim]))
+                dim += 1
+                continue
+            if not isinstance(entry, TensorBase):
+                raise TypeError("index entries must be Tensors or None, got "
+                                f"{type(entry).__name__}")
+            if entry._dtype is bool_:
+                span = entry.dim()
+                if dim + span > len(sizes):
+                    raise IndexError(f"too many indices for tensor of dimension {len(sizes)}")
+                for j in range(span):
+                    if entry._sizes[j] != sizes[dim + j]:
+                        raise IndexError(
+                            f"The shape of the mask {list(entry._sizes)} at index {j} does not "
+                            f"match the shape of the indexed tensor {list(sizes)} at index "
+                            f"{dim + j}")
+                mask = entry._array()
+                where.append(mask)
+                entry_shapes.append((int(np.count_nonzero(mask)),))
+            elif _is_integer_index(entry):
+                span = 1
+                if dim >= len(sizes):
+                    raise IndexError(f"too many indices for tensor of dimension {len(sizes)}")
+                positions = entry._array()
+                bad = _out_of_range(positions, -sizes[dim], sizes[dim])
+                if bad is not None:
+                    raise IndexError(f"index {bad} is out of bounds for dimension {indexed} "
+                                     f"with size {sizes[dim]}")
+                where.append(positions)
+                entry_shapes.append(entry._sizes)
+            else:
+                raise IndexError("tensors used as indices must be long, int, byte or bool "
+                                 "tensors")
+            dim += span
+            indexed += span
+        try:
+            broadcast = tuple(np.broadcast_shapes(*entry_shapes))
+        except ValueError:
+            raise IndexError("shape mismatch: indexing tensors could not be broadcast together "
+                             "with shapes " + ", ".join(str(list(s)) for s in entry_shapes)) \
+                from None
+        self.where = tuple(where)
+        self.has_tensor = bool(entry_shapes)
+        self.shape = self._result_shape(broadcast, full_dims, sizes[dim:])
+
+    def _result_shape(self, broadcast, full_dims, trailing):
+        """NumPy's (and PyTorch's) rule: the indexed dims are replaced by the broadcast
+        index shape in place when the index tensors are adjacent, else in front."""
+        tensor_positions = [i for i, w in enumerate(self.where) if not isinstance(w, slice)]
+        if not tensor_positions:
+            return tuple(size for _, size in full_dims) + tuple(trailing)
+        first, last = tensor_positions[0], tensor_positions[-1]
+        if last - first + 1 == len(tensor_positions):
+            before = tuple(size for p, size in full_dims if p < first)
+            after = tuple(size for p, size in full_dims if p > last)
+            return before + broadcast + after + tuple(trailing)
+        return broadcast + tuple(size for _, size in full_dims) + tuple(trailing)
+
+
+def _index_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(4, 3), (tensor([0, 2, -1, 0]),)),
+            Sample(make(3, 4, 2), (None, tensor([[1, 0]]), tensor([1, -1]))),
+            Sample(make(3, 4, 2), (tensor([2, 0]), None, tensor([1]))),
+            Sample(make(3, 4), (make(3, 4, dtype=bool_),)),
+            Sample(make(3, 4), (tensor([True, False, True]), tensor([3, 0])))]
+
+
+@op(method=False, function=False, samples=_index_samples)
+def index(self, indices):
+    """``self[indices]`` for advanced ``indices`` (one tensor or None per dimension)."""
+    plan = _IndexPlan(self, indices)
+    values = self._array()[plan.where]
+    return fresh_tensor(values if plan.has_tensor else values.copy())
+
+
+@index.def_derivative
+def index(grad, self_shape, indices):
+    return grad.new_zeros(self_shape).index_put(indices, grad, accumulate=True),
+
+
+def _index_put_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(4, 3), (tensor([0, 2]),), make(2, 3)),
+            Sample(make(4, 3), (tensor([0, 2, 0]),), make(3), accumulate=True),
+            Sample(make(3, 4), (None, tensor([[1], [3]])), make(3, 2, 1)),
+            Sample(make(3, 4), (make(3, 4, dtype=bool_),), make()),
+            Sample(make(2, 3), (tensor([1, 1]), tensor([0, 0])), make(1), True)]
+
+
+@op(inputs=("self", "values"), samples=_index_put_samples)
+def index_put(self, indices, values, accumulate=False, *, out=None):
+    if not isinstance(values, TensorBase):
+        raise TypeError(f"index_put(): argument 'values' (position 2) must be Tensor, not "
+                        f"{type(values).__name__}")
+    if values._dtype is not self._dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{type_name(self._dtype)} for the destination and "
+                           f"{type_name(values._dtype)} for the source.")
+    plan = _IndexPlan(self, indices)
+    try:
+        fits = tuple(np.broadcast_shapes(values._sizes, plan.shape)) == plan.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values._sizes)} cannot "
+                           f"be broadcast to indexing result of shape {list(plan.shape)}")
+    out = _target(self, out)
+    if out._numel == 0:
+        return out
+    target = out._array()
+    source = np.broadcast_to(values._array(), plan.shape)
+    if np.may_share_memory(source, target):
+        source = source.copy()
+    if accumulate:
+        np.add.at(target, plan.where, source)
+    else:
+        target[plan.where] = source
+    return out
+
+
+@index_put.def_derivative
+def index_put(grad, indices, values_shape, accumulate):
+    grad_self = grad if accumulate else grad.index_put(indices, grad.new_zeros(()))
+    return grad_self, index(grad, indices).sum_to_size(values_shape)
+
+
+index_put_ = inplace_variant(index_put)
+
+
+# --------------------------------------------------------------------------- along one dim
+
+def _index_select_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(4, 3), 0, tensor([3, 0, 0])), Sample(make(2, 5), -1, tensor([4, 1])),
+            Sample(make(3), 0, tensor(2)), Sample(make(), 0, tensor([0])),
+            Sample(make(3, 2), 1, tensor([], dtype=int64))]
+
+
+@op(samples=_index_select_samples)
+def index_select(self, dim, index):
+    if not _is_integer_index(index):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = meta.wrap_dim(dim, self.dim())
+    positions = index._array().reshape(-1)
+    if _out_of_range(positions, 0, _shape_or_vector(self)[d]) is not None:
+        raise IndexError("index out of range in self")
+    if self.dim() == 0:
+        if positions.size != 1:
+            raise IndexError(f"index_select(): Index to scalar can have only 1 value, got "
+                             f"{positions.size} value(s)")
+        return fresh_tensor(self._array().copy())
+    return fresh_tensor(np.take(self._array(), positions, axis=d))
+
+
+@index_select.def_derivative
+def index_select(grad, self_shape, dim, index):
+    return grad.new_zeros(self_shape).index_add(dim, index, grad),
+
+
+def _gather_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [0, 0, 2, 1]])),
+            Sample(make(3, 4), 1, tensor([[3], [0], [3]])),
+            Sample(make(4), 0, tensor([1, 1, 3, 0, 2])), Sample(make(), 0, tensor(0))]
+
+
+@op(samples=_gather_samples)
+def gather(self, dim, index, *, sparse_grad=False):
+    if not _is_integer_index(index):
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    d = meta.wrap_dim(dim, self.dim())
+    self_shape, index_shape = _shape_or_vector(self), _shape_or_vector(index)
+    if len(index_shape) != len(self_shape):
+        raise RuntimeError("Index tensor must have the same number of dimensions as input "
+                           "tensor")
+    for k, (i, s) in enumerate(zip(index_shape, self_shape)):
+        if k != d and i > s:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index "
+                               f"{list(index._sizes)} to be no larger than self "
+                               f"{list(self._sizes)} apart from dimension {d}")
+    positions = index._array().reshape(index_shape)
+    bad = _out_of_range(positions, 0, self_shape[d])
+    if bad is not None:
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
+                           f"{self_shape[d]}")
+    values = self._array().reshape(self_shape)[_along(positions, d)]
+    return fresh_tensor(values.reshape(index._sizes))
+
+
+@gather.def_derivative
+def gather(grad, self_shape, dim, index):
+    return grad.new_zeros(self_shape).scatter_add(dim, index, grad),
+
+
+def _check_scatter(name, self, dim, index, src):
+    """PyTorch's checks of scatter's arguments; returns the wrapped dim and the positions
+    (both ``self`` and ``index`` taken as at least 1-D)."""
+    if not _is_integer_index(index):
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    if src is not None and src._dtype is not self._dtype:
+        raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+    d = meta.wrap_dim(dim, self.dim())
+    self_shape, index_shape = _shape_or_vector(self), _shape_or_vector(index)
+    if len(index_shape) != len(self_shape):
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    src_shape = _shape_or_vector(src) if src is not None else None
+    if src is not None and len(src_shape) != len(index_shape):
+        raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
+    for k, i in enumerate(index_shape):
+        if (k != d and i > self_shape[k]) or (src is not None and i > src_shape[k]):
+            raise RuntimeError(
+                f"Expected index {list(index._sizes)} to be no larger than self "
+                f"{list(self._sizes)} apart from dimension {d}" +
+                (f" and to be no larger size than src {list(src._sizes)}" if src is not None
+                 else ""))
+    positions = index._array().reshape(index_shape)
+    bad = _out_of_range(positions, 0, self_shape[d])
+    if bad is not None:
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
+                           f"{self_shape[d]}")
+    return d, positions
+
+
+def _scatter_into(out, self, d, positions, source, reduce):
+    target = out._array().reshape(_shape_or_vector(self))
+    where = _along(positions, d)
+    if isinstance(source, np.ndarray):
+        source = source.reshape(source.shape or (1,))[tuple(slice(0, n) for n in positions.shape)]
+        if np.may_share_memory(source, target):
+            source = source.copy()
+    else:
+        source = np.asarray(source).astype(target.dtype)
+    if reduce is None:
+        target[where] = source
+    elif reduce == "add":
+        np.add.at(target, where, source)
+    else:
+        np.multiply.at(target, where, source)
+    return out
+
+
+def _padded(grad, shape):
+    """``grad`` grown with zeros at the end of each dim to ``shape`` (the gradient of a
+    ``src`` larger than the index)."""
+    for k, size in enumerate(shape):
+        missing = size - grad.shape[k]
+        if missing:
+            grad = cat([grad, grad.new_zeros(grad.shape[:k] + (missing,) + grad.shape[k + 1:])], k)
+    return grad
+
+
+def _scatter_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [1, 2, 0, 2]]), make(2, 4)),
+            Sample(make(3, 4), 1, tensor([[3], [0]]), make(2, 3)),
+            Sample(make(3, 4), 1, tensor([[3, 1], [0, 2]]), 2.5),
+            Sample(make(4), 0, tensor([1, 3]), make(2), reduce="add")]
+
+
+@op(inputs=("self", "src"), samples=_scatter_samples)
+def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
+    if src is not None and not isinstance(src, TensorBase):
+        src, value = None, src
+    if src is None and value is None:
+        raise TypeError("scatter() missing required argument 'src' or 'value'")
+    if reduce not in (None, "add", "multiply"):
+        raise RuntimeError("reduce argument must be either add or multiply.")
+    d, positions = _check_scatter("scatter", self, dim, index, src)
+    source = src._array() if src is not None else value
+    return _scatter_into(_target(self, out), self, d, positions, source, reduce)
+
+
+@scatter.def_derivative
+def scatter(grad, dim, index, src_shape, reduce):
+    if reduce is not None:
+        raise RuntimeError("the derivative of scatter with reduce is not implemented")
+    grad_src = None if src_shape is None else _padded(grad.gather(dim, index), src_shape)
+    return grad.scatter(dim, index, 0), grad_src
+
+
+scatter_ = inplace_variant(scatter)
+
+
+def _scatter_add_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(3, 4), 0, tensor([[2, 0, 2, 1], [2, 2, 0, 2]]), make(2, 4)),
+            Sample(make(3, 4), 1, tensor([[3, 3], [0, 3]]), make(3, 3)),
+            Sample(make(), 0, tensor([0, 0]), make(2))]
+
+
+@op(inputs=("self", "src"), samples=_scatter_add_samples)
+def scatter_add(self, dim, index, src, *, out=None):
+    if not isinstance(src, TensorBase):
+        raise TypeError(f"scatter_add(): argument 'src' (position 3) must be Tensor, not "
+                        f"{type(src).__name__}")
+    d, positions = _check_scatter("scatter_add", self, dim, index, src)
+    return _scatter_into(_target(self, out), self, d, positions, src._array(), "add")
+
+
+@scatter_add.def_derivative
+def scatter_add(grad, dim, index, src_shape):
+    return grad, _padded(grad.gather(dim, index), src_shape)
+
+
+scatter_add_ = inplace_variant(scatter_add)
+
+
+def _index_add_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(4, 3), 0, tensor([0, 3, 0]), make(3, 3)),
+            Sample(make(2, 5), 1, tensor([4, 4]), make(2, 2), alpha=-1.5),
+            Sample(make(), 0, tensor([0]), make())]
+
+
+@op(inputs=("self", "source"), samples=_index_add_samples)
+def index_add(self, dim, index, source, *, alpha=1, out=None):
+    if not _is_integer_index(index):
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: "
+                           f"{type_name(index._dtype)}")
+    if index.dim() > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: "
+                         f"{index.dim()} with type: {type_name(index._dtype)} and size: "
+                         f"{list(index._sizes)}")
+    if source._dtype is not self._dtype:
+        raise RuntimeError(f"index_add_(): self ({type_name(self._dtype)}) and source "
+                           f"({type_name(source._dtype)}) must have the same scalar type")
+    d = meta.wrap_dim(dim, self.dim())
+    self_shape, source_shape = _shape_or_vector(self), _shape_or_vector(source)
+    if len(source_shape) != len(self_shape) or \
+            any(s != t for k, (s, t) in enumerate(zip(source_shape, self_shape)) if k != d):
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the "
+                           f"specified dimension. Got self.shape = {list(self._sizes)} "
+                           f"source.shape = {list(source._sizes)}")
+    if source_shape[d] != index._numel:
+        raise RuntimeError(f"index_add_(): Number of indices ({index._numel}) should be equal to "
+                           f"source.size(dim): ({source_shape[d]}), for dim: {d}")
+    positions = index._array().reshape(-1)
+    bad = _out_of_range(positions, 0, self_shape[d])
+    if bad is not None:
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
+                           f"{self_shape[d]}")
+    out = _target(self, out)
+    target = np.moveaxis(out._array().reshape(self_shape), d, 0)
+    addend = np.moveaxis(source._array().reshape(source_shape), d, 0)
+    if alpha != 1:
+        addend = (addend * alpha).astype(target.dtype, copy=False)
+    elif np.may_share_memory(addend, target):
+        addend = addend.copy()
+    np.add.at(target, positions, addend)
+    return out
+
+
+@index_add.def_derivative
+def index_add(grad, dim, index, source_shape, alpha):
+    grad_source = grad.index_select(dim, index).reshape(source_shape)
+    return grad, grad_source if alpha == 1 else grad_source * alpha
+
+
+index_add_ = inplace_variant(index_add)
+
+
+def _index_fill_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(4, 3), 0, tensor([0, -1, 0]), -2.0),
+            Sample(make(2, 5), 1, tensor([4]), make()), Sample(make(), 0, tensor(0), 1.0)]
+
+
+@op(inputs=("self", "value"), samples=_index_fill_samples)
+def index_fill(self, dim, index, value, *, out=None):
+    if index._dtype is not int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if isinstance(value, TensorBase):
+        if value.dim() != 0:
+            raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
+                               f"tensor with {value.dim()} dimension(s).")
+        value = value._array().item()
+    if index.dim() > 1:
+        raise IndexError("index_fill_(): Index is supposed to be a vector")
+    d = meta.wrap_dim(dim, self.dim())
+    self_shape = _shape_or_vector(self)
+    positions = index._array().reshape(-1)
+    bad = _out_of_range(positions, -self_shape[d], self_shape[d])
+    if bad is not None:
+        raise IndexError(f"index {bad} is out of bounds for dimension {d} with size "
+                         f"{self_shape[d]}")
+    out = _target(self, out)
+    np.moveaxis(out._array().reshape(self_shape), d, 0)[positions] = value
+    return out
+
+
+@index_fill.def_derivative
+def index_fill(grad, dim, index, value_shape):
+    grad_self = grad.index_fill(dim, index, 0)
+    return grad_self, None if value_shape is None else (grad - grad_self).sum()
+
+
+index_fill_ = inplace_variant(index_fill)
+
+
+# --------------------------------------------------------------------------- masks, flat positions
+
+def _masked_select_samples(make):
+    return [Sample(make(3, 4), make(3, 4, dtype=bool_)), Sample(make(4), make(3, 4, dtype=bool_)),
+            Sample(make(3, 1), make(4, dtype=bool_))]
+
+
+@op(samples=_masked_select_samples)
+def masked_select(self, mask):
+    if mask._dtype is not bool_:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    shape = tuple(meta.broadcast_shapes(self._sizes, mask._sizes))
+    return fresh_tensor(np.broadcast_to(self._array(), shape)[
+        np.broadcast_to(mask._array(), shape)])
+
+
+@masked_select.def_derivative
+def masked_select(grad, self_shape, mask):
+    shape = tuple(meta.broadcast_shapes(self_shape, mask.shape))
+    return grad.new_zeros(shape).index_put((mask.expand(shape),), grad),
+
+
+def _take_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(3, 4), tensor([[0, 11], [-1, 5]])), Sample(make(5), tensor([4, 4, 0])),
+            Sample(make(), tensor(0))]
+
+
+@op(samples=_take_samples)
+def take(self, index):
+    if index._dtype is not int64:
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got "
+                           f"{type_name(index._dtype)}")
+    count = self._numel
+    positions = index._array()
+    if count == 0 and positions.size:
+        raise IndexError("take(): tried to take from an empty tensor")
+    bad = _out_of_range(positions, -count, count)
+    if bad is not None:
+        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {count} "
+                         "elements.")
+    return fresh_tensor(self._array().reshape(-1)[positions])
+
+
+@take.def_derivative
+def take(grad, self_shape, index):
+    count = 1
+    for size in self_shape:
+        count *= size
+    flat = grad.new_zeros(count).index_put((index.reshape(-1),), grad.reshape(-1),
+                                           accumulate=True)
+    return flat.reshape(self_shape),
+
+
+__all__ = ["getitem", "setitem", "basic_index", "index", "index_put", "index_put_",
+           "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+           "index_add", "index_add_", "index_fill", "index_fill_", "masked_select", "take"]

@@ -104,11 +104,11 @@ def reduced_shape(shape, dims, keepdim):
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
-def from_numpy_result(arr, dtype=None, device=None):
-    """Wrap a fresh NumPy array (or scalar) that a kernel computed as a new tensor."""
-    arr = np.asarray(arr) if dtype is None else np.asarray(arr, dtype=dtype.np)
-    if not arr.flags.c_contiguous or not arr.flags.owndata:
-        arr = np.ascontiguousarray(arr).copy() if arr.base is not None else arr
+def from_numpy_result(arr, dtype=None):
+    """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it."""
+    arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
+    if arr.base is not None or not arr.flags.c_contiguous:
+        arr = np.array(arr, order="C")
     return from_array(arr)
 
 

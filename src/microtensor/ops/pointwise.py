@@ -7,12 +7,108 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import numpy as np
 
-from microtensor._C.tensor import TensorBase, bool_, float32
+from microtensor._C.tensor import TensorBase, bool_, float32, int64
 from microtensor._dtype import result_type
 from microtensor.ops.loops import float_dtype, pointwise
-from microtensor.ops.registry import inplace_variant, op
+from microtensor.ops.registry import Sample, inplace_variant, op
 
 BINARY = ("self", "other")
+
+
+# --------------------------------------------------------------------------- samples
+# ``self`` always has the full (broadcast) shape, so the in-place variants share them.
+
+def _unary_samples(low=None, high=None, integers=True):
+    def samples(make):
+        cases = [Sample(make(3, 4, low=low, high=high)), Sample(make(5, low=low, high=high)),
+                 Sample(make((), low=low, high=high)),
+                 Sample(make(4, 3, low=low, high=high).t())]
+        if integers:
+            cases.append(Sample(make(2, 3, dtype=int64, low=1 if low is not None else None)))
+        return cases
+    return samples
+
+
+def _binary_samples(low=None, high=None, integers=True):
+    """``other`` drawn from ``[low, high)`` (a divisor away from zero, say)."""
+    def samples(make):
+        cases = [Sample(make(3, 4), make(3, 4, low=low, high=high)),
+                 Sample(make(3, 4), make(4, low=low, high=high)),
+                 Sample(make(2, 3), make((), low=low, high=high)),
+                 Sample(make(4, 3).t(), make(3, 4, low=low, high=high)),
+                 Sample(make(3), 2.5 if low is None else low + 0.5)]
+        if integers:
+            cases.append(Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1)))
+        return cases
+    return samples
+
+
+def _add_samples(make):
+    return _binary_samples()(make) + [Sample(make(3, 4), make(3, 4), alpha=2)]
+
+
+def _div_samples(make):
+    return _binary_samples(low=0.5)(make) + [
+        Sample(make(3, 4), make(3, 4, low=0.5), rounding_mode="floor"),
+        Sample(make(3, 4), make(4, low=0.5), rounding_mode="trunc"),
+        Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1), rounding_mode="trunc")]
+
+
+def _pow_samples(make):
+    return [Sample(make(3, 4, low=0.5, high=2), 2.5),
+            Sample(make(3, 4), 2),
+            Sample(make(3, 4, low=0.5, high=2), make(3, 4, low=-1, high=2)),
+            Sample(make(3, 4, low=0.5, high=2), make(4, low=-1, high=2)),
+            Sample(make(2, 3, dtype=int64, low=0, high=4), 3)]
+
+
+def _clamp_samples(make):
+    return [Sample(make(3, 4), -1.0, 1.0), Sample(make(3, 4), min=-0.5),
+            Sample(make(3, 4), None, 0.5),
+            Sample(make(3, 4), make(3, 4, low=-3, high=-0.2), make(4, low=0.2, high=3)),
+            Sample(make(2, 3, dtype=int64), -2, 3)]
+
+
+def _where_samples(make):
+    return [Sample(make(3, 4, dtype=bool_), make(3, 4), make(3, 4)),
+            Sample(make(3, 1, dtype=bool_), make(4), make(3, 4)),
+            Sample(make(3, dtype=bool_), make(3), 0.5)]
+
+
+def _masked_fill_samples(make):
+    return [Sample(make(3, 4), make(3, 4, dtype=bool_), 2.5),
+            Sample(make(3, 4), make(4, dtype=bool_), make(())),
+            Sample(make(2, 3, dtype=int64), make(2, 3, dtype=bool_), 7)]
+
+
+def _lerp_samples(make):
+    return [Sample(make(3, 4), make(3, 4), 0.3), Sample(make(3, 4), make(4), make(3, 4)),
+            Sample(make(2, 3), make(2, 3), make(()))]
+
+
+def _comparison_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(3, 4), 0.5), Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64))]
+
+
+def _logical_samples(make):
+    return [Sample(make(3, 4, dtype=bool_), make(3, 4, dtype=bool_)),
+            Sample(make(3, 4), make(4)), Sample(make(2, 3, dtype=int64), make(3, dtype=int64))]
+
+
+def _bitwise_samples(make):
+    return [Sample(make(3, 4, dtype=int64), make(3, 4, dtype=int64)),
+            Sample(make(3, 4, dtype=bool_), make(4, dtype=bool_)),
+            Sample(make(3, dtype=int64), 6)]
+
+
+def _float_only_samples(make):
+    return [Sample(make(3, 4)), Sample(make(())), Sample(make(2, 3, dtype=int64))]
+
+
+def _fill_samples(make):
+    return [Sample(make(3, 4), 2.5), Sample(make(3, 4), make(())),
+            Sample(make(2, 3, dtype=int64), 4)]
 
 
 def _float_result(*operands):
@@ -21,7 +117,7 @@ def _float_result(*operands):
 
 # --------------------------------------------------------------------------- arithmetic
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def add(self, other, *, alpha=1, out=None):
     if alpha != 1:
         other = other * alpha
@@ -36,7 +132,7 @@ def add(grad, alpha):
 add_ = inplace_variant(add)
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def sub(self, other, *, alpha=1, out=None):
     if isinstance(self, TensorBase) and self._dtype is bool_ and \
             isinstance(other, TensorBase) and other._dtype is bool_:
@@ -61,7 +157,7 @@ def rsub(self, other, *, alpha=1):
         (-self) * alpha + other
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
 def mul(self, other, *, out=None):
     return pointwise(np.multiply, self, other, out=out)
 
@@ -74,7 +170,7 @@ def mul(grad, self, other):
 mul_ = inplace_variant(mul)
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_div_samples)
 def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
@@ -113,7 +209,7 @@ def floor_divide(self, other):
     return div(self, other, rounding_mode="floor")
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
     return pointwise(np.remainder, self, other, out=out)
 
@@ -123,7 +219,7 @@ def remainder(grad, self, other):
     return grad, -grad * (self / other).floor()
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def fmod(self, other, *, out=None):
     return pointwise(np.fmod, self, other, out=out)
 
@@ -133,7 +229,7 @@ def fmod(grad, self, other):
     return grad, -grad * (self / other).trunc()
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_pow_samples)
 def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
             isinstance(exponent, int) and exponent < 0:
@@ -171,46 +267,50 @@ def float_power(self, exponent):
 
 # --------------------------------------------------------------------------- unary math
 
-def _unary(name, ufunc, floating=True):
+def _unary(name, ufunc, floating=True, samples=_unary_samples()):
     """Declare a one-input elementwise op and its in-place variant (kernel only)."""
     def kernel(self, *, out=None):
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
-    declared = op(name, family="pointwise")(kernel)
+    declared = op(name, family="pointwise", samples=samples)(kernel)
     inplace_variant(declared)
     return declared
 
 
 neg = _unary("neg", np.negative, floating=False)
 exp = _unary("exp", np.exp)
-log = _unary("log", np.log)
-log1p = _unary("log1p", np.log1p)
+log = _unary("log", np.log, samples=_unary_samples(low=0.5))
+log1p = _unary("log1p", np.log1p, samples=_unary_samples(low=-0.5))
 expm1 = _unary("expm1", np.expm1)
-log2 = _unary("log2", np.log2)
-log10 = _unary("log10", np.log10)
+log2 = _unary("log2", np.log2, samples=_unary_samples(low=0.5))
+log10 = _unary("log10", np.log10, samples=_unary_samples(low=0.5))
 sin = _unary("sin", np.sin)
 cos = _unary("cos", np.cos)
-tan = _unary("tan", np.tan)
+tan = _unary("tan", np.tan, samples=_unary_samples(low=-1.2, high=1.2))
 tanh = _unary("tanh", np.tanh)
 sinh = _unary("sinh", np.sinh)
 cosh = _unary("cosh", np.cosh)
-asin = _unary("asin", np.arcsin)
-acos = _unary("acos", np.arccos)
+asin = _unary("asin", np.arcsin, samples=_unary_samples(low=-0.9, high=0.9, integers=False))
+acos = _unary("acos", np.arccos, samples=_unary_samples(low=-0.9, high=0.9, integers=False))
 atan = _unary("atan", np.arctan)
-sqrt = _unary("sqrt", np.sqrt)
+sqrt = _unary("sqrt", np.sqrt, samples=_unary_samples(low=0.5))
 abs = _unary("abs", np.absolute, floating=False)
 sign = _unary("sign", np.sign, floating=False)
 floor = _unary("floor", np.floor, floating=False)
 ceil = _unary("ceil", np.ceil, floating=False)
-round = _unary("round", np.round, floating=False)
+round = _unary("round", lambda a, out, dtype, casting: np.rint(
+    a, out=out, dtype=dtype, casting=casting) if np.dtype(dtype).kind == "f" else np.copyto(
+    out, a, casting=casting), floating=False)   # rint: half to even, as PyTorch
 trunc = _unary("trunc", np.trunc, floating=False)
 frac = _unary("frac", lambda a, out, dtype, casting: np.subtract(
-    a, np.trunc(a), out=out, dtype=dtype, casting=casting), floating=False)
+    a, np.trunc(a), out=out, dtype=dtype, casting=casting), floating=False,
+    samples=_unary_samples(integers=False))
 reciprocal = _unary("reciprocal", lambda a, out, dtype, casting: np.divide(
-    1, a, out=out, dtype=dtype, casting=casting))
+    1, a, out=out, dtype=dtype, casting=casting), samples=_unary_samples(low=0.5))
 rsqrt = _unary("rsqrt", lambda a, out, dtype, casting: np.divide(
-    1, np.sqrt(a, dtype=dtype), out=out, dtype=dtype, casting=casting))
+    1, np.sqrt(a, dtype=dtype), out=out, dtype=dtype, casting=casting),
+    samples=_unary_samples(low=0.5))
 sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
     1, 1 + np.exp(np.negative(a, dtype=dtype)), out=out, dtype=dtype, casting=casting))
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
@@ -345,7 +445,7 @@ def frac(grad):
 
 # --------------------------------------------------------------------------- two inputs
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
 def maximum(self, other, *, out=None):
     return pointwise(np.maximum, self, other, out=out)
 
@@ -357,7 +457,7 @@ def maximum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=BINARY, family="pointwise")
+@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
 def minimum(self, other, *, out=None):
     return pointwise(np.minimum, self, other, out=out)
 
@@ -368,7 +468,7 @@ def minimum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=("self", "min", "max"), family="pointwise")
+@op(inputs=("self", "min", "max"), family="pointwise", samples=_clamp_samples)
 def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
@@ -411,7 +511,8 @@ def clamp_max(self, max):
     return clamp(self, max=max)
 
 
-@op(inputs=("condition", "self", "other"), method=False, family="pointwise")
+@op(inputs=("condition", "self", "other"), method=False, family="pointwise",
+    samples=_where_samples)
 def where(condition, self, other):
     if condition._dtype is not bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
@@ -432,8 +533,8 @@ def _where_method(self, condition, other):
     return where(condition, self, other)
 
 
-@op(inputs=("self", "mask", "value"), family="pointwise")
-def masked_fill(self, mask, value):
+@op(inputs=("self", "mask", "value"), family="pointwise", samples=_masked_fill_samples)
+def masked_fill(self, mask, value, *, out=None):
     if mask._dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
                            f"{mask._dtype.name}")
@@ -442,7 +543,7 @@ def masked_fill(self, mask, value):
                            f"tensor with {value.dim()} dimension(s).")
     dt = self._dtype
     return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
-        out, np.where(m, v, a), casting=casting) or out, self, mask, value, dtype=dt)
+        out, np.where(m, v, a), casting=casting) or out, self, mask, value, out=out, dtype=dt)
 
 
 @masked_fill.def_derivative
@@ -455,7 +556,7 @@ def masked_fill(grad, mask, value):
 masked_fill_ = inplace_variant(masked_fill)
 
 
-@op(inputs=("self", "end", "weight"), family="pointwise")
+@op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
     return pointwise(lambda a, b, w, out, dtype, casting: np.add(
         a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
@@ -470,12 +571,22 @@ def lerp(grad, self, end, weight):
 
 # --------------------------------------------------------------------------- comparisons
 
+def _predicate(ufunc):
+    """``ufunc`` computing in the dtype ``pointwise`` passes and producing bools (NumPy's
+    own ``dtype=`` names the output type, which has no such loop)."""
+    def apply(*arrays, out, dtype, casting):
+        return ufunc(*arrays, out=out, casting=casting,
+                     signature=(dtype,) * len(arrays) + (np.bool_,))
+    return apply
+
+
 def _comparison(name, ufunc):
     def kernel(self, other, *, out=None):
-        return pointwise(ufunc, self, other, out=out, dtype=bool_,
+        return pointwise(_predicate(ufunc), self, other, out=out, dtype=bool_,
                          compute_dtype=result_type(self, other))
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise")(kernel)
+    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
+                  samples=_comparison_samples)(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -497,8 +608,8 @@ def _logical(name, ufunc, arity):
         def kernel(self, *, out=None):
             return pointwise(ufunc, self, out=out, dtype=bool_, compute_dtype=bool_)
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY[:arity], differentiable=False,
-                  family="pointwise")(kernel)
+    declared = op(name, inputs=BINARY[:arity], differentiable=False, family="pointwise",
+                  samples=_logical_samples if arity == 2 else _float_only_samples)(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -516,7 +627,8 @@ def _bitwise(name, ufunc):
             raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Float'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
-    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise")(kernel)
+    declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
+                  samples=_bitwise_samples)(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -526,26 +638,27 @@ bitwise_or = _bitwise("bitwise_or", np.bitwise_or)
 bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
 
 
-@op(differentiable=False, family="pointwise")
+@op(differentiable=False, family="pointwise",
+    samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self):
     if self._dtype.is_floating_point:
         raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float'")
     return pointwise(np.invert, self)
 
 
-@op(differentiable=False, family="pointwise")
+@op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isnan(self):
-    return pointwise(np.isnan, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isnan), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
 
-@op(differentiable=False, family="pointwise")
+@op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isinf(self):
-    return pointwise(np.isinf, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isinf), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
 
-@op(differentiable=False, family="pointwise")
+@op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isfinite(self):
-    return pointwise(np.isfinite, self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isfinite), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
 
 
 @op(inputs=BINARY, kind="composite")
@@ -570,7 +683,7 @@ def equal(self, other):
 
 # --------------------------------------------------------------------------- fills
 
-@op(inputs=("self",), kind="inplace", family="pointwise")
+@op(inputs=("self",), kind="inplace", family="pointwise", samples=_fill_samples)
 def fill_(self, value):
     if isinstance(value, TensorBase):
         if value.dim() != 0:
@@ -598,4 +711,4 @@ def zero_(self):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
-            "TensorBase", "bool_", "float32", "BINARY")]
+            "TensorBase", "bool_", "float32", "int64", "BINARY", "Sample")]

@@ -1,23 +1,38 @@
-"""Reductions: ops that combine elements along dimensions (``sum``, ``mean`` ...).
+"""Reductions: ops that combine elements along dimensions (``sum``, ``amax``, ``var`` ...)
+and the dimension-wise ops built like them (``softmax``, ``log_softmax``, ``cumsum``).
 
-Kernels run over views with NumPy's pairwise-summing reductions (or the Cython
-``sum_all`` for whole-tensor sums).  ``dim`` may be None (all dims), an int or a tuple;
-``keepdim`` keeps reduced dims as size 1.  Derivatives broadcast the gradient back with
-``expand`` after restoring reduced dims.
+Kernels run NumPy over zero-copy views (its reductions sum pairwise, so float32 sums are
+as accurate as NumPy's; whole-tensor sums use the Cython ``sum_all``).  ``dim`` may be
+None (all dims), an int or a tuple (``()`` also means all dims); ``keepdim`` keeps
+reduced dims as size 1.  Derivatives broadcast the gradient back after restoring reduced
+dims (``unsqueeze_reduced``).
+
+Every single-tensor op here whose ``dim`` parameter names the dims it works on has
+``family="reduction"`` (vmap shifts ``dim`` past the batch dim).  ``max``/``min``,
+``var``/``std`` and ``norm`` are composites that sort out PyTorch's overloads and call
+the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2`` with a clean ``dim``.
 """
+import math
+from collections import namedtuple
+
 import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int64
-from microtensor.ops.loops import dims_of, from_numpy_result, reduce
-from microtensor.ops.registry import op
+from microtensor.ops.factory import arange
+from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result,
+                                   new_result, reduce, reduced_shape)
+from microtensor.ops.pointwise import maximum, minimum, where
+from microtensor.ops.registry import Sample, op
+
+# torch.return_types.max / min: a tuple whose fields are also attributes
+ReturnMax = namedtuple("max", ("values", "indices"))
+ReturnMin = namedtuple("min", ("values", "indices"))
+for _t in (ReturnMax, ReturnMin):
+    _t.__module__ = "microtensor.return_types"
 
 
-def _sum_dtype(self, dtype):
-    if dtype is not None:
-        return dtype
-    return self._dtype if self._dtype.is_floating_point else int64
-
+# --------------------------------------------------------------------------- helpers
 
 def unsqueeze_reduced(grad, self_shape, dim, keepdim):
     """Put back the dims a reduction removed so ``grad`` broadcasts against the input."""
@@ -28,9 +43,135 @@ def unsqueeze_reduced(grad, self_shape, dim, keepdim):
     return grad
 
 
-@op(family="reduction")
+def _reduced_count(shape, dim):
+    return math.prod(shape[d] for d in dims_of(dim, len(shape))) if shape else 1
+
+
+def _integer_to_int64(self, dtype):
+    """Result dtype of sum-like ops: integers and bool accumulate in int64."""
+    if dtype is not None:
+        return dtype
+    return self._dtype if self._dtype.is_floating_point else int64
+
+
+def _check_reducible(name, self, dim):
+    """PyTorch refuses to reduce an empty extent for ops without an identity (max ...)."""
+    if self._numel:
+        return
+    if dim is None or dim == ():
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                           "input.numel() == 0. Specify the reduction dim with the 'dim' "
+                           "argument.")
+    for d in dims_of(dim, self.dim()):
+        if self._sizes[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+def _single_dim(dim, ndim):
+    """The one dim of ops like ``softmax``, wrapped; 0-d tensors accept 0 and -1."""
+    return meta.wrap_dim(dim, ndim)
+
+
+def _fresh(arr, dtype=None):
+    """A new tensor owning a copy of ``arr`` (which may be a NumPy view of a result)."""
+    return from_numpy_result(np.array(arr, dtype=dtype.np if dtype else None))
+
+
+def _float_only(name, self):
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(f'"{name}" not implemented for '
+                                  f"'{_type_name(self._dtype)}'")
+
+
+def _along(self, dim):
+    """A NumPy view and axis for a one-dim op (0-d tensors act as one element)."""
+    axis = _single_dim(dim, self.dim())
+    arr = self._array()
+    return (arr.reshape(1), 0) if self.dim() == 0 else (arr, axis)
+
+
+# --------------------------------------------------------------------------- samples
+
+def _reduction_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(3, 4), -1, True),
+            Sample(make(2, 3, 4), (0, 2)), Sample(make(2, 3, 4), (-1, 0), keepdim=True),
+            Sample(make(2, 1, 4), 1), Sample(make(5), 0, keepdim=True), Sample(make()),
+            Sample(make(), 0), Sample(make(3, 4), dim=())]
+
+
+def _single_dim_samples(make):
+    return [Sample(make(3, 4), 1), Sample(make(3, 4), 0), Sample(make(2, 3, 4), -1),
+            Sample(make(2, 1, 4), 1), Sample(make(5), 0), Sample(make(), 0),
+            Sample(make(4, 3).mT, 0)]
+
+
+def _extremum_samples(make):
+    # distinct values: ties would make the subgradient ambiguous
+    return [Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(3, 4), -1, True),
+            Sample(make(2, 3, 4), (0, 2)), Sample(make(2, 1, 4), 1), Sample(make()),
+            Sample(make(), 0)]
+
+
+def _max_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(3, 4), -1, True),
+            Sample(make(2, 3, 4), dim=0, keepdim=False), Sample(make(2, 1, 4), 1),
+            Sample(make()), Sample(make(), 0), Sample(make(3, 4), make(4)),
+            Sample(make(3, 4), other=make(3, 1))]
+
+
+def _arg_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(3, 4), -2, True),
+            Sample(make(2, 3, 4), keepdim=True), Sample(make(), 0), Sample(make())]
+
+
+def _prod_samples(make):
+    return [Sample(make(3, 4, low=0.5, high=2)), Sample(make(3, 4, low=0.5, high=2), 1),
+            Sample(make(2, 3, 4, low=-2, high=-0.5), -1, True), Sample(make(5), 0),
+            Sample(make()), Sample(make(), 0)]
+
+
+def _var_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(3, 4), -1, True),
+            Sample(make(2, 3, 4), (0, 2), correction=0), Sample(make(5), 0, False),
+            Sample(make(3, 4), unbiased=False), Sample(make(3, 4), True),
+            Sample(make(2, 3, 4), dim=1, correction=2, keepdim=True)]
+
+
+def _norm_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 2, 1), Sample(make(3, 4), 1, -1, True),
+            Sample(make(3, 4), float("inf"), 0), Sample(make(3, 4), -float("inf"), 1),
+            Sample(make(3, 4), 3), Sample(make(2, 3, 4), "fro", (0, 2)),
+            Sample(make(2, 3, 4), p=1.5, dim=1, keepdim=True), Sample(make(5), dim=0),
+            Sample(make())]
+
+
+def _logsumexp_samples(make):
+    return [Sample(make(3, 4), 1), Sample(make(3, 4), -1, True), Sample(make(2, 3, 4), (0, 2)),
+            Sample(make(2, 1, 4), 1), Sample(make(5), 0), Sample(make(), 0)]
+
+
+def _with_zeros(make, *shape):
+    return make(*shape, dtype=int64, low=-1, high=2).double()
+
+
+def _bool_samples(make):
+    return [Sample(_with_zeros(make, 3, 4)), Sample(_with_zeros(make, 3, 4), 1),
+            Sample(_with_zeros(make, 2, 3, 4), (0, 2)),
+            Sample(_with_zeros(make, 3, 4).bool(), -1, True), Sample(_with_zeros(make)),
+            Sample(_with_zeros(make, 4, 3).mT, 0)]
+
+
+def _count_samples(make):
+    return [Sample(_with_zeros(make, 3, 4)), Sample(_with_zeros(make, 3, 4), 1),
+            Sample(_with_zeros(make, 2, 3, 4), (0, -1)), Sample(_with_zeros(make)),
+            Sample(_with_zeros(make, 4, 3).mT, dim=0)]
+
+
+# --------------------------------------------------------------------------- sum, mean, prod
+
+@op(family="reduction", samples=_reduction_samples)
 def sum(self, dim=None, keepdim=False, *, dtype=None):
-    out_dtype = _sum_dtype(self, dtype)
+    out_dtype = _integer_to_int64(self, dtype)
     if dim is None and not keepdim and self.device.type == "cpu":
         value = kernels.sum_all(self._array())
         return from_numpy_result(np.asarray(value, dtype=out_dtype.np))
@@ -56,14 +197,379 @@ def sum_to_size(self, *size):
     return result.view(size) if lead else result
 
 
-@op(kind="composite")
+@op(kind="composite", samples=_reduction_samples)
 def mean(self, dim=None, keepdim=False, *, dtype=None):
     if not (dtype or self._dtype).is_floating_point:
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
-                           f"floating point or complex dtype. Got: "
-                           f"{self._dtype.name.capitalize()}")
-    count = 1
-    for d in dims_of(dim, self.dim()):
-        count *= self._sizes[d]
-    return self.sum(dim, keepdim, dtype=dtype) / max(count, 0) if count else \
-        self.sum(dim, keepdim, dtype=dtype) * float("nan")
+                           "floating point or complex dtype. Got: "
+                           f"{_type_name(dtype or self._dtype)}")
+    total = self.sum(dim, keepdim, dtype=dtype)
+    count = _reduced_count(self._sizes, dim)
+    return total / count if count else total * math.nan
+
+
+@op(family="reduction", samples=_prod_samples)
+def prod(self, dim=None, keepdim=False, *, dtype=None):
+    return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype))
+
+
+@prod.def_derivative
+def prod(grad, self, dim, keepdim):
+    # d prod / d x_i is the product of the other elements: computed without dividing by
+    # x_i where a slice holds zeros (one zero: only that position gets a gradient).
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    reduce_dims = dims_of(dim, self.dim())
+    is_zero = self == 0
+    nonzero = self.masked_fill(is_zero, 1)
+    zeros_in_slice = is_zero.sum(reduce_dims, keepdim=True)
+    product_of_nonzero = nonzero.prod(reduce_dims, keepdim=True)
+    at_zero = product_of_nonzero * (zeros_in_slice == 1)
+    elsewhere = product_of_nonzero / nonzero * (zeros_in_slice == 0)
+    return grad * where(is_zero, at_zero, elsewhere),
+
+
+# --------------------------------------------------------------------------- extrema
+
+@op(family="reduction", samples=_extremum_samples)
+def amax(self, dim=(), keepdim=False):
+    _check_reducible("amax", self, dim)
+    return reduce(np.amax, self, dim, keepdim, None)
+
+
+@op(family="reduction", samples=_extremum_samples)
+def amin(self, dim=(), keepdim=False):
+    _check_reducible("amin", self, dim)
+    return reduce(np.amin, self, dim, keepdim, None)
+
+
+def _evenly_to_extrema(grad, self, dim, keepdim, result):
+    """The gradient of amax/amin: shared evenly between the elements that attain it."""
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    attains = self == unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    count = attains.sum(dims_of(dim, self.dim()), keepdim=True)
+    return where(attains, grad / count, 0.0),
+
+
+amax.def_derivative(_evenly_to_extrema)
+amin.def_derivative(_evenly_to_extrema)
+
+
+def _value_and_index(np_arg, self, dim, keepdim):
+    arr, axis = _along(self, dim)
+    index = np_arg(arr, axis=axis, keepdims=True)
+    values = np.take_along_axis(arr, index, axis=axis)
+    if self.dim() == 0:
+        values, index = values.reshape(()), index.reshape(())
+    elif not keepdim:
+        values, index = values.squeeze(axis), index.squeeze(axis)
+    return _fresh(values), _fresh(index, int64)
+
+
+@op(family="reduction", method=False, function=False)
+def _max_dim(self, dim, keepdim=False):
+    _check_reducible("max", self, dim)
+    return _value_and_index(np.argmax, self, dim, keepdim)
+
+
+@op(family="reduction", method=False, function=False)
+def _min_dim(self, dim, keepdim=False):
+    _check_reducible("min", self, dim)
+    return _value_and_index(np.argmin, self, dim, keepdim)
+
+
+def _to_selected(grad, self, dim, keepdim, index):
+    """Put ``grad`` (of the values picked along ``dim``) at the picked positions."""
+    grad = grad[0]
+    if self.dim() == 0:
+        return grad,
+    d = _single_dim(dim, self.dim())
+    grad = unsqueeze_reduced(grad, self._sizes, d, keepdim)
+    positions = _positions_along(self, d)
+    return where(positions == index, grad, 0.0),
+
+
+def _positions_along(self, d):
+    shape = [1] * self.dim()
+    shape[d] = self._sizes[d]
+    return arange(self._sizes[d], device=self.device).view(shape)
+
+
+@_max_dim.def_derivative
+def _max_dim(grad, self, dim, keepdim):
+    # the indices are recomputed: they are not saved with the values
+    return _to_selected(grad, self, dim, keepdim, self.argmax(dim, keepdim=True))
+
+
+@_min_dim.def_derivative
+def _min_dim(grad, self, dim, keepdim):
+    return _to_selected(grad, self, dim, keepdim, self.argmin(dim, keepdim=True))
+
+
+def _extremum(name, full, by_dim, binary, return_type):
+    def extremum(self, dim=None, keepdim=False, *, other=None):
+        if isinstance(dim, TensorBase):
+            dim, other = None, dim
+        if other is not None:
+            return binary(self, other)
+        if dim is None:
+            _check_reducible(name, self, None)
+            return full(self)
+        return return_type(*by_dim(self, dim, keepdim))
+    extremum.__name__ = name
+    extremum.__doc__ = (f"``{name}(input)``: the {name}imum value; ``{name}(input, dim, "
+                        f"keepdim=False)``: ``(values, indices)`` along ``dim``; "
+                        f"``{name}(input, other)``: elementwise {name}imum.")
+    return op(name, kind="composite", samples=_max_samples)(extremum)
+
+
+max = _extremum("max", amax, _max_dim, maximum, ReturnMax)
+min = _extremum("min", amin, _min_dim, minimum, ReturnMin)
+
+
+def _arg_extremum(name, np_arg):
+    def kernel(self, dim=None, keepdim=False):
+        if self._dtype is bool_:
+            raise RuntimeError(f"{name}(): does not support bool input")
+        if dim is None:
+            if self._numel == 0:
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for "
+                                 "input.numel() == 0.")
+            index = np_arg(self._array())
+            shape = (1,) * self.dim() if keepdim else ()
+            return _fresh(np.reshape(index, shape), int64)
+        if not isinstance(dim, int):
+            raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
+        _check_reducible(name, self, dim)
+        arr, axis = _along(self, dim)
+        index = np_arg(arr, axis=axis, keepdims=keepdim or self.dim() == 0)
+        return _fresh(index.reshape(index.shape if self.dim() else ()), int64)
+    kernel.__name__ = name
+    # dim=None means the index into the flattened tensor: vmap needs a rule for that case
+    return op(name, family="reduction", differentiable=False, samples=_arg_samples)(kernel)
+
+
+argmax = _arg_extremum("argmax", np.argmax)
+argmin = _arg_extremum("argmin", np.argmin)
+
+
+# --------------------------------------------------------------------------- var, std, norm
+
+def _check_var_input(self):
+    if not self._dtype.is_floating_point:
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+
+
+def _var_arguments(dim, unbiased, correction):
+    """Normalise PyTorch's overloads: ``var(x, True)``, ``var(x, dim, unbiased)``,
+    ``var(x, dim, correction=c)``."""
+    if isinstance(dim, bool):
+        if unbiased is not None:
+            raise TypeError("var(): 'unbiased' given twice")
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise TypeError("var() received an invalid combination of arguments: both "
+                        "'unbiased' and 'correction' were given")
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    return dim, correction
+
+
+@op(family="reduction", method=False, function=False)
+def _var(self, dim=None, correction=1, keepdim=False):
+    _check_var_input(self)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return reduce(np.var, self, dim, keepdim, None, ddof=correction)
+
+
+@op(family="reduction", method=False, function=False)
+def _std(self, dim=None, correction=1, keepdim=False):
+    _check_var_input(self)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return reduce(np.std, self, dim, keepdim, None, ddof=correction)
+
+
+@_var.def_derivative
+def _var(grad, self, dim, correction, keepdim):
+    degrees_of_freedom = _reduced_count(self._sizes, dim) - correction
+    scale = 2.0 / degrees_of_freedom if degrees_of_freedom else math.inf
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    return grad * (self - self.mean(dims_of(dim, self.dim()), keepdim=True)) * scale,
+
+
+@_std.def_derivative
+def _std(grad, self, dim, correction, keepdim, result):
+    # d std = d var / (2 std); zero where std is zero (a constant slice), as PyTorch does
+    grad = (grad / (2 * result)).masked_fill(result == 0, 0)
+    return _var.derivative(grad, self, dim, correction, keepdim)
+
+
+@op(kind="composite", samples=_var_samples)
+def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, correction = _var_arguments(dim, unbiased, correction)
+    return _var(self, dim, correction, keepdim)
+
+
+@op(kind="composite", samples=_var_samples)
+def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, correction = _var_arguments(dim, unbiased, correction)
+    return _std(self, dim, correction, keepdim)
+
+
+@op(family="reduction", method=False, function=False)
+def _norm2(self, dim=None, keepdim=False):
+    squares = np.square(self._array())
+    if self.dim() == 0:
+        return from_numpy_result(np.sqrt(squares))
+    return from_numpy_result(np.sqrt(np.sum(squares, axis=dims_of(dim, self.dim()),
+                                            keepdims=keepdim)))
+
+
+@_norm2.def_derivative
+def _norm2(grad, self, dim, keepdim, result):
+    # the subgradient 0 at the zero vector, as PyTorch does
+    scale = (unsqueeze_reduced(grad, self._sizes, dim, keepdim) /
+             unsqueeze_reduced(result, self._sizes, dim, keepdim))
+    return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0),
+
+
+@op(kind="composite", samples=_norm_samples)
+def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+    """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims)."""
+    if not (dtype or self._dtype).is_floating_point:
+        raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
+                           f"as input. Got {_type_name(self._dtype)}")
+    if dtype is not None:
+        self = self.to(dtype)
+    if isinstance(dim, int):
+        dim = (dim,)
+    if p is None or p == "fro" or p == 2:
+        return _norm2(self, dim, keepdim)
+    if isinstance(p, str):
+        raise RuntimeError(f"norm(): p={p!r} is not supported (only vector norms and 'fro')")
+    if math.isinf(p):
+        if self._numel == 0:
+            raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty "
+                               "tensor because the operation does not have an identity")
+        magnitude = self.abs()
+        return magnitude.amax(dim, keepdim) if p > 0 else magnitude.amin(dim, keepdim)
+    if p == 0:
+        return (self != 0).sum(dim, keepdim).to(self._dtype)
+    if p == 1:
+        return self.abs().sum(dim, keepdim)
+    return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+
+
+# --------------------------------------------------------------------------- exp-normalising
+
+@op(family="reduction", samples=_logsumexp_samples)
+def logsumexp(self, dim, keepdim=False):
+    dtype = float_dtype(self._dtype)
+    shape = reduced_shape(self._sizes, dims_of(dim, self.dim()), keepdim)
+    if self._numel == 0:
+        return from_numpy_result(np.full(shape, -np.inf, dtype=dtype.np))
+    if self.dim() == 0:
+        arr, dims = self._array().reshape(1), 0
+    else:
+        arr, dims = self._array(), dims_of(dim, self.dim())
+    arr = arr.astype(dtype.np, copy=False)
+    shift = np.amax(arr, axis=dims, keepdims=True)
+    np.copyto(shift, 0, where=~np.isfinite(shift))   # all-infinite slices: no shift needed
+    total = np.sum(np.exp(arr - shift), axis=dims, keepdims=True)
+    with np.errstate(divide="ignore"):
+        result = np.log(total) + shift
+    return _fresh(result.reshape(shape), dtype)
+
+
+@logsumexp.def_derivative
+def logsumexp(grad, self, dim, keepdim, result):
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    return grad * (self - result).exp(),
+
+
+def _normalised_exp(name, log):
+    def kernel(self, dim, dtype=None):
+        if dtype is not None:
+            self = self.to(dtype)
+        _float_only(f"{name}_kernel_impl", self)
+        result = new_result(self._sizes, self._dtype)
+        if not self._numel:
+            return result
+        arr, axis = _along(self, dim)
+        out = result._array().reshape(arr.shape)
+        np.subtract(arr, np.amax(arr, axis=axis, keepdims=True), out=out)
+        if log:
+            out -= np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
+        else:
+            np.exp(out, out=out)
+            out /= np.sum(out, axis=axis, keepdims=True)
+        return result
+    kernel.__name__ = name
+    return op(name, family="reduction", samples=_single_dim_samples)(kernel)
+
+
+softmax = _normalised_exp("softmax", log=False)
+log_softmax = _normalised_exp("log_softmax", log=True)
+
+
+@softmax.def_derivative
+def softmax(grad, dim, result):
+    dim = _single_dim(dim, result.dim()) if result.dim() else ()
+    return result * (grad - (grad * result).sum(dim, keepdim=True)),
+
+
+@log_softmax.def_derivative
+def log_softmax(grad, dim, result):
+    dim = _single_dim(dim, result.dim()) if result.dim() else ()
+    return grad - result.exp() * grad.sum(dim, keepdim=True),
+
+
+# --------------------------------------------------------------------------- scans
+
+@op(family="reduction", samples=_single_dim_samples)
+def cumsum(self, dim, *, dtype=None):
+    result = new_result(self._sizes, _integer_to_int64(self, dtype))
+    arr, axis = _along(self, dim)
+    if self._numel:
+        np.cumsum(arr, axis=axis, dtype=result._dtype.np, out=result._array().reshape(arr.shape))
+    return result
+
+
+@cumsum.def_derivative
+def cumsum(grad, dim):
+    # the reversed cumulative sum: total - (inclusive prefix sum) + own term
+    if grad.dim() == 0:
+        return grad,
+    d = _single_dim(dim, grad.dim())
+    return grad.sum(d, keepdim=True) - grad.cumsum(d) + grad,
+
+
+# --------------------------------------------------------------------------- logical
+
+def _logical_reduction(np_reduction, self, dim, keepdim):
+    arr = self._array()
+    if self.dim() == 0:
+        return from_numpy_result(np_reduction(arr), bool_)
+    return from_numpy_result(np_reduction(arr, axis=dims_of(dim, self.dim()),
+                                          keepdims=keepdim), bool_)
+
+
+@op(family="reduction", differentiable=False, samples=_bool_samples)
+def all(self, dim=None, keepdim=False):
+    return _logical_reduction(np.all, self, dim, keepdim)
+
+
+@op(family="reduction", differentiable=False, samples=_bool_samples)
+def any(self, dim=None, keepdim=False):
+    return _logical_reduction(np.any, self, dim, keepdim)
+
+
+@op(family="reduction", differentiable=False, samples=_count_samples)
+def count_nonzero(self, dim=None):
+    dims = dims_of(dim, self.dim()) if self.dim() else None
+    return from_numpy_result(np.count_nonzero(self._array(), axis=dims), int64)
+
+
+__all__ = ["sum", "sum_to_size", "mean", "prod", "amax", "amin", "max", "min", "argmax",
+           "argmin", "var", "std", "norm", "logsumexp", "softmax", "log_softmax", "cumsum",
+           "all", "any", "count_nonzero", "unsqueeze_reduced", "ReturnMax", "ReturnMin"]

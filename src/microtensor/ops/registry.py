@@ -21,8 +21,22 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 ``Tensor.<name>``.
 """
 import inspect
+import re
 
 REGISTRY = {}
+
+# ``<input>_shape`` etc. in a derivative's parameters: metadata read at record time
+_METADATA = {
+    "_shape": lambda t: t._sizes,
+    "_strides": lambda t: t._strides,
+    "_offset": lambda t: t._offset,
+    "_dtype": lambda t: t._dtype,
+    "_device": lambda t: t.device,
+}
+
+
+def _camel(name):
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name.strip("_")))
 
 
 class Sample:
@@ -59,11 +73,17 @@ class Op:
         self.random = random
         self.derivative = None
         self.saved_names = ()
+        self.saved_plan = ()                 # see ``def_derivative``
+        self.saves_self = False
+        self.node_name = _camel(inplace_of.name if inplace_of else name) + "Backward0"
         sig = inspect.signature(kernel)
         self.params = tuple(p.name for p in sig.parameters.values()
                             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
         self.defaults = {p.name: p.default for p in sig.parameters.values()
                          if p.default is not p.empty}
+        self.varargs = next((p.name for p in sig.parameters.values()
+                             if p.kind is p.VAR_POSITIONAL), None)
+        self.param_names = frozenset(sig.parameters)
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
 
@@ -73,12 +93,29 @@ class Op:
         names = tuple(inspect.signature(fn).parameters)[1:]
         self.derivative = fn
         self.saved_names = names
+        self.saved_plan = tuple(self._plan_saving(n) for n in names)
+        self.saves_self = "self" in names
         return self
+
+    def _plan_saving(self, name):
+        """How autograd gets a derivative parameter when recording: ``(name, source,
+        read)`` with source "result", "argument" or "meta" (``read`` = (argument, getter))."""
+        if name == "result":
+            return name, "result", None
+        if name in self.param_names:
+            return name, "argument", None
+        for suffix, getter in _METADATA.items():
+            argument = name[:-len(suffix)]
+            if name.endswith(suffix) and argument in self.param_names:
+                return name, "meta", (argument, getter)
+        raise TypeError(f"derivative of {self.name} asks for unknown value '{name}'")
 
     def bind(self, args, kwargs):
         """Forward arguments by parameter name, defaults filled in."""
         values = dict(self.defaults)
         values.update(zip(self.params, args))
+        if self.varargs is not None:
+            values[self.varargs] = args[len(self.params):]
         if kwargs:
             values.update(kwargs)
         return values

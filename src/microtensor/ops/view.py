@@ -6,24 +6,38 @@ the gradient back to the input's shape with other view ops, or by writing it int
 ``new_zeros`` buffer through the same view, so that they run under vmap too.
 """
 import builtins
+import operator
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
 from microtensor.ops.registry import op
 
 
-def _sizes_arg(shape):
+def _int_arg(value, name):
+    """An integer argument: like PyTorch, floats and other non-integers are a TypeError."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
+    if not -2 ** 63 <= value < 2 ** 63:
+        raise TypeError(f"argument '{name}' must fit in 64 bits, got {value}")
+    return value
+
+
+def _sizes_arg(shape, name="size"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(_int_arg(s, name) for s in shape)
 
 
 # --------------------------------------------------------------------------- reshaping
 
 @op(kind="view")
 def view(self, *shape):
-    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
-        raise TypeError("view(dtype) is not supported; use .to(dtype)")
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list)) and \
+            not hasattr(shape[0], "__index__"):
+        raise TypeError(f"view(): argument 'size' must be tuple of ints, not "
+                        f"{type(shape[0]).__name__} (view(dtype) is not supported; use .to)")
     sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
     strides = meta.view_strides(self._sizes, self._strides, sizes)
     if strides is None:
@@ -44,7 +58,21 @@ def reshape(self, *shape):
     sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
     if meta.view_strides(self._sizes, self._strides, sizes) is not None:
         return self.view(sizes)
-    return self.clone(memory_format=meta.contiguous_format).view(sizes)
+    return self.clone(memory_format=meta.contiguous_format)._unsafe_view(sizes)
+
+
+@op()
+def _unsafe_view(self, *shape):
+    """``view`` of a tensor nobody else sees (reshape's private copy): the result is not a
+    view, as in PyTorch, so ``reshape`` gives ``_base`` None whenever it copies."""
+    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    strides = meta.view_strides(self._sizes, self._strides, sizes)
+    return self._make_alias_unchecked(sizes, tuple(strides), self._offset)
+
+
+@_unsafe_view.def_derivative
+def _unsafe_view(grad, self_shape):
+    return grad.reshape(self_shape),
 
 
 @op(kind="composite")
@@ -61,12 +89,12 @@ def reshape_as(self, other):
 def flatten(self, start_dim=0, end_dim=-1):
     if self.dim() == 0:
         return self.reshape(1)
-    start = meta.wrap_dim(start_dim, self.dim())
-    end = meta.wrap_dim(end_dim, self.dim())
+    start = meta.wrap_dim(_int_arg(start_dim, "start_dim"), self.dim())
+    end = meta.wrap_dim(_int_arg(end_dim, "end_dim"), self.dim())
     if start > end:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     if start == end:
-        return self.view(self._sizes) if self._base is None else self.alias()
+        return self
     middle = 1
     for s in self._sizes[start:end + 1]:
         middle *= s
@@ -75,8 +103,18 @@ def flatten(self, start_dim=0, end_dim=-1):
 
 @op(kind="composite")
 def unflatten(self, dim, sizes):
-    d = meta.wrap_dim(dim, self.dim())
-    sizes = tuple(meta.infer_size(tuple(sizes), self._sizes[d]))
+    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim())
+    requested = _sizes_arg((sizes,), "sizes")
+    if not requested:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    try:
+        sizes = tuple(meta.infer_size(requested, self._sizes[d]))
+    except RuntimeError as error:
+        if "inferred" in str(error) or -1 in requested:
+            raise
+        raise RuntimeError(f"unflatten: Provided sizes {list(requested)} don't multiply up to "
+                           f"the size of dim {dim} ({self._sizes[d]}) in the input tensor") \
+            from None
     return self.view(self._sizes[:d] + sizes + self._sizes[d + 1:])
 
 
@@ -85,7 +123,9 @@ def unflatten(self, dim, sizes):
 @op(kind="view")
 def transpose(self, dim0, dim1):
     n = self.dim()
-    a, b = meta.wrap_dim(dim0, n), meta.wrap_dim(dim1, n)
+    a, b = meta.wrap_dim(_int_arg(dim0, "dim0"), n), meta.wrap_dim(_int_arg(dim1, "dim1"), n)
+    if n == 0:
+        return self._make_view_unchecked((), (), self._offset)
     sizes, strides = list(self._sizes), list(self._strides)
     sizes[a], sizes[b] = sizes[b], sizes[a]
     strides[a], strides[b] = strides[b], strides[a]
@@ -111,7 +151,7 @@ def t(self):
 
 @op(kind="view")
 def permute(self, *dims):
-    dims = _sizes_arg(dims)
+    dims = _sizes_arg(dims, "dims")
     n = self.dim()
     if len(dims) != n:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
@@ -137,13 +177,16 @@ def permute(grad, dims):
 @op(kind="composite")
 def movedim(self, source, destination):
     n = self.dim()
-    src = [source] if isinstance(source, int) else list(source)
-    dst = [destination] if isinstance(destination, int) else list(destination)
+    src = list(_sizes_arg((source,), "source"))
+    dst = list(_sizes_arg((destination,), "destination"))
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
                            f"should contain the same number of dims as destination ({dst} dims)")
     src = [meta.wrap_dim(d, n) for d in src]
     dst = [meta.wrap_dim(d, n) for d in dst]
+    for name, dims in (("source", src), ("destination", dst)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({dims})")
     order = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
@@ -159,7 +202,7 @@ moveaxis = movedim
 
 @op(kind="view")
 def unsqueeze(self, dim):
-    d = meta.wrap_dim(dim, self.dim() + 1)
+    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim() + 1)
     new_stride = self._sizes[d] * self._strides[d] if d < self.dim() else 1
     return self._make_view_unchecked(self._sizes[:d] + (1,) + self._sizes[d:],
                                      self._strides[:d] + (new_stride,) + self._strides[d:],
@@ -177,7 +220,7 @@ def squeeze(self, dim=None):
     if dim is None:
         dims = {i for i, s in enumerate(self._sizes) if s == 1}
     else:
-        dims = {meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, int) else dim)}
+        dims = {meta.wrap_dim(d, n) for d in _sizes_arg((dim,), "dim")}
         dims = {d for d in dims if self._sizes[d] == 1}
     keep = [i for i in range(n) if i not in dims]
     return self._make_view_unchecked(tuple(self._sizes[i] for i in keep),
@@ -210,7 +253,7 @@ def expand_as(self, other):
     return self.expand(other.shape)
 
 
-@op(kind="composite", method=False)
+@op(kind="composite")
 def broadcast_to(self, size):
     return self.expand(size)
 
@@ -226,6 +269,7 @@ def _zeros_with(grad, self_shape, write):
 
 @op(kind="view")
 def select(self, dim, index):
+    dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
     n = self.dim()
     if n == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
@@ -249,10 +293,11 @@ def select(grad, self_shape, dim, index):
 def narrow(self, dim, start, length):
     if self.dim() == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
-    d = meta.wrap_dim(dim, self.dim())
+    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim())
     size = self._sizes[d]
-    if isinstance(start, TensorBase):
-        start = start.item()
+    start, length = _int_arg(start, "start"), _int_arg(length, "length")
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
     if not -size <= start <= size:
         raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], "
                          f"but got {start})")
@@ -279,7 +324,7 @@ def slice(self, dim=0, start=None, end=None, step=1):
     return self._make_view_unchecked(
         self._sizes[:d] + (length,) + self._sizes[d + 1:],
         self._strides[:d] + (self._strides[d] * step,) + self._strides[d + 1:],
-        self._offset + (begin * self._strides[d] if length else 0))
+        self._offset + begin * self._strides[d])
 
 
 @slice.def_derivative
@@ -290,7 +335,8 @@ def slice(grad, self_shape, dim, start, end, step):
 @op(kind="view")
 def diagonal(self, offset=0, dim1=0, dim2=1):
     n = self.dim()
-    a, b = meta.wrap_dim(dim1, n), meta.wrap_dim(dim2, n)
+    offset = _int_arg(offset, "offset")
+    a, b = meta.wrap_dim(_int_arg(dim1, "dim1"), n), meta.wrap_dim(_int_arg(dim2, "dim2"), n)
     if a == b:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     if offset >= 0:
@@ -314,7 +360,10 @@ def diagonal(grad, self_shape, offset, dim1, dim2):
 
 @op(kind="view")
 def unfold(self, dimension, size, step):
-    d = meta.wrap_dim(dimension, max(self.dim(), 1))
+    size, step = _int_arg(size, "size"), _int_arg(step, "step")
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    d = meta.wrap_dim(_int_arg(dimension, "dimension"), max(self.dim(), 1))
     dim_size = self._sizes[d] if self.dim() else 1
     if size > dim_size:
         raise RuntimeError(f"maximum size for tensor at dimension {d} is {dim_size} but size "
@@ -341,11 +390,12 @@ def unfold(grad, self_shape, self_strides, self_offset, dimension, size, step):
 
 @op(kind="view")
 def as_strided(self, size, stride, storage_offset=None):
-    sizes, strides = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    sizes, strides = _sizes_arg((size,), "size"), _sizes_arg((stride,), "stride")
     if len(sizes) != len(strides):
         raise RuntimeError(f"mismatch in length of strides and shape: size {list(sizes)} and "
                            f"stride {list(strides)}")
-    offset = self._offset if storage_offset is None else int(storage_offset)
+    offset = self._offset if storage_offset is None else _int_arg(storage_offset,
+                                                                  "storage_offset")
     return self._make_view(sizes, strides, offset)
 
 
@@ -409,5 +459,6 @@ def alias(grad):
 
 @op(kind="view", differentiable=False)
 def detach(self):
-    """A view that shares storage and version counter but is cut from the graph."""
-    return self._make_view_unchecked(self._sizes, self._strides, self._offset)
+    """Shares storage and version counter but is cut from the graph; like PyTorch's, it is
+    not a view (``_base`` is None)."""
+    return self._make_alias_unchecked(self._sizes, self._strides, self._offset)

@@ -1,0 +1,251 @@
+"""Matrix products: ``matmul`` (every rank case of PyTorch's), ``mm``, ``bmm``, ``mv``,
+``dot``, ``outer``, ``addmm``.
+
+Kernels check shapes and dtypes the way PyTorch does (no type promotion: both operands
+must have one dtype), then hand zero-copy NumPy views to ``np.matmul``, which calls BLAS
+(transposed views included), writing into a fresh contiguous result.  Derivatives are
+products again, so they are differentiable; broadcast batch dims are summed back to the
+input shapes by the autograd engine.  These ops have no vmap family: their batching
+rules are written explicitly in ``vmap``.
+"""
+import math
+
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.tensor import bool_
+from microtensor.ops.loops import _type_name, new_result
+from microtensor.ops.registry import Sample, op
+
+BINARY = ("self", "other")
+
+
+DTYPE_MISMATCH = {
+    "mm": "expected m1 and m2 to have the same dtype, but got: {a_lower} != {b_lower}",
+    "dot": "dot : expected both vectors to have same dtype, but found {a} and {b}",
+    "bmm": "expected scalar type {a} but found {b}",
+}
+
+
+def _check_same_dtype(self, other, kind="mm"):
+    """Products do not promote: PyTorch wants one dtype (and no bool)."""
+    if self._dtype is not other._dtype:
+        a, b = _type_name(self._dtype), _type_name(other._dtype)
+        raise RuntimeError(DTYPE_MISMATCH[kind].format(a=a, b=b, a_lower=a.lower(),
+                                                       b_lower=b.lower()))
+    if self._dtype is bool_:
+        raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
+
+
+def _product(np_fn, shape, self, other):
+    """``np_fn(self, other)`` into a fresh contiguous tensor of ``shape``."""
+    out = new_result(shape, self._dtype)
+    if out._numel:
+        np_fn(self._array(), other._array(), out=out._array())
+    return out
+
+
+def _dot_size_error(n, m):
+    return RuntimeError(f"inconsistent tensor size, expected tensor [{n}] and src [{m}] to "
+                        f"have the same number of elements, but got {n} and {m} elements "
+                        "respectively")
+
+
+def _mm_shape_error(rows, inner, other_rows, cols):
+    return RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{inner} and "
+                        f"{other_rows}x{cols})")
+
+
+def _mv_size_error(rows, inner, n):
+    return RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{inner}), vec ({n})")
+
+
+def _batch_size_error(batch, inner, got_batch, got_inner):
+    return RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                        f"[{batch}, {inner}] but got: [{got_batch}, {got_inner}].")
+
+
+# --------------------------------------------------------------------------- samples
+
+def _matmul_samples(make):
+    return [Sample(make(3), make(3)), Sample(make(2, 3), make(3)), Sample(make(3), make(3, 4)),
+            Sample(make(2, 3), make(3, 4)), Sample(make(5, 2, 3), make(3)),
+            Sample(make(3), make(5, 3, 4)), Sample(make(5, 2, 3), make(3, 4)),
+            Sample(make(2, 3), make(5, 3, 4)), Sample(make(5, 1, 2, 3), make(4, 3, 2)),
+            Sample(make(4, 2).mT, make(4, 3, 5).transpose(0, 1)), Sample(make(0, 3), make(3, 2))]
+
+
+def _mm_samples(make):
+    return [Sample(make(2, 3), make(3, 4)), Sample(make(3, 2).mT, make(3, 1)),
+            Sample(make(1, 1), make(1, 5)), Sample(make(2, 0), make(0, 3))]
+
+
+def _bmm_samples(make):
+    return [Sample(make(4, 2, 3), make(4, 3, 5)), Sample(make(1, 3, 2).mT, make(1, 3, 1)),
+            Sample(make(3, 2, 4), make(4, 3, 2).transpose(0, 1))]
+
+
+def _mv_samples(make):
+    return [Sample(make(2, 3), make(3)), Sample(make(3, 2).mT, make(3)),
+            Sample(make(1, 4), make(4))]
+
+
+def _dot_samples(make):
+    return [Sample(make(3), make(3)), Sample(make(1), make(1)), Sample(make(6)[::2], make(3))]
+
+
+def _outer_samples(make):
+    return [Sample(make(3), make(4)), Sample(make(1), make(2)), Sample(make(4)[::2], make(3))]
+
+
+def _addmm_samples(make):
+    return [Sample(make(2, 4), make(2, 3), make(3, 4)), Sample(make(4), make(2, 3), make(3, 4)),
+            Sample(make(2, 4), make(2, 3), make(3, 4), beta=0.5, alpha=2.0)]
+
+
+# --------------------------------------------------------------------------- matmul
+
+def _matmul_shape(self, other):
+    """The result shape of ``self @ other``, raising PyTorch's errors on a mismatch."""
+    a, b = tuple(self._sizes), tuple(other._sizes)
+    if not a or not b:
+        raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
+                           f"{len(a)}D and {len(b)}D")
+    if len(a) == 1 and len(b) == 1:
+        if a[0] != b[0]:
+            raise _dot_size_error(a[0], b[0])
+        return ()
+    if len(b) == 1:
+        if a[-1] != b[0]:
+            rows = math.prod(a[:-1])
+            raise _mv_size_error(rows, a[-1], b[0])
+        return a[:-1]
+    if len(b) == 2:
+        if a[-1] != b[0]:
+            raise _mm_shape_error(math.prod(a[:-1]), a[-1], b[0], b[1])
+        return a[:-1] + b[1:]
+    batch = tuple(meta.broadcast_shapes(a[:-2], b[:-2]))
+    if a[-1] != b[-2]:
+        count = math.prod(batch)
+        raise _batch_size_error(count, a[-1], count, b[-2])
+    rows = a[-2:-1]
+    return batch + rows + b[-1:]
+
+
+@op(inputs=BINARY, samples=_matmul_samples)
+def matmul(self, other):
+    """Matrix product with PyTorch's rank rules: 1-D operands are vectors (a dim is added
+    then removed), leading dims are batch dims and broadcast."""
+    shape = _matmul_shape(self, other)
+    _check_same_dtype(self, other, "dot" if self.dim() == other.dim() == 1 else "mm")
+    return _product(np.matmul, shape, self, other)
+
+
+@matmul.def_derivative
+def matmul(grad, self, other):
+    if self.dim() == 1 and other.dim() == 1:
+        return grad * other, grad * self
+    if other.dim() == 1:
+        # (..., n, k) @ (k,) -> (..., n)
+        return (grad.unsqueeze(-1) * other,
+                matmul(grad.unsqueeze(-2), self).squeeze(-2))
+    if self.dim() == 1:
+        # (k,) @ (..., k, m) -> (..., m)
+        return (matmul(other, grad.unsqueeze(-1)).squeeze(-1),
+                self.unsqueeze(-1) * grad.unsqueeze(-2))
+    return matmul(grad, other.mT), matmul(self.mT, grad)
+
+
+# --------------------------------------------------------------------------- fixed ranks
+
+@op(inputs=("self", "mat2"), samples=_mm_samples)
+def mm(self, mat2):
+    if self.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    (n, k), (k2, m) = self._sizes, mat2._sizes
+    if k != k2:
+        raise _mm_shape_error(n, k, k2, m)
+    _check_same_dtype(self, mat2)
+    return _product(np.matmul, (n, m), self, mat2)
+
+
+@mm.def_derivative
+def mm(grad, self, mat2):
+    return mm(grad, mat2.mT), mm(self.mT, grad)
+
+
+@op(inputs=("self", "mat2"), samples=_bmm_samples)
+def bmm(self, mat2):
+    if self.dim() != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if mat2.dim() != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
+    (b, n, k), (b2, k2, m) = self._sizes, mat2._sizes
+    if (b, k) != (b2, k2):
+        raise _batch_size_error(b, k, b2, k2)
+    _check_same_dtype(self, mat2, "bmm")
+    return _product(np.matmul, (b, n, m), self, mat2)
+
+
+@bmm.def_derivative
+def bmm(grad, self, mat2):
+    return bmm(grad, mat2.mT), bmm(self.mT, grad)
+
+
+@op(inputs=("self", "vec"), samples=_mv_samples)
+def mv(self, vec):
+    if self.dim() != 2 or vec.dim() != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {self.dim()}, "
+                           f"{vec.dim()}")
+    (n, k), (k2,) = self._sizes, vec._sizes
+    if k != k2:
+        raise _mv_size_error(n, k, k2)
+    _check_same_dtype(self, vec)
+    return _product(np.matmul, (n,), self, vec)
+
+
+@mv.def_derivative
+def mv(grad, self, vec):
+    return grad.unsqueeze(-1) * vec, mv(self.mT, grad)
+
+
+@op(inputs=("self", "tensor"), samples=_dot_samples)
+def dot(self, tensor):
+    if self.dim() != 1 or tensor.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D "
+                           "tensors")
+    if self._sizes[0] != tensor._sizes[0]:
+        raise _dot_size_error(self._sizes[0], tensor._sizes[0])
+    _check_same_dtype(self, tensor, "dot")
+    return _product(np.matmul, (), self, tensor)
+
+
+@dot.def_derivative
+def dot(grad, self, tensor):
+    return grad * tensor, grad * self
+
+
+@op(kind="composite", samples=_outer_samples)
+def outer(self, vec2):
+    """``self[i] * vec2[j]`` (with type promotion, as PyTorch's ``outer``)."""
+    for name, t in (("self", self), ("vec2", vec2)):
+        if t.dim() != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {t.dim()}-D")
+    return self.unsqueeze(-1) * vec2
+
+
+
+@op(kind="composite", samples=_addmm_samples)
+def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
+    product = mm(mat1, mat2)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (self if beta == 1 else self * beta)
+
+
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm"]

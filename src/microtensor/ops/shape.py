@@ -1,0 +1,501 @@
+"""Shape ops: joining tensors (``cat``, ``stack``, ``hstack``, ``vstack``), splitting one into
+views (``split``, ``split_with_sizes``, ``chunk``, ``unbind``), rearranging copies
+(``roll``, ``flip``, ``repeat``, ``tile``) and the triangle and diagonal ops (``tril``,
+``triu``, ``trace``, ``diag``, ``diag_embed``).
+
+Splits return tuples of views sharing the input's storage; autograd records each call as
+one multi-output view op, so writing in place into a piece raises as in PyTorch.  Copies
+are computed by NumPy on views of the storage.  Derivatives use only microtensor ops and
+make their buffers from the incoming gradient, so they are differentiable and run under
+vmap.
+"""
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
+from microtensor._dtype import result_type
+from microtensor.ops.factory import arange, tensor_of
+from microtensor.ops.loops import device_of, new_result
+from microtensor.ops.registry import Sample, inplace_variant, op
+
+
+def fresh_tensor(values):
+    """A new contiguous tensor taking over a NumPy result (copied only when it is a view
+    or not C-ordered)."""
+    values = np.asarray(values, order="C")
+    if values.base is not None:
+        values = values.copy()
+    return tensor_of(values)
+
+
+def _dims_arg(dims):
+    """``f(0, 1)``, ``f((0, 1))`` and ``f([0, 1])`` all mean dims (0, 1)."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    return tuple(int(d) for d in dims)
+
+
+# --------------------------------------------------------------------------- joining
+
+def _skipped_by_cat(t):
+    # PyTorch's legacy rule: a 1-D empty tensor is left out of cat whatever its other sizes
+    return t._sizes == (0,)
+
+
+def _cat_samples(make):
+    return [Sample([make(2, 3), make(4, 3)]), Sample([make(2, 3), make(2, 1), make(2, 0)], 1),
+            Sample([make(3), make(0), make(2)], -1), Sample([make(2, 2, 2)], dim=2)]
+
+
+@op(kind="composite", samples=_cat_samples)
+def cat(tensors, dim=0):
+    tensors = tuple(tensors)
+    if not tensors:
+        raise ValueError("cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, TensorBase):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{type(t).__name__}")
+        if not t._sizes:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be "
+                               "concatenated")
+    skipped = [_skipped_by_cat(t) for t in tensors]
+    if all(skipped):
+        skipped = [False] * len(tensors)
+    first = tensors[skipped.index(False)]
+    d = meta.wrap_dim(dim, first.dim())
+    for i, t in enumerate(tensors):
+        if skipped[i]:
+            continue
+        if t.dim() != first.dim():
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {first.dim()} "
+                               f"and {t.dim()}")
+        for k in range(first.dim()):
+            if k != d and t._sizes[k] != first._sizes[k]:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. "
+                                   f"Expected size {first._sizes[k]} but got size {t._sizes[k]} "
+                                   f"for tensor number {i} in the list.")
+    if len(tensors) == 1:
+        return first.clone(memory_format=_cat_format(tensors, skipped))
+    sizes = tuple(None if skip else t._sizes[d] for t, skip in zip(tensors, skipped))
+    return _cat(tensors, d, sizes)
+
+
+def _cat_format(tensors, skipped):
+    """The inputs' common suggested memory format (PyTorch's rule), else contiguous."""
+    formats = {meta.suggest_memory_format(t._sizes, t._strides)
+               for t, skip in zip(tensors, skipped) if not skip}
+    return formats.pop() if len(formats) == 1 else meta.contiguous_format
+
+
+def _private_cat_samples(make):
+    return [Sample([make(2, 3), make(4, 3)], 0, (2, 4)),
+            Sample([make(2, 3), make(0), make(2, 1)], 1, (3, None, 1))]
+
+
+@op(inputs=("tensors",), method=False, function=False, samples=_private_cat_samples)
+def _cat(tensors, dim, sizes):
+    """``cat`` once its arguments are checked; ``sizes`` are the inputs' sizes along
+    ``dim`` (None for skipped ones): all the derivative needs."""
+    dtype = result_type(*tensors)
+    device = device_of(*tensors)
+    joined = [t for t, size in zip(tensors, sizes) if size is not None]
+    shape = list(joined[0]._sizes)
+    shape[dim] = sum(size for size in sizes if size is not None)
+    shape = tuple(shape)
+    strides = meta.strides_for_format(shape, _cat_format(joined, [False] * len(joined)))
+    out = empty_strided_unchecked(shape, tuple(strides), dtype, device)
+    if out._numel:
+        target = out._array()
+        start = 0
+        for t in joined:
+            length = t._sizes[dim]
+            target[(slice(None),) * dim + (slice(start, start + length),)] = t._array()
+            start += length
+    return out
+
+
+@_cat.def_derivative
+def _cat(grad, dim, sizes):
+    grads, start = [], 0
+    for size in sizes:
+        if size is None:
+            grads.append(grad.new_zeros(0))
+        else:
+            grads.append(grad.narrow(dim, start, size))
+            start += size
+    return grads,
+
+
+def _stack_samples(make):
+    return [Sample([make(2, 3), make(2, 3)]), Sample([make(3), make(3), make(3)], dim=-1),
+            Sample([make()], 0)]
+
+
+@op(kind="composite", samples=_stack_samples)
+def stack(tensors, dim=0):
+    tensors = tuple(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shape = tensors[0]._sizes
+    for i, t in enumerate(tensors):
+        if t._sizes != shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got "
+                               f"{list(shape)} at entry 0 and {list(t._sizes)} at entry {i}")
+    d = meta.wrap_dim(dim, len(shape) + 1)
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+@op(kind="composite", method=False)
+def hstack(tensors):
+    tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]
+    if not tensors:
+        raise RuntimeError("hstack expects a non-empty TensorList")
+    return cat(tensors, 0 if tensors[0].dim() == 1 else 1)
+
+
+@op(kind="composite", method=False)
+def vstack(tensors):
+    tensors = [t.reshape(1, -1) if t.dim() < 2 else t for t in tensors]
+    if not tensors:
+        raise RuntimeError("vstack expects a non-empty TensorList")
+    return cat(tensors, 0)
+
+
+# --------------------------------------------------------------------------- splitting
+
+def split_sizes(shape, split_size_or_sections, dim):
+    """The sizes along ``dim`` of the pieces ``split`` cuts a tensor of ``shape`` into."""
+    if not shape:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = meta.wrap_dim(dim, len(shape))
+    size = shape[d]
+    if isinstance(split_size_or_sections, (tuple, list)):
+        return _checked_sections(size, d, split_size_or_sections)
+    split_size = int(split_size_or_sections)
+    if split_size < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got "
+                           f"split_size={split_size}")
+    if split_size == 0:
+        if size != 0:
+            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got "
+                               f"dimension size of {size}")
+        return (0,)
+    count = max(-(-size // split_size), 1)
+    return (split_size,) * (count - 1) + (size - split_size * (count - 1),)
+
+
+def _checked_sections(size, dim, sections):
+    sections = tuple(int(s) for s in sections)
+    if any(s < 0 for s in sections):
+        raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative "
+                           f"entries, but got split_sizes={list(sections)}")
+    if sum(sections) != size:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} "
+                           f"(input tensor's size at dimension {dim}), but got "
+                           f"split_sizes={list(sections)}")
+    return sections
+
+
+def _pieces(self, sizes, dim):
+    d = meta.wrap_dim(dim, self.dim())
+    stride = self._strides[d]
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(self._make_view_unchecked(
+            self._sizes[:d] + (size,) + self._sizes[d + 1:], self._strides,
+            self._offset + start * stride))
+        start += size
+    return tuple(pieces)
+
+
+def _as_grads(grad):
+    # autograd hands a node with a single output its gradient itself, not in a tuple
+    return (grad,) if isinstance(grad, TensorBase) else grad
+
+
+def _joined_grads(grads, self_shape, dim, sizes):
+    """The gradient of the input of a split: the pieces' gradients concatenated, with
+    zeros for pieces that received none."""
+    d = meta.wrap_dim(dim, len(self_shape))
+    grads = _as_grads(grads)
+    present = next(g for g in grads if g is not None)
+    filled = [g if g is not None else
+              present.new_zeros(self_shape[:d] + (size,) + self_shape[d + 1:])
+              for g, size in zip(grads, sizes)]
+    return cat(filled, d)
+
+
+def _split_samples(make):
+    return [Sample(make(5, 2), 2), Sample(make(4, 3), 2, 1), Sample(make(4, 3), [1, 0, 3]),
+            Sample(make(3), 5), Sample(make(0, 2), 0)]
+
+
+@op(kind="view", samples=_split_samples)
+def split(self, split_size_or_sections, dim=0):
+    return _pieces(self, split_sizes(self._sizes, split_size_or_sections, dim), dim)
+
+
+@split.def_derivative
+def split(grad, self_shape, split_size_or_sections, dim):
+    sizes = split_sizes(self_shape, split_size_or_sections, dim)
+    return _joined_grads(grad, self_shape, dim, sizes),
+
+
+def _split_with_sizes_samples(make):
+    return [Sample(make(4, 3), [1, 3]), Sample(make(2, 5), (2, 0, 3), dim=-1)]
+
+
+@op(kind="view", samples=_split_with_sizes_samples)
+def split_with_sizes(self, split_sizes, dim=0):
+    if self.dim() == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = meta.wrap_dim(dim, self.dim())
+    return _pieces(self, _checked_sections(self._sizes[d], d, split_sizes), d)
+
+
+@split_with_sizes.def_derivative
+def split_with_sizes(grad, self_shape, split_sizes, dim):
+    return _joined_grads(grad, self_shape, dim, tuple(split_sizes)),
+
+
+def _chunk_samples(make):
+    return [Sample(make(5, 2), 2), Sample(make(2, 6), 4, dim=1), Sample(make(0), 2)]
+
+
+@op(kind="composite", samples=_chunk_samples)
+def chunk(self, chunks, dim=0):
+    if self.dim() == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    size = self.shape[meta.wrap_dim(dim, self.dim())]
+    if size == 0:
+        return split_with_sizes(self, [0] * chunks, dim)
+    return split(self, -(-size // chunks), dim)
+
+
+def _unbind_samples(make):
+    return [Sample(make(3, 2)), Sample(make(2, 4), 1), Sample(make(3), -1)]
+
+
+@op(kind="view", samples=_unbind_samples)
+def unbind(self, dim=0):
+    if self.dim() == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = meta.wrap_dim(dim, self.dim())
+    sizes, strides = self._sizes[:d] + self._sizes[d + 1:], self._strides[:d] + self._strides[d + 1:]
+    return tuple(self._make_view_unchecked(sizes, strides, self._offset + i * self._strides[d])
+                 for i in range(self._sizes[d]))
+
+
+@unbind.def_derivative
+def unbind(grad, self_shape, dim):
+    d = meta.wrap_dim(dim, len(self_shape))
+    grads = _as_grads(grad)
+    present = next(g for g in grads if g is not None)
+    piece_shape = self_shape[:d] + self_shape[d + 1:]
+    return stack([g if g is not None else present.new_zeros(piece_shape) for g in grads], d),
+
+
+# --------------------------------------------------------------------------- rearranging
+
+def _roll_samples(make):
+    return [Sample(make(4, 3), 1), Sample(make(4, 3), -2, 0), Sample(make(2, 3, 4), (1, -5), (2, 0)),
+            Sample(make(), 3)]
+
+
+@op(samples=_roll_samples)
+def roll(self, shifts, dims=None):
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = () if dims is None else (dims,) if isinstance(dims, int) else tuple(dims)
+    if not dims and len(shifts) == 1:
+        flat = np.roll(self._array().reshape(-1), shifts[0])
+        return fresh_tensor(flat.reshape(self._sizes))
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:"
+                           f"{len(dims)}")
+    axes = tuple(meta.wrap_dim(d, self.dim()) for d in dims)
+    if self.dim() == 0:
+        return self.clone()
+    return fresh_tensor(np.roll(self._array(), shifts, axis=axes))
+
+
+@roll.def_derivative
+def roll(grad, shifts, dims):
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    return grad.roll(tuple(-s for s in shifts), dims),
+
+
+def _flip_samples(make):
+    return [Sample(make(4, 3), 0), Sample(make(2, 3, 4), (0, 2)), Sample(make(3, 2), -1, 0),
+            Sample(make(), 0)]
+
+
+@op(samples=_flip_samples)
+def flip(self, *dims):
+    axes = tuple(meta.wrap_dim(d, self.dim()) for d in _dims_arg(dims))
+    if len(set(axes)) != len(axes):
+        duplicate = next(a for a in axes if axes.count(a) > 1)
+        raise RuntimeError(f"dim {duplicate} appears multiple times in the list of dims")
+    strides = meta.preserve_format_strides(self._sizes, self._strides)
+    out = empty_strided_unchecked(self._sizes, tuple(strides), self._dtype, self.device)
+    if out._numel:
+        source = self._array()
+        out._array()[...] = np.flip(source, axes) if self.dim() else source
+    return out
+
+
+@flip.def_derivative
+def flip(grad, dims):
+    return grad.flip(_dims_arg(dims)),
+
+
+def _repeat_samples(make):
+    return [Sample(make(2, 3), 2, 1), Sample(make(3), (2, 1, 2)), Sample(make(), 3),
+            Sample(make(2, 1), 1, 0)]
+
+
+@op(samples=_repeat_samples)
+def repeat(self, *sizes):
+    sizes = _dims_arg(sizes)
+    if len(sizes) < self.dim():
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    padded = (1,) * (len(sizes) - self.dim()) + self._sizes
+    meta.check_size_nonnegative(tuple(n * s for n, s in zip(sizes, padded)))
+    return fresh_tensor(np.tile(self._array().reshape(padded), sizes))
+
+
+@repeat.def_derivative
+def repeat(grad, self_shape, sizes):
+    sizes = _dims_arg(sizes)
+    padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
+    interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
+    repeated_dims = tuple(range(0, 2 * len(sizes), 2))
+    return grad.reshape(interleaved).sum(repeated_dims).reshape(self_shape),
+
+
+@op(kind="composite")
+def tile(self, *dims):
+    dims = _dims_arg(dims)
+    return self.repeat((1,) * (self.dim() - len(dims)) + dims)
+
+
+# --------------------------------------------------------------------------- triangles, diagonals
+
+def _triangle_samples(make):
+    return [Sample(make(4, 3)), Sample(make(3, 4), 1), Sample(make(2, 3, 3), -1),
+            Sample(make(3, 5), diagonal=-7)]
+
+
+def _triangle(name, np_triangle):
+    def kernel(self, diagonal=0, *, out=None):
+        if self.dim() < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        if out is None:
+            out = new_result(self._sizes, self._dtype, device=self.device)
+        if out._numel:
+            out._array()[...] = np_triangle(self._array(), diagonal)
+        return out
+    kernel.__name__ = name
+    declared = op(name, samples=_triangle_samples)(kernel)
+
+    def derivative(grad, diagonal):
+        return declared(grad, diagonal),
+    return declared.def_derivative(derivative)
+
+
+tril = _triangle("tril", np.tril)
+triu = _triangle("triu", np.triu)
+tril_ = inplace_variant(tril)
+triu_ = inplace_variant(triu)
+
+
+def _diagonal_positions(shape, offset, device):
+    """Row and column index tensors of diagonal ``offset`` of a matrix of ``shape``."""
+    rows, cols = shape
+    length = max(0, min(rows + min(offset, 0), cols - max(offset, 0)))
+    steps = arange(length, device=device)
+    return steps + max(-offset, 0), steps + max(offset, 0)
+
+
+def _trace_samples(make):
+    return [Sample(make(3, 3)), Sample(make(2, 4)), Sample(make(5, 1)), Sample(make(0, 2))]
+
+
+@op(samples=_trace_samples)
+def trace(self):
+    if self.dim() != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.dim()}")
+    if self._dtype is bool_:
+        raise RuntimeError("\"trace\" not implemented for 'Bool'")
+    dtype = self._dtype if self._dtype.is_floating_point else int64
+    return fresh_tensor(np.trace(self._array(), dtype=dtype.np))
+
+
+@trace.def_derivative
+def trace(grad, self_shape):
+    rows, cols = _diagonal_positions(self_shape, 0, grad.device)
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad.expand(rows.shape[0])),
+
+
+def _diag_samples(make):
+    return [Sample(make(3)), Sample(make(3), 1), Sample(make(2), -2), Sample(make(3, 4)),
+            Sample(make(3, 4), 2), Sample(make(4, 3), -1)]
+
+
+@op(samples=_diag_samples)
+def diag(self, diagonal=0):
+    if self.dim() not in (1, 2):
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {self.dim()}D")
+    if self.dim() == 2:
+        return fresh_tensor(np.diagonal(self._array(), diagonal))
+    n = self._sizes[0] + abs(diagonal)
+    out = new_result((n, n), self._dtype, device=self.device)
+    target = out._array()
+    target[...] = 0
+    if self._numel:
+        steps = np.arange(self._sizes[0])
+        target[steps + max(-diagonal, 0), steps + max(diagonal, 0)] = self._array()
+    return out
+
+
+@diag.def_derivative
+def diag(grad, self_shape, diagonal):
+    if len(self_shape) == 1:
+        return grad.diagonal(diagonal),
+    rows, cols = _diagonal_positions(self_shape, diagonal, grad.device)
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad),
+
+
+def _diag_embed_samples(make):
+    return [Sample(make(3)), Sample(make(2, 3), 1), Sample(make(2, 3), -1, 0, 2),
+            Sample(make(2, 3), 0, -1, 1)]
+
+
+@op(samples=_diag_embed_samples)
+def diag_embed(self, offset=0, dim1=-2, dim2=-1):
+    from microtensor.ops.view import diagonal
+    ndim = self.dim() + 1
+    d1, d2 = meta.wrap_dim(dim1, ndim), meta.wrap_dim(dim2, ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = (self._sizes[-1] if self._sizes else 1) + abs(offset)
+    rest = iter(self._sizes[:-1])
+    shape = tuple(n if k in (d1, d2) else next(rest) for k in range(ndim))
+    out = new_result(shape, self._dtype, device=self.device)
+    if out._numel:
+        out._array()[...] = 0
+        diagonal.kernel(out, offset, d1, d2)._array()[...] = self._array()
+    return out
+
+
+@diag_embed.def_derivative
+def diag_embed(grad, offset, dim1, dim2):
+    return grad.diagonal(offset, dim1, dim2),
+
+
+__all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chunk", "unbind",
+           "roll", "flip", "repeat", "tile", "tril", "triu", "tril_", "triu_", "trace", "diag",
+           "diag_embed", "fresh_tensor"]

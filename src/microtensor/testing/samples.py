@@ -1,0 +1,74 @@
+"""Random tensors for op samples: ``make(*shape, dtype=float64, low=None, high=None,
+requires_grad=False, device=None)``, and the same values in other memory layouts.
+
+Values are uniform in ``[low, high)`` (default ``[-3, 3)`` for floats, ``[-9, 10)`` for
+integers; bools are fair coin flips).  ``maker(seed)`` gives a ``make`` with its own
+random stream, so that an op's samples are the same in every test that asks for them.
+"""
+import numpy as np
+
+from microtensor._C.tensor import bool_, float64, from_array
+
+
+def maker(seed=0):
+    """A ``make`` function drawing from its own generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+
+    def make(*shape, dtype=float64, low=None, high=None, requires_grad=False, device=None):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if dtype is bool_:
+            values = rng.random(shape) < 0.5
+        elif dtype.is_floating_point:
+            lo = -3.0 if low is None else low
+            hi = 3.0 if high is None else high
+            values = rng.uniform(lo, hi, shape)
+        else:
+            lo = -9 if low is None else low
+            hi = 10 if high is None else high
+            values = rng.integers(lo, hi, shape)
+        t = from_array(np.array(values, dtype=dtype.np, order="C"))
+        if device is not None:
+            t = t.to(device)
+        if requires_grad:
+            t.requires_grad_()
+        return t
+    make.__doc__ = "A random tensor (see ``microtensor.testing.samples``)."
+    return make
+
+
+make = maker(0)
+
+
+def noncontiguous(t):
+    """The values of ``t`` in every other element of a twice-as-wide buffer (a leaf, with
+    ``t.requires_grad``)."""
+    if t.dim() == 0:
+        return t.detach().clone().requires_grad_(t.requires_grad)
+    from microtensor.ops.factory import zeros
+    wide = zeros(tuple(t.shape[:-1]) + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
+    result = wide[..., ::2]
+    result.copy_(t.detach())
+    result = result.detach()
+    return result.requires_grad_(t.requires_grad)
+
+
+def transposed_layout(t):
+    """The values of ``t`` stored in column-major (reversed dimension) order: same shape,
+    reversed strides (a leaf, with ``t.requires_grad``)."""
+    if t.dim() < 2:
+        return noncontiguous(t)
+    dims = tuple(range(t.dim() - 1, -1, -1))
+    result = t.detach().permute(dims).clone(memory_format=_contiguous()).permute(dims)
+    return result.detach().requires_grad_(t.requires_grad)
+
+
+def variants(t):
+    """``t`` and copies with the same values in other layouts: (name, tensor) pairs."""
+    return [("contiguous", t), ("noncontiguous", noncontiguous(t)),
+            ("transposed", transposed_layout(t))]
+
+
+def _contiguous():
+    from microtensor._C.meta import contiguous_format
+    return contiguous_format

@@ -1,0 +1,78 @@
+"""The slow but correct path for ops without a batching rule: run the op once per sample
+and stack the results.
+
+It warns (once per op, through Python's warning registry) so that a missing rule is
+noticed, and it refuses view and in-place ops: a per-sample loop cannot return a view of
+the input or write through one.
+"""
+import warnings
+
+from microtensor._C.tensor import TensorBase
+from microtensor.ops import dispatch
+from microtensor.vmap.batched import BatchedTensor, batch_size, wrap
+
+
+def _no_fallback(op):
+    return RuntimeError(f"Batching rule not implemented for {op.name}; the fallback path "
+                        "doesn't work on out= or view ops.")
+
+
+def _sample(a, level, i):
+    if type(a) is BatchedTensor and a._level == level:
+        return a._value.select(a._bdim, i)
+    if type(a) in (list, tuple):
+        return type(a)(_sample(t, level, i) for t in a)
+    return a
+
+
+def _stack(shards):
+    from microtensor.ops.registry import REGISTRY
+    stack = REGISTRY.get("stack")
+    if stack is not None:
+        return dispatch.call(stack, (list(shards), 0), None)
+    first = shards[0]
+    out = first.new_empty((len(shards),) + tuple(first.shape))
+    for i, shard in enumerate(shards):
+        out.select(0, i).copy_(shard)
+    return out
+
+
+def _combine(op, shards, level):
+    first = shards[0]
+    if first is None:
+        if any(s is not None for s in shards):
+            raise _mixed_undefined()
+        return None
+    if isinstance(first, TensorBase):
+        if any(s is None for s in shards):
+            raise _mixed_undefined()
+        return wrap(_stack(shards), 0, level)
+    raise RuntimeError(f"Batching rule not implemented for {op.name}. We could not generate a "
+                       "fallback.")
+
+
+def _mixed_undefined():
+    return RuntimeError("vmap: slow fallback received a mix of undefined and defined tensors "
+                        "as the result of an operation. This is not supported.")
+
+
+def fallback(op, level, args, kwargs):
+    if op.kind in ("view", "inplace") or (kwargs and kwargs.get("out") is not None):
+        raise _no_fallback(op)
+    size = batch_size(level)
+    if size == 0:
+        raise RuntimeError(f"Batching rule not implemented for {op.name}. The fallback path "
+                           "does not support vmap over dims of size 0.")
+    warnings.warn(f"Batching rule not implemented for {op.name} falling back to slow (for loop "
+                  "and stack) implementation", UserWarning, stacklevel=4)
+    results = []
+    for i in range(size):
+        sample_args = tuple(_sample(a, level, i) for a in args)
+        sample_kwargs = {k: _sample(v, level, i) for k, v in kwargs.items()} if kwargs else None
+        results.append(dispatch.call(op, sample_args, sample_kwargs))
+    if isinstance(results[0], tuple):
+        return type(results[0])(*(_combine(op, [r[j] for r in results], level)
+                                  for j in range(len(results[0])))) \
+            if hasattr(results[0], "_fields") else \
+            tuple(_combine(op, [r[j] for r in results], level) for j in range(len(results[0])))
+    return _combine(op, results, level)

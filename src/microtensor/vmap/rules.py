@@ -1,0 +1,729 @@
+"""Batching rules: how each op runs on ``BatchedTensor``s, as ordinary ops on the
+physical tensors.
+
+``handle`` is the hook vmap installs into ``ops.dispatch.transform_handlers`` while it is
+active.  For a call with an argument batched at some level it picks the innermost such
+level, looks up the op's rule (an entry of ``RULES`` by op name, else the rule of the op's
+``family``, else the per-sample ``fallback``) and runs it.  A rule unwraps only that level
+(``batched.unwrap``), calls ops on the physical values (which come back through the
+dispatcher, so autograd records them and lower vmap levels batch them) and wraps the
+result.  Every rule has the signature ``rule(op, level, args, kwargs)``.
+
+The per-sample semantics live here: dims are shifted past the batch dim, broadcasting is
+right-aligned per sample, ``clone``/``contiguous`` make each sample contiguous with the
+batch dims outermost, ``as_strided`` reads inside each sample's memory and
+``new_empty_strided`` gives each sample exactly the strides asked for.
+"""
+import operator
+
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.meta import contiguous_format, preserve_format
+from microtensor._C.tensor import TensorBase, bool_, from_array
+from microtensor._dtype import result_type
+from microtensor.ops import dispatch
+from microtensor.ops.registry import REGISTRY
+from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
+                                      unwrap, wrap)
+from microtensor.vmap.fallback import _no_fallback, fallback
+
+call = dispatch.call
+RULES = {}
+FAMILY_RULES = {}
+
+
+def rule(*names):
+    """Register the decorated function as the batching rule of the named ops."""
+    def register(fn):
+        for name in names:
+            RULES[name] = fn
+        return fn
+    return register
+
+
+def family_rule(name):
+    def register(fn):
+        FAMILY_RULES[name] = fn
+        return fn
+    return register
+
+
+# --------------------------------------------------------------------------- the handler
+
+_resolved = {}
+
+
+def rule_for(op):
+    found = _resolved.get(op)
+    if found is None:
+        found = op.batch_rule or RULES.get(op.name) or FAMILY_RULES.get(op.family) or fallback
+        _resolved[op] = found
+    return found
+
+
+def handle(op, args, kwargs):
+    """The dispatcher hook: NotImplemented unless an argument is batched (or the op is
+    random, which vmap must see even on unbatched arguments)."""
+    level = 0
+    for a in args:
+        t = type(a)
+        if t is BatchedTensor:
+            if a._level > level:
+                level = a._level
+        elif t is list or t is tuple:
+            for x in a:
+                if type(x) is BatchedTensor and x._level > level:
+                    level = x._level
+    if kwargs:
+        for a in kwargs.values():
+            if type(a) is BatchedTensor and a._level > level:
+                level = a._level
+    if op.random:
+        return random_rule(op, level, args, kwargs)
+    if not level:
+        return NotImplemented
+    found = _resolved.get(op)
+    if found is None:
+        found = rule_for(op)
+    return found(op, level, args, kwargs)
+
+
+def wrap_result(result, bdim, level):
+    if isinstance(result, TensorBase):
+        return wrap(result, bdim, level)
+    if isinstance(result, tuple):
+        wrapped = [wrap(r, bdim, level) if isinstance(r, TensorBase) else r for r in result]
+        return type(result)(*wrapped) if hasattr(result, "_fields") else tuple(wrapped)
+    return result
+
+
+def inplace_error(name):
+    return RuntimeError(
+        f"vmap: {name}(self, *extra_args) is not possible because there exists a Tensor "
+        "`other` in extra_args that has more elements than `self`. This happened due to "
+        "`other` being vmapped over but `self` not being vmapped over in a vmap. Please try "
+        f"to use out-of-place operators instead of {name}. If said operator is being called "
+        "inside the microtensor framework, please file a bug report instead.")
+
+
+def _same_level(a, level):
+    return type(a) is BatchedTensor and a._level == level
+
+
+# --------------------------------------------------------------------------- pointwise
+
+_OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+              "div": operator.truediv}
+
+
+@family_rule("pointwise")
+def pointwise(op, level, args, kwargs):
+    """Batch dims to the front and per-sample dims right-aligned, then one physical op."""
+    if not kwargs and len(args) == 2:
+        fast = _pointwise_binary(op, level, args[0], args[1])
+        if fast is not None:
+            return fast
+    if kwargs and kwargs.get("out") is not None:
+        raise _no_fallback(op)
+    inplace = op.kind == "inplace"
+    names = list(kwargs) if kwargs else []
+    values = list(args) + [kwargs[k] for k in names]
+    rank = 0
+    for v in values:
+        if isinstance(v, TensorBase) and len(v._sizes) > rank:
+            rank = len(v._sizes)
+    self = args[0]
+    if inplace:
+        if not _same_level(self, level):
+            raise inplace_error(op.name)
+        if len(self._sizes) < rank:
+            shape = meta.broadcast_shapes(*[v._sizes for v in values if isinstance(v, TensorBase)])
+            raise RuntimeError(f"output with shape {list(self._sizes)} doesn't match the "
+                               f"broadcast shape {list(shape)}")
+    physical = []
+    scalar_batched = False
+    for v in values:
+        if _same_level(v, level):
+            n = len(v._sizes)
+            scalar_batched = scalar_batched or n == 0
+            p = v._value
+            if v._bdim != 0 or n < rank:
+                p = aligned(p, v._bdim, n, rank)
+            physical.append(p)
+        else:
+            physical.append(v)
+    if scalar_batched:
+        _promote_like_samples(op, args, kwargs, values, physical)
+    n_args = len(args)
+    result = call(op, tuple(physical[:n_args]), dict(zip(names, physical[n_args:])))
+    if inplace:
+        return self
+    return wrap_result(result, 0, level)
+
+
+def _pointwise_binary(op, level, a, b):
+    """The common case without moving or padding anything: ``a`` batched at dim 0 and
+    ``b`` a number, an unbatched tensor of no higher rank, or batched like ``a``."""
+    if type(a) is not BatchedTensor or a._level != level or a._bdim != 0:
+        return None
+    n = len(a._sizes)
+    if type(b) is BatchedTensor:
+        if b._level != level or b._bdim != 0 or len(b._sizes) != n:
+            return None
+        pb = b._value
+    elif isinstance(b, TensorBase):
+        if len(b._sizes) > n or (n == 0 and b._dtype is not a._dtype):
+            return None
+        pb = b
+    elif isinstance(b, (int, float, bool)):
+        pb = b
+    else:
+        return None
+    if op.kind == "inplace":
+        call(op, (a._value, pb), None)
+        return a
+    fast = _OPERATORS.get(op.name)
+    result = fast(a._value, pb) if fast is not None else call(op, (a._value, pb), None)
+    return wrap(result, 0, level)
+
+
+def _operand_positions(op, args, kwargs):
+    positions = [i for i in op.input_positions if i < len(args)]
+    if kwargs:
+        names = list(kwargs)
+        positions += [len(args) + i for i, k in enumerate(names) if k in op.inputs]
+    return positions
+
+
+def _promote_like_samples(op, args, kwargs, values, physical):
+    """A per-sample 0-d tensor is physically 1-d, which would raise its priority in type
+    promotion; cast it so that the physical op computes in the per-sample result type."""
+    positions = _operand_positions(op, args, kwargs)
+    logical = result_type(*[values[i] for i in positions])
+    actual = result_type(*[physical[i] for i in positions])
+    if logical is actual:
+        return
+    for i in positions:
+        v = values[i]
+        if isinstance(v, TensorBase) and not v._sizes and v._dtype is not logical \
+                and v._dtype is not bool_:
+            physical[i] = physical[i].to(logical)
+
+
+@rule("fill_")
+def fill_(op, level, args, kwargs):
+    self, value = args[0], (args[1] if len(args) > 1 else kwargs["value"])
+    if not _same_level(self, level):
+        raise inplace_error("fill_")
+    if isinstance(value, TensorBase) and value.dim() != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{value.dim()} dimensions.")
+    if _same_level(value, level):
+        target = to_front(self._value, self._bdim)
+        source = aligned(value._value, value._bdim, 0, self.dim())
+        call(REGISTRY["copy_"], (target, source), None)
+    else:
+        call(op, (self._value, value), None)
+    return self
+
+
+@rule("masked_fill", "masked_fill_")
+def masked_fill(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, mask, value = bound["self"], bound["mask"], bound["value"]
+    if not _same_level(value, level):
+        return pointwise(op, level, args, kwargs)
+    if value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.dim()} dimension(s).")
+    filled = REGISTRY["where"](mask, value.to(self.dtype), self)
+    if op.kind == "inplace":
+        return self.copy_(filled)
+    return filled
+
+
+# --------------------------------------------------------------------------- reductions
+
+@family_rule("reduction")
+def reduction(op, level, args, kwargs):
+    """Shift ``dim`` past the batch dim; ``dim=None`` means every per-sample dim."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    if not _same_level(self, level):
+        return fallback(op, level, args, kwargs)
+    value = to_front(self._value, self._bdim)
+    n = self.dim()
+    dim = bound.get("dim")
+    if n == 0:
+        if dim is not None:
+            for d in (dim,) if isinstance(dim, int) else dim:
+                meta.wrap_dim(d, 0)
+        bound["dim"] = 1
+        bound["keepdim"] = False
+        value = value.unsqueeze(1)
+    elif dim is None:
+        bound["dim"] = tuple(range(1, n + 1))
+    elif isinstance(dim, int):
+        bound["dim"] = meta.wrap_dim(dim, n) + 1
+    else:
+        bound["dim"] = tuple(meta.wrap_dim(d, n) + 1 for d in dim)
+    return wrap_result(call(op, (value,), bound), 0, level)
+
+
+# --------------------------------------------------------------------------- factories
+
+def _size_args(size):
+    from microtensor.ops.factory import parse_size
+    return parse_size(size)
+
+
+@rule("new_empty", "new_zeros", "new_ones")
+def new_sized(op, level, args, kwargs):
+    value = args[0]._value
+    sizes = _size_args(args[1:])
+    return wrap(call(op, (value, (batch_size(level),) + sizes), kwargs), 0, level)
+
+
+@rule("new_full")
+def new_full(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    value = bound.pop("self")._value
+    size = (batch_size(level),) + _size_args((bound.pop("size"),))
+    return wrap(call(op, (value, size), bound), 0, level)
+
+
+@rule("new_tensor")
+def new_tensor(op, level, args, kwargs):
+    # the data does not depend on the sample: an unbatched tensor, as in PyTorch
+    return dispatch.run_kernel(op, args, kwargs)
+
+
+@rule("new_empty_strided")
+def new_empty_strided(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    value = bound.pop("self")._value
+    sizes = _size_args((bound.pop("size"),))
+    strides = tuple(int(s) for s in bound.pop("stride"))
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"new_empty_strided(sizes, strides): dimensionality of sizes "
+                           f"({len(sizes)}) must match dimensionality of strides "
+                           f"({len(strides)})")
+    extent = meta.storage_size_for(sizes, strides)
+    physical = call(op, (value, (batch_size(level),) + sizes, (extent,) + strides), bound)
+    return wrap(physical, 0, level)
+
+
+def _empty_per_sample(value, sample_sizes, memory_format, dtype=None, device=None):
+    """A fresh physical tensor, batch dim outermost, each sample laid out in
+    ``memory_format`` (the channels-last formats act on the sample's own dims)."""
+    strides = meta.strides_for_format(tuple(sample_sizes), memory_format)
+    numel = 1
+    for s in sample_sizes:
+        numel *= s
+    kwargs = {}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if device is not None:
+        kwargs["device"] = device
+    return value.new_empty_strided((value.shape[0],) + tuple(sample_sizes),
+                                   (numel,) + tuple(strides), **kwargs)
+
+
+@family_rule("factory")
+def factory(op, level, args, kwargs):
+    """A factory op declared later: ``new_*`` take per-sample sizes, ``*_like`` copy the
+    per-sample shape."""
+    if op.name.endswith("_like"):
+        return like(op, level, args, kwargs)
+    if op.name.startswith("new_"):
+        return new_sized(op, level, args, kwargs)
+    return fallback(op, level, args, kwargs)
+
+
+@rule("empty_like", "zeros_like", "ones_like", "full_like")
+def like(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    fmt = bound.get("memory_format", preserve_format)
+    if fmt is preserve_format:
+        return wrap(call(op, (self._value,), bound), self._bdim, level)
+    value = to_front(self._value, self._bdim)
+    if fmt is contiguous_format:
+        return wrap(call(op, (value,), bound), 0, level)
+    out = _empty_per_sample(value, self._sizes, fmt, bound.get("dtype"), bound.get("device"))
+    fill = {"zeros_like": 0, "ones_like": 1}.get(op.name, bound.get("fill_value"))
+    if fill is not None:
+        out.fill_(fill)
+    if bound.get("requires_grad"):
+        out.requires_grad_()
+    return wrap(out, 0, level)
+
+
+# --------------------------------------------------------------------------- random
+
+_RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either "
+                 "use the 'same' or 'different' randomness flags on vmap or perform the "
+                 "randomness operation out of vmap")
+
+
+def _draw_sized(op, sizes, kwargs):
+    return dispatch.run_kernel(op, sizes, kwargs)
+
+
+def _random_request(op, args, kwargs):
+    """The per-sample shape a random op asks for and ``draw(shape)`` making a plain tensor."""
+    kwargs = dict(kwargs or {})
+    if op.name in ("rand", "randn"):
+        return _size_args(args), lambda shape: dispatch.run_kernel(op, shape, kwargs)
+    if op.name == "randint":
+        bound = op.bind(args, kwargs)
+        low, high, size = bound.pop("low"), bound.pop("high"), bound.pop("size")
+        if size is None:
+            low, high, size = 0, low, high
+        return _size_args((size,)), \
+            lambda shape: dispatch.run_kernel(op, (low, high, shape), bound)
+    if op.name == "randperm":
+        n = args[0] if args else kwargs.pop("n")
+
+        def permutations(shape):
+            count = int(np.prod(shape[:-1], dtype=np.int64))
+            rows = [dispatch.run_kernel(op, (n,), kwargs)._array() for _ in range(count)]
+            stacked = np.stack(rows) if rows else np.empty((0, n), rows and rows[0].dtype
+                                                             or np.int64)
+            return from_array(np.ascontiguousarray(stacked.reshape(shape)))
+        return (n,), permutations
+    if op.name in ("rand_like", "randn_like"):
+        self = args[0]
+        base = REGISTRY[op.name[:-len("_like")]]
+        options = {k: v for k, v in kwargs.items() if k != "memory_format"}
+        options.setdefault("dtype", self.dtype)
+        options.setdefault("device", self.device)
+        return tuple(self.shape), lambda shape: dispatch.run_kernel(base, shape, options)
+    return None, None
+
+
+def random_rule(op, level, args, kwargs):
+    if not levels:
+        return NotImplemented
+    if any(lv.randomness == "error" for lv in levels):
+        raise RuntimeError(_RANDOM_ERROR)
+    sample_shape, draw = _random_request(op, args, kwargs)
+    if draw is None:
+        return fallback(op, level, args, kwargs) if level else NotImplemented
+    different = [lv for lv in levels if lv.randomness == "different"]
+    result = draw(tuple(lv.size for lv in different) + tuple(sample_shape))
+    for lv in different:
+        result = wrap(result, 0, lv.number)
+    return result
+
+
+# --------------------------------------------------------------------------- copies
+
+def _copy_with_format(op, level, self, memory_format, options):
+    """``clone``/``_to_copy`` of a batched tensor in ``memory_format``, per sample."""
+    if memory_format is preserve_format:
+        # the physical layout is kept, batch dim where it was
+        options["memory_format"] = preserve_format
+        return wrap(call(op, (self._value,), options), self._bdim, level)
+    value = to_front(self._value, self._bdim)
+    if memory_format is contiguous_format:
+        options["memory_format"] = contiguous_format
+        return wrap(call(op, (value,), options), 0, level)
+    out = _empty_per_sample(value, self._sizes, memory_format, options.get("dtype"),
+                            options.get("device"))
+    return wrap(out.copy_(value), 0, level)
+
+
+@rule("clone")
+def clone(op, level, args, kwargs):
+    fmt = kwargs.get("memory_format", preserve_format) if kwargs else preserve_format
+    return _copy_with_format(op, level, args[0], fmt, {})
+
+
+@rule("_to_copy")
+def to_copy(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    fmt = bound.pop("memory_format", preserve_format)
+    return _copy_with_format(op, level, self, fmt, bound)
+
+
+@rule("copy_")
+def copy_(op, level, args, kwargs):
+    self, src = args[0], (args[1] if len(args) > 1 else kwargs["src"])
+    if not _same_level(self, level):
+        raise inplace_error("copy_")
+    n = self.dim()
+    if isinstance(src, TensorBase):
+        try:
+            meta.expand_strides(src._sizes, src._strides, self._sizes)
+        except RuntimeError:
+            raise RuntimeError(f"The size of tensor a ({self._sizes[-1] if n else 1}) must "
+                               f"match the size of tensor b "
+                               f"({src._sizes[-1] if src._sizes else 1}) at non-singleton "
+                               f"dimension {max(n - 1, 0)}") from None
+    target = to_front(self._value, self._bdim)
+    if _same_level(src, level):
+        src = aligned(src._value, src._bdim, src.dim(), n)
+    call(op, (target, src), None)
+    return self
+
+
+# --------------------------------------------------------------------------- views
+
+def _actual(d, bdim):
+    return d if d < bdim else d + 1
+
+
+def _logical_dim(dim, self):
+    return meta.wrap_dim(dim, len(self._sizes))
+
+
+def _sizes_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+@rule("view", "_unsafe_view")
+def view(op, level, args, kwargs):
+    self, shape = args[0], args[1:]
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
+        raise TypeError("view(dtype) is not supported; use .to(dtype)")
+    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    if meta.view_strides(self._sizes, self._strides, sizes) is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.")
+    value = to_front(self._value, self._bdim)
+    return wrap(call(op, (value, (value._sizes[0],) + sizes), None), 0, level)
+
+
+@rule("transpose")
+def transpose(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, dim0, dim1 = bound["self"], bound["dim0"], bound["dim1"]
+    if not self._sizes:
+        meta.wrap_dim(dim0, 0), meta.wrap_dim(dim1, 0)
+        return self
+    b = self._bdim
+    a0 = _actual(_logical_dim(dim0, self), b)
+    a1 = _actual(_logical_dim(dim1, self), b)
+    return wrap(call(op, (self._value, a0, a1), None), b, level)
+
+
+@rule("permute")
+def permute(op, level, args, kwargs):
+    self = args[0]
+    dims = _sizes_arg(args[1:] if not kwargs else (kwargs["dims"],))
+    n = self.dim()
+    if len(dims) != n:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
+                           f"not match the length of the desired ordering of dimensions i.e. "
+                           f"input.dim() = {n} is not equal to len(dims) = {len(dims)}")
+    wrapped = [meta.wrap_dim(d, n) for d in dims]
+    if len(set(wrapped)) != n:
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    b = self._bdim
+    order = [_actual(d, b) for d in wrapped]
+    order.insert(b, b)
+    return wrap(call(op, (self._value, tuple(order)), None), b, level)
+
+
+@rule("select")
+def select(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, dim, index = bound["self"], bound["dim"], bound["index"]
+    n = self.dim()
+    if n == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = meta.wrap_dim(dim, n)
+    size = self._sizes[d]
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(self._sizes)} at dimension {dim}")
+    b = self._bdim
+    p = _actual(d, b)
+    return wrap(call(op, (self._value, p, index), None), b if p > b else b - 1, level)
+
+
+@rule("narrow", "slice")
+def narrow_or_slice(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    if op.name == "narrow" and self.dim() == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    bound["dim"] = _actual(_logical_dim(bound["dim"], self), self._bdim)
+    return wrap(call(op, (self._value,), bound), self._bdim, level)
+
+
+@rule("unsqueeze")
+def unsqueeze(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    d = meta.wrap_dim(bound["dim"], self.dim() + 1)
+    b = self._bdim
+    p = d if d < b else d + 1
+    return wrap(call(op, (self._value, p), None), b + 1 if p <= b else b, level)
+
+
+@rule("squeeze")
+def squeeze(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, dim = bound["self"], bound.get("dim")
+    n = self.dim()
+    if dim is None:
+        dims = [i for i, s in enumerate(self._sizes) if s == 1]
+    else:
+        dims = [meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, int) else dim)]
+        dims = [d for d in dims if self._sizes[d] == 1]
+    b = self._bdim
+    physical = tuple(_actual(d, b) for d in dims)
+    new_bdim = b - sum(1 for p in physical if p < b)
+    return wrap(call(op, (self._value, physical), None), new_bdim, level)
+
+
+@rule("expand")
+def expand(op, level, args, kwargs):
+    self = args[0]
+    sizes = _sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    n = self.dim()
+    meta.expand_strides(self._sizes, self._strides, sizes)
+    final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - n)]
+                  for i, s in enumerate(sizes))
+    value = aligned(self._value, self._bdim, n, len(sizes))
+    return wrap(call(op, (value, (value._sizes[0],) + final), None), 0, level)
+
+
+@rule("diagonal")
+def diagonal(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    n = self.dim()
+    d1, d2 = meta.wrap_dim(bound["dim1"], n), meta.wrap_dim(bound["dim2"], n)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {bound['dim1']}, "
+                           f"{bound['dim2']}")
+    b = self._bdim
+    p1, p2 = _actual(d1, b), _actual(d2, b)
+    new_bdim = b - (p1 < b) - (p2 < b)
+    return wrap(call(op, (self._value, bound["offset"], p1, p2), None), new_bdim, level)
+
+
+@rule("unfold")
+def unfold(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, size, step = bound["self"], bound["size"], bound["step"]
+    n = self.dim()
+    d = meta.wrap_dim(bound["dimension"], max(n, 1))
+    dim_size = self._sizes[d] if n else 1
+    if size > dim_size:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {dim_size} but size "
+                           f"is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    b = self._bdim
+    if n == 0:
+        value = to_front(self._value, b).unsqueeze(1)
+        return wrap(call(op, (value, 1, size, step), None).squeeze(1), 0, level)
+    return wrap(call(op, (self._value, _actual(d, b), size, step), None), b, level)
+
+
+@rule("as_strided")
+def as_strided(op, level, args, kwargs):
+    """Each sample gets ``size``/``stride``; ``storage_offset`` is read inside each sample's
+    own memory (sample ``i`` is shifted by its distance from sample 0)."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    sizes = tuple(int(s) for s in bound["size"])
+    strides = tuple(int(s) for s in bound["stride"])
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"Tensor.as_strided(size, stride, ...): size and stride must have "
+                           f"the same length! Got size {list(sizes)} and stride "
+                           f"{list(strides)}")
+    value = self._value
+    base = value._offset
+    offset = base if bound["storage_offset"] is None else int(bound["storage_offset"])
+    _check_inside_sample(self, sizes, strides, offset, base)
+    physical = call(op, (value, (value._sizes[self._bdim],) + sizes,
+                         (value._strides[self._bdim],) + strides, offset), None)
+    return wrap(physical, 0, level)
+
+
+def _check_inside_sample(self, sizes, strides, offset, base):
+    needed = meta.storage_size_for(sizes, strides)
+    if not needed:
+        return
+    request = f"result = tensor.as_strided({list(sizes)}, {list(strides)}, {offset}) "
+    available = meta.storage_size_for(self._sizes, self._strides)
+    if not available:
+        raise RuntimeError(
+            request + "can access memory outside of `tensor`. `tensor` has no storage but the "
+            "passed-in (size, stride, storage_offset) imply a result with some storage. This "
+            "is not supported inside of vmap, please try to rewrite the `as_strided` call as a "
+            "sequence of view operations")
+    if offset < base or offset + needed > base + available:
+        raise RuntimeError(
+            request + f"can access memory outside of `tensor`. `result` can access some memory "
+            f"in range [{offset}, {offset + needed}], but `tensor` can only access some memory "
+            f"in range [{base}, {base + available}]. This is not supported inside of vmap, "
+            "please try to rewrite the `as_strided` call as a sequence of view operations")
+
+
+@rule("alias", "detach")
+def alias(op, level, args, kwargs):
+    self = args[0]
+    return wrap(call(op, (self._value,), None), self._bdim, level)
+
+
+# --------------------------------------------------------------------------- linalg
+
+_FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
+_RANK_ERRORS = {
+    "mm": lambda a, b: "self must be a matrix" if a != 2 else "mat2 must be a matrix",
+    "bmm": lambda a, b: "batch1 must be a 3D tensor" if a != 3 else "batch2 must be a 3D tensor",
+    "mv": lambda a, b: f"vector + matrix @ vector expected, got 1, {a}, {b}",
+    "dot": lambda a, b: f"1D tensors expected, but got {a}D and {b}D tensors",
+}
+
+
+def _check_product(op, a, b):
+    """The op's own errors, raised for one sample's shapes."""
+    from microtensor.ops import linalg
+    ranks = _FIXED_RANKS.get(op.name)
+    if ranks is not None and (a.dim(), b.dim()) != ranks:
+        raise RuntimeError(_RANK_ERRORS[op.name](a.dim(), b.dim()))
+    if op.name == "bmm" and (a._sizes[0], a._sizes[2]) != (b._sizes[0], b._sizes[1]):
+        raise linalg._batch_size_error(a._sizes[0], a._sizes[2], b._sizes[0], b._sizes[1])
+    linalg._matmul_shape(a, b)
+    kind = "bmm" if op.name == "bmm" else "dot" if a.dim() == b.dim() == 1 else "mm"
+    linalg._check_same_dtype(a, b, kind)
+
+
+@rule("matmul", "mm", "bmm", "mv", "dot")
+def matmul(op, level, args, kwargs):
+    """Every matrix product as one physical ``matmul``: vectors become 1-row/1-column
+    matrices, batched operands get the batch dim first and equal per-sample ranks, and
+    unbatched operands broadcast over the batch."""
+    a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
+    _check_product(op, a, b)
+    ra, rb = a.dim(), b.dim()
+    rank = max(ra, rb, 2)
+    pa = _as_matrix_operand(a, level, rank, -2 if ra == 1 else None)
+    pb = _as_matrix_operand(b, level, rank, -1 if rb == 1 else None)
+    result = call(REGISTRY["matmul"], (pa, pb), None)
+    if rb == 1:
+        result = result.squeeze(-1)
+    if ra == 1:
+        result = result.squeeze(-1 if rb == 1 else -2)
+    return wrap(result, 0, level)
+
+
+def _as_matrix_operand(t, level, rank, vector_dim):
+    value, bdim = unwrap(t, level)
+    if vector_dim is not None:
+        value = value.unsqueeze(vector_dim)
+    if bdim is None:
+        return value
+    return aligned(value, bdim, 2 if vector_dim is not None else t.dim(), rank)

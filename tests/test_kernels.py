@@ -1,0 +1,296 @@
+"""Tests for microtensor._C.kernels: strided copy/cast, fill, sum and the contiguous fast paths,
+checked against NumPy on random shapes, strides, offsets, broadcasts and overlaps."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from microtensor._C import kernels
+
+DTYPES = [np.float32, np.float64, np.int64, np.int32, np.bool_]
+
+
+def random_values(rng, dtype, size):
+    if dtype == np.bool_:
+        return rng.random(size) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-1000, 1000, size).astype(dtype)
+    values = rng.uniform(-1000, 1000, size)
+    values[rng.random(size) < 0.1] = 0.0  # exercises the "!= 0" rule of casts to bool
+    return values.astype(dtype)
+
+
+@st.composite
+def strided_views(draw, dtype, shape=None):
+    """A view into a larger random buffer: (buffer, view) with steps, an offset and a
+    permutation of dims, so the view may be non-contiguous or transposed."""
+    if shape is None:
+        shape = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=4)))
+    steps = [draw(st.integers(1, 3)) for _ in shape]
+    offset = draw(st.integers(0, 3))
+    perm = draw(st.permutations(range(len(shape))))
+    # Build the view in the permuted order, then transpose back to the requested shape.
+    permuted_shape = [shape[p] for p in perm]
+    permuted_steps = [steps[p] for p in perm]
+    base_shape = [max(1, n * s) for n, s in zip(permuted_shape, permuted_steps)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    buffer = random_values(rng, dtype, offset + int(np.prod(base_shape)))
+    base = buffer[offset:].reshape(base_shape)
+    view = base[tuple(slice(0, n * s, s) for n, s in zip(permuted_shape, permuted_steps)) + (...,)]
+    view = view.transpose(np.argsort(perm))
+    assert view.shape == tuple(shape)
+    return buffer, view
+
+
+def broadcast_source(data, dtype, shape):
+    """A source of `shape` whose dims are randomly stride-0 broadcasts of size-1 dims."""
+    keep = [data.draw(st.booleans()) for _ in shape]
+    small_shape = tuple(n if k else 1 for n, k in zip(shape, keep))
+    _, small = data.draw(strided_views(dtype, small_shape))
+    return np.broadcast_to(small, shape)
+
+
+def expected_copy(dst_buffer, dst, src):
+    """Reference result: NumPy's unsafe-cast copy applied to a copy of the whole buffer."""
+    expected_buffer = dst_buffer.copy()
+    if dst.size:
+        offset = (dst.__array_interface__["data"][0]
+                  - dst_buffer.__array_interface__["data"][0])
+        expected_view = np.lib.stride_tricks.as_strided(
+            expected_buffer[offset // dst.itemsize:], dst.shape, dst.strides)
+        with np.errstate(invalid="ignore"):
+            np.copyto(expected_view, src, casting="unsafe")
+    return expected_buffer
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), dst_dtype=st.sampled_from(DTYPES), src_dtype=st.sampled_from(DTYPES))
+def test_copy_matches_numpy_on_random_layouts(data, dst_dtype, src_dtype):
+    dst_buffer, dst = data.draw(strided_views(dst_dtype))
+    if data.draw(st.booleans()):
+        src = broadcast_source(data, src_dtype, dst.shape)
+    else:
+        _, src = data.draw(strided_views(src_dtype, dst.shape))
+    expected = expected_copy(dst_buffer, dst, src)
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst_buffer, expected)  # also: nothing outside dst written
+
+
+@pytest.mark.parametrize("dst_dtype,src_dtype", list(itertools.product(DTYPES, DTYPES)))
+def test_copy_every_dtype_pair_through_the_tiled_path(dst_dtype, src_dtype):
+    rng = np.random.default_rng(0)
+    src = random_values(rng, src_dtype, 3 * 70 * 45).reshape(3, 70, 45).transpose(2, 0, 1)
+    dst = np.zeros(src.shape, dst_dtype)
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst, src.astype(dst_dtype))
+
+
+def test_copy_casts_like_numpy_unsafe_cast():
+    src = np.array([-2.7, -0.0, 0.0, 0.5, np.nan, 3.9], np.float64)
+    dst = np.empty(6, np.bool_)
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst, [True, False, False, True, True, True])
+    dst = np.empty(6, np.int32)
+    kernels.copy_(dst, src[[0, 1, 2, 3, 5, 5]])
+    np.testing.assert_array_equal(dst, [-2, 0, 0, 0, 3, 3])
+    dst = np.empty(3, np.float32)
+    kernels.copy_(dst, np.array([True, False, True]))
+    np.testing.assert_array_equal(dst, [1.0, 0.0, 1.0])
+
+
+def test_copy_large_transpose_and_contiguous():
+    a = np.random.default_rng(1).random((300, 517), dtype=np.float32)
+    out = np.empty((517, 300), np.float32)
+    kernels.copy_(out, a.T)
+    np.testing.assert_array_equal(out, a.T)
+    out64 = np.empty((300, 517), np.float64)
+    kernels.copy_(out64, a)
+    np.testing.assert_array_equal(out64, a)
+    # Tiled with non-unit steps on both sides, and a stride-0 dim riding along outside.
+    dst_buffer = np.zeros((2 * 173, 3, 150), np.int32)
+    dst = dst_buffer[::2, 1, :]
+    src = a[::2, ::3].T
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst, src.astype(np.int32))
+    assert not dst_buffer[1::2].any() and not dst_buffer[:, [0, 2]].any()
+    wide = np.empty((4, 173, 150), np.float64)
+    kernels.copy_(wide, np.broadcast_to(src, (4, 173, 150)))
+    np.testing.assert_array_equal(wide, np.broadcast_to(src, (4, 173, 150)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_copy_between_overlapping_views(dtype):
+    rng = np.random.default_rng(2)
+    cases = [
+        (lambda b: b[10:60], lambda b: b[0:50]),            # dst after src
+        (lambda b: b[0:50], lambda b: b[10:60]),            # dst before src
+        (lambda b: b[0:80:2], lambda b: b[1:81:2]),         # interleaved, disjoint elements
+        (lambda b: b[:64].reshape(8, 8), lambda b: b[:64].reshape(8, 8).T),
+        (lambda b: b[:30][::-1], lambda b: b[:30]),         # reversed onto itself
+        (lambda b: b[5:35], lambda b: b[0:1]),              # broadcast from inside dst's range
+        (lambda b: b[0:40], lambda b: b[0:40]),             # the same view
+    ]
+    for make_dst, make_src in cases:
+        buffer = random_values(rng, dtype, 100)
+        expected = buffer.copy()
+        np.copyto(make_dst(expected), np.broadcast_to(make_src(expected).copy(),
+                                                      make_dst(expected).shape))
+        dst, src = make_dst(buffer), make_src(buffer)
+        kernels.copy_(dst, src)
+        np.testing.assert_array_equal(buffer, expected)
+
+
+def test_copy_overlapping_with_cast():
+    buffer = np.arange(40, dtype=np.float64)
+    ints = buffer.view(np.int64)
+    kernels.copy_(ints[:20], buffer[10:30])
+    np.testing.assert_array_equal(ints[:20], np.arange(10, 30))
+
+
+def test_copy_zero_size_and_zero_dim():
+    kernels.copy_(np.empty((0, 3), np.float32), np.empty((0, 3), np.int64))
+    dst = np.array(0.0, np.float32)
+    kernels.copy_(dst, np.array(7, np.int64))
+    assert dst == 7.0
+    dst = np.zeros((2, 3), np.int32)
+    kernels.copy_(dst, np.array(5.5))  # a 0-d source broadcasts
+    np.testing.assert_array_equal(dst, 5)
+
+
+def test_copy_errors():
+    with pytest.raises(RuntimeError, match="broadcast"):
+        kernels.copy_(np.zeros((2, 3)), np.zeros(4))
+    readonly = np.zeros(3)
+    readonly.flags.writeable = False
+    with pytest.raises(RuntimeError, match="read-only"):
+        kernels.copy_(readonly, np.ones(3))
+
+
+def test_copy_falls_back_for_unaligned_and_other_dtypes():
+    raw = np.zeros(4 * 10 + 1, np.uint8)
+    unaligned = raw[1:].view(np.float32)
+    kernels.copy_(unaligned, np.arange(10, dtype=np.int64))
+    np.testing.assert_array_equal(unaligned, np.arange(10))
+    halves = np.zeros(4, np.float16)
+    kernels.copy_(halves, np.arange(4.0))
+    np.testing.assert_array_equal(halves, np.arange(4.0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_sum_all_matches_numpy_on_random_layouts(data, dtype):
+    _, view = data.draw(strided_views(dtype))
+    total = kernels.sum_all(view)
+    if dtype in (np.float32, np.float64):
+        assert isinstance(total, float)
+        reference = view.astype(np.float64).sum()
+        assert total == pytest.approx(reference, rel=1e-6, abs=1e-3)
+    else:
+        assert isinstance(total, int)
+        assert total == int(view.sum(dtype=np.int64))
+
+
+@pytest.mark.parametrize("shape,index", [
+    ((1000, 37), np.s_[:, ::2]), ((64, 64), np.s_[::-1, ::3]), ((5, 4, 3), np.s_[..., 1]),
+    ((3000,), np.s_[::7]), ((20000,), np.s_[:]),
+])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sum_all_strided_and_long(shape, index, dtype):
+    view = random_values(np.random.default_rng(3), dtype, int(np.prod(shape))).reshape(shape)
+    view = view[index]
+    reference = view.astype(np.float64).sum()
+    assert kernels.sum_all(view) == pytest.approx(reference, rel=1e-6)
+    assert kernels.sum_all(view.T) == pytest.approx(reference, rel=1e-6)
+
+
+def test_sum_all_float32_is_as_accurate_as_numpy():
+    # Both sum 16 values per float32 accumulator, so they share the per-block error bound;
+    # whichever cancels more by luck may differ by about one float32 ulp of the total.
+    rng = np.random.default_rng(4)
+    for values in (rng.random(1_000_003, dtype=np.float32),
+                   np.full(2_000_000, 0.1, np.float32),
+                   (rng.standard_normal(500_000) * 1e3).astype(np.float32)):
+        exact = values.astype(np.float64).sum()
+        numpy_error = abs(float(values.sum()) - exact)
+        one_ulp = 2.0**-23 * np.abs(values.astype(np.float64)).sum()
+        assert abs(kernels.sum_all(values) - exact) <= numpy_error + one_ulp
+
+
+def test_sum_all_integers_wrap_like_int64_and_bool_counts():
+    big = np.array([2**62, 2**62, 2**62], np.int64)
+    assert kernels.sum_all(big) == int(big.sum())  # wraps to a negative, like torch
+    assert kernels.sum_all(np.array([True, False, True] * 100)) == 200
+    assert kernels.sum_all(np.full(10, -2**31, np.int32)) == -10 * 2**31
+
+
+def test_sum_all_empty_and_zero_dim():
+    assert kernels.sum_all(np.empty((0, 4), np.float32)) == 0.0
+    assert kernels.sum_all(np.empty(0, np.int32)) == 0
+    assert kernels.sum_all(np.array(2.5, np.float32)) == 2.5
+    assert kernels.sum_all(np.array(True)) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES),
+       value=st.one_of(st.booleans(), st.integers(-1000, 1000),
+                       st.floats(-1e3, 1e3, allow_nan=False)))
+def test_fill_matches_numpy(data, dtype, value):
+    buffer, view = data.draw(strided_views(dtype))
+    expected = buffer.copy()
+    if view.size:
+        expected_view = np.lib.stride_tricks.as_strided(
+            expected[(view.__array_interface__["data"][0]
+                      - buffer.__array_interface__["data"][0]) // view.itemsize:],
+            view.shape, view.strides)
+        expected_view[...] = np.asarray(value).astype(dtype)
+    kernels.fill_(view, value)
+    np.testing.assert_array_equal(buffer, expected)
+
+
+def test_fill_rejects_non_scalars():
+    with pytest.raises(TypeError):
+        kernels.fill_(np.zeros(3), [1, 2, 3])
+    with pytest.raises(TypeError):
+        kernels.fill_(np.zeros(3), 1j)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 4, 33])
+def test_contiguous_fast_paths(dtype, n):
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.5, 2.0, n).astype(dtype)
+    b = rng.uniform(0.5, 2.0, n).astype(dtype)
+    out = np.empty(n, dtype)
+    scalar = 1.3
+    cast = dtype(scalar)  # PyTorch rounds the scalar to the tensor's dtype first
+    array_cases = {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}
+    scalar_cases = {"add": a + cast, "sub": a - cast, "mul": a * cast, "div": a / cast,
+                    "rsub": cast - a, "rdiv": cast / a}
+    for op, expected in array_cases.items():
+        kernels.binary_contiguous_(op, out, a, b)
+        np.testing.assert_array_equal(out, expected)
+    for op, expected in scalar_cases.items():
+        kernels.binary_contiguous_(op, out, a, scalar)
+        np.testing.assert_array_equal(out, expected)
+    kernels.neg_contiguous_(out, a)
+    np.testing.assert_array_equal(out, -a)
+
+
+def test_contiguous_fast_path_checks():
+    a = np.ones(4, np.float32)
+    with pytest.raises(TypeError):
+        kernels.binary_contiguous_("add", np.empty(4, np.float64), a, a)
+    with pytest.raises(ValueError):
+        kernels.binary_contiguous_("add", np.empty(3, np.float32), a, a)
+    with pytest.raises(ValueError):
+        kernels.binary_contiguous_("add", np.empty(2, np.float32), a[::2], a[::2])
+    with pytest.raises(ValueError):
+        kernels.binary_contiguous_("pow", np.empty(4, np.float32), a, a)
+
+
+def test_empty_buffer():
+    buffer = kernels.empty_buffer(10, np.float32)
+    assert buffer.shape == (10,) and buffer.dtype == np.float32 and buffer.flags.c_contiguous
+    with pytest.raises(RuntimeError, match="numel"):
+        kernels.empty_buffer(-1, np.float32)

@@ -1,0 +1,345 @@
+"""Every op in the registry that declares ``samples``, run through the same checks.
+
+For each (op, sample): the forward against PyTorch (values, shape, dtype) and against an
+obvious NumPy equivalent; gradcheck and gradgradcheck in float64 for differentiable ops;
+for in-place ops, the op applied to a view of a non-leaf against a clone-based reference
+written out of place.  Ops added to the registry with samples are picked up
+automatically; ``test_every_op_has_samples`` keeps new ops from skipping all this.
+"""
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+
+import microtensor as mt
+from microtensor._C.tensor import TensorBase
+from microtensor.autograd import gradcheck, gradgradcheck
+from microtensor.ops import REGISTRY
+from microtensor.testing import maker
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (optional "
+                                                       "test oracle)")
+
+# Non-composite ops that have no samples yet.  Adding an op without samples fails
+# test_every_op_has_samples; give it samples instead of growing this list.
+OPS_WITHOUT_SAMPLES = set()
+
+
+# ------------------------------------------------------------------ collecting samples
+
+def _samples(name):
+    """The samples of op ``name``: the same values every time they are asked for."""
+    return REGISTRY[name].samples(maker(zlib.crc32(name.encode())))
+
+
+def _cases():
+    cases = []
+    for name in sorted(REGISTRY):
+        if REGISTRY[name].samples is not None:
+            cases.extend(pytest.param(name, i, id=f"{name}-{i}")
+                         for i in range(len(_samples(name))))
+    return cases
+
+
+CASES = _cases()
+
+
+def _sample(name, index):
+    s = _samples(name)[index]
+    return list(s.args), dict(s.kwargs)
+
+
+def _is_inplace(op):
+    return op.kind == "inplace"
+
+
+def _differentiable(op):
+    return op.differentiable and (op.derivative is not None or (
+        op.inplace_of is not None and op.inplace_of.derivative is not None))
+
+
+# ------------------------------------------------------------------ PyTorch side
+
+def _to_torch(x):
+    if isinstance(x, TensorBase):
+        return torch.from_numpy(np.array(x.detach()._array()))
+    if isinstance(x, mt.dtype):
+        return getattr(torch, x.name)
+    if isinstance(x, mt.device):
+        return torch.device(str(x))
+    if isinstance(x, mt.memory_format):
+        return {mt.contiguous_format: torch.contiguous_format,
+                mt.preserve_format: torch.preserve_format,
+                mt.channels_last: torch.channels_last,
+                mt.channels_last_3d: torch.channels_last_3d}[x]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_torch(v) for v in x)
+    return x
+
+
+def _torch_callable(op):
+    name = op.name
+    if not op.function or _is_inplace(op):
+        method = getattr(torch.Tensor, name, None)
+    else:
+        method = getattr(torch, name, None) or getattr(torch.Tensor, name, None)
+    if method is None:
+        method = getattr(torch.ops.aten, name, None)
+    return method
+
+
+def _dtype_name(t):
+    return str(t.dtype).split(".")[-1] if torch is not None and isinstance(t, torch.Tensor) \
+        else t.dtype.name
+
+
+def _assert_matches_torch(ours, theirs, compare_values, where="output"):
+    if isinstance(theirs, torch.Tensor):
+        assert isinstance(ours, TensorBase), f"{where}: expected a tensor, got {ours!r}"
+        assert tuple(ours.shape) == tuple(theirs.shape), f"{where}: shape"
+        assert _dtype_name(ours) == _dtype_name(theirs), f"{where}: dtype"
+        if compare_values:
+            np.testing.assert_allclose(np.asarray(ours.detach()._array()),
+                                       theirs.detach().numpy(), rtol=1e-6, atol=1e-7,
+                                       equal_nan=True, err_msg=where)
+    elif isinstance(theirs, (tuple, list)):
+        assert len(ours) == len(theirs), f"{where}: number of outputs"
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            _assert_matches_torch(a, b, compare_values, f"{where}[{i}]")
+    elif compare_values:
+        assert ours == theirs, where
+
+
+@needs_torch
+@pytest.mark.parametrize("name, index", CASES)
+def test_forward_matches_torch(name, index):
+    op = REGISTRY[name]
+    fn = _torch_callable(op)
+    if fn is None:
+        pytest.skip(f"PyTorch has no {name}")
+    args, kwargs = _sample(name, index)
+    torch_args, torch_kwargs = _to_torch(args), _to_torch(kwargs)
+    try:
+        expected = fn(*torch_args, **torch_kwargs)
+    except (TypeError, AttributeError, NotImplementedError) as e:
+        pytest.skip(f"PyTorch's {name} takes other arguments: {e}")
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError):
+            op(*args, **kwargs)
+        return
+    result = op(*args, **kwargs)
+    compare_values = not op.random and "empty" not in name
+    _assert_matches_torch(result, expected, compare_values)
+    if _is_inplace(op):
+        assert result is args[0], "an in-place op returns self"
+        _assert_matches_torch(args[0], torch_args[0], compare_values, "modified self")
+
+
+# ------------------------------------------------------------------ NumPy side
+
+NUMPY_EQUIVALENTS = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "remainder": np.remainder, "fmod": np.fmod, "pow": np.power, "neg": np.negative,
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "log2": np.log2,
+    "log10": np.log10, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
+    "sinh": np.sinh, "cosh": np.cosh, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sqrt": np.sqrt, "abs": np.abs, "sign": np.sign, "floor": np.floor,
+    "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
+    "reciprocal": lambda a: np.divide(1.0, a),
+    "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "logical_not": np.logical_not,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor, "bitwise_not": np.invert, "isnan": np.isnan,
+    "isinf": np.isinf, "isfinite": np.isfinite, "where": np.where,
+    "transpose": np.swapaxes, "diagonal": np.diagonal, "clone": np.copy,
+    "relu": lambda a: np.maximum(a, 0), "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+}
+
+
+def _numpy_cases():
+    return [case for case in CASES if case.values[0] in NUMPY_EQUIVALENTS]
+
+
+@pytest.mark.parametrize("name, index", _numpy_cases())
+def test_forward_matches_numpy(name, index):
+    args, kwargs = _sample(name, index)
+    if kwargs:
+        pytest.skip("keyword arguments have no NumPy spelling")
+    expected = NUMPY_EQUIVALENTS[name](*[np.array(a.detach()._array())
+                                         if isinstance(a, TensorBase) else a for a in args])
+    result = REGISTRY[name](*args)
+    assert tuple(result.shape) == np.shape(expected)
+    np.testing.assert_allclose(np.asarray(result._array(), dtype=np.float64),
+                               np.asarray(expected, dtype=np.float64), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------ gradients
+
+def _gradient_inputs(op, args, kwargs):
+    """Where the float64 tensors among the op's differentiable inputs are:
+    ``(container, key)`` pairs into ``args``/``kwargs`` (lists are entered)."""
+    places = []
+
+    def visit(container, key):
+        value = container[key]
+        if isinstance(value, TensorBase) and value.dtype is mt.float64:
+            places.append((container, key))
+        elif isinstance(value, list):
+            for i in range(len(value)):
+                visit(value, i)
+    for name in op.inputs:
+        if name in op.params and op.params.index(name) < len(args):
+            position = op.params.index(name)
+            if isinstance(args[position], tuple):
+                args[position] = list(args[position])
+            visit(args, position)
+        elif name in kwargs:
+            visit(kwargs, name)
+    return places
+
+
+def _as_function(op, args, kwargs, places):
+    """``f(*tensors)``: the op with the tensors at ``places`` substituted; an in-place op
+    runs on a clone so that its input stays a leaf."""
+    def f(*tensors):
+        for (container, key), t in zip(places, tensors):
+            container[key] = t
+        call_args = list(args)
+        if _is_inplace(op):
+            call_args[0] = call_args[0].clone()
+        return op(*call_args, **kwargs)
+    return f
+
+
+def _gradcheck_setup(name, index):
+    op = REGISTRY[name]
+    if not _differentiable(op):
+        pytest.skip(f"{name} is not differentiable")
+    args, kwargs = _sample(name, index)
+    places = _gradient_inputs(op, args, kwargs)
+    if not places:
+        pytest.skip("no float64 input to differentiate")
+    inputs = tuple(container[key].detach().requires_grad_() for container, key in places)
+    return _as_function(op, args, kwargs, places), inputs
+
+
+@pytest.mark.parametrize("name, index", CASES)
+def test_gradcheck(name, index):
+    f, inputs = _gradcheck_setup(name, index)
+    assert gradcheck(f, inputs)
+
+
+@pytest.mark.parametrize("name, index", CASES)
+def test_gradgradcheck(name, index):
+    f, inputs = _gradcheck_setup(name, index)
+    assert gradgradcheck(f, inputs)
+
+
+# ------------------------------------------------------------------ in-place on views
+
+def _inplace_cases():
+    return [case for case in CASES if _is_inplace(REGISTRY[case.values[0]])
+            and _differentiable(REGISTRY[case.values[0]])]
+
+
+@pytest.mark.parametrize("name, index", _inplace_cases())
+def test_inplace_on_view_matches_clone_reference(name, index):
+    """``op_`` on a row of a non-leaf (CopySlices) and on a transposed non-leaf: values and
+    gradients equal those of the same function written out of place."""
+    op = REGISTRY[name]
+    args, kwargs = _sample(name, index)
+    target = args[0]
+    if target.dtype is not mt.float64:
+        pytest.skip("needs a float64 tensor to modify")
+    others = []
+    for container, key in _gradient_inputs(op, args, kwargs)[1:]:
+        container[key] = container[key].detach().requires_grad_()
+        others.append(container[key])
+    rest = args[1:]
+    rng = np.random.default_rng(0)
+    rows = np.stack([rng.standard_normal(target.shape), np.array(target._array()),
+                     rng.standard_normal(target.shape)])
+    leaf = mt.tensor(rows, requires_grad=True)
+    weight = mt.tensor(rng.standard_normal(rows.shape))
+    row_mask = mt.tensor([0.0, 1.0, 0.0], dtype=mt.float64).view((3,) + (1,) * target.dim())
+
+    x = leaf * 1.0
+    assert op(x.select(0, 1), *rest, **kwargs) is not None
+    assert x.grad_fn.name() == "CopySlices"
+    got = mt.autograd.grad((x * weight).sum(), [leaf] + others, allow_unused=True)
+
+    x_ref = leaf * 1.0
+    new_row = op(x_ref.select(0, 1).clone(), *rest, **kwargs)
+    reference = x_ref * (1 - row_mask) + row_mask * new_row.unsqueeze(0)
+    expected = mt.autograd.grad((reference * weight).sum(), [leaf] + others, allow_unused=True)
+    np.testing.assert_allclose(x.detach()._array(), reference.detach()._array(), rtol=1e-12)
+    for g, e in zip(got, expected):
+        if e is None:
+            assert g is None or not g.detach()._array().any()
+        else:
+            np.testing.assert_allclose(g._array(), e._array(), rtol=1e-10, atol=1e-12)
+
+    if target.dim() == 2:
+        leaf_t = target.t().detach().clone().requires_grad_()
+        y = leaf_t * 1.0
+        op(y.t(), *rest, **kwargs)
+        got = mt.autograd.grad((y * weight[0].t()).sum(), [leaf_t] + others, allow_unused=True)
+        y_ref = op((leaf_t * 1.0).t().clone(), *rest, **kwargs).t()
+        expected = mt.autograd.grad((y_ref * weight[0].t()).sum(), [leaf_t] + others,
+                                    allow_unused=True)
+        for g, e in zip(got, expected):
+            if e is not None:
+                np.testing.assert_allclose(g._array(), e._array(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, index", _inplace_cases())
+def test_inplace_on_view_double_backward(name, index):
+    """gradgradcheck (fast mode) through the CopySlices node of ``op_`` on a view."""
+    op = REGISTRY[name]
+    args, kwargs = _sample(name, index)
+    places = _gradient_inputs(op, args, kwargs)
+    if not places or places[0] != (args, 0):
+        pytest.skip("needs a float64 tensor to modify")
+    inputs = tuple(container[key].detach().requires_grad_() for container, key in places)
+
+    def f(target, *others):
+        for (container, key), t in zip(places[1:], others):
+            container[key] = t
+        x = target.unsqueeze(0).expand((2,) + tuple(target.shape)) * 1.0
+        op(x.select(0, 1), *args[1:], **kwargs)
+        return x
+    assert gradgradcheck(f, inputs, fast_mode=True)
+
+
+# ------------------------------------------------------------------ coverage
+
+def test_every_op_has_samples():
+    missing = {name for name, op in REGISTRY.items()
+               if op.kind != "composite" and op.samples is None}
+    assert missing - OPS_WITHOUT_SAMPLES == set(), \
+        "declare samples= for these ops (see ops/registry.py)"
+
+
+def test_exceptions_list_is_current():
+    have_samples = {name for name, op in REGISTRY.items() if op.samples is not None}
+    assert OPS_WITHOUT_SAMPLES & have_samples == set(), \
+        "these ops have samples now: remove them from OPS_WITHOUT_SAMPLES"
+
+
+def test_gradcheck_warns_on_float32_and_rejects_overlap():
+    x = mt.ones(3, dtype=mt.float32, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gradcheck(lambda a: a * 2, (x,), atol=1e-2, rtol=1e-2)
+    assert any("double precision" in str(w.message) for w in caught)
+    overlapping = mt.ones(1, dtype=mt.float64).expand(3).detach().requires_grad_()
+    with pytest.raises(RuntimeError, match="stride 0"):
+        gradcheck(lambda a: a * 2, (overlapping,))
