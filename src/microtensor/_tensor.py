@@ -92,6 +92,9 @@ class Tensor(TensorBase):
         if self.requires_grad:
             raise RuntimeError("Can't export tensors that require gradient, use "
                                "tensor.detach()")
+        if self.is_cuda:
+            from microtensor.backends import cuda
+            return cuda.dlpack_export(self._array(), stream, max_version, dl_device, copy)
         return self._array().__dlpack__(stream=stream, max_version=max_version,
                                         dl_device=dl_device, copy=copy)
 

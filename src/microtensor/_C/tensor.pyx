@@ -388,7 +388,7 @@ cdef class TensorBase:
     def _array(self):
         """A zero-copy strided array over exactly this tensor's elements."""
         if self._storage.device.type != "cpu":
-            return self._storage.device_array(self)
+            return _device_view(self)
         return _ndarray_view(self)
 
     def _make_view(self, tuple sizes, tuple strides, Py_ssize_t offset):
@@ -522,7 +522,8 @@ cdef object _binary(object a, object b, int opcode, str name):
     if _plain(a) and (<TensorBase>a)._is_contig:
         ta = <TensorBase>a
         typenum = ta._dtype.typenum
-        if typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE:
+        if (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) \
+                and ta._storage.device.type == "cpu":
             if type(b) is float:
                 out = _empty_like_contiguous(ta)
                 _binary_scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
@@ -583,9 +584,14 @@ def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu
         for i in range(len(sizes)):
             n += (<Py_ssize_t>sizes[i] - 1) * <Py_ssize_t>strides[i]
     if dev.type == "cpu":
-        data = cnp.PyArray_EMPTY(1, [n], dt.typenum, 0)
+        try:
+            data = cnp.PyArray_EMPTY(1, [n], dt.typenum, 0)
+        except MemoryError:
+            raise RuntimeError(f"not enough memory: you tried to allocate "
+                               f"{n * dt.itemsize} bytes") from None
     else:
         from microtensor.backends import cuda
+        dev = cuda.resolve_device(dev)
         data = cuda.empty_buffer(n, dt.np, dev)
     return _new_tensor(_tensor_cls, Storage(data, dev), sizes, strides, 0, dt)
 
@@ -625,6 +631,18 @@ cdef object _ndarray_view(TensorBase t):
     Py_INCREF(t._storage.data)  # PyArray_SetBaseObject steals a reference
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, t._storage.data)
     return arr
+
+
+cdef object _cuda_array_view = None
+
+
+cdef object _device_view(TensorBase t):
+    """The backend's strided array over a GPU tensor (``backends.cuda.array_view``)."""
+    global _cuda_array_view
+    if _cuda_array_view is None:
+        from microtensor.backends.cuda import array_view
+        _cuda_array_view = array_view
+    return _cuda_array_view(t)
 
 
 # --------------------------------------------------------------------------- checks

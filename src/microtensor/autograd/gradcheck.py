@@ -37,6 +37,8 @@ def _values(t):
 
 
 def _overlaps(t):
+    if t._numel == 0:
+        return False
     used = sorted((abs(st), s) for s, st in zip(t._sizes, t._strides) if s > 1)
     reach = 0
     for stride, size in used:
@@ -79,6 +81,8 @@ def _numerical_columns(func, inputs, x, eps, direction=None):
     """For each output: rows d out / d x[k] (or one row along ``direction``)."""
     memory = x.detach()._array()
     positions = [()] if direction is not None else list(np.ndindex(*x._sizes))
+    if not positions:
+        return [np.zeros((0, o._numel)) for o in _float_outputs(func(*inputs))]
     columns = None
     for k, index in enumerate(positions):
         original = memory.copy() if direction is not None else memory[index].copy()

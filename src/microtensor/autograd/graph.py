@@ -10,7 +10,6 @@ the input needs no gradient.
 create (see ``autograd.recording``).
 """
 import itertools
-import weakref
 
 from microtensor._C.meta import contiguous_format
 from microtensor.autograd.grad_mode import state as grad_state
@@ -29,13 +28,11 @@ class RemovableHandle:
     """Returned by ``register_hook``: ``remove()`` unregisters the hook."""
 
     def __init__(self, hooks, key):
-        self._hooks = weakref.ref(hooks)
+        self._hooks = hooks
         self._key = key
 
     def remove(self):
-        hooks = self._hooks()
-        if hooks is not None:
-            hooks.pop(self._key, None)
+        self._hooks.pop(self._key, None)
 
     def __enter__(self):
         return self
@@ -206,9 +203,8 @@ class OpNode(Node):
         for name, value in self.saved.items():
             if type(value) is SavedTensor:
                 value = value.unpack(self)
-            elif type(value) in (list, tuple) and value and type(value[0]) is SavedTensor:
-                value = type(value)(v.unpack(self) if type(v) is SavedTensor else v
-                                    for v in value)
+            elif type(value) is list:
+                value = [v.unpack(self) if type(v) is SavedTensor else v for v in value]
             values[name] = value
         return values
 
@@ -231,7 +227,7 @@ class OpNode(Node):
         for value in self.saved.values():
             if type(value) is SavedTensor:
                 value.data = None
-            elif type(value) in (list, tuple):
+            elif type(value) is list:
                 for v in value:
                     if type(v) is SavedTensor:
                         v.data = None

@@ -63,8 +63,8 @@ def _save(op, bound, outputs):
             if len(outputs) == 1:
                 saved[name] = SavedTensor(outputs[0], True)
             else:
-                saved[name] = tuple(SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
-                                    for i, o in enumerate(outputs))
+                saved[name] = [SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
+                               for i, o in enumerate(outputs)]
         elif source == "meta":
             value = bound[read[0]]
             saved[name] = read[1](value) if isinstance(value, TensorBase) else None
@@ -72,8 +72,10 @@ def _save(op, bound, outputs):
             value = bound[name]
             if isinstance(value, TensorBase):
                 saved[name] = SavedTensor(value)
-            elif isinstance(value, (list, tuple)) and value and isinstance(value[0], TensorBase):
-                saved[name] = [SavedTensor(v) for v in value]
+            elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase)
+                                                           for v in value):
+                saved[name] = [SavedTensor(v) if isinstance(v, TensorBase) else v
+                               for v in value]
             else:
                 saved[name] = value
     return saved
@@ -184,11 +186,12 @@ def record_inplace(op, args, kwargs):
     check_inplace(self)
     bound = op.bind(args, kwargs)
     base_op = op.inplace_of or op
+    edges, slots, metas = _edges(base_op, bound)
+    if base_op.saves_self:
+        # recorded, so that a double backward differentiates through the old value too
+        bound["self"] = self.clone()
     grad_state.enabled = False
     try:
-        edges, slots, metas = _edges(base_op, bound)
-        if base_op.saves_self:
-            bound["self"] = self.clone()
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
         grad_state.enabled = True

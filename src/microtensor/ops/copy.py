@@ -7,8 +7,9 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.meta import contiguous_format, preserve_format
-from microtensor._C.tensor import TensorBase, device, dtype, empty_strided_unchecked
-from microtensor.ops.registry import op
+from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unchecked, float64,
+                                   int64)
+from microtensor.ops.registry import Sample, op
 
 
 def strided_copy(dst, src):
@@ -58,7 +59,13 @@ def _cross_device_copy(dst, src):
     cuda.copy_between_devices(dst, src)
 
 
-@op(inputs=("self", "src"), kind="inplace")
+def _copy_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(3, 4), make(4, 3).t()), Sample(make(3, 4), make(3, 4, dtype=int64)),
+            Sample(make(2, 3, dtype=int64), make(2, 3))]
+
+
+@op(inputs=("self", "src"), kind="inplace", samples=_copy_samples)
 def copy_(self, src, non_blocking=False):
     if not isinstance(src, TensorBase):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
@@ -85,7 +92,9 @@ def copy_(grad, src_shape):
     return grad.new_zeros(grad.shape), grad.sum_to_size(src_shape)
 
 
-@op()
+@op(samples=lambda make: [
+    Sample(make(3, 4)), Sample(make(4, 3).t()), Sample(make(()), memory_format=contiguous_format),
+    Sample(make(4, 3).t(), memory_format=contiguous_format), Sample(make(2, 3, dtype=int64))])
 def clone(self, *, memory_format=preserve_format):
     if memory_format is preserve_format:
         strides = meta.preserve_format_strides(self._sizes, self._strides)
@@ -111,7 +120,9 @@ def contiguous(self, memory_format=contiguous_format):
     return self.clone(memory_format=memory_format)
 
 
-@op()
+@op(samples=lambda make: [
+    Sample(make(3, 4), dtype=float64), Sample(make(4, 3).t(), memory_format=contiguous_format),
+    Sample(make(2, 3, dtype=int64), dtype=float64), Sample(make(2, 3), dtype=int64)])
 def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
     target_dtype = dtype or self._dtype
     target_device = device or self.device

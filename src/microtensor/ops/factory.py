@@ -16,7 +16,7 @@ from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64)
 from microtensor._dtype import scalar_dtype
-from microtensor.ops.registry import op
+from microtensor.ops.registry import Sample, op
 
 
 # --------------------------------------------------------------------------- arguments
@@ -171,7 +171,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     first, last = compute.type(start), compute.type(end)
     step = (last - first) / compute.type(max(steps - 1, 1))
     index = np.arange(steps, dtype=compute)
-    values = np.where(index < steps // 2, first + step * index,
+    values = np.where((index < steps // 2) | (steps == 1), first + step * index,
                       last - step * (compute.type(steps - 1) - index))
     return finish(tensor_of(values.astype(dt.np)), requires_grad).to(to_device(device) or cpu)
 
@@ -285,10 +285,13 @@ def from_numpy(ndarray):
 
 
 def from_dlpack(ext_tensor):
-    """A tensor sharing memory with any CPU object that exports DLPack (a NumPy array, a
-    PyTorch tensor, ...): writes show through both ways."""
+    """A tensor sharing memory with any object that exports DLPack (a NumPy or CuPy array,
+    a PyTorch tensor, ...) on the CPU or a GPU: writes show through both ways."""
     if isinstance(ext_tensor, TensorBase):
         return ext_tensor.detach()
+    from microtensor.backends import cuda
+    if ext_tensor.__dlpack_device__()[0] == cuda.DLPACK_CUDA:
+        return cuda.from_dlpack(ext_tensor)
     return from_numpy(np.from_dlpack(ext_tensor))
 
 
@@ -303,6 +306,18 @@ def scalar_tensor_like(value, other):
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
     return tensor(value, dtype=pick_dtype(dtype, get_default_dtype()), device=device,
                   requires_grad=requires_grad)
+
+
+# --------------------------------------------------------------------------- samples
+
+def _like_samples(make):
+    return [Sample(make(2, 3)), Sample(make(4, 3).t()), Sample(make(3), dtype=int64),
+            Sample(make(2, dtype=int64), dtype=float64)]
+
+
+def _new_samples(make):
+    return [Sample(make(2), 2, 3), Sample(make(2), (3,)), Sample(make(2, dtype=int64), 2),
+            Sample(make(2), (2, 2), dtype=int64)]
 
 
 # --------------------------------------------------------------------------- random numbers
@@ -367,7 +382,8 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
     return _random(lambda rng, s: rng.random(s), size, dt, to_device(device), generator,
@@ -375,7 +391,8 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
     return _random(lambda rng, s: rng.standard_normal(s), size, dt, to_device(device), generator,
@@ -383,7 +400,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,))])
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
             requires_grad=False):
     if size is None:
@@ -398,17 +416,24 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [Sample(5), Sample(0)])
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     rng = (generator or default_generator)._rng
     values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
-    return finish(tensor_of(values), requires_grad)
+    return finish(tensor_of(values).to(to_device(device) or cpu), requires_grad)
 
 
 def _like_strides(self, memory_format):
     if memory_format is preserve_format:
         return tuple(meta.preserve_format_strides(self._sizes, self._strides))
     return tuple(meta.strides_for_format(self._sizes, memory_format))
+
+
+def _fill_from_host(t, values):
+    """Write NumPy ``values`` into ``t``, which may live on a GPU."""
+    from microtensor.ops.copy import strided_copy
+    strided_copy(t, from_array(np.ascontiguousarray(values)))
 
 
 def _new_like(self, dtype, device, memory_format):
@@ -418,24 +443,26 @@ def _new_like(self, dtype, device, memory_format):
 
 
 @op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_like_samples)
 def rand_like(self, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
     floating_only(t._dtype, "rand_like")
     if t._numel:
-        t._array()[...] = (generator or default_generator)._rng.random(t._sizes)
+        _fill_from_host(t, (generator or default_generator)._rng.random(t._sizes))
     return finish(t, requires_grad)
 
 
 @op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_like_samples)
 def randn_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format, generator=None):
     t = _new_like(self, dtype, device, memory_format)
     floating_only(t._dtype, "randn_like")
     if t._numel:
-        t._array()[...] = (generator or default_generator)._rng.standard_normal(t._sizes)
+        _fill_from_host(t, (generator or default_generator)._rng.standard_normal(t._sizes))
     return finish(t, requires_grad)
 
 
@@ -449,56 +476,68 @@ def _filled_like(self, value, dtype, device, requires_grad, memory_format):
 
 
 @op(method=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_like_samples)
 def empty_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format):
     return _filled_like(self, None, dtype, device, requires_grad, memory_format)
 
 
 @op(method=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_like_samples)
 def zeros_like(self, *, dtype=None, device=None, requires_grad=False,
                memory_format=preserve_format):
     return _filled_like(self, 0, dtype, device, requires_grad, memory_format)
 
 
 @op(method=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_like_samples)
 def ones_like(self, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format):
     return _filled_like(self, 1, dtype, device, requires_grad, memory_format)
 
 
 @op(method=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [
+        Sample(make(2, 3), 2.5), Sample(make(3, dtype=int64), 4),
+        Sample(make(2, 3), 7, dtype=int64)])
 def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
               memory_format=preserve_format):
     return _filled_like(self, fill_value, dtype, device, requires_grad, memory_format)
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_new_samples)
 def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
     return finish(empty_contiguous(parse_size(size), pick_dtype(dtype, self._dtype),
                                    to_device(device) or self.device), requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_new_samples)
 def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
                     to_device(device) or self.device, 0, requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=_new_samples)
 def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
                     to_device(device) or self.device, 1, requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [
+        Sample(make(2), (2, 3), 1.5), Sample(make(2, dtype=int64), (3,), 4),
+        Sample(make(2), (2,), 2, dtype=int64)])
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"new_full(): argument 'size' must be tuple of ints, not "
@@ -508,14 +547,19 @@ def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=F
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [
+        Sample(make(2), [1.0, 2.0]), Sample(make(2, dtype=int64), [[1, 2]]),
+        Sample(make(2), [3], dtype=int64)])
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
     return tensor(data, dtype=pick_dtype(dtype, self._dtype), device=device or self.device,
                   requires_grad=requires_grad)
 
 
 @op(function=False, differentiable=False, kind="factory",
-    family="factory")
+    family="factory",
+    samples=lambda make: [
+        Sample(make(2), (2, 3), (1, 2)), Sample(make(2), (2,), (3,))])
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
     return empty_strided(size, stride, dtype=pick_dtype(dtype, self._dtype),
                          device=to_device(device) or self.device, requires_grad=requires_grad)

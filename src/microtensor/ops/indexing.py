@@ -311,7 +311,8 @@ def _index_put_samples(make):
 @op(inputs=("self", "values"), samples=_index_put_samples)
 def index_put(self, indices, values, accumulate=False, *, out=None):
     if not isinstance(values, TensorBase):
-        raise TypeError(f"index_put(): argument 'values' (position 2) must be Tensor, not "
+        name = "index_put_" if out is self else "index_put"
+        raise TypeError(f"{name}(): argument 'values' (position 2) must be Tensor, not "
                         f"{type(values).__name__}")
     if values._dtype is not self._dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
@@ -475,7 +476,7 @@ def _padded(grad, shape):
 def _scatter_samples(make):
     from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [1, 2, 0, 2]]), make(2, 4)),
-            Sample(make(3, 4), 1, tensor([[3], [0]]), make(2, 3)),
+            Sample(make(3, 4), 1, tensor([[3], [0]]), make(2, 1)),
             Sample(make(3, 4), 1, tensor([[3, 1], [0, 2]]), 2.5),
             Sample(make(4), 0, tensor([1, 3]), make(2), reduce="add")]
 
@@ -495,10 +496,11 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
 
 @scatter.def_derivative
 def scatter(grad, dim, index, src_shape, reduce):
-    if reduce is not None:
-        raise RuntimeError("the derivative of scatter with reduce is not implemented")
+    if reduce == "multiply":
+        raise RuntimeError("the derivative of scatter with reduce='multiply' is not "
+                           "implemented")
     grad_src = None if src_shape is None else _padded(grad.gather(dim, index), src_shape)
-    return grad.scatter(dim, index, 0), grad_src
+    return grad if reduce == "add" else grad.scatter(dim, index, 0), grad_src
 
 
 scatter_ = inplace_variant(scatter)
@@ -507,7 +509,7 @@ scatter_ = inplace_variant(scatter)
 def _scatter_add_samples(make):
     from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), 0, tensor([[2, 0, 2, 1], [2, 2, 0, 2]]), make(2, 4)),
-            Sample(make(3, 4), 1, tensor([[3, 3], [0, 3]]), make(3, 3)),
+            Sample(make(3, 4), 1, tensor([[3, 3], [0, 3]]), make(2, 2)),
             Sample(make(), 0, tensor([0, 0]), make(2))]
 
 

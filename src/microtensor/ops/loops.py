@@ -11,23 +11,38 @@ from microtensor._C import meta
 from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
                                    get_default_dtype)
 from microtensor._dtype import can_cast, result_type
+from microtensor.backends import cuda
 
 
-def array_of(x):
-    """A NumPy view of a tensor, or the Python scalar itself."""
-    return x._array() if isinstance(x, TensorBase) else x
+def array_of(x, dev=None):
+    """A NumPy view of a tensor, or the Python scalar itself (a 0-d CPU tensor in an op
+    on ``dev``, a GPU, becomes a Python number)."""
+    if not isinstance(x, TensorBase):
+        return x
+    if dev is not None and x.device != dev:
+        return cuda.scalar_operand(x)
+    return x._array()
 
 
 def device_of(*operands):
+    """The device an op on ``operands`` runs on; a 0-d CPU tensor may join a GPU op (like a
+    Python number), any other mix raises PyTorch's error."""
     dev = None
     for x in operands:
         if isinstance(x, TensorBase):
             if dev is None:
                 dev = x.device
-            elif x.device != dev and x._sizes:
-                raise RuntimeError("Expected all tensors to be on the same device, but found at "
-                                   f"least two devices, {dev} and {x.device}!")
+            elif x.device != dev:
+                if dev.type == "cpu" and not _has_dims(operands, dev):
+                    dev = x.device
+                elif x._sizes or x.device.type != "cpu":
+                    raise RuntimeError("Expected all tensors to be on the same device, but "
+                                       f"found at least two devices, {dev} and {x.device}!")
     return dev
+
+
+def _has_dims(operands, dev):
+    return any(isinstance(x, TensorBase) and x.device == dev and x._sizes for x in operands)
 
 
 def new_result(shape, dtype, operands=(), device=None):
@@ -74,14 +89,15 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     if dtype is None:
         dtype = promoted
     shape = meta.broadcast_shapes(*[x._sizes for x in operands if isinstance(x, TensorBase)])
-    device_of(*operands)
+    dev = device_of(*operands)
     if out is None:
         out = new_result(shape, dtype, operands)
     else:
         check_out(out, shape, dtype)
+        dev = device_of(out, *operands)
     if out._numel:
         compute = (compute_dtype or dtype).np
-        ufunc(*[array_of(x) for x in operands], out=out._array(), dtype=compute,
+        ufunc(*[array_of(x, dev) for x in operands], out=out._array(), dtype=compute,
               casting="unsafe")
     return out
 
@@ -106,6 +122,8 @@ def reduced_shape(shape, dims, keepdim):
 
 def from_numpy_result(arr, dtype=None):
     """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it."""
+    if cuda.is_device_array(arr):
+        return cuda.from_result(arr, dtype)
     arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
     if arr.base is not None or not arr.flags.c_contiguous:
         arr = np.array(arr, order="C")

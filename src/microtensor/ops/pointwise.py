@@ -648,17 +648,20 @@ def bitwise_not(self):
 
 @op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isnan(self):
-    return pointwise(_predicate(np.isnan), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isnan), self, dtype=bool_,
+                     compute_dtype=float_dtype(self._dtype))
 
 
 @op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isinf(self):
-    return pointwise(_predicate(np.isinf), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isinf), self, dtype=bool_,
+                     compute_dtype=float_dtype(self._dtype))
 
 
 @op(differentiable=False, family="pointwise", samples=_float_only_samples)
 def isfinite(self):
-    return pointwise(_predicate(np.isfinite), self, dtype=bool_, compute_dtype=float_dtype(self._dtype))
+    return pointwise(_predicate(np.isfinite), self, dtype=bool_,
+                     compute_dtype=float_dtype(self._dtype))
 
 
 @op(inputs=BINARY, kind="composite")

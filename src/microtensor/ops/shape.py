@@ -284,7 +284,8 @@ def unbind(self, dim=0):
     if self.dim() == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     d = meta.wrap_dim(dim, self.dim())
-    sizes, strides = self._sizes[:d] + self._sizes[d + 1:], self._strides[:d] + self._strides[d + 1:]
+    sizes = self._sizes[:d] + self._sizes[d + 1:]
+    strides = self._strides[:d] + self._strides[d + 1:]
     return tuple(self._make_view_unchecked(sizes, strides, self._offset + i * self._strides[d])
                  for i in range(self._sizes[d]))
 
@@ -301,8 +302,8 @@ def unbind(grad, self_shape, dim):
 # --------------------------------------------------------------------------- rearranging
 
 def _roll_samples(make):
-    return [Sample(make(4, 3), 1), Sample(make(4, 3), -2, 0), Sample(make(2, 3, 4), (1, -5), (2, 0)),
-            Sample(make(), 3)]
+    return [Sample(make(4, 3), 1), Sample(make(4, 3), -2, 0),
+            Sample(make(2, 3, 4), (1, -5), (2, 0)), Sample(make(), 3)]
 
 
 @op(samples=_roll_samples)

@@ -10,7 +10,7 @@ import operator
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
-from microtensor.ops.registry import op
+from microtensor.ops.registry import Sample, op
 
 
 def _int_arg(value, name):
@@ -25,6 +25,8 @@ def _int_arg(value, name):
 
 
 def _sizes_arg(shape, name="size"):
+    if not shape:
+        raise TypeError(f"missing 1 required positional argument: '{name}'")
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     return tuple(_int_arg(s, name) for s in shape)
@@ -32,7 +34,10 @@ def _sizes_arg(shape, name="size"):
 
 # --------------------------------------------------------------------------- reshaping
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(2, 6), 3, 4), Sample(make(2, 6), (12,)), Sample(make(2, 6), -1, 2),
+        Sample(make(4, 3).t(), 3, 2, 2), Sample(make(()), 1)])
 def view(self, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list)) and \
             not hasattr(shape[0], "__index__"):
@@ -61,7 +66,7 @@ def reshape(self, *shape):
     return self.clone(memory_format=meta.contiguous_format)._unsafe_view(sizes)
 
 
-@op()
+@op(samples=lambda make: [Sample(make(2, 6), 3, 4), Sample(make(2, 6), (12,))])
 def _unsafe_view(self, *shape):
     """``view`` of a tensor nobody else sees (reshape's private copy): the result is not a
     view, as in PyTorch, so ``reshape`` gives ``_base`` None whenever it copies."""
@@ -120,7 +125,9 @@ def unflatten(self, dim, sizes):
 
 # --------------------------------------------------------------------------- permuting
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(2, 3, 4), 0, 2), Sample(make(3, 4), -1, 0), Sample(make(3), 0, 0)])
 def transpose(self, dim0, dim1):
     n = self.dim()
     a, b = meta.wrap_dim(_int_arg(dim0, "dim0"), n), meta.wrap_dim(_int_arg(dim1, "dim1"), n)
@@ -149,7 +156,9 @@ def t(self):
     return self.transpose(0, 1) if self.dim() == 2 else self.alias()
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(2, 3, 4), 1, 2, 0), Sample(make(()), ())])
 def permute(self, *dims):
     dims = _sizes_arg(dims, "dims")
     n = self.dim()
@@ -187,6 +196,8 @@ def movedim(self, source, destination):
     for name, dims in (("source", src), ("destination", dst)):
         if len(set(dims)) != len(dims):
             raise RuntimeError(f"movedim: repeated dim in `{name}` ({dims})")
+    if n == 0:
+        return self.permute(())
     order = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
@@ -200,7 +211,8 @@ moveaxis = movedim
 
 # --------------------------------------------------------------------------- size-1 dims
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [Sample(make(3, 4), 1), Sample(make(3, 4), -1), Sample(make(()), 0)])
 def unsqueeze(self, dim):
     d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim() + 1)
     new_stride = self._sizes[d] * self._strides[d] if d < self.dim() else 1
@@ -214,7 +226,10 @@ def unsqueeze(grad, dim):
     return grad.squeeze(dim),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 1, 4)), Sample(make(3, 1, 4), 1), Sample(make(1, 3, 1), (0, 2)),
+        Sample(make(3, 4), 0)])
 def squeeze(self, dim=None):
     n = self.dim()
     if dim is None:
@@ -234,7 +249,10 @@ def squeeze(grad, self_shape):
 
 # --------------------------------------------------------------------------- broadcasting
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 1), 3, 4), Sample(make(3, 1), (2, 3, 4)), Sample(make(()), 4),
+        Sample(make(3, 1), -1, 4)])
 def expand(self, *sizes):
     sizes = _sizes_arg(sizes)
     strides = meta.expand_strides(self._sizes, self._strides, sizes)
@@ -267,7 +285,9 @@ def _zeros_with(grad, self_shape, write):
     return out
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 4), 0, 1), Sample(make(3, 4), 1, -1), Sample(make(2, 3, 4), 2, 3)])
 def select(self, dim, index):
     dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
     n = self.dim()
@@ -289,7 +309,9 @@ def select(grad, self_shape, dim, index):
     return _zeros_with(grad, self_shape, lambda t: t.select(dim, index)),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(5, 4), 0, 1, 3), Sample(make(5, 4), -1, 2, 2), Sample(make(5, 4), 0, -2, 2)])
 def narrow(self, dim, start, length):
     if self.dim() == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
@@ -313,7 +335,10 @@ def narrow(grad, self_shape, dim, start, length):
     return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length)),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(6, 4), 0, 1, 5, 2), Sample(make(6, 4), 1, None, 3),
+        Sample(make(6, 4), 0, -4, None, 3)])
 def slice(self, dim=0, start=None, end=None, step=1):
     """``self[..., start:end:step]`` along ``dim`` (what basic indexing uses)."""
     d = meta.wrap_dim(dim, self.dim())
@@ -332,7 +357,10 @@ def slice(grad, self_shape, dim, start, end, step):
     return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step)),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 4)), Sample(make(3, 4), 1), Sample(make(4, 3), -1),
+        Sample(make(2, 3, 4), 0, 1, 2), Sample(make(3, 3), 5)])
 def diagonal(self, offset=0, dim1=0, dim2=1):
     n = self.dim()
     offset = _int_arg(offset, "offset")
@@ -358,7 +386,9 @@ def diagonal(grad, self_shape, offset, dim1, dim2):
     return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2)),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(7), 0, 3, 2), Sample(make(3, 6), 1, 2, 2), Sample(make(3, 6), 1, 3, 1)])
 def unfold(self, dimension, size, step):
     size, step = _int_arg(size, "size"), _int_arg(step, "step")
     if size < 0:
@@ -388,7 +418,10 @@ def unfold(grad, self_shape, self_strides, self_offset, dimension, size, step):
                                out_strides, self_offset),
 
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 4), (2, 2), (1, 2)), Sample(make(12), (3, 3), (3, 1), 1),
+        Sample(make(6), (3, 3), (1, 1))])
 def as_strided(self, size, stride, storage_offset=None):
     sizes, strides = _sizes_arg((size,), "size"), _sizes_arg((stride,), "stride")
     if len(sizes) != len(strides):
@@ -447,7 +480,8 @@ def _may_overlap(sizes, strides):
 
 # --------------------------------------------------------------------------- aliases
 
-@op(kind="view")
+@op(kind="view",
+    samples=lambda make: [Sample(make(3, 4)), Sample(make(()))])
 def alias(self):
     return self._make_view_unchecked(self._sizes, self._strides, self._offset)
 
@@ -457,7 +491,8 @@ def alias(grad):
     return grad,
 
 
-@op(kind="view", differentiable=False)
+@op(kind="view", differentiable=False,
+    samples=lambda make: [Sample(make(3, 4)), Sample(make(4, 3).t())])
 def detach(self):
     """Shares storage and version counter but is cut from the graph; like PyTorch's, it is
     not a view (``_base`` is None)."""

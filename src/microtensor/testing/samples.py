@@ -7,7 +7,7 @@ random stream, so that an op's samples are the same in every test that asks for 
 """
 import numpy as np
 
-from microtensor._C.tensor import bool_, float64, from_array
+from microtensor._C.tensor import bool_, empty_contiguous, float64, from_array
 
 
 def maker(seed=0):
@@ -27,7 +27,8 @@ def maker(seed=0):
             lo = -9 if low is None else low
             hi = 10 if high is None else high
             values = rng.integers(lo, hi, shape)
-        t = from_array(np.array(values, dtype=dtype.np, order="C"))
+        values = np.array(values, dtype=dtype.np, order="C")
+        t = from_array(values) if values.size else empty_contiguous(values.shape, dtype)
         if device is not None:
             t = t.to(device)
         if requires_grad:

@@ -141,9 +141,11 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     if not (chunk_size is None or chunk_size > 0):
         raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got {chunk_size})")
 
-    @functools.wraps(func)
     def vmapped(*args, **kwargs):
         return vmap_call(func, in_dims, out_dims, randomness, chunk_size, args, kwargs)
+    vmapped.__wrapped__ = func
+    vmapped.__name__ = vmapped.__qualname__ = _name(func)
+    vmapped.__doc__ = getattr(func, "__doc__", None)
     return vmapped
 
 
@@ -163,13 +165,17 @@ def _run(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims, randomness
     level = _push(size, randomness)
     try:
         batched = [a if d is None else wrap(a, d, level) for a, d in zip(flat_args, flat_in_dims)]
-        outputs = func(*tree_unflatten(batched, spec), **kwargs)
+        outputs = func(*(batched if spec is None else tree_unflatten(batched, spec)), **kwargs)
         return _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs)
     finally:
         _pop()
 
 
 def _process_inputs(func, in_dims, args):
+    if type(in_dims) is int and args:
+        simple = _simple_inputs(in_dims, args)
+        if simple is not None:
+            return simple
     if not isinstance(in_dims, (int, tuple)):
         raise ValueError(f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): expected "
                          f"`in_dims` to be int or a (potentially nested) tuple matching the "
@@ -184,21 +190,20 @@ def _process_inputs(func, in_dims, args):
         raise ValueError(f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): in_dims is "
                          f"not compatible with the structure of `inputs`. in_dims has structure "
                          f"{tree_flatten(in_dims)[1]} but inputs has structure {spec}.")
-    prefix = f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): "
     sizes = []
     for i, (arg, d) in enumerate(zip(flat_args, flat_in_dims)):
         if d is None:
             continue
         if not isinstance(d, int) or isinstance(d, bool):
-            raise ValueError(prefix + f"Got in_dim={d} for an input but in_dim must be either an "
+            raise ValueError(_in_dims_prefix(func, in_dims) + f"Got in_dim={d} for an input but in_dim must be either an "
                              "integer dimension or None.")
         if not isinstance(arg, TensorBase):
-            raise ValueError(prefix + f"Got in_dim={d} for an input but the input is of type "
+            raise ValueError(_in_dims_prefix(func, in_dims) + f"Got in_dim={d} for an input but the input is of type "
                              f"{type(arg)}. We cannot vmap over non-Tensor arguments, please "
                              "use None as the respective in_dim")
         n = arg.dim()
         if not -n <= d < n:
-            raise ValueError(prefix + f"Got in_dim={d} for some input, but that input is a "
+            raise ValueError(_in_dims_prefix(func, in_dims) + f"Got in_dim={d} for some input, but that input is a "
                              f"Tensor of dimensionality {n} so expected in_dim to satisfy "
                              f"-{n} <= in_dim < {n}.")
         if d < 0:
@@ -212,6 +217,30 @@ def _process_inputs(func, in_dims, args):
     return sizes[0], flat_in_dims, flat_args, spec
 
 
+def _simple_inputs(d, args):
+    """The common call (every argument a tensor batched at the same in-range dim) without
+    the pytree machinery; None when it is not that call."""
+    size = None
+    dims = []
+    for a in args:
+        if not isinstance(a, TensorBase):
+            return None
+        n = len(a._sizes)
+        if not -n <= d < n:
+            return None
+        wrapped = d % n
+        if size is None:
+            size = a._sizes[wrapped]
+        elif a._sizes[wrapped] != size:
+            return None
+        dims.append(wrapped)
+    return size, dims, list(args), None
+
+
+def _in_dims_prefix(func, in_dims):
+    return f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): "
+
+
 def _check_out_dims(func, out_dims):
     if isinstance(out_dims, int):
         return
@@ -223,6 +252,8 @@ def _check_out_dims(func, out_dims):
 
 
 def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
+    if type(out_dims) is int and isinstance(outputs, TensorBase):
+        return _unwrap_output(None, outputs, out_dims, level, size, False)
     flat_outputs, spec = tree_flatten(outputs)
     if isinstance(outputs, TensorBase):
         if isinstance(out_dims, int) or out_dims is None:

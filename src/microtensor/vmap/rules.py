@@ -120,10 +120,14 @@ _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
 @family_rule("pointwise")
 def pointwise(op, level, args, kwargs):
     """Batch dims to the front and per-sample dims right-aligned, then one physical op."""
-    if not kwargs and len(args) == 2:
-        fast = _pointwise_binary(op, level, args[0], args[1])
-        if fast is not None:
-            return fast
+    if not kwargs:
+        if len(args) == 1 and args[0]._bdim == 0:
+            result = call(op, (args[0]._value,), None)
+            return args[0] if op.kind == "inplace" else wrap_result(result, 0, level)
+        if len(args) == 2:
+            fast = _pointwise_binary(op, level, args[0], args[1])
+            if fast is not None:
+                return fast
     if kwargs and kwargs.get("out") is not None:
         raise _no_fallback(op)
     inplace = op.kind == "inplace"
@@ -247,7 +251,8 @@ def masked_fill(op, level, args, kwargs):
 
 @family_rule("reduction")
 def reduction(op, level, args, kwargs):
-    """Shift ``dim`` past the batch dim; ``dim=None`` means every per-sample dim."""
+    """Shift ``dim`` past the batch dim; ``dim=None`` (or ``()``) means every per-sample
+    dim.  A per-sample scalar gets a size-1 dim to reduce over, removed afterwards."""
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if not _same_level(self, level):
@@ -256,19 +261,42 @@ def reduction(op, level, args, kwargs):
     n = self.dim()
     dim = bound.get("dim")
     if n == 0:
-        if dim is not None:
-            for d in (dim,) if isinstance(dim, int) else dim:
-                meta.wrap_dim(d, 0)
-        bound["dim"] = 1
-        bound["keepdim"] = False
-        value = value.unsqueeze(1)
-    elif dim is None:
+        for d in () if dim is None else (dim,) if isinstance(dim, int) else dim:
+            meta.wrap_dim(d, 0)
+        bound["dim"] = 1 if dim is None or isinstance(dim, int) else (1,)
+        if "keepdim" in bound:
+            bound["keepdim"] = False
+        result = call(op, (value.unsqueeze(1),), bound)
+        return wrap_result(_drop_dim_1(result), 0, level)
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
         bound["dim"] = tuple(range(1, n + 1))
     elif isinstance(dim, int):
         bound["dim"] = meta.wrap_dim(dim, n) + 1
     else:
         bound["dim"] = tuple(meta.wrap_dim(d, n) + 1 for d in dim)
     return wrap_result(call(op, (value,), bound), 0, level)
+
+
+def _drop_dim_1(result):
+    if isinstance(result, tuple):
+        return type(result)(*map(_drop_dim_1, result)) if hasattr(result, "_fields") else \
+            tuple(map(_drop_dim_1, result))
+    return result.squeeze(1) if isinstance(result, TensorBase) and result.dim() == 2 else result
+
+
+@rule("argmax", "argmin")
+def arg_extremum(op, level, args, kwargs):
+    """``dim=None`` indexes the flattened sample: flatten each sample, then reduce dim 1."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    if bound["dim"] is not None:
+        return reduction(op, level, args, kwargs)
+    value = to_front(self._value, self._bdim)
+    flat = value.reshape(value._sizes[0], -1)
+    index = call(op, (flat, 1, False), None)
+    if bound["keepdim"]:
+        index = index.view((value._sizes[0],) + (1,) * self.dim())
+    return wrap(index, 0, level)
 
 
 # --------------------------------------------------------------------------- factories
@@ -722,8 +750,10 @@ def matmul(op, level, args, kwargs):
 
 def _as_matrix_operand(t, level, rank, vector_dim):
     value, bdim = unwrap(t, level)
+    if bdim is not None:
+        value = to_front(value, bdim)
     if vector_dim is not None:
         value = value.unsqueeze(vector_dim)
     if bdim is None:
         return value
-    return aligned(value, bdim, 2 if vector_dim is not None else t.dim(), rank)
+    return aligned(value, 0, 2 if vector_dim is not None else t.dim(), rank)

@@ -1,0 +1,29 @@
+"""``microtensor.cuda``: questions about the GPUs (``is_available``, ``synchronize`` ...).
+
+The work is done by ``microtensor.backends.cuda``; this module is the public face, shaped
+like ``torch.cuda``.  Every query answers without CuPy or a GPU; only ``synchronize`` and
+``current_device`` need one.
+"""
+from microtensor.backends import cuda as _backend
+
+
+def is_available():
+    """True when CuPy is installed and sees at least one GPU (never raises)."""
+    return _backend.is_available()
+
+
+def device_count():
+    return _backend.device_count()
+
+
+def current_device():
+    from microtensor._C.tensor import device
+    return _backend.resolve_device(device("cuda")).index
+
+
+def synchronize(device=None):
+    """Wait for every queued kernel on ``device`` (default: the current GPU) to finish."""
+    _backend.synchronize(device)
+
+
+__all__ = ["is_available", "device_count", "current_device", "synchronize"]

@@ -1,0 +1,599 @@
+"""vmap: every registered op against a Python loop over samples (single and nested, random
+in_dims, non-contiguous physical layouts, no silent fallback), the per-sample semantics
+of layouts (clone/contiguous/as_strided/new_empty_strided), in-place and randomness rules,
+the API's errors, batched gradients, and comparisons with torch.func.vmap."""
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+import microtensor as mt
+from microtensor.ops import REGISTRY, dispatch
+from microtensor.testing import maker, noncontiguous
+from microtensor.vmap import BatchedTensor
+
+try:
+    import torch
+    from torch.func import vmap as torch_vmap
+except ImportError:  # the torch comparisons skip themselves
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch (the test oracle) is not installed")
+FALLBACK = "Batching rule not implemented"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def to_np(t):
+    return np.array(t.detach()._array()) if isinstance(t, mt.Tensor) else np.asarray(t)
+
+
+def assert_same(actual, expected, what=""):
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), what
+        for a, e in zip(actual, expected):
+            assert_same(a, e, what)
+        return
+    if expected is None:
+        assert actual is None, what
+        return
+    a, e = to_np(actual), to_np(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    assert a.dtype == e.dtype, f"{what}: dtype {a.dtype} != {e.dtype}"
+    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-8, equal_nan=True, err_msg=what)
+
+
+def stack_np(results):
+    first = results[0]
+    if isinstance(first, (tuple, list)):
+        return tuple(stack_np([r[i] for r in results]) for i in range(len(first)))
+    if first is None:
+        return None
+    return np.stack([to_np(r) for r in results])
+
+
+def op_function(op):
+    if op.kind == "composite":
+        return op.kernel
+    return lambda *args, **kwargs: dispatch.call(op, args, kwargs)
+
+
+def sample_batch(t, size, rng):
+    """``size`` per-sample versions of ``t`` (floats scaled so domains are kept) stacked
+    physically at a random dim, sometimes in a non-contiguous buffer: (physical, in_dim)."""
+    base = to_np(t)
+    if t.dtype.is_floating_point:
+        rows = [base * (1 - 0.1 * i) for i in range(size)]
+    else:
+        rows = [base] * size
+    physical = mt.from_numpy(np.ascontiguousarray(np.stack(rows)))
+    if rng.random() < 0.3:
+        physical = noncontiguous(physical)
+    d = rng.randrange(0, t.dim() + 1)
+    physical = physical.movedim(0, d)
+    if rng.random() < 0.5:
+        d -= t.dim() + 1
+    return physical, d
+
+
+def loop_reference(fn, args, kwargs, in_dims, size):
+    results = []
+    for i in range(size):
+        sample = [a if d is None else a.select(d, i) for a, d in zip(args, in_dims)]
+        results.append(fn(*sample, **kwargs))
+    return stack_np(results)
+
+
+def clone_args(args):
+    return [a.clone() if isinstance(a, mt.Tensor) else a for a in args]
+
+
+def sweep_names():
+    return sorted(name for name, op in REGISTRY.items() if op.samples and not op.random)
+
+
+def returns_tensors(value):
+    if isinstance(value, mt.Tensor):
+        return True
+    return isinstance(value, (tuple, list)) and value and all(isinstance(v, mt.Tensor)
+                                                             for v in value)
+
+
+# --------------------------------------------------------------------------- every op
+
+@pytest.mark.parametrize("name", sweep_names())
+def test_op_matches_loop(name):
+    op = REGISTRY[name]
+    fn = op_function(op)
+    rng = random.Random(name)
+    size = 3
+    for sample in op.samples(maker(len(name))):
+        args, kwargs = list(sample.args), dict(sample.kwargs)
+        try:
+            plain = fn(*clone_args(args), **kwargs)
+        except Exception:        # samples that only check errors
+            continue
+        if not returns_tensors(plain):
+            continue
+        tensor_positions = [i for i, a in enumerate(args) if isinstance(a, mt.Tensor)]
+        for trial in range(2):
+            in_dims = [None] * len(args)
+            batched = list(args)
+            for i in tensor_positions:
+                must = op.kind == "inplace" and i == 0
+                if must or (trial == 0 and i == tensor_positions[0]) or rng.random() < 0.6:
+                    batched[i], in_dims[i] = sample_batch(args[i], size, rng)
+            if all(d is None for d in in_dims):
+                continue
+            what = f"{name} {sample} in_dims={in_dims}"
+            expected_inputs = clone_args(batched)
+            expected = loop_reference(fn, expected_inputs, kwargs, in_dims, size)
+            actual_inputs = clone_args(batched)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message=FALLBACK)
+                actual = mt.vmap(lambda *a: fn(*a, **kwargs), in_dims=tuple(in_dims))(
+                    *actual_inputs)
+            assert_same(actual, expected, what)
+            if op.kind == "inplace":
+                assert_same(actual_inputs[0], expected_inputs[0], what + " (mutated self)")
+
+
+@pytest.mark.parametrize("name", sweep_names())
+def test_op_nested_vmap_matches_loop(name):
+    op = REGISTRY[name]
+    fn = op_function(op)
+    for sample in op.samples(maker(len(name) + 1))[:3]:
+        args, kwargs = list(sample.args), dict(sample.kwargs)
+        try:
+            plain = fn(*clone_args(args), **kwargs)
+        except Exception:
+            continue
+        if not returns_tensors(plain) or not isinstance(args[0], mt.Tensor):
+            continue
+        # self batched over (2, 3) with the inner batch dim last; other tensors: outer only
+        outer, inner = 2, 3
+        base = to_np(args[0])
+        scale = (1 - 0.1 * np.arange(outer * inner)).reshape(outer, inner, *([1] * base.ndim))
+        rows = base * scale if args[0].dtype.is_floating_point else \
+            np.broadcast_to(base, (outer, inner) + base.shape)
+        self_batched = mt.from_numpy(np.ascontiguousarray(rows).astype(base.dtype)).movedim(1, -1)
+        others = []
+        for a in args[1:]:
+            if isinstance(a, mt.Tensor):
+                b = to_np(a)
+                others.append(mt.from_numpy(np.ascontiguousarray(
+                    np.broadcast_to(b, (outer,) + b.shape))))
+            else:
+                others.append(a)
+        outer_dims = (0,) + tuple(0 if isinstance(a, mt.Tensor) else None for a in args[1:])
+        inner_dims = (-1,) + tuple(0 if isinstance(a, mt.Tensor) else None for a in args[1:])
+
+        def per_sample(*a):
+            return fn(*a, **kwargs)
+        expected = stack_np([
+            loop_reference(per_sample,
+                           [self_batched.clone().select(0, i)] +
+                           [o if d is None else o.select(0, i) for o, d in
+                            zip(others, outer_dims[1:])],
+                           {}, (-1,) + (None,) * len(others), inner)
+            for i in range(outer)])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=FALLBACK)
+            inner_vmap = mt.vmap(per_sample, in_dims=(-1,) + (None,) * len(others))
+
+            def outer_fn(s, *rest):
+                return inner_vmap(s, *rest)
+            actual = mt.vmap(outer_fn, in_dims=outer_dims)(self_batched.clone(), *others)
+        assert_same(actual, expected, f"{name} nested {sample}")
+
+
+def test_every_registered_op_has_a_rule():
+    from microtensor.vmap.rules import FAMILY_RULES, RULES
+    missing = [name for name, op in REGISTRY.items()
+               if op.kind != "composite" and not op.random and not op.batch_rule
+               and name not in RULES and op.family not in FAMILY_RULES]
+    assert missing == []
+
+
+# --------------------------------------------------------------------------- the fallback
+
+def test_fallback_warns_and_is_correct():
+    from microtensor.ops.registry import Op
+    from microtensor.vmap import rules
+
+    def kernel(self):
+        return mt.from_numpy(np.cumsum(self._array(), axis=-1))
+    op = Op("test_cumsum_without_rule", kernel)
+    x = mt.randn(4, 5)
+    with pytest.warns(UserWarning, match="falling back to slow"):
+        result = mt.vmap(lambda t: dispatch.call(op, (t,), None), in_dims=1)(x)
+    assert_same(result, np.cumsum(to_np(x).T, axis=-1))
+    rules._resolved.pop(op, None)
+
+
+def test_fallback_refuses_views_and_inplace():
+    from microtensor.ops.registry import Op
+
+    def kernel(self):
+        return self
+    view_op = Op("test_view_without_rule", kernel, kind="view")
+    with pytest.raises(RuntimeError, match="the fallback path doesn't work on out= or view ops"):
+        mt.vmap(lambda t: dispatch.call(view_op, (t,), None))(mt.randn(3, 2))
+
+
+# --------------------------------------------------------------------------- per-sample layout
+
+def test_stride_and_contiguity_are_per_sample():
+    seen = {}
+
+    def record(x):
+        seen["stride"] = x.stride()
+        seen["contiguous"] = x.is_contiguous()
+        return x
+    mt.vmap(record)(mt.randn(3, 2, 5, 7))
+    assert seen == {"stride": (35, 7, 1), "contiguous": True}
+    mt.vmap(record)(mt.randn(2, 3, 5, 7).movedim(1, 0))
+    assert seen == {"stride": (105, 7, 1), "contiguous": False}
+    mt.vmap(record, in_dims=2)(mt.randn(2, 7, 3))
+    assert seen["contiguous"] is False
+
+
+def test_clone_contiguous_format_makes_each_sample_contiguous():
+    f = lambda x: x.clone(memory_format=mt.contiguous_format)  # noqa: E731
+    x = mt.randn(2, 3, 7)
+    y = mt.vmap(f, in_dims=1, out_dims=1)(x)
+    assert y.shape == (2, 3, 7) and y.stride() == (7, 14, 1)
+    assert y[:, 0].is_contiguous() and y.movedim(1, 0).is_contiguous()
+    assert_same(y, x)
+    preserved = mt.vmap(lambda x: x.clone(), in_dims=1, out_dims=1)(x)
+    assert preserved.stride() == (21, 7, 1) and not preserved[:, 0].is_contiguous()
+    nested = mt.vmap(mt.vmap(f, in_dims=2), in_dims=1)(mt.randn(2, 3, 7, 5))
+    assert nested.shape == (3, 5, 2, 7) and nested.is_contiguous()
+    assert nested[0][0].is_contiguous()
+
+
+def test_contiguous_returns_input_when_each_sample_is_contiguous():
+    x = mt.randn(3, 2, 5, 7).movedim(0, 2)
+    assert mt.vmap(lambda t: t.contiguous(), in_dims=2, out_dims=2)(x) is x
+    y = mt.vmap(lambda t: t.contiguous(), in_dims=1, out_dims=1)(mt.randn(2, 3, 7))
+    assert y[:, 0].is_contiguous()
+
+
+def test_channels_last_acts_on_each_sample():
+    x = mt.randn(2, 3, 4, 5, 6)
+    y = mt.vmap(lambda t: t.contiguous(memory_format=mt.channels_last))(x)
+    assert all(y[i].is_contiguous(memory_format=mt.channels_last) for i in range(2))
+    assert y.stride()[0] == 3 * 4 * 5 * 6
+    assert_same(y, x)
+    flags = mt.vmap(lambda t: mt.tensor(0.0) + t.is_contiguous(mt.channels_last))
+    assert_same(flags(y), np.ones(2, dtype=np.float32))
+    z = mt.vmap(lambda t: t.clone(memory_format=mt.channels_last), in_dims=4)(x)
+    assert z[0].is_contiguous(memory_format=mt.channels_last)
+    with pytest.raises(RuntimeError, match="rank 4"):
+        mt.vmap(lambda t: t.clone(memory_format=mt.channels_last))(mt.randn(2, 3))
+
+
+@pytest.mark.parametrize("size,stride,extent", [
+    ((2, 3, 5), (15, 5, 1), 30), ((2, 3, 5), (0, 5, 1), 15), ((2, 3, 4), (12, 4, 1), 24),
+    ((2, 3, 4), (2, 4, 6), 29), ((2, 3, 4), (0, 0, 0), 1), ((0, 2, 0), (12, 4, 1), 0)])
+def test_new_empty_strided(size, stride, extent):
+    f = lambda x: x.new_empty_strided(size, stride)  # noqa: E731
+    single = mt.vmap(f)(mt.randn(7))
+    assert single.shape == (7,) + size and single.stride() == (extent,) + stride
+    double = mt.vmap(mt.vmap(f))(mt.randn(7, 11))
+    assert double.shape == (7, 11) + size
+    assert double.stride() == (11 * extent, extent) + stride
+    permuted = mt.vmap(mt.vmap(f), in_dims=1)(mt.randn(11, 7))
+    assert permuted.stride() == (11 * extent, extent) + stride
+    with pytest.raises(RuntimeError, match="must match dimensionality of strides"):
+        mt.vmap(lambda x: x.new_empty_strided((2, 3), (1,)))(mt.randn(7))
+
+
+def as_strided_inputs():
+    b0 = 5
+    return [mt.randn(b0, 2, 3), mt.randn(b0, 3, 2).transpose(1, 2), mt.randn(2, b0, 2, 3)[1],
+            mt.randn(b0, 2, 4, 3, 7)[:, :, 0, :, 0], mt.randn(b0, 2, 4, 3, 7)[:, :, 2, :, 1]]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_as_strided_reads_inside_each_sample(index):
+    x = as_strided_inputs()[index]
+    s0, s1 = x.stride()[1:]
+    offset = x.storage_offset()
+    cases = [(([5, 5, 2, 3], [0, 0, s0, s1], offset), lambda t: t.expand(5, 5, 2, 3)),
+             (([3, 2], [s1, s0], offset), lambda t: t.transpose(0, 1)),
+             (([2], [s0], offset + s1), lambda t: t[:, 1])]
+    for (size, stride, off), expected in cases:
+        result = mt.vmap(lambda t: t.as_strided(size, stride, off))(x)
+        reference = mt.vmap(expected)(x)
+        assert result._base is reference._base
+        assert_same(result, reference)
+    nested = mt.randn(7, 5, 2, 3)
+    s0, s1 = nested.stride()[2:]
+    result = mt.vmap(mt.vmap(lambda t: t.as_strided([5, 5, 2, 3], [0, 0, s0, s1])),
+                     in_dims=1)(nested)
+    assert_same(result, mt.vmap(mt.vmap(lambda t: t.expand(5, 5, 2, 3)), in_dims=1)(nested))
+
+
+def test_as_strided_errors():
+    with pytest.raises(RuntimeError, match="size and stride must have the same length"):
+        mt.vmap(lambda x: x.as_strided([1, 1, 1], [1, 1]))(mt.randn(5, 2, 3).transpose(0, 1))
+    escapes = [(mt.randn(5, 3), lambda x: x.as_strided([3], [1], 1)),
+               (mt.randn(5, 3, 5), lambda x: x.as_strided([4, 4], [4, 1], 0)),
+               (mt.randn(2, 5, 3)[1], lambda x: x.as_strided([3], [1], 5 * 3 - 1)),
+               (mt.randn(5, 0, 3), lambda x: x.as_strided([3], [1]))]
+    for x, f in escapes:
+        with pytest.raises(RuntimeError, match="This is not supported inside of vmap"):
+            mt.vmap(f)(x)
+    with pytest.raises(RuntimeError, match="This is not supported inside of vmap"):
+        mt.vmap(mt.vmap(lambda x: x.as_strided([4, 4], [4, 1], 0)))(mt.randn(5, 7, 3, 5))
+
+
+@needs_torch
+@pytest.mark.parametrize("in_dim", [0, 1, 2])
+def test_as_strided_matches_torch_on_any_layout(in_dim):
+    data = np.random.default_rng(in_dim).standard_normal((4, 3, 5))
+    calls = [lambda t: t.as_strided((2, 2), (1, 2)), lambda t: t.as_strided((3,), (2,), 1)]
+    for call in calls:
+        x = mt.from_numpy(data).movedim(0, in_dim)
+        y = torch.from_numpy(data).movedim(0, in_dim)
+        try:
+            expected = torch_vmap(call, in_dims=in_dim)(y).numpy()
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match="not supported inside of vmap"):
+                mt.vmap(call, in_dims=in_dim)(x)
+            assert "not supported inside of vmap" in str(e)
+            continue
+        assert_same(mt.vmap(call, in_dims=in_dim)(x), expected)
+
+
+# --------------------------------------------------------------------------- in-place
+
+def test_inplace_into_unbatched_raises_and_changes_nothing():
+    x, y = mt.randn(3), mt.randn(2, 3)
+    before = to_np(x).copy()
+    for f in (lambda a, b: a.add_(b), lambda a, b: a.copy_(b), lambda a, b: a.mul_(b),
+              lambda a, b: a.__iadd__(b)):
+        with pytest.raises(RuntimeError, match="is not possible because there exists a Tensor"):
+            mt.vmap(f, in_dims=(None, 0))(x, y)
+    with pytest.raises(RuntimeError, match="fill_.*is not possible"):
+        mt.vmap(lambda a, v: a.fill_(v), in_dims=(None, 0))(mt.randn(2, 3), mt.randn(2))
+    assert_same(x, before)
+
+
+def test_inplace_into_batched_writes_through():
+    x, y = mt.randn(3, 2), mt.randn(3)
+    expected = to_np(x) + to_np(y)[:, None]
+    result = mt.vmap(lambda a, b: a.add_(b), in_dims=(1, None), out_dims=1)(x, y)
+    assert result is x
+    assert_same(x, expected)
+    z = mt.randn(4, 5)
+    mt.vmap(lambda a: a.mul_(2.0).sin_())(z)
+    setter = mt.randn(4, 5)
+    def set_middle(row, value):
+        row[1:3] = value
+        return row
+    mt.vmap(set_middle, in_dims=(0, None))(setter, 1.5)
+    assert (to_np(setter)[:, 1:3] == 1.5).all()
+
+
+def test_new_zeros_is_the_fix_for_inplace_into_a_fresh_buffer():
+    def embed(vec):
+        out = vec.new_zeros(3, 3)
+        out.diagonal().copy_(vec)
+        return out
+    v = mt.randn(4, 3)
+    result = mt.vmap(embed)(v)
+    assert_same(result, np.stack([np.diag(r) for r in to_np(v)]))
+
+    def broken(vec):
+        out = mt.zeros(3, 3)
+        out.diagonal().copy_(vec)
+        return out
+    with pytest.raises(RuntimeError, match="is not possible because there exists a Tensor"):
+        mt.vmap(broken)(v)
+
+
+# --------------------------------------------------------------------------- randomness
+
+def test_randomness():
+    x = mt.randn(4, 3)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        mt.vmap(lambda t: t + mt.rand(3))(x)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        mt.vmap(lambda t: mt.rand_like(t))(x)
+    different = mt.vmap(lambda t: t * 0 + mt.rand(3), randomness="different")(x)
+    rows = to_np(different)
+    assert not np.allclose(rows[0], rows[1])
+    same = mt.vmap(lambda t: t * 0 + mt.randn(3), randomness="same")(x)
+    assert np.allclose(to_np(same), to_np(same)[0])
+    like = mt.vmap(lambda t: mt.randn_like(t), randomness="different")(x)
+    assert like.shape == (4, 3) and not np.allclose(to_np(like)[0], to_np(like)[1])
+    ints = mt.vmap(lambda t: mt.randint(0, 10, (5,)), randomness="different")(x)
+    assert ints.shape == (4, 5) and ints.dtype == mt.int64
+    perms = mt.vmap(lambda t: mt.randperm(6), randomness="different")(x)
+    assert all(sorted(r) == list(range(6)) for r in to_np(perms).tolist())
+    chunked = mt.vmap(lambda t: t * 0 + mt.rand(3), randomness="same", chunk_size=2)(x)
+    assert np.allclose(to_np(chunked), to_np(chunked)[0])
+    with pytest.raises(RuntimeError, match="Only allowed values for randomness"):
+        mt.vmap(lambda t: t, randomness="sometimes")
+
+
+# --------------------------------------------------------------------------- the API
+
+def test_outputs_and_dims():
+    x = mt.randn(2, 3)
+    identity = mt.vmap(lambda t: t, in_dims=1, out_dims=0)(x)
+    assert identity._base is x and identity.shape == (3, 2)
+    assert mt.vmap(lambda t: t)(x) is x
+    y = mt.randn(2, 3, 5, 7)
+    assert mt.vmap(lambda t: t, out_dims=-1)(y).shape == (3, 5, 7, 2)
+    constant = mt.vmap(lambda t: mt.tensor(3.14))(mt.ones(3))
+    assert constant.shape == (3,) and constant.stride() == (0,)
+    inner = mt.randn(5)
+    noop = mt.vmap(lambda a: mt.vmap(lambda b: a)(inner))(mt.randn(3))
+    assert noop.shape == (3, 5) and noop.stride() == (1, 0)
+    pair = mt.vmap(lambda t: (t, t * 2), out_dims=(0, 1))(x)
+    assert pair[0].shape == (2, 3) and pair[1].shape == (3, 2)
+    tree = mt.vmap(lambda d: {"a": d["x"] + d["y"][0]}, in_dims=({"x": 0, "y": [1]},))(
+        {"x": x, "y": [x.t()]})
+    assert_same(tree["a"], 2 * to_np(x))
+    nested = mt.vmap(lambda a: mt.vmap(lambda b: a * b)(mt.ones(5, 3)))(mt.randn(2, 3))
+    assert nested.shape == (2, 5, 3)
+    chunked = mt.vmap(lambda t: t.sum(), chunk_size=2)(mt.arange(10.0).view(5, 2))
+    assert_same(chunked, np.arange(10.0).reshape(5, 2).sum(1).astype(np.float32))
+
+
+def test_side_effects_run_once():
+    calls = []
+    mt.vmap(lambda t: calls.append(1) or t * 2)(mt.randn(5, 2))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: mt.vmap(lambda x: 3.14)(mt.ones(3)), ValueError, "must only return Tensors"),
+    (lambda: mt.vmap(lambda x: [x, 3])(mt.ones(3)), ValueError, "must only return Tensors"),
+    (lambda: mt.vmap(mt.mul)(mt.ones(2), mt.ones(3)), ValueError,
+     "Expected all tensors to have the same size in the mapped dimension"),
+    (lambda: mt.vmap(lambda: 1)(), ValueError, "got no inputs"),
+    (lambda: mt.vmap(lambda x: x, out_dims="lol")(mt.ones(3)), ValueError,
+     "`out_dims` must be an int"),
+    (lambda: mt.vmap(lambda x: (x, x), out_dims=(0, 0, 0))(mt.ones(3)), ValueError,
+     "out_dims is not compatible with the structure of `outputs`"),
+    (lambda: mt.vmap(lambda x: x, out_dims=2)(mt.ones(2, 3)), IndexError, "Dimension out of range"),
+    (lambda: mt.vmap(lambda x: x, in_dims=[0])(mt.ones(3)), ValueError,
+     "expected `in_dims` to be int or a \\(potentially nested\\) tuple"),
+    (lambda: mt.vmap(mt.mul, in_dims=(0,))(mt.ones(3), mt.ones(3)), ValueError,
+     "in_dims is not compatible with the structure of `inputs`"),
+    (lambda: mt.vmap(lambda x, n: x, in_dims=(0, 0))(mt.ones(3), 2), ValueError,
+     "Got in_dim=0 for an input but the input is of type"),
+    (lambda: mt.vmap(lambda x: x, in_dims=2)(mt.ones(2, 3)), ValueError,
+     "for some input, but that input is a Tensor of dimensionality 2"),
+    (lambda: mt.vmap(lambda x: x, in_dims=(None,))(mt.ones(3)), ValueError, "at least one Tensor"),
+    (lambda: mt.vmap(lambda x: x.item())(mt.ones(3)), RuntimeError, "calling .item\\(\\)"),
+    (lambda: mt.vmap(lambda x: x if x > 0 else -x)(mt.ones(3)), RuntimeError,
+     "data-dependent control flow"),
+    (lambda: mt.vmap(lambda x: x.tolist())(mt.ones(3)), RuntimeError, "cannot read the values"),
+    (lambda: mt.vmap(lambda x: x, chunk_size=0), ValueError, "chunk_size should be None"),
+])
+def test_api_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@needs_torch
+def test_api_errors_match_torch():
+    cases = [(lambda x: 3.14, (0,), 0), (lambda x, y: x * y, (0, 0), 0),
+             (lambda x: x, 5, 0), (lambda x: (x, x), (0,), (0, 0, 0)), (lambda x: x, (0,), "a")]
+    for f, in_dims, out_dims in cases:
+        n = len(in_dims) if isinstance(in_dims, tuple) else 1
+        args_t = [torch.ones(2), torch.ones(3)][:n]
+        args_m = [mt.ones(2), mt.ones(3)][:n]
+        with pytest.raises(Exception) as torch_error:
+            torch_vmap(f, in_dims=in_dims, out_dims=out_dims)(*args_t)
+        with pytest.raises(type(torch_error.value)) as mt_error:
+            mt.vmap(f, in_dims=in_dims, out_dims=out_dims)(*args_m)
+        head = str(torch_error.value).split(":")[-1].split(".")[0].strip()[:30]
+        assert head in str(mt_error.value)
+
+
+# --------------------------------------------------------------------------- gradients
+
+def test_backward_and_grad_of_batched_tensors_refused():
+    x = mt.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"backward\(\) called inside vmap"):
+        mt.vmap(lambda t: (t * x).sum().backward())(mt.randn(2, 3))
+    with pytest.raises(RuntimeError, match=r"autograd.grad.* called inside vmap"):
+        mt.vmap(lambda t: mt.autograd.grad((t * x).sum(), x))(mt.randn(2, 3))
+
+
+def test_vmap_of_vjp_gives_batched_gradients():
+    x = mt.randn(3, requires_grad=True)
+    y = mt.randn(3)
+    out = x * y
+    result = mt.vmap(lambda v: mt.autograd.grad(out, x, v, retain_graph=True)[0])(mt.eye(3))
+    assert_same(result, np.diag(to_np(y)))
+
+
+def test_grad_of_vmap():
+    w = mt.randn(3, requires_grad=True)
+    xs = mt.randn(4, 3)
+    loss = mt.vmap(lambda x: (x * w).sin().sum())(xs).sum()
+    (g,) = mt.autograd.grad(loss, w)
+    assert_same(g, (np.cos(to_np(xs) * to_np(w)) * to_np(xs)).sum(0))
+
+
+@pytest.mark.parametrize("build", ["select", "manyview", "narrow"])
+def test_is_grads_batched_through_copyslices(build):
+    shape = (4, 4, 5) if build == "manyview" else (4, 5)
+    leaf = mt.randn(*shape, requires_grad=True)
+
+    def forward():
+        base = leaf * leaf
+        if build == "select":
+            view = base[0]
+        elif build == "manyview":
+            view = base.transpose(0, 2)[1].diagonal()[::2]
+        else:
+            view = base.narrow(1, 1, 3)
+        view.cos_()
+        return base, view
+    base, view = forward()
+    assert type(base.grad_fn).__name__ == "CopySlices"
+    for out in (view, base):
+        vs = mt.randn(3, *out.shape)
+        batched = mt.autograd.grad(out, leaf, vs, retain_graph=True, is_grads_batched=True)[0]
+        rows = [mt.autograd.grad(out, leaf, vs[i], retain_graph=True)[0] for i in range(3)]
+        assert_same(batched, np.stack([to_np(r) for r in rows]))
+
+
+def test_is_grads_batched_shapes_and_errors():
+    x = mt.randn(2, 2, requires_grad=True)
+    out = x.clone()
+    bg = mt.arange(3.0).view(3, 1, 1).expand(3, 2, 2)
+    (g,) = mt.autograd.grad(out, (x,), (bg,), is_grads_batched=True)
+    assert_same(g, to_np(bg))
+    (g,) = mt.autograd.grad(x.sum(), (x,), (mt.arange(3.0),), is_grads_batched=True)
+    assert g.shape == (3, 2, 2) and (to_np(g)[2] == 2).all()
+    with pytest.raises(RuntimeError, match="If `is_grads_batched=True`, we interpret the first"):
+        mt.autograd.grad(out, (x,), (mt.ones(2, 2),), is_grads_batched=True)
+
+
+# --------------------------------------------------------------------------- fast paths
+
+def test_operators_on_batched_tensors_reach_the_dispatcher():
+    seen = []
+    from microtensor.vmap import rules
+    original = rules.handle
+
+    def spy(op, args, kwargs):
+        if any(type(a) is BatchedTensor for a in args):
+            seen.append(op.name)
+        return original(op, args, kwargs)
+    dispatch_handlers = dispatch.transform_handlers
+
+    def f(x, y):
+        dispatch_handlers[dispatch_handlers.index(original)] = spy
+        try:
+            r = x + y
+            r = r * 2.0
+            r -= y
+            r = r / y
+            r = r[0]
+            return r
+        finally:
+            dispatch_handlers[dispatch_handlers.index(spy)] = original
+    out = mt.vmap(f)(mt.randn(3, 2, 4), mt.rand(3, 2, 4) + 1)
+    assert out.shape == (3, 4)
+    assert seen[:5] == ["add", "mul", "sub_", "div", "select"]
+    assert dispatch.transform_handlers == []
+
+
+def test_batched_tensor_is_a_tensor_with_per_sample_metadata():
+    def check(t):
+        assert isinstance(t, mt.Tensor) and type(t) is BatchedTensor
+        assert t.shape == (2, 5) and t.dim() == 2 and t.numel() == 10
+        assert "BatchedTensor(lvl=1, bdim=1" in repr(t)
+        return t
+    mt.vmap(check, in_dims=1)(mt.randn(2, 3, 5))
