@@ -94,6 +94,8 @@ class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return _wrap(func(*_unwrap(args), **_unwrap(kwargs)))
 
     def __getattr__(self, name):
+        if name.startswith("__"):   # no __array_interface__ & co: NumPy must not see memory
+            raise AttributeError(name)
         attr = getattr(self._a, name)
         if callable(attr):
             return lambda *args, **kwargs: _wrap(attr(*_unwrap(args), **_unwrap(kwargs)))

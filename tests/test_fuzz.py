@@ -3,6 +3,8 @@ argument and the limit, raised before any memory is touched (a refused in-place 
 its target's values and version unchanged).  A fuzz loop throws random, mostly invalid,
 arguments at every view op and factory and checks that only ordinary exceptions come out
 (in a subprocess too, so that a crash would fail the test instead of killing the run)."""
+import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -227,14 +229,23 @@ CALLS = {
 }
 
 
+ALLOCATING = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "eye", "view_as",
+              "new_empty", "new_zeros", "new_ones", "new_full", "arange", "linspace", "tensor",
+              "new_tensor"}
+
+
+def _largest(args):
+    values = [abs(a) for a in args if isinstance(a, (int, float)) and a == a]
+    values += [_largest(a) for a in args if isinstance(a, (list, tuple))]
+    return max(values, default=0)
+
+
 @given(st.sampled_from(sorted(CALLS)), st.lists(junk, max_size=4),
        st.sampled_from([(2, 3, 4), (0, 3), (), (5,), (1, 1, 2)]))
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 def test_fuzz_only_ordinary_exceptions(name, args, shape):
-    args = [a for a in args if not (isinstance(a, int) and abs(a) > 64 and name in
-                                    ("zeros", "ones", "empty", "rand", "randn", "eye", "view_as",
-                                     "new_empty", "new_zeros", "new_ones", "arange",
-                                     "linspace", "tensor", "new_tensor"))]
+    if name in ALLOCATING and _largest(args) > 4096:
+        return  # a valid huge size would really allocate (and fill) that much memory
     x = mt.arange(float(int(np.prod(shape)))).reshape(shape).clone()
     before = x.numpy().copy()
     try:
@@ -255,6 +266,9 @@ FUZZ_SCRIPT = textwrap.dedent("""
     EXPECTED = (RuntimeError, IndexError, ValueError, TypeError, OverflowError,
                 NotImplementedError)
     def junk():
+        if random.random() < 0.7:  # mostly plausible arguments, so that chains get deep
+            return random.choice([random.randint(-2, 4), tuple(
+                random.randint(-1, 4) for _ in range(random.randint(0, 3)))])
         return random.choice([
             lambda: random.randint(-6, 6), lambda: random.randint(-2 ** 66, 2 ** 66),
             lambda: random.choice([2 ** 62, -2 ** 63, 2 ** 63 - 1]), lambda: random.random() * 4,
@@ -266,32 +280,29 @@ FUZZ_SCRIPT = textwrap.dedent("""
            lambda x, a: x.select(*a), lambda x, a: x.permute(*a), lambda x, a: x[tuple(a)],
            lambda x, a: x.unflatten(*a), lambda x, a: x.movedim(*a),
            lambda x, a: x.new_empty_strided(*a), lambda x, a: mt.empty_strided(*a)]
-    calls = ok = 0
-    for _ in range(4000):
+    calls = failed = 0
+    for _ in range(3000):
         x = x0
         for _ in range(random.randint(1, 3)):  # chains: fuzz views of views
             args = [junk() for _ in range(random.randint(0, 4))]
+            calls += 1
             try:
                 y = random.choice(ops)(x, args)
             except EXPECTED:
+                failed += 1
                 break
-            calls += 1
-            if isinstance(y, mt.Tensor):
-                if y.numel() and y.numel() < 10 ** 6 and y.untyped_storage() is x0.untyped_storage():
-                    y.sum() if y.dtype.is_floating_point else None
-                    np.asarray(y).sum()
-                    y.clone()
-                x = y
-                ok += 1
-    print("calls", calls, "ok", ok)
+            if y.numel() and y.numel() < 10 ** 6 and y.untyped_storage() is x0.untyped_storage():
+                np.asarray(y).sum()  # reads every element the view claims
+                y.clone()
+            x = y
+    print("calls", calls, "refused", failed)
 """)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fuzz_chains_in_a_subprocess_never_crash(seed):
-    import microtensor
-    src = str(__import__("pathlib").Path(microtensor.__file__).parent.parent)
-    env = dict(__import__("os").environ, PYTHONPATH=src)
+    src = str(pathlib.Path(mt.__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=src)
     proc = subprocess.run([sys.executable, "-c", FUZZ_SCRIPT, str(seed)], capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]

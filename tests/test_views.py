@@ -71,7 +71,8 @@ VIEW_CASES = [
     ("getitem neg", (2, 3, 4), lambda t: t[-1, -2], lambda a: a[-1, -2]),
     ("getitem slices", (2, 3, 4), lambda t: t[:, 1:, ::3], lambda a: a[:, 1:, ::3]),
     ("getitem neg slice", (2, 3, 4), lambda t: t[:, -2:-1, 1::2], lambda a: a[:, -2:-1, 1::2]),
-    ("getitem none", (2, 3, 4), lambda t: t[None, 1, None, ..., 2], lambda a: a[None, 1, None, ..., 2]),
+    ("getitem none", (2, 3, 4), lambda t: t[None, 1, None, ..., 2],
+     lambda a: a[None, 1, None, ..., 2]),
     ("getitem ellipsis", (2, 3, 4), lambda t: t[..., 1:3], lambda a: a[..., 1:3]),
     ("getitem empty slice", (2, 3, 4), lambda t: t[:, 5:], lambda a: a[:, 5:]),
     ("getitem big step", (2, 3, 4), lambda t: t[:, ::7], lambda a: a[:, ::7]),
@@ -87,7 +88,8 @@ VIEW_CASES = [
     ("flatten", (2, 3, 4), lambda t: t.flatten(), lambda a: a.reshape(-1)),
     ("flatten range", (2, 3, 4, 5), lambda t: t.flatten(1, 2), lambda a: a.reshape(2, 12, 5)),
     ("flatten 0-d", (), lambda t: t.flatten(), lambda a: a.reshape(1)),
-    ("flatten copy", (2, 3, 4), lambda t: t.mT.flatten(1), lambda a: a.swapaxes(1, 2).reshape(2, 12)),
+    ("flatten copy", (2, 3, 4), lambda t: t.mT.flatten(1),
+     lambda a: a.swapaxes(1, 2).reshape(2, 12)),
     ("unflatten", (2, 12), lambda t: t.unflatten(1, (3, -1)), lambda a: a.reshape(2, 3, 4)),
     ("expand", (3, 1), lambda t: t.expand(2, 3, 4), lambda a: np.broadcast_to(a, (2, 3, 4))),
     ("expand -1", (3, 1), lambda t: t.expand(-1, 5), lambda a: np.broadcast_to(a, (3, 5))),
@@ -110,8 +112,8 @@ VIEW_CASES = [
      lambda a: np.lib.stride_tricks.as_strided(a[1:], (3, 3), (16, 8))),
     ("as_strided stride 0", (12,), lambda t: t.as_strided((2, 3), (0, 4)),
      lambda a: np.lib.stride_tricks.as_strided(a, (2, 3), (0, 32))),
-    ("alias", (2, 3), lambda t: mt.alias(t) if isinstance(t, mt.Tensor) else torch.ops.aten.alias(t),
-     lambda a: a),
+    ("alias", (2, 3),
+     lambda t: mt.alias(t) if isinstance(t, mt.Tensor) else torch.ops.aten.alias(t), lambda a: a),
 ]
 
 

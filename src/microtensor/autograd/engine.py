@@ -112,7 +112,8 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
     ready = []
     for (node, nr), grad in zip(roots, root_grads):
         if node is not None:
-            _accumulate(buffers.setdefault(node, [None] * _num_inputs(node)), nr, grad)
+            _accumulate(buffers.setdefault(node, [None] * getattr(node, "num_outputs", 1)), nr,
+                        grad)
     for node in buffers:
         if dependencies.get(node, 0) == 0:
             heapq.heappush(ready, (-node.sequence_nr, node))
@@ -147,7 +148,7 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
                     continue
                 buffer = buffers.get(nxt)
                 if buffer is None:
-                    buffer = buffers[nxt] = [None] * _num_inputs(nxt)
+                    buffer = buffers[nxt] = [None] * getattr(nxt, "num_outputs", 1)
                 if g is not None:
                     _accumulate(buffer, nr, g)
                 dependencies[nxt] -= 1
@@ -161,10 +162,6 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
 def _accumulate(buffer, slot, grad):
     existing = buffer[slot]
     buffer[slot] = grad if existing is None else existing + grad
-
-
-def _num_inputs(node):
-    return getattr(node, "num_outputs", 1)
 
 
 def _run_pre_hooks(node, grads):

@@ -132,8 +132,6 @@ class Function:
                                   "your custom autograd.Function to use it with backward "
                                   "mode AD.")
 
-    vjp = backward
-
     @classmethod
     def apply(cls, *args, **kwargs):
         if kwargs:

@@ -10,6 +10,7 @@ the input needs no gradient.
 create (see ``autograd.recording``).
 """
 import itertools
+import weakref
 
 from microtensor._C.meta import contiguous_format
 from microtensor.autograd.grad_mode import state as grad_state
@@ -111,11 +112,18 @@ class AccumulateGrad(Node):
     def __init__(self, variable):
         super().__init__(())
         self.variable = variable
-        # hooks registered on the leaf live on the tensor (the accumulator is only weakly
-        # held by it); sharing the dict lets the engine run them as this node's pre-hooks
-        if variable._hooks is None:
-            variable._hooks = {}
-        self._pre_hooks = {0: variable._hooks}
+
+    # hooks registered on the leaf live on the tensor (which holds this node only weakly);
+    # the engine runs them as this node's pre-hooks
+    @property
+    def _pre_hooks(self):
+        hooks = self.variable._hooks
+        return {0: hooks} if hooks else None
+
+    def register_tensor_prehook(self, output_nr, fn):
+        if self.variable._hooks is None:
+            self.variable._hooks = {}
+        return add_hook(self.variable._hooks, fn)
 
     def apply(self, grads):
         return ()
@@ -159,11 +167,14 @@ class SavedTensor:
             raise RuntimeError(self._modified_message(node))
         if self.had_grad and grad_state.enabled:
             alias = detached_alias(data)
-            alias._grad_fn = node
+            alias._grad_fn = self._producer(node)
             alias._output_nr = self.output_nr
             alias._requires_grad = True
             return alias
         return data
+
+    def _producer(self, node):
+        return node
 
     def _modified_message(self, node):
         data = self.data
@@ -175,6 +186,26 @@ class SavedTensor:
                 f"version {data._storage.version}; expected version {self.version} instead. "
                 "Hint: the variable was changed in place after it was used by the operation "
                 "whose backward failed; use out-of-place operations or .clone() it first.")
+
+
+class SavedInplaceViewOutput(SavedTensor):
+    """The result of an in-place op on a view.  Unpacked for a double backward, it is the
+    view read back out of its base, whose producer is the ``CopySlices`` node (held
+    weakly: CopySlices holds the op's node, which holds this)."""
+
+    __slots__ = ("copy_slices", "base", "view")
+
+    def __init__(self, view, copy_slices):
+        super().__init__(view, is_output=True)
+        self.copy_slices = weakref.ref(copy_slices)
+        self.base = Geometry(view._base)
+        self.view = Geometry(view)
+
+    def _producer(self, node):
+        copy_slices = self.copy_slices()
+        if copy_slices is None:
+            raise RuntimeError(RELEASED_ERROR)
+        return AsStridedBackward0(self.base, self.view, (copy_slices, 0))
 
 
 class OpNode(Node):
@@ -201,10 +232,10 @@ class OpNode(Node):
     def unpacked(self):
         values = {}
         for name, value in self.saved.items():
-            if type(value) is SavedTensor:
+            if isinstance(value, SavedTensor):
                 value = value.unpack(self)
             elif type(value) is list:
-                value = [v.unpack(self) if type(v) is SavedTensor else v for v in value]
+                value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
             values[name] = value
         return values
 
@@ -225,11 +256,11 @@ class OpNode(Node):
 
     def release(self):
         for value in self.saved.values():
-            if type(value) is SavedTensor:
+            if isinstance(value, SavedTensor):
                 value.data = None
             elif type(value) is list:
                 for v in value:
-                    if type(v) is SavedTensor:
+                    if isinstance(v, SavedTensor):
                         v.data = None
 
     def __getattr__(self, name):
@@ -295,9 +326,10 @@ class AsStridedBackward0(Node):
     back out of the base's gradient with ``as_strided``."""
 
     def __init__(self, base, view, base_edge):
+        """``base`` and ``view``: their ``Geometry``."""
         super().__init__((base_edge,))
-        self.base = Geometry(base)
-        self.view = Geometry(view)
+        self.base = base
+        self.view = view
 
     def apply(self, grads):
         from microtensor.ops.view import as_strided_backward

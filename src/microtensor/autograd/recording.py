@@ -10,8 +10,8 @@ import weakref
 
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.grad_mode import state as grad_state
-from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, CopySlices, OpNode,
-                                        SavedTensor)
+from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, CopySlices, Geometry,
+                                        OpNode, SavedInplaceViewOutput, SavedTensor)
 from microtensor.ops import dispatch
 
 _NONE_EDGE = (None, 0)
@@ -34,7 +34,8 @@ def current_grad_fn(tensor):
         base = tensor._base
         if base._grad_fn is not tensor._view_info:
             if base._grad_fn is not None:
-                tensor._grad_fn = AsStridedBackward0(base, tensor, gradient_edge(base))
+                tensor._grad_fn = AsStridedBackward0(Geometry(base), Geometry(tensor),
+                                                     gradient_edge(base))
                 tensor._output_nr = 0
                 tensor._requires_grad = True
             tensor._view_info = base._grad_fn
@@ -56,10 +57,13 @@ def gradient_edge(tensor):
 # ------------------------------------------------------------------ what a node keeps
 
 def _save(op, bound, outputs):
-    """The values ``op``'s derivative asks for (see ``Op.saved_plan``)."""
+    """The values ``op``'s derivative asks for (see ``Op.saved_plan``); ``outputs`` None:
+    all but ``result`` (an in-place op saves its inputs before it runs)."""
     saved = {}
     for name, source, read in op.saved_plan:
         if source == "result":
+            if outputs is None:
+                continue
             if len(outputs) == 1:
                 saved[name] = SavedTensor(outputs[0], True)
             else:
@@ -190,13 +194,17 @@ def record_inplace(op, args, kwargs):
     if base_op.saves_self:
         # recorded, so that a double backward differentiates through the old value too
         bound["self"] = self.clone()
+    saved = _save(base_op, bound, None)
     grad_state.enabled = False
     try:
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
         grad_state.enabled = True
-    node = OpNode(op, _save(base_op, bound, (self,)), edges, slots, metas, 1)
+    node = OpNode(op, saved, edges, slots, metas, 1)
     rebase_history(self, node)
+    if "result" in base_op.saved_names:
+        saved["result"] = SavedInplaceViewOutput(self, self._base._grad_fn) \
+            if self._is_diff_view else SavedTensor(self, True)
     return result
 
 

@@ -7,8 +7,7 @@ import weakref
 
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine
-from microtensor.autograd.graph import add_hook
-from microtensor.autograd.recording import current_grad_fn
+from microtensor.autograd.recording import current_grad_fn, grad_accumulator
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -58,10 +57,7 @@ def register_hook(self, hook):
     fn = current_grad_fn(self)
     if fn is not None:
         return fn.register_tensor_prehook(self._output_nr, hook)
-    # a leaf keeps its hooks; its AccumulateGrad runs them (see graph.AccumulateGrad)
-    if self._hooks is None:
-        self._hooks = {}
-    return add_hook(self._hooks, hook)
+    return grad_accumulator(self).register_tensor_prehook(0, hook)
 
 
 def _set_requires_grad(self, requires_grad):

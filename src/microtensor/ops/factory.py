@@ -374,7 +374,10 @@ def floating_only(dt, name):
 def _random(sample, size, dtype, dev, generator, requires_grad):
     sizes = parse_size(size)
     rng = (generator or default_generator)._rng
-    arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
+    try:
+        arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
+    except MemoryError:
+        raise RuntimeError(f"not enough memory for a tensor of sizes {list(sizes)}") from None
     t = tensor_of(np.ascontiguousarray(arr))
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)

@@ -14,7 +14,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_
-from microtensor.ops.loops import _type_name, new_result
+from microtensor.ops.loops import _type_name, device_of, new_result
 from microtensor.ops.registry import Sample, op
 
 BINARY = ("self", "other")
@@ -39,7 +39,7 @@ def _check_same_dtype(self, other, kind="mm"):
 
 def _product(np_fn, shape, self, other):
     """``np_fn(self, other)`` into a fresh contiguous tensor of ``shape``."""
-    out = new_result(shape, self._dtype)
+    out = new_result(shape, self._dtype, device=device_of(self, other))
     if out._numel:
         np_fn(self._array(), other._array(), out=out._array())
     return out

@@ -74,7 +74,7 @@ def _single_dim(dim, ndim):
 
 def _fresh(arr, dtype=None):
     """A new tensor owning a copy of ``arr`` (which may be a NumPy view of a result)."""
-    return from_numpy_result(np.array(arr, dtype=dtype.np if dtype else None))
+    return from_numpy_result(arr, dtype)
 
 
 def _float_only(name, self):
@@ -492,7 +492,7 @@ def _normalised_exp(name, log):
         if dtype is not None:
             self = self.to(dtype)
         _float_only(f"{name}_kernel_impl", self)
-        result = new_result(self._sizes, self._dtype)
+        result = new_result(self._sizes, self._dtype, device=self.device)
         if not self._numel:
             return result
         arr, axis = _along(self, dim)
@@ -528,7 +528,7 @@ def log_softmax(grad, dim, result):
 
 @op(family="reduction", samples=_single_dim_samples)
 def cumsum(self, dim, *, dtype=None):
-    result = new_result(self._sizes, _integer_to_int64(self, dtype))
+    result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
     if self._numel:
         np.cumsum(arr, axis=axis, dtype=result._dtype.np, out=result._array().reshape(arr.shape))

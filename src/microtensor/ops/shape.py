@@ -14,6 +14,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
 from microtensor._dtype import result_type
+from microtensor.backends import cuda
 from microtensor.ops.factory import arange, tensor_of
 from microtensor.ops.loops import device_of, new_result
 from microtensor.ops.registry import Sample, inplace_variant, op
@@ -22,6 +23,8 @@ from microtensor.ops.registry import Sample, inplace_variant, op
 def fresh_tensor(values):
     """A new contiguous tensor taking over a NumPy result (copied only when it is a view
     or not C-ordered)."""
+    if cuda.is_device_array(values):
+        return cuda.from_result(values)
     values = np.asarray(values, order="C")
     if values.base is not None:
         values = values.copy()

@@ -236,7 +236,7 @@ def squeeze(self, dim=None):
         dims = {i for i, s in enumerate(self._sizes) if s == 1}
     else:
         dims = {meta.wrap_dim(d, n) for d in _sizes_arg((dim,), "dim")}
-        dims = {d for d in dims if self._sizes[d] == 1}
+        dims = {d for d in dims if d < n and self._sizes[d] == 1}  # a 0-d tensor accepts 0, -1
     keep = [i for i in range(n) if i not in dims]
     return self._make_view_unchecked(tuple(self._sizes[i] for i in keep),
                                      tuple(self._strides[i] for i in keep), self._offset)

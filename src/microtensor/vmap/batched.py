@@ -99,9 +99,11 @@ def wrap(value, bdim, level):
     """``value`` (physical at ``level``) seen per sample: its dim ``bdim`` hidden."""
     sizes = value._sizes
     strides = value._strides
-    t = wrap_storage(value._storage, sizes[:bdim] + sizes[bdim + 1:],
-                     strides[:bdim] + strides[bdim + 1:], value._offset, value._dtype,
-                     BatchedTensor)
+    if bdim == 0:
+        sizes, strides = sizes[1:], strides[1:]
+    else:
+        sizes, strides = sizes[:bdim] + sizes[bdim + 1:], strides[:bdim] + strides[bdim + 1:]
+    t = wrap_storage(value._storage, sizes, strides, value._offset, value._dtype, BatchedTensor)
     t._value = value
     t._bdim = bdim
     t._level = level
@@ -126,13 +128,6 @@ def to_front(value, bdim):
         return value
     n = value.dim()
     return value.permute((bdim,) + tuple(d for d in range(n) if d != bdim))
-
-
-def physical_dim(dim, logical_rank, bdim):
-    """Where logical ``dim`` (wrapped against the per-sample rank) sits in the value."""
-    from microtensor._C.meta import wrap_dim
-    d = wrap_dim(dim, logical_rank)
-    return d if d < bdim else d + 1
 
 
 def aligned(value, bdim, logical_rank, rank):

@@ -172,15 +172,16 @@ def _pointwise_binary(op, level, a, b):
     if type(a) is not BatchedTensor or a._level != level or a._bdim != 0:
         return None
     n = len(a._sizes)
-    if type(b) is BatchedTensor:
+    kind = type(b)
+    if kind is float or kind is int or kind is bool:
+        pb = b
+    elif kind is BatchedTensor:
         if b._level != level or b._bdim != 0 or len(b._sizes) != n:
             return None
         pb = b._value
     elif isinstance(b, TensorBase):
         if len(b._sizes) > n or (n == 0 and b._dtype is not a._dtype):
             return None
-        pb = b
-    elif isinstance(b, (int, float, bool)):
         pb = b
     else:
         return None
@@ -393,10 +394,6 @@ def like(op, level, args, kwargs):
 _RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either "
                  "use the 'same' or 'different' randomness flags on vmap or perform the "
                  "randomness operation out of vmap")
-
-
-def _draw_sized(op, sizes, kwargs):
-    return dispatch.run_kernel(op, sizes, kwargs)
 
 
 def _random_request(op, args, kwargs):
@@ -757,3 +754,299 @@ def _as_matrix_operand(t, level, rank, vector_dim):
     if bdim is None:
         return value
     return aligned(value, 0, 2 if vector_dim is not None else t.dim(), rank)
+
+
+# --------------------------------------------------------------------------- joining, splitting
+
+def _front_or_expanded(t, level, size):
+    """``t`` physically with the batch dim first: moved there if batched, else expanded
+    (stride 0, no copy)."""
+    if _same_level(t, level):
+        return to_front(t._value, t._bdim)
+    return t.unsqueeze(0).expand((size,) + tuple(t.shape))
+
+
+@rule("_cat")
+def cat(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    size = batch_size(level)
+    tensors = [_front_or_expanded(t, level, size) for t in bound["tensors"]]
+    return wrap(call(op, (tensors, bound["dim"] + 1, bound["sizes"]), None), 0, level)
+
+
+@rule("split", "split_with_sizes", "unbind")
+def split(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    n, b = self.dim(), self._bdim
+    if n == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor") \
+            if op.name != "unbind" else IndexError("Dimension specified as 0 but tensor has no "
+                                                   "dimensions")
+    p = _actual(meta.wrap_dim(bound["dim"], n), b)
+    bound["dim"] = p
+    pieces = call(op, (self._value,), bound)
+    new_bdim = b - 1 if op.name == "unbind" and p < b else b
+    return tuple(wrap(piece, new_bdim, level) for piece in pieces)
+
+
+@rule("roll")
+def roll(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, shifts, dims = bound["self"], bound["shifts"], bound["dims"]
+    value = to_front(self._value, self._bdim)
+    if dims is None or (not isinstance(dims, int) and len(dims) == 0):
+        flat = value.reshape(value._sizes[0], -1)
+        rolled = call(op, (flat, shifts, 1), None)
+        return wrap(rolled.view(value._sizes), 0, level)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    n = max(self.dim(), 1)
+    if self.dim() == 0:
+        return wrap(value.clone(), 0, level)
+    return wrap(call(op, (value, shifts, tuple(meta.wrap_dim(d, n) + 1 for d in dims)), None),
+                0, level)
+
+
+@rule("flip")
+def flip(op, level, args, kwargs):
+    self = args[0]
+    dims = _sizes_arg(args[1:] if not kwargs else (kwargs["dims"],))
+    b = self._bdim
+    physical = tuple(_actual(meta.wrap_dim(d, self.dim()), b) for d in dims) if self.dim() \
+        else ()
+    return wrap(call(op, (self._value,) + physical, None), b, level)
+
+
+@rule("repeat")
+def repeat(op, level, args, kwargs):
+    self = args[0]
+    sizes = _sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    if len(sizes) < self.dim():
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    value = aligned(self._value, self._bdim, self.dim(), len(sizes))
+    return wrap(call(op, (value, (1,) + sizes), None), 0, level)
+
+
+# --------------------------------------------------------------------------- matrices
+
+@rule("tril", "triu", "tril_", "triu_")
+def triangle(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    if not _same_level(self, level):
+        raise inplace_error(op.name)
+    if self.dim() < 2:
+        raise RuntimeError(f"{op.name.rstrip('_')}: input tensor must have at least 2 dimensions")
+    if bound.pop("out", None) is not None:
+        raise _no_fallback(op)
+    result = call(op, (to_front(self._value, self._bdim),), bound)
+    return self if op.kind == "inplace" else wrap(result, 0, level)
+
+
+@rule("trace")
+def trace(op, level, args, kwargs):
+    self = args[0]
+    if self.dim() != 2:
+        raise RuntimeError("trace: expected a matrix, but got tensor with dim " f"{self.dim()}")
+    value = to_front(self._value, self._bdim)
+    return wrap(value.diagonal(0, 1, 2).sum(-1), 0, level)
+
+
+@rule("diag")
+def diag(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, offset = bound["self"], bound["diagonal"]
+    value = to_front(self._value, self._bdim)
+    if self.dim() == 1:
+        return wrap(REGISTRY["diag_embed"](value, offset, -2, -1), 0, level)
+    if self.dim() != 2:
+        raise RuntimeError("diag(): Supports 1D or 2D tensors. Got " f"{self.dim()}D")
+    return wrap(value.diagonal(offset, 1, 2).clone(), 0, level)
+
+
+@rule("diag_embed")
+def diag_embed(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    n = self.dim() + 1
+    d1, d2 = meta.wrap_dim(bound["dim1"], n), meta.wrap_dim(bound["dim2"], n)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {bound['dim1']}, "
+                           f"{bound['dim2']}")
+    value = to_front(self._value, self._bdim)
+    return wrap(call(op, (value, bound["offset"], d1 + 1, d2 + 1), None), 0, level)
+
+
+# --------------------------------------------------------------------------- indexing
+
+def _prepared(bound, names, level, size):
+    """The named tensor arguments with the batch dim first (per-sample scalars as
+    1-element vectors, as the dim-wise index ops treat them)."""
+    for name in names:
+        t = bound.get(name)
+        if isinstance(t, TensorBase):
+            p = _front_or_expanded(t, level, size)
+            bound[name] = p.unsqueeze(1) if t.dim() == 0 else p
+
+
+@rule("gather", "scatter", "scatter_", "scatter_add", "scatter_add_")
+def dimwise_index(op, level, args, kwargs):
+    """Every tensor argument batched (unbatched ones expanded) and ``dim`` shifted."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    if op.kind == "inplace" and not _same_level(self, level):
+        raise inplace_error(op.name)
+    if bound.pop("out", None) is not None:
+        raise _no_fallback(op)
+    result_rank = bound["index"].dim() if op.name == "gather" else self.dim()
+    bound["dim"] = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    _prepared(bound, ("self", "index", "src"), level, batch_size(level))
+    result = call(op, (bound.pop("self"),), bound)
+    if op.kind == "inplace":
+        return self
+    return wrap(result.squeeze(1) if result_rank == 0 else result, 0, level)
+
+
+def _index_spread(index, like, d):
+    """A per-sample 1-D ``index`` (physical ``(B, k)``) placed at dim ``d`` of ``like``'s
+    shape, for gather/scatter."""
+    shape = [index._sizes[0]] + [1] * (like.dim() - 1)
+    shape[d] = index._sizes[1]
+    sizes = list(like._sizes)
+    sizes[d] = index._sizes[1]
+    return index.view(shape).expand(sizes)
+
+
+@rule("index_select")
+def index_select(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index = bound["self"], bound["index"]
+    size = batch_size(level)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    value = _front_or_expanded(self, level, size)
+    if self.dim() == 0:
+        value = value.unsqueeze(1)
+    if not _same_level(index, level):
+        result = call(op, (value, d, index), None)
+    else:
+        positions = to_front(index._value, index._bdim).reshape(size, -1)
+        result = REGISTRY["gather"](value, d, _index_spread(positions, value, d))
+    return wrap(result.squeeze(1) if self.dim() == 0 else result, 0, level)
+
+
+@rule("index_add", "index_add_")
+def index_add(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index, source = bound["self"], bound["index"], bound["source"]
+    if op.kind == "inplace" and not _same_level(self, level):
+        raise inplace_error(op.name)
+    if bound.pop("out", None) is not None:
+        raise _no_fallback(op)
+    size = batch_size(level)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    bound["self"], bound["source"] = self, source
+    _prepared(bound, ("self", "source"), level, size)
+    target, values = bound["self"], bound["source"]
+    if not _same_level(index, level):
+        result = call(op, (target, d, index, values), {"alpha": bound["alpha"]})
+    else:
+        positions = _index_spread(to_front(index._value, index._bdim).reshape(size, -1),
+                                  values, d)
+        if bound["alpha"] != 1:
+            values = values * bound["alpha"]
+        scatter = REGISTRY["scatter_add_" if op.kind == "inplace" else "scatter_add"]
+        result = call(scatter, (target, d, positions, values), None)
+    if op.kind == "inplace":
+        return self
+    return wrap(result.squeeze(1) if self.dim() == 0 else result, 0, level)
+
+
+@rule("index_fill", "index_fill_")
+def index_fill(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index, value = bound["self"], bound["index"], bound["value"]
+    if op.kind == "inplace" and not _same_level(self, level):
+        raise inplace_error(op.name)
+    if bound.pop("out", None) is not None:
+        raise _no_fallback(op)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1))
+    if self.dim() and _same_level(self, level) and not _same_level(index, level) \
+            and not _same_level(value, level):
+        result = call(op, (to_front(self._value, self._bdim), d + 1, index, value), None)
+        return self if op.kind == "inplace" else wrap(result, 0, level)
+    # a per-sample value or index: fill through a mask of the chosen positions
+    mask = _index_mask(self, d, index, level)
+    filled = REGISTRY["where"](mask, value, self).to(self.dtype)
+    return self.copy_(filled) if op.kind == "inplace" else filled
+
+
+def _index_mask(self, d, index, level):
+    """True where ``index_fill(d, index)`` writes, per sample."""
+    shape = tuple(self.shape) or (1,)
+    if not _same_level(index, level):
+        mask = index.new_zeros(shape, dtype=bool_).index_fill_(d, index, True)
+        return mask.view(tuple(self.shape))
+    size = batch_size(level)
+    mask = index._value.new_zeros((size,) + shape, dtype=bool_)
+    positions = to_front(index._value, index._bdim).reshape(size, -1)
+    positions = REGISTRY["where"](positions < 0, positions + shape[d], positions)
+    mask.scatter_(d + 1, _index_spread(positions, mask, d + 1), value=True)
+    return wrap(mask.view((size,) + tuple(self.shape)), 0, level)
+
+
+@rule("take")
+def take(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index = bound["self"], bound["index"]
+    size = batch_size(level)
+    flat = _front_or_expanded(self, level, size).reshape(size, -1)
+    positions = _front_or_expanded(index, level, size).reshape(size, -1)
+    positions = REGISTRY["where"](positions < 0, positions + max(self.numel(), 1), positions)
+    picked = REGISTRY["gather"](flat, 1, positions)
+    return wrap(picked.view((size,) + tuple(index.shape)), 0, level)
+
+
+def _index_result_bdim(indices):
+    """Where NumPy's advanced indexing puts the batch dim (a leading full slice): first,
+    unless the index tensors are not adjacent, in which case their broadcast dims go first."""
+    positions = [i for i, e in enumerate(indices) if e is not None]
+    if not positions or positions[-1] - positions[0] + 1 == len(positions):
+        return 0
+    return max(1 if e._dtype is bool_ else e.dim() for e in indices if e is not None)
+
+
+@rule("index")
+def index(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, indices = bound["self"], tuple(bound["indices"])
+    if any(_same_level(e, level) for e in indices):
+        return fallback(op, level, args, kwargs)
+    result = call(op, (to_front(self._value, self._bdim), (None,) + indices), None)
+    return wrap(result, _index_result_bdim(indices), level)
+
+
+@rule("index_put", "index_put_")
+def index_put(op, level, args, kwargs):
+    from microtensor.ops.indexing import _IndexPlan
+    bound = op.bind(args, kwargs)
+    self, indices, values = bound["self"], tuple(bound["indices"]), bound["values"]
+    if op.kind == "inplace" and not _same_level(self, level):
+        raise inplace_error(op.name)
+    if any(_same_level(e, level) for e in indices) or bound.pop("out", None) is not None:
+        raise RuntimeError(f"Batching rule not implemented for {op.name} with index tensors "
+                           "that differ per sample; use scatter or gather instead.")
+    size = batch_size(level)
+    target = _front_or_expanded(self, level, size)
+    result_shape = _IndexPlan(self, indices).shape
+    if isinstance(values, TensorBase):
+        values = _front_or_expanded(values, level, size)
+        values = aligned(values, 0, values.dim() - 1, len(result_shape))
+        values = values.movedim(0, _index_result_bdim(indices))
+    result = call(op, (target, (None,) + indices, values, bound["accumulate"]), None)
+    return self if op.kind == "inplace" else wrap(result, 0, level)
+
+
+# Each sample may select a different number of elements, so there is no single physical
+# op; the loop is correct whenever the counts agree (and warns).
+RULES["masked_select"] = fallback

@@ -1,0 +1,416 @@
+"""The differentiation transforms of ``torch.func``: ``grad``, ``grad_and_value``, ``vjp``,
+``jvp``, ``jacrev``, ``jacfwd``, ``hessian``.
+
+They are built on ``autograd`` and ``vmap`` with the layering called "autograd below
+vmap" (docs/architecture.md): batching rules run ops on physical tensors and autograd
+records the physical graph.  A transform call therefore works on physical tensors:
+
+1. every differentiated input is taken out of its ``BatchedTensor`` wrappers and, if it is
+   not batched at some active vmap level (a parameter under ``vmap(grad(f), in_dims=(None,
+   0))``), expanded across that level without a copy, so that its gradient comes out per
+   sample;
+2. a fresh *handle* is made from it (``detach().requires_grad_()``, or a differentiable
+   ``alias`` when an outer transform differentiates through it), wrapped again with the
+   same levels and passed to ``f``.  Inner and outer transforms differentiate with respect
+   to their own handles only, so a function closing over an outer input gets the right
+   answer;
+3. the backward pass runs on the physical graph from the physical output.  Samples never
+   mix, so seeding it with ones of the physical shape gives every sample its own gradient.
+
+``vjp_fn`` may be called inside a newer ``vmap`` (that is what ``jacrev`` does): the
+cotangent's newer levels stay wrapped, the engine runs the backward nodes on
+``BatchedTensor`` gradients, and the result is rewrapped with the primal's levels inside
+the newer ones.  Forward mode (``jvp``, ``jacfwd``) is reverse mode twice, exactly: the
+map ``u -> J^T u`` is linear, so its vjp with cotangent ``t`` is ``J t``.  It costs about
+two backward passes instead of one forward-mode pass and gives exact values.
+"""
+from microtensor._C.tensor import TensorBase
+from microtensor.autograd.engine import run_backward
+from microtensor.autograd.grad_mode import state as grad_state
+from microtensor.autograd.graph import AccumulateGrad
+from microtensor.autograd.recording import gradient_edge
+from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
+from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
+from microtensor.vmap.batched import levels
+
+_NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
+               "tensor with {} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
+
+
+# --------------------------------------------------------------------------- one call
+
+class _Differentiation:
+    """One call of a reverse-mode transform: the handles of its inputs and the backward
+    passes from its outputs to them."""
+
+    def __init__(self, inputs):
+        self.outer_grad = grad_state.enabled
+        self.sizes = {lv.number: lv.size for lv in levels}
+        self.handles, self.layouts, self.inputs = [], [], []
+        prev = grad_state.enabled
+        grad_state.enabled = True
+        try:
+            for x in inputs:
+                value, layout = expand_to_levels(*physical(x), self.sizes)
+                if not value._dtype.is_floating_point:
+                    raise RuntimeError("only Tensors of floating point dtype can require "
+                                       "gradients")
+                if self.outer_grad and value.requires_grad:
+                    handle = value.alias()
+                else:
+                    handle = value.detach().requires_grad_()
+                self.handles.append(handle)
+                self.layouts.append(layout)
+                self.inputs.append(merge(handle, layout))
+        finally:
+            grad_state.enabled = prev
+        self.connected = False
+
+    def call(self, func, args, kwargs):
+        prev = grad_state.enabled
+        grad_state.enabled = True
+        try:
+            return func(*args, **kwargs)
+        finally:
+            grad_state.enabled = prev
+
+    def roots(self, outputs):
+        """The physical outputs, expanded across every level active at this call (so that
+        a cotangent batched there has somewhere to go); notes whether the graph reaches
+        tensors other than the handles (then an outer transform wants it recorded)."""
+        roots = [expand_to_levels(*physical(o), self.sizes) for o in outputs]
+        if self.outer_grad:
+            self.connected = _reaches_other_leaves([r for r, _ in roots], self.handles)
+        return roots
+
+    def result(self, t):
+        """An output or aux value as returned to the caller: detached unless an outer
+        transform differentiates through it."""
+        if self.connected or not isinstance(t, TensorBase):
+            return t
+        return t.detach()
+
+    def backward(self, root_values, root_grads, create_graph, retain_graph):
+        prev = grad_state.enabled
+        grad_state.enabled = True
+        try:
+            captured = run_backward([gradient_edge(r) for r in root_values], root_grads,
+                                    retain_graph=retain_graph, create_graph=create_graph,
+                                    capture=[gradient_edge(h) for h in self.handles])
+            grads = []
+            for handle, layout, g in zip(self.handles, self.layouts, captured):
+                if g is None:
+                    g = handle.new_zeros(handle._sizes)
+                elif g._sizes != handle._sizes:
+                    g = g.sum_to_size(handle._sizes)
+                grads.append(merge(g, layout))
+            return grads
+        finally:
+            grad_state.enabled = prev
+
+
+def _reaches_other_leaves(roots, handles):
+    """Whether the graph behind ``roots`` reaches a leaf that is not one of ``handles``."""
+    own = {id(h) for h in handles}
+    stack = [r._grad_fn for r in roots if r._grad_fn is not None]
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        if type(node) is AccumulateGrad:
+            if id(node.variable) not in own:
+                return True
+            continue
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def _tensor_leaves(tree):
+    leaves, spec = tree_flatten(tree)
+    for leaf in leaves:
+        if not isinstance(leaf, TensorBase):
+            raise ValueError(f"Thing passed to transform API must be Tensor, got {type(leaf)}")
+    return leaves, spec
+
+
+def _split_aux(result, api):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) if "
+                           "has_aux is True")
+    return result
+
+
+def _argnums(argnums, n):
+    """``argnums`` as a tuple of non-negative positions, checked as torch.func does."""
+    single = isinstance(argnums, int) and not isinstance(argnums, bool)
+    if not single:
+        if not isinstance(argnums, tuple) or not all(
+                isinstance(a, int) and not isinstance(a, bool) for a in argnums):
+            raise RuntimeError(f"argnums must be int or Tuple[int, ...], got: {type(argnums)}")
+        if not argnums:
+            raise RuntimeError("argnums must be non-empty")
+    positions = []
+    for a in ((argnums,) if single else argnums):
+        if not -n <= a < n:
+            raise RuntimeError(f"Got argnum={a}, but only {n} positional inputs")
+        positions.append(a % n)
+    if len(set(positions)) != len(positions):
+        raise RuntimeError(f"argnums must be unique, got {argnums}")
+    return tuple(positions), single
+
+
+def _replace(args, positions, values):
+    args = list(args)
+    for p, v in zip(positions, values):
+        args[p] = v
+    return tuple(args)
+
+
+# --------------------------------------------------------------------------- grad
+
+def grad_and_value(func, argnums=0, has_aux=False):
+    """``func`` returning ``(gradient, value)`` (``((gradient, (value, aux)))`` with
+    ``has_aux``); ``gradient`` has the structure of ``args[argnums]``."""
+    def wrapper(*args, **kwargs):
+        positions, single = _argnums(argnums, len(args))
+        leaves, spec = _tensor_leaves(tuple(args[p] for p in positions))
+        diff = _Differentiation(leaves)
+        chosen = tree_unflatten(diff.inputs, spec)
+        out = diff.call(func, _replace(args, positions, chosen), kwargs)
+        aux = None
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise RuntimeError("grad_and_value(f)(*args): output of function f should be a "
+                                   "tuple: (output, aux) if has_aux is True")
+            out, aux = out
+        if not isinstance(out, TensorBase):
+            raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a "
+                               f"Tensor, got {type(out)}")
+        if out.dim() != 0:
+            raise RuntimeError(_NOT_SCALAR.format(out.dim()))
+        ((root, _),) = diff.roots([out])
+        create_graph = diff.connected
+        grads = diff.backward([root], [_ones(root)], create_graph, create_graph)
+        grads = tree_unflatten(grads, spec)
+        grads = grads[0] if single else grads
+        value = diff.result(out)
+        if has_aux:
+            aux_leaves, aux_spec = tree_flatten(aux)
+            return grads, (value, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec))
+        return grads, value
+    return _named(wrapper, func)
+
+
+def grad(func, argnums=0, has_aux=False):
+    """The gradient of a scalar function (``torch.func.grad``): ``grad(f)(x)`` is df/dx at
+    ``x``; with ``has_aux`` ``f`` returns ``(output, aux)`` and the call ``(grad, aux)``."""
+    inner = grad_and_value(func, argnums, has_aux)
+
+    def wrapper(*args, **kwargs):
+        grads, value = inner(*args, **kwargs)
+        return (grads, value[1]) if has_aux else grads
+    return _named(wrapper, func)
+
+
+def _ones(t):
+    from microtensor.ops.factory import ones
+    return ones(t._sizes, dtype=t._dtype, device=t.device)
+
+
+def _named(wrapper, func):
+    wrapper.__wrapped__ = func
+    wrapper.__name__ = wrapper.__qualname__ = getattr(func, "__name__", "transformed")
+    wrapper.__doc__ = getattr(func, "__doc__", None)
+    return wrapper
+
+
+# --------------------------------------------------------------------------- vjp
+
+def vjp(func, *primals, has_aux=False):
+    """``(func(*primals), vjp_fn)`` (and ``aux``): ``vjp_fn(cotangents)`` gives the
+    vector-Jacobian product for each primal (a tuple).  ``vjp_fn`` may be called many
+    times, and inside ``vmap`` with batched cotangents."""
+    leaves, spec = _tensor_leaves(primals)
+    diff = _Differentiation(leaves)
+    out = diff.call(func, tree_unflatten(diff.inputs, spec), {})
+    aux = None
+    if has_aux:
+        out, aux = _split_aux(out, "vjp(f, *primals)")
+    outputs, out_spec = tree_flatten(out)
+    for o in outputs:
+        if not isinstance(o, TensorBase):
+            raise RuntimeError(f"vjp(f, *primals): Expected f to be a function that has "
+                               f"non-empty output and returns only Tensors, got {type(o)}")
+    roots = diff.roots(outputs)
+    shapes = [o.shape for o in outputs]
+
+    def vjp_fn(cotangents, retain_graph=True, create_graph=None):
+        cts, ct_spec = tree_flatten(cotangents)
+        if repr(ct_spec) != repr(out_spec):
+            raise RuntimeError("Expected pytree structure of cotangents to be the same as "
+                               "pytree structure of outputs to the function. cotangents: "
+                               f"{ct_spec}, primal output: {out_spec}")
+        root_grads = []
+        for i, (ct, shape, (root, layout)) in enumerate(zip(cts, shapes, roots)):
+            if not isinstance(ct, TensorBase):
+                raise RuntimeError(f"vjp_fn: Expected cotangents to be Tensors, got {type(ct)}")
+            if ct.shape != shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                                   f"{ct.shape} and output[{i}] has a shape of {shape}.")
+            root_grads.append(with_layout(ct, layout, root.dim(), diff.sizes))
+        if create_graph is None:
+            create_graph = grad_state.enabled and (
+                diff.connected or any(ct.requires_grad for ct in cts))
+        grads = diff.backward([r for r, _ in roots], root_grads, create_graph,
+                              retain_graph or create_graph)
+        return tree_unflatten(grads, spec)
+
+    out = tree_unflatten([diff.result(o) for o in outputs], out_spec)
+    if has_aux:
+        aux_leaves, aux_spec = tree_flatten(aux)
+        return out, vjp_fn, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
+    return out, vjp_fn
+
+
+# --------------------------------------------------------------------------- forward mode
+
+def _zeros_like(t):
+    from microtensor.ops.factory import zeros_like
+    return zeros_like(t)
+
+
+def _linearized(out, vjp_fn):
+    """The map ``tangents -> J tangents`` from ``vjp_fn`` (``u -> J^T u``): being linear in
+    ``u``, its vjp at any point with cotangent ``t`` is ``J t``."""
+    outputs, out_spec = tree_flatten(out)
+    start = tree_unflatten([_zeros_like(o) for o in outputs], out_spec)
+    _, transposed = vjp(vjp_fn, start)
+    return lambda tangents: transposed(tangents)[0]
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """``(func(*primals), J tangents)``: the Jacobian-vector product (forward mode, computed
+    exactly by two reverse passes; see the module docstring)."""
+    if not isinstance(primals, tuple):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple. E.g. it "
+                           "should be valid to call f(*primals).")
+    if not isinstance(tangents, tuple):
+        raise RuntimeError("jvp(f, primals, tangents): Expected tangents to be a tuple.")
+    primal_leaves, primal_spec = _tensor_leaves(primals)
+    tangent_leaves, tangent_spec = _tensor_leaves(tangents)
+    if repr(primal_spec) != repr(tangent_spec):
+        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have "
+                           "the same python structure. For example, if primals is a tuple of 3 "
+                           "tensors, tangents also must be. Got primals with structure "
+                           f"{primal_spec} and tangents with structure {tangent_spec}")
+    for p, t in zip(primal_leaves, tangent_leaves):
+        if p.shape != t.shape:
+            raise RuntimeError("Trying to set a forward gradient that has a different size "
+                               "than that of the original Tensor, this is not supported. "
+                               f"Tensor is of size {list(p.shape)} while the given forward "
+                               f"gradient is of size {list(t.shape)}.")
+    result = vjp(func, *primals, has_aux=has_aux)
+    out, vjp_fn = result[0], result[1]
+    tangent_out = _linearized(out, vjp_fn)(tangents)
+    if has_aux:
+        return out, tangent_out, result[2]
+    return out, tangent_out
+
+
+# --------------------------------------------------------------------------- Jacobians
+
+def _restricted(func, args, positions):
+    """``func`` as a function of the arguments at ``positions`` only."""
+    def restricted(*chosen):
+        return func(*_replace(args, positions, chosen))
+    return restricted
+
+
+def _basis(leaves, dtype):
+    """Rows of the identity over all elements of ``leaves``, cut into one batched tensor per
+    leaf (``[total, *leaf.shape]``)."""
+    from microtensor.ops.factory import eye
+    numels = [leaf.numel() for leaf in leaves]
+    total = sum(numels)
+    identity = eye(total, dtype=dtype)
+    pieces, start = [], 0
+    for leaf, n in zip(leaves, numels):
+        pieces.append(identity[:, start:start + n].reshape((total,) + tuple(leaf.shape)))
+        start += n
+    return pieces, numels
+
+
+def _rows(batched_result, numels):
+    """``batched_result`` (``[total, ...]``) split back into one block per basis piece."""
+    blocks, start = [], 0
+    for n in numels:
+        blocks.append(batched_result[start:start + n])
+        start += n
+    return blocks
+
+
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
+    """The Jacobian of ``func`` by reverse mode: ``vmap`` of its vjp over the rows of the
+    identity (``chunk_size`` rows at a time).  ``jac[out][arg]`` has shape
+    ``out.shape + arg.shape``."""
+    def wrapper(*args, **kwargs):
+        positions, single = _argnums(argnums, len(args))
+        result = vjp(_restricted(lambda *a: func(*a, **kwargs), args, positions),
+                     *(args[p] for p in positions), has_aux=has_aux)
+        out, vjp_fn = result[0], result[1]
+        outputs, out_spec = tree_flatten(out)
+        inputs, in_spec = tree_flatten(tuple(args[p] for p in positions))
+        pieces, numels = _basis(outputs, outputs[0].dtype)
+
+        def one_row(*row):
+            return tree_flatten(vjp_fn(tree_unflatten(list(row), out_spec)))[0]
+        grads = vmap(one_row, chunk_size=chunk_size)(*pieces)
+        per_output = []
+        for i, o in enumerate(outputs):
+            blocks = [_rows(g, numels)[i].reshape(tuple(o.shape) + tuple(x.shape))
+                      for g, x in zip(grads, inputs)]
+            jac = tree_unflatten(blocks, in_spec)
+            per_output.append(jac[0] if single else jac)
+        jac = tree_unflatten(per_output, out_spec)
+        return (jac, result[2]) if has_aux else jac
+    return _named(wrapper, func)
+
+
+def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
+    """The Jacobian of ``func`` by forward mode (``vmap`` of ``jvp`` over the identity's
+    rows; forward mode is exact reverse-over-reverse here).  Same layout as ``jacrev``."""
+    def wrapper(*args, **kwargs):
+        positions, single = _argnums(argnums, len(args))
+        result = vjp(_restricted(lambda *a: func(*a, **kwargs), args, positions),
+                     *(args[p] for p in positions), has_aux=has_aux)
+        out, vjp_fn = result[0], result[1]
+        outputs, out_spec = tree_flatten(out)
+        inputs, in_spec = _tensor_leaves(tuple(args[p] for p in positions))
+        forward = _linearized(out, vjp_fn)
+        pieces, numels = _basis(inputs, inputs[0].dtype)
+
+        def one_column(*column):
+            return tree_flatten(forward(tree_unflatten(list(column), in_spec)))[0]
+        columns = vmap(one_column, randomness=randomness)(*pieces)
+        per_output = []
+        for o, col in zip(outputs, columns):
+            blocks = []
+            for x, block in zip(inputs, _rows(col, numels)):
+                block = block.reshape(tuple(x.shape) + tuple(o.shape))
+                nx, no = x.dim(), o.dim()
+                blocks.append(block.permute(tuple(range(nx, nx + no)) + tuple(range(nx))))
+            jac = tree_unflatten(blocks, in_spec)
+            per_output.append(jac[0] if single else jac)
+        jac = tree_unflatten(per_output, out_spec)
+        return (jac, result[2]) if has_aux else jac
+    return _named(wrapper, func)
+
+
+def hessian(func, argnums=0):
+    """The Hessian of a scalar function: ``jacfwd(jacrev(func, argnums), argnums)``."""
+    return jacfwd(jacrev(func, argnums), argnums)
+
+
+__all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian"]
