@@ -48,6 +48,8 @@ def _unwrap(x):
         raise TypeError(f"Unsupported type {type(x)}")
     if isinstance(x, (list, tuple)):
         return type(x)(_unwrap(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
     return x
 
 
@@ -171,6 +173,10 @@ def copyto(dst, src, casting="same_kind"):
     np.copyto(dst._a, _unwrap(src), casting=casting)
 
 
+def arange(*args, **kwargs):
+    return ndarray._of(np.arange(*args, **kwargs))
+
+
 class _Device:
     def __init__(self, index=0):
         self.id = index
@@ -188,3 +194,4 @@ class _Device:
 cuda = types.SimpleNamespace(
     Device=_Device,
     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDevice=lambda: 0))
+

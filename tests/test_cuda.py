@@ -63,6 +63,8 @@ def _to_device(x, device):
         return moved.requires_grad_(x.requires_grad) if x.is_leaf else moved
     if isinstance(x, (list, tuple)):
         return type(x)(_to_device(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_device(v, device) for k, v in x.items()}
     return x
 
 

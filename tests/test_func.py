@@ -296,6 +296,12 @@ def test_vmap_grad_per_sample_gradients_of_unbatched_parameters():
     close(g, np.stack([loop_grad(f_scalar, mt_(W), mt_(x)) for x in X]))
 
 
+def test_vmap_grad_chunked_equals_unchunked():
+    per_sample = vmap(grad(f_scalar), in_dims=(None, 0))
+    chunked = vmap(grad(f_scalar), in_dims=(None, 0), chunk_size=3)
+    close(chunked(mt_(W), mt_(X)), arr(per_sample(mt_(W), mt_(X))))
+
+
 def test_vmap_grad_in_dims_none_0_0():
     def loss(w, x, y):
         return ((x * w).sum() - y) ** 2
@@ -357,6 +363,31 @@ def test_vmap_of_vjp_fn_called_inside_vmap():
     basis = np.eye(3)
     (rows,) = vmap(fn)(mt_(basis))
     close(rows, finite_jacobian(h_vector, mt_(W)), rtol=1e-6, atol=1e-7)
+
+
+def test_vjp_inside_vmap_with_batched_and_unbatched_cotangents():
+    v = RNG.standard_normal((4, 3))
+    jacs = [finite_jacobian(h_vector, mt_(x)) for x in X]
+    got = vmap(lambda x, v: vjp(h_vector, x)[1](v)[0])(mt_(X), mt_(v))
+    close(got, np.stack([vi @ j for vi, j in zip(v, jacs)]), rtol=1e-6, atol=1e-7)
+    got = vmap(lambda x: vjp(h_vector, x)[1](mt_(v[0]))[0])(mt_(X))
+    close(got, np.stack([v[0] @ j for j in jacs]), rtol=1e-6, atol=1e-7)
+
+
+def test_vmap_grad_of_output_not_depending_on_the_input():
+    g = vmap(grad(lambda w, x: x.sum()), in_dims=(None, 0))(mt_(W), mt_(X))
+    close(g, np.zeros((4, 3)))
+    g = vmap(grad(lambda x: mt_(W).sum()))(mt_(X))
+    close(g, np.zeros((4, 3)))
+
+
+def test_inplace_inside_grad():
+    close(grad(lambda x: x.clone().mul_(x).sum())(mt_(W)), 2 * W)
+    g = vmap(grad(lambda x: x.clone()[1:].mul_(x[:2]).sum()))(mt_(X))
+    close(g, np.stack([np.r_[x[1], x[2], 0] + np.r_[0, x[0], x[1]] for x in X]))
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
+                                           "in an in-place operation"):
+        grad(lambda x: x.mul_(2).sum())(mt_(W))
 
 
 def test_closure_over_outer_input_no_perturbation_confusion():
@@ -437,6 +468,23 @@ def test_functional_call_restores_on_error():
     assert all(p is original[k] for k, p in model.named_parameters())
     with pytest.raises(RuntimeError, match="Unexpected key"):
         functional_call(model, {"nope": mt_(W)}, (mt_(X),), strict=True)
+
+
+def test_functional_call_tied_weights_and_buffers():
+    model = mt.nn.Sequential(mt.nn.Linear(2, 2, dtype=mt.float64),
+                             mt.nn.Linear(2, 2, dtype=mt.float64))
+    model[1].weight = model[0].weight
+    model.register_buffer("scale", mt_(3.0))
+    x = mt_([[1.0, 2.0]])
+    zero = mt.zeros(2, 2, dtype=mt.float64)
+    close(functional_call(model, {"0.weight": zero}, x), arr(model[1].bias)[None])
+    untied = functional_call(model, {"0.weight": zero}, x, tie_weights=False)
+    close(untied, arr(model[1](model[0].bias.unsqueeze(0))))
+    assert model[1].weight is model[0].weight
+    assert functional_call(model, ({"scale": mt_(5.0)}, {}), x) is not None
+    assert model.scale.item() == 3.0
+    with pytest.raises(ValueError, match="appeared in multiple dictionaries"):
+        functional_call(model, ({"scale": mt_(5.0)}, {"scale": mt_(1.0)}), x)
 
 
 def test_per_sample_gradients_of_a_model_equal_single_sample_backward():

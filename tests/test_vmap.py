@@ -300,6 +300,21 @@ def test_fallback_warns_and_is_correct():
     rules._resolved.pop(op, None)
 
 
+def test_function_fallback_loops_over_samples():
+    from microtensor.vmap.fallback import function_fallback
+
+    def reads_memory(t):           # like a custom Function whose forward uses NumPy
+        return mt.from_numpy(np.sort(t.numpy()))
+    x = mt.randn(3, 5)
+
+    def f(t):
+        assert function_fallback(reads_memory, (x[0],)) is None   # nothing batched
+        return function_fallback(reads_memory, (t,))
+    with pytest.warns(UserWarning, match="falling back to slow"):
+        result = mt.vmap(f)(x)
+    assert_same(result, np.sort(to_np(x), axis=-1))
+
+
 def test_fallback_refuses_views_and_inplace():
     from microtensor.ops.registry import Op
 

@@ -17,7 +17,9 @@ from microtensor._tensor import Tensor, install_methods
 from microtensor.autograd import grad_mode as _grad_mode
 from microtensor.ops import dispatch as _dispatch
 
-_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _grad_mode.state)
+from microtensor.ops import indexing as _indexing  # noqa: E402
+
+_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem)
 
 from microtensor import ops  # noqa: E402
 from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402

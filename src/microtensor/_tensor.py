@@ -182,12 +182,6 @@ class Tensor(TensorBase):
         from microtensor.ops.factory import scalar_tensor_like
         return call_by_name("pow", scalar_tensor_like(base, self), self)
 
-    def __matmul__(self, other):
-        return call_by_name("matmul", self, other)
-
-    def __rmatmul__(self, other):
-        return call_by_name("matmul", other, self)
-
     def __floordiv__(self, other):
         return call_by_name("div", self, other, rounding_mode="floor")
 
@@ -260,10 +254,6 @@ class Tensor(TensorBase):
         return call_by_name("bitwise_xor_" if self._dtype is not bool_ else "logical_xor_",
                             self, other)
 
-    def __getitem__(self, index):
-        from microtensor.ops.indexing import getitem
-        return getitem(self, index)
-
     def __setitem__(self, index, value):
         from microtensor.ops.indexing import setitem
         setitem(self, index, value)
@@ -296,7 +286,7 @@ def _function(op):
 def install_methods(registry, namespace):
     """Make every declared op a ``Tensor`` method and/or a ``microtensor.<name>`` function."""
     for name, op in registry.items():
-        if op.method and name not in Tensor.__dict__:
+        if op.method and name not in Tensor.__dict__ and not hasattr(TensorBase, name):
             setattr(Tensor, name, _method(op))
         if op.function and not name.startswith("_"):
             namespace.setdefault(name, _function(op))

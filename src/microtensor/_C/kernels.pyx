@@ -360,6 +360,41 @@ cdef void copy_disjoint(cnp.ndarray dst, int dst_code, cnp.ndarray src, int src_
                  <const char*>cnp.PyArray_DATA(src), &layout, tiled)
 
 
+cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t* dst_strides, const char* src,
+                  const Py_ssize_t* src_strides, const Py_ssize_t* shape,
+                  int ndim) noexcept nogil:
+    """Same-dtype copy between disjoint strided buffers, from raw pointers (strides in
+    bytes): the tensor's fast paths use it without building arrays.  Returns -1 when the
+    dtype is not one of the kernel dtypes (nothing is copied then)."""
+    cdef Layout layout
+    cdef int code, dim
+    if typenum == cnp.NPY_FLOAT:
+        code = F32
+    elif typenum == cnp.NPY_DOUBLE:
+        code = F64
+    elif typenum == cnp.NPY_INT64:
+        code = I64
+    elif typenum == cnp.NPY_INT32:
+        code = I32
+    elif typenum == cnp.NPY_BOOL:
+        code = BOOL
+    else:
+        return -1
+    layout.ndim = 0
+    for dim in range(ndim):
+        if shape[dim] == 0:
+            return 0
+        if shape[dim] == 1:
+            continue
+        layout.shape[layout.ndim] = shape[dim]
+        layout.strides[0][layout.ndim] = dst_strides[dim]
+        layout.strides[1][layout.ndim] = src_strides[dim]
+        layout.ndim += 1
+    order_and_coalesce(&layout)
+    run_copy(code, dst, code, src, &layout, move_tile_dim(&layout, itemsize))
+    return 0
+
+
 cdef bint same_shape(cnp.ndarray a, cnp.ndarray b, bint and_strides):
     cdef int dim
     if cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(b):
@@ -804,3 +839,21 @@ def empty_buffer(Py_ssize_t numel, dtype):
     if numel < 0:
         raise RuntimeError(f"empty_buffer(): numel must be non-negative, got {numel}")
     return np.empty(numel, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Small matrix products: below a few thousand multiply-adds a plain loop beats the cost of
+# calling BLAS through NumPy.
+# ---------------------------------------------------------------------------------------
+
+cdef void matmul_small(floating* out, const floating* a, Py_ssize_t a_rs, Py_ssize_t a_cs,
+                       const floating* b, Py_ssize_t b_rs, Py_ssize_t b_cs,
+                       Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    cdef Py_ssize_t i, j, p
+    cdef floating acc
+    for i in range(m):
+        for j in range(n):
+            acc = 0
+            for p in range(k):
+                acc = acc + a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs]
+            out[i * n + j] = acc

@@ -20,6 +20,11 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from microtensor._C cimport meta
+from microtensor._C.meta import contiguous_format, preserve_format
+
+
+from microtensor._C cimport kernels
 
 cnp.import_array()
 
@@ -188,17 +193,36 @@ class Size(tuple):
 
 cdef object _tensor_cls = None      # microtensor.Tensor, the Python subclass users see
 cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow path of + - * ...
-cdef object _dispatch_call = None    # ops.dispatch.call(name, *args): the slow path of methods
-cdef object _grad_mode = None        # autograd.grad_mode's thread-local state (.enabled)
+cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
+cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
 
 
-def _install(tensor_cls, dispatch_binary, dispatch_call, grad_mode):
+def _install(tensor_cls, dispatch_binary, dispatch_call, getitem):
     """Called once by the package: the Python pieces the fast paths defer to."""
-    global _tensor_cls, _dispatch_binary, _dispatch_call, _grad_mode
+    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem
     _tensor_cls = tensor_cls
     _dispatch_binary = dispatch_binary
     _dispatch_call = dispatch_call
-    _grad_mode = grad_mode
+    _getitem = getitem
+
+
+# Grad mode lives here, as a C thread-local, so that every fast path can read it for
+# free; autograd.grad_mode exposes it.  It stores "disabled" so that new threads start
+# with grad mode on, as in PyTorch.
+cdef extern from *:
+    """
+    static __thread int mt_grad_disabled = 0;
+    """
+    int mt_grad_disabled
+
+
+def is_grad_enabled():
+    return not mt_grad_disabled
+
+
+def set_grad_enabled(bint enabled):
+    global mt_grad_disabled
+    mt_grad_disabled = not enabled
 
 
 cdef inline bint _contiguous(tuple sizes, tuple strides):
@@ -398,14 +422,7 @@ cdef class TensorBase:
 
     def _make_view_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
         """Like _make_view for geometries derived from this tensor's own, so always in bounds."""
-        cdef TensorBase t = _new_tensor(_tensor_cls, self._storage, sizes, strides, offset,
-                                        self._dtype)
-        cdef TensorBase base = self if self._base is None else self._base
-        t._base = base
-        if _grad_mode.enabled:
-            t._is_diff_view = True
-            t._view_info = base._grad_fn
-        return t
+        return self._view_fast(sizes, strides, offset)
 
     def _make_alias_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
@@ -429,77 +446,209 @@ cdef class TensorBase:
 
     # ---------------------------------------------------------------- fast paths
     def __add__(a, b):
-        return _binary(a, b, OP_ADD, "add")
+        return _binary(a, b, b"+", "add")
 
     def __radd__(a, b):
         return _dispatch_binary("add", b, a)
 
     def __sub__(a, b):
-        return _binary(a, b, OP_SUB, "sub")
+        return _binary(a, b, b"-", "sub")
 
     def __rsub__(a, b):
         return _dispatch_binary("sub", b, a)
 
     def __mul__(a, b):
-        return _binary(a, b, OP_MUL, "mul")
+        return _binary(a, b, b"*", "mul")
 
     def __rmul__(a, b):
         return _dispatch_binary("mul", b, a)
 
     def __truediv__(a, b):
-        return _binary(a, b, OP_DIV, "div")
+        return _binary(a, b, b"/", "div")
 
     def __rtruediv__(a, b):
         return _dispatch_binary("div", b, a)
 
+    # Hot methods: a C path for plain tensors (see ``_plain``), else the registered op.
+    def __getitem__(self, index):
+        cdef Py_ssize_t start, stop, step, length, size, i
+        if _plain(self) and self._sizes:
+            size = self._sizes[0]
+            if type(index) is slice:
+                if PySlice_Unpack(index, &start, &stop, &step) < 0:
+                    raise
+                if step > 0:
+                    length = PySlice_AdjustIndices(size, &start, &stop, step)
+                    return self._view_fast(
+                        (length,) + self._sizes[1:],
+                        (<Py_ssize_t>self._strides[0] * step,) + self._strides[1:],
+                        self._offset + start * <Py_ssize_t>self._strides[0])
+            elif type(index) is int and -size <= <object>index < size:
+                i = index
+                if i < 0:
+                    i += size
+                return self._view_fast(self._sizes[1:], self._strides[1:],
+                                       self._offset + i * <Py_ssize_t>self._strides[0])
+        return _getitem(self, index)
 
-cdef enum:
-    OP_ADD, OP_SUB, OP_MUL, OP_DIV
+    def t(self):
+        if _plain(self) and len(self._sizes) == 2:
+            return self._view_fast((self._sizes[1], self._sizes[0]),
+                                   (self._strides[1], self._strides[0]), self._offset)
+        return _dispatch_call("t", self)
+
+    def view(self, *shape):
+        if _plain(self):
+            sizes = _shape_arg(shape)
+            if sizes is not None:
+                sizes = meta.infer_size(sizes, self._numel)
+                strides = meta.view_strides(self._sizes, self._strides, sizes)
+                if strides is not None:
+                    return self._view_fast(sizes, strides, self._offset)
+        return _dispatch_call("view", self, *shape)
+
+    def reshape(self, *shape):
+        if _plain(self):
+            sizes = _shape_arg(shape)
+            if sizes is not None:
+                sizes = meta.infer_size(sizes, self._numel)
+                strides = meta.view_strides(self._sizes, self._strides, sizes)
+                if strides is not None:
+                    return self._view_fast(sizes, strides, self._offset)
+        return _dispatch_call("reshape", self, *shape)
+
+    def as_strided(self, size, stride, storage_offset=None):
+        cdef Py_ssize_t offset
+        if _plain(self) and type(size) is tuple and type(stride) is tuple and \
+                _all_ints(<tuple>size) and _all_ints(<tuple>stride):
+            offset = self._offset if storage_offset is None else storage_offset
+            if len(<tuple>size) != len(<tuple>stride):
+                raise RuntimeError(f"mismatch in length of strides and shape: size "
+                                   f"{list(size)} and stride {list(stride)}")
+            _check_geometry(self._storage, size, stride, offset, self._dtype.itemsize)
+            return self._view_fast(size, stride, offset)
+        return _dispatch_call("as_strided", self, size, stride, storage_offset)
+
+    def clone(self, *, memory_format=None):
+        cdef TensorBase out
+        if _plain(self) and self._is_contig and self._storage.device is cpu and \
+                (memory_format is None or memory_format is preserve_format or
+                 memory_format is contiguous_format):
+            # a contiguous tensor is dense, so preserve_format keeps its strides exactly
+            out = _empty_with_strides(self, self._strides if memory_format is not
+                                      contiguous_format else _contiguous_strides(self._sizes))
+            memcpy(_ptr(out), _ptr(self), self._numel * self._dtype.itemsize)
+            return out
+        if memory_format is None:
+            return _dispatch_call("clone", self)
+        return _dispatch_call("clone", self, memory_format=memory_format)
+
+    def contiguous(self, memory_format=None):
+        cdef TensorBase out
+        if memory_format is None or memory_format is contiguous_format:
+            if self._is_contig and type(self) is _tensor_cls:
+                return self
+            if _plain(self) and self._storage.device is cpu:
+                out = _new_tensor(_tensor_cls, _cpu_storage(self._numel, self._dtype),
+                                  self._sizes, _contiguous_strides(self._sizes), 0, self._dtype)
+                _copy_disjoint(out, self)
+                return out
+            return _dispatch_call("contiguous", self)
+        return _dispatch_call("contiguous", self, memory_format)
+
+    def sum(self, *args, **kwargs):
+        cdef TensorBase out
+        cdef int typenum = self._dtype.typenum
+        if not args and not kwargs and _plain(self) and self._is_contig and \
+                self._storage.device is cpu and (typenum == cnp.NPY_FLOAT or
+                                                  typenum == cnp.NPY_DOUBLE):
+            out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
+            if typenum == cnp.NPY_FLOAT:
+                (<float*>_ptr(out))[0] = <float>kernels.sum_f32(<float*>_ptr(self), self._numel)
+            else:
+                (<double*>_ptr(out))[0] = kernels.sum_f64(<double*>_ptr(self), self._numel)
+            return out
+        return _dispatch_call("sum", self, *args, **kwargs)
+
+    def __matmul__(a, b):
+        cdef TensorBase ta, tb, out
+        cdef Py_ssize_t m, n, k, a_rs, a_cs, b_rs, b_cs
+        if _plain(a) and _plain(b):
+            ta, tb = <TensorBase>a, <TensorBase>b
+            if len(ta._sizes) == 2 and len(tb._sizes) == 2 and ta._dtype is tb._dtype and \
+                    ta._dtype.is_floating_point and ta._sizes[1] == tb._sizes[0] and \
+                    ta._storage.device is cpu and tb._storage.device is cpu:
+                m, k, n = ta._sizes[0], ta._sizes[1], tb._sizes[1]
+                sizes = (m, n)
+                out = _new_tensor(_tensor_cls, _cpu_storage(m * n, ta._dtype), sizes,
+                                  _contiguous_strides(sizes), 0, ta._dtype)
+                if m * n * k > _SMALL_MATMUL:
+                    _np_matmul(_ndarray_view(ta), _ndarray_view(tb), out=_ndarray_view(out))
+                    return out
+                a_rs, a_cs = ta._strides
+                b_rs, b_cs = tb._strides
+                if ta._dtype.typenum == cnp.NPY_FLOAT:
+                    kernels.matmul_small(<float*>_ptr(out), <float*>_ptr(ta), a_rs, a_cs,
+                                         <float*>_ptr(tb), b_rs, b_cs, m, n, k)
+                else:
+                    kernels.matmul_small(<double*>_ptr(out), <double*>_ptr(ta), a_rs, a_cs,
+                                         <double*>_ptr(tb), b_rs, b_cs, m, n, k)
+                return out
+        return _dispatch_call("matmul", a, b)
+
+    def __rmatmul__(a, b):
+        return _dispatch_call("matmul", b, a)
+
+    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset):
+        cdef TensorBase t = _new_tensor(_tensor_cls, self._storage, sizes, strides, offset,
+                                        self._dtype)
+        cdef TensorBase base = self if self._base is None else self._base
+        t._base = base
+        if not mt_grad_disabled:
+            t._is_diff_view = True
+            t._view_info = base._grad_fn
+        return t
 
 
-ctypedef fused real:
-    float
-    double
+cdef extern from "Python.h":
+    int PySlice_Unpack(object slice, Py_ssize_t* start, Py_ssize_t* stop,
+                       Py_ssize_t* step) except -1
+    Py_ssize_t PySlice_AdjustIndices(Py_ssize_t length, Py_ssize_t* start, Py_ssize_t* stop,
+                                     Py_ssize_t step) noexcept
 
 
-cdef inline void _loop(int opcode, real* out, const real* a, const real* b, Py_ssize_t n,
-                       bint scalar) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef real s = b[0]
-    if scalar:
-        if opcode == OP_ADD:
-            for i in range(n): out[i] = a[i] + s
-        elif opcode == OP_SUB:
-            for i in range(n): out[i] = a[i] - s
-        elif opcode == OP_MUL:
-            for i in range(n): out[i] = a[i] * s
-        else:
-            for i in range(n): out[i] = a[i] / s
-    elif opcode == OP_ADD:
-        for i in range(n): out[i] = a[i] + b[i]
-    elif opcode == OP_SUB:
-        for i in range(n): out[i] = a[i] - b[i]
-    elif opcode == OP_MUL:
-        for i in range(n): out[i] = a[i] * b[i]
-    else:
-        for i in range(n): out[i] = a[i] / b[i]
+_np_matmul = np.matmul
+_SMALL_MATMUL = 4096   # multiply-adds below which a plain loop beats calling BLAS
 
 
-cdef inline void _binary_loop(int opcode, int typenum, char* out, char* a, char* b,
-                              Py_ssize_t n) noexcept nogil:
-    if typenum == cnp.NPY_FLOAT:
-        _loop(opcode, <float*>out, <float*>a, <float*>b, n, False)
-    else:
-        _loop(opcode, <double*>out, <double*>a, <double*>b, n, False)
+cdef inline bint _all_ints(tuple values):
+    for v in values:
+        if type(v) is not int:
+            return False
+    return True
 
 
-cdef inline void _binary_scalar_loop(int opcode, int typenum, char* out, char* a, double b,
-                                     Py_ssize_t n) noexcept nogil:
-    cdef float bf = <float>b
-    if typenum == cnp.NPY_FLOAT:
-        _loop(opcode, <float*>out, <float*>a, &bf, n, True)
-    else:
-        _loop(opcode, <double*>out, <double*>a, &b, n, True)
+cdef inline tuple _shape_arg(tuple shape):
+    """``(2, 3)`` from ``view(2, 3)`` or ``view((2, 3))``; None for anything unusual."""
+    if len(shape) == 1 and type(shape[0]) is tuple:
+        shape = <tuple>shape[0]
+    return shape if _all_ints(shape) else None
+
+
+cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
+    """Copy ``src`` into a fresh CPU tensor ``dst`` of the same sizes and dtype."""
+    cdef Py_ssize_t shape[64]
+    cdef Py_ssize_t dst_strides[64]
+    cdef Py_ssize_t src_strides[64]
+    cdef Py_ssize_t item = src._dtype.itemsize
+    cdef int i, ndim = len(src._sizes)
+    for i in range(ndim):
+        shape[i] = src._sizes[i]
+        dst_strides[i] = <Py_ssize_t>dst._strides[i] * item
+        src_strides[i] = <Py_ssize_t>src._strides[i] * item
+    if kernels.copy_raw(src._dtype.typenum, item, _ptr(dst), dst_strides, _ptr(src),
+                        src_strides, shape, ndim) < 0:
+        raise TypeError(f"no copy kernel for {src._dtype}")
 
 
 cdef inline bint _requires_grad(TensorBase t):
@@ -512,30 +661,59 @@ cdef inline bint _plain(object t):
     """True when ``t`` is an ordinary tensor that needs no autograd recording right now."""
     if type(t) is not _tensor_cls:
         return False
-    return not _requires_grad(<TensorBase>t) or not _grad_mode.enabled
+    return mt_grad_disabled or not _requires_grad(<TensorBase>t)
 
 
-cdef object _binary(object a, object b, int opcode, str name):
+cdef object _binary(object a, object b, char opcode, str name):
     """``a <op> b`` in C when both are contiguous same-shape float tensors (or b a float)."""
     cdef TensorBase ta, tb, out
     cdef int typenum
-    if _plain(a) and (<TensorBase>a)._is_contig:
+    if _plain(a) and (<TensorBase>a)._is_contig and \
+            _canonical((<TensorBase>a)._sizes, (<TensorBase>a)._strides):
         ta = <TensorBase>a
         typenum = ta._dtype.typenum
         if (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) \
-                and ta._storage.device.type == "cpu":
+                and ta._storage.device is cpu:
             if type(b) is float:
-                out = _empty_like_contiguous(ta)
-                _binary_scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
+                out = _empty_with_strides(ta, ta._strides)
+                _scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
                 return out
             if _plain(b):
                 tb = <TensorBase>b
                 if tb._is_contig and tb._dtype is ta._dtype and tb._sizes == ta._sizes \
-                        and tb._storage.device is ta._storage.device:
-                    out = _empty_like_contiguous(ta)
-                    _binary_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
+                        and tb._storage.device is cpu:
+                    out = _empty_with_strides(ta, ta._strides)
+                    _tensor_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
                     return out
     return _dispatch_binary(name, a, b)
+
+
+cdef inline void _tensor_loop(char opcode, int typenum, char* out, char* a, char* b,
+                              Py_ssize_t n) noexcept nogil:
+    if typenum == cnp.NPY_FLOAT:
+        if opcode == b"+": kernels.add_f32(<float*>out, <float*>a, <float*>b, n)
+        elif opcode == b"-": kernels.sub_f32(<float*>out, <float*>a, <float*>b, n)
+        elif opcode == b"*": kernels.mul_f32(<float*>out, <float*>a, <float*>b, n)
+        else: kernels.div_f32(<float*>out, <float*>a, <float*>b, n)
+    else:
+        if opcode == b"+": kernels.add_f64(<double*>out, <double*>a, <double*>b, n)
+        elif opcode == b"-": kernels.sub_f64(<double*>out, <double*>a, <double*>b, n)
+        elif opcode == b"*": kernels.mul_f64(<double*>out, <double*>a, <double*>b, n)
+        else: kernels.div_f64(<double*>out, <double*>a, <double*>b, n)
+
+
+cdef inline void _scalar_loop(char opcode, int typenum, char* out, char* a, double b,
+                              Py_ssize_t n) noexcept nogil:
+    if typenum == cnp.NPY_FLOAT:
+        if opcode == b"+": kernels.add_scalar_f32(<float*>out, <float*>a, b, n)
+        elif opcode == b"-": kernels.sub_scalar_f32(<float*>out, <float*>a, b, n)
+        elif opcode == b"*": kernels.mul_scalar_f32(<float*>out, <float*>a, b, n)
+        else: kernels.div_scalar_f32(<float*>out, <float*>a, b, n)
+    else:
+        if opcode == b"+": kernels.add_scalar_f64(<double*>out, <double*>a, b, n)
+        elif opcode == b"-": kernels.sub_scalar_f64(<double*>out, <double*>a, b, n)
+        elif opcode == b"*": kernels.mul_scalar_f64(<double*>out, <double*>a, b, n)
+        else: kernels.div_scalar_f64(<double*>out, <double*>a, b, n)
 
 
 # --------------------------------------------------------------------------- construction
@@ -546,7 +724,7 @@ cdef inline char* _ptr(TensorBase t):
 
 cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple strides,
                             Py_ssize_t offset, dtype dt):
-    cdef TensorBase t = <TensorBase>cls.__new__(cls)
+    cdef TensorBase t = TensorBase.__new__(cls)
     t._storage = storage
     t._sizes = sizes
     t._strides = strides
@@ -557,11 +735,28 @@ cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple stri
     return t
 
 
-cdef TensorBase _empty_like_contiguous(TensorBase t):
-    """A fresh contiguous CPU tensor with ``t``'s sizes and dtype."""
-    data = cnp.PyArray_EMPTY(1, [t._numel], t._dtype.typenum, 0)
-    return _new_tensor(_tensor_cls, Storage(data, cpu), t._sizes,
-                       _contiguous_strides(t._sizes), 0, t._dtype)
+cdef Storage _cpu_storage(Py_ssize_t numel, dtype dt):
+    cdef cnp.npy_intp n = numel
+    cdef Storage storage = Storage.__new__(Storage)
+    storage.data = cnp.PyArray_EMPTY(1, &n, dt.typenum, 0)
+    storage.device = cpu
+    return storage
+
+
+cdef TensorBase _empty_with_strides(TensorBase t, tuple strides):
+    """A fresh CPU tensor with ``t``'s sizes and dtype and the given dense strides."""
+    return _new_tensor(_tensor_cls, _cpu_storage(t._numel, t._dtype), t._sizes, strides, 0,
+                       t._dtype)
+
+
+cdef inline bint _canonical(tuple sizes, tuple strides):
+    """Whether contiguous ``strides`` are exactly the ones PyTorch would give ``sizes``."""
+    cdef Py_ssize_t expected = 1, i
+    for i in range(len(sizes) - 1, -1, -1):
+        if <Py_ssize_t>strides[i] != expected:
+            return False
+        expected *= max(<Py_ssize_t>sizes[i], 1)
+    return True
 
 
 def wrap_storage(Storage storage, tuple sizes, tuple strides, Py_ssize_t offset, dtype dt,

@@ -4,19 +4,25 @@
 decorators, like PyTorch's.
 """
 import functools
-import threading
+
+from microtensor._C import tensor as _core
 
 
-class _GradState(threading.local):
-    def __init__(self):
-        self.enabled = True
+class _GradState:
+    """``state.enabled``: this thread's grad mode (kept in the core, where the fast paths
+    read it)."""
+
+    @property
+    def enabled(self):
+        return _core.is_grad_enabled()
+
+    @enabled.setter
+    def enabled(self, value):
+        _core.set_grad_enabled(value)
 
 
 state = _GradState()
-
-
-def is_grad_enabled():
-    return state.enabled
+is_grad_enabled = _core.is_grad_enabled
 
 
 class _GradModeContext:

@@ -9,6 +9,7 @@ allocation, the strided (casting) copy, host <-> device transfers and DLPack imp
 
 CuPy is optional: it is imported on first use, never when ``microtensor`` is imported.
 """
+from microtensor._C import meta
 from microtensor._C.tensor import Storage, device, dtype_from_numpy, wrap_storage
 
 _cupy = None   # the cupy module once a CUDA tensor has been asked for
@@ -106,7 +107,9 @@ def from_device_array(arr, dev=None):
     if any(s < 0 or s % item for s in arr.strides):
         arr = cp.ascontiguousarray(arr)
     sizes = tuple(arr.shape)
-    strides = tuple(s // item for s in arr.strides)
+    # like PyTorch (not NumPy/CuPy), empty tensors get contiguous strides
+    strides = tuple(s // item for s in arr.strides) if arr.size else \
+        tuple(meta.contiguous_strides(sizes))
     extent = 1 + sum((n - 1) * s for n, s in zip(sizes, strides)) if arr.size else 0
     flat = cp.ndarray((extent,), dtype=arr.dtype, memptr=arr.data, strides=(item,)) \
         if extent else cp.empty(0, dtype=arr.dtype)

@@ -112,7 +112,7 @@ class _Differentiation:
 def _reaches_other_leaves(roots, handles):
     """Whether the graph behind ``roots`` reaches a leaf that is not one of ``handles``."""
     own = {id(h) for h in handles}
-    stack = [r._grad_fn for r in roots if r._grad_fn is not None]
+    stack = [node for node, _ in map(gradient_edge, roots) if node is not None]
     seen = set(stack)
     while stack:
         node = stack.pop()
@@ -366,7 +366,11 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
 
         def one_row(*row):
             return tree_flatten(vjp_fn(tree_unflatten(list(row), out_spec)))[0]
-        grads = vmap(one_row, chunk_size=chunk_size)(*pieces)
+        if sum(numels) == 1:
+            # one row (a scalar function): no vmap level needed
+            grads = [g.unsqueeze(0) for g in one_row(*(p[0] for p in pieces))]
+        else:
+            grads = vmap(one_row, chunk_size=chunk_size)(*pieces)
         per_output = []
         for i, o in enumerate(outputs):
             blocks = [_rows(g, numels)[i].reshape(tuple(o.shape) + tuple(x.shape))
@@ -409,8 +413,12 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
 
 
 def hessian(func, argnums=0):
-    """The Hessian of a scalar function: ``jacfwd(jacrev(func, argnums), argnums)``."""
-    return jacfwd(jacrev(func, argnums), argnums)
+    """The Hessian of a scalar function: the Jacobian of its gradient.
+
+    ``torch.func`` computes it as ``jacfwd(jacrev(f))``.  Here forward mode is itself two
+    reverse passes, so ``jacrev(jacrev(f))`` gives the same matrix with one pass less
+    (about 1.5x faster)."""
+    return jacrev(jacrev(func, argnums), argnums)
 
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian"]

@@ -17,7 +17,11 @@ def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
                     tie_weights=True, strict=False):
     """``module(*args, **kwargs)`` with the tensors of ``parameter_and_buffer_dicts`` (a dict
     from dotted names to tensors, or a sequence of such dicts) in place of the module's own
-    parameters and buffers.  The module is restored afterwards, also on error."""
+    parameters and buffers.  The module is restored afterwards, also on error.
+
+    ``strict``: every parameter and buffer must be given, and nothing else.
+    ``tie_weights``: a tensor registered under several names (tied weights) is replaced
+    under all of them when one is given."""
     dicts = parameter_and_buffer_dicts
     if isinstance(dicts, dict):
         replacements = dict(dicts)
@@ -30,7 +34,8 @@ def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
                                      "functional call is ambiguous")
             replacements.update(d)
     if strict:
-        expected = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
+        expected = {n for n, _ in module.named_parameters()}
+        expected |= {n for n, _ in module.named_buffers()}
         missing = sorted(expected - set(replacements))
         unexpected = sorted(set(replacements) - expected)
         if missing or unexpected:
@@ -38,18 +43,23 @@ def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
                                f"Missing key(s): {missing}. Unexpected key(s): {unexpected}.")
     if not isinstance(args, tuple):
         args = (args,)
+    tied = _registrations(module) if tie_weights else {}
+    places = []
+    for name, value in replacements.items():
+        owner, leaf = _owner(module, name)
+        for table in (owner._parameters, owner._buffers):
+            if leaf in table:
+                places.append((table, leaf, value))
+                places.extend((t, k, value) for t, k in tied.get(id(table[leaf]), ())
+                              if t is not table or k != leaf)
+                break
+        else:
+            places.append((owner.__dict__, leaf, value))
     saved = []
     try:
-        for name, value in replacements.items():
-            owner, leaf = _owner(module, name)
-            for table in (owner._parameters, owner._buffers):
-                if leaf in table:
-                    saved.append((table, leaf, table[leaf]))
-                    table[leaf] = value
-                    break
-            else:
-                saved.append((owner.__dict__, leaf, owner.__dict__.get(leaf, _ABSENT)))
-                owner.__dict__[leaf] = value
+        for table, leaf, value in places:
+            saved.append((table, leaf, table.get(leaf, _ABSENT)))
+            table[leaf] = value
         return module(*args, **(kwargs or {}))
     finally:
         for table, leaf, old in reversed(saved):
@@ -57,6 +67,18 @@ def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
                 del table[leaf]
             else:
                 table[leaf] = old
+
+
+def _registrations(module):
+    """For each tensor registered more than once in ``module`` or below (tied weights):
+    id -> every (table, name) it is registered under."""
+    found = {}
+    for sub in module.modules():
+        for table in (sub._parameters, sub._buffers):
+            for k, v in table.items():
+                if v is not None:
+                    found.setdefault(id(v), []).append((table, k))
+    return {key: places for key, places in found.items() if len(places) > 1}
 
 
 _ABSENT = object()

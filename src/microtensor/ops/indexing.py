@@ -16,8 +16,10 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
+from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
+from microtensor.ops.loops import array_module
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
 
@@ -43,7 +45,10 @@ def _shape_or_vector(t):
 def _along(positions, dim):
     """NumPy's index that reads or writes, for every element of ``positions``, the element
     of the same coordinates but with coordinate ``dim`` replaced by its value."""
-    grids = list(np.indices(positions.shape, sparse=True))
+    xp = array_module(positions)
+    ndim = len(positions.shape)
+    grids = [xp.arange(n).reshape((1,) * k + (n,) + (1,) * (ndim - k - 1))
+             for k, n in enumerate(positions.shape)]
     grids[dim] = positions
     return tuple(grids)
 
@@ -448,12 +453,12 @@ def _check_scatter(name, self, dim, index, src):
 def _scatter_into(out, self, d, positions, source, reduce):
     target = out._array().reshape(_shape_or_vector(self))
     where = _along(positions, d)
-    if isinstance(source, np.ndarray):
+    if isinstance(source, np.ndarray) or cuda.is_device_array(source):
         source = source.reshape(source.shape or (1,))[tuple(slice(0, n) for n in positions.shape)]
         if np.may_share_memory(source, target):
             source = source.copy()
     else:
-        source = np.asarray(source).astype(target.dtype)
+        source = target.dtype.type(source)
     if reduce is None:
         target[where] = source
     elif reduce == "add":

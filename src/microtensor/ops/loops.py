@@ -24,6 +24,11 @@ def array_of(x, dev=None):
     return x._array()
 
 
+def array_module(arr):
+    """NumPy, or CuPy for a GPU array: where to build index arrays that meet ``arr``."""
+    return cuda.cupy() if cuda.is_device_array(arr) else np
+
+
 def device_of(*operands):
     """The device an op on ``operands`` runs on; a 0-d CPU tensor may join a GPU op (like a
     Python number), any other mix raises PyTorch's error."""

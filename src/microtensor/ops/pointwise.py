@@ -188,7 +188,7 @@ def div(self, other, *, rounding_mode=None, out=None):
 
 def _trunc_int_divide(a, b, out, dtype, casting):
     q = np.floor_divide(a, b)
-    fix = (np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0))
+    fix = (np.remainder(a, b) != 0) & (np.less(a, 0) != np.less(b, 0))
     np.add(q, fix, out=out, dtype=dtype, casting=casting)
     return out
 

@@ -16,7 +16,7 @@ from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, in
 from microtensor._dtype import result_type
 from microtensor.backends import cuda
 from microtensor.ops.factory import arange, tensor_of
-from microtensor.ops.loops import device_of, new_result
+from microtensor.ops.loops import array_module, device_of, new_result
 from microtensor.ops.registry import Sample, inplace_variant, op
 
 
@@ -460,7 +460,7 @@ def diag(self, diagonal=0):
     target = out._array()
     target[...] = 0
     if self._numel:
-        steps = np.arange(self._sizes[0])
+        steps = array_module(target).arange(self._sizes[0])
         target[steps + max(-diagonal, 0), steps + max(diagonal, 0)] = self._array()
     return out
 

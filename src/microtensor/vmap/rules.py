@@ -77,8 +77,14 @@ def handle(op, args, kwargs):
                     level = x._level
     if kwargs:
         for a in kwargs.values():
-            if type(a) is BatchedTensor and a._level > level:
-                level = a._level
+            t = type(a)
+            if t is BatchedTensor:
+                if a._level > level:
+                    level = a._level
+            elif t is list or t is tuple:
+                for x in a:
+                    if type(x) is BatchedTensor and x._level > level:
+                        level = x._level
     if op.random:
         return random_rule(op, level, args, kwargs)
     if not level:
