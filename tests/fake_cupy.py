@@ -143,6 +143,11 @@ class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return (2, 0)
 
 
+# CuPy's own ufuncs (``cupy.add.at`` is what the scatter kernels call on the GPU)
+add = np.add
+multiply = np.multiply
+
+
 def empty(shape, dtype=float):
     return ndarray(shape, dtype)
 

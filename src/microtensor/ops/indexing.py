@@ -19,7 +19,7 @@ from microtensor._C.tensor import TensorBase, bool_, int32, int64
 from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
-from microtensor.ops.loops import array_module
+from microtensor.ops.loops import array_module, update_at
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
 
@@ -339,7 +339,7 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     if np.may_share_memory(source, target):
         source = source.copy()
     if accumulate:
-        np.add.at(target, plan.where, source)
+        update_at("add", target, plan.where, source)
     else:
         target[plan.where] = source
     return out
@@ -462,9 +462,9 @@ def _scatter_into(out, self, d, positions, source, reduce):
     if reduce is None:
         target[where] = source
     elif reduce == "add":
-        np.add.at(target, where, source)
+        update_at("add", target, where, source)
     else:
-        np.multiply.at(target, where, source)
+        update_at("multiply", target, where, source)
     return out
 
 
@@ -576,7 +576,7 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
         addend = (addend * alpha).astype(target.dtype, copy=False)
     elif np.may_share_memory(addend, target):
         addend = addend.copy()
-    np.add.at(target, positions, addend)
+    update_at("add", target, positions, addend)
     return out
 
 

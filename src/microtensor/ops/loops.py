@@ -29,6 +29,12 @@ def array_module(arr):
     return cuda.cupy() if cuda.is_device_array(arr) else np
 
 
+def update_at(ufunc_name, target, where, source):
+    """``np.<ufunc>.at``: an in-place update at ``where`` in which repeated positions all
+    count (CuPy has ``add.at``; its other ufuncs lack ``at``)."""
+    getattr(getattr(array_module(target), ufunc_name), "at")(target, where, source)
+
+
 def device_of(*operands):
     """The device an op on ``operands`` runs on; a 0-d CPU tensor may join a GPU op (like a
     Python number), any other mix raises PyTorch's error."""

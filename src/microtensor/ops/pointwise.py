@@ -575,8 +575,10 @@ def _predicate(ufunc):
     """``ufunc`` computing in the dtype ``pointwise`` passes and producing bools (NumPy's
     own ``dtype=`` names the output type, which has no such loop)."""
     def apply(*arrays, out, dtype, casting):
-        return ufunc(*arrays, out=out, casting=casting,
-                     signature=(dtype,) * len(arrays) + (np.bool_,))
+        # cast the operands rather than pass ``signature=``, which CuPy's ufuncs refuse
+        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
+                    for a in arrays]
+        return ufunc(*operands, out=out, casting=casting)
     return apply
 
 
