@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import microtensor
 from microtensor import _demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +39,8 @@ def test_demo_trains_and_checks_against_the_loop(capsys):
 
 
 def test_demo_help_documents_its_options():
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    # the subprocess imports the same microtensor as this test (installed or built in place)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(microtensor.__file__)))
     result = subprocess.run([sys.executable, "-m", "microtensor", "demo", "--help"],
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0
