@@ -538,3 +538,18 @@ def test_training_loop_does_not_grow():
     finally:
         gc.enable()
     assert after - before < 20
+
+
+def test_operand_saved_only_for_the_other_gradient_is_not_saved():
+    # ``x * 1.0`` needs no copy of ``x`` (the scalar gets no gradient), so modifying the
+    # product in place afterwards is fine, as in PyTorch
+    x = mt.randn(4, requires_grad=True)
+    b = x * 1.0
+    b[1:].add_(b[:-1] * 0.5)
+    b.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.5, 1.5, 1.5, 1.0])
+    # a constant matrix operand is not saved, and its (unneeded) gradient is not computed
+    a = mt.randn(3, 3)
+    v = mt.randn(3, requires_grad=True)
+    y = a @ v
+    assert y.grad_fn._saved_other is None and y.grad_fn._saved_self is not None

@@ -74,7 +74,9 @@ def _save(op, bound, outputs):
             saved[name] = read[1](value) if isinstance(value, TensorBase) else None
         else:
             value = bound[name]
-            if isinstance(value, TensorBase):
+            if name in op.only_for and not _needs_grad(bound.get(op.only_for[name])):
+                saved[name] = None
+            elif isinstance(value, TensorBase):
                 saved[name] = SavedTensor(value)
             elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase)
                                                            for v in value):
@@ -83,6 +85,10 @@ def _save(op, bound, outputs):
             else:
                 saved[name] = value
     return saved
+
+
+def _needs_grad(value):
+    return isinstance(value, TensorBase) and value.requires_grad
 
 
 def _edges(op, bound):

@@ -162,9 +162,11 @@ def mul(self, other, *, out=None):
     return pointwise(np.multiply, self, other, out=out)
 
 
-@mul.def_derivative
+@mul.def_derivative(only_for={"self": "other", "other": "self"})
 def mul(grad, self, other):
-    return grad * other, grad * self
+    # each operand is saved only for the other's gradient: None means "not needed"
+    return (None if other is None else grad * other,
+            None if self is None else grad * self)
 
 
 mul_ = inplace_variant(mul)
@@ -193,11 +195,11 @@ def _trunc_int_divide(a, b, out, dtype, casting):
     return out
 
 
-@div.def_derivative
+@div.def_derivative(only_for={"self": "other"})
 def div(grad, self, other, rounding_mode):
     if rounding_mode is not None:
-        return grad * 0, grad * 0
-    return grad / other, -grad * self / (other * other)
+        return grad * 0, None if self is None else grad * 0
+    return grad / other, None if self is None else -grad * self / (other * other)
 
 
 div_ = inplace_variant(div)

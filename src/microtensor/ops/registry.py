@@ -72,6 +72,7 @@ class Op:
         self.differentiable = differentiable
         self.random = random
         self.derivative = None
+        self.only_for = {}
         self.saved_names = ()
         self.saved_plan = ()                 # see ``def_derivative``
         self.saves_self = False
@@ -87,11 +88,20 @@ class Op:
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
 
-    def def_derivative(self, fn):
+    def def_derivative(self, fn=None, *, only_for=None):
         """Declare the backward formula (``@my_op.def_derivative`` above a function named
-        like the op; the decorator returns the op, so the name keeps meaning the op)."""
+        like the op; the decorator returns the op, so the name keeps meaning the op).
+
+        ``only_for={"self": "other"}`` says that the formula reads ``self`` only for the
+        gradient of ``other``: when ``other`` needs no gradient, ``self`` is not saved (it
+        arrives as None, and the formula returns None for ``other``).  That spares memory,
+        false "modified by an inplace operation" errors and work, as PyTorch does.
+        """
+        if fn is None:
+            return lambda f: self.def_derivative(f, only_for=only_for)
         names = tuple(inspect.signature(fn).parameters)[1:]
         self.derivative = fn
+        self.only_for = dict(only_for or {})
         self.saved_names = names
         self.saved_plan = tuple(self._plan_saving(n) for n in names)
         self.saves_self = "self" in names

@@ -50,31 +50,34 @@ def _is_node(x):
 
 def tree_flatten(tree):
     leaves = []
+    return leaves, _flatten_into(tree, leaves)
 
-    def visit(x):
-        if not _is_node(x):
-            leaves.append(x)
-            return LEAF
-        if isinstance(x, dict):
-            keys = list(x)
-            return TreeSpec(dict, keys, [visit(x[k]) for k in keys])
-        return TreeSpec(type(x), None, [visit(c) for c in x])
-    return leaves, visit(tree)
+
+def _flatten_into(x, leaves):
+    # module-level recursion: a recursive closure would be a reference cycle that keeps
+    # every leaf (large gradients, say) alive until the garbage collector runs
+    if not _is_node(x):
+        leaves.append(x)
+        return LEAF
+    if isinstance(x, dict):
+        keys = list(x)
+        return TreeSpec(dict, keys, [_flatten_into(x[k], leaves) for k in keys])
+    return TreeSpec(type(x), None, [_flatten_into(c, leaves) for c in x])
 
 
 def tree_unflatten(leaves, spec):
-    it = iter(leaves)
+    return _build(spec, iter(leaves))
 
-    def build(s):
-        if s.kind is None:
-            return next(it)
-        children = [build(c) for c in s.children]
-        if s.kind is dict:
-            return dict(zip(s.context, children))
-        if s.kind in (tuple, list):
-            return s.kind(children)
-        return s.kind(*children)
-    return build(spec)
+
+def _build(spec, leaves):
+    if spec.kind is None:
+        return next(leaves)
+    children = [_build(c, leaves) for c in spec.children]
+    if spec.kind is dict:
+        return dict(zip(spec.context, children))
+    if spec.kind in (tuple, list):
+        return spec.kind(children)
+    return spec.kind(*children)
 
 
 def broadcast_to_and_flatten(prefix, spec):

@@ -740,6 +740,9 @@ def matmul(op, level, args, kwargs):
     a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
     _check_product(op, a, b)
     ra, rb = a.dim(), b.dim()
+    folded = _fold_batch_into_rows(a, b, level)
+    if folded is not None:
+        return folded
     rank = max(ra, rb, 2)
     pa = _as_matrix_operand(a, level, rank, -2 if ra == 1 else None)
     pb = _as_matrix_operand(b, level, rank, -1 if rb == 1 else None)
@@ -749,6 +752,26 @@ def matmul(op, level, args, kwargs):
     if ra == 1:
         result = result.squeeze(-1 if rb == 1 else -2)
     return wrap(result, 0, level)
+
+
+def _fold_batch_into_rows(a, b, level):
+    """One big matrix product instead of a batch of small ones, when one operand is a
+    plain (unbatched) matrix: per-sample rows ``(B, ..., k) @ (k, m)`` are just more rows
+    (``x @ W.T`` in every per-sample linear layer), and ``W @ v`` per sample is
+    ``V @ W.T`` with the batch as rows."""
+    a_batched, b_batched = _same_level(a, level), _same_level(b, level)
+    if a_batched and not b_batched and b.dim() == 2:
+        rows = to_front(a._value, a._bdim)
+        count = 1
+        for size in rows.shape[:-1]:
+            count *= size
+        flat = rows.reshape(count, rows.shape[-1])
+        product = call(REGISTRY["matmul"], (flat, b), None)
+        return wrap(product.reshape(tuple(rows.shape[:-1]) + (b.shape[1],)), 0, level)
+    if b_batched and not a_batched and a.dim() == 2 and b.dim() == 1:
+        vectors = to_front(b._value, b._bdim)
+        return wrap(call(REGISTRY["matmul"], (vectors, a.mT), None), 0, level)
+    return None
 
 
 def _as_matrix_operand(t, level, rank, vector_dim):
