@@ -179,11 +179,11 @@ def memory(batch):
     return peak, gradient_bytes, activation_bytes
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="3 rounds, short timings")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rounds = 3 if args.quick else args.rounds
     target = 0.05 if args.quick else 0.2
     if torch is None:

@@ -84,7 +84,7 @@ def run_section(section, quick):
         ratios = {r: ratio(times, "microtensor", r) for r in refs}
         cells += [f"{ratios[r]:.2f}" if r in ratios else "-" for r in section.references(torch)]
         print("| " + " | ".join(cells) + " |", flush=True)
-        rows.append((case, ratios))
+        rows.append((case, ratios, times))
     section.summary(rows)
     return rows
 
@@ -92,14 +92,19 @@ def run_section(section, quick):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter repeats")
-    parser.add_argument("--only", default="", help="comma-separated section keys: " +
-                        ",".join(s.key for s in sections.ALL))
+    keys = [s.key for s in sections.ALL] + ["func"]
+    parser.add_argument("--only", default="", help="comma-separated sections: " + ",".join(keys))
     args = parser.parse_args(argv)
-    chosen = [s for s in sections.ALL if not args.only or s.key in args.only.split(",")]
+    chosen = args.only.split(",") if args.only else keys
     print(f"microtensor {mt.__version__}, numpy {np.__version__}, "
           f"torch {torch.__version__ if torch else 'not installed'}; one thread")
-    for section in chosen:
-        run_section(section, args.quick)
+    for section in sections.ALL:
+        if section.key in chosen:
+            run_section(section, args.quick)
+    if "func" in chosen:
+        import bench_func
+        print("\n## Function transforms (per-sample gradients, Jacobians, Hessians, memory)\n")
+        bench_func.main(["--quick"] if args.quick else [])
 
 
 if __name__ == "__main__":
