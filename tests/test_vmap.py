@@ -700,3 +700,23 @@ def test_batched_tensor_is_a_tensor_with_per_sample_metadata():
         assert "BatchedTensor(lvl=1, bdim=1" in repr(t)
         return t
     mt.vmap(check, in_dims=1)(mt.randn(2, 3, 5))
+
+
+def test_custom_function_runs_per_sample_with_its_gradient():
+    class Cube(mt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 3 * x * x
+
+    x = mt.randn(4, 3, requires_grad=True)
+    with pytest.warns(UserWarning, match="falling back to slow"):
+        y = mt.vmap(Cube.apply)(x)
+    np.testing.assert_allclose(y.detach().numpy(), x.detach().numpy() ** 3, rtol=1e-6)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * x.detach().numpy() ** 2, rtol=1e-6)

@@ -13,6 +13,11 @@ from microtensor.autograd.graph import RELEASED_ERROR, Node, SavedTensor, detach
 from microtensor.autograd.recording import check_inplace, gradient_edge, rebase_history
 
 
+
+# Installed by microtensor.vmap: runs ``apply`` once per sample when an argument is
+# batched (a user Function has no batching rule), else returns None.
+batched_apply = None
+
 class FunctionCtx:
     """What ``forward`` can tell autograd through ``ctx``."""
 
@@ -136,6 +141,10 @@ class Function:
     def apply(cls, *args, **kwargs):
         if kwargs:
             raise TypeError(f"{cls.__name__}.apply() takes positional arguments only")
+        if batched_apply is not None:
+            result = batched_apply(cls.apply, args)
+            if result is not None:
+                return result
         ctx = cls._backward_cls.__new__(cls._backward_cls)
         is_tensor_arg = tuple(isinstance(a, TensorBase) for a in args)
         recording = grad_state.enabled and any(

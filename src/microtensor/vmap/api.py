@@ -9,9 +9,9 @@ import functools
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
-from microtensor.autograd import engine
+from microtensor.autograd import engine, function
 from microtensor.ops import dispatch
-from microtensor.vmap import rules
+from microtensor.vmap import fallback, rules
 from microtensor.vmap.batched import BatchedTensor, Level, levels, unwrap, wrap
 
 RANDOMNESS = ("error", "different", "same")
@@ -383,3 +383,4 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad
+function.batched_apply = fallback.function_fallback
