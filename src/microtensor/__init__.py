@@ -19,7 +19,8 @@ from microtensor.ops import dispatch as _dispatch
 
 from microtensor.ops import indexing as _indexing  # noqa: E402
 
-_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem)
+_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem,
+               autograd.recording.record_computed)
 
 from microtensor import ops  # noqa: E402
 from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402

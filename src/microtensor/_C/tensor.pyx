@@ -195,15 +195,17 @@ cdef object _tensor_cls = None      # microtensor.Tensor, the Python subclass us
 cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow path of + - * ...
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
+cdef object _record_computed = None  # autograd: attach a node to a result computed here
 
 
-def _install(tensor_cls, dispatch_binary, dispatch_call, getitem):
+def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, record_computed):
     """Called once by the package: the Python pieces the fast paths defer to."""
-    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem
+    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _record_computed
     _tensor_cls = tensor_cls
     _dispatch_binary = dispatch_binary
     _dispatch_call = dispatch_call
     _getitem = getitem
+    _record_computed = record_computed
 
 
 # Grad mode lives here, as a C thread-local, so that every fast path can read it for
@@ -665,26 +667,33 @@ cdef inline bint _plain(object t):
 
 
 cdef object _binary(object a, object b, char opcode, str name):
-    """``a <op> b`` in C when both are contiguous same-shape float tensors (or b a float)."""
+    """``a <op> b`` in C when both are contiguous same-shape float tensors (or b a float);
+    when one requires grad, autograd then only attaches its node to the result."""
     cdef TensorBase ta, tb, out
     cdef int typenum
-    if _plain(a) and (<TensorBase>a)._is_contig and \
-            _canonical((<TensorBase>a)._sizes, (<TensorBase>a)._strides):
-        ta = <TensorBase>a
-        typenum = ta._dtype.typenum
-        if (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) \
-                and ta._storage.device is cpu:
-            if type(b) is float:
-                out = _empty_with_strides(ta, ta._strides)
-                _scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
-                return out
-            if _plain(b):
-                tb = <TensorBase>b
-                if tb._is_contig and tb._dtype is ta._dtype and tb._sizes == ta._sizes \
-                        and tb._storage.device is cpu:
-                    out = _empty_with_strides(ta, ta._strides)
-                    _tensor_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
-                    return out
+    if type(a) is not _tensor_cls:
+        return _dispatch_binary(name, a, b)
+    ta = <TensorBase>a
+    typenum = ta._dtype.typenum
+    if not (ta._is_contig and ta._storage.device is cpu and
+            (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) and
+            _canonical(ta._sizes, ta._strides)):
+        return _dispatch_binary(name, a, b)
+    if type(b) is float:
+        out = _empty_with_strides(ta, ta._strides)
+        _scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
+        if not mt_grad_disabled and _requires_grad(ta):
+            return _record_computed(name, a, b, out)
+        return out
+    if type(b) is _tensor_cls:
+        tb = <TensorBase>b
+        if tb._is_contig and tb._dtype is ta._dtype and tb._sizes == ta._sizes \
+                and tb._storage.device is cpu:
+            out = _empty_with_strides(ta, ta._strides)
+            _tensor_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
+            if not mt_grad_disabled and (_requires_grad(ta) or _requires_grad(tb)):
+                return _record_computed(name, a, b, out)
+            return out
     return _dispatch_binary(name, a, b)
 
 

@@ -13,6 +13,7 @@ from microtensor.autograd.grad_mode import state as grad_state
 from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, CopySlices, Geometry,
                                         OpNode, SavedInplaceViewOutput, SavedTensor)
 from microtensor.ops import dispatch
+from microtensor.ops.registry import REGISTRY
 
 _NONE_EDGE = (None, 0)
 
@@ -123,12 +124,22 @@ def _attach(outputs, node):
 def record(op, args, kwargs):
     if op.kind == "inplace":
         return record_inplace(op, args, kwargs)
-    bound = op.bind(args, kwargs)
     grad_state.enabled = False
     try:
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
         grad_state.enabled = True
+    return attach_node(op, args, kwargs, result)
+
+
+def record_computed(name, a, b, result):
+    """``record`` for ``a <op> b`` whose result the core's C fast path already computed."""
+    return attach_node(REGISTRY[name], (a, b), None, result)
+
+
+def attach_node(op, args, kwargs, result):
+    """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs."""
+    bound = op.bind(args, kwargs)
     outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = _edges(op, bound)
     node = OpNode(op, _save(op, bound, outputs), edges, slots, metas, len(outputs))
