@@ -1,4 +1,4 @@
-"""Runs the ```python blocks of docs/*.md as tests: the blocks of one page share a
+"""Runs the ```python blocks of docs/*.md and README.md as tests: the blocks of one page share a
 namespace and run in order, so a page reads like a session."""
 import re
 
@@ -45,5 +45,6 @@ class MarkdownError(Exception):
 
 
 def pytest_collect_file(parent, file_path):
-    if file_path.suffix == ".md" and file_path.parent.name == "docs":
+    if file_path.suffix == ".md" and (file_path.parent.name == "docs" or
+                                      file_path.name == "README.md"):
         return MarkdownPage.from_parent(parent, path=file_path)
