@@ -156,12 +156,9 @@ def t(self):
     return self.transpose(0, 1) if self.dim() == 2 else self.alias()
 
 
-@op(kind="view",
-    samples=lambda make: [
-        Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(2, 3, 4), 1, 2, 0), Sample(make(()), ())])
-def permute(self, *dims):
-    dims = _sizes_arg(dims, "dims")
-    n = self.dim()
+
+def permutation(dims, n):
+    """``dims`` of ``permute`` checked against ``n`` dimensions, wrapped to 0..n-1."""
     if len(dims) != n:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
                            f"not match the length of the desired ordering of dimensions i.e. "
@@ -169,6 +166,14 @@ def permute(self, *dims):
     wrapped = [meta.wrap_dim(d, n) for d in dims]
     if len(set(wrapped)) != n:
         raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return wrapped
+
+
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(2, 3, 4), 1, 2, 0), Sample(make(()), ())])
+def permute(self, *dims):
+    wrapped = permutation(_sizes_arg(dims, "dims"), self.dim())
     return self._make_view_unchecked(tuple(self._sizes[d] for d in wrapped),
                                      tuple(self._strides[d] for d in wrapped), self._offset)
 

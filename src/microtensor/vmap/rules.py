@@ -23,6 +23,7 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import TensorBase, bool_, from_array
 from microtensor._dtype import result_type
 from microtensor.ops import dispatch
+from microtensor.ops import view as view_ops
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
                                       unwrap, wrap)
@@ -547,15 +548,8 @@ def transpose(op, level, args, kwargs):
 @rule("permute")
 def permute(op, level, args, kwargs):
     self = args[0]
-    dims = _sizes_arg(args[1:] if not kwargs else (kwargs["dims"],))
-    n = self.dim()
-    if len(dims) != n:
-        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does "
-                           f"not match the length of the desired ordering of dimensions i.e. "
-                           f"input.dim() = {n} is not equal to len(dims) = {len(dims)}")
-    wrapped = [meta.wrap_dim(d, n) for d in dims]
-    if len(set(wrapped)) != n:
-        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    wrapped = view_ops.permutation(_sizes_arg(args[1:] if not kwargs else (kwargs["dims"],)),
+                                   self.dim())
     b = self._bdim
     order = [_actual(d, b) for d in wrapped]
     order.insert(b, b)
