@@ -312,3 +312,16 @@ def test_fuzz_chains_in_a_subprocess_never_crash(seed):
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "calls" in proc.stdout
+
+
+def test_dimension_limit_is_checked_before_memory_is_touched():
+    # kernels and ndarray views have room for 64 dims: the 65th must be refused, not written
+    x = mt.ones(1)
+    for _ in range(63):
+        x = x.unsqueeze(0)
+    assert x.dim() == 64
+    with pytest.raises(RuntimeError, match="at most 64 dimensions"):
+        x.unsqueeze(0)
+    with pytest.raises(RuntimeError, match="at most 64 dimensions"):
+        mt.empty((1,) * 65)
+    assert x.transpose(0, 63).contiguous().numpy().shape == (1,) * 64

@@ -191,6 +191,10 @@ class Size(tuple):
         return n
 
 
+cdef enum:
+    MAX_DIMS = 64   # as NumPy: every tensor can be viewed as an ndarray
+
+
 cdef object _tensor_cls = None      # microtensor.Tensor, the Python subclass users see
 cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow path of + - * ...
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
@@ -639,9 +643,9 @@ cdef inline tuple _shape_arg(tuple shape):
 
 cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
     """Copy ``src`` into a fresh CPU tensor ``dst`` of the same sizes and dtype."""
-    cdef Py_ssize_t shape[64]
-    cdef Py_ssize_t dst_strides[64]
-    cdef Py_ssize_t src_strides[64]
+    cdef Py_ssize_t shape[MAX_DIMS]
+    cdef Py_ssize_t dst_strides[MAX_DIMS]
+    cdef Py_ssize_t src_strides[MAX_DIMS]
     cdef Py_ssize_t item = src._dtype.itemsize
     cdef int i, ndim = len(src._sizes)
     for i in range(ndim):
@@ -733,7 +737,10 @@ cdef inline char* _ptr(TensorBase t):
 
 cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple strides,
                             Py_ssize_t offset, dtype dt):
-    cdef TensorBase t = TensorBase.__new__(cls)
+    cdef TensorBase t
+    if len(sizes) > MAX_DIMS:
+        raise RuntimeError(f"tensors may have at most {MAX_DIMS} dimensions, got {len(sizes)}")
+    t = TensorBase.__new__(cls)
     t._storage = storage
     t._sizes = sizes
     t._strides = strides
@@ -818,8 +825,8 @@ def from_array(arr, dev=None):
 
 cdef object _ndarray_view(TensorBase t):
     cdef int nd = len(t._sizes), i
-    cdef cnp.npy_intp dims[64]
-    cdef cnp.npy_intp strides[64]
+    cdef cnp.npy_intp dims[MAX_DIMS]
+    cdef cnp.npy_intp strides[MAX_DIMS]
     cdef Py_ssize_t item = t._dtype.itemsize
     for i in range(nd):
         dims[i] = t._sizes[i]
@@ -851,7 +858,6 @@ cdef object _device_view(TensorBase t):
 
 # --------------------------------------------------------------------------- checks
 
-MAX_DIMS = 64
 
 
 cdef inline Py_ssize_t _wrap_dim(object dim, Py_ssize_t ndim) except? -1:
