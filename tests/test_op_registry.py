@@ -60,7 +60,8 @@ def _is_inplace(op):
 
 
 def _differentiable(op):
-    return op.differentiable and (op.derivative is not None or (
+    # composites are differentiable through the ops they are written with
+    return op.differentiable and (op.kind == "composite" or op.derivative is not None or (
         op.inplace_of is not None and op.inplace_of.derivative is not None))
 
 
