@@ -382,3 +382,18 @@ def test_dlpack_torch_cuda_zero_copy():
     assert theirs[1, 2].item() == 10.0
     again = torch.from_dlpack(ours[:, 1:])
     assert again.device.type == "cuda" and again.data_ptr() == ours[:, 1:].data_ptr()
+
+
+@needs_gpu
+def test_dlpack_jax_cuda():
+    jax = pytest.importorskip("jax", reason="JAX is not installed (optional DLPack partner)")
+    import jax.numpy as jnp
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("this JAX build sees no GPU")
+    theirs = jax.device_put(jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3), gpus[0])
+    ours = mt.from_dlpack(theirs)
+    assert ours.device.type == "cuda" and ours.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert ours.data_ptr() == theirs.unsafe_buffer_pointer()      # zero-copy import
+    back = jnp.from_dlpack(ours * 2)
+    np.testing.assert_array_equal(np.asarray(back), np.arange(6.0).reshape(2, 3) * 2)

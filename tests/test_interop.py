@@ -178,3 +178,15 @@ def test_repr_by_hand():
     assert repr(mt.ones(2, requires_grad=True)) == "tensor([1., 1.], requires_grad=True)"
     assert repr(mt.tensor([math.inf, 1.0])) == "tensor([inf, 1.])"
     assert repr(mt.arange(2000)).count("...") == 1
+
+
+def test_dlpack_with_jax_both_ways():
+    jax = pytest.importorskip("jax", reason="JAX is not installed (optional DLPack partner)")
+    import jax.numpy as jnp
+    theirs = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+    ours = mt.from_dlpack(theirs)
+    assert ours.shape == (2, 3) and ours.dtype == mt.float32
+    assert ours.data_ptr() == theirs.unsafe_buffer_pointer()      # zero-copy import
+    # JAX arrays are immutable; it may copy on import (alignment), values must agree
+    back = jnp.from_dlpack(mt.arange(6.0).reshape(2, 3).t())
+    np.testing.assert_array_equal(np.asarray(back), np.arange(6.0).reshape(2, 3).T)
