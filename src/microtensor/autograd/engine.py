@@ -6,18 +6,17 @@ the same node input are summed.  ``validate_outputs`` is the single place where 
 gradient is summed back to the shape of a broadcast input and cast to the input's dtype.
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
-import heapq
 import sys
+from heapq import heappop, heappush
 
-from microtensor._C.tensor import TensorBase
-from microtensor.autograd.grad_mode import state as grad_state
+from microtensor._C.tensor import TensorBase, is_grad_enabled, set_grad_enabled
 from microtensor.autograd.graph import AccumulateGrad
 from microtensor.autograd.recording import gradient_edge
 
 
 def validate_outputs(node, grads):
     """Bring each gradient ``node`` produced to the shape and dtype of its input."""
-    metas = getattr(node, "input_meta", None)
+    metas = node.input_meta
     if metas is None:
         return grads
     if len(grads) != len(metas):
@@ -103,42 +102,43 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
     captured = capture_at = needed = None
     if capture is not None:
         captured = [None] * len(capture)
-        capture_at = {}
-        for i, edge in enumerate(capture):
-            capture_at.setdefault(edge, []).append(i)
-        needed = _needed(nodes, {node for node, _ in capture})
+        capture_at = {}       # node -> [(output_nr, index into captured)]
+        for i, (node, nr) in enumerate(capture):
+            capture_at.setdefault(node, []).append((nr, i))
+        needed = _needed(nodes, capture_at.keys())
 
     buffers = {}
     ready = []
     for (node, nr), grad in zip(roots, root_grads):
         if node is not None:
-            _accumulate(buffers.setdefault(node, [None] * getattr(node, "num_outputs", 1)), nr,
-                        grad)
+            _accumulate(buffers.setdefault(node, [None] * node.num_outputs), nr, grad)
     for node in buffers:
         if dependencies.get(node, 0) == 0:
-            heapq.heappush(ready, (-node.sequence_nr, node))
+            heappush(ready, (-node.sequence_nr, node))
 
-    prev = grad_state.enabled
-    grad_state.enabled = create_graph
+    prev = is_grad_enabled()
+    set_grad_enabled(create_graph)
     try:
         while ready:
-            node = heapq.heappop(ready)[1]
+            node = heappop(ready)[1]
             grads = buffers.pop(node)
             if node._pre_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
-            if capture_at:
-                for nr, g in enumerate(grads):
-                    for i in capture_at.get((node, nr), ()):
-                        captured[i] = g
-            if needed is not None and not needed[node]:
-                continue
+            if capture_at is not None:
+                for nr, i in capture_at.get(node, ()):
+                    if nr < len(grads):
+                        captured[i] = grads[nr]
+                if not needed[node]:
+                    continue
             if type(node) is AccumulateGrad:
                 _accumulate_into_leaf(node.variable, grads[0], create_graph)
                 continue
-            if all(g is None for g in grads):
-                outputs = (None,) * len(node.next_functions)
+            for g in grads:
+                if g is not None:
+                    outputs = validate_outputs(node, node.apply(tuple(grads)))
+                    break
             else:
-                outputs = validate_outputs(node, node.apply(tuple(grads)))
+                outputs = (None,) * len(node.next_functions)
             if node._post_hooks:
                 outputs = _run_post_hooks(node, outputs, grads)
             if not retain_graph:
@@ -148,14 +148,15 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
                     continue
                 buffer = buffers.get(nxt)
                 if buffer is None:
-                    buffer = buffers[nxt] = [None] * getattr(nxt, "num_outputs", 1)
+                    buffer = buffers[nxt] = [None] * nxt.num_outputs
                 if g is not None:
                     _accumulate(buffer, nr, g)
-                dependencies[nxt] -= 1
-                if dependencies[nxt] == 0:
-                    heapq.heappush(ready, (-nxt.sequence_nr, nxt))
+                remaining = dependencies[nxt] - 1
+                dependencies[nxt] = remaining
+                if not remaining:
+                    heappush(ready, (-nxt.sequence_nr, nxt))
     finally:
-        grad_state.enabled = prev
+        set_grad_enabled(prev)
     return captured
 
 

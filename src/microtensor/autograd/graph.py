@@ -58,6 +58,8 @@ class Node:
     _node_pre_hooks = None
     _post_hooks = None
     _metadata = None
+    num_outputs = 1
+    input_meta = None      # per edge (sizes, dtype) of the input, for engine.validate_outputs
 
     def __init__(self, next_functions):
         self.next_functions = tuple(next_functions)
@@ -212,9 +214,10 @@ class OpNode(Node):
     """The backward of one registered op: calls the op's derivative formula.
 
     ``saved`` maps each name the formula asks for to its value (``SavedTensor``s for
-    tensors); ``slots`` says how the formula's results map onto the edges (a list input
-    such as ``cat``'s has one edge per tensor); ``input_meta`` holds each edge's input
-    (sizes, dtype) for ``engine.validate_outputs``.
+    tensors); ``slots`` says how the formula's results map onto the edges (per input: 0
+    for a non-tensor, n for a list input such as ``cat``'s; None when every input is one
+    tensor); ``input_meta`` holds each edge's input (sizes, dtype) for
+    ``engine.validate_outputs``.
     """
 
     def __init__(self, op, saved, next_functions, slots, input_meta, num_outputs):
@@ -230,24 +233,29 @@ class OpNode(Node):
         return self.op.node_name
 
     def unpacked(self):
-        values = {}
-        for name, value in self.saved.items():
+        values = self.saved.copy()
+        for name, value in values.items():
             if isinstance(value, SavedTensor):
-                value = value.unpack(self)
+                values[name] = value.unpack(self)
             elif type(value) is list:
-                value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
-            values[name] = value
+                values[name] = [v.unpack(self) if isinstance(v, SavedTensor) else v
+                                for v in value]
         return values
 
     def apply(self, grads):
-        derivative = self.op.derivative or self.op.inplace_of.derivative
-        grad = grads[0] if self.num_outputs == 1 else tuple(grads)
-        results = derivative(grad, **self.unpacked())
-        if len(results) != len(self.slots):
+        op = self.op
+        derivative = op.derivative or op.inplace_of.derivative
+        results = derivative(grads[0] if self.num_outputs == 1 else tuple(grads),
+                             **self.unpacked())
+        slots = self.slots
+        expected = len(op.inputs)
+        if len(results) != expected:
             raise RuntimeError(f"function {self.name()} returned an incorrect number of "
-                               f"gradients (expected {len(self.slots)}, got {len(results)})")
+                               f"gradients (expected {expected}, got {len(results)})")
+        if slots is None:
+            return results if type(results) is tuple else tuple(results)
         flat = []
-        for slot, result in zip(self.slots, results):
+        for slot, result in zip(slots, results):
             if slot == 1:
                 flat.append(result)
             elif slot > 1:

@@ -8,8 +8,7 @@ modified tensor gets the new node as its ``grad_fn``; if it is a view, its base 
 """
 import weakref
 
-from microtensor._C.tensor import TensorBase
-from microtensor.autograd.grad_mode import state as grad_state
+from microtensor._C.tensor import TensorBase, set_grad_enabled
 from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, CopySlices, Geometry,
                                         OpNode, SavedInplaceViewOutput, SavedTensor)
 from microtensor.ops import dispatch
@@ -62,22 +61,14 @@ def _save(op, bound, outputs):
     all but ``result`` (an in-place op saves its inputs before it runs)."""
     saved = {}
     for name, source, read in op.saved_plan:
-        if source == "result":
-            if outputs is None:
-                continue
-            if len(outputs) == 1:
-                saved[name] = SavedTensor(outputs[0], True)
-            else:
-                saved[name] = [SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
-                               for i, o in enumerate(outputs)]
-        elif source == "meta":
-            value = bound[read[0]]
-            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
-        else:
+        if source == "argument":
+            if read is not None:
+                partner = bound.get(read)
+                if not (isinstance(partner, TensorBase) and partner.requires_grad):
+                    saved[name] = None
+                    continue
             value = bound[name]
-            if name in op.only_for and not _needs_grad(bound.get(op.only_for[name])):
-                saved[name] = None
-            elif isinstance(value, TensorBase):
+            if isinstance(value, TensorBase):
                 saved[name] = SavedTensor(value)
             elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase)
                                                            for v in value):
@@ -85,16 +76,24 @@ def _save(op, bound, outputs):
                                for v in value]
             else:
                 saved[name] = value
+        elif source == "meta":
+            value = bound[read[0]]
+            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
+        elif outputs is not None:
+            if len(outputs) == 1:
+                saved[name] = SavedTensor(outputs[0], True)
+            else:
+                saved[name] = [SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
+                               for i, o in enumerate(outputs)]
     return saved
 
 
-def _needs_grad(value):
-    return isinstance(value, TensorBase) and value.requires_grad
-
-
 def _edges(op, bound):
-    """Edges, per-input slot sizes and input metadata for the op's differentiable inputs."""
-    edges, slots, metas = [], [], []
+    """Edges and input metadata for the op's differentiable inputs, and ``slots``: how
+    many edges each input has (0 for a non-tensor, n for a list of n tensors), or None
+    when every input is one tensor."""
+    edges, metas, slots = [], [], []
+    one_each = True
     for name in op.inputs:
         value = bound.get(name)
         if isinstance(value, TensorBase):
@@ -106,17 +105,11 @@ def _edges(op, bound):
                 edges.append(gradient_edge(v))
                 metas.append((v._sizes, v._dtype))
             slots.append(len(value))
+            one_each = False
         else:
             slots.append(0)
-    return edges, slots, metas
-
-
-def _attach(outputs, node):
-    for i, out in enumerate(outputs):
-        if isinstance(out, TensorBase) and out._dtype.is_floating_point:
-            out._grad_fn = node
-            out._output_nr = i
-            out._requires_grad = True
+            one_each = False
+    return edges, None if one_each else slots, metas
 
 
 # ------------------------------------------------------------------ recording
@@ -124,11 +117,11 @@ def _attach(outputs, node):
 def record(op, args, kwargs):
     if op.kind == "inplace":
         return record_inplace(op, args, kwargs)
-    grad_state.enabled = False
+    set_grad_enabled(False)
     try:
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
-        grad_state.enabled = True
+        set_grad_enabled(True)
     return attach_node(op, args, kwargs, result)
 
 
@@ -143,7 +136,11 @@ def attach_node(op, args, kwargs, result):
     outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = _edges(op, bound)
     node = OpNode(op, _save(op, bound, outputs), edges, slots, metas, len(outputs))
-    _attach(outputs, node)
+    for i, out in enumerate(outputs):
+        if isinstance(out, TensorBase) and out._dtype.is_floating_point:
+            out._grad_fn = node
+            out._output_nr = i
+            out._requires_grad = True
     if op.kind == "view":
         for out in outputs:
             out._is_diff_view = True
@@ -212,11 +209,11 @@ def record_inplace(op, args, kwargs):
         # recorded, so that a double backward differentiates through the old value too
         bound["self"] = self.clone()
     saved = _save(base_op, bound, None)
-    grad_state.enabled = False
+    set_grad_enabled(False)
     try:
         result = dispatch.run_kernel(op, args, kwargs)
     finally:
-        grad_state.enabled = True
+        set_grad_enabled(True)
     node = OpNode(op, saved, edges, slots, metas, 1)
     rebase_history(self, node)
     if "result" in base_op.saved_names:

@@ -9,8 +9,7 @@
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
-from microtensor._C.tensor import TensorBase
-from microtensor.autograd.grad_mode import state as _grad_state
+from microtensor._C.tensor import TensorBase, is_grad_enabled
 
 # Installed by microtensor.vmap: handler(op, args, kwargs) -> result or NotImplemented.
 transform_handlers = []
@@ -18,17 +17,22 @@ transform_handlers = []
 record = None
 
 
-def tensor_args(op, args):
-    """The tensors among an op's differentiable positional inputs (lists flattened)."""
-    found = []
+def needs_recording(op, args):
+    """Whether a differentiable positional input of ``op`` (lists looked into) requires
+    grad, with grad mode on."""
+    if not op.differentiable or not is_grad_enabled():
+        return False
     for i in op.input_positions:
         if i < len(args):
             a = args[i]
             if isinstance(a, TensorBase):
-                found.append(a)
+                if a.requires_grad:
+                    return True
             elif isinstance(a, (list, tuple)):
-                found.extend(t for t in a if isinstance(t, TensorBase))
-    return found
+                for t in a:
+                    if isinstance(t, TensorBase) and t.requires_grad:
+                        return True
+    return False
 
 
 def call(op, args, kwargs):
@@ -38,10 +42,8 @@ def call(op, args, kwargs):
         result = handler(op, args, kwargs)
         if result is not NotImplemented:
             return result
-    if _grad_state.enabled and op.differentiable:
-        for t in tensor_args(op, args):
-            if t.requires_grad:
-                return record(op, args, kwargs)
+    if needs_recording(op, args):
+        return record(op, args, kwargs)
     return run_kernel(op, args, kwargs)
 
 

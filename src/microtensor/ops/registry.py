@@ -109,11 +109,12 @@ class Op:
 
     def _plan_saving(self, name):
         """How autograd gets a derivative parameter when recording: ``(name, source,
-        read)`` with source "result", "argument" or "meta" (``read`` = (argument, getter))."""
+        read)`` with source "result", "argument" (``read``: the ``only_for`` input or None)
+        or "meta" (``read`` = (argument, getter))."""
         if name == "result":
             return name, "result", None
         if name in self.param_names:
-            return name, "argument", None
+            return name, "argument", self.only_for.get(name)
         for suffix, getter in _METADATA.items():
             argument = name[:-len(suffix)]
             if name.endswith(suffix) and argument in self.param_names:
@@ -122,7 +123,7 @@ class Op:
 
     def bind(self, args, kwargs):
         """Forward arguments by parameter name, defaults filled in."""
-        values = dict(self.defaults)
+        values = self.defaults.copy()
         values.update(zip(self.params, args))
         if self.varargs is not None:
             values[self.varargs] = args[len(self.params):]
