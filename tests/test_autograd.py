@@ -553,3 +553,15 @@ def test_operand_saved_only_for_the_other_gradient_is_not_saved():
     v = mt.randn(3, requires_grad=True)
     y = a @ v
     assert y.grad_fn._saved_other is None and y.grad_fn._saved_self is not None
+
+
+def test_leaf_grad_takes_the_parameter_layout():
+    # PyTorch's layout contract: ``.grad`` has the parameter's strides (here the weight
+    # gradient arrives transposed from matmul's derivative and must not stay that way)
+    lin = mt.nn.Linear(4, 3)
+    lin(mt.randn(2, 4)).sum().backward()
+    assert lin.weight.grad.stride() == lin.weight.stride() == (4, 1)
+    w = mt.randn(3, 4).t().requires_grad_()          # a non-contiguous dense parameter
+    (w * 2).sum().backward()
+    assert w.grad.stride() == w.stride() == (1, 4)
+    np.testing.assert_allclose(w.grad.numpy(), np.full((4, 3), 2.0))

@@ -9,6 +9,7 @@ With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 import sys
 from heapq import heappop, heappush
 
+from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, is_grad_enabled, set_grad_enabled
 from microtensor.autograd.graph import AccumulateGrad
 from microtensor.autograd.recording import gradient_edge
@@ -202,15 +203,29 @@ def _accumulate_into_leaf(variable, grad, create_graph):
     if grad is None:
         return
     if variable._grad is None:
-        if create_graph:
-            variable._grad = grad if _can_steal(grad) else grad.clone()
-        else:
-            stealable = not grad._requires_grad and _can_steal(grad)
-            variable._grad = grad if stealable else grad.detach().clone()
+        stealable = (create_graph or not grad._requires_grad) and _can_steal(grad) and \
+            _obeys_layout(grad, variable)
+        if not create_graph:
+            grad = grad.detach()
+        variable._grad = grad if stealable else _clone_in_layout_of(grad, variable)
     elif create_graph or variable._grad._requires_grad:
         variable._grad = variable._grad + grad
     else:
         variable._grad.add_(grad.detach() if grad._requires_grad else grad)
+
+
+def _obeys_layout(grad, variable):
+    """PyTorch's layout contract for ``.grad``: the parameter's strides when the parameter
+    is dense, contiguous strides otherwise."""
+    if meta.is_non_overlapping_and_dense(variable._sizes, variable._strides):
+        return grad._strides == variable._strides
+    return grad.is_contiguous()
+
+
+def _clone_in_layout_of(grad, variable):
+    if meta.is_non_overlapping_and_dense(variable._sizes, variable._strides):
+        return grad.new_empty_strided(variable._sizes, variable._strides).copy_(grad)
+    return grad.clone(memory_format=meta.contiguous_format)
 
 
 # --------------------------------------------------------------------------- public API
