@@ -31,8 +31,10 @@ def strided_copy(dst, src):
 
 def check_no_internal_overlap(dst):
     """PyTorch refuses to write into a tensor where two elements share a memory location
-    (a stretched, stride-0 dim): the result would depend on the order of the writes."""
-    if any(size > 1 and stride == 0 for size, stride in zip(dst._sizes, dst._strides)):
+    (a stretched, stride-0 dim): the result would depend on the order of the writes.  An
+    empty tensor writes nothing (a batched gradient of an empty sample has batch stride 0)."""
+    if dst._numel and any(size > 1 and stride == 0
+                          for size, stride in zip(dst._sizes, dst._strides)):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")

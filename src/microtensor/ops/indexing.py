@@ -417,8 +417,10 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 
 @gather.def_derivative
-def gather(grad, self_shape, dim, index):
-    return grad.new_zeros(self_shape).scatter_add(dim, index, grad),
+def gather(grad, self, dim, index):
+    # `self` is saved (not just its shape) as PyTorch does, so an in-place write into it
+    # before backward fails the version check there too
+    return grad.new_zeros(self.shape).scatter_add(dim, index, grad),
 
 
 def _check_scatter(name, self, dim, index, src):
@@ -644,8 +646,9 @@ def masked_select(self, mask):
 
 
 @masked_select.def_derivative
-def masked_select(grad, self_shape, mask):
-    shape = tuple(meta.broadcast_shapes(self_shape, mask.shape))
+def masked_select(grad, self, mask):
+    # `self` is saved (not just its shape) as PyTorch does: see gather
+    shape = tuple(meta.broadcast_shapes(self.shape, mask.shape))
     return grad.new_zeros(shape).index_put((mask.expand(shape),), grad),
 
 

@@ -565,9 +565,9 @@ def lerp(self, end, weight, *, out=None):
         self, end, weight, out=out)
 
 
-@lerp.def_derivative
+@lerp.def_derivative(only_for={"self": "weight", "end": "weight"})
 def lerp(grad, self, end, weight):
-    g_weight = grad * (end - self) if isinstance(weight, TensorBase) else None
+    g_weight = grad * (end - self) if self is not None else None
     return grad * (1 - weight), grad * weight, g_weight
 
 

@@ -214,17 +214,18 @@ def prod(self, dim=None, keepdim=False, *, dtype=None):
 
 
 @prod.def_derivative
-def prod(grad, self, dim, keepdim):
-    # d prod / d x_i is the product of the other elements: computed without dividing by
-    # x_i where a slice holds zeros (one zero: only that position gets a gradient).
+def prod(grad, self, dim, keepdim, result):
+    # d prod / d x_i is the product of the other elements: result / x_i, except where a
+    # slice holds zeros (one zero: only that position gets a gradient).  Saving `result`
+    # as PyTorch does makes an in-place write into the product fail the version check.
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
     reduce_dims = dims_of(dim, self.dim())
     is_zero = self == 0
     nonzero = self.masked_fill(is_zero, 1)
     zeros_in_slice = is_zero.sum(reduce_dims, keepdim=True)
-    product_of_nonzero = nonzero.prod(reduce_dims, keepdim=True)
-    at_zero = product_of_nonzero * (zeros_in_slice == 1)
-    elsewhere = product_of_nonzero / nonzero * (zeros_in_slice == 0)
+    at_zero = nonzero.prod(reduce_dims, keepdim=True) * (zeros_in_slice == 1)
+    elsewhere = result / nonzero * (zeros_in_slice == 0)
     return grad * where(is_zero, at_zero, elsewhere),
 
 
@@ -442,6 +443,9 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         self = self.to(dtype)
     if isinstance(dim, int):
         dim = (dim,)
+    if p == "fro" and dim is not None and len(dim) > 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got "
+                           f"{' '.join(map(str, dim))}")
     if p is None or p == "fro" or p == 2:
         return _norm2(self, dim, keepdim)
     if isinstance(p, str):
