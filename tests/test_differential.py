@@ -720,10 +720,6 @@ def test_batched_gradient_through_write_into_empty_tensor():
     assert_same_outcome(f)
 
 
-@pytest.mark.xfail(strict=True, reason="autograd/engine.py _collect (line ~54): a node that is "
-                   "the root of two outputs is walked twice, so its children's dependency "
-                   "counts are doubled and they never run (or the graph is freed before the "
-                   "second visit)")
 @pytest.mark.parametrize("batched", [False, True])
 def test_grad_of_one_tensor_passed_twice_as_output(batched):
     def f(L):
@@ -735,9 +731,6 @@ def test_grad_of_one_tensor_passed_twice_as_output(batched):
     assert_same_outcome(f)
 
 
-@pytest.mark.xfail(strict=True, reason="ops/loops.py pointwise(out=...) (the in-place variants "
-                   "and out=) never checks that an input partially overlaps the written-to "
-                   "tensor; NumPy buffers the overlap and returns values where PyTorch raises")
 @pytest.mark.parametrize("write", [
     lambda L: (lambda y: y[1:].add_(y[:-1]))(L.arange(5.0)),
     lambda L: (lambda y: y.add_(y.t()))(L.arange(4.0).view(2, 2)),
@@ -747,9 +740,6 @@ def test_add_partial_overlap(write):
     assert_same_outcome(lambda L: (write(L),))
 
 
-@pytest.mark.xfail(strict=True, reason="ops/loops.py pointwise(out=...): no internal-overlap "
-                   "check on the written-to tensor (copy.check_no_internal_overlap), so an "
-                   "in-place op into an expanded or stride-0 tensor writes instead of raising")
 @pytest.mark.parametrize("write", [
     lambda L: L.zeros(1).expand(2).add_(1),
     lambda L: L.zeros(1).as_strided((2,), (0,)).mul_(2),

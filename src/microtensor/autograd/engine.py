@@ -51,7 +51,7 @@ def _conform(node, i, g, sizes, dtype):
 def _collect(roots):
     """Number of incoming edges of every node reachable from ``roots``."""
     dependencies = {}
-    stack = [node for node, _ in roots if node is not None]
+    stack = list(dict.fromkeys(node for node, _ in roots if node is not None))
     seen = set(stack)
     while stack:
         node = stack.pop()

@@ -9,6 +9,7 @@ from microtensor._C import kernels, meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unchecked, float64,
                                    int64)
+from microtensor.ops.loops import check_writable
 from microtensor.ops.registry import Sample, op
 
 
@@ -27,33 +28,6 @@ def strided_copy(dst, src):
     else:
         from microtensor.backends import cuda
         cuda.copy_(dst, dst._array(), src_arr)
-
-
-def check_no_internal_overlap(dst):
-    """PyTorch refuses to write into a tensor where two elements share a memory location
-    (a stretched, stride-0 dim): the result would depend on the order of the writes.  An
-    empty tensor writes nothing (a batched gradient of an empty sample has batch stride 0)."""
-    if dst._numel and any(size > 1 and stride == 0
-                          for size, stride in zip(dst._sizes, dst._strides)):
-        raise RuntimeError("unsupported operation: more than one element of the written-to "
-                           "tensor refers to a single memory location. Please clone() the "
-                           "tensor before performing the operation.")
-
-
-def _partially_overlap(dst, src):
-    """PyTorch's test: two dense tensors over one storage whose byte ranges meet without
-    being the very same elements in the same order."""
-    if dst._storage is not src._storage or dst._numel == 0 or src._numel == 0:
-        return False
-    if not (dst.is_non_overlapping_and_dense() and src.is_non_overlapping_and_dense()):
-        return False  # PyTorch cannot tell cheaply, and allows the copy
-    dst_begin = dst._offset * dst._dtype.itemsize
-    src_begin = src._offset * src._dtype.itemsize
-    dst_end = dst_begin + dst._numel * dst._dtype.itemsize
-    src_end = src_begin + src._numel * src._dtype.itemsize
-    if (dst_begin, dst_end) == (src_begin, src_end):
-        return dst._strides != src._strides
-    return dst_begin < src_end and src_begin < dst_end
 
 
 def _cross_device_copy(dst, src):
@@ -80,11 +54,7 @@ def copy_(self, src, non_blocking=False):
                            f"must match the size of tensor b "
                            f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
                            f"{max(self.dim() - 1, 0)}") from None
-    check_no_internal_overlap(self)
-    if _partially_overlap(self, src):
-        raise RuntimeError("unsupported operation: some elements of the input tensor and the "
-                           "written-to tensor refer to a single memory location. Please clone() "
-                           "the tensor before performing the operation.")
+    check_writable(self, (src,))
     strided_copy(self, src)
     return self
 

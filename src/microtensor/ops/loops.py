@@ -85,6 +85,44 @@ def _type_name(dt):
             "bool": "Bool"}[dt.name]
 
 
+def check_no_internal_overlap(dst):
+    """PyTorch refuses to write into a tensor where two elements share a memory location
+    (a stretched, stride-0 dim): the result would depend on the order of the writes.  An
+    empty tensor writes nothing (a batched gradient of an empty sample has batch stride 0)."""
+    if dst._numel and any(size > 1 and stride == 0
+                          for size, stride in zip(dst._sizes, dst._strides)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
+
+
+def partially_overlap(dst, src):
+    """PyTorch's test: two dense tensors over one storage whose byte ranges meet without
+    being the very same elements in the same order."""
+    if dst._storage is not src._storage or dst._numel == 0 or src._numel == 0:
+        return False
+    if not (dst.is_non_overlapping_and_dense() and src.is_non_overlapping_and_dense()):
+        return False  # PyTorch cannot tell cheaply, and allows the copy
+    dst_begin = dst._offset * dst._dtype.itemsize
+    src_begin = src._offset * src._dtype.itemsize
+    dst_end = dst_begin + dst._numel * dst._dtype.itemsize
+    src_end = src_begin + src._numel * src._dtype.itemsize
+    if (dst_begin, dst_end) == (src_begin, src_end):
+        return dst._strides != src._strides
+    return dst_begin < src_end and src_begin < dst_end
+
+
+def check_writable(out, operands):
+    """Refuse an in-place write whose result would depend on the order of the writes: into
+    overlapping memory, or from an operand that partially overlaps the target."""
+    check_no_internal_overlap(out)
+    for x in operands:
+        if isinstance(x, TensorBase) and partially_overlap(out, x):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and "
+                               "the written-to tensor refer to a single memory location. "
+                               "Please clone() the tensor before performing the operation.")
+
+
 def float_dtype(dt):
     """The dtype a float-only op computes in: integers and bool promote to the default."""
     return dt if dt.is_floating_point else get_default_dtype()
@@ -117,6 +155,7 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
         out = new_result(shape, dtype, operands)
     else:
         check_out(out, shape, dtype)
+        check_writable(out, operands)
         dev = device_of(out, *operands)
     if out._numel:
         compute = (compute_dtype or dtype).np
