@@ -750,10 +750,6 @@ def test_inplace_into_overlapping_memory(write):
     assert_same_outcome(lambda L: (write(L),))
 
 
-@pytest.mark.xfail(strict=True, reason="ops/reduction.py _max_dim/_min_dim derivatives read "
-                   "`self` (saving it) where PyTorch saves only the indices; saving just "
-                   "output 1 needs autograd/recording.py to save one output of a multi-output "
-                   "op (`result` saves all, version-checking the values too)")
 @pytest.mark.parametrize("reduce", [lambda t: t.max(0)[0], lambda t: t.min(1)[0]])
 def test_max_dim_saves_only_indices(reduce):
     assert_same_outcome(lambda L: _grad_after_write(lambda L, h: reduce(h),

@@ -80,7 +80,9 @@ def _save(op, bound, outputs):
             value = bound[read[0]]
             saved[name] = read[1](value) if isinstance(value, TensorBase) else None
         elif outputs is not None:
-            if len(outputs) == 1:
+            if read is not None:
+                saved[name] = SavedTensor(outputs[read], True, read)
+            elif len(outputs) == 1:
                 saved[name] = SavedTensor(outputs[0], True)
             else:
                 saved[name] = [SavedTensor(o, True, i) if isinstance(o, TensorBase) else o

@@ -278,32 +278,30 @@ def _min_dim(self, dim, keepdim=False):
     return _value_and_index(np.argmin, self, dim, keepdim)
 
 
-def _to_selected(grad, self, dim, keepdim, index):
+def _to_selected(grad, self_shape, dim, keepdim, indices):
     """Put ``grad`` (of the values picked along ``dim``) at the picked positions."""
     grad = grad[0]
-    if self.dim() == 0:
+    if not self_shape:
         return grad,
-    d = _single_dim(dim, self.dim())
-    grad = unsqueeze_reduced(grad, self._sizes, d, keepdim)
-    positions = _positions_along(self, d)
-    return where(positions == index, grad, 0.0),
-
-
-def _positions_along(self, d):
-    shape = [1] * self.dim()
-    shape[d] = self._sizes[d]
-    return arange(self._sizes[d], device=self.device).view(shape)
+    d = _single_dim(dim, len(self_shape))
+    grad = unsqueeze_reduced(grad, self_shape, d, keepdim)
+    if not keepdim:
+        indices = indices.unsqueeze(d)
+    shape = [1] * len(self_shape)
+    shape[d] = self_shape[d]
+    positions = arange(self_shape[d], device=grad.device).view(shape)
+    return where(positions == indices, grad, 0.0),
 
 
 @_max_dim.def_derivative
-def _max_dim(grad, self, dim, keepdim):
-    # the indices are recomputed: they are not saved with the values
-    return _to_selected(grad, self, dim, keepdim, self.argmax(dim, keepdim=True))
+def _max_dim(grad, self_shape, dim, keepdim, result1):
+    # only the indices are saved (as PyTorch does), not the input
+    return _to_selected(grad, self_shape, dim, keepdim, result1)
 
 
 @_min_dim.def_derivative
-def _min_dim(grad, self, dim, keepdim):
-    return _to_selected(grad, self, dim, keepdim, self.argmin(dim, keepdim=True))
+def _min_dim(grad, self_shape, dim, keepdim, result1):
+    return _to_selected(grad, self_shape, dim, keepdim, result1)
 
 
 def _extremum(name, full, by_dim, binary, return_type):

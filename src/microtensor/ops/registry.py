@@ -6,7 +6,8 @@ An ``Op`` bundles what each layer needs to know about one operator:
   Cython kernels or with NumPy on zero-copy views of the tensors' storage;
 * ``derivative``: the backward formula, written in microtensor ops so that it is itself
   differentiable and vmappable.  Its parameters name what it needs: ``grad`` first, then
-  any forward argument by name, and ``result`` for the output.  Autograd saves exactly
+  any forward argument by name, and ``result`` for the output (``result1`` for output 1
+  alone of a multi-output op).  Autograd saves exactly
   those values (and checks their version counters), nothing more;
 * ``batch_rule``: how vmap runs the op on batched tensors; most ops instead name a
   ``family`` ("pointwise", "reduction", "factory", "view", ...) whose shared rule vmap
@@ -109,10 +110,13 @@ class Op:
 
     def _plan_saving(self, name):
         """How autograd gets a derivative parameter when recording: ``(name, source,
-        read)`` with source "result", "argument" (``read``: the ``only_for`` input or None)
-        or "meta" (``read`` = (argument, getter))."""
+        read)`` with source "result" (``read``: None for all outputs, ``i`` for
+        ``result<i>``, output i alone), "argument" (``read``: the ``only_for`` input or
+        None) or "meta" (``read`` = (argument, getter))."""
         if name == "result":
             return name, "result", None
+        if name.startswith("result") and name[len("result"):].isdigit():
+            return name, "result", int(name[len("result"):])
         if name in self.param_names:
             return name, "argument", self.only_for.get(name)
         for suffix, getter in _METADATA.items():
