@@ -44,8 +44,13 @@ def _product(np_fn, shape, self, other):
         a, b = self._array(), other._array()
         if np_fn is np.matmul and a.ndim > 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
             # stacked outer products (every per-sample weight gradient): BLAS is slow on
-            # these, and einsum writes them about twice as fast as a broadcast multiply
-            np.einsum("...ik,...kj->...ij", a, b, out=out._array())
+            # these; on the CPU einsum writes them about twice as fast as a broadcast
+            # multiply (CuPy's einsum takes no ``out``)
+            target = out._array()
+            if isinstance(target, np.ndarray):
+                np.einsum("...ik,...kj->...ij", a, b, out=target)
+            else:
+                np.multiply(a, b, out=target)
         else:
             np_fn(a, b, out=out._array())
     return out
@@ -78,7 +83,8 @@ def _matmul_samples(make):
             Sample(make(2, 3), make(3, 4)), Sample(make(5, 2, 3), make(3)),
             Sample(make(3), make(5, 3, 4)), Sample(make(5, 2, 3), make(3, 4)),
             Sample(make(2, 3), make(5, 3, 4)), Sample(make(5, 1, 2, 3), make(4, 3, 2)),
-            Sample(make(4, 2).mT, make(4, 3, 5).transpose(0, 1)), Sample(make(0, 3), make(3, 2))]
+            Sample(make(4, 2).mT, make(4, 3, 5).transpose(0, 1)), Sample(make(0, 3), make(3, 2)),
+            Sample(make(5, 3, 1), make(5, 1, 4))]   # stacked outer products
 
 
 def _mm_samples(make):
