@@ -536,3 +536,10 @@ def test_index_put_accumulate_matches_torch(rows, cols, count, seed):
     theirs = torch.from_numpy(base.copy()).index_put_((torch.from_numpy(where),),
                                                       torch.from_numpy(values), accumulate=True)
     np.testing.assert_allclose(mine.numpy(), theirs.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("index, error", [("a", TypeError), (1.5, IndexError),
+                                          ((0, object()), IndexError)])
+def test_index_of_an_unusable_type_is_refused_like_pytorch(index, error):
+    with pytest.raises(error, match="are valid indices"):
+        mt.ones(3, 2)[index]

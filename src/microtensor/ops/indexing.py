@@ -172,9 +172,19 @@ def _split_index(self, index):
     return result, tuple(entries)
 
 
+_INDEX_TYPES = (int, slice, type(None), type(Ellipsis), TensorBase, list, tuple, np.ndarray,
+                np.integer, np.bool_)
+
+
 def _normalize(index):
     if not isinstance(index, tuple):
         index = (index,)
+    for item in index:
+        if not isinstance(item, _INDEX_TYPES):
+            # PyTorch refuses strings with a TypeError, other objects with an IndexError
+            error = TypeError if isinstance(item, str) else IndexError
+            raise error("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                        f"Variables are valid indices (got {type(item).__name__})")
     return tuple(i.item() if isinstance(i, TensorBase) and i.dim() == 0 and
                  _is_integer_index(i) else i for i in index)
 
