@@ -38,13 +38,6 @@ cdef extern from "numpy/arrayobject.h":
 
 cdef class dtype:
     """A tensor element type (``microtensor.float32`` ...), mirroring ``torch.dtype``."""
-    cdef readonly str name
-    cdef readonly int itemsize
-    cdef readonly bint is_floating_point
-    cdef readonly bint is_signed
-    cdef readonly int kind          # 0 bool, 1 integer, 2 floating: the promotion category
-    cdef readonly object np         # the numpy dtype used for storage
-    cdef readonly int typenum       # numpy's type number, for building ndarray views
 
     def __init__(self, name, npdtype, kind):
         self.name = name
@@ -99,8 +92,6 @@ def dtype_from_numpy(npdtype):
 
 cdef class device:
     """Where a tensor's storage lives: ``device("cpu")`` or ``device("cuda", 0)``."""
-    cdef readonly str type
-    cdef readonly object index
 
     def __init__(self, type_or_str, index=None):
         if isinstance(type_or_str, device):
@@ -152,9 +143,6 @@ cdef class Storage:
     stores a CuPy array).  ``version`` counts in-place writes; autograd compares it with
     the value it saw when it saved a tensor.
     """
-    cdef readonly object data
-    cdef readonly device device
-    cdef public Py_ssize_t version
 
     def __init__(self, data, device dev=cpu):
         self.data = data
@@ -226,6 +214,10 @@ def is_grad_enabled():
     return not mt_grad_disabled
 
 
+cdef bint grad_mode_enabled() noexcept:
+    return not mt_grad_disabled
+
+
 def set_grad_enabled(bint enabled):
     global mt_grad_disabled
     mt_grad_disabled = not enabled
@@ -280,26 +272,6 @@ cdef class TensorBase:
     ``microtensor.Tensor`` (Python) subclasses this and adds the methods declared in
     ``microtensor.ops``; vmap's BatchedTensor subclasses that again.
     """
-    cdef public Storage _storage
-    cdef public tuple _sizes
-    cdef public tuple _strides
-    cdef public Py_ssize_t _offset
-    cdef public dtype _dtype
-    cdef public Py_ssize_t _numel
-    cdef public bint _is_contig
-    # autograd
-    cdef public bint _requires_grad
-    cdef public object _grad
-    cdef public object _grad_fn
-    cdef public int _output_nr
-    cdef public object _base          # the tensor this is a view of (None if not a view)
-    cdef public bint _is_diff_view    # a view autograd tracks (not made by detach or no_grad)
-    cdef public object _view_info     # the base's grad_fn when this view's grad_fn was made
-    cdef public bint _retains_grad
-    cdef public object _hooks
-    cdef public object _grad_accumulator
-    cdef public object _name
-    cdef object __weakref__
 
     # ---------------------------------------------------------------- metadata
     @property

@@ -1,95 +1,17 @@
-"""The backward engine: runs the graph from some outputs back to leaves or chosen inputs.
+"""The backward engine's public API: ``backward``, ``grad`` and ``run_backward``.
 
-Nodes run in dependency order (a node runs once every node that feeds it gradient has
-run; ties go to the most recently created node, as in PyTorch).  Incoming gradients for
-the same node input are summed.  ``validate_outputs`` is the single place where a
-gradient is summed back to the shape of a broadcast input and cast to the input's dtype.
+The loop that runs a graph, and ``validate_outputs`` (the single place where a gradient
+is summed back to the shape of a broadcast input and cast to the input's dtype), are in
+the Cython core (``microtensor._C.autograd.execute``); this module checks the arguments,
+seeds the root gradients and owns what reaching a leaf means (``.grad`` accumulation).
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import sys
-from heapq import heappop, heappush
 
 from microtensor._C import meta
-from microtensor._C.tensor import TensorBase, is_grad_enabled, set_grad_enabled
-from microtensor.autograd.graph import AccumulateGrad
+from microtensor._C.autograd import execute, validate_outputs
+from microtensor._C.tensor import TensorBase
 from microtensor.autograd.recording import gradient_edge
-
-
-def validate_outputs(node, grads):
-    """Bring each gradient ``node`` produced to the shape and dtype of its input."""
-    metas = node.input_meta
-    if metas is None:
-        return grads
-    if len(grads) != len(metas):
-        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
-                           f"(expected {len(metas)}, got {len(grads)})")
-    fixed = None
-    for i, g in enumerate(grads):
-        if g is None:
-            continue
-        sizes, dtype = metas[i]
-        if g._sizes != sizes or g._dtype is not dtype:
-            if fixed is None:
-                fixed = list(grads)
-            fixed[i] = _conform(node, i, g, sizes, dtype)
-    return grads if fixed is None else tuple(fixed)
-
-
-def _conform(node, i, g, sizes, dtype):
-    if g._sizes != sizes:
-        try:
-            g = g.sum_to_size(sizes)
-        except RuntimeError:
-            raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
-                               f"{i} - got {list(g._sizes)} but expected shape compatible "
-                               f"with {list(sizes)}") from None
-    if g._dtype is not dtype:
-        g = g.to(dtype)
-    return g
-
-
-def _collect(roots):
-    """Number of incoming edges of every node reachable from ``roots``."""
-    dependencies = {}
-    stack = list(dict.fromkeys(node for node, _ in roots if node is not None))
-    seen = set(stack)
-    while stack:
-        node = stack.pop()
-        for nxt, _ in node.next_functions:
-            if nxt is None:
-                continue
-            dependencies[nxt] = dependencies.get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return dependencies, seen
-
-
-def _needed(nodes, targets):
-    """The nodes that must run for gradient to reach ``targets``: those with an edge to a
-    target or to another needed node (a target itself runs only if it is also needed)."""
-    needed = {}
-    for start in nodes:
-        if start in needed:
-            continue
-        needed[start] = False
-        stack = [(start, iter(start.next_functions))]
-        while stack:
-            node, edges = stack[-1]
-            for nxt, _ in edges:
-                if nxt is None:
-                    continue
-                if nxt not in needed:
-                    needed[nxt] = False
-                    stack.append((nxt, iter(nxt.next_functions)))
-                    break
-                if needed[nxt] or nxt in targets:
-                    needed[node] = True
-            else:
-                stack.pop()
-                if stack and (needed[node] or node in targets):
-                    needed[stack[-1][0]] = True
-    return needed
 
 
 def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None):
@@ -99,100 +21,14 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
     ``capture``: edges whose incoming gradient should be returned (``autograd.grad``), in
     which case nothing accumulates into ``.grad`` and only nodes leading to them run.
     """
-    dependencies, nodes = _collect(roots)
-    captured = capture_at = needed = None
-    if capture is not None:
-        captured = [None] * len(capture)
-        capture_at = {}       # node -> [(output_nr, index into captured)]
-        for i, (node, nr) in enumerate(capture):
-            capture_at.setdefault(node, []).append((nr, i))
-        needed = _needed(nodes, capture_at.keys())
-
-    buffers = {}
-    ready = []
-    for (node, nr), grad in zip(roots, root_grads):
-        if node is not None:
-            _accumulate(buffers.setdefault(node, [None] * node.num_outputs), nr, grad)
-    for node in buffers:
-        if dependencies.get(node, 0) == 0:
-            heappush(ready, (-node.sequence_nr, node))
-
-    prev = is_grad_enabled()
-    set_grad_enabled(create_graph)
-    try:
-        while ready:
-            node = heappop(ready)[1]
-            grads = buffers.pop(node)
-            if node._pre_hooks or node._node_pre_hooks:
-                grads = _run_pre_hooks(node, grads)
-            if capture_at is not None:
-                for nr, i in capture_at.get(node, ()):
-                    if nr < len(grads):
-                        captured[i] = grads[nr]
-                if not needed[node]:
-                    continue
-            if type(node) is AccumulateGrad:
-                _accumulate_into_leaf(node.variable, grads[0], create_graph)
-                continue
-            for g in grads:
-                if g is not None:
-                    outputs = validate_outputs(node, node.apply(tuple(grads)))
-                    break
-            else:
-                outputs = (None,) * len(node.next_functions)
-            if node._post_hooks:
-                outputs = _run_post_hooks(node, outputs, grads)
-            if not retain_graph:
-                node.release()
-            for (nxt, nr), g in zip(node.next_functions, outputs):
-                if nxt is None:
-                    continue
-                buffer = buffers.get(nxt)
-                if buffer is None:
-                    buffer = buffers[nxt] = [None] * nxt.num_outputs
-                if g is not None:
-                    _accumulate(buffer, nr, g)
-                remaining = dependencies[nxt] - 1
-                dependencies[nxt] = remaining
-                if not remaining:
-                    heappush(ready, (-nxt.sequence_nr, nxt))
-    finally:
-        set_grad_enabled(prev)
-    return captured
-
-
-def _accumulate(buffer, slot, grad):
-    existing = buffer[slot]
-    buffer[slot] = grad if existing is None else existing + grad
-
-
-def _run_pre_hooks(node, grads):
-    grads = list(grads)
-    for nr, hooks in (node._pre_hooks or {}).items():
-        for hook in list(hooks.values()):
-            if nr < len(grads) and grads[nr] is not None:
-                result = hook(grads[nr])
-                if result is not None:
-                    grads[nr] = result
-    for hook in list((node._node_pre_hooks or {}).values()):
-        result = hook(tuple(grads))
-        if result is not None:
-            grads = list(result)
-    return grads
-
-
-def _run_post_hooks(node, grad_inputs, grad_outputs):
-    for hook in list(node._post_hooks.values()):
-        result = hook(grad_inputs, tuple(grad_outputs))
-        if result is not None:
-            grad_inputs = tuple(result)
-    return grad_inputs
+    return execute(roots, root_grads, retain_graph, create_graph, capture,
+                   _accumulate_into_leaf)
 
 
 def _can_steal(grad):
     """Whether ``grad`` may become a leaf's ``.grad`` as is: a fresh, dense tensor that no
-    one else refers to (beyond the engine's buffer, the two callers' parameters and
-    ``getrefcount``'s own argument)."""
+    one else refers to (beyond the engine's local variable, the two callers' parameters
+    and ``getrefcount``'s own argument)."""
     return grad._base is None and grad._is_contig and sys.getrefcount(grad) <= 4
 
 

@@ -9,7 +9,7 @@ live exactly as long as the graph.
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.grad_mode import no_grad
 from microtensor.autograd.grad_mode import state as grad_state
-from microtensor.autograd.graph import RELEASED_ERROR, Node, SavedTensor, detached_alias
+from microtensor._C.autograd import RELEASED_ERROR, Node, SavedTensor, detached_alias
 from microtensor.autograd.recording import check_inplace, gradient_edge, rebase_history
 
 

@@ -5,113 +5,18 @@
 ``grad_fn``.  In-place ops additionally *rebase history* (``rebase_history``): the
 modified tensor gets the new node as its ``grad_fn``; if it is a view, its base gets a
 ``CopySlices`` node instead and the view's ``grad_fn`` is regenerated from the base.
-"""
-import weakref
 
-from microtensor._C.tensor import TensorBase, set_grad_enabled
-from microtensor.autograd.graph import (AccumulateGrad, AsStridedBackward0, CopySlices, Geometry,
-                                        OpNode, SavedInplaceViewOutput, SavedTensor)
+The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
+``saved_values``) are in the Cython core (``microtensor._C.autograd``); the rules that
+decide which of them runs are here.
+"""
+from microtensor._C.autograd import (SavedTensor, attach_node, current_grad_fn, gradient_edge,
+                                     input_edges, install_nodes, saved_values)
+from microtensor._C.tensor import set_grad_enabled
+from microtensor.autograd.graph import (AsStridedBackward0, CopySlices, OpNode,
+                                        SavedInplaceViewOutput)
 from microtensor.ops import dispatch
 from microtensor.ops.registry import REGISTRY
-
-_NONE_EDGE = (None, 0)
-
-
-def grad_accumulator(tensor):
-    """The (single, shared) AccumulateGrad node of a leaf that requires grad."""
-    ref = tensor._grad_accumulator
-    acc = ref() if ref is not None else None
-    if acc is None:
-        acc = AccumulateGrad(tensor)
-        tensor._grad_accumulator = weakref.ref(acc)
-    return acc
-
-
-def current_grad_fn(tensor):
-    """``tensor.grad_fn``, first regenerating it if ``tensor`` is a view whose base was
-    modified in place since the view's ``grad_fn`` was made."""
-    if tensor._is_diff_view:
-        base = tensor._base
-        if base._grad_fn is not tensor._view_info:
-            if base._grad_fn is not None:
-                tensor._grad_fn = AsStridedBackward0(Geometry(base), Geometry(tensor),
-                                                     gradient_edge(base))
-                tensor._output_nr = 0
-                tensor._requires_grad = True
-            tensor._view_info = base._grad_fn
-    return tensor._grad_fn
-
-
-def gradient_edge(tensor):
-    """Where a gradient for ``tensor`` must be sent: ``(node, input_nr)`` or (None, 0)."""
-    fn = current_grad_fn(tensor) if tensor._is_diff_view else tensor._grad_fn
-    if fn is not None:
-        return fn, tensor._output_nr
-    if tensor._requires_grad:
-        return grad_accumulator(tensor), 0
-    if tensor._is_diff_view and tensor._base.requires_grad:
-        return gradient_edge(tensor._base)
-    return _NONE_EDGE
-
-
-# ------------------------------------------------------------------ what a node keeps
-
-def _save(op, bound, outputs):
-    """The values ``op``'s derivative asks for (see ``Op.saved_plan``); ``outputs`` None:
-    all but ``result`` (an in-place op saves its inputs before it runs)."""
-    saved = {}
-    for name, source, read in op.saved_plan:
-        if source == "argument":
-            if read is not None:
-                partner = bound.get(read)
-                if not (isinstance(partner, TensorBase) and partner.requires_grad):
-                    saved[name] = None
-                    continue
-            value = bound[name]
-            if isinstance(value, TensorBase):
-                saved[name] = SavedTensor(value)
-            elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase)
-                                                           for v in value):
-                saved[name] = [SavedTensor(v) if isinstance(v, TensorBase) else v
-                               for v in value]
-            else:
-                saved[name] = value
-        elif source == "meta":
-            value = bound[read[0]]
-            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
-        elif outputs is not None:
-            if read is not None:
-                saved[name] = SavedTensor(outputs[read], True, read)
-            elif len(outputs) == 1:
-                saved[name] = SavedTensor(outputs[0], True)
-            else:
-                saved[name] = [SavedTensor(o, True, i) if isinstance(o, TensorBase) else o
-                               for i, o in enumerate(outputs)]
-    return saved
-
-
-def _edges(op, bound):
-    """Edges and input metadata for the op's differentiable inputs, and ``slots``: how
-    many edges each input has (0 for a non-tensor, n for a list of n tensors), or None
-    when every input is one tensor."""
-    edges, metas, slots = [], [], []
-    one_each = True
-    for name in op.inputs:
-        value = bound.get(name)
-        if isinstance(value, TensorBase):
-            edges.append(gradient_edge(value))
-            metas.append((value._sizes, value._dtype))
-            slots.append(1)
-        elif isinstance(value, (list, tuple)) and any(isinstance(v, TensorBase) for v in value):
-            for v in value:
-                edges.append(gradient_edge(v))
-                metas.append((v._sizes, v._dtype))
-            slots.append(len(value))
-            one_each = False
-        else:
-            slots.append(0)
-            one_each = False
-    return edges, None if one_each else slots, metas
 
 
 # ------------------------------------------------------------------ recording
@@ -130,26 +35,6 @@ def record(op, args, kwargs):
 def record_computed(name, a, b, result):
     """``record`` for ``a <op> b`` whose result the core's C fast path already computed."""
     return attach_node(REGISTRY[name], (a, b), None, result)
-
-
-def attach_node(op, args, kwargs, result):
-    """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs."""
-    bound = op.bind(args, kwargs)
-    outputs = result if type(result) is tuple else (result,)
-    edges, slots, metas = _edges(op, bound)
-    node = OpNode(op, _save(op, bound, outputs), edges, slots, metas, len(outputs))
-    for i, out in enumerate(outputs):
-        if isinstance(out, TensorBase) and out._dtype.is_floating_point:
-            out._grad_fn = node
-            out._output_nr = i
-            out._requires_grad = True
-    if op.kind == "view":
-        for out in outputs:
-            out._is_diff_view = True
-            out._view_info = out._base._grad_fn
-            if len(outputs) > 1:
-                out._multi_output_view = node.name()
-    return result
 
 
 NO_GRAD_VIEW_ERROR = (
@@ -206,11 +91,11 @@ def record_inplace(op, args, kwargs):
     check_inplace(self)
     bound = op.bind(args, kwargs)
     base_op = op.inplace_of or op
-    edges, slots, metas = _edges(base_op, bound)
+    edges, slots, metas = input_edges(base_op.inputs, bound)
     if base_op.saves_self:
         # recorded, so that a double backward differentiates through the old value too
         bound["self"] = self.clone()
-    saved = _save(base_op, bound, None)
+    saved = saved_values(base_op.saved_plan, bound, None)
     set_grad_enabled(False)
     try:
         result = dispatch.run_kernel(op, args, kwargs)
@@ -224,4 +109,5 @@ def record_inplace(op, args, kwargs):
     return result
 
 
+install_nodes(OpNode, AsStridedBackward0)
 dispatch.record = record

@@ -5,9 +5,9 @@ the graph; ``install`` attaches them to the class.
 """
 import weakref
 
+from microtensor._C.autograd import current_grad_fn, grad_accumulator
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine
-from microtensor.autograd.recording import current_grad_fn, grad_accumulator
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):

@@ -1,0 +1,603 @@
+"""The autograd graph's data structures and the engine's loop, in C.
+
+A tensor made by a differentiable op points at the ``Node`` that made it (``grad_fn``)
+and says which of the node's outputs it is (``output_nr``).  A node's
+``next_functions`` are its *edges*: for each differentiable input, the ``(node,
+input_nr)`` that produced it, an ``AccumulateGrad`` for a leaf, or ``(None, 0)`` when
+the input needs no gradient.  ``SavedTensor`` keeps a value for backward and checks its
+version counter; ``Geometry`` remembers a tensor's layout without its data.
+
+Recording's per-op mechanics are here too: ``attach_node`` binds a call's edges
+(``gradient_edge``), the values its derivative asks for (by the op's ``saved_plan``) and
+the outputs' history.
+
+``execute`` runs a graph: nodes run in dependency order (a node runs once every node
+that feeds it gradient has run; ties go to the most recently created node, as in
+PyTorch), incoming gradients for the same node input are summed, and
+``validate_outputs`` is the single place where a gradient is summed back to the shape of
+a broadcast input and cast to the input's dtype.
+
+The nodes with derivative formulas (``OpNode``, ``CopySlices``, ``AsStridedBackward0``,
+``Function``'s node), the recording rules (rebasing history, installing ``CopySlices``)
+and the engine's public API are Python, in ``microtensor.autograd``; this module imports
+nothing above ``_C`` (recording installs its node classes with ``install_nodes``).
+"""
+from cpython.weakref cimport PyWeakref_NewRef
+from heapq import heappop, heappush
+
+from microtensor._C.tensor cimport TensorBase, grad_mode_enabled
+from microtensor._C.tensor import set_grad_enabled
+
+RELEASED_ERROR = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+cdef Py_ssize_t _next_sequence_nr = 0
+cdef Py_ssize_t _next_hook_id = 0
+
+
+cdef class RemovableHandle:
+    """Returned by ``register_hook``: ``remove()`` unregisters the hook."""
+    cdef dict _hooks
+    cdef Py_ssize_t _key
+
+    def __init__(self, dict hooks, Py_ssize_t key):
+        self._hooks = hooks
+        self._key = key
+
+    def remove(self):
+        self._hooks.pop(self._key, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+cdef RemovableHandle _add_hook(dict hooks, fn):
+    global _next_hook_id
+    key = _next_hook_id
+    _next_hook_id += 1
+    hooks[key] = fn
+    return RemovableHandle(hooks, key)
+
+
+cdef class Node:
+    """A step of the backward pass: maps gradients of its outputs to those of its inputs.
+
+    ``input_meta``: per edge, the input's (sizes, dtype), for ``validate_outputs`` (None:
+    the node's gradients need no fixing).  Hooks (rare) are kept in dicts made on first
+    registration: tensor pre-hooks (output_nr -> {id: fn(grad) -> grad | None}), node
+    pre-hooks ({id: fn(grad_outputs) -> grad_outputs | None}) and post-hooks
+    ({id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}).
+    """
+    cdef readonly tuple next_functions
+    cdef readonly Py_ssize_t sequence_nr
+    cdef public Py_ssize_t num_outputs
+    cdef public object input_meta
+    cdef dict _tensor_pre_hooks
+    cdef dict _node_pre_hooks
+    cdef dict _post_hooks
+    cdef dict _metadata
+    cdef object __weakref__
+
+    def __init__(self, next_functions, input_meta=None, Py_ssize_t num_outputs=1):
+        global _next_sequence_nr
+        self.next_functions = tuple(next_functions)
+        self.sequence_nr = _next_sequence_nr
+        _next_sequence_nr += 1
+        self.input_meta = input_meta
+        self.num_outputs = num_outputs
+
+    def name(self):
+        return type(self).__name__
+
+    def apply(self, grads):
+        raise NotImplementedError
+
+    def release(self):
+        """Free saved values after a backward pass without ``retain_graph``."""
+
+    @property
+    def metadata(self):
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
+
+    def register_hook(self, fn):
+        if self._post_hooks is None:
+            self._post_hooks = {}
+        return _add_hook(self._post_hooks, fn)
+
+    def register_prehook(self, fn):
+        if self._node_pre_hooks is None:
+            self._node_pre_hooks = {}
+        return _add_hook(self._node_pre_hooks, fn)
+
+    def register_tensor_prehook(self, output_nr, fn):
+        if self._tensor_pre_hooks is None:
+            self._tensor_pre_hooks = {}
+        return _add_hook(self._tensor_pre_hooks.setdefault(output_nr, {}), fn)
+
+    cdef dict _output_hooks(self):
+        return self._tensor_pre_hooks
+
+    def __call__(self, *grads):
+        return self.apply(grads)
+
+    def __repr__(self):
+        return f"<{self.name()} object at {hex(id(self))}>"
+
+
+cdef class AccumulateGrad(Node):
+    """The sink for a leaf tensor: adds the incoming gradient into ``variable.grad``."""
+    cdef readonly TensorBase variable
+
+    def __init__(self, TensorBase variable):
+        Node.__init__(self, ())
+        self.variable = variable
+
+    # hooks registered on the leaf live on the tensor (which holds this node only weakly);
+    # the engine runs them as this node's pre-hooks
+    cdef dict _output_hooks(self):
+        hooks = self.variable._hooks
+        return {0: hooks} if hooks else None
+
+    def register_tensor_prehook(self, output_nr, fn):
+        if self.variable._hooks is None:
+            self.variable._hooks = {}
+        return _add_hook(self.variable._hooks, fn)
+
+    def apply(self, grads):
+        return ()
+
+
+def detached_alias(TensorBase tensor):
+    """``tensor``'s memory (same storage, hence same version counter) with no history and
+    no ``_base`` link back to ``tensor``, so a node may keep it without a reference cycle."""
+    return tensor._make_alias_unchecked(tensor._sizes, tensor._strides, tensor._offset)
+
+
+cdef str _type_name(TensorBase tensor):
+    return "microtensor." + {"float32": "FloatTensor", "float64": "DoubleTensor",
+                             "int64": "LongTensor", "int32": "IntTensor",
+                             "bool": "BoolTensor"}.get(tensor._dtype.name, tensor._dtype.name)
+
+
+cdef class SavedTensor:
+    """A tensor saved for backward, with the version it had when saved.
+
+    An op's own output is saved as a detached alias (so the output and its node do not
+    refer to each other); unpacking it while building a double-backward graph gives a
+    tensor whose ``grad_fn`` is that node again (``_producer``, which subclasses change).
+    """
+    cdef public TensorBase data
+    cdef readonly Py_ssize_t version
+    cdef readonly bint is_output
+    cdef readonly int output_nr
+    cdef readonly bint had_grad
+
+    def __init__(self, TensorBase tensor, bint is_output=False, int output_nr=0):
+        self._fill(tensor, is_output, output_nr)
+
+    cdef SavedTensor _fill(self, TensorBase tensor, bint is_output, int output_nr):
+        self.version = tensor._storage.version
+        self.is_output = is_output
+        self.output_nr = output_nr
+        # an op's floating outputs are the ones its node is attached to
+        self.had_grad = is_output and tensor._dtype.is_floating_point
+        self.data = detached_alias(tensor) if is_output else tensor
+        return self
+
+    def unpack(self, node):
+        cdef TensorBase data = self.data, alias
+        if data is None:
+            raise RuntimeError(RELEASED_ERROR)
+        if data._storage.version != self.version:
+            raise RuntimeError(self._modified_message(node))
+        if self.had_grad and grad_mode_enabled():
+            alias = detached_alias(data)
+            alias._grad_fn = self._producer(node)
+            alias._output_nr = self.output_nr
+            alias._requires_grad = True
+            return alias
+        return data
+
+    def _producer(self, node):
+        return node
+
+    cdef str _modified_message(self, node):
+        cdef TensorBase data = self.data
+        producer = node if self.is_output else data._grad_fn
+        output_nr = self.output_nr if self.is_output else data._output_nr
+        which = f", which is output {output_nr} of {producer.name()}," if producer else ""
+        return ("one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{_type_name(data)} {list(data._sizes)}]{which} is at "
+                f"version {data._storage.version}; expected version {self.version} instead. "
+                "Hint: the variable was changed in place after it was used by the operation "
+                "whose backward failed; use out-of-place operations or .clone() it first.")
+
+
+cdef class Geometry:
+    """Sizes, strides and storage offset of a tensor, remembered without its data."""
+    cdef readonly tuple sizes
+    cdef readonly tuple strides
+    cdef readonly Py_ssize_t offset
+
+    def __init__(self, TensorBase tensor):
+        self.sizes = tensor._sizes
+        self.strides = tensor._strides
+        self.offset = tensor._offset
+
+
+# --------------------------------------------------------------------------- recording
+
+cdef tuple _NONE_EDGE = (None, 0)
+cdef object _op_node = None
+cdef object _regenerated_view_node = None
+
+
+def install_nodes(op_node, regenerated_view_node):
+    """Called once by ``autograd.recording`` with the Python node classes recording makes:
+    ``op_node(op, saved, next_functions, slots, input_meta, num_outputs)`` (``OpNode``)
+    and ``regenerated_view_node(Geometry(base), Geometry(view), base_edge)``, a view's
+    ``grad_fn`` after its base changed in place (``AsStridedBackward0``)."""
+    global _op_node, _regenerated_view_node
+    _op_node = op_node
+    _regenerated_view_node = regenerated_view_node
+
+
+def attach_node(op, args, kwargs, result):
+    """Make an ``op_node`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
+    saving what ``op.saved_plan`` asks for and an edge per tensor in ``op.inputs``."""
+    cdef dict bound = op.bind(args, kwargs)
+    cdef tuple outputs = result if type(result) is tuple else (result,)
+    edges, slots, metas = input_edges(op.inputs, bound)
+    node = _op_node(op, saved_values(op.saved_plan, bound, outputs), edges, slots, metas,
+                    len(outputs))
+    set_history(node, outputs, op.kind == "view")
+    return result
+
+
+def grad_accumulator(TensorBase tensor):
+    """The (single, shared) AccumulateGrad node of a leaf that requires grad."""
+    ref = tensor._grad_accumulator
+    acc = ref() if ref is not None else None
+    if acc is None:
+        acc = AccumulateGrad(tensor)
+        tensor._grad_accumulator = PyWeakref_NewRef(acc, None)
+    return acc
+
+
+def current_grad_fn(TensorBase tensor):
+    """``tensor.grad_fn``, first regenerating it if ``tensor`` is a view whose base was
+    modified in place since the view's ``grad_fn`` was made."""
+    cdef TensorBase base
+    if tensor._is_diff_view:
+        base = tensor._base
+        if base._grad_fn is not tensor._view_info:
+            if base._grad_fn is not None:
+                tensor._grad_fn = _regenerated_view_node(Geometry(base), Geometry(tensor),
+                                                         gradient_edge(base))
+                tensor._output_nr = 0
+                tensor._requires_grad = True
+            tensor._view_info = base._grad_fn
+    return tensor._grad_fn
+
+
+cpdef tuple gradient_edge(TensorBase tensor):
+    """Where a gradient for ``tensor`` must be sent: ``(node, input_nr)`` or (None, 0)."""
+    fn = current_grad_fn(tensor) if tensor._is_diff_view else tensor._grad_fn
+    if fn is not None:
+        return fn, tensor._output_nr
+    if tensor._requires_grad:
+        return grad_accumulator(tensor), 0
+    if tensor._is_diff_view and tensor._base.requires_grad:
+        return gradient_edge(tensor._base)
+    return _NONE_EDGE
+
+
+cpdef tuple input_edges(tuple inputs, dict bound):
+    """Edges and input metadata for the differentiable inputs named ``inputs`` of a call
+    whose arguments are ``bound``, and ``slots``: how many edges each input has (0 for a
+    non-tensor, n for a list of n tensors), or None when every input is one tensor."""
+    cdef list edges = [], metas = [], slots = []
+    cdef bint one_each = True
+    cdef TensorBase t
+    for name in inputs:
+        value = bound.get(name)
+        if isinstance(value, TensorBase):
+            t = <TensorBase>value
+            edges.append(gradient_edge(t))
+            metas.append((t._sizes, t._dtype))
+            slots.append(1)
+        elif isinstance(value, (list, tuple)) and _has_tensor(value):
+            for v in value:
+                t = <TensorBase?>v
+                edges.append(gradient_edge(t))
+                metas.append((t._sizes, t._dtype))
+            slots.append(len(value))
+            one_each = False
+        else:
+            slots.append(0)
+            one_each = False
+    return edges, None if one_each else slots, metas
+
+
+cdef bint _has_tensor(values):
+    for v in values:
+        if isinstance(v, TensorBase):
+            return True
+    return False
+
+
+cdef inline SavedTensor _saved(TensorBase tensor, bint is_output=False, int output_nr=0):
+    return (<SavedTensor>SavedTensor.__new__(SavedTensor))._fill(tensor, is_output, output_nr)
+
+
+cpdef dict saved_values(tuple plan, dict bound, tuple outputs):
+    """The values a derivative asks for, by ``plan`` (``Op.saved_plan``: ``(name, source,
+    read)`` per parameter) from the call's ``bound`` arguments and its ``outputs``
+    (None: all but ``result``, as an in-place op saves its inputs before it runs)."""
+    cdef dict saved = {}
+    for entry in plan:
+        name, source, read = <tuple>entry
+        if source == "argument":
+            if read is not None:
+                partner = bound.get(read)
+                if not (isinstance(partner, TensorBase) and partner.requires_grad):
+                    saved[name] = None
+                    continue
+            value = bound[name]
+            if isinstance(value, TensorBase):
+                saved[name] = _saved(value)
+            elif isinstance(value, (list, tuple)) and _has_tensor(value):
+                saved[name] = [_saved(v) if isinstance(v, TensorBase) else v for v in value]
+            else:
+                saved[name] = value
+        elif source == "meta":
+            value = bound[read[0]]
+            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
+        elif outputs is not None:
+            if read is not None:
+                saved[name] = _saved(outputs[read], True, read)
+            elif len(outputs) == 1:
+                saved[name] = _saved(outputs[0], True)
+            else:
+                saved[name] = [_saved(o, True, i) if isinstance(o, TensorBase) else o
+                               for i, o in enumerate(outputs)]
+    return saved
+
+
+cdef set_history(Node node, tuple outputs, bint is_view):
+    """Make ``node`` the ``grad_fn`` of the floating tensors among ``outputs`` (output i
+    is ``node``'s output i); the outputs of a view op become differentiable views."""
+    cdef TensorBase t
+    cdef Py_ssize_t i
+    for i, out in enumerate(outputs):
+        if isinstance(out, TensorBase) and (<TensorBase>out)._dtype.is_floating_point:
+            t = <TensorBase>out
+            t._grad_fn = node
+            t._output_nr = i
+            t._requires_grad = True
+    if is_view:
+        for out in outputs:
+            t = <TensorBase?>out
+            t._is_diff_view = True
+            t._view_info = (<TensorBase>t._base)._grad_fn
+            if len(outputs) > 1:
+                out._multi_output_view = node.name()
+
+
+# --------------------------------------------------------------------------- the engine
+
+def validate_outputs(Node node, grads):
+    """Bring each gradient ``node`` produced to the shape and dtype of its input."""
+    metas = node.input_meta
+    if metas is None:
+        return grads
+    if len(grads) != len(metas):
+        raise RuntimeError(f"function {node.name()} returned an incorrect number of gradients "
+                           f"(expected {len(metas)}, got {len(grads)})")
+    cdef list fixed = None
+    cdef TensorBase t
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        t = <TensorBase?>g
+        sizes, dtype = metas[i]
+        if t._sizes != sizes or t._dtype is not dtype:
+            if fixed is None:
+                fixed = list(grads)
+            fixed[i] = _conform(node, i, t, sizes, dtype)
+    return grads if fixed is None else tuple(fixed)
+
+
+cdef object _conform(Node node, i, TensorBase g, sizes, dtype):
+    if g._sizes != sizes:
+        try:
+            g = g.sum_to_size(sizes)
+        except RuntimeError:
+            raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
+                               f"{i} - got {list(g._sizes)} but expected shape compatible "
+                               f"with {list(sizes)}") from None
+    if g._dtype is not dtype:
+        g = g.to(dtype)
+    return g
+
+
+cdef tuple _collect(roots):
+    """Number of incoming edges of every node reachable from ``roots``, and those nodes."""
+    cdef dict dependencies = {}
+    cdef list stack = list(dict.fromkeys(edge[0] for edge in roots if edge[0] is not None))
+    cdef set seen = set(stack)
+    cdef Node node
+    while stack:
+        node = stack.pop()
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is None:
+                continue
+            dependencies[nxt] = dependencies.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return dependencies, seen
+
+
+cdef dict _needed(set nodes, targets):
+    """The nodes that must run for gradient to reach ``targets``: those with an edge to a
+    target or to another needed node (a target itself runs only if it is also needed)."""
+    cdef dict needed = {}
+    cdef list stack
+    for start in nodes:
+        if start in needed:
+            continue
+        needed[start] = False
+        stack = [(start, iter((<Node>start).next_functions))]
+        while stack:
+            node, edges = stack[len(stack) - 1]
+            for edge in edges:
+                nxt = (<tuple>edge)[0]
+                if nxt is None:
+                    continue
+                if nxt not in needed:
+                    needed[nxt] = False
+                    stack.append((nxt, iter((<Node>nxt).next_functions)))
+                    break
+                if needed[nxt] or nxt in targets:
+                    needed[node] = True
+            else:
+                stack.pop()
+                if stack and (needed[node] or node in targets):
+                    needed[stack[len(stack) - 1][0]] = True
+    return needed
+
+
+def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
+            accumulate_into_leaf):
+    """Run the graph from ``roots`` (edges of the outputs) seeded with ``root_grads``.
+
+    ``capture``: edges whose incoming gradient is returned (one list entry each); then
+    only nodes leading to them run.  ``accumulate_into_leaf(variable, grad,
+    create_graph)`` receives what reaches a leaf's ``AccumulateGrad``.
+    """
+    cdef dict dependencies, buffers = {}, capture_at = None, needed = None
+    cdef set nodes
+    cdef list captured = None, ready = []
+    cdef Node node
+    cdef Py_ssize_t i
+    dependencies, nodes = _collect(roots)
+    if capture is not None:
+        captured = [None] * len(capture)
+        capture_at = {}
+        for i, (target, nr) in enumerate(capture):
+            capture_at.setdefault(target, []).append((nr, i))
+        needed = _needed(nodes, capture_at.keys())
+    _seed(buffers, roots, root_grads)
+    for root in buffers:
+        if dependencies.get(root, 0) == 0:
+            heappush(ready, (-(<Node>root).sequence_nr, root))
+
+    prev = grad_mode_enabled()
+    set_grad_enabled(create_graph)
+    try:
+        while ready:
+            node = heappop(ready)[1]
+            grads = buffers.pop(node)
+            if node._output_hooks() or node._node_pre_hooks:
+                grads = _run_pre_hooks(node, grads)
+            if capture_at is not None:
+                for nr, i in capture_at.get(node, ()):
+                    if nr < len(grads):
+                        captured[i] = grads[nr]
+                if not needed[node]:
+                    continue
+            if type(node) is AccumulateGrad:
+                grad = grads[0]
+                grads = None   # the leaf may steal ``grad`` only if no one else holds it
+                accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
+                continue
+            _run_node(node, grads, buffers, dependencies, ready, retain_graph)
+    finally:
+        set_grad_enabled(prev)
+    return captured
+
+
+cdef void _seed(dict buffers, roots, root_grads) except *:
+    cdef list buffer
+    for (root, nr), grad in zip(roots, root_grads):
+        if root is not None:
+            buffer = buffers.get(root)
+            if buffer is None:
+                buffer = buffers[root] = [None] * (<Node>root).num_outputs
+            _accumulate(buffer, nr, grad)
+
+
+cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list ready,
+                    bint retain_graph) except *:
+    """Apply ``node`` and pass its gradients along its edges, queueing the nodes that
+    thereby have all their inputs.  (A function of its own so that no gradient outlives
+    it in a local variable: ``accumulate_into_leaf`` steals only unshared gradients.)"""
+    cdef Node nxt
+    cdef list buffer
+    cdef tuple edges = node.next_functions
+    cdef Py_ssize_t i, remaining
+    for g in grads:
+        if g is not None:
+            outputs = validate_outputs(node, node.apply(tuple(grads)))
+            break
+    else:
+        outputs = (None,) * len(edges)
+    if node._post_hooks:
+        outputs = _run_post_hooks(node, outputs, grads)
+    if not retain_graph:
+        node.release()
+    for i in range(min(len(edges), len(outputs))):
+        edge = edges[i]
+        target = (<tuple>edge)[0]
+        if target is None:
+            continue
+        nxt = <Node>target
+        buffer = buffers.get(nxt)
+        if buffer is None:
+            buffer = buffers[nxt] = [None] * nxt.num_outputs
+        g = outputs[i]
+        if g is not None:
+            _accumulate(buffer, (<tuple>edge)[1], g)
+        remaining = dependencies[nxt] - 1
+        dependencies[nxt] = remaining
+        if not remaining:
+            heappush(ready, (-nxt.sequence_nr, nxt))
+
+
+cdef inline void _accumulate(list buffer, Py_ssize_t slot, grad) except *:
+    existing = buffer[slot]
+    buffer[slot] = grad if existing is None else existing + grad
+
+
+cdef list _run_pre_hooks(Node node, grads):
+    grads = list(grads)
+    for nr, hooks in (node._output_hooks() or {}).items():
+        for hook in list(hooks.values()):
+            if nr < len(grads) and grads[nr] is not None:
+                result = hook(grads[nr])
+                if result is not None:
+                    grads[nr] = result
+    for hook in list((node._node_pre_hooks or {}).values()):
+        result = hook(tuple(grads))
+        if result is not None:
+            grads = list(result)
+    return grads
+
+
+cdef object _run_post_hooks(Node node, grad_inputs, grad_outputs):
+    for hook in list(node._post_hooks.values()):
+        result = hook(grad_inputs, tuple(grad_outputs))
+        if result is not None:
+            grad_inputs = tuple(result)
+    return grad_inputs

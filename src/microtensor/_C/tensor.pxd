@@ -1,0 +1,46 @@
+# The core's classes and grad mode, for other Cython modules (``_C.autograd``) to reach
+# their fields and functions without Python attribute lookups.  Methods are in tensor.pyx.
+
+cdef class dtype:
+    cdef readonly str name
+    cdef readonly int itemsize
+    cdef readonly bint is_floating_point
+    cdef readonly bint is_signed
+    cdef readonly int kind          # 0 bool, 1 integer, 2 floating: the promotion category
+    cdef readonly object np         # the numpy dtype used for storage
+    cdef readonly int typenum       # numpy's type number, for building ndarray views
+
+cdef class device:
+    cdef readonly str type
+    cdef readonly object index
+
+cdef class Storage:
+    cdef readonly object data
+    cdef readonly device device
+    cdef public Py_ssize_t version
+
+cdef class TensorBase:
+    cdef public Storage _storage
+    cdef public tuple _sizes
+    cdef public tuple _strides
+    cdef public Py_ssize_t _offset
+    cdef public dtype _dtype
+    cdef public Py_ssize_t _numel
+    cdef public bint _is_contig
+    # autograd
+    cdef public bint _requires_grad
+    cdef public object _grad
+    cdef public object _grad_fn
+    cdef public int _output_nr
+    cdef public object _base          # the tensor this is a view of (None if not a view)
+    cdef public bint _is_diff_view    # a view autograd tracks (not made by detach or no_grad)
+    cdef public object _view_info     # the base's grad_fn when this view's grad_fn was made
+    cdef public bint _retains_grad
+    cdef public object _hooks
+    cdef public object _grad_accumulator
+    cdef public object _name
+    cdef object __weakref__
+    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset)
+
+
+cdef bint grad_mode_enabled() noexcept
