@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import microtensor as mt
+from microtensor.testing import differentiable_places
 from microtensor._C.tensor import TensorBase
 from microtensor.func import (functional_call, grad, grad_and_value, hessian, jacfwd, jacrev,
                               jvp, vjp, vmap)
@@ -543,28 +544,6 @@ def _sweep():
     return names
 
 
-def _places(op, args, kwargs):
-    """(container, key) of every float64 tensor among the op's differentiable inputs."""
-    places = []
-
-    def visit(container, key):
-        value = container[key]
-        if isinstance(value, TensorBase) and value.dtype is mt.float64:
-            places.append((container, key))
-        elif isinstance(value, list):
-            for i in range(len(value)):
-                visit(value, i)
-    for name in op.inputs:
-        if name in op.params and op.params.index(name) < len(args):
-            position = op.params.index(name)
-            if isinstance(args[position], tuple):
-                args[position] = list(args[position])
-            visit(args, position)
-        elif name in kwargs:
-            visit(kwargs, name)
-    return places
-
-
 def _float_outputs(result):
     results = result if isinstance(result, (tuple, list)) else (result,)
     return [r for r in results if isinstance(r, TensorBase) and r.dtype.is_floating_point]
@@ -576,7 +555,7 @@ def _op_cases(name):
     cases = []
     for sample in _samples(name):
         args, kwargs = list(sample.args), dict(sample.kwargs)
-        places = _places(op, args, kwargs)
+        places = differentiable_places(op, args, kwargs)
         if not places:
             continue
         values = [container[key].detach().clone() for container, key in places]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import microtensor as mt
+from microtensor.testing import differentiable_places
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd import gradcheck, gradgradcheck
 from microtensor.ops import REGISTRY
@@ -186,29 +187,6 @@ def test_forward_matches_numpy(name, index):
 
 # ------------------------------------------------------------------ gradients
 
-def _gradient_inputs(op, args, kwargs):
-    """Where the float64 tensors among the op's differentiable inputs are:
-    ``(container, key)`` pairs into ``args``/``kwargs`` (lists are entered)."""
-    places = []
-
-    def visit(container, key):
-        value = container[key]
-        if isinstance(value, TensorBase) and value.dtype is mt.float64:
-            places.append((container, key))
-        elif isinstance(value, list):
-            for i in range(len(value)):
-                visit(value, i)
-    for name in op.inputs:
-        if name in op.params and op.params.index(name) < len(args):
-            position = op.params.index(name)
-            if isinstance(args[position], tuple):
-                args[position] = list(args[position])
-            visit(args, position)
-        elif name in kwargs:
-            visit(kwargs, name)
-    return places
-
-
 def _as_function(op, args, kwargs, places):
     """``f(*tensors)``: the op with the tensors at ``places`` substituted; an in-place op
     runs on a clone so that its input stays a leaf."""
@@ -227,7 +205,7 @@ def _gradcheck_setup(name, index):
     if not _differentiable(op):
         pytest.skip(f"{name} is not differentiable")
     args, kwargs = _sample(name, index)
-    places = _gradient_inputs(op, args, kwargs)
+    places = differentiable_places(op, args, kwargs)
     if not places:
         pytest.skip("no float64 input to differentiate")
     # a clone: expanded (overlapping) samples become dense, as gradcheck requires
@@ -265,7 +243,7 @@ def test_inplace_on_view_matches_clone_reference(name, index):
     if target.dtype is not mt.float64:
         pytest.skip("needs a float64 tensor to modify")
     others = []
-    for container, key in _gradient_inputs(op, args, kwargs)[1:]:
+    for container, key in differentiable_places(op, args, kwargs)[1:]:
         container[key] = container[key].detach().requires_grad_()
         others.append(container[key])
     rest = args[1:]
@@ -310,7 +288,7 @@ def test_inplace_on_view_double_backward(name, index):
     """gradgradcheck (fast mode) through the CopySlices node of ``op_`` on a view."""
     op = REGISTRY[name]
     args, kwargs = _sample(name, index)
-    places = _gradient_inputs(op, args, kwargs)
+    places = differentiable_places(op, args, kwargs)
     if not places or places[0] != (args, 0):
         pytest.skip("needs a float64 tensor to modify")
     inputs = tuple(container[key].detach().requires_grad_() for container, key in places)

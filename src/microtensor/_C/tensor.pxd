@@ -41,6 +41,7 @@ cdef class TensorBase:
     cdef public object _name
     cdef object __weakref__
     cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset)
+    cdef object _reshaped_view(self, tuple shape)
 
 
 cdef bint grad_mode_enabled() noexcept

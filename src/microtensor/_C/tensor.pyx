@@ -476,24 +476,24 @@ cdef class TensorBase:
         return _dispatch_call("t", self)
 
     def view(self, *shape):
-        if _plain(self):
-            sizes = _shape_arg(shape)
-            if sizes is not None:
-                sizes = meta.infer_size(sizes, self._numel)
-                strides = meta.view_strides(self._sizes, self._strides, sizes)
-                if strides is not None:
-                    return self._view_fast(sizes, strides, self._offset)
-        return _dispatch_call("view", self, *shape)
+        result = self._reshaped_view(shape)
+        return result if result is not None else _dispatch_call("view", self, *shape)
 
     def reshape(self, *shape):
-        if _plain(self):
-            sizes = _shape_arg(shape)
-            if sizes is not None:
-                sizes = meta.infer_size(sizes, self._numel)
-                strides = meta.view_strides(self._sizes, self._strides, sizes)
-                if strides is not None:
-                    return self._view_fast(sizes, strides, self._offset)
-        return _dispatch_call("reshape", self, *shape)
+        # a view whenever the strides allow one: the same as ``view`` (else the op copies)
+        result = self._reshaped_view(shape)
+        return result if result is not None else _dispatch_call("reshape", self, *shape)
+
+    cdef object _reshaped_view(self, tuple shape):
+        """The view to ``shape`` of a plain tensor when its strides allow one, else None."""
+        if not _plain(self):
+            return None
+        sizes = _shape_arg(shape)
+        if sizes is None:
+            return None
+        sizes = meta.infer_size(sizes, self._numel)
+        strides = meta.view_strides(self._sizes, self._strides, sizes)
+        return None if strides is None else self._view_fast(sizes, strides, self._offset)
 
     def as_strided(self, size, stride, storage_offset=None):
         cdef Py_ssize_t offset

@@ -290,11 +290,9 @@ def _zeros_with(grad, self_shape, write):
     return out
 
 
-@op(kind="view",
-    samples=lambda make: [
-        Sample(make(3, 4), 0, 1), Sample(make(3, 4), 1, -1), Sample(make(2, 3, 4), 2, 3)])
-def select(self, dim, index):
-    dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
+
+def selected(self, dim, index):
+    """``select``'s arguments checked against ``self``: the wrapped dim and index."""
     n = self.dim()
     if n == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
@@ -303,7 +301,15 @@ def select(self, dim, index):
     if not -size <= index < size:
         raise IndexError(f"select(): index {index} out of range for tensor of size "
                          f"{list(self._sizes)} at dimension {dim}")
-    index = index + size if index < 0 else index
+    return d, index + size if index < 0 else index
+
+
+@op(kind="view",
+    samples=lambda make: [
+        Sample(make(3, 4), 0, 1), Sample(make(3, 4), 1, -1), Sample(make(2, 3, 4), 2, 3)])
+def select(self, dim, index):
+    dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
+    d, index = selected(self, dim, index)
     return self._make_view_unchecked(self._sizes[:d] + self._sizes[d + 1:],
                                      self._strides[:d] + self._strides[d + 1:],
                                      self._offset + index * self._strides[d])

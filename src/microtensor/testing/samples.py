@@ -7,7 +7,7 @@ random stream, so that an op's samples are the same in every test that asks for 
 """
 import numpy as np
 
-from microtensor._C.tensor import bool_, empty_contiguous, float64, from_array
+from microtensor._C.tensor import TensorBase, bool_, empty_contiguous, float64, from_array
 
 
 def maker(seed=0):
@@ -73,3 +73,28 @@ def variants(t):
 def _contiguous():
     from microtensor._C.meta import contiguous_format
     return contiguous_format
+
+
+def differentiable_places(op, args, kwargs):
+    """Where the float64 tensors among ``op``'s differentiable inputs are, as
+    ``(container, key)`` pairs into ``args`` (a list) and ``kwargs``: what a gradient check
+    perturbs.  Lists of tensors are entered (a tuple argument is turned into a list so
+    that its items can be replaced)."""
+    places = []
+
+    def visit(container, key):
+        value = container[key]
+        if isinstance(value, TensorBase) and value.dtype is float64:
+            places.append((container, key))
+        elif isinstance(value, list):
+            for i in range(len(value)):
+                visit(value, i)
+    for name in op.inputs:
+        if name in op.params and op.params.index(name) < len(args):
+            position = op.params.index(name)
+            if isinstance(args[position], tuple):
+                args[position] = list(args[position])
+            visit(args, position)
+        elif name in kwargs:
+            visit(kwargs, name)
+    return places

@@ -559,15 +559,8 @@ def permute(op, level, args, kwargs):
 @rule("select")
 def select(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
-    self, dim, index = bound["self"], bound["dim"], bound["index"]
-    n = self.dim()
-    if n == 0:
-        raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = meta.wrap_dim(dim, n)
-    size = self._sizes[d]
-    if not -size <= index < size:
-        raise IndexError(f"select(): index {index} out of range for tensor of size "
-                         f"{list(self._sizes)} at dimension {dim}")
+    self = bound["self"]
+    d, index = view_ops.selected(self, bound["dim"], bound["index"])
     b = self._bdim
     p = _actual(d, b)
     return wrap(call(op, (self._value, p, index), None), b if p > b else b - 1, level)
