@@ -366,3 +366,13 @@ def test_errors(call, error, message):
         with pytest.raises(error) as info:
             call(torch)
         assert message in str(info.value)
+
+
+def test_max_with_dim_returns_a_return_types_tuple_that_prints_like_pytorch():
+    result = mt.tensor([[1.0, 3.0], [4.0, 2.0]]).max(1)
+    assert type(result) is mt.return_types.max and isinstance(result, tuple)
+    values, indices = result
+    assert values.tolist() == [3.0, 4.0] and indices.tolist() == [1, 0]
+    assert repr(result) == ("microtensor.return_types.max(\nvalues=tensor([3., 4.]),"
+                            "\nindices=tensor([1, 0]))")
+    assert type(mt.tensor([1.0, 0.0]).min(0)) is mt.return_types.min

@@ -35,13 +35,11 @@ install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
 from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
-from microtensor import cuda, nn, optim  # noqa: E402
+from microtensor import cuda, nn, optim, return_types  # noqa: E402
 
 float = float32
 double = float64
 long = int64
 int = int32
-uint8 = None
-del uint8
 
 __version__ = "0.1.0"

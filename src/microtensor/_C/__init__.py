@@ -1,0 +1,1 @@
+"""The Cython core: stride math (meta), kernels, the tensor object and the autograd graph."""

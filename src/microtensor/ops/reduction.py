@@ -26,10 +26,25 @@ from microtensor.ops.pointwise import maximum, minimum, where
 from microtensor.ops.registry import Sample, op
 
 # torch.return_types.max / min: a tuple whose fields are also attributes
-ReturnMax = namedtuple("max", ("values", "indices"))
-ReturnMin = namedtuple("min", ("values", "indices"))
+class _ValuesIndices:
+    """Printing like ``torch.return_types``: ``microtensor.return_types.max(values=...``."""
+
+    def __repr__(self):
+        return (f"microtensor.return_types.{type(self).__name__}(\nvalues={self.values!r},"
+                f"\nindices={self.indices!r})")
+
+
+class ReturnMax(_ValuesIndices, namedtuple("max", ("values", "indices"))):
+    __slots__ = ()
+
+
+class ReturnMin(_ValuesIndices, namedtuple("min", ("values", "indices"))):
+    __slots__ = ()
+
+
 for _t in (ReturnMax, ReturnMin):
     _t.__module__ = "microtensor.return_types"
+    _t.__name__ = _t.__qualname__ = _t.__name__[len("Return"):].lower()
 
 
 # --------------------------------------------------------------------------- helpers
