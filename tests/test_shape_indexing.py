@@ -543,3 +543,15 @@ def test_index_put_accumulate_matches_torch(rows, cols, count, seed):
 def test_index_of_an_unusable_type_is_refused_like_pytorch(index, error):
     with pytest.raises(error, match="are valid indices"):
         mt.ones(3, 2)[index]
+
+
+@pytest.mark.parametrize("index, shape", [((Ellipsis, Ellipsis), (2, 3, 4)),
+                                          ((Ellipsis, 0, Ellipsis), (2, 3)),
+                                          ((Ellipsis, None, Ellipsis), (2, 3, 4, 1)),
+                                          ((Ellipsis, [0, 1], Ellipsis), (2, 3, 2))])
+def test_a_second_ellipsis_takes_no_dims_as_in_pytorch(index, shape):
+    x = mt.arange(24.0).reshape(2, 3, 4)
+    assert tuple(x[index].shape) == shape
+    if torch is not None:
+        np.testing.assert_array_equal(x[index].numpy(),
+                                      torch.arange(24.0).reshape(2, 3, 4)[index].numpy())

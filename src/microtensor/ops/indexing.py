@@ -71,14 +71,14 @@ def _is_basic(item):
 
 def _expand_ellipsis(index, ndim):
     consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > ndim:
         raise IndexError(f"too many indices for tensor of dimension {ndim}")
     out = []
-    for i in index:
+    spread = ndim - consumed          # PyTorch: the first ellipsis takes every free dim,
+    for i in index:                   # any later one takes none
         if i is Ellipsis:
-            out.extend([slice(None)] * (ndim - consumed))
+            out.extend([slice(None)] * spread)
+            spread = 0
         else:
             out.append(i)
     return out
@@ -142,8 +142,6 @@ def _split_index(self, index):
                    for i in index if i is not None and i is not Ellipsis)
     if consumed > self.dim():
         raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
     result, dim, entries = self, 0, []
     for item in index:
         if item is Ellipsis:
