@@ -254,6 +254,11 @@ class Tensor(TensorBase):
         return call_by_name("bitwise_xor_" if self._dtype is not bool_ else "logical_xor_",
                             self, other)
 
+    def where(self, condition, other):
+        """``self`` where ``condition`` holds, else ``other`` (``mt.where(condition, self,
+        other)``, whose argument order differs)."""
+        return call_by_name("where", condition, self, other)
+
     def __setitem__(self, index, value):
         from microtensor.ops.indexing import setitem
         setitem(self, index, value)

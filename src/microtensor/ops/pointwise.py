@@ -530,11 +530,6 @@ def where(grad, condition):
     return None, where(condition, grad, zeros), where(condition, zeros, grad)
 
 
-@op(kind="composite", function=False, method=True, inputs=("self", "condition", "other"))
-def _where_method(self, condition, other):
-    return where(condition, self, other)
-
-
 @op(inputs=("self", "mask", "value"), family="pointwise", samples=_masked_fill_samples)
 def masked_fill(self, mask, value, *, out=None):
     if mask._dtype is not bool_:
