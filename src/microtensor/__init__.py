@@ -5,6 +5,7 @@ including in-place writes into views, and the ``vmap``/``grad`` transforms.
 """
 from microtensor._C import meta as _meta
 from microtensor._C import tensor as _core
+from microtensor._C.autograd import attach_node as _attach_node
 from microtensor._C.meta import (channels_last, channels_last_3d, contiguous_format,
                                  memory_format, preserve_format)
 from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dtype,
@@ -16,11 +17,12 @@ from microtensor import autograd  # before ops: autograd installs its hook into 
 from microtensor._tensor import Tensor, install_methods
 from microtensor.autograd import grad_mode as _grad_mode
 from microtensor.ops import dispatch as _dispatch
+from microtensor.ops.registry import REGISTRY as _REGISTRY
 
 from microtensor.ops import indexing as _indexing  # noqa: E402
 
 _core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem,
-               autograd.recording.record_computed)
+               _attach_node, {name: _REGISTRY[name] for name in ("add", "sub", "mul", "div")})
 
 from microtensor import ops  # noqa: E402
 from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402

@@ -7,7 +7,8 @@ input_nr)`` that produced it, an ``AccumulateGrad`` for a leaf, or ``(None, 0)``
 the input needs no gradient.  ``SavedTensor`` keeps a value for backward and checks its
 version counter; ``Geometry`` remembers a tensor's layout without its data.
 
-Recording's per-op mechanics are here too: ``attach_node`` binds a call's edges
+Recording's per-op mechanics are here too: ``bind_arguments`` names a call's arguments
+(``Op.bind``), ``attach_node`` binds a call's edges
 (``gradient_edge``), the values its derivative asks for (by the op's ``saved_plan``) and
 the outputs' history.
 
@@ -251,10 +252,26 @@ def install_nodes(op_node, regenerated_view_node):
     _regenerated_view_node = regenerated_view_node
 
 
+cpdef dict bind_arguments(tuple params, dict defaults, varargs, args, dict kwargs):
+    """A call's arguments by parameter name (``Op.bind``): ``defaults`` first, then the
+    positional ``args`` by ``params`` (the rest, as a tuple, under ``varargs`` unless
+    None), then ``kwargs``."""
+    cdef tuple positional = args if type(args) is tuple else tuple(args)
+    cdef dict values = defaults.copy()
+    cdef Py_ssize_t i, n = min(len(params), len(positional))
+    for i in range(n):
+        values[params[i]] = positional[i]
+    if varargs is not None:
+        values[varargs] = positional[len(params):]
+    if kwargs:
+        values.update(kwargs)
+    return values
+
+
 def attach_node(op, args, kwargs, result):
     """Make an ``op_node`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
     saving what ``op.saved_plan`` asks for and an edge per tensor in ``op.inputs``."""
-    cdef dict bound = op.bind(args, kwargs)
+    cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = input_edges(op.inputs, bound)
     node = _op_node(op, saved_values(op.saved_plan, bound, outputs), edges, slots, metas,
@@ -263,7 +280,7 @@ def attach_node(op, args, kwargs, result):
     return result
 
 
-def grad_accumulator(TensorBase tensor):
+cpdef grad_accumulator(TensorBase tensor):
     """The (single, shared) AccumulateGrad node of a leaf that requires grad."""
     ref = tensor._grad_accumulator
     acc = ref() if ref is not None else None
@@ -273,7 +290,7 @@ def grad_accumulator(TensorBase tensor):
     return acc
 
 
-def current_grad_fn(TensorBase tensor):
+cpdef current_grad_fn(TensorBase tensor):
     """``tensor.grad_fn``, first regenerating it if ``tensor`` is a view whose base was
     modified in place since the view's ``grad_fn`` was made."""
     cdef TensorBase base

@@ -187,17 +187,19 @@ cdef object _tensor_cls = None      # microtensor.Tensor, the Python subclass us
 cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow path of + - * ...
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
-cdef object _record_computed = None  # autograd: attach a node to a result computed here
+cdef object _attach_node = None     # autograd: attach_node(op, args, kwargs, result)
+cdef dict _binary_ops = None        # the Ops of + - * / by name, for _attach_node
 
 
-def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, record_computed):
+def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node, dict binary_ops):
     """Called once by the package: the Python pieces the fast paths defer to."""
-    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _record_computed
+    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, _binary_ops
     _tensor_cls = tensor_cls
     _dispatch_binary = dispatch_binary
     _dispatch_call = dispatch_call
     _getitem = getitem
-    _record_computed = record_computed
+    _attach_node = attach_node
+    _binary_ops = binary_ops
 
 
 # Grad mode lives here, as a C thread-local, so that every fast path can read it for
@@ -659,7 +661,7 @@ cdef object _binary(object a, object b, char opcode, str name):
         out = _empty_with_strides(ta, ta._strides)
         _scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
         if not mt_grad_disabled and _requires_grad(ta):
-            return _record_computed(name, a, b, out)
+            return _attach_node(_binary_ops[name], (a, b), None, out)
         return out
     if type(b) is _tensor_cls:
         tb = <TensorBase>b
@@ -668,7 +670,7 @@ cdef object _binary(object a, object b, char opcode, str name):
             out = _empty_with_strides(ta, ta._strides)
             _tensor_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
             if not mt_grad_disabled and (_requires_grad(ta) or _requires_grad(tb)):
-                return _record_computed(name, a, b, out)
+                return _attach_node(_binary_ops[name], (a, b), None, out)
             return out
     return _dispatch_binary(name, a, b)
 

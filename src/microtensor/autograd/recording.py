@@ -16,7 +16,6 @@ from microtensor._C.tensor import set_grad_enabled
 from microtensor.autograd.graph import (AsStridedBackward0, CopySlices, OpNode,
                                         SavedInplaceViewOutput)
 from microtensor.ops import dispatch
-from microtensor.ops.registry import REGISTRY
 
 
 # ------------------------------------------------------------------ recording
@@ -30,11 +29,6 @@ def record(op, args, kwargs):
     finally:
         set_grad_enabled(True)
     return attach_node(op, args, kwargs, result)
-
-
-def record_computed(name, a, b, result):
-    """``record`` for ``a <op> b`` whose result the core's C fast path already computed."""
-    return attach_node(REGISTRY[name], (a, b), None, result)
 
 
 NO_GRAD_VIEW_ERROR = (

@@ -24,6 +24,8 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 import inspect
 import re
 
+from microtensor._C.autograd import bind_arguments
+
 REGISTRY = {}
 
 # ``<input>_shape`` etc. in a derivative's parameters: metadata read at record time
@@ -127,13 +129,7 @@ class Op:
 
     def bind(self, args, kwargs):
         """Forward arguments by parameter name, defaults filled in."""
-        values = self.defaults.copy()
-        values.update(zip(self.params, args))
-        if self.varargs is not None:
-            values[self.varargs] = args[len(self.params):]
-        if kwargs:
-            values.update(kwargs)
-        return values
+        return bind_arguments(self.params, self.defaults, self.varargs, args, kwargs)
 
     def __call__(self, *args, **kwargs):
         from microtensor.ops.dispatch import call
