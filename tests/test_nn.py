@@ -179,8 +179,3 @@ def test_training_loop_reduces_loss():
         opt.step()
         first = first if first is not None else loss.item()
     assert loss.item() < 0.5 * first
-
-
-def test_tensor_where_method_matches_pytorch_argument_order():
-    x = mt.tensor([1.0, -2.0, 3.0])
-    assert x.where(x > 0, mt.zeros(3)).tolist() == [1.0, 0.0, 3.0]

@@ -555,3 +555,8 @@ def test_a_second_ellipsis_takes_no_dims_as_in_pytorch(index, shape):
     if torch is not None:
         np.testing.assert_array_equal(x[index].numpy(),
                                       torch.arange(24.0).reshape(2, 3, 4)[index].numpy())
+
+
+def test_tensor_where_method_matches_pytorch_argument_order():
+    x = mt.tensor([1.0, -2.0, 3.0])
+    assert x.where(x > 0, mt.zeros(3)).tolist() == [1.0, 0.0, 3.0]
