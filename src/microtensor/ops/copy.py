@@ -30,6 +30,17 @@ def strided_copy(dst, src):
         cuda.copy_(dst, dst._array(), src_arr)
 
 
+def check_broadcastable_to(src, dst):
+    """``copy_``'s shape check, with PyTorch's message: ``src`` must expand to ``dst``."""
+    try:
+        meta.expand_strides(src._sizes, src._strides, dst._sizes)
+    except RuntimeError:
+        raise RuntimeError(f"The size of tensor a ({dst._sizes[-1] if dst._sizes else 1}) "
+                           f"must match the size of tensor b "
+                           f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
+                           f"{max(dst.dim() - 1, 0)}") from None
+
+
 def _cross_device_copy(dst, src):
     from microtensor.backends import cuda
     cuda.copy_between_devices(dst, src)
@@ -47,13 +58,7 @@ def copy_(self, src, non_blocking=False):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     if src is self:
         return self
-    try:
-        meta.expand_strides(src._sizes, src._strides, self._sizes)
-    except RuntimeError:
-        raise RuntimeError(f"The size of tensor a ({self._sizes[-1] if self._sizes else 1}) "
-                           f"must match the size of tensor b "
-                           f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
-                           f"{max(self.dim() - 1, 0)}") from None
+    check_broadcastable_to(src, self)
     check_writable(self, (src,))
     strided_copy(self, src)
     return self

@@ -23,6 +23,7 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import TensorBase, bool_, from_array
 from microtensor._dtype import result_type
 from microtensor.ops import dispatch
+from microtensor.ops import copy as copy_ops
 from microtensor.ops import view as view_ops
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
@@ -486,15 +487,9 @@ def copy_(op, level, args, kwargs):
     self, src = args[0], (args[1] if len(args) > 1 else kwargs["src"])
     if not _same_level(self, level):
         raise inplace_error("copy_")
-    n = self.dim()
     if isinstance(src, TensorBase):
-        try:
-            meta.expand_strides(src._sizes, src._strides, self._sizes)
-        except RuntimeError:
-            raise RuntimeError(f"The size of tensor a ({self._sizes[-1] if n else 1}) must "
-                               f"match the size of tensor b "
-                               f"({src._sizes[-1] if src._sizes else 1}) at non-singleton "
-                               f"dimension {max(n - 1, 0)}") from None
+        copy_ops.check_broadcastable_to(src, self)
+    n = self.dim()
     target = to_front(self._value, self._bdim)
     if _same_level(src, level):
         src = aligned(src._value, src._bdim, src.dim(), n)
@@ -906,15 +901,20 @@ def _prepared(bound, names, level, size):
             bound[name] = p.unsqueeze(1) if t.dim() == 0 else p
 
 
+def _check_indexed_write(op, bound, self, level):
+    """An in-place variant needs ``self`` batched; ``out=`` has no batching rule."""
+    if op.kind == "inplace" and not _same_level(self, level):
+        raise inplace_error(op.name)
+    if bound.pop("out", None) is not None:
+        raise _no_fallback(op)
+
+
 @rule("gather", "scatter", "scatter_", "scatter_add", "scatter_add_")
 def dimwise_index(op, level, args, kwargs):
     """Every tensor argument batched (unbatched ones expanded) and ``dim`` shifted."""
     bound = op.bind(args, kwargs)
     self = bound["self"]
-    if op.kind == "inplace" and not _same_level(self, level):
-        raise inplace_error(op.name)
-    if bound.pop("out", None) is not None:
-        raise _no_fallback(op)
+    _check_indexed_write(op, bound, self, level)
     result_rank = bound["index"].dim() if op.name == "gather" else self.dim()
     bound["dim"] = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
     _prepared(bound, ("self", "index", "src"), level, batch_size(level))
@@ -955,10 +955,7 @@ def index_select(op, level, args, kwargs):
 def index_add(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, index, source = bound["self"], bound["index"], bound["source"]
-    if op.kind == "inplace" and not _same_level(self, level):
-        raise inplace_error(op.name)
-    if bound.pop("out", None) is not None:
-        raise _no_fallback(op)
+    _check_indexed_write(op, bound, self, level)
     size = batch_size(level)
     d = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
     bound["self"], bound["source"] = self, source
@@ -982,10 +979,7 @@ def index_add(op, level, args, kwargs):
 def index_fill(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, index, value = bound["self"], bound["index"], bound["value"]
-    if op.kind == "inplace" and not _same_level(self, level):
-        raise inplace_error(op.name)
-    if bound.pop("out", None) is not None:
-        raise _no_fallback(op)
+    _check_indexed_write(op, bound, self, level)
     d = meta.wrap_dim(bound["dim"], max(self.dim(), 1))
     if self.dim() and _same_level(self, level) and not _same_level(index, level) \
             and not _same_level(value, level):
