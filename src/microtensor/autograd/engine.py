@@ -28,8 +28,15 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
 def _can_steal(grad):
     """Whether ``grad`` may become a leaf's ``.grad`` as is: a fresh, dense tensor that no
     one else refers to (beyond the engine's local variable, the two callers' parameters
-    and ``getrefcount``'s own argument)."""
-    return grad._base is None and grad._is_contig and sys.getrefcount(grad) <= 4
+    and ``getrefcount``'s own argument).  A view qualifies when its base is referred to by
+    the view alone (``sum_to_size``'s reshaped sum, for instance); no other tensor may
+    share the storage either, so that no one else can reach the memory."""
+    if not grad._is_contig or sys.getrefcount(grad) > 4:
+        return False
+    base = grad._base
+    if base is None:
+        return sys.getrefcount(grad._storage) <= 2
+    return sys.getrefcount(base) <= 3 and sys.getrefcount(grad._storage) <= 3
 
 
 def _accumulate_into_leaf(variable, grad, create_graph):

@@ -153,8 +153,25 @@ def matmul(self, other):
     return _product(np.matmul, shape, self, other)
 
 
+def _column_major(shape, strides):
+    """Whether the last two dims of a matrix (stack) are laid out column by column, as a
+    transposed contiguous matrix (``weight.t()`` in ``linear``) is."""
+    return len(shape) >= 2 and strides[-2] == 1 and strides[-1] == shape[-2] and \
+        shape[-2] > 1 and shape[-1] > 1
+
+
+def _product_grad(product, left, right, layout_shape, layout_strides):
+    """``left @ right``, computed as ``(right.mT @ left.mT).mT`` when the operand it is the
+    gradient of is column-major: the gradient then has that operand's layout, so that after
+    the backward of ``t()`` it is contiguous and ``.grad`` takes it without a copy (as
+    PyTorch's ``mm`` backward does)."""
+    if _column_major(layout_shape, layout_strides):
+        return product(right.mT, left.mT).mT
+    return product(left, right)
+
+
 @matmul.def_derivative(only_for={"self": "other", "other": "self"})
-def matmul(grad, self, other, self_shape, other_shape):
+def matmul(grad, self, other, self_shape, other_shape, self_strides, other_strides):
     # each operand is saved only for the other's gradient: None means "not needed"
     grad_self = grad_other = None
     if len(self_shape) == 1 and len(other_shape) == 1:
@@ -169,8 +186,10 @@ def matmul(grad, self, other, self_shape, other_shape):
         grad_self = None if other is None else matmul(other, grad.unsqueeze(-1)).squeeze(-1)
         grad_other = None if self is None else self.unsqueeze(-1) * grad.unsqueeze(-2)
     else:
-        grad_self = None if other is None else matmul(grad, other.mT)
-        grad_other = None if self is None else matmul(self.mT, grad)
+        grad_self = None if other is None else \
+            _product_grad(matmul, grad, other.mT, self_shape, self_strides)
+        grad_other = None if self is None else \
+            _product_grad(matmul, self.mT, grad, other_shape, other_strides)
     return grad_self, grad_other
 
 
@@ -190,9 +209,9 @@ def mm(self, mat2):
 
 
 @mm.def_derivative(only_for={"self": "mat2", "mat2": "self"})
-def mm(grad, self, mat2):
-    return (None if mat2 is None else mm(grad, mat2.mT),
-            None if self is None else mm(self.mT, grad))
+def mm(grad, self, mat2, self_shape, self_strides, mat2_shape, mat2_strides):
+    return (None if mat2 is None else _product_grad(mm, grad, mat2.mT, self_shape, self_strides),
+            None if self is None else _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides))
 
 
 @op(inputs=("self", "mat2"), samples=_bmm_samples)
