@@ -1,4 +1,4 @@
-"""Tests for microtensor._C.kernels: strided copy/cast, fill, sum and the contiguous fast paths,
+"""Tests for microtensor._C.kernels: strided copy/cast, fill, sum and the tensor's C arithmetic,
 checked against NumPy on random shapes, strides, offsets, broadcasts and overlaps."""
 import itertools
 
@@ -255,42 +255,67 @@ def test_fill_rejects_non_scalars():
         kernels.fill_(np.zeros(3), 1j)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [0, 1, 4, 33])
-def test_contiguous_fast_paths(dtype, n):
-    rng = np.random.default_rng(5)
-    a = rng.uniform(0.5, 2.0, n).astype(dtype)
-    b = rng.uniform(0.5, 2.0, n).astype(dtype)
-    out = np.empty(n, dtype)
-    scalar = 1.3
-    cast = dtype(scalar)  # PyTorch rounds the scalar to the tensor's dtype first
-    array_cases = {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}
-    scalar_cases = {"add": a + cast, "sub": a - cast, "mul": a * cast, "div": a / cast,
-                    "rsub": cast - a, "rdiv": cast / a}
-    for op, expected in array_cases.items():
-        kernels.binary_contiguous_(op, out, a, b)
-        np.testing.assert_array_equal(out, expected)
-    for op, expected in scalar_cases.items():
-        kernels.binary_contiguous_(op, out, a, scalar)
-        np.testing.assert_array_equal(out, expected)
-    kernels.neg_contiguous_(out, a)
-    np.testing.assert_array_equal(out, -a)
+ARITHMETIC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}
 
 
-def test_contiguous_fast_path_checks():
-    a = np.ones(4, np.float32)
-    with pytest.raises(TypeError):
-        kernels.binary_contiguous_("add", np.empty(4, np.float64), a, a)
-    with pytest.raises(ValueError):
-        kernels.binary_contiguous_("add", np.empty(3, np.float32), a, a)
-    with pytest.raises(ValueError):
-        kernels.binary_contiguous_("add", np.empty(2, np.float32), a[::2], a[::2])
-    with pytest.raises(ValueError):
-        kernels.binary_contiguous_("pow", np.empty(4, np.float32), a, a)
+def _apply(symbol, left, right):
+    return {"+": lambda: left + right, "-": lambda: left - right,
+            "*": lambda: left * right, "/": lambda: left / right}[symbol]()
 
 
-def test_empty_buffer():
-    buffer = kernels.empty_buffer(10, np.float32)
-    assert buffer.shape == (10,) and buffer.dtype == np.float32 and buffer.flags.c_contiguous
-    with pytest.raises(RuntimeError, match="numel"):
-        kernels.empty_buffer(-1, np.float32)
+@st.composite
+def broadcast_pairs(draw):
+    """Two shapes that broadcast together: some dims of one stretched to 1 or dropped."""
+    shape = draw(st.lists(st.integers(0, 4), min_size=0, max_size=4))
+    other = [1 if draw(st.booleans()) else n for n in shape]
+    return tuple(shape), tuple(other[draw(st.integers(0, len(other))):])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), broadcast_pairs(), st.booleans(),
+       st.sampled_from(sorted(ARITHMETIC)), st.data())
+def test_tensor_arithmetic_fast_path_matches_numpy(dtype, shapes, swap, symbol, data):
+    """The C path of ``a + b`` (and - * /): any strides and offsets, broadcasting both ways,
+    results equal to NumPy's and laid out by PyTorch's rule (``elementwise_output_strides``)."""
+    import microtensor as mt
+    from microtensor._C import meta
+    a_view = data.draw(strided_views(dtype, shapes[0]))[1]
+    b_view = data.draw(strided_views(dtype, shapes[1]))[1]
+    if swap:
+        a_view, b_view = b_view, a_view
+    a, b = mt.from_numpy(a_view), mt.from_numpy(b_view)
+    with np.errstate(all="ignore"):
+        expected = ARITHMETIC[symbol](a_view, b_view)
+    out = _apply(symbol, a, b)
+    assert out.dtype == a.dtype and tuple(out.shape) == expected.shape
+    np.testing.assert_array_equal(out.numpy(), expected)
+    assert out.stride() == meta.elementwise_output_strides(
+        expected.shape, [(a._sizes, a._strides), (b._sizes, b._strides)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.sampled_from(sorted(ARITHMETIC)),
+       st.sampled_from([1.3, -2, 0.0, 7]), st.booleans(), st.data())
+def test_tensor_number_fast_path_rounds_the_number_first(dtype, symbol, number, reflected, data):
+    """``t <op> number`` and ``number <op> t``: the number is rounded to the tensor's dtype,
+    as PyTorch does, and the result keeps a dense input's layout."""
+    import microtensor as mt
+    view = data.draw(strided_views(dtype))[1]
+    t = mt.from_numpy(view)
+    cast = dtype(number)
+    with np.errstate(all="ignore"):
+        expected = ARITHMETIC[symbol](cast, view) if reflected else ARITHMETIC[symbol](view, cast)
+    out = _apply(symbol, number, t) if reflected else _apply(symbol, t, number)
+    assert out.dtype == t.dtype
+    np.testing.assert_array_equal(out.numpy(), expected.astype(dtype))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.data())
+def test_tensor_sum_fast_path_on_strided_views(dtype, data):
+    import microtensor as mt
+    view = data.draw(strided_views(dtype))[1]
+    total = mt.from_numpy(view).sum()
+    assert total.dtype == mt.from_numpy(view).dtype and total.shape == ()
+    np.testing.assert_allclose(total.item(), view.astype(np.float64).sum(),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-3)

@@ -54,15 +54,17 @@ ctypedef fused integral:
 
 cdef struct Layout:
     int ndim
+    int nops                         # operands: 2 for copies and sums, 3 for binary ops
     Py_ssize_t shape[MAX_DIMS]
-    Py_ssize_t strides[2][MAX_DIMS]  # bytes; operand 0 is the destination or the only operand
+    Py_ssize_t strides[3][MAX_DIMS]  # bytes; operand 0 is the destination or the only operand
 
 
 cdef struct OuterIter:
     # Walks dims [0, ndim) of a Layout in C order, tracking each operand's byte offset.
     int ndim
+    int nops
     Py_ssize_t index[MAX_DIMS]
-    Py_ssize_t offset[2]
+    Py_ssize_t offset[3]
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,6 +95,7 @@ cdef bint load_layout(Layout* layout, cnp.ndarray a, cnp.ndarray b):
     cdef int dim
     cdef Py_ssize_t size
     layout.ndim = 0
+    layout.nops = 2
     for dim in range(cnp.PyArray_NDIM(a)):
         size = cnp.PyArray_DIM(a, dim)
         if size == 0:
@@ -125,16 +128,25 @@ cdef inline void swap_dims(Layout* layout, int i, int j) noexcept nogil:
     tmp = layout.shape[i]
     layout.shape[i] = layout.shape[j]
     layout.shape[j] = tmp
-    for op in range(2):
+    for op in range(layout.nops):
         tmp = layout.strides[op][i]
         layout.strides[op][i] = layout.strides[op][j]
         layout.strides[op][j] = tmp
 
 
+cdef inline bint mergeable(Layout* layout, int outer, int inner) noexcept nogil:
+    """Whether dim `outer` continues dim `inner` in every operand (one flat dim together)."""
+    cdef int op
+    for op in range(layout.nops):
+        if layout.strides[op][outer] != layout.strides[op][inner] * layout.shape[inner]:
+            return False
+    return True
+
+
 cdef void order_and_coalesce(Layout* layout) noexcept nogil:
     """Sort dims so operand 0's innermost dim comes last, then merge dims that are
-    contiguous with each other in both operands."""
-    cdef int i, j, kept
+    contiguous with each other in every operand."""
+    cdef int i, j, kept, op
     for i in range(1, layout.ndim):
         j = i
         while j > 0 and is_inner_to(layout, j - 1, j):
@@ -144,16 +156,13 @@ cdef void order_and_coalesce(Layout* layout) noexcept nogil:
         return
     kept = 0
     for i in range(1, layout.ndim):
-        if (layout.strides[0][kept] == layout.strides[0][i] * layout.shape[i]
-                and layout.strides[1][kept] == layout.strides[1][i] * layout.shape[i]):
+        if mergeable(layout, kept, i):
             layout.shape[kept] *= layout.shape[i]
-            layout.strides[0][kept] = layout.strides[0][i]
-            layout.strides[1][kept] = layout.strides[1][i]
         else:
             kept += 1
             layout.shape[kept] = layout.shape[i]
-            layout.strides[0][kept] = layout.strides[0][i]
-            layout.strides[1][kept] = layout.strides[1][i]
+        for op in range(layout.nops):
+            layout.strides[op][kept] = layout.strides[op][i]
     layout.ndim = kept + 1
 
 
@@ -178,27 +187,29 @@ cdef bint move_tile_dim(Layout* layout, Py_ssize_t src_itemsize) noexcept nogil:
     return True
 
 
-cdef inline void start_outer(OuterIter* it, int ndim) noexcept nogil:
+cdef inline void start_outer(OuterIter* it, int ndim, int nops) noexcept nogil:
     cdef int dim
     it.ndim = ndim
+    it.nops = nops
     it.offset[0] = 0
     it.offset[1] = 0
+    it.offset[2] = 0
     for dim in range(ndim):
         it.index[dim] = 0
 
 
 cdef inline bint advance_outer(OuterIter* it, Layout* layout) noexcept nogil:
     """Step to the next outer position; False once every position has been visited."""
-    cdef int dim
+    cdef int dim, op
     for dim in range(it.ndim - 1, -1, -1):
         it.index[dim] += 1
-        it.offset[0] += layout.strides[0][dim]
-        it.offset[1] += layout.strides[1][dim]
+        for op in range(it.nops):
+            it.offset[op] += layout.strides[op][dim]
         if it.index[dim] < layout.shape[dim]:
             return True
         it.index[dim] = 0
-        it.offset[0] -= layout.strides[0][dim] * layout.shape[dim]
-        it.offset[1] -= layout.strides[1][dim] * layout.shape[dim]
+        for op in range(it.nops):
+            it.offset[op] -= layout.strides[op][dim] * layout.shape[dim]
     return False
 
 
@@ -306,7 +317,7 @@ cdef void copy_layout(dst_t* dst, const src_t* src, Layout* layout, bint tiled) 
         d_rs = layout.strides[0][inner - 1] // <Py_ssize_t>sizeof(dst_t)
         s_rs = layout.strides[1][inner - 1] // <Py_ssize_t>sizeof(src_t)
         block = TILE_BLOCK_BYTES // max(sizeof(dst_t), sizeof(src_t), 4)
-    start_outer(&it, layout.ndim - 2 if tiled else layout.ndim - 1)
+    start_outer(&it, layout.ndim - 2 if tiled else layout.ndim - 1, 2)
     while True:
         if tiled:
             copy_tiled_2d(<dst_t*>(<char*>dst + it.offset[0]), d_rs, ds,
@@ -381,6 +392,7 @@ cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t*
     else:
         return -1
     layout.ndim = 0
+    layout.nops = 2
     for dim in range(ndim):
         if shape[dim] == 0:
             return 0
@@ -555,7 +567,7 @@ cdef double float_layout_sum(const floating* a, Layout* layout) noexcept nogil:
     cdef OuterIter it
     if layout.ndim == 0:
         return a[0]
-    start_outer(&it, inner)
+    start_outer(&it, inner, 1)
     while True:
         total += pairwise_sum(<const floating*>(<const char*>a + it.offset[0]),
                               layout.shape[inner],
@@ -570,7 +582,7 @@ cdef int64_t integer_layout_sum(const integral* a, Layout* layout) noexcept nogi
     cdef OuterIter it
     if layout.ndim == 0:
         return a[0]
-    start_outer(&it, inner)
+    start_outer(&it, inner, 1)
     while True:
         total += integer_row_sum(<const integral*>(<const char*>a + it.offset[0]),
                                  layout.shape[inner],
@@ -609,236 +621,167 @@ def sum_all(cnp.ndarray a not None):
 
 
 # ---------------------------------------------------------------------------------------
-# Raw-pointer fast paths for tiny contiguous tensors (declared in kernels.pxd)
+# Raw-pointer entry points for the tensor's fast paths (declared in kernels.pxd)
 # ---------------------------------------------------------------------------------------
 
-cdef double sum_f32(const float* a, Py_ssize_t n) noexcept nogil:
-    return pairwise_sum(a, n, 1)
+cdef void load_raw(Layout* layout, int operand, int ndim, const Py_ssize_t* strides,
+                   Py_ssize_t itemsize) noexcept nogil:
+    """Operand `operand`'s strides (in elements) into `layout`, whose shape is loaded, in
+    bytes; dims of size 1 are skipped as in `load_layout`."""
+    cdef int dim, kept = 0
+    for dim in range(ndim):
+        if layout.shape[dim] != 1:
+            layout.strides[operand][kept] = strides[dim] * itemsize
+            kept += 1
 
 
-cdef double sum_f64(const double* a, Py_ssize_t n) noexcept nogil:
-    return pairwise_sum(a, n, 1)
+cdef bint load_shape(Layout* layout, int ndim, const Py_ssize_t* shape) noexcept nogil:
+    """`shape` without its size-1 dims into `layout` (then `load_raw` each operand in the
+    same order, before `compact_shape`); False when the shape is empty."""
+    cdef int dim
+    layout.ndim = ndim
+    for dim in range(ndim):
+        if shape[dim] == 0:
+            return False
+        layout.shape[dim] = shape[dim]
+    return True
 
 
-cdef void add_f32(float* out, const float* a, const float* b, Py_ssize_t n) noexcept nogil:
+cdef void compact_shape(Layout* layout) noexcept nogil:
+    cdef int dim, kept = 0
+    for dim in range(layout.ndim):
+        if layout.shape[dim] != 1:
+            layout.shape[kept] = layout.shape[dim]
+            kept += 1
+    layout.ndim = kept
+
+
+cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shape,
+                    const Py_ssize_t* strides) noexcept nogil:
+    """Sum of a float32 or float64 strided buffer (strides in elements), in double."""
+    cdef Layout layout
+    layout.nops = 1
+    if not load_shape(&layout, ndim, shape):
+        return 0
+    load_raw(&layout, 0, ndim, strides, 4 if typenum == cnp.NPY_FLOAT else 8)
+    compact_shape(&layout)
+    order_and_coalesce(&layout)
+    if typenum == cnp.NPY_FLOAT:
+        return float_layout_sum(<const float*>a, &layout)
+    return float_layout_sum(<const double*>a, &layout)
+
+
+cdef inline floating arith(char opcode, floating x, floating y) noexcept nogil:
+    if opcode == b"+":
+        return x + y
+    if opcode == b"-":
+        return x - y
+    if opcode == b"*":
+        return x * y
+    return x / y
+
+
+cdef void binary_row(char opcode, floating* out, const floating* a, Py_ssize_t sa,
+                     const floating* b, Py_ssize_t sb, Py_ssize_t n) noexcept nogil:
+    """One contiguous row of out = a `opcode` b.  The opcode is tested outside the loops
+    and the usual stride patterns (both contiguous, one operand a broadcast scalar) get
+    loops of their own, which the compiler vectorises."""
     cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] + b[i]
-
-
-cdef void sub_f32(float* out, const float* a, const float* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] - b[i]
-
-
-cdef void mul_f32(float* out, const float* a, const float* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] * b[i]
-
-
-cdef void div_f32(float* out, const float* a, const float* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] / b[i]
-
-
-cdef void add_f64(double* out, const double* a, const double* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] + b[i]
-
-
-cdef void sub_f64(double* out, const double* a, const double* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] - b[i]
-
-
-cdef void mul_f64(double* out, const double* a, const double* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] * b[i]
-
-
-cdef void div_f64(double* out, const double* a, const double* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] / b[i]
-
-
-cdef void add_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = a[i] + scalar
-
-
-cdef void sub_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = a[i] - scalar
-
-
-cdef void mul_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = a[i] * scalar
-
-
-cdef void div_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = a[i] / scalar
-
-
-cdef void rsub_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = scalar - a[i]
-
-
-cdef void rdiv_scalar_f32(float* out, const float* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float scalar = <float>b
-    for i in range(n):
-        out[i] = scalar / a[i]
-
-
-cdef void add_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] + b
-
-
-cdef void sub_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] - b
-
-
-cdef void mul_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] * b
-
-
-cdef void div_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = a[i] / b
-
-
-cdef void rsub_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = b - a[i]
-
-
-cdef void rdiv_scalar_f64(double* out, const double* a, double b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = b / a[i]
-
-
-cdef void neg_f32(float* out, const float* a, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = -a[i]
-
-
-cdef void neg_f64(double* out, const double* a, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = -a[i]
-
-
-cdef Py_ssize_t contiguous_size(cnp.ndarray out, cnp.ndarray a) except -1:
-    """Checks shared by the Python entry points to the raw-pointer kernels."""
-    if not (cnp.PyArray_IS_C_CONTIGUOUS(out) and cnp.PyArray_IS_C_CONTIGUOUS(a)
-            and cnp.PyArray_ISBEHAVED(out) and cnp.PyArray_ISBEHAVED_RO(a)):
-        raise ValueError("expected aligned, writeable, C-contiguous native-endian arrays")
-    if out.dtype != a.dtype or out.dtype not in (np.float32, np.float64):
-        raise TypeError(f"expected float32 or float64 arrays of one dtype, got {out.dtype} "
-                        f"and {a.dtype}")
-    if out.size != a.size:
-        raise ValueError(f"expected arrays of one size, got {out.size} and {a.size}")
-    return out.size
-
-
-ctypedef void (*array_op_f32)(float*, const float*, const float*, Py_ssize_t) noexcept nogil
-ctypedef void (*array_op_f64)(double*, const double*, const double*, Py_ssize_t) noexcept nogil
-ctypedef void (*scalar_op_f32)(float*, const float*, double, Py_ssize_t) noexcept nogil
-ctypedef void (*scalar_op_f64)(double*, const double*, double, Py_ssize_t) noexcept nogil
-
-
-def binary_contiguous_(str op, cnp.ndarray out not None, cnp.ndarray a not None, b):
-    """out = a `op` b on contiguous float32/float64 arrays, through the raw-pointer kernels.
-    op is one of add, sub, mul, div (b an array or a number) or rsub, rdiv (b a number)."""
-    cdef Py_ssize_t n = contiguous_size(out, a)
-    cdef array_op_f32 array_f32
-    cdef array_op_f64 array_f64
-    cdef scalar_op_f32 scalar_f32
-    cdef scalar_op_f64 scalar_f64
-    if isinstance(b, np.ndarray):
-        contiguous_size(out, b)
-        if op == "add":
-            array_f32, array_f64 = add_f32, add_f64
-        elif op == "sub":
-            array_f32, array_f64 = sub_f32, sub_f64
-        elif op == "mul":
-            array_f32, array_f64 = mul_f32, mul_f64
-        elif op == "div":
-            array_f32, array_f64 = div_f32, div_f64
+    cdef floating x, y
+    if sa == 1 and sb == 1:
+        if opcode == b"+":
+            for i in range(n):
+                out[i] = a[i] + b[i]
+        elif opcode == b"-":
+            for i in range(n):
+                out[i] = a[i] - b[i]
+        elif opcode == b"*":
+            for i in range(n):
+                out[i] = a[i] * b[i]
         else:
-            raise ValueError(f"binary_contiguous_(): unknown op {op!r} for an array operand")
-        if out.dtype == np.float32:
-            array_f32(<float*>cnp.PyArray_DATA(out), <float*>cnp.PyArray_DATA(a),
-                      <float*>cnp.PyArray_DATA(b), n)
+            for i in range(n):
+                out[i] = a[i] / b[i]
+    elif sa == 1 and sb == 0:
+        y = b[0]
+        if opcode == b"+":
+            for i in range(n):
+                out[i] = a[i] + y
+        elif opcode == b"-":
+            for i in range(n):
+                out[i] = a[i] - y
+        elif opcode == b"*":
+            for i in range(n):
+                out[i] = a[i] * y
         else:
-            array_f64(<double*>cnp.PyArray_DATA(out), <double*>cnp.PyArray_DATA(a),
-                      <double*>cnp.PyArray_DATA(b), n)
+            for i in range(n):
+                out[i] = a[i] / y
+    elif sa == 0 and sb == 1:
+        x = a[0]
+        if opcode == b"+":
+            for i in range(n):
+                out[i] = x + b[i]
+        elif opcode == b"-":
+            for i in range(n):
+                out[i] = x - b[i]
+        elif opcode == b"*":
+            for i in range(n):
+                out[i] = x * b[i]
+        else:
+            for i in range(n):
+                out[i] = x / b[i]
+    else:
+        for i in range(n):
+            out[i] = arith(opcode, a[i * sa], b[i * sb])
+
+
+cdef void binary_layout(char opcode, floating* out, const floating* a, const floating* b,
+                        Layout* layout) noexcept nogil:
+    cdef int inner = layout.ndim - 1
+    cdef Py_ssize_t so, sa, sb, i
+    cdef OuterIter it
+    cdef floating* o
+    if layout.ndim == 0:
+        out[0] = arith(opcode, a[0], b[0])
         return
-    if op == "add":
-        scalar_f32, scalar_f64 = add_scalar_f32, add_scalar_f64
-    elif op == "sub":
-        scalar_f32, scalar_f64 = sub_scalar_f32, sub_scalar_f64
-    elif op == "mul":
-        scalar_f32, scalar_f64 = mul_scalar_f32, mul_scalar_f64
-    elif op == "div":
-        scalar_f32, scalar_f64 = div_scalar_f32, div_scalar_f64
-    elif op == "rsub":
-        scalar_f32, scalar_f64 = rsub_scalar_f32, rsub_scalar_f64
-    elif op == "rdiv":
-        scalar_f32, scalar_f64 = rdiv_scalar_f32, rdiv_scalar_f64
+    so = layout.strides[0][inner] // <Py_ssize_t>sizeof(floating)
+    sa = layout.strides[1][inner] // <Py_ssize_t>sizeof(floating)
+    sb = layout.strides[2][inner] // <Py_ssize_t>sizeof(floating)
+    start_outer(&it, inner, 3)
+    while True:
+        o = <floating*>(<char*>out + it.offset[0])
+        if so == 1:
+            binary_row(opcode, o, <const floating*>(<const char*>a + it.offset[1]), sa,
+                       <const floating*>(<const char*>b + it.offset[2]), sb,
+                       layout.shape[inner])
+        else:
+            for i in range(layout.shape[inner]):
+                o[i * so] = arith(opcode,
+                                  (<const floating*>(<const char*>a + it.offset[1]))[i * sa],
+                                  (<const floating*>(<const char*>b + it.offset[2]))[i * sb])
+        if not advance_outer(&it, layout):
+            return
+
+
+cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape,
+                     char* out, const Py_ssize_t* out_strides, const char* a,
+                     const Py_ssize_t* a_strides, const char* b,
+                     const Py_ssize_t* b_strides) noexcept nogil:
+    """out = a `opcode` b (one of + - * /) over `shape` for float32 or float64 (`typenum`),
+    strides in elements, 0 where an operand is broadcast.  `out` must not overlap a or b."""
+    cdef Layout layout
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
+    layout.nops = 3
+    if not load_shape(&layout, ndim, shape):
+        return
+    load_raw(&layout, 0, ndim, out_strides, itemsize)
+    load_raw(&layout, 1, ndim, a_strides, itemsize)
+    load_raw(&layout, 2, ndim, b_strides, itemsize)
+    compact_shape(&layout)
+    order_and_coalesce(&layout)
+    if typenum == cnp.NPY_FLOAT:
+        binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, &layout)
     else:
-        raise ValueError(f"binary_contiguous_(): unknown op {op!r} for a scalar operand")
-    if out.dtype == np.float32:
-        scalar_f32(<float*>cnp.PyArray_DATA(out), <float*>cnp.PyArray_DATA(a), b, n)
-    else:
-        scalar_f64(<double*>cnp.PyArray_DATA(out), <double*>cnp.PyArray_DATA(a), b, n)
-
-
-def neg_contiguous_(cnp.ndarray out not None, cnp.ndarray a not None):
-    """out = -a on contiguous float32/float64 arrays, through the raw-pointer kernels."""
-    cdef Py_ssize_t n = contiguous_size(out, a)
-    if out.dtype == np.float32:
-        neg_f32(<float*>cnp.PyArray_DATA(out), <float*>cnp.PyArray_DATA(a), n)
-    else:
-        neg_f64(<double*>cnp.PyArray_DATA(out), <double*>cnp.PyArray_DATA(a), n)
-
-
-def empty_buffer(Py_ssize_t numel, dtype):
-    """An uninitialised 1-D ndarray of `numel` elements. NumPy's allocator already asks the
-    kernel for huge pages on large buffers, which is what fresh tensor results want."""
-    if numel < 0:
-        raise RuntimeError(f"empty_buffer(): numel must be non-negative, got {numel}")
-    return np.empty(numel, dtype=dtype)
+        binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, &layout)
 
 
 # ---------------------------------------------------------------------------------------

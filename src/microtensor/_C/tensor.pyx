@@ -16,7 +16,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -188,18 +188,19 @@ cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
 cdef object _attach_node = None     # autograd: attach_node(op, args, kwargs, result)
-cdef dict _binary_ops = None        # the Ops of + - * / by name, for _attach_node
+cdef dict _recorded_ops = None      # the Ops of + - * / and sum by name, for _attach_node
 
 
-def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node, dict binary_ops):
+def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node,
+             dict recorded_ops):
     """Called once by the package: the Python pieces the fast paths defer to."""
-    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, _binary_ops
+    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, _recorded_ops
     _tensor_cls = tensor_cls
     _dispatch_binary = dispatch_binary
     _dispatch_call = dispatch_call
     _getitem = getitem
     _attach_node = attach_node
-    _binary_ops = binary_ops
+    _recorded_ops = recorded_ops
 
 
 # Grad mode lives here, as a C thread-local, so that every fast path can read it for
@@ -429,25 +430,25 @@ cdef class TensorBase:
         return _binary(a, b, b"+", "add")
 
     def __radd__(a, b):
-        return _dispatch_binary("add", b, a)
+        return _binary(b, a, b"+", "add")
 
     def __sub__(a, b):
         return _binary(a, b, b"-", "sub")
 
     def __rsub__(a, b):
-        return _dispatch_binary("sub", b, a)
+        return _binary(b, a, b"-", "sub")
 
     def __mul__(a, b):
         return _binary(a, b, b"*", "mul")
 
     def __rmul__(a, b):
-        return _dispatch_binary("mul", b, a)
+        return _binary(b, a, b"*", "mul")
 
     def __truediv__(a, b):
         return _binary(a, b, b"/", "div")
 
     def __rtruediv__(a, b):
-        return _dispatch_binary("div", b, a)
+        return _binary(b, a, b"/", "div")
 
     # Hot methods: a C path for plain tensors (see ``_plain``), else the registered op.
     def __getitem__(self, index):
@@ -538,17 +539,29 @@ cdef class TensorBase:
 
     def sum(self, *args, **kwargs):
         cdef TensorBase out
-        cdef int typenum = self._dtype.typenum
-        if not args and not kwargs and _plain(self) and self._is_contig and \
-                self._storage.device is cpu and (typenum == cnp.NPY_FLOAT or
-                                                  typenum == cnp.NPY_DOUBLE):
-            out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
-            if typenum == cnp.NPY_FLOAT:
-                (<float*>_ptr(out))[0] = <float>kernels.sum_f32(<float*>_ptr(self), self._numel)
-            else:
-                (<double*>_ptr(out))[0] = kernels.sum_f64(<double*>_ptr(self), self._numel)
-            return out
-        return _dispatch_call("sum", self, *args, **kwargs)
+        cdef Py_ssize_t shape[MAX_DIMS]
+        cdef Py_ssize_t strides[MAX_DIMS]
+        cdef double total
+        if args or kwargs or not _float_cpu(self):
+            return _dispatch_call("sum", self, *args, **kwargs)
+        _load_geometry(self, len(self._sizes), shape, strides)
+        total = kernels.sum_raw(self._dtype.typenum, _ptr(self), len(self._sizes), shape,
+                                strides)
+        out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
+        if self._dtype.typenum == cnp.NPY_FLOAT:
+            (<float*>_ptr(out))[0] = <float>total
+        else:
+            (<double*>_ptr(out))[0] = total
+        if not mt_grad_disabled and _requires_grad(self):
+            return _attach_node(_recorded_ops["sum"], (self,), None, out)
+        return out
+
+    def expand(self, *sizes):
+        shape = _shape_arg(sizes) if sizes else None
+        if shape is None or not _plain(self):
+            return _dispatch_call("expand", self, *sizes)
+        shape, strides = meta.expand_geometry(self._sizes, self._strides, shape)
+        return self._view_fast(shape, strides, self._offset)
 
     def __matmul__(a, b):
         cdef TensorBase ta, tb, out
@@ -644,63 +657,105 @@ cdef inline bint _plain(object t):
     return mt_grad_disabled or not _requires_grad(<TensorBase>t)
 
 
-cdef object _binary(object a, object b, char opcode, str name):
-    """``a <op> b`` in C when both are contiguous same-shape float tensors (or b a float);
-    when one requires grad, autograd then only attaches its node to the result."""
-    cdef TensorBase ta, tb, out
+cdef inline bint _float_cpu(object t):
+    """Whether ``t`` is a float32 or float64 CPU ``Tensor`` (the fast paths' dtypes)."""
     cdef int typenum
-    if type(a) is not _tensor_cls:
-        return _dispatch_binary(name, a, b)
-    ta = <TensorBase>a
-    typenum = ta._dtype.typenum
-    if not (ta._is_contig and ta._storage.device is cpu and
-            (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) and
-            _canonical(ta._sizes, ta._strides)):
-        return _dispatch_binary(name, a, b)
-    if type(b) is float:
-        out = _empty_with_strides(ta, ta._strides)
-        _scalar_loop(opcode, typenum, _ptr(out), _ptr(ta), <double>b, ta._numel)
-        if not mt_grad_disabled and _requires_grad(ta):
-            return _attach_node(_binary_ops[name], (a, b), None, out)
-        return out
-    if type(b) is _tensor_cls:
-        tb = <TensorBase>b
-        if tb._is_contig and tb._dtype is ta._dtype and tb._sizes == ta._sizes \
-                and tb._storage.device is cpu:
-            out = _empty_with_strides(ta, ta._strides)
-            _tensor_loop(opcode, typenum, _ptr(out), _ptr(ta), _ptr(tb), ta._numel)
-            if not mt_grad_disabled and (_requires_grad(ta) or _requires_grad(tb)):
-                return _attach_node(_binary_ops[name], (a, b), None, out)
-            return out
-    return _dispatch_binary(name, a, b)
+    if type(t) is not _tensor_cls:
+        return False
+    typenum = (<TensorBase>t)._dtype.typenum
+    return (<TensorBase>t)._storage.device is cpu and (typenum == cnp.NPY_FLOAT or
+                                                       typenum == cnp.NPY_DOUBLE)
 
 
-cdef inline void _tensor_loop(char opcode, int typenum, char* out, char* a, char* b,
-                              Py_ssize_t n) noexcept nogil:
-    if typenum == cnp.NPY_FLOAT:
-        if opcode == b"+": kernels.add_f32(<float*>out, <float*>a, <float*>b, n)
-        elif opcode == b"-": kernels.sub_f32(<float*>out, <float*>a, <float*>b, n)
-        elif opcode == b"*": kernels.mul_f32(<float*>out, <float*>a, <float*>b, n)
-        else: kernels.div_f32(<float*>out, <float*>a, <float*>b, n)
+cdef inline bint _exact_number(object x):
+    """A Python float, or an int that a double holds exactly (bool is not a number here)."""
+    return type(x) is float or (type(x) is int and -_EXACT_INT <= <object>x <= _EXACT_INT)
+
+
+cdef void _load_geometry(TensorBase t, int ndim, Py_ssize_t* shape, Py_ssize_t* strides):
+    """``t``'s strides (and sizes, unless ``shape`` is NULL) right-aligned to ``ndim``
+    dims, with stride 0 for missing leading dims and size-1 dims, so that ``t`` reads as
+    broadcast to any shape it broadcasts to."""
+    cdef int lead = ndim - len(t._sizes), i
+    cdef Py_ssize_t size
+    for i in range(lead):
+        strides[i] = 0
+    for i in range(len(t._sizes)):
+        size = t._sizes[i]
+        strides[lead + i] = 0 if size == 1 else <Py_ssize_t>t._strides[i]
+        if shape != NULL:
+            shape[lead + i] = size
+
+
+cdef object _binary(object left, object right, char opcode, str name):
+    """``left <op> right`` in C when both are float32/float64 CPU tensors of one dtype
+    (broadcast, any strides) or one is such a tensor and the other a Python number (rounded
+    to the tensor's dtype first, as PyTorch does).  When an operand requires grad, autograd
+    then only attaches its node to the result.  Anything else takes the registered op."""
+    cdef TensorBase ta, tb, out
+    cdef Py_ssize_t shape[MAX_DIMS]
+    cdef Py_ssize_t out_strides[MAX_DIMS]
+    cdef Py_ssize_t a_strides[MAX_DIMS]
+    cdef Py_ssize_t b_strides[MAX_DIMS]
+    cdef double number_f64[1]
+    cdef float number_f32[1]
+    cdef int ndim
+    cdef char* a_ptr
+    cdef char* b_ptr
+    cdef char* number
+    if _float_cpu(left) and _float_cpu(right) and \
+            (<TensorBase>left)._dtype is (<TensorBase>right)._dtype:
+        ta, tb = <TensorBase>left, <TensorBase>right
+        if ta._sizes == tb._sizes and ta._is_contig and tb._is_contig:
+            sizes, strides = ta._sizes, _contiguous_strides(ta._sizes)
+        else:
+            sizes = meta.broadcast_pair(ta._sizes, tb._sizes)
+            strides = meta.elementwise_output_strides(
+                sizes, ((ta._sizes, ta._strides), (tb._sizes, tb._strides)))
+    elif _float_cpu(left) and _exact_number(right):
+        ta = tb = <TensorBase>left
+        sizes = ta._sizes
+        strides = _contiguous_strides(sizes) if ta._is_contig else \
+            meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
+    elif _float_cpu(right) and _exact_number(left):
+        ta = tb = <TensorBase>right
+        sizes = ta._sizes
+        strides = _contiguous_strides(sizes) if ta._is_contig else \
+            meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
     else:
-        if opcode == b"+": kernels.add_f64(<double*>out, <double*>a, <double*>b, n)
-        elif opcode == b"-": kernels.sub_f64(<double*>out, <double*>a, <double*>b, n)
-        elif opcode == b"*": kernels.mul_f64(<double*>out, <double*>a, <double*>b, n)
-        else: kernels.div_f64(<double*>out, <double*>a, <double*>b, n)
-
-
-cdef inline void _scalar_loop(char opcode, int typenum, char* out, char* a, double b,
-                              Py_ssize_t n) noexcept nogil:
-    if typenum == cnp.NPY_FLOAT:
-        if opcode == b"+": kernels.add_scalar_f32(<float*>out, <float*>a, b, n)
-        elif opcode == b"-": kernels.sub_scalar_f32(<float*>out, <float*>a, b, n)
-        elif opcode == b"*": kernels.mul_scalar_f32(<float*>out, <float*>a, b, n)
-        else: kernels.div_scalar_f32(<float*>out, <float*>a, b, n)
+        return _dispatch_binary(name, left, right)
+    ndim = len(sizes)
+    out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), ta._dtype), sizes, strides, 0,
+                      ta._dtype)
+    _load_geometry(out, ndim, shape, out_strides)
+    number_f64[0] = 0
+    if type(left) is _tensor_cls:
+        _load_geometry(<TensorBase>left, ndim, NULL, a_strides)
+        a_ptr = _ptr(<TensorBase>left)
     else:
-        if opcode == b"+": kernels.add_scalar_f64(<double*>out, <double*>a, b, n)
-        elif opcode == b"-": kernels.sub_scalar_f64(<double*>out, <double*>a, b, n)
-        elif opcode == b"*": kernels.mul_scalar_f64(<double*>out, <double*>a, b, n)
-        else: kernels.div_scalar_f64(<double*>out, <double*>a, b, n)
+        number_f64[0] = left
+    if type(right) is _tensor_cls:
+        _load_geometry(<TensorBase>right, ndim, NULL, b_strides)
+        b_ptr = _ptr(<TensorBase>right)
+    else:
+        number_f64[0] = right
+    if type(left) is not _tensor_cls or type(right) is not _tensor_cls:
+        number_f32[0] = <float>number_f64[0]
+        number = <char*>number_f32 if ta._dtype.typenum == cnp.NPY_FLOAT else <char*>number_f64
+        if type(left) is not _tensor_cls:
+            a_ptr = number
+            memset(a_strides, 0, ndim * sizeof(Py_ssize_t))
+        else:
+            b_ptr = number
+            memset(b_strides, 0, ndim * sizeof(Py_ssize_t))
+    kernels.binary_raw(opcode, ta._dtype.typenum, ndim, shape, _ptr(out), out_strides, a_ptr,
+                       a_strides, b_ptr, b_strides)
+    if not mt_grad_disabled and (_requires_grad(ta) or _requires_grad(tb)):
+        return _attach_node(_recorded_ops[name], (left, right), None, out)
+    return out
+
+
+_EXACT_INT = 1 << 53
 
 
 # --------------------------------------------------------------------------- construction

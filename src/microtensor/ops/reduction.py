@@ -195,7 +195,9 @@ def sum(self, dim=None, keepdim=False, *, dtype=None):
 
 @sum.def_derivative
 def sum(grad, self_shape, dim, keepdim):
-    return unsqueeze_reduced(grad, self_shape, dim, keepdim).expand(self_shape),
+    if dim is not None:   # a full reduction's 0-d gradient expands as it is
+        grad = unsqueeze_reduced(grad, self_shape, dim, keepdim)
+    return grad.expand(self_shape),
 
 
 @op(kind="composite")
