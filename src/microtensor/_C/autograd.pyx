@@ -235,20 +235,93 @@ cdef class Geometry:
         self.offset = tensor._offset
 
 
+cdef class OpNode(Node):
+    """The backward of one registered op: calls the op's derivative formula.
+
+    ``saved`` holds the values the formula asks for, in the order of its parameters
+    (``op.saved_names``; ``SavedTensor``s for tensors, lists of them for list inputs);
+    ``slots`` says how the formula's results map onto the edges (per input: 0 for a
+    non-tensor, n for a list input such as ``cat``'s; None when every input is one
+    tensor); ``input_meta`` holds each edge's input (sizes, dtype) for
+    ``validate_outputs``.
+    """
+    cdef readonly object op
+    cdef readonly list saved
+    cdef readonly object slots
+    cdef object derivative
+    cdef tuple saved_names
+
+    def __init__(self, op, list saved, next_functions, slots, input_meta,
+                 Py_ssize_t num_outputs):
+        Node.__init__(self, next_functions, input_meta, num_outputs)
+        self.op = op
+        self.saved = saved
+        self.slots = slots
+        formula_op = op if op.derivative is not None else op.inplace_of   # add_ uses add's
+        self.derivative = formula_op.derivative
+        self.saved_names = formula_op.saved_names
+
+    def name(self):
+        return self.op.node_name
+
+    def apply(self, grads):
+        cdef list values = []
+        cdef Py_ssize_t expected = len(self.op.inputs)
+        for value in self.saved:
+            if isinstance(value, SavedTensor):
+                value = (<SavedTensor>value).unpack(self)
+            elif type(value) is list:
+                value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
+            values.append(value)
+        results = self.derivative(grads[0] if self.num_outputs == 1 else tuple(grads),
+                                  *values)
+        if len(results) != expected:
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of "
+                               f"gradients (expected {expected}, got {len(results)})")
+        if self.slots is None:
+            return results if type(results) is tuple else tuple(results)
+        flat = []
+        for slot, result in zip(self.slots, results):
+            if slot == 1:
+                flat.append(result)
+            elif slot > 1:
+                flat.extend(result if result is not None else [None] * slot)
+        return tuple(flat)
+
+    def release(self):
+        for value in self.saved:
+            if isinstance(value, SavedTensor):
+                (<SavedTensor>value).data = None
+            elif type(value) is list:
+                for v in value:
+                    if isinstance(v, SavedTensor):
+                        (<SavedTensor>v).data = None
+
+    def set_saved(self, str name, value):
+        """Replace the saved value called ``name`` (an in-place op saves its result once
+        history is rebased)."""
+        self.saved[self.saved_names.index(name)] = value
+
+    def __getattr__(self, name):
+        # PyTorch exposes saved values as ``grad_fn._saved_<name>``
+        if name.startswith("_saved_"):
+            key = name[len("_saved_"):]
+            value = self.saved[self.saved_names.index(key)] if key in self.saved_names else None
+            return value.unpack(self) if isinstance(value, SavedTensor) else value
+        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
+
+
 # --------------------------------------------------------------------------- recording
 
 cdef tuple _NONE_EDGE = (None, 0)
-cdef object _op_node = None
 cdef object _regenerated_view_node = None
 
 
-def install_nodes(op_node, regenerated_view_node):
-    """Called once by ``autograd.recording`` with the Python node classes recording makes:
-    ``op_node(op, saved, next_functions, slots, input_meta, num_outputs)`` (``OpNode``)
-    and ``regenerated_view_node(Geometry(base), Geometry(view), base_edge)``, a view's
-    ``grad_fn`` after its base changed in place (``AsStridedBackward0``)."""
-    global _op_node, _regenerated_view_node
-    _op_node = op_node
+def install_nodes(regenerated_view_node):
+    """Called once by ``autograd.recording`` with the Python node class for a view's
+    ``grad_fn`` after its base changed in place: ``regenerated_view_node(Geometry(base),
+    Geometry(view), base_edge)`` (``AsStridedBackward0``)."""
+    global _regenerated_view_node
     _regenerated_view_node = regenerated_view_node
 
 
@@ -269,13 +342,13 @@ cpdef dict bind_arguments(tuple params, dict defaults, varargs, args, dict kwarg
 
 
 def attach_node(op, args, kwargs, result):
-    """Make an ``op_node`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
+    """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
     saving what ``op.saved_plan`` asks for and an edge per tensor in ``op.inputs``."""
     cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = input_edges(op.inputs, bound)
-    node = _op_node(op, saved_values(op.saved_plan, bound, outputs), edges, slots, metas,
-                    len(outputs))
+    node = OpNode(op, saved_values(op.saved_plan, bound, outputs), edges, slots, metas,
+                  len(outputs))
     set_history(node, outputs, op.kind == "view")
     return result
 
@@ -356,38 +429,41 @@ cdef inline SavedTensor _saved(TensorBase tensor, bint is_output=False, int outp
     return (<SavedTensor>SavedTensor.__new__(SavedTensor))._fill(tensor, is_output, output_nr)
 
 
-cpdef dict saved_values(tuple plan, dict bound, tuple outputs):
-    """The values a derivative asks for, by ``plan`` (``Op.saved_plan``: ``(name, source,
-    read)`` per parameter) from the call's ``bound`` arguments and its ``outputs``
-    (None: all but ``result``, as an in-place op saves its inputs before it runs)."""
-    cdef dict saved = {}
+cpdef list saved_values(tuple plan, dict bound, tuple outputs):
+    """The values a derivative asks for, in order, by ``plan`` (``Op.saved_plan``:
+    ``(name, source, read)`` per parameter) from the call's ``bound`` arguments and its
+    ``outputs`` (None: results are left None, as an in-place op saves its inputs before it
+    runs)."""
+    cdef list saved = []
     for entry in plan:
-        name, source, read = <tuple>entry
-        if source == "argument":
-            if read is not None:
-                partner = bound.get(read)
-                if not (isinstance(partner, TensorBase) and partner.requires_grad):
-                    saved[name] = None
-                    continue
-            value = bound[name]
-            if isinstance(value, TensorBase):
-                saved[name] = _saved(value)
-            elif isinstance(value, (list, tuple)) and _has_tensor(value):
-                saved[name] = [_saved(v) if isinstance(v, TensorBase) else v for v in value]
-            else:
-                saved[name] = value
-        elif source == "meta":
-            value = bound[read[0]]
-            saved[name] = read[1](value) if isinstance(value, TensorBase) else None
-        elif outputs is not None:
-            if read is not None:
-                saved[name] = _saved(outputs[read], True, read)
-            elif len(outputs) == 1:
-                saved[name] = _saved(outputs[0], True)
-            else:
-                saved[name] = [_saved(o, True, i) if isinstance(o, TensorBase) else o
-                               for i, o in enumerate(outputs)]
+        saved.append(_saved_value(<tuple>entry, bound, outputs))
     return saved
+
+
+cdef object _saved_value(tuple entry, dict bound, tuple outputs):
+    name, source, read = entry
+    if source == "argument":
+        if read is not None:
+            partner = bound.get(read)
+            if not (isinstance(partner, TensorBase) and partner.requires_grad):
+                return None
+        value = bound[name]
+        if isinstance(value, TensorBase):
+            return _saved(value)
+        if isinstance(value, (list, tuple)) and _has_tensor(value):
+            return [_saved(v) if isinstance(v, TensorBase) else v for v in value]
+        return value
+    if source == "meta":
+        value = bound[read[0]]
+        return read[1](value) if isinstance(value, TensorBase) else None
+    if outputs is None:
+        return None
+    if read is not None:
+        return _saved(outputs[read], True, read)
+    if len(outputs) == 1:
+        return _saved(outputs[0], True)
+    return [_saved(o, True, i) if isinstance(o, TensorBase) else o
+            for i, o in enumerate(outputs)]
 
 
 cdef set_history(Node node, tuple outputs, bint is_view):

@@ -1,14 +1,13 @@
-"""The autograd graph's Python nodes: those that run a derivative formula.
+"""The autograd graph's Python nodes: the two that in-place writes into views create.
 
 The graph's data structures (``Node`` with its edges and hooks, ``AccumulateGrad``,
-``SavedTensor``, ``Geometry``) are in the Cython core (``microtensor._C.autograd``);
-the nodes here subclass ``Node``.  ``OpNode`` runs a registered op's derivative;
-``CopySlices`` and ``AsStridedBackward0`` are the two nodes in-place writes into views
-create (see ``autograd.recording``).
+``SavedTensor``, ``Geometry``) and ``OpNode``, which runs a registered op's derivative,
+are in the Cython core (``microtensor._C.autograd``).  ``CopySlices`` and
+``AsStridedBackward0`` here subclass ``Node`` (see ``autograd.recording``).
 """
 import weakref
 
-from microtensor._C.autograd import (RELEASED_ERROR, AccumulateGrad, Geometry, Node,
+from microtensor._C.autograd import (RELEASED_ERROR, AccumulateGrad, Geometry, Node, OpNode,
                                      SavedTensor, validate_outputs)
 from microtensor._C.meta import contiguous_format
 
@@ -34,74 +33,6 @@ class SavedInplaceViewOutput(SavedTensor):
         if copy_slices is None:
             raise RuntimeError(RELEASED_ERROR)
         return AsStridedBackward0(self.base, self.view, (copy_slices, 0))
-
-
-class OpNode(Node):
-    """The backward of one registered op: calls the op's derivative formula.
-
-    ``saved`` maps each name the formula asks for to its value (``SavedTensor``s for
-    tensors); ``slots`` says how the formula's results map onto the edges (per input: 0
-    for a non-tensor, n for a list input such as ``cat``'s; None when every input is one
-    tensor); ``input_meta`` holds each edge's input (sizes, dtype) for
-    ``engine.validate_outputs``.
-    """
-
-    __slots__ = ("op", "saved", "slots")
-
-    def __init__(self, op, saved, next_functions, slots, input_meta, num_outputs):
-        Node.__init__(self, next_functions, input_meta, num_outputs)
-        self.op = op
-        self.saved = saved
-        self.slots = slots
-
-    def name(self):
-        return self.op.node_name
-
-    def unpacked(self):
-        values = self.saved.copy()
-        for name, value in values.items():
-            if isinstance(value, SavedTensor):
-                values[name] = value.unpack(self)
-            elif type(value) is list:
-                values[name] = [v.unpack(self) if isinstance(v, SavedTensor) else v
-                                for v in value]
-        return values
-
-    def apply(self, grads):
-        op = self.op
-        derivative = op.derivative or op.inplace_of.derivative
-        results = derivative(grads[0] if self.num_outputs == 1 else tuple(grads),
-                             **self.unpacked())
-        slots = self.slots
-        expected = len(op.inputs)
-        if len(results) != expected:
-            raise RuntimeError(f"function {self.name()} returned an incorrect number of "
-                               f"gradients (expected {expected}, got {len(results)})")
-        if slots is None:
-            return results if type(results) is tuple else tuple(results)
-        flat = []
-        for slot, result in zip(slots, results):
-            if slot == 1:
-                flat.append(result)
-            elif slot > 1:
-                flat.extend(result if result is not None else [None] * slot)
-        return tuple(flat)
-
-    def release(self):
-        for value in self.saved.values():
-            if isinstance(value, SavedTensor):
-                value.data = None
-            elif type(value) is list:
-                for v in value:
-                    if isinstance(v, SavedTensor):
-                        v.data = None
-
-    def __getattr__(self, name):
-        # PyTorch exposes saved values as ``grad_fn._saved_<name>``
-        if name.startswith("_saved_"):
-            value = self.saved.get(name[len("_saved_"):])
-            return value.unpack(self) if isinstance(value, SavedTensor) else value
-        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
 
 class CopySlices(Node):

@@ -10,11 +10,10 @@ The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
 ``saved_values``) are in the Cython core (``microtensor._C.autograd``); the rules that
 decide which of them runs are here.
 """
-from microtensor._C.autograd import (SavedTensor, attach_node, current_grad_fn, gradient_edge,
-                                     input_edges, install_nodes, saved_values)
+from microtensor._C.autograd import (OpNode, SavedTensor, attach_node, current_grad_fn,
+                                     gradient_edge, input_edges, install_nodes, saved_values)
 from microtensor._C.tensor import set_grad_enabled
-from microtensor.autograd.graph import (AsStridedBackward0, CopySlices, OpNode,
-                                        SavedInplaceViewOutput)
+from microtensor.autograd.graph import AsStridedBackward0, CopySlices, SavedInplaceViewOutput
 from microtensor.ops import dispatch
 
 
@@ -98,10 +97,10 @@ def record_inplace(op, args, kwargs):
     node = OpNode(op, saved, edges, slots, metas, 1)
     rebase_history(self, node)
     if "result" in base_op.saved_names:
-        saved["result"] = SavedInplaceViewOutput(self, self._base._grad_fn) \
-            if self._is_diff_view else SavedTensor(self, True)
+        node.set_saved("result", SavedInplaceViewOutput(self, self._base._grad_fn)
+                       if self._is_diff_view else SavedTensor(self, True))
     return result
 
 
-install_nodes(OpNode, AsStridedBackward0)
+install_nodes(AsStridedBackward0)
 dispatch.record = record
