@@ -650,9 +650,25 @@ cdef inline bint _requires_grad(TensorBase t):
     return t._is_diff_view and _requires_grad(<TensorBase>t._base)
 
 
+cdef object _parameter_cls = None   # nn.Parameter: served by the fast paths like Tensor
+
+
+def register_parameter_class(cls):
+    """Called by ``microtensor.nn``: parameters take the fast paths too (their results are
+    plain tensors, as in PyTorch)."""
+    global _parameter_cls
+    _parameter_cls = cls
+
+
+cdef inline bint _served(object t):
+    """Whether ``t``'s type is one the fast paths serve: ``Tensor`` or ``nn.Parameter``
+    (not subclasses such as vmap's ``BatchedTensor``, whose ops must be dispatched)."""
+    return type(t) is _tensor_cls or type(t) is _parameter_cls
+
+
 cdef inline bint _plain(object t):
     """True when ``t`` is an ordinary tensor that needs no autograd recording right now."""
-    if type(t) is not _tensor_cls:
+    if not _served(t):
         return False
     return mt_grad_disabled or not _requires_grad(<TensorBase>t)
 
@@ -660,7 +676,7 @@ cdef inline bint _plain(object t):
 cdef inline bint _float_cpu(object t):
     """Whether ``t`` is a float32 or float64 CPU ``Tensor`` (the fast paths' dtypes)."""
     cdef int typenum
-    if type(t) is not _tensor_cls:
+    if not _served(t):
         return False
     typenum = (<TensorBase>t)._dtype.typenum
     return (<TensorBase>t)._storage.device is cpu and (typenum == cnp.NPY_FLOAT or
@@ -703,8 +719,8 @@ cdef object _binary(object left, object right, char opcode, str name):
     cdef char* a_ptr
     cdef char* b_ptr
     cdef char* number
-    if _float_cpu(left) and _float_cpu(right) and \
-            (<TensorBase>left)._dtype is (<TensorBase>right)._dtype:
+    cdef bint left_tensor = _float_cpu(left), right_tensor = _float_cpu(right)
+    if left_tensor and right_tensor and (<TensorBase>left)._dtype is (<TensorBase>right)._dtype:
         ta, tb = <TensorBase>left, <TensorBase>right
         if ta._sizes == tb._sizes and ta._is_contig and tb._is_contig:
             sizes, strides = ta._sizes, _contiguous_strides(ta._sizes)
@@ -712,12 +728,12 @@ cdef object _binary(object left, object right, char opcode, str name):
             sizes = meta.broadcast_pair(ta._sizes, tb._sizes)
             strides = meta.elementwise_output_strides(
                 sizes, ((ta._sizes, ta._strides), (tb._sizes, tb._strides)))
-    elif _float_cpu(left) and _exact_number(right):
+    elif left_tensor and _exact_number(right):
         ta = tb = <TensorBase>left
         sizes = ta._sizes
         strides = _contiguous_strides(sizes) if ta._is_contig else \
             meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
-    elif _float_cpu(right) and _exact_number(left):
+    elif right_tensor and _exact_number(left):
         ta = tb = <TensorBase>right
         sizes = ta._sizes
         strides = _contiguous_strides(sizes) if ta._is_contig else \
@@ -729,20 +745,20 @@ cdef object _binary(object left, object right, char opcode, str name):
                       ta._dtype)
     _load_geometry(out, ndim, shape, out_strides)
     number_f64[0] = 0
-    if type(left) is _tensor_cls:
+    if left_tensor:
         _load_geometry(<TensorBase>left, ndim, NULL, a_strides)
         a_ptr = _ptr(<TensorBase>left)
     else:
         number_f64[0] = left
-    if type(right) is _tensor_cls:
+    if right_tensor:
         _load_geometry(<TensorBase>right, ndim, NULL, b_strides)
         b_ptr = _ptr(<TensorBase>right)
     else:
         number_f64[0] = right
-    if type(left) is not _tensor_cls or type(right) is not _tensor_cls:
+    if not (left_tensor and right_tensor):
         number_f32[0] = <float>number_f64[0]
         number = <char*>number_f32 if ta._dtype.typenum == cnp.NPY_FLOAT else <char*>number_f64
-        if type(left) is not _tensor_cls:
+        if not left_tensor:
             a_ptr = number
             memset(a_strides, 0, ndim * sizeof(Py_ssize_t))
         else:
@@ -756,6 +772,59 @@ cdef object _binary(object left, object right, char opcode, str name):
 
 
 _EXACT_INT = 1 << 53
+
+
+def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtype):
+    """``ufunc`` over ``operands`` into a fresh result, when no type promotion is needed:
+    CPU tensors of one dtype, with Python numbers that do not promote it (an int beside a
+    non-bool dtype, a float beside a floating one).  The result has ``result_dtype`` (None:
+    the operands'), NumPy computes in ``compute_dtype`` (None: the result's), and the
+    layout follows PyTorch's rule for elementwise outputs.  None when the operands do not
+    qualify (``ops.loops.pointwise`` then promotes and checks devices in Python)."""
+    cdef TensorBase first = None, t
+    cdef bint alike = True
+    cdef list layouts = None
+    for x in operands:
+        if isinstance(x, TensorBase):
+            t = <TensorBase>x
+            if t._storage.device is not cpu:
+                return None
+            if first is None:
+                first = t
+            elif t._dtype is not first._dtype:
+                return None
+            elif t._sizes != first._sizes or not t._is_contig:
+                alike = False
+        elif not (type(x) is int or type(x) is float):
+            return None
+    if first is None or not first._is_contig:
+        alike = False
+    for x in operands:
+        if (type(x) is float and not first._dtype.is_floating_point) or \
+                (type(x) is int and first._dtype is bool_):
+            return None
+    if alike:
+        sizes, strides = first._sizes, _contiguous_strides(first._sizes)
+    else:
+        sizes = ()
+        layouts = []
+        for x in operands:
+            if isinstance(x, TensorBase):
+                t = <TensorBase>x
+                sizes = meta.broadcast_pair(sizes, t._sizes)
+                layouts.append((t._sizes, t._strides))
+        strides = meta.elementwise_output_strides(sizes, layouts)
+    if result_dtype is None:
+        result_dtype = first._dtype
+    out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), result_dtype), sizes, strides,
+                      0, result_dtype)
+    if out._numel:
+        arrays = [_ndarray_view(<TensorBase>x) if isinstance(x, TensorBase) else x
+                  for x in operands]
+        ufunc(*arrays, out=_ndarray_view(out),
+              dtype=(compute_dtype if compute_dtype is not None else result_dtype).np,
+              casting="unsafe")
+    return out
 
 
 # --------------------------------------------------------------------------- construction
@@ -841,6 +910,10 @@ def from_array(arr, dev=None):
     of the item size).  Arrays with other strides are copied first."""
     cdef dtype dt = dtype_from_numpy(arr.dtype)
     cdef Py_ssize_t item = dt.itemsize
+    if arr.flags.c_contiguous:   # the common case: a kernel's fresh result
+        sizes = tuple(arr.shape)
+        return _new_tensor(_tensor_cls, Storage(arr.reshape(-1), cpu), sizes,
+                           _contiguous_strides(sizes), 0, dt)
     if any(s < 0 or s % item for s in arr.strides):
         arr = np.ascontiguousarray(arr)
     strides = tuple(s // item for s in arr.strides)

@@ -9,9 +9,11 @@ With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 import sys
 
 from microtensor._C import meta
+from microtensor._C.meta import contiguous_format
 from microtensor._C.autograd import execute, validate_outputs
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.recording import gradient_edge
+from microtensor.ops.factory import ones_like
 
 
 def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None):
@@ -82,7 +84,6 @@ def _as_tuple(x):
 
 
 def _make_grads(outputs, grad_outputs, is_grads_batched=False):
-    from microtensor.ops.factory import ones_like
     grads = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
         if g is None:
@@ -92,10 +93,10 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
                 if not out._dtype.is_floating_point:
                     raise RuntimeError("grad can be implicitly created only for real scalar "
                                        f"outputs but got {out.dtype}")
-                g = ones_like(out, memory_format=_contiguous())
+                g = ones_like(out, memory_format=contiguous_format)
         elif isinstance(g, TensorBase):
-            shape = tuple(g.shape[1:]) if is_grads_batched else tuple(g.shape)
-            if shape != tuple(out.shape):
+            shape = g._sizes[1:] if is_grads_batched else g._sizes
+            if shape != out._sizes:
                 if is_grads_batched:
                     raise RuntimeError(
                         "If `is_grads_batched=True`, we interpret the first dimension of each "
@@ -112,11 +113,6 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
                             f"{type(g).__name__}")
         grads.append(g)
     return grads
-
-
-def _contiguous():
-    from microtensor._C.meta import contiguous_format
-    return contiguous_format
 
 
 def _root_edges(outputs):

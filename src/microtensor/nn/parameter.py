@@ -1,4 +1,5 @@
 """``Parameter``: a tensor that a ``Module`` registers as learnable (requires grad)."""
+from microtensor._C.tensor import register_parameter_class
 from microtensor._tensor import Tensor
 
 
@@ -24,3 +25,6 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+
+register_parameter_class(Parameter)

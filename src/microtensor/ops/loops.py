@@ -9,7 +9,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
-                                   get_default_dtype)
+                                   get_default_dtype, pointwise_fast)
 from microtensor._dtype import can_cast, result_type
 from microtensor.backends import cuda
 
@@ -134,18 +134,10 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     ``dtype`` is the result dtype (default: promotion of the operands); ``compute_dtype``
     the dtype NumPy computes in (default: ``dtype``; comparisons pass the promoted type).
     """
-    if out is None and _alike_contiguous(operands):
-        # no promotion, broadcasting or layout choice to make: the common case
-        first = operands[0]
-        sizes = first._sizes
-        if dtype is None:
-            dtype = first._dtype
-        out = empty_strided_unchecked(sizes, meta.contiguous_strides(sizes), dtype,
-                                      first._storage.device)
-        if out._numel:
-            ufunc(*[x._array() for x in operands], out=out._array(),
-                  dtype=(compute_dtype or dtype).np, casting="unsafe")
-        return out
+    if out is None:
+        result = pointwise_fast(ufunc, operands, dtype, compute_dtype)
+        if result is not None:
+            return result
     promoted = result_type(*operands)
     if dtype is None:
         dtype = promoted
@@ -162,18 +154,6 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
         ufunc(*[array_of(x, dev) for x in operands], out=out._array(), dtype=compute,
               casting="unsafe")
     return out
-
-
-def _alike_contiguous(operands):
-    """Whether the operands are contiguous tensors of one shape, dtype and device."""
-    first = operands[0]
-    if not isinstance(first, TensorBase) or not first._is_contig:
-        return False
-    for x in operands[1:]:
-        if not (isinstance(x, TensorBase) and x._is_contig and x._sizes == first._sizes and
-                x._dtype is first._dtype and x._storage.device is first._storage.device):
-            return False
-    return True
 
 
 def dims_of(dim, ndim):

@@ -190,7 +190,7 @@ def sum(self, dim=None, keepdim=False, *, dtype=None):
     if dim is None and not keepdim and self.device.type == "cpu":
         value = kernels.sum_all(self._array())
         return from_numpy_result(np.asarray(value, dtype=out_dtype.np))
-    return reduce(np.sum, self, dim, keepdim, out_dtype)
+    return reduce(np.add.reduce, self, dim, keepdim, out_dtype)
 
 
 @sum.def_derivative
