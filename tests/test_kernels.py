@@ -319,3 +319,54 @@ def test_tensor_sum_fast_path_on_strided_views(dtype, data):
     assert total.dtype == mt.from_numpy(view).dtype and total.shape == ()
     np.testing.assert_allclose(total.item(), view.astype(np.float64).sum(),
                                rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([np.float32, np.float64, np.int64, np.int32]), st.data())
+def test_gather_and_scatter_add_along_a_dim_match_numpy(dtype, data):
+    """``gather_``/``scatter_add_`` on strided views, repeated positions included, against
+    NumPy's ``take_along_axis`` and ``add.at``; an out-of-range position is reported and
+    nothing is written."""
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    source = data.draw(strided_views(dtype, shape))[1]
+    index_shape = tuple(data.draw(st.integers(0, n)) if k != dim else data.draw(st.integers(0, 5))
+                        for k, n in enumerate(shape))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    positions = rng.integers(0, shape[dim], index_shape).astype(np.int64)
+    if data.draw(st.booleans()) and positions.ndim > 1:
+        positions = positions.swapaxes(0, -1).copy().swapaxes(0, -1)  # non-contiguous
+    grids = list(np.indices(index_shape, sparse=True))
+    grids[dim] = positions
+    out = np.empty(index_shape, dtype)
+    assert kernels.gather_(out, source, positions, dim) is None
+    np.testing.assert_array_equal(out, source[tuple(grids)])
+
+    values = random_values(rng, dtype, index_shape)
+    target = source.copy()
+    expected = target.copy()
+    np.add.at(expected, tuple(grids), values)
+    assert kernels.scatter_add_(target, positions, values, dim) is None
+    np.testing.assert_allclose(target, expected, rtol=1e-6)
+    if positions.size:
+        bad = positions.copy()
+        bad.flat[-1] = shape[dim]
+        before = target.copy()
+        assert kernels.scatter_add_(target, bad, values, dim) == shape[dim]
+        np.testing.assert_array_equal(target, before)
+        assert kernels.gather_(out, source, -1 - bad, dim) is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.booleans(), st.data())
+def test_softmax_along_an_axis_matches_numpy(dtype, log_of, data):
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    source = data.draw(strided_views(dtype, shape))[1] / 100   # exp stays finite
+    shifted = source.astype(np.float64) - source.max(axis=axis, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True)) if log_of \
+        else np.exp(shifted) / np.exp(shifted).sum(axis=axis, keepdims=True)
+    out = np.empty(shape, dtype).swapaxes(0, -1).copy().swapaxes(0, -1)   # any layout
+    kernels.softmax_(out, source, axis, log_of)
+    np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-6 if dtype == np.float32 else 1e-14)

@@ -785,6 +785,222 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
 
 
 # ---------------------------------------------------------------------------------------
+# gather / scatter_add along a dim: every element of an int64 `positions` array names the
+# coordinate, along `dim`, of the element it reads or writes (its other coordinates are its
+# own).  Operand 0 of the layout is `positions`, operand 1 the array of positions' shape
+# (gather's result, scatter's source), operand 2 the indexed array with stride 0 along dim.
+# ---------------------------------------------------------------------------------------
+
+cdef Py_ssize_t along_layout(Layout* layout, cnp.ndarray positions, cnp.ndarray data,
+                             cnp.ndarray indexed, int dim) except? -1:
+    """Fill `layout` for a walk over `positions`; returns `indexed`'s byte stride along
+    `dim` (0 when there is nothing to walk: the layout is then empty)."""
+    cdef int ndim = cnp.PyArray_NDIM(positions), d, kept = 0
+    if cnp.PyArray_TYPE(positions) != cnp.NPY_INT64 or cnp.PyArray_NDIM(data) != ndim or \
+            cnp.PyArray_NDIM(indexed) != ndim or not 0 <= dim < ndim or \
+            cnp.PyArray_TYPE(data) != cnp.PyArray_TYPE(indexed):
+        raise TypeError("along: int64 positions and same-rank arrays of one dtype expected")
+    layout.nops = 3
+    layout.ndim = 0
+    for d in range(ndim):
+        if cnp.PyArray_DIM(positions, d) == 0:
+            return 0
+        if cnp.PyArray_DIM(positions, d) > cnp.PyArray_DIM(data, d) or \
+                (d != dim and cnp.PyArray_DIM(positions, d) > cnp.PyArray_DIM(indexed, d)):
+            raise ValueError("along: positions reach past an operand")
+        layout.shape[kept] = cnp.PyArray_DIM(positions, d)
+        layout.strides[0][kept] = cnp.PyArray_STRIDE(positions, d)
+        layout.strides[1][kept] = cnp.PyArray_STRIDE(data, d)
+        layout.strides[2][kept] = 0 if d == dim else cnp.PyArray_STRIDE(indexed, d)
+        kept += 1
+    layout.ndim = kept
+    order_and_coalesce(layout)
+    return cnp.PyArray_STRIDE(indexed, dim)
+
+
+cdef bint first_out_of_range(Layout* layout, const char* positions, int64_t bound,
+                             int64_t* bad) noexcept nogil:
+    cdef int inner = layout.ndim - 1
+    cdef Py_ssize_t i, step = layout.strides[0][inner]
+    cdef int64_t value
+    cdef OuterIter it
+    start_outer(&it, inner, 1)
+    while True:
+        for i in range(layout.shape[inner]):
+            value = (<const int64_t*>(positions + it.offset[0] + i * step))[0]
+            if value < 0 or value >= bound:
+                bad[0] = value
+                return True
+        if not advance_outer(&it, layout):
+            return False
+
+
+cdef void gather_layout(Layout* layout, const char* positions, char* out, const char* src,
+                        Py_ssize_t dim_stride, Py_ssize_t itemsize) noexcept nogil:
+    cdef int inner = layout.ndim - 1
+    cdef Py_ssize_t i
+    cdef OuterIter it
+    cdef const char* read
+    start_outer(&it, inner, 3)
+    while True:
+        for i in range(layout.shape[inner]):
+            read = src + it.offset[2] + i * layout.strides[2][inner] + dim_stride * \
+                (<const int64_t*>(positions + it.offset[0] + i * layout.strides[0][inner]))[0]
+            memcpy(out + it.offset[1] + i * layout.strides[1][inner], read, itemsize)
+        if not advance_outer(&it, layout):
+            return
+
+
+cdef void scatter_add_layout(Layout* layout, const char* positions, const char* src,
+                             char* target, Py_ssize_t dim_stride,
+                             src_t* dtype_marker) noexcept nogil:
+    cdef int inner = layout.ndim - 1
+    cdef Py_ssize_t i
+    cdef OuterIter it
+    cdef src_t* write
+    start_outer(&it, inner, 3)
+    while True:
+        for i in range(layout.shape[inner]):
+            write = <src_t*>(target + it.offset[2] + i * layout.strides[2][inner] + dim_stride *
+                             (<const int64_t*>(positions + it.offset[0] +
+                                               i * layout.strides[0][inner]))[0])
+            write[0] = write[0] + (<const src_t*>(src + it.offset[1] +
+                                                  i * layout.strides[1][inner]))[0]
+        if not advance_outer(&it, layout):
+            return
+
+
+def gather_(cnp.ndarray out not None, cnp.ndarray src not None, cnp.ndarray positions not None,
+            int dim):
+    """out[p] = src[p with coordinate `dim` replaced by positions[p]] for every position p
+    of `positions` (int64, out's shape).  Returns the first index outside src's extent
+    along `dim` (nothing is read then), else None."""
+    cdef Layout layout
+    cdef int64_t bad
+    cdef Py_ssize_t dim_stride = along_layout(&layout, positions, out, src, dim)
+    if layout.ndim == 0 and dim_stride == 0:
+        return None
+    if first_out_of_range(&layout, <const char*>cnp.PyArray_DATA(positions),
+                          cnp.PyArray_DIM(src, dim), &bad):
+        return bad
+    gather_layout(&layout, <const char*>cnp.PyArray_DATA(positions),
+                  <char*>cnp.PyArray_DATA(out), <const char*>cnp.PyArray_DATA(src), dim_stride,
+                  cnp.PyArray_ITEMSIZE(src))
+    return None
+
+
+def scatter_add_(cnp.ndarray target not None, cnp.ndarray positions not None,
+                 cnp.ndarray src not None, int dim):
+    """target[p with coordinate `dim` replaced by positions[p]] += src[p] for every position
+    p of `positions` (int64; src at least its shape), repeated positions all counting.
+    Returns the first index outside target's extent along `dim` (nothing is written
+    then), else None.  float32/float64/int64/int32 only (TypeError otherwise); `src` must
+    not overlap `target`."""
+    cdef Layout layout
+    cdef int64_t bad
+    cdef int code = dtype_code(target)
+    cdef Py_ssize_t dim_stride = along_layout(&layout, positions, src, target, dim)
+    if code < 0 or code == BOOL or not cnp.PyArray_ISWRITEABLE(target):
+        raise TypeError("scatter_add_: a writeable float32, float64, int64 or int32 target "
+                        "expected")
+    if layout.ndim == 0 and dim_stride == 0:
+        return None
+    cdef const char* where = <const char*>cnp.PyArray_DATA(positions)
+    cdef const char* values = <const char*>cnp.PyArray_DATA(src)
+    cdef char* data = <char*>cnp.PyArray_DATA(target)
+    if first_out_of_range(&layout, where, cnp.PyArray_DIM(target, dim), &bad):
+        return bad
+    if code == F32:
+        scatter_add_layout(&layout, where, values, data, dim_stride, <float*>NULL)
+    elif code == F64:
+        scatter_add_layout(&layout, where, values, data, dim_stride, <double*>NULL)
+    elif code == I64:
+        scatter_add_layout(&layout, where, values, data, dim_stride, <int64_t*>NULL)
+    else:
+        scatter_add_layout(&layout, where, values, data, dim_stride, <int32_t*>NULL)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# softmax / log_softmax along one axis: each row is shifted by its maximum before exp, so
+# that no exp overflows; the sum of a row is accumulated in double.
+# ---------------------------------------------------------------------------------------
+
+cdef extern from "<math.h>" nogil:
+    double exp(double)
+    double log(double)
+    float expf(float)
+    float logf(float)
+
+
+cdef inline floating exp_of(floating x) noexcept nogil:
+    if floating is float:
+        return expf(x)
+    else:
+        return exp(x)
+
+
+cdef void softmax_row(floating* out, Py_ssize_t so, const floating* src, Py_ssize_t ss,
+                      Py_ssize_t n, bint log_of) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef floating peak = src[0], shifted
+    cdef double total = 0
+    for i in range(1, n):
+        if src[i * ss] > peak or src[i * ss] != src[i * ss]:   # NaN wins, as in amax
+            peak = src[i * ss]
+    for i in range(n):
+        shifted = src[i * ss] - peak
+        out[i * so] = shifted
+        total += exp_of(shifted)
+    if log_of:
+        for i in range(n):
+            out[i * so] = <floating>(out[i * so] - log(total))
+    else:
+        for i in range(n):
+            out[i * so] = <floating>(exp_of(out[i * so]) / total)
+
+
+def softmax_(cnp.ndarray out not None, cnp.ndarray src not None, int axis, bint log_of):
+    """out = softmax (or log_softmax) of src along `axis`: float32/float64 arrays of one
+    shape and dtype that do not overlap."""
+    cdef Layout layout
+    cdef OuterIter it
+    cdef int ndim = cnp.PyArray_NDIM(src), d
+    cdef int code = dtype_code(src)
+    cdef Py_ssize_t n
+    if (code != F32 and code != F64) or dtype_code(out) != code or \
+            not same_shape(out, src, False) or not 0 <= axis < ndim or \
+            not cnp.PyArray_ISWRITEABLE(out):
+        raise TypeError("softmax_: float32/float64 arrays of one shape and dtype expected")
+    n = cnp.PyArray_DIM(src, axis)
+    layout.nops = 2
+    layout.ndim = 0
+    for d in range(ndim):
+        if cnp.PyArray_DIM(src, d) == 0:
+            return
+        if d != axis and cnp.PyArray_DIM(src, d) != 1:
+            layout.shape[layout.ndim] = cnp.PyArray_DIM(src, d)
+            layout.strides[0][layout.ndim] = cnp.PyArray_STRIDE(out, d)
+            layout.strides[1][layout.ndim] = cnp.PyArray_STRIDE(src, d)
+            layout.ndim += 1
+    cdef char* o = <char*>cnp.PyArray_DATA(out)
+    cdef const char* x = <const char*>cnp.PyArray_DATA(src)
+    cdef Py_ssize_t so = cnp.PyArray_STRIDE(out, axis) // cnp.PyArray_ITEMSIZE(src)
+    cdef Py_ssize_t ss = cnp.PyArray_STRIDE(src, axis) // cnp.PyArray_ITEMSIZE(src)
+    start_outer(&it, layout.ndim, 2)
+    with nogil:
+        while True:
+            if code == F32:
+                softmax_row(<float*>(o + it.offset[0]), so, <const float*>(x + it.offset[1]),
+                            ss, n, log_of)
+            else:
+                softmax_row(<double*>(o + it.offset[0]), so,
+                            <const double*>(x + it.offset[1]), ss, n, log_of)
+            if not advance_outer(&it, &layout):
+                break
+
+
+# ---------------------------------------------------------------------------------------
 # Small matrix products: below a few thousand multiply-adds a plain loop beats the cost of
 # calling BLAS through NumPy.
 # ---------------------------------------------------------------------------------------

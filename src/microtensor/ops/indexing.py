@@ -14,12 +14,12 @@ storage is ever read or written.
 """
 import numpy as np
 
-from microtensor._C import meta
+from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
 from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
-from microtensor.ops.loops import array_module, update_at
+from microtensor.ops.loops import array_module, new_result, update_at
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
 
@@ -416,12 +416,19 @@ def gather(self, dim, index, *, sparse_grad=False):
                                f"{list(index._sizes)} to be no larger than self "
                                f"{list(self._sizes)} apart from dimension {d}")
     positions = index._array().reshape(index_shape)
-    bad = _out_of_range(positions, 0, self_shape[d])
+    source = self._array().reshape(self_shape)
+    if isinstance(positions, np.ndarray):
+        out = new_result(index._sizes, self._dtype, device=self.device)
+        bad = kernels.gather_(out._array().reshape(index_shape), source,
+                              positions.astype(np.int64, copy=False), d)
+    else:
+        bad = _out_of_range(positions, 0, self_shape[d])
     if bad is not None:
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
                            f"{self_shape[d]}")
-    values = self._array().reshape(self_shape)[_along(positions, d)]
-    return fresh_tensor(values.reshape(index._sizes))
+    if isinstance(positions, np.ndarray):
+        return out
+    return fresh_tensor(source[_along(positions, d)].reshape(index._sizes))
 
 
 @gather.def_derivative
@@ -462,13 +469,17 @@ def _check_scatter(name, self, dim, index, src):
 
 def _scatter_into(out, self, d, positions, source, reduce):
     target = out._array().reshape(_shape_or_vector(self))
-    where = _along(positions, d)
     if isinstance(source, np.ndarray) or cuda.is_device_array(source):
         source = source.reshape(source.shape or (1,))[tuple(slice(0, n) for n in positions.shape)]
         if np.may_share_memory(source, target):
             source = source.copy()
     else:
         source = target.dtype.type(source)
+    if reduce == "add" and isinstance(target, np.ndarray) and target.dtype != np.bool_ and \
+            isinstance(source, np.ndarray):
+        kernels.scatter_add_(target, positions.astype(np.int64, copy=False), source, d)
+        return out
+    where = _along(positions, d)
     if reduce is None:
         target[where] = source
     elif reduce == "add":

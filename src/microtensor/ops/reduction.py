@@ -516,6 +516,9 @@ def _normalised_exp(name, log):
             return result
         arr, axis = _along(self, dim)
         out = result._array().reshape(arr.shape)
+        if isinstance(arr, np.ndarray):
+            kernels.softmax_(out, arr, axis, log)
+            return result
         np.subtract(arr, np.amax(arr, axis=axis, keepdims=True), out=out)
         if log:
             out -= np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
