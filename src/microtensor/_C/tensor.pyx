@@ -478,6 +478,25 @@ cdef class TensorBase:
                                    (self._strides[1], self._strides[0]), self._offset)
         return _dispatch_call("t", self)
 
+    def transpose(self, dim0, dim1):
+        cdef Py_ssize_t a, b, n = len(self._sizes)
+        if not (_plain(self) and n and type(dim0) is int and type(dim1) is int):
+            return _dispatch_call("transpose", self, dim0, dim1)
+        a, b = _wrap_dim(dim0, n), _wrap_dim(dim1, n)
+        sizes, strides = list(self._sizes), list(self._strides)
+        sizes[a], sizes[b] = sizes[b], sizes[a]
+        strides[a], strides[b] = strides[b], strides[a]
+        return self._view_fast(tuple(sizes), tuple(strides), self._offset)
+
+    def unsqueeze(self, dim):
+        cdef Py_ssize_t d, n = len(self._sizes)
+        if not (_plain(self) and type(dim) is int):
+            return _dispatch_call("unsqueeze", self, dim)
+        d = _wrap_dim(dim, n + 1)
+        stride = <Py_ssize_t>self._sizes[d] * <Py_ssize_t>self._strides[d] if d < n else 1
+        return self._view_fast(self._sizes[:d] + (1,) + self._sizes[d:],
+                               self._strides[:d] + (stride,) + self._strides[d:], self._offset)
+
     def view(self, *shape):
         result = self._reshaped_view(shape)
         return result if result is not None else _dispatch_call("view", self, *shape)
