@@ -182,6 +182,14 @@ def arange(*args, **kwargs):
     return ndarray._of(np.arange(*args, **kwargs))
 
 
+def zeros(shape, dtype=float):
+    return ndarray._of(np.zeros(shape, dtype))
+
+
+def where(condition, x, y):
+    return _wrap(np.where(*_unwrap((condition, x, y))))
+
+
 class _Device:
     def __init__(self, index=0):
         self.id = index

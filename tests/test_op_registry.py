@@ -85,8 +85,21 @@ def _to_torch(x):
     return x
 
 
+def _nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
+                       ignore_index=-100):
+    """PyTorch's nll_loss gradient, through its autograd (aten's op takes other arguments)."""
+    x = torch.zeros(self_shape, dtype=grad.dtype, requires_grad=True)
+    loss = torch.nn.functional.nll_loss(x, target, weight, reduction=reduction,
+                                        ignore_index=ignore_index)
+    return torch.autograd.grad(loss, x, grad)[0]
+
+
 def _torch_callable(op):
     name = op.name
+    if name == "nll_loss":
+        return torch.nn.functional.nll_loss
+    if name == "nll_loss_backward":
+        return _nll_loss_backward
     if not op.function or _is_inplace(op):
         method = getattr(torch.Tensor, name, None)
     else:

@@ -40,23 +40,9 @@ def _reduce(loss, reduction):
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log-likelihood of class ``target`` under log-probabilities ``input``
-    (shape (N, C) or (C,) with a 0-d target)."""
-    if input.dim() == 1:
-        picked = -input.gather(0, target.reshape(1)).reshape(())
-        return picked if reduction != "mean" else picked
-    if target.dim() != 1 or target.shape[0] != input.shape[0]:
-        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target "
-                         f"batch_size ({target.shape[0] if target.dim() else 0}).")
-    valid = target != ignore_index
-    safe_target = target.masked_fill(~valid, 0)
-    picked = -input.gather(1, safe_target.unsqueeze(1)).squeeze(1)
-    w = valid.to(input.dtype)
-    if weight is not None:
-        w = w * weight.index_select(0, safe_target)
-    loss = picked * w
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    return _reduce(loss, reduction)
+    (shape (N, C), or (C,) with a 0-d target): one op, ``ops.loss.nll_loss``."""
+    return _op("nll_loss", input, target, weight, reduction=reduction,
+               ignore_index=ignore_index)
 
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",

@@ -24,6 +24,7 @@ from microtensor._C.tensor import TensorBase, bool_, from_array
 from microtensor._dtype import result_type
 from microtensor.ops import dispatch
 from microtensor.ops import copy as copy_ops
+from microtensor.ops import loss as loss_ops
 from microtensor.ops import view as view_ops
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
@@ -932,6 +933,76 @@ def _index_spread(index, like, d):
     sizes = list(like._sizes)
     sizes[d] = index._sizes[1]
     return index.view(shape).expand(sizes)
+
+
+# --------------------------------------------------------------------------- losses
+
+def _targets_and_weights(target, weight, ignore_index, level, size, dtype):
+    """Physical targets (batch dim first) and each row's class weight (0 where ignored),
+    or the targets as they are and None without class weights (the op itself then drops
+    ignored targets).  Class weights may be batched: ignored targets read class 0."""
+    targets = _front_or_expanded(target, level, size)
+    if weight is None:
+        return targets, None
+    valid = targets != ignore_index
+    picked = targets.masked_fill(~valid, 0)
+    per_sample = _front_or_expanded(weight, level, size)
+    weights = valid.to(dtype) * per_sample.gather(1, picked.reshape(size, -1)).reshape(
+        targets.shape)
+    return picked, weights
+
+
+def _total_weight(targets, weights, ignore_index, size):
+    """Each sample's total target weight: "mean"'s denominator."""
+    if weights is None:
+        return (targets != ignore_index).reshape(size, -1).sum(1)
+    return weights.reshape(size, -1).sum(1)
+
+
+@rule("nll_loss")
+def nll_loss(op, level, args, kwargs):
+    """Every sample's rows in one unweighted call with reduction "none", then weighted and
+    reduced per sample (over the sample's own total weight for "mean")."""
+    bound = op.bind(args, kwargs)
+    self, target, weight = bound["self"], bound["target"], bound["weight"]
+    ignore_index = bound["ignore_index"]
+    loss_ops.check_arguments(self, target, weight, bound["reduction"])
+    size = batch_size(level)
+    inputs = _front_or_expanded(self, level, size)
+    targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
+                                            inputs.dtype)
+    losses = call(op, (inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1)),
+                  {"reduction": "none", "ignore_index": ignore_index}).reshape(targets.shape)
+    if weights is not None:
+        losses = losses * weights
+    if bound["reduction"] != "none":
+        losses = losses.reshape(size, -1).sum(1)
+        if bound["reduction"] == "mean":
+            losses = losses / _total_weight(targets, weights, ignore_index, size)
+    return wrap(losses, 0, level)
+
+
+@rule("nll_loss_backward")
+def nll_loss_backward(op, level, args, kwargs):
+    """A reduced loss's per-sample gradient spread over the sample's rows (over its total
+    weight for "mean"), weighted, then one unweighted call with reduction "none"."""
+    bound = op.bind(args, kwargs)
+    ignore_index = bound["ignore_index"]
+    size = batch_size(level)
+    grads = _front_or_expanded(bound["grad"], level, size)
+    targets, weights = _targets_and_weights(bound["target"], bound["weight"], ignore_index,
+                                            level, size, grads.dtype)
+    if bound["reduction"] != "none":
+        if bound["reduction"] == "mean":
+            grads = grads / _total_weight(targets, weights, ignore_index, size)
+        grads = grads.reshape((size,) + (1,) * (targets.dim() - 1)).expand(targets.shape)
+    if weights is not None:
+        grads = grads * weights
+    sample_shape = tuple(bound["self_shape"])
+    result = call(op, (grads.reshape(-1), (targets._numel, sample_shape[-1]),
+                       targets.reshape(-1)),
+                  {"reduction": "none", "ignore_index": ignore_index})
+    return wrap(result.reshape((size,) + sample_shape), 0, level)
 
 
 @rule("index_select")

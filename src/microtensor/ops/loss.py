@@ -1,0 +1,125 @@
+"""Losses that PyTorch computes as single ops: ``nll_loss`` and its backward.
+
+``nn.functional.nll_loss`` (and so ``cross_entropy``) could be written with ``gather``,
+masks and sums, but as one op it records one graph node (``NllLossBackward0``, as in
+PyTorch) instead of a dozen, which is most of a small model's step.  The loss is linear
+in its input, so its derivative, ``nll_loss_backward``, does not read the input, and the
+derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
+differentiable to any order.  Their batching rules are in ``vmap.rules``.
+"""
+import numpy as np
+
+from microtensor._C.tensor import int64
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.registry import Sample, op
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _nll_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(3, 5), tensor([1, 4, 0])),
+            Sample(make(3, 5), tensor([1, -100, 4]), reduction="sum"),
+            Sample(make(4, 3), tensor([2, 0, 2, 1]), reduction="none"),
+            Sample(make(3, 4), tensor([3, 1, 3]), make(4, low=0.5, high=2.0)),
+            Sample(make(3, 4), tensor([0, 2, 1]), None, ignore_index=2),
+            Sample(make(5), tensor(3)), Sample(make(5), tensor(1), reduction="none")]
+
+
+def check_arguments(input, target, weight, reduction):
+    """PyTorch's checks of nll_loss's arguments, from their shapes and dtypes alone (so
+    that batching rules can make them per sample)."""
+    if input.dim() == 0:
+        raise ValueError("Expected 1 or more dimensions (got 0)")
+    if input.dim() > 2:
+        raise NotImplementedError(f"nll_loss: inputs of 1 or 2 dimensions are supported, got "
+                                  f"{input.dim()}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if target._dtype is not int64:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
+                           f"{_type_name(target._dtype)}")
+    rows = input.shape[0] if input.dim() == 2 else 1
+    if target._numel != rows or target.dim() != input.dim() - 1:
+        raise ValueError(f"Expected input batch_size ({rows}) to match target batch_size "
+                         f"({target.shape[0] if target.dim() else 0}).")
+    classes = input.shape[-1]
+    if weight is not None and tuple(weight.shape) != (classes,):
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes "
+                           f"or no classes but got weight tensor of shape: "
+                           f"{list(weight.shape)}")
+
+
+def _classes(input, target, weight, reduction, ignore_index):
+    """The checks; then the targets (N,) with ignored ones at 0 and each row's weight (N,)
+    (0 where ignored), as arrays, and their array module."""
+    check_arguments(input, target, weight, reduction)
+    classes = input.shape[-1]
+    targets = target._array().reshape(-1)
+    xp = array_module(targets)
+    valid = targets != ignore_index
+    picked = xp.where(valid, targets, 0)
+    out_of_range = (picked < 0) | (picked >= classes)
+    if bool(out_of_range.any()):
+        raise IndexError(f"Target {int(picked[out_of_range][0])} is out of bounds.")
+    weights = valid.astype(input._dtype.np)
+    if weight is not None:
+        weights *= weight._array()[picked]
+    return picked, weights, xp
+
+
+@op(inputs=("self",), method=False, function=False, samples=_nll_samples)
+def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
+    """The negative log-likelihood of each target class under log-probabilities ``self``
+    ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
+    picked, weights, xp = _classes(self, target, weight, reduction, ignore_index)
+    rows = self._array().reshape(-1, self.shape[-1])
+    losses = -rows[xp.arange(len(picked)), picked] * weights
+    if reduction == "none":
+        return from_numpy_result(losses.reshape(target.shape), self._dtype)
+    total = losses.sum()
+    if reduction == "mean":
+        with np.errstate(invalid="ignore"):   # every target ignored: nan, as in PyTorch
+            total = total / weights.sum()
+    return from_numpy_result(total, self._dtype)
+
+
+@nll_loss.def_derivative
+def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
+    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index),
+
+
+def _backward_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(), (3, 5), tensor([1, 4, 0])),
+            Sample(make(4), (4, 3), tensor([2, -100, 2, 1]), reduction="none"),
+            Sample(make(), (3, 4), tensor([3, 1, 3]), make(4, low=0.5, high=2.0),
+                   reduction="sum"),
+            Sample(make(), (5,), tensor(3))]
+
+
+@op(inputs=("grad",), method=False, function=False, samples=_backward_samples)
+def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
+                      ignore_index=-100):
+    """The gradient of ``nll_loss`` with respect to its input of shape ``self_shape``:
+    minus the target's weight (over the total weight for "mean") times ``grad``, at each
+    row's target class; zero elsewhere."""
+    from microtensor.ops.factory import empty
+    like = empty(self_shape, dtype=grad._dtype, device=grad.device)
+    picked, weights, xp = _classes(like, target, weight, reduction, ignore_index)
+    scale = -weights * grad._array().reshape(-1)
+    if reduction == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale /= weights.sum()
+    rows = xp.zeros((len(picked), self_shape[-1]), dtype=grad._dtype.np)
+    rows[xp.arange(len(picked)), picked] = scale
+    return from_numpy_result(rows.reshape(self_shape), grad._dtype)
+
+
+@nll_loss_backward.def_derivative
+def nll_loss_backward(grad, target, weight, reduction, ignore_index):
+    # linear in its gradient argument, with nll_loss as the adjoint
+    return nll_loss(grad, target, weight, reduction, ignore_index),
+
+
+__all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]
