@@ -120,6 +120,46 @@ def test_cross_entropy_ignore_index_and_weight():
     close(ours, theirs)
 
 
+NLL_ERRORS = [
+    ("target out of range", lambda L, x: L.nn.functional.nll_loss(x, L.tensor([1, 7, 2])),
+     IndexError, "Target 7 is out of bounds."),
+    ("batch mismatch", lambda L, x: L.nn.functional.nll_loss(x, L.tensor([1, 2])),
+     ValueError, r"Expected input batch_size \(3\) to match target batch_size \(2\)"),
+    ("weight size", lambda L, x: L.nn.functional.nll_loss(x, L.tensor([1, 4, 2]),
+                                                         weight=L.ones(4)),
+     RuntimeError, "weight tensor should be defined either for all 5 classes"),
+    ("target dtype", lambda L, x: L.nn.functional.nll_loss(x, L.tensor([1., 4., 2.])),
+     RuntimeError, "expected target dtype to be Long"),
+    ("0-d input", lambda L, x: L.nn.functional.nll_loss(x[0, 0], L.tensor(1)),
+     ValueError, r"Expected 1 or more dimensions \(got 0\)"),
+    ("reduction", lambda L, x: L.nn.functional.nll_loss(x, L.tensor([1, 4, 2]),
+                                                       reduction="bad"),
+     ValueError, "bad is not a valid value for reduction"),
+]
+
+
+@pytest.mark.parametrize("name, call, error, message", NLL_ERRORS, ids=[e[0] for e in NLL_ERRORS])
+def test_nll_loss_errors_match_torch(name, call, error, message):
+    with pytest.raises(error, match=message):
+        call(mt, mt.randn(3, 5))
+    if torch is not None:
+        with pytest.raises(error, match=message):
+            call(torch, torch.randn(3, 5))
+
+
+def test_nll_loss_is_one_node_and_ignores_targets_exactly():
+    x = mt.tensor([[float("inf"), -1.0], [-2.0, -3.0]], requires_grad=True)
+    loss = F.nll_loss(x, mt.tensor([-100, 1]), reduction="none")
+    assert loss.grad_fn.name() == "NllLossBackward0"
+    assert loss.tolist() == [0.0, 3.0]          # an ignored row is 0, whatever it holds
+    (g,) = mt.autograd.grad(loss.sum(), x)
+    assert g.tolist() == [[0.0, 0.0], [0.0, -1.0]]
+    every_ignored = F.nll_loss(x, mt.tensor([-100, -100]))
+    assert np.isnan(every_ignored.item())
+    (g,) = mt.autograd.grad(every_ignored, x)
+    assert g.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
 def test_dropout_train_and_eval():
     mt.manual_seed(0)
     x = mt.ones(1000)

@@ -1001,6 +1001,157 @@ def softmax_(cnp.ndarray out not None, cnp.ndarray src not None, int axis, bint 
 
 
 # ---------------------------------------------------------------------------------------
+# nll_loss over rows: row n's loss is minus its target class's log-probability times that
+# class's weight; a target equal to ignore_index weighs 0.
+# ---------------------------------------------------------------------------------------
+
+cdef bint row_weights(const int64_t* targets, Py_ssize_t t_stride, Py_ssize_t n,
+                      const floating* weight, Py_ssize_t w_stride, int64_t ignore_index,
+                      Py_ssize_t classes, floating* weights, int64_t* bad) noexcept nogil:
+    """Each row's target weight into `weights` (0 where ignored); False (and the target in
+    `bad`) at the first target outside [0, classes)."""
+    cdef Py_ssize_t i
+    cdef int64_t target
+    for i in range(n):
+        target = targets[i * t_stride]
+        if target == ignore_index:
+            weights[i] = 0
+        elif target < 0 or target >= classes:
+            bad[0] = target
+            return False
+        else:
+            weights[i] = weight[target * w_stride] if weight != NULL else 1
+    return True
+
+
+cdef void nll_rows(const floating* rows, Py_ssize_t r_stride, Py_ssize_t c_stride,
+                   const int64_t* targets, Py_ssize_t t_stride, const floating* weights,
+                   Py_ssize_t n, floating* losses) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        losses[i] = 0 if weights[i] == 0 else \
+            -rows[i * r_stride + targets[i * t_stride] * c_stride] * weights[i]
+
+
+cdef void nll_rows_backward(floating* grad_rows, Py_ssize_t classes, const int64_t* targets,
+                            Py_ssize_t t_stride, const floating* weights,
+                            const floating* grads, Py_ssize_t g_stride, double scale,
+                            Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if weights[i] != 0:
+            grad_rows[i * classes + targets[i * t_stride]] = \
+                <floating>(-grads[i * g_stride] * weights[i] * scale)
+
+
+cdef inline double _reciprocal(double total):
+    # all weights 0 (every target ignored): nothing is written, as in PyTorch
+    return 1 / total if total != 0 else float("inf")
+
+
+cdef object check_nll_arrays(cnp.ndarray values, cnp.ndarray targets, object weight,
+                             cnp.ndarray weights):
+    cdef int code = dtype_code(values)
+    if (code != F32 and code != F64) or cnp.PyArray_TYPE(targets) != cnp.NPY_INT64 or \
+            cnp.PyArray_NDIM(targets) != 1 or dtype_code(weights) != code or \
+            not cnp.PyArray_IS_C_CONTIGUOUS(weights) or \
+            cnp.PyArray_DIM(weights, 0) != cnp.PyArray_DIM(targets, 0) or \
+            (weight is not None and (dtype_code(weight) != code or
+                                     cnp.PyArray_NDIM(<cnp.ndarray>weight) != 1)):
+        raise TypeError("nll: float32/float64 values, weights of their dtype and int64 "
+                        "targets expected")
+    return code
+
+
+def nll_forward_(cnp.ndarray rows not None, cnp.ndarray targets not None, weight,
+                 int64_t ignore_index, cnp.ndarray losses not None,
+                 cnp.ndarray weights not None):
+    """losses[n] = -rows[n, targets[n]] * w[n] and weights[n] = w[n], the target's class
+    weight (1 without `weight`; 0, and a loss of 0, for ignore_index).  `rows` is (N, C),
+    `losses` and `weights` contiguous (N,).  Returns the first target outside [0, C)
+    (nothing is read then), else None."""
+    cdef int code = check_nll_arrays(rows, targets, weight, weights)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(targets, 0), classes = cnp.PyArray_DIM(rows, 1)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(rows)
+    cdef int64_t bad
+    if cnp.PyArray_NDIM(rows) != 2 or cnp.PyArray_DIM(rows, 0) != n or \
+            dtype_code(losses) != code or not cnp.PyArray_IS_C_CONTIGUOUS(losses) or \
+            cnp.PyArray_SIZE(losses) != n:
+        raise TypeError("nll_forward_: (N, C) rows and contiguous (N,) outputs expected")
+    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(targets)
+    cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
+    cdef Py_ssize_t rs = cnp.PyArray_STRIDE(rows, 0) // item
+    cdef Py_ssize_t cs = cnp.PyArray_STRIDE(rows, 1) // item
+    cdef Py_ssize_t ws = 0 if weight is None else \
+        cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
+    cdef const char* w = NULL if weight is None else \
+        <const char*>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    if code == F32:
+        if not row_weights(t, ts, n, <const float*>w, ws, ignore_index, classes,
+                           <float*>cnp.PyArray_DATA(weights), &bad):
+            return bad
+        nll_rows(<const float*>cnp.PyArray_DATA(rows), rs, cs, t, ts,
+                 <const float*>cnp.PyArray_DATA(weights), n, <float*>cnp.PyArray_DATA(losses))
+    else:
+        if not row_weights(t, ts, n, <const double*>w, ws, ignore_index, classes,
+                           <double*>cnp.PyArray_DATA(weights), &bad):
+            return bad
+        nll_rows(<const double*>cnp.PyArray_DATA(rows), rs, cs, t, ts,
+                 <const double*>cnp.PyArray_DATA(weights), n,
+                 <double*>cnp.PyArray_DATA(losses))
+    return None
+
+
+def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, weight,
+                  int64_t ignore_index, cnp.ndarray grads not None, bint mean,
+                  cnp.ndarray weights not None):
+    """grad_rows[n, targets[n]] = -grads[n] * w[n] (over the total weight when `mean`),
+    into a zero-filled contiguous (N, C) `grad_rows`; `grads` is (N,) (stride 0 for a
+    reduced loss) and `weights` (N,) scratch for the row weights.  Returns the first
+    target outside [0, C) (nothing is written then), else None."""
+    cdef int code = check_nll_arrays(grad_rows, targets, weight, weights)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(targets, 0), classes = cnp.PyArray_DIM(grad_rows, 1)
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(grad_rows), i
+    cdef int64_t bad
+    cdef double total = 0
+    if cnp.PyArray_NDIM(grad_rows) != 2 or cnp.PyArray_DIM(grad_rows, 0) != n or \
+            not cnp.PyArray_IS_C_CONTIGUOUS(grad_rows) or dtype_code(grads) != code or \
+            cnp.PyArray_NDIM(grads) != 1 or cnp.PyArray_DIM(grads, 0) != n:
+        raise TypeError("nll_backward_: contiguous (N, C) gradient rows and (N,) grads "
+                        "expected")
+    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(targets)
+    cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
+    cdef Py_ssize_t gs = cnp.PyArray_STRIDE(grads, 0) // item
+    cdef Py_ssize_t ws = 0 if weight is None else \
+        cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
+    cdef const char* w = NULL if weight is None else \
+        <const char*>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    if code == F32:
+        if not row_weights(t, ts, n, <const float*>w, ws, ignore_index, classes,
+                           <float*>cnp.PyArray_DATA(weights), &bad):
+            return bad
+        if mean:
+            for i in range(n):
+                total += (<float*>cnp.PyArray_DATA(weights))[i]
+        nll_rows_backward(<float*>cnp.PyArray_DATA(grad_rows), classes, t, ts,
+                          <const float*>cnp.PyArray_DATA(weights),
+                          <const float*>cnp.PyArray_DATA(grads), gs,
+                          _reciprocal(total) if mean else 1, n)
+    else:
+        if not row_weights(t, ts, n, <const double*>w, ws, ignore_index, classes,
+                           <double*>cnp.PyArray_DATA(weights), &bad):
+            return bad
+        if mean:
+            for i in range(n):
+                total += (<double*>cnp.PyArray_DATA(weights))[i]
+        nll_rows_backward(<double*>cnp.PyArray_DATA(grad_rows), classes, t, ts,
+                          <const double*>cnp.PyArray_DATA(weights),
+                          <const double*>cnp.PyArray_DATA(grads), gs,
+                          _reciprocal(total) if mean else 1, n)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
 # Small matrix products: below a few thousand multiply-adds a plain loop beats the cost of
 # calling BLAS through NumPy.
 # ---------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ differentiable to any order.  Their batching rules are in ``vmap.rules``.
 """
 import numpy as np
 
+from microtensor._C import kernels
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
@@ -26,43 +27,48 @@ def _nll_samples(make):
             Sample(make(5), tensor(3)), Sample(make(5), tensor(1), reduction="none")]
 
 
-def check_arguments(input, target, weight, reduction):
-    """PyTorch's checks of nll_loss's arguments, from their shapes and dtypes alone (so
-    that batching rules can make them per sample)."""
-    if input.dim() == 0:
+def check_arguments(input_shape, input_dtype, target, weight, reduction):
+    """PyTorch's checks of nll_loss's arguments, from shapes and dtypes alone (so that
+    batching rules can make them per sample)."""
+    if not input_shape:
         raise ValueError("Expected 1 or more dimensions (got 0)")
-    if input.dim() > 2:
+    if len(input_shape) > 2:
         raise NotImplementedError(f"nll_loss: inputs of 1 or 2 dimensions are supported, got "
-                                  f"{input.dim()}")
+                                  f"{len(input_shape)}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"{reduction} is not a valid value for reduction")
     if target._dtype is not int64:
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got "
                            f"{_type_name(target._dtype)}")
-    rows = input.shape[0] if input.dim() == 2 else 1
-    if target._numel != rows or target.dim() != input.dim() - 1:
+    rows = input_shape[0] if len(input_shape) == 2 else 1
+    if target._numel != rows or target.dim() != len(input_shape) - 1:
         raise ValueError(f"Expected input batch_size ({rows}) to match target batch_size "
                          f"({target.shape[0] if target.dim() else 0}).")
-    classes = input.shape[-1]
-    if weight is not None and tuple(weight.shape) != (classes,):
-        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes "
-                           f"or no classes but got weight tensor of shape: "
-                           f"{list(weight.shape)}")
+    classes = input_shape[-1]
+    if weight is not None:
+        if tuple(weight.shape) != (classes,):
+            raise RuntimeError(f"weight tensor should be defined either for all {classes} "
+                               f"classes or no classes but got weight tensor of shape: "
+                               f"{list(weight.shape)}")
+        if weight._dtype is not input_dtype:
+            raise RuntimeError(f"expected scalar type {_type_name(input_dtype)} but found "
+                               f"{_type_name(weight._dtype)}")
 
 
-def _classes(input, target, weight, reduction, ignore_index):
-    """The checks; then the targets (N,) with ignored ones at 0 and each row's weight (N,)
-    (0 where ignored), as arrays, and their array module."""
-    check_arguments(input, target, weight, reduction)
-    classes = input.shape[-1]
-    targets = target._array().reshape(-1)
+def _out_of_bounds(bad):
+    return IndexError(f"Target {bad} is out of bounds.")
+
+
+def _row_weights(targets, classes, weight, ignore_index, dtype):
+    """For arrays of another module than NumPy (CuPy): the targets with ignored ones at 0
+    and each row's weight (0 where ignored), and the array module."""
     xp = array_module(targets)
     valid = targets != ignore_index
     picked = xp.where(valid, targets, 0)
     out_of_range = (picked < 0) | (picked >= classes)
     if bool(out_of_range.any()):
-        raise IndexError(f"Target {int(picked[out_of_range][0])} is out of bounds.")
-    weights = valid.astype(input._dtype.np)
+        raise _out_of_bounds(int(picked[out_of_range][0]))
+    weights = valid.astype(dtype.np)
     if weight is not None:
         weights *= weight._array()[picked]
     return picked, weights, xp
@@ -72,9 +78,20 @@ def _classes(input, target, weight, reduction, ignore_index):
 def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     """The negative log-likelihood of each target class under log-probabilities ``self``
     ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
-    picked, weights, xp = _classes(self, target, weight, reduction, ignore_index)
-    rows = self._array().reshape(-1, self.shape[-1])
-    losses = -rows[xp.arange(len(picked)), picked] * weights
+    check_arguments(self._sizes, self._dtype, target, weight, reduction)
+    rows = self._array().reshape(-1, self._sizes[-1])
+    targets = target._array().reshape(-1)
+    if isinstance(rows, np.ndarray):
+        losses = np.empty(len(rows), self._dtype.np)
+        weights = np.empty(len(rows), self._dtype.np)
+        bad = kernels.nll_forward_(rows, targets, None if weight is None else weight._array(),
+                                   ignore_index, losses, weights)
+        if bad is not None:
+            raise _out_of_bounds(bad)
+    else:
+        picked, weights, xp = _row_weights(targets, self._sizes[-1], weight, ignore_index,
+                                           self._dtype)
+        losses = -rows[xp.arange(len(picked)), picked] * weights
     if reduction == "none":
         return from_numpy_result(losses.reshape(target.shape), self._dtype)
     total = losses.sum()
@@ -104,10 +121,21 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     """The gradient of ``nll_loss`` with respect to its input of shape ``self_shape``:
     minus the target's weight (over the total weight for "mean") times ``grad``, at each
     row's target class; zero elsewhere."""
-    from microtensor.ops.factory import empty
-    like = empty(self_shape, dtype=grad._dtype, device=grad.device)
-    picked, weights, xp = _classes(like, target, weight, reduction, ignore_index)
-    scale = -weights * grad._array().reshape(-1)
+    self_shape = tuple(self_shape)
+    check_arguments(self_shape, grad._dtype, target, weight, reduction)
+    targets = target._array().reshape(-1)
+    grads = grad._array().reshape(-1)
+    if isinstance(grads, np.ndarray):
+        rows = np.zeros((target._numel, self_shape[-1]), grad._dtype.np)
+        bad = kernels.nll_backward_(rows, targets, None if weight is None else weight._array(),
+                                    ignore_index, np.broadcast_to(grads, len(rows)),
+                                    reduction == "mean", np.empty(len(rows), grad._dtype.np))
+        if bad is not None:
+            raise _out_of_bounds(bad)
+        return from_numpy_result(rows.reshape(self_shape), grad._dtype)
+    picked, weights, xp = _row_weights(targets, self_shape[-1], weight, ignore_index,
+                                       grad._dtype)
+    scale = -weights * grads
     if reduction == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):
             scale /= weights.sum()

@@ -966,7 +966,7 @@ def nll_loss(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, target, weight = bound["self"], bound["target"], bound["weight"]
     ignore_index = bound["ignore_index"]
-    loss_ops.check_arguments(self, target, weight, bound["reduction"])
+    loss_ops.check_arguments(self._sizes, self._dtype, target, weight, bound["reduction"])
     size = batch_size(level)
     inputs = _front_or_expanded(self, level, size)
     targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
