@@ -473,29 +473,32 @@ cdef class TensorBase:
         return _getitem(self, index)
 
     def t(self):
-        if _plain(self) and len(self._sizes) == 2:
-            return self._view_fast((self._sizes[1], self._sizes[0]),
-                                   (self._strides[1], self._strides[0]), self._offset)
+        if _served(self) and len(self._sizes) == 2:
+            return self._recorded_view("transpose", (self, 0, 1),
+                                       (self._sizes[1], self._sizes[0]),
+                                       (self._strides[1], self._strides[0]))
         return _dispatch_call("t", self)
 
     def transpose(self, dim0, dim1):
         cdef Py_ssize_t a, b, n = len(self._sizes)
-        if not (_plain(self) and n and type(dim0) is int and type(dim1) is int):
+        if not (_served(self) and n and type(dim0) is int and type(dim1) is int):
             return _dispatch_call("transpose", self, dim0, dim1)
         a, b = _wrap_dim(dim0, n), _wrap_dim(dim1, n)
         sizes, strides = list(self._sizes), list(self._strides)
         sizes[a], sizes[b] = sizes[b], sizes[a]
         strides[a], strides[b] = strides[b], strides[a]
-        return self._view_fast(tuple(sizes), tuple(strides), self._offset)
+        return self._recorded_view("transpose", (self, dim0, dim1), tuple(sizes),
+                                   tuple(strides))
 
     def unsqueeze(self, dim):
         cdef Py_ssize_t d, n = len(self._sizes)
-        if not (_plain(self) and type(dim) is int):
+        if not (_served(self) and type(dim) is int):
             return _dispatch_call("unsqueeze", self, dim)
         d = _wrap_dim(dim, n + 1)
         stride = <Py_ssize_t>self._sizes[d] * <Py_ssize_t>self._strides[d] if d < n else 1
-        return self._view_fast(self._sizes[:d] + (1,) + self._sizes[d:],
-                               self._strides[:d] + (stride,) + self._strides[d:], self._offset)
+        return self._recorded_view("unsqueeze", (self, dim),
+                                   self._sizes[:d] + (1,) + self._sizes[d:],
+                                   self._strides[:d] + (stride,) + self._strides[d:])
 
     def view(self, *shape):
         result = self._reshaped_view(shape)
@@ -507,15 +510,25 @@ cdef class TensorBase:
         return result if result is not None else _dispatch_call("reshape", self, *shape)
 
     cdef object _reshaped_view(self, tuple shape):
-        """The view to ``shape`` of a plain tensor when its strides allow one, else None."""
-        if not _plain(self):
+        """The view to ``shape`` (recorded as ``view``) when the strides allow one, else
+        None."""
+        if not _served(self):
             return None
         sizes = _shape_arg(shape)
         if sizes is None:
             return None
         sizes = meta.infer_size(sizes, self._numel)
         strides = meta.view_strides(self._sizes, self._strides, sizes)
-        return None if strides is None else self._view_fast(sizes, strides, self._offset)
+        return None if strides is None else \
+            self._recorded_view("view", (self, sizes), sizes, strides)
+
+    cdef object _recorded_view(self, str name, tuple args, tuple sizes, tuple strides):
+        """A view in C; when autograd records it, the node of op ``name`` called on
+        ``args`` is attached in C too."""
+        out = self._view_fast(sizes, strides, self._offset)
+        if not mt_grad_disabled and _requires_grad(self):
+            return _attach_node(_recorded_ops[name], args, None, out)
+        return out
 
     def as_strided(self, size, stride, storage_offset=None):
         cdef Py_ssize_t offset
@@ -577,10 +590,10 @@ cdef class TensorBase:
 
     def expand(self, *sizes):
         shape = _shape_arg(sizes) if sizes else None
-        if shape is None or not _plain(self):
+        if shape is None or not _served(self):
             return _dispatch_call("expand", self, *sizes)
-        shape, strides = meta.expand_geometry(self._sizes, self._strides, shape)
-        return self._view_fast(shape, strides, self._offset)
+        expanded, strides = meta.expand_geometry(self._sizes, self._strides, shape)
+        return self._recorded_view("expand", (self, shape), expanded, strides)
 
     def __matmul__(a, b):
         cdef TensorBase ta, tb, out
