@@ -46,3 +46,4 @@ cdef class TensorBase:
 
 
 cdef bint grad_mode_enabled() noexcept
+cdef bint needs_grad(TensorBase t) noexcept

@@ -359,7 +359,7 @@ cdef class TensorBase:
     # ---------------------------------------------------------------- autograd fields
     @property
     def requires_grad(self):
-        return _requires_grad(self)
+        return needs_grad(self)
 
     @property
     def grad_fn(self):
@@ -526,7 +526,7 @@ cdef class TensorBase:
         """A view in C; when autograd records it, the node of op ``name`` called on
         ``args`` is attached in C too."""
         out = self._view_fast(sizes, strides, self._offset)
-        if not mt_grad_disabled and _requires_grad(self):
+        if not mt_grad_disabled and needs_grad(self):
             return _attach_node(_recorded_ops[name], args, None, out)
         return out
 
@@ -584,7 +584,7 @@ cdef class TensorBase:
             (<float*>_ptr(out))[0] = <float>total
         else:
             (<double*>_ptr(out))[0] = total
-        if not mt_grad_disabled and _requires_grad(self):
+        if not mt_grad_disabled and needs_grad(self):
             return _attach_node(_recorded_ops["sum"], (self,), None, out)
         return out
 
@@ -676,10 +676,11 @@ cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
         raise TypeError(f"no copy kernel for {src._dtype}")
 
 
-cdef inline bint _requires_grad(TensorBase t):
+cdef bint needs_grad(TensorBase t) noexcept:
+    """Whether ``t`` requires grad: itself, or as a differentiable view of a base that does."""
     if t._requires_grad:
         return True
-    return t._is_diff_view and _requires_grad(<TensorBase>t._base)
+    return t._is_diff_view and needs_grad(<TensorBase>t._base)
 
 
 cdef object _parameter_cls = None   # nn.Parameter: served by the fast paths like Tensor
@@ -702,7 +703,7 @@ cdef inline bint _plain(object t):
     """True when ``t`` is an ordinary tensor that needs no autograd recording right now."""
     if not _served(t):
         return False
-    return mt_grad_disabled or not _requires_grad(<TensorBase>t)
+    return mt_grad_disabled or not needs_grad(<TensorBase>t)
 
 
 cdef inline bint _float_cpu(object t):
@@ -798,7 +799,7 @@ cdef object _binary(object left, object right, char opcode, str name):
             memset(b_strides, 0, ndim * sizeof(Py_ssize_t))
     kernels.binary_raw(opcode, ta._dtype.typenum, ndim, shape, _ptr(out), out_strides, a_ptr,
                        a_strides, b_ptr, b_strides)
-    if not mt_grad_disabled and (_requires_grad(ta) or _requires_grad(tb)):
+    if not mt_grad_disabled and (needs_grad(ta) or needs_grad(tb)):
         return _attach_node(_recorded_ops[name], (left, right), None, out)
     return out
 

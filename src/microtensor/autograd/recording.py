@@ -103,4 +103,4 @@ def record_inplace(op, args, kwargs):
 
 
 install_nodes(AsStridedBackward0)
-dispatch.record = record
+dispatch.install_record(record)

@@ -1,5 +1,8 @@
 """The dispatcher: the route every op call takes from the public API to its kernel.
 
+``call``, ``needs_recording`` and ``run_kernel`` are in the Cython core
+(``microtensor._C.dispatch``) because every op call takes them; the steps are:
+
 1. If a transform has installed a handler (vmap does while it is active) and wants the
    call, the handler runs it (a batching rule turns it into ops on physical tensors,
    which come back through here).
@@ -9,53 +12,15 @@
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
-from microtensor._C.tensor import TensorBase, is_grad_enabled
+from microtensor._C import dispatch as _core
+from microtensor._C.dispatch import call, run_kernel
+from microtensor._C.tensor import TensorBase
 
 # Installed by microtensor.vmap: handler(op, args, kwargs) -> result or NotImplemented.
-transform_handlers = []
+# The C dispatcher reads this very list.
+transform_handlers = _core.transform_handlers()
 # Installed by microtensor.autograd: record(op, args, kwargs) -> result.
-record = None
-
-
-def needs_recording(op, args):
-    """Whether a differentiable positional input of ``op`` (lists looked into) requires
-    grad, with grad mode on."""
-    if not op.differentiable or not is_grad_enabled():
-        return False
-    for i in op.input_positions:
-        if i < len(args):
-            a = args[i]
-            if isinstance(a, TensorBase):
-                if a.requires_grad:
-                    return True
-            elif isinstance(a, (list, tuple)):
-                for t in a:
-                    if isinstance(t, TensorBase) and t.requires_grad:
-                        return True
-    return False
-
-
-def call(op, args, kwargs):
-    if op.kind == "composite":
-        return op.kernel(*args, **(kwargs or {}))
-    for handler in transform_handlers:
-        result = handler(op, args, kwargs)
-        if result is not NotImplemented:
-            return result
-    if needs_recording(op, args):
-        return record(op, args, kwargs)
-    return run_kernel(op, args, kwargs)
-
-
-def run_kernel(op, args, kwargs):
-    """Run the kernel; an in-place op then bumps its target's version counter."""
-    if kwargs:
-        result = op.kernel(*args, **kwargs)
-    else:
-        result = op.kernel(*args)
-    if op.kind == "inplace":
-        args[0]._storage.version += 1
-    return result
+install_record = _core.install_record
 
 
 _BINARY = {}
