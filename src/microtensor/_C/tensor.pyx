@@ -752,39 +752,44 @@ cdef object _binary(object left, object right, char opcode, str name):
     cdef char* a_ptr
     cdef char* b_ptr
     cdef char* number
-    cdef bint left_tensor = _float_cpu(left), right_tensor = _float_cpu(right)
+    cdef bint left_tensor = _float_cpu(left), right_tensor = _float_cpu(right), flat
     if left_tensor and right_tensor and (<TensorBase>left)._dtype is (<TensorBase>right)._dtype:
         ta, tb = <TensorBase>left, <TensorBase>right
-        if ta._sizes == tb._sizes and ta._is_contig and tb._is_contig:
-            sizes, strides = ta._sizes, _contiguous_strides(ta._sizes)
-        else:
+        flat = ta._sizes == tb._sizes and ta._is_contig and tb._is_contig
+        if not flat:
             sizes = meta.broadcast_pair(ta._sizes, tb._sizes)
             strides = meta.elementwise_output_strides(
                 sizes, ((ta._sizes, ta._strides), (tb._sizes, tb._strides)))
-    elif left_tensor and _exact_number(right):
-        ta = tb = <TensorBase>left
-        sizes = ta._sizes
-        strides = _contiguous_strides(sizes) if ta._is_contig else \
-            meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
-    elif right_tensor and _exact_number(left):
-        ta = tb = <TensorBase>right
-        sizes = ta._sizes
-        strides = _contiguous_strides(sizes) if ta._is_contig else \
-            meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
+    elif (left_tensor and _exact_number(right)) or (right_tensor and _exact_number(left)):
+        ta = tb = <TensorBase>(left if left_tensor else right)
+        flat = ta._is_contig
+        if not flat:
+            sizes = ta._sizes
+            strides = meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
     else:
         return _dispatch_binary(name, left, right)
-    ndim = len(sizes)
+    if flat:   # every tensor operand contiguous with the result's sizes: one flat loop
+        sizes = ta._sizes
+        strides = ta._strides if _canonical(sizes, ta._strides) else _contiguous_strides(sizes)
+        ndim = 1
+        shape[0] = ta._numel
+        out_strides[0] = a_strides[0] = b_strides[0] = 1
+    else:
+        ndim = len(sizes)
     out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), ta._dtype), sizes, strides, 0,
                       ta._dtype)
-    _load_geometry(out, ndim, shape, out_strides)
+    if not flat:
+        _load_geometry(out, ndim, shape, out_strides)
     number_f64[0] = 0
     if left_tensor:
-        _load_geometry(<TensorBase>left, ndim, NULL, a_strides)
+        if not flat:
+            _load_geometry(<TensorBase>left, ndim, NULL, a_strides)
         a_ptr = _ptr(<TensorBase>left)
     else:
         number_f64[0] = left
     if right_tensor:
-        _load_geometry(<TensorBase>right, ndim, NULL, b_strides)
+        if not flat:
+            _load_geometry(<TensorBase>right, ndim, NULL, b_strides)
         b_ptr = _ptr(<TensorBase>right)
     else:
         number_f64[0] = right
