@@ -370,3 +370,19 @@ def test_softmax_along_an_axis_matches_numpy(dtype, log_of, data):
     kernels.softmax_(out, source, axis, log_of)
     np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,
                                atol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.data())
+def test_stacked_outer_products_match_numpy(dtype, data):
+    """``outer_products_``: (..., m, 1) times (..., 1, n) on strided views, batch dims
+    broadcast either way, against NumPy's broadcast multiply."""
+    batch = tuple(data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
+    m, n = data.draw(st.integers(0, 5)), data.draw(st.integers(0, 5))
+    a_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    b_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    a = data.draw(strided_views(dtype, a_batch + (m, 1)))[1]
+    b = data.draw(strided_views(dtype, b_batch + (1, n)))[1]
+    out = np.empty(np.broadcast_shapes(a_batch, b_batch) + (m, n), dtype)
+    kernels.outer_products_(out, a, b)
+    np.testing.assert_array_equal(out, a * b)

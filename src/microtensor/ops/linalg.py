@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from microtensor._C import meta
+from microtensor._C import kernels, meta
 from microtensor._C.tensor import bool_
 from microtensor.ops.loops import _type_name, device_of, new_result
 from microtensor.ops.registry import Sample, op
@@ -44,11 +44,11 @@ def _product(np_fn, shape, self, other):
         a, b = self._array(), other._array()
         if np_fn is np.matmul and a.ndim > 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
             # stacked outer products (every per-sample weight gradient): BLAS is slow on
-            # these; on the CPU einsum writes them about twice as fast as a broadcast
-            # multiply (CuPy's einsum takes no ``out``)
+            # these; on the CPU a C loop writes them (CuPy: a broadcast multiply)
             target = out._array()
-            if isinstance(target, np.ndarray):
-                np.einsum("...ik,...kj->...ij", a, b, out=target)
+            if isinstance(target, np.ndarray) and a.ndim == b.ndim and \
+                    self._dtype.is_floating_point:
+                kernels.outer_products_(target, a, b)
             else:
                 np.multiply(a, b, out=target)
         else:
