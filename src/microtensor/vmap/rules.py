@@ -953,10 +953,28 @@ def _targets_and_weights(target, weight, ignore_index, level, size, dtype):
 
 
 def _total_weight(targets, weights, ignore_index, size):
-    """Each sample's total target weight: "mean"'s denominator."""
+    """Each sample's total target weight, "mean"'s denominator: a number, the rows per
+    sample, when there are no class weights and no target is ignored (read from the
+    physical targets when they hold concrete values), else a tensor of totals."""
+    rows = targets._numel // size
     if weights is None:
-        return (targets != ignore_index).reshape(size, -1).sum(1)
-    return weights.reshape(size, -1).sum(1)
+        values = targets._array() if type(targets) is not BatchedTensor else None
+        if isinstance(values, np.ndarray) and not (values == ignore_index).any():
+            return rows
+        return (targets != ignore_index).reshape(size, rows).sum(1)
+    return weights.reshape(size, rows).sum(1)
+
+
+def _over(values, total):
+    """``values / total``, skipped for a total of exactly one row."""
+    return values if type(total) is int and total == 1 else values / total
+
+
+def _sample_sums(losses, size):
+    """Per-sample sums of physical ``losses`` (batch dim first)."""
+    rows = losses._numel // size
+    per_sample = losses.reshape(size, rows)
+    return per_sample.reshape(size) if rows == 1 else per_sample.sum(1)
 
 
 @rule("nll_loss")
@@ -976,9 +994,9 @@ def nll_loss(op, level, args, kwargs):
     if weights is not None:
         losses = losses * weights
     if bound["reduction"] != "none":
-        losses = losses.reshape(size, -1).sum(1)
+        losses = _sample_sums(losses, size)
         if bound["reduction"] == "mean":
-            losses = losses / _total_weight(targets, weights, ignore_index, size)
+            losses = _over(losses, _total_weight(targets, weights, ignore_index, size))
     return wrap(losses, 0, level)
 
 
@@ -994,7 +1012,7 @@ def nll_loss_backward(op, level, args, kwargs):
                                             level, size, grads.dtype)
     if bound["reduction"] != "none":
         if bound["reduction"] == "mean":
-            grads = grads / _total_weight(targets, weights, ignore_index, size)
+            grads = _over(grads, _total_weight(targets, weights, ignore_index, size))
         grads = grads.reshape((size,) + (1,) * (targets.dim() - 1)).expand(targets.shape)
     if weights is not None:
         grads = grads * weights
