@@ -386,3 +386,22 @@ def test_stacked_outer_products_match_numpy(dtype, data):
     out = np.empty(np.broadcast_shapes(a_batch, b_batch) + (m, n), dtype)
     kernels.outer_products_(out, a, b)
     np.testing.assert_array_equal(out, a * b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.booleans(), st.data())
+def test_tensor_sum_over_dims_fast_path_matches_numpy(dtype, keepdim, data):
+    """``t.sum(dims, keepdim)`` on strided views (the C path for small tensors)."""
+    import microtensor as mt
+    view = data.draw(strided_views(dtype))[1]
+    if view.ndim == 0:
+        return
+    dims = data.draw(st.lists(st.integers(-view.ndim, view.ndim - 1), min_size=1,
+                              max_size=view.ndim, unique_by=lambda d: d % view.ndim))
+    dim = dims[0] if len(dims) == 1 and data.draw(st.booleans()) else tuple(dims)
+    out = mt.from_numpy(view).sum(dim, keepdim=keepdim)
+    expected = view.astype(np.float64).sum(axis=dim, keepdims=keepdim)
+    assert out.dtype == mt.from_numpy(view).dtype and tuple(out.shape) == expected.shape
+    assert out.is_contiguous()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5 if dtype == np.float32
+                               else 1e-12, atol=1e-3)

@@ -15,6 +15,12 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
 cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shape,
                     const Py_ssize_t* strides) noexcept nogil
 
+# Sums over the dims flagged in `reduced` into `out`, contiguous over the other dims in
+# order (no dim may be empty).
+cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
+                       const Py_ssize_t* strides, const bint* reduced,
+                       char* out) noexcept nogil
+
 # Same-dtype strided copy between disjoint buffers (strides in bytes); -1 for other dtypes.
 cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t* dst_strides,
                   const char* src, const Py_ssize_t* src_strides, const Py_ssize_t* shape,

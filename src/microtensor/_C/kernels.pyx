@@ -671,6 +671,47 @@ cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shap
     return float_layout_sum(<const double*>a, &layout)
 
 
+cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
+                       const Py_ssize_t* strides, const bint* reduced,
+                       char* out) noexcept nogil:
+    """Sums of a float32/float64 strided buffer (strides in elements) over the dims flagged
+    in `reduced`, into `out`: contiguous over the other dims, in their order.  No dim may
+    be empty."""
+    cdef Layout kept, inner
+    cdef OuterIter it
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8, out_stride = itemsize
+    cdef int d
+    cdef double total
+    kept.nops = 2
+    inner.nops = 1
+    kept.ndim = inner.ndim = 0
+    for d in range(ndim - 1, -1, -1):       # innermost first, for out's contiguous strides
+        if shape[d] == 1:
+            continue
+        if reduced[d]:
+            inner.shape[inner.ndim] = shape[d]
+            inner.strides[0][inner.ndim] = strides[d] * itemsize
+            inner.ndim += 1
+        else:
+            kept.shape[kept.ndim] = shape[d]
+            kept.strides[0][kept.ndim] = out_stride
+            kept.strides[1][kept.ndim] = strides[d] * itemsize
+            out_stride *= shape[d]
+            kept.ndim += 1
+    order_and_coalesce(&inner)
+    order_and_coalesce(&kept)
+    start_outer(&it, kept.ndim, 2)
+    while True:
+        if typenum == cnp.NPY_FLOAT:
+            total = float_layout_sum(<const float*>(src + it.offset[1]), &inner)
+            (<float*>(out + it.offset[0]))[0] = <float>total
+        else:
+            total = float_layout_sum(<const double*>(src + it.offset[1]), &inner)
+            (<double*>(out + it.offset[0]))[0] = total
+        if not advance_outer(&it, &kept):
+            return
+
+
 cdef inline floating arith(char opcode, floating x, floating y) noexcept nogil:
     if opcode == b"+":
         return x + y

@@ -573,19 +573,35 @@ cdef class TensorBase:
         cdef TensorBase out
         cdef Py_ssize_t shape[MAX_DIMS]
         cdef Py_ssize_t strides[MAX_DIMS]
+        cdef bint reduced[MAX_DIMS]
+        cdef int ndim = len(self._sizes), d
         cdef double total
-        if args or kwargs or not _float_cpu(self):
+        if not _float_cpu(self) or len(args) > 2 or (kwargs and not _SUM_KEYWORDS.issuperset(
+                kwargs)):
             return _dispatch_call("sum", self, *args, **kwargs)
-        _load_geometry(self, len(self._sizes), shape, strides)
-        total = kernels.sum_raw(self._dtype.typenum, _ptr(self), len(self._sizes), shape,
-                                strides)
-        out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
-        if self._dtype.typenum == cnp.NPY_FLOAT:
-            (<float*>_ptr(out))[0] = <float>total
+        dim = args[0] if args else kwargs.get("dim")
+        keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
+        _load_geometry(self, ndim, shape, strides)
+        if dim is None and not keepdim:
+            total = kernels.sum_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides)
+            out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
+            if self._dtype.typenum == cnp.NPY_FLOAT:
+                (<float*>_ptr(out))[0] = <float>total
+            else:
+                (<double*>_ptr(out))[0] = total
         else:
-            (<double*>_ptr(out))[0] = total
+            # small reductions over chosen dims; large ones are NumPy's (it adds whole rows)
+            if not self._numel or self._numel > _SMALL_REDUCTION or type(keepdim) is not bool \
+                    or not _reduced_dims(dim, ndim, reduced):
+                return _dispatch_call("sum", self, *args, **kwargs)
+            sizes = tuple([1 if reduced[d] else self._sizes[d] for d in range(ndim)
+                           if keepdim or not reduced[d]])
+            out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), self._dtype), sizes,
+                              _contiguous_strides(sizes), 0, self._dtype)
+            kernels.sum_dims_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides,
+                                 reduced, _ptr(out))
         if not mt_grad_disabled and needs_grad(self):
-            return _attach_node(_recorded_ops["sum"], (self,), None, out)
+            return _attach_node(_recorded_ops["sum"], (self,) + args, kwargs or None, out)
         return out
 
     def expand(self, *sizes):
@@ -810,6 +826,28 @@ cdef object _binary(object left, object right, char opcode, str name):
 
 
 _EXACT_INT = 1 << 53
+_SUM_KEYWORDS = frozenset(("dim", "keepdim"))
+_SMALL_REDUCTION = 1 << 16   # elements; above it NumPy's row-wise reductions are faster
+
+
+cdef bint _reduced_dims(object dim, int ndim, bint* reduced) except -1:
+    """Flag the dims named by ``dim`` (an int, or a non-empty tuple or list of distinct
+    ints) in ``reduced``; False for anything else (the registered op then decides)."""
+    cdef int d
+    for d in range(ndim):
+        reduced[d] = False
+    if type(dim) is int:
+        dim = (dim,)
+    elif not (type(dim) is tuple or type(dim) is list) or not dim:
+        return False
+    for value in dim:
+        if type(value) is not int or ndim == 0:
+            return False
+        d = _wrap_dim(value, ndim)
+        if reduced[d]:
+            return False
+        reduced[d] = True
+    return True
 
 
 def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtype):
