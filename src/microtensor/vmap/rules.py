@@ -176,8 +176,10 @@ def pointwise(op, level, args, kwargs):
 
 
 def _pointwise_binary(op, level, a, b):
-    """The common case without moving or padding anything: ``a`` batched at dim 0 and
-    ``b`` a number, an unbatched tensor of no higher rank, or batched like ``a``."""
+    """The common case: ``a`` batched at dim 0 and ``b`` a number, an unbatched tensor of
+    no higher rank, or batched at dim 0 with no higher rank (padded with size-1 dims after
+    the batch dim; a per-sample 0-d ``b`` only of ``a``'s dtype, as promotion would differ
+    physically)."""
     if type(a) is not BatchedTensor or a._level != level or a._bdim != 0:
         return None
     n = len(a._sizes)
@@ -185,9 +187,11 @@ def _pointwise_binary(op, level, a, b):
     if kind is float or kind is int or kind is bool:
         pb = b
     elif kind is BatchedTensor:
-        if b._level != level or b._bdim != 0 or len(b._sizes) != n:
+        rank = len(b._sizes)
+        if b._level != level or b._bdim != 0 or rank > n or \
+                (rank < n and rank == 0 and b._dtype is not a._dtype):
             return None
-        pb = b._value
+        pb = b._value if rank == n else aligned(b._value, 0, rank, n)
     elif isinstance(b, TensorBase):
         if len(b._sizes) > n or (n == 0 and b._dtype is not a._dtype):
             return None
