@@ -668,16 +668,15 @@ def test_is_grads_batched_shapes_and_errors():
 def test_operators_on_batched_tensors_reach_the_dispatcher():
     seen = []
     from microtensor.vmap import rules
-    original = rules.handle
 
-    def spy(op, args, kwargs):
+    def spy(op, level, args, kwargs):
         if any(type(a) is BatchedTensor for a in args):
             seen.append(op.name)
-        return original(op, args, kwargs)
-    dispatch_handlers = dispatch.transform_handlers
+        return rules.handle(op, level, args, kwargs)
 
     def f(x, y):
-        dispatch_handlers[dispatch_handlers.index(original)] = spy
+        assert dispatch.batching() is rules.handle
+        dispatch.set_batching(spy, BatchedTensor)
         try:
             r = x + y
             r = r * 2.0
@@ -686,11 +685,11 @@ def test_operators_on_batched_tensors_reach_the_dispatcher():
             r = r[0]
             return r
         finally:
-            dispatch_handlers[dispatch_handlers.index(spy)] = original
+            dispatch.set_batching(rules.handle, BatchedTensor)
     out = mt.vmap(f)(mt.randn(3, 2, 4), mt.rand(3, 2, 4) + 1)
     assert out.shape == (3, 4)
     assert seen[:5] == ["add", "mul", "sub_", "div", "select"]
-    assert dispatch.transform_handlers == []
+    assert dispatch.batching() is None
 
 
 def test_batched_tensor_is_a_tensor_with_per_sample_metadata():

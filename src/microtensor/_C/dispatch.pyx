@@ -1,9 +1,10 @@
 """The dispatcher's hot path, in C: the route every op call takes to its kernel.
 
 1. A composite op (written in other ops) runs its Python body.
-2. If a transform has installed a handler (vmap does while it is active) and wants the
-   call, the handler runs it (a batching rule turns it into ops on physical tensors,
-   which come back through here).
+2. While a vmap is active, a call with a batched argument (or one that draws random
+   numbers) goes to vmap's handler, which runs the op's batching rule: ops on physical
+   tensors, which come back through here.  Finding the batched arguments is done here, in
+   C, because every call inside a vmap pays for it.
 3. If grad mode is on and a differentiable input requires grad, autograd records the call
    (the ``record`` function that ``autograd.recording`` installs) around the kernel.
 4. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
@@ -13,15 +14,50 @@ layering); nothing here imports above ``_C``.
 """
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
 
-# handler(op, args, kwargs) -> result or NotImplemented; ``ops.dispatch.transform_handlers``
-# is this very list, so that vmap's entry and exit change what the C code sees.
-cdef list _handlers = []
+cdef object _batched_type = None   # vmap's BatchedTensor, while a vmap is active
+cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record = None
 
 
-def transform_handlers():
-    """The list of active transform handlers (the object itself, to append to)."""
-    return _handlers
+def set_batching(handler, batched_type):
+    """vmap's entry (and, with ``None, None``, its exit): calls with an argument of exactly
+    ``batched_type`` (lists and tuples looked into), or of a random op, go to
+    ``handler(op, level, args, kwargs)`` with the highest ``_level`` among those arguments
+    (0 if none); it may return NotImplemented to let the call go on as usual."""
+    global _batching, _batched_type
+    _batching = handler
+    _batched_type = batched_type
+
+
+def batching():
+    """The handler ``set_batching`` installed, or None."""
+    return _batching
+
+
+cdef Py_ssize_t _level_of(object value, Py_ssize_t level) except -1:
+    cdef Py_ssize_t found
+    kind = type(value)
+    if kind is _batched_type:
+        found = value._level
+        return found if found > level else level
+    if kind is list or kind is tuple:
+        for item in value:
+            if type(item) is _batched_type:
+                found = item._level
+                if found > level:
+                    level = found
+    return level
+
+
+cdef Py_ssize_t _batch_level(args, kwargs) except -1:
+    """The highest vmap level among the arguments' batched tensors (0: none)."""
+    cdef Py_ssize_t level = 0
+    for value in args:
+        level = _level_of(value, level)
+    if kwargs:
+        for value in (<dict>kwargs).values():
+            level = _level_of(value, level)
+    return level
 
 
 def install_record(record):
@@ -53,10 +89,13 @@ cpdef object call(op, args, kwargs):
     """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None)."""
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
-    for handler in _handlers:
-        result = handler(op, args, kwargs)
-        if result is not NotImplemented:
-            return result
+    cdef Py_ssize_t level
+    if _batching is not None:
+        level = _batch_level(args, kwargs)
+        if level or op.random:
+            result = _batching(op, level, args, kwargs)
+            if result is not NotImplemented:
+                return result
     if needs_recording(op, args):
         return _record(op, args, kwargs)
     return run_kernel(op, args, kwargs)

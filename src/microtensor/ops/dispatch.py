@@ -3,9 +3,9 @@
 ``call``, ``needs_recording`` and ``run_kernel`` are in the Cython core
 (``microtensor._C.dispatch``) because every op call takes them; the steps are:
 
-1. If a transform has installed a handler (vmap does while it is active) and wants the
-   call, the handler runs it (a batching rule turns it into ops on physical tensors,
-   which come back through here).
+1. While a vmap is active (``set_batching``), a call with a batched argument or a random
+   op goes to vmap's handler, which runs the op's batching rule: ops on physical tensors,
+   which come back through here.
 2. If grad mode is on and an input requires grad, autograd records the call
    (``autograd.recording``) around the kernel.
 3. Otherwise the kernel runs directly.
@@ -13,12 +13,9 @@
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
 from microtensor._C import dispatch as _core
-from microtensor._C.dispatch import call, run_kernel
+from microtensor._C.dispatch import batching, call, run_kernel, set_batching
 from microtensor._C.tensor import TensorBase
 
-# Installed by microtensor.vmap: handler(op, args, kwargs) -> result or NotImplemented.
-# The C dispatcher reads this very list.
-transform_handlers = _core.transform_handlers()
 # Installed by microtensor.autograd: record(op, args, kwargs) -> result.
 install_record = _core.install_record
 

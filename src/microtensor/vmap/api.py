@@ -110,14 +110,14 @@ def _push(size, randomness):
     level = Level(len(levels) + 1, size, randomness)
     levels.append(level)
     if len(levels) == 1:
-        dispatch.transform_handlers.append(rules.handle)
+        dispatch.set_batching(rules.handle, BatchedTensor)
     return level.number
 
 
 def _pop():
     levels.pop()
     if not levels:
-        dispatch.transform_handlers.remove(rules.handle)
+        dispatch.set_batching(None, None)
 
 
 # --------------------------------------------------------------------------- the transform

@@ -1,9 +1,9 @@
 """Batching rules: how each op runs on ``BatchedTensor``s, as ordinary ops on the
 physical tensors.
 
-``handle`` is the hook vmap installs into ``ops.dispatch.transform_handlers`` while it is
-active.  For a call with an argument batched at some level it picks the innermost such
-level, looks up the op's rule (an entry of ``RULES`` by op name, else the rule of the op's
+``handle`` is the hook vmap installs into the dispatcher (``ops.dispatch.set_batching``)
+while it is active.  For a call with an argument batched at some level (the dispatcher
+finds the innermost such level) it looks up the op's rule (an entry of ``RULES`` by op name, else the rule of the op's
 ``family``, else the per-sample ``fallback``) and runs it.  A rule unwraps only that level
 (``batched.unwrap``), calls ops on the physical values (which come back through the
 dispatcher, so autograd records them and lower vmap levels batch them) and wraps the
@@ -65,33 +65,12 @@ def rule_for(op):
     return found
 
 
-def handle(op, args, kwargs):
-    """The dispatcher hook: NotImplemented unless an argument is batched (or the op is
-    random, which vmap must see even on unbatched arguments)."""
-    level = 0
-    for a in args:
-        t = type(a)
-        if t is BatchedTensor:
-            if a._level > level:
-                level = a._level
-        elif t is list or t is tuple:
-            for x in a:
-                if type(x) is BatchedTensor and x._level > level:
-                    level = x._level
-    if kwargs:
-        for a in kwargs.values():
-            t = type(a)
-            if t is BatchedTensor:
-                if a._level > level:
-                    level = a._level
-            elif t is list or t is tuple:
-                for x in a:
-                    if type(x) is BatchedTensor and x._level > level:
-                        level = x._level
+def handle(op, level, args, kwargs):
+    """The dispatcher hook (``ops.dispatch.set_batching``): a call with an argument batched
+    at ``level`` (the innermost such), or of a random op, which vmap must see even on
+    unbatched arguments."""
     if op.random:
         return random_rule(op, level, args, kwargs)
-    if not level:
-        return NotImplemented
     found = _resolved.get(op)
     if found is None:
         found = rule_for(op)
