@@ -486,6 +486,32 @@ cdef set_history(Node node, tuple outputs, bint is_view):
                 out._multi_output_view = node.name()
 
 
+cpdef bint reaches_other_leaves(roots, handles) except -1:
+    """Whether the graph behind the tensors ``roots`` reaches a leaf (an ``AccumulateGrad``)
+    of a tensor other than ``handles``: then an outer differentiation sees this graph."""
+    cdef set own = {id(h) for h in handles}
+    cdef list stack = []
+    cdef set seen
+    cdef Node node
+    for root in roots:
+        edge = gradient_edge(<TensorBase?>root)
+        if (<tuple>edge)[0] is not None:
+            stack.append((<tuple>edge)[0])
+    seen = set(stack)
+    while stack:
+        node = stack.pop()
+        if type(node) is AccumulateGrad:
+            if id((<AccumulateGrad>node).variable) not in own:
+                return True
+            continue
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
 # --------------------------------------------------------------------------- the engine
 
 def validate_outputs(Node node, grads):

@@ -956,6 +956,17 @@ def wrap_storage(Storage storage, tuple sizes, tuple strides, Py_ssize_t offset,
     return _new_tensor(_tensor_cls if cls is None else cls, storage, sizes, strides, offset, dt)
 
 
+def without_dim(TensorBase value, Py_ssize_t dim, cls):
+    """A ``cls`` tensor over ``value``'s memory with dim ``dim`` left out (the elements at
+    index 0 of that dim, so inside ``value``'s extent: no bounds check is needed).  This is
+    how vmap sees one sample of a batched value."""
+    if not 0 <= dim < len(value._sizes):
+        raise IndexError(f"without_dim: dim {dim} of a {len(value._sizes)}-d tensor")
+    return _new_tensor(cls, value._storage, value._sizes[:dim] + value._sizes[dim + 1:],
+                       value._strides[:dim] + value._strides[dim + 1:], value._offset,
+                       value._dtype)
+
+
 def empty_contiguous(tuple sizes, dtype dt, device dev=cpu):
     """A fresh tensor with contiguous strides; ``sizes`` must already be validated."""
     return empty_strided_unchecked(sizes, _contiguous_strides(sizes), dt, dev)

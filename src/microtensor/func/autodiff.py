@@ -24,10 +24,10 @@ the newer ones.  Forward mode (``jvp``, ``jacfwd``) is reverse mode twice, exact
 map ``u -> J^T u`` is linear, so its vjp with cotangent ``t`` is ``J t``.  It costs about
 two backward passes instead of one forward-mode pass and gives exact values.
 """
+from microtensor._C.autograd import reaches_other_leaves
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.engine import run_backward
 from microtensor.autograd.grad_mode import state as grad_state
-from microtensor.autograd.graph import AccumulateGrad
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
@@ -80,7 +80,7 @@ class _Differentiation:
         tensors other than the handles (then an outer transform wants it recorded)."""
         roots = [expand_to_levels(*physical(o), self.sizes) for o in outputs]
         if self.outer_grad:
-            self.connected = _reaches_other_leaves([r for r, _ in roots], self.handles)
+            self.connected = reaches_other_leaves([r for r, _ in roots], self.handles)
         return roots
 
     def result(self, t):
@@ -107,24 +107,6 @@ class _Differentiation:
             return grads
         finally:
             grad_state.enabled = prev
-
-
-def _reaches_other_leaves(roots, handles):
-    """Whether the graph behind ``roots`` reaches a leaf that is not one of ``handles``."""
-    own = {id(h) for h in handles}
-    stack = [node for node, _ in map(gradient_edge, roots) if node is not None]
-    seen = set(stack)
-    while stack:
-        node = stack.pop()
-        if type(node) is AccumulateGrad:
-            if id(node.variable) not in own:
-                return True
-            continue
-        for nxt, _ in node.next_functions:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return False
 
 
 def _tensor_leaves(tree):

@@ -15,7 +15,7 @@ Because the metadata is per sample, ``shape``, ``stride()``, ``is_contiguous()``
 ``dim()`` and ``numel()`` answer per sample for free.  Reading memory (``item``,
 ``tolist``, ``numpy``, ``bool(t)``) would have to pick one sample, so it raises.
 """
-from microtensor._C.tensor import wrap_storage
+from microtensor._C.tensor import without_dim
 from microtensor._tensor import Tensor
 
 
@@ -97,13 +97,7 @@ class BatchedTensor(Tensor):
 
 def wrap(value, bdim, level):
     """``value`` (physical at ``level``) seen per sample: its dim ``bdim`` hidden."""
-    sizes = value._sizes
-    strides = value._strides
-    if bdim == 0:
-        sizes, strides = sizes[1:], strides[1:]
-    else:
-        sizes, strides = sizes[:bdim] + sizes[bdim + 1:], strides[:bdim] + strides[bdim + 1:]
-    t = wrap_storage(value._storage, sizes, strides, value._offset, value._dtype, BatchedTensor)
+    t = without_dim(value, bdim, BatchedTensor)
     t._value = value
     t._bdim = bdim
     t._level = level
