@@ -98,6 +98,8 @@ def _torch_callable(op):
     name = op.name
     if name == "nll_loss":
         return torch.nn.functional.nll_loss
+    if name == "linear":
+        return torch.nn.functional.linear
     if name == "nll_loss_backward":
         return _nll_loss_backward
     if not op.function or _is_inplace(op):

@@ -4,8 +4,10 @@ from microtensor.ops.dispatch import call_by_name as _op
 
 
 def linear(input, weight, bias=None):
-    out = input.matmul(weight.t())
-    return out + bias if bias is not None else out
+    """``input @ weight.T + bias``: one op, ``ops.linalg.linear``."""
+    if weight.dim() > 2:
+        raise RuntimeError(f"linear: weight must be 1-D or 2-D, got {weight.dim()}-D")
+    return _op("linear", input, weight, bias)
 
 
 def relu(input, inplace=False):

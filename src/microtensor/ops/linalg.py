@@ -289,4 +289,71 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     return product + (self if beta == 1 else self * beta)
 
 
-__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm"]
+# --------------------------------------------------------------------------- linear
+
+def _linear_samples(make):
+    return [Sample(make(3, 4), make(5, 4), make(5)), Sample(make(4), make(5, 4), make(5)),
+            Sample(make(2, 3, 4), make(5, 4), make(5)), Sample(make(3, 4), make(2, 4)),
+            Sample(make(3, 4), make(4)), Sample(make(4, 3).mT, make(5, 4), make(())),
+            Sample(make(0, 4), make(2, 4), make(2))]
+
+
+def check_linear(input, weight, bias):
+    """PyTorch's checks of ``linear``'s arguments for one sample (weights of 1 or 2 dims)."""
+    if input.dim() == 0 or weight.dim() == 0:
+        raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
+                           f"{input.dim()}D and {weight.dim()}D")
+    _check_same_dtype(input, weight)
+    if input._sizes[-1] != weight._sizes[-1]:
+        if weight.dim() == 1:
+            raise _mv_size_error(math.prod(input._sizes[:-1]), input._sizes[-1],
+                                 weight._sizes[0])
+        raise _mm_shape_error(math.prod(input._sizes[:-1]), input._sizes[-1],
+                              weight._sizes[1], weight._sizes[0])
+    if bias is not None:
+        _check_same_dtype(input, bias)
+
+
+@op(inputs=("input", "weight", "bias"), method=False, function=False,
+    samples=_linear_samples)
+def linear(input, weight, bias=None):
+    """``input @ weight.mT + bias``, the linear layer, as one op (one graph node).  Beyond
+    PyTorch's 1-D and 2-D weights, stacked weights ``(..., out, in)`` broadcast with the
+    leading dims of ``input`` (how vmap runs per-sample weights)."""
+    check_linear(input, weight, bias)
+    if weight.dim() == 1:
+        out = matmul.kernel(input, weight)
+    elif weight.dim() == 2 and input.dim() > 2:
+        # every leading dim is more rows: one matrix product
+        rows = matmul.kernel(input.reshape(-1, input._sizes[-1]), weight.mT)
+        sizes = input._sizes[:-1] + weight._sizes[:1]
+        out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
+    else:
+        out = matmul.kernel(input, weight.mT)
+    if bias is not None:
+        meta.expand_geometry(bias._sizes, bias._strides, out._sizes)   # PyTorch's error
+        target = out._array()
+        target += bias._array()
+    return out
+
+
+@linear.def_derivative(only_for={"input": "weight", "weight": "input"})
+def linear(grad, input, weight, weight_shape, input_shape):
+    # each of input and weight is saved only for the other's gradient (None: not needed);
+    # the bias's gradient is ``grad`` itself, summed to the bias's shape by the engine
+    grad_input = grad_weight = None
+    if weight is not None:
+        grad_input = grad.unsqueeze(-1) * weight if len(weight_shape) == 1 else \
+            grad.matmul(weight)
+    if input is not None:
+        if len(weight_shape) == 1 or len(input_shape) == 1:
+            grad_weight = grad.unsqueeze(-1) * input
+        elif len(weight_shape) == 2:
+            rows = grad.reshape(-1, weight_shape[0])
+            grad_weight = rows.mT.matmul(input.reshape(-1, input_shape[-1]))
+        else:
+            grad_weight = grad.mT.matmul(input)
+    return grad_input, grad_weight, grad
+
+
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

@@ -720,6 +720,29 @@ def matmul(op, level, args, kwargs):
     return wrap(result, 0, level)
 
 
+@rule("linear")
+def linear(op, level, args, kwargs):
+    """Shared weights: the samples are just more rows of one call.  Per-sample weights: one
+    call on the stacked weights ``(B, ..., out, in)``, which the kernel broadcasts."""
+    from microtensor.ops import linalg
+    bound = op.bind(args, kwargs)
+    x, w, b = bound["input"], bound["weight"], bound["bias"]
+    linalg.check_linear(x, w, b)
+    if not _same_level(w, level) and not _same_level(b, level):
+        return wrap(call(op, (to_front(x._value, x._bdim), w, b), None), 0, level)
+    if w.dim() == 1:       # per-sample weight vectors: a product and a sum, batched as such
+        out = call(REGISTRY["matmul"], (x, w), None)
+        return out if b is None else out + b
+    size = batch_size(level)
+    rank = max(x.dim(), 2)
+    inputs = aligned(_front_or_expanded(x, level, size), 0, x.dim(), rank)
+    weights = aligned(_front_or_expanded(w, level, size), 0, 2, rank)
+    biases = None if b is None else aligned(_front_or_expanded(b, level, size), 0, b.dim(),
+                                            rank)
+    out = call(op, (inputs, weights, biases), None)
+    return wrap(out.squeeze(1) if x.dim() == 1 else out, 0, level)
+
+
 def _fold_batch_into_rows(a, b, level):
     """One big matrix product instead of a batch of small ones, when one operand is a
     plain (unbatched) matrix: per-sample rows ``(B, ..., k) @ (k, m)`` are just more rows
