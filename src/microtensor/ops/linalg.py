@@ -51,9 +51,23 @@ def _product(np_fn, shape, self, other):
                 kernels.outer_products_(target, a, b)
             else:
                 np.multiply(a, b, out=target)
+        elif np_fn is np.matmul and _shared_matrix(a, b, shape):
+            # a stack of one repeated matrix (a parameter expanded over a vmap batch):
+            # every row of ``a`` times that matrix, as one product
+            np.matmul(a.reshape(-1, a.shape[-1]), b[(0,) * (b.ndim - 2)],
+                      out=out._array().reshape(-1, b.shape[-1]))
         else:
             np_fn(a, b, out=out._array())
     return out
+
+
+def _shared_matrix(a, b, shape):
+    """Whether ``b`` is one matrix repeated along every batch dim (stride 0) and ``a`` has
+    the result's (``shape``) batch dims: then the product is one product of ``a``'s rows
+    (NumPy arrays only)."""
+    return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and \
+        a.ndim == b.ndim == len(shape) > 2 and not any(b.strides[:-2]) and \
+        a.shape[:-2] == tuple(shape[:-2])
 
 
 def _dot_size_error(n, m):
@@ -84,7 +98,8 @@ def _matmul_samples(make):
             Sample(make(3), make(5, 3, 4)), Sample(make(5, 2, 3), make(3, 4)),
             Sample(make(2, 3), make(5, 3, 4)), Sample(make(5, 1, 2, 3), make(4, 3, 2)),
             Sample(make(4, 2).mT, make(4, 3, 5).transpose(0, 1)), Sample(make(0, 3), make(3, 2)),
-            Sample(make(5, 3, 1), make(5, 1, 4))]   # stacked outer products
+            Sample(make(5, 3, 1), make(5, 1, 4)),   # stacked outer products
+            Sample(make(5, 2, 3), make(1, 3, 4).expand(5, 3, 4))]   # one matrix, repeated
 
 
 def _mm_samples(make):
