@@ -9,7 +9,7 @@ Supported dtypes: float32, float64, int64, int32, bool.
 """
 from cython cimport floating
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
 import numpy as np
@@ -1144,25 +1144,24 @@ def nll_forward_(cnp.ndarray rows not None, cnp.ndarray targets not None, weight
 
 
 def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, weight,
-                  int64_t ignore_index, cnp.ndarray grads not None, bint mean,
-                  cnp.ndarray weights not None):
-    """grad_rows[n, targets[n]] = -grads[n] * w[n] (over the total weight when `mean`),
-    into a zero-filled contiguous (N, C) `grad_rows`; `grads` is (N,) (stride 0 for a
-    reduced loss) and `weights` (N,) scratch for the row weights.  Returns the first
-    target outside [0, C) (nothing is written then), else None."""
-    cdef int code = check_nll_arrays(grad_rows, targets, weight, weights)
+                  int64_t ignore_index, cnp.ndarray grads not None, bint mean):
+    """grad_rows[n, targets[n]] = -grads[n] * w[n] (over the total weight when `mean`) and 0
+    elsewhere, into a contiguous (N, C) `grad_rows`; `grads` is (N,), or (1,) for a reduced
+    loss.  Returns the first target outside [0, C) (nothing is written then), else None."""
     cdef Py_ssize_t n = cnp.PyArray_DIM(targets, 0), classes = cnp.PyArray_DIM(grad_rows, 1)
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(grad_rows), i
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(grad_rows), i, gs
     cdef int64_t bad
     cdef double total = 0
+    cdef cnp.ndarray weights = np.empty(n, grad_rows.dtype)
+    cdef int code = check_nll_arrays(grad_rows, targets, weight, weights)
     if cnp.PyArray_NDIM(grad_rows) != 2 or cnp.PyArray_DIM(grad_rows, 0) != n or \
             not cnp.PyArray_IS_C_CONTIGUOUS(grad_rows) or dtype_code(grads) != code or \
-            cnp.PyArray_NDIM(grads) != 1 or cnp.PyArray_DIM(grads, 0) != n:
-        raise TypeError("nll_backward_: contiguous (N, C) gradient rows and (N,) grads "
-                        "expected")
+            cnp.PyArray_NDIM(grads) != 1 or cnp.PyArray_DIM(grads, 0) not in (n, 1):
+        raise TypeError("nll_backward_: contiguous (N, C) gradient rows and (N,) or (1,) "
+                        "grads expected")
+    gs = cnp.PyArray_STRIDE(grads, 0) // item if cnp.PyArray_DIM(grads, 0) == n else 0
     cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(targets)
     cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
-    cdef Py_ssize_t gs = cnp.PyArray_STRIDE(grads, 0) // item
     cdef Py_ssize_t ws = 0 if weight is None else \
         cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
     cdef const char* w = NULL if weight is None else \
@@ -1174,10 +1173,6 @@ def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, 
         if mean:
             for i in range(n):
                 total += (<float*>cnp.PyArray_DATA(weights))[i]
-        nll_rows_backward(<float*>cnp.PyArray_DATA(grad_rows), classes, t, ts,
-                          <const float*>cnp.PyArray_DATA(weights),
-                          <const float*>cnp.PyArray_DATA(grads), gs,
-                          _reciprocal(total) if mean else 1, n)
     else:
         if not row_weights(t, ts, n, <const double*>w, ws, ignore_index, classes,
                            <double*>cnp.PyArray_DATA(weights), &bad):
@@ -1185,6 +1180,13 @@ def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, 
         if mean:
             for i in range(n):
                 total += (<double*>cnp.PyArray_DATA(weights))[i]
+    memset(cnp.PyArray_DATA(grad_rows), 0, n * classes * item)
+    if code == F32:
+        nll_rows_backward(<float*>cnp.PyArray_DATA(grad_rows), classes, t, ts,
+                          <const float*>cnp.PyArray_DATA(weights),
+                          <const float*>cnp.PyArray_DATA(grads), gs,
+                          _reciprocal(total) if mean else 1, n)
+    else:
         nll_rows_backward(<double*>cnp.PyArray_DATA(grad_rows), classes, t, ts,
                           <const double*>cnp.PyArray_DATA(weights),
                           <const double*>cnp.PyArray_DATA(grads), gs,

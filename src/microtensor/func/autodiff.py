@@ -24,7 +24,7 @@ the newer ones.  Forward mode (``jvp``, ``jacfwd``) is reverse mode twice, exact
 map ``u -> J^T u`` is linear, so its vjp with cotangent ``t`` is ``J t``.  It costs about
 two backward passes instead of one forward-mode pass and gives exact values.
 """
-from microtensor._C.autograd import reaches_other_leaves
+from microtensor._C.autograd import detached_alias, reaches_other_leaves
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.engine import run_backward
 from microtensor.autograd.grad_mode import state as grad_state
@@ -58,7 +58,7 @@ class _Differentiation:
                 if self.outer_grad and value.requires_grad:
                     handle = value.alias()
                 else:
-                    handle = value.detach().requires_grad_()
+                    handle = detached_alias(value).requires_grad_()
                 self.handles.append(handle)
                 self.layouts.append(layout)
                 self.inputs.append(merge(handle, layout))

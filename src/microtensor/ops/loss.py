@@ -10,7 +10,7 @@ differentiable to any order.  Their batching rules are in ``vmap.rules``.
 import numpy as np
 
 from microtensor._C import kernels
-from microtensor._C.tensor import int64
+from microtensor._C.tensor import empty_contiguous, int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 
@@ -126,13 +126,13 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     targets = target._array().reshape(-1)
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
-        rows = np.zeros((target._numel, self_shape[-1]), grad._dtype.np)
-        bad = kernels.nll_backward_(rows, targets, None if weight is None else weight._array(),
-                                    ignore_index, np.broadcast_to(grads, len(rows)),
-                                    reduction == "mean", np.empty(len(rows), grad._dtype.np))
+        out = empty_contiguous(self_shape, grad._dtype, grad.device)
+        bad = kernels.nll_backward_(out._array().reshape(target._numel, self_shape[-1]),
+                                    targets, None if weight is None else weight._array(),
+                                    ignore_index, grads, reduction == "mean")
         if bad is not None:
             raise _out_of_bounds(bad)
-        return from_numpy_result(rows.reshape(self_shape), grad._dtype)
+        return out
     picked, weights, xp = _row_weights(targets, self_shape[-1], weight, ignore_index,
                                        grad._dtype)
     scale = -weights * grads
