@@ -30,6 +30,7 @@ from microtensor.autograd.engine import run_backward
 from microtensor.autograd.grad_mode import state as grad_state
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
+from microtensor.ops.factory import ones
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
 from microtensor.vmap.batched import levels
 
@@ -197,7 +198,6 @@ def grad(func, argnums=0, has_aux=False):
 
 
 def _ones(t):
-    from microtensor.ops.factory import ones
     return ones(t._sizes, dtype=t._dtype, device=t.device)
 
 

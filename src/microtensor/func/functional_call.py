@@ -73,11 +73,17 @@ def _registrations(module):
     """For each tensor registered more than once in ``module`` or below (tied weights):
     id -> every (table, name) it is registered under."""
     found = {}
-    for sub in module.modules():
+    stack, seen = [module], set()
+    while stack:
+        sub = stack.pop()
+        if id(sub) in seen:
+            continue
+        seen.add(id(sub))
         for table in (sub._parameters, sub._buffers):
             for k, v in table.items():
                 if v is not None:
                     found.setdefault(id(v), []).append((table, k))
+        stack.extend(m for m in sub._modules.values() if m is not None)
     return {key: places for key, places in found.items() if len(places) > 1}
 
 

@@ -30,6 +30,9 @@ def batched(value, layout):
     """The inverse of ``physical``: ``value`` wrapped once per level of ``layout``."""
     if not layout:
         return value
+    if len(layout) == 1:
+        ((level, bdim),) = layout.items()
+        return wrap(value, bdim, level)
     free = list(range(len(value._sizes)))
     for level in sorted(layout):
         bdim = free.index(layout[level])

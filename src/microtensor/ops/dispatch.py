@@ -15,20 +15,15 @@ Layers above register themselves here, so this module imports nothing above ``op
 from microtensor._C import dispatch as _core
 from microtensor._C.dispatch import batching, call, run_kernel, set_batching
 from microtensor._C.tensor import TensorBase
+from microtensor.ops.registry import REGISTRY
 
 # Installed by microtensor.autograd: record(op, args, kwargs) -> result.
 install_record = _core.install_record
 
 
-_BINARY = {}
-
-
 def binary(name, a, b):
     """The slow path of ``a + b`` and friends (the Cython fast path declined)."""
-    op = _BINARY.get(name)
-    if op is None:
-        from microtensor.ops.registry import REGISTRY
-        op = _BINARY[name] = REGISTRY[name]
+    op = REGISTRY[name]
     if not isinstance(a, TensorBase):
         if not isinstance(b, TensorBase):
             return NotImplemented
@@ -40,5 +35,4 @@ def binary(name, a, b):
 
 
 def call_by_name(name, *args, **kwargs):
-    from microtensor.ops.registry import REGISTRY
     return call(REGISTRY[name], args, kwargs)

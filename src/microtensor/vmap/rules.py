@@ -24,6 +24,7 @@ from microtensor._C.tensor import TensorBase, bool_, from_array
 from microtensor._dtype import result_type
 from microtensor.ops import dispatch
 from microtensor.ops import copy as copy_ops
+from microtensor.ops import linalg
 from microtensor.ops import loss as loss_ops
 from microtensor.ops import view as view_ops
 from microtensor.ops.registry import REGISTRY
@@ -687,7 +688,6 @@ _RANK_ERRORS = {
 
 def _check_product(op, a, b):
     """The op's own errors, raised for one sample's shapes."""
-    from microtensor.ops import linalg
     ranks = _FIXED_RANKS.get(op.name)
     if ranks is not None and (a.dim(), b.dim()) != ranks:
         raise RuntimeError(_RANK_ERRORS[op.name](a.dim(), b.dim()))
@@ -724,7 +724,6 @@ def matmul(op, level, args, kwargs):
 def linear(op, level, args, kwargs):
     """Shared weights: the samples are just more rows of one call.  Per-sample weights: one
     call on the stacked weights ``(B, ..., out, in)``, which the kernel broadcasts."""
-    from microtensor.ops import linalg
     bound = op.bind(args, kwargs)
     x, w, b = bound["input"], bound["weight"], bound["bias"]
     linalg.check_linear(x, w, b)
