@@ -5,18 +5,22 @@
    numbers) goes to vmap's handler, which runs the op's batching rule: ops on physical
    tensors, which come back through here.  Finding the batched arguments is done here, in
    C, because every call inside a vmap pays for it.
-3. If grad mode is on and a differentiable input requires grad, autograd records the call
-   (the ``record`` function that ``autograd.recording`` installs) around the kernel.
+3. If grad mode is on and a differentiable input requires grad, autograd records the call:
+   the kernel runs with grad mode off and its node is attached to the outputs
+   (``_C.autograd.attach_node``); in-place ops follow ``autograd.recording``'s rules
+   (rebasing history), which it installs here.
 4. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
-from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
+from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad, set_grad_enabled
+
+from microtensor._C.autograd import attach_node
 
 cdef object _batched_type = None   # vmap's BatchedTensor, while a vmap is active
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
-cdef object _record = None
+cdef object _record_inplace = None
 
 
 def set_batching(handler, batched_type):
@@ -60,10 +64,11 @@ cdef Py_ssize_t _batch_level(args, kwargs) except -1:
     return level
 
 
-def install_record(record):
-    """Called once by ``autograd.recording``: ``record(op, args, kwargs) -> result``."""
-    global _record
-    _record = record
+def install_inplace_recording(record_inplace):
+    """Called once by ``autograd.recording``: ``record_inplace(op, args, kwargs) -> result``
+    records an in-place op."""
+    global _record_inplace
+    _record_inplace = record_inplace
 
 
 cpdef bint needs_recording(op, args) except -1:
@@ -99,6 +104,17 @@ cpdef object call(op, args, kwargs):
     if needs_recording(op, args):
         return _record(op, args, kwargs)
     return run_kernel(op, args, kwargs)
+
+
+cdef object _record(op, args, kwargs):
+    if op.kind == "inplace":
+        return _record_inplace(op, args, kwargs)
+    set_grad_enabled(False)
+    try:
+        result = run_kernel(op, args, kwargs)
+    finally:
+        set_grad_enabled(True)
+    return attach_node(op, args, kwargs, result)
 
 
 cpdef object run_kernel(op, args, kwargs):

@@ -46,4 +46,5 @@ cdef class TensorBase:
 
 
 cdef bint grad_mode_enabled() noexcept
+cpdef set_grad_enabled(bint enabled)
 cdef bint needs_grad(TensorBase t) noexcept

@@ -221,7 +221,7 @@ cdef bint grad_mode_enabled() noexcept:
     return not mt_grad_disabled
 
 
-def set_grad_enabled(bint enabled):
+cpdef set_grad_enabled(bint enabled):
     global mt_grad_disabled
     mt_grad_disabled = not enabled
 

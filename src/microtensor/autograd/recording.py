@@ -1,8 +1,9 @@
 """Recording: what happens when an op runs on tensors that require grad.
 
-``record`` (installed into the dispatcher) runs the kernel with grad mode off, builds an
-``OpNode`` holding what the derivative asked to save, and makes the node the outputs'
-``grad_fn``.  In-place ops additionally *rebase history* (``rebase_history``): the
+The dispatcher (``_C.dispatch``) runs the kernel with grad mode off and attaches an
+``OpNode`` holding what the derivative asked to save to the outputs, as their ``grad_fn``
+(``_C.autograd.attach_node``).  In-place ops are recorded here, by ``record_inplace``,
+which the dispatcher calls: they additionally *rebase history* (``rebase_history``): the
 modified tensor gets the new node as its ``grad_fn``; if it is a view, its base gets a
 ``CopySlices`` node instead and the view's ``grad_fn`` is regenerated from the base.
 
@@ -10,25 +11,14 @@ The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
 ``saved_values``) are in the Cython core (``microtensor._C.autograd``); the rules that
 decide which of them runs are here.
 """
-from microtensor._C.autograd import (OpNode, SavedTensor, attach_node, current_grad_fn,
-                                     gradient_edge, input_edges, install_nodes, saved_values)
+from microtensor._C.autograd import (OpNode, SavedTensor, current_grad_fn, gradient_edge,
+                                     input_edges, install_nodes, saved_values)
 from microtensor._C.tensor import set_grad_enabled
 from microtensor.autograd.graph import AsStridedBackward0, CopySlices, SavedInplaceViewOutput
 from microtensor.ops import dispatch
 
 
 # ------------------------------------------------------------------ recording
-
-def record(op, args, kwargs):
-    if op.kind == "inplace":
-        return record_inplace(op, args, kwargs)
-    set_grad_enabled(False)
-    try:
-        result = dispatch.run_kernel(op, args, kwargs)
-    finally:
-        set_grad_enabled(True)
-    return attach_node(op, args, kwargs, result)
-
 
 NO_GRAD_VIEW_ERROR = (
     "A view was created in no_grad mode and is being modified inplace with grad mode "
@@ -103,4 +93,4 @@ def record_inplace(op, args, kwargs):
 
 
 install_nodes(AsStridedBackward0)
-dispatch.install_record(record)
+dispatch.install_inplace_recording(record_inplace)

@@ -6,8 +6,9 @@
 1. While a vmap is active (``set_batching``), a call with a batched argument or a random
    op goes to vmap's handler, which runs the op's batching rule: ops on physical tensors,
    which come back through here.
-2. If grad mode is on and an input requires grad, autograd records the call
-   (``autograd.recording``) around the kernel.
+2. If grad mode is on and an input requires grad, autograd records the call: the kernel
+   runs with grad mode off and a node is attached to its outputs (in-place ops by the
+   rules of ``autograd.recording``).
 3. Otherwise the kernel runs directly.
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
@@ -17,8 +18,8 @@ from microtensor._C.dispatch import batching, call, run_kernel, set_batching
 from microtensor._C.tensor import TensorBase
 from microtensor.ops.registry import REGISTRY
 
-# Installed by microtensor.autograd: record(op, args, kwargs) -> result.
-install_record = _core.install_record
+# Installed by microtensor.autograd: how an in-place op is recorded.
+install_inplace_recording = _core.install_inplace_recording
 
 
 def binary(name, a, b):
