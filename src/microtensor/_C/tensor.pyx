@@ -670,9 +670,10 @@ cdef inline bint _all_ints(tuple values):
 
 
 cdef inline tuple _shape_arg(tuple shape):
-    """``(2, 3)`` from ``view(2, 3)`` or ``view((2, 3))``; None for anything unusual."""
-    if len(shape) == 1 and type(shape[0]) is tuple:
-        shape = <tuple>shape[0]
+    """``(2, 3)`` from ``view(2, 3)``, ``view((2, 3))`` or ``view(t.shape)`` (a ``Size``, a
+    tuple subclass); None for anything unusual."""
+    if len(shape) == 1 and isinstance(shape[0], tuple):
+        shape = tuple(shape[0])
     return shape if _all_ints(shape) else None
 
 
