@@ -47,6 +47,9 @@ def expand_to_levels(value, layout, sizes):
     missing = [level for level in sizes if level not in layout]
     if not missing:
         return value, layout
+    if not layout and len(missing) == 1:     # an unbatched input under one vmap
+        level = missing[0]
+        return value.expand((sizes[level],) + value._sizes), {level: 0}
     m = len(missing)
     value = value.expand(tuple(sizes[level] for level in missing) + tuple(value._sizes))
     layout = {level: d + m for level, d in layout.items()}

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import bool_
-from microtensor.ops.loops import _type_name, device_of, new_result
+from microtensor._C.tensor import bool_, empty_contiguous
+from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
 
 BINARY = ("self", "other")
@@ -39,7 +39,9 @@ def _check_same_dtype(self, other, kind="mm"):
 
 def _product(np_fn, shape, self, other):
     """``np_fn(self, other)`` into a fresh contiguous tensor of ``shape``."""
-    out = new_result(shape, self._dtype, device=device_of(self, other))
+    dev = self._storage.device
+    out = empty_contiguous(tuple(shape), self._dtype,
+                           dev if other._storage.device is dev else device_of(self, other))
     if out._numel:
         a, b = self._array(), other._array()
         if np_fn is np.matmul and a.ndim > 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
@@ -134,7 +136,7 @@ def _addmm_samples(make):
 
 def _matmul_shape(self, other):
     """The result shape of ``self @ other``, raising PyTorch's errors on a mismatch."""
-    a, b = tuple(self._sizes), tuple(other._sizes)
+    a, b = self._sizes, other._sizes
     if not a or not b:
         raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
                            f"{len(a)}D and {len(b)}D")
