@@ -56,13 +56,14 @@ def tree_flatten(tree):
 def _flatten_into(x, leaves):
     # module-level recursion: a recursive closure would be a reference cycle that keeps
     # every leaf (large gradients, say) alive until the garbage collector runs
-    if not _is_node(x):
-        leaves.append(x)
-        return LEAF
-    if isinstance(x, dict):
+    kind = type(x)
+    if kind is dict:
         keys = list(x)
         return TreeSpec(dict, keys, [_flatten_into(x[k], leaves) for k in keys])
-    return TreeSpec(type(x), None, [_flatten_into(c, leaves) for c in x])
+    if kind is tuple or kind is list or _is_node(x):
+        return TreeSpec(kind, None, [_flatten_into(c, leaves) for c in x])
+    leaves.append(x)
+    return LEAF
 
 
 def tree_unflatten(leaves, spec):
