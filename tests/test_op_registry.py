@@ -100,6 +100,9 @@ def _torch_callable(op):
         return torch.nn.functional.nll_loss
     if name == "linear":
         return torch.nn.functional.linear
+    if name == "_log_softmax_backward_data":
+        return lambda grad, output, dim: torch._log_softmax_backward_data(grad, output, dim,
+                                                                          grad.dtype)
     if name == "nll_loss_backward":
         return _nll_loss_backward
     if not op.function or _is_inplace(op):

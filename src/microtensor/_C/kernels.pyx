@@ -1001,12 +1001,83 @@ cdef void softmax_row(floating* out, Py_ssize_t so, const floating* src, Py_ssiz
             out[i * so] = <floating>(exp_of(out[i * so]) / total)
 
 
+cdef void log_softmax_backward_row(floating* out, Py_ssize_t so, const floating* grad,
+                                   Py_ssize_t sg, const floating* output, Py_ssize_t sy,
+                                   Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef double total = 0
+    for i in range(n):
+        total += grad[i * sg]
+    for i in range(n):
+        out[i * so] = <floating>(grad[i * sg] - exp_of(output[i * sy]) * total)
+
+
+cdef bint rows_layout(Layout* layout, cnp.ndarray first, cnp.ndarray second,
+                      cnp.ndarray third, int axis):
+    """`layout` over every dim but `axis` of up to three same-shape arrays (`third` may be
+    None); False when there is nothing to compute."""
+    cdef int d
+    layout.nops = 2 if third is None else 3
+    layout.ndim = 0
+    for d in range(cnp.PyArray_NDIM(first)):
+        if cnp.PyArray_DIM(first, d) == 0:
+            return False
+        if d != axis and cnp.PyArray_DIM(first, d) != 1:
+            layout.shape[layout.ndim] = cnp.PyArray_DIM(first, d)
+            layout.strides[0][layout.ndim] = cnp.PyArray_STRIDE(first, d)
+            layout.strides[1][layout.ndim] = cnp.PyArray_STRIDE(second, d)
+            if third is not None:
+                layout.strides[2][layout.ndim] = cnp.PyArray_STRIDE(third, d)
+            layout.ndim += 1
+    return True
+
+
+def log_softmax_backward_(cnp.ndarray out not None, cnp.ndarray grad not None,
+                          cnp.ndarray output not None, int axis):
+    """out = grad - exp(output) * (grad summed along `axis`): the gradient of log_softmax
+    (`output`) for the incoming `grad`; float32/float64 arrays of one shape and dtype,
+    `out` not overlapping the others."""
+    cdef Layout layout
+    cdef OuterIter it
+    cdef int code = dtype_code(grad)
+    cdef Py_ssize_t n, item
+    if (code != F32 and code != F64) or dtype_code(out) != code or \
+            dtype_code(output) != code or not same_shape(out, grad, False) or \
+            not same_shape(out, output, False) or not 0 <= axis < cnp.PyArray_NDIM(grad) or \
+            not cnp.PyArray_ISWRITEABLE(out):
+        raise TypeError("log_softmax_backward_: float32/float64 arrays of one shape and dtype "
+                        "expected")
+    if not rows_layout(&layout, out, grad, output, axis):
+        return
+    n = cnp.PyArray_DIM(grad, axis)
+    item = cnp.PyArray_ITEMSIZE(grad)
+    cdef Py_ssize_t so = cnp.PyArray_STRIDE(out, axis) // item
+    cdef Py_ssize_t sg = cnp.PyArray_STRIDE(grad, axis) // item
+    cdef Py_ssize_t sy = cnp.PyArray_STRIDE(output, axis) // item
+    cdef char* o = <char*>cnp.PyArray_DATA(out)
+    cdef const char* g = <const char*>cnp.PyArray_DATA(grad)
+    cdef const char* y = <const char*>cnp.PyArray_DATA(output)
+    start_outer(&it, layout.ndim, 3)
+    with nogil:
+        while True:
+            if code == F32:
+                log_softmax_backward_row(<float*>(o + it.offset[0]), so,
+                                         <const float*>(g + it.offset[1]), sg,
+                                         <const float*>(y + it.offset[2]), sy, n)
+            else:
+                log_softmax_backward_row(<double*>(o + it.offset[0]), so,
+                                         <const double*>(g + it.offset[1]), sg,
+                                         <const double*>(y + it.offset[2]), sy, n)
+            if not advance_outer(&it, &layout):
+                break
+
+
 def softmax_(cnp.ndarray out not None, cnp.ndarray src not None, int axis, bint log_of):
     """out = softmax (or log_softmax) of src along `axis`: float32/float64 arrays of one
     shape and dtype that do not overlap."""
     cdef Layout layout
     cdef OuterIter it
-    cdef int ndim = cnp.PyArray_NDIM(src), d
+    cdef int ndim = cnp.PyArray_NDIM(src)
     cdef int code = dtype_code(src)
     cdef Py_ssize_t n
     if (code != F32 and code != F64) or dtype_code(out) != code or \
@@ -1014,16 +1085,8 @@ def softmax_(cnp.ndarray out not None, cnp.ndarray src not None, int axis, bint 
             not cnp.PyArray_ISWRITEABLE(out):
         raise TypeError("softmax_: float32/float64 arrays of one shape and dtype expected")
     n = cnp.PyArray_DIM(src, axis)
-    layout.nops = 2
-    layout.ndim = 0
-    for d in range(ndim):
-        if cnp.PyArray_DIM(src, d) == 0:
-            return
-        if d != axis and cnp.PyArray_DIM(src, d) != 1:
-            layout.shape[layout.ndim] = cnp.PyArray_DIM(src, d)
-            layout.strides[0][layout.ndim] = cnp.PyArray_STRIDE(out, d)
-            layout.strides[1][layout.ndim] = cnp.PyArray_STRIDE(src, d)
-            layout.ndim += 1
+    if not rows_layout(&layout, out, src, None, axis):
+        return
     cdef char* o = <char*>cnp.PyArray_DATA(out)
     cdef const char* x = <const char*>cnp.PyArray_DATA(src)
     cdef Py_ssize_t so = cnp.PyArray_STRIDE(out, axis) // cnp.PyArray_ITEMSIZE(src)

@@ -542,8 +542,45 @@ def softmax(grad, dim, result):
 
 @log_softmax.def_derivative
 def log_softmax(grad, dim, result):
-    dim = _single_dim(dim, result.dim()) if result.dim() else ()
-    return grad - result.exp() * grad.sum(dim, keepdim=True),
+    return _log_softmax_backward_data(grad, result, dim),
+
+
+def _log_softmax_backward_samples(make):
+    return [Sample(make(3, 4), make(3, 4).log_softmax(1).detach(), 1),
+            Sample(make(2, 3, 4), make(2, 3, 4).log_softmax(0).detach(), 0),
+            Sample(make(4, 3).mT, make(3, 4).log_softmax(-1).detach(), -1),
+            Sample(make(), make(), 0)]
+
+
+@op(inputs=("grad", "output"), method=False, function=False,
+    samples=_log_softmax_backward_samples)
+def _log_softmax_backward_data(grad, output, dim):
+    """The gradient of ``log_softmax`` for the incoming ``grad``, from its ``output``:
+    ``grad - exp(output) * grad.sum(dim)``, one pass per row (PyTorch's op of this name)."""
+    if grad._sizes != output._sizes or grad._dtype is not output._dtype:
+        raise RuntimeError("_log_softmax_backward_data: grad and output must have one shape "
+                           "and dtype")
+    _float_only("log_softmax_backward", grad)
+    result = new_result(grad._sizes, grad._dtype, device=grad.device)
+    if not grad._numel:
+        return result
+    g, axis = _along(grad, dim)
+    y = output._array().reshape(g.shape)
+    out = result._array().reshape(g.shape)
+    if isinstance(g, np.ndarray):
+        kernels.log_softmax_backward_(out, g, y, axis)
+    else:
+        np.subtract(g, np.exp(y) * g.sum(axis=axis, keepdims=True), out=out)
+    return result
+
+
+@_log_softmax_backward_data.def_derivative
+def _log_softmax_backward_data(ggrad, grad, output, dim):
+    # linear in grad (whose adjoint is gg - sum(gg * p)); through output, p = exp(output)
+    dim = _single_dim(dim, output.dim()) if output.dim() else ()
+    p = output.exp()
+    return (ggrad - (ggrad * p).sum(dim, keepdim=True),
+            -(ggrad * p) * grad.sum(dim, keepdim=True))
 
 
 # --------------------------------------------------------------------------- scans

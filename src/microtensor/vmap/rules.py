@@ -271,6 +271,23 @@ def reduction(op, level, args, kwargs):
     return wrap_result(call(op, (value,), bound), 0, level)
 
 
+@rule("_log_softmax_backward_data")
+def log_softmax_backward(op, level, args, kwargs):
+    """Both tensors with the batch dim first and ``dim`` shifted past it; per-sample
+    scalars get a size-1 dim to work along, removed afterwards."""
+    bound = op.bind(args, kwargs)
+    grad, output = bound["grad"], bound["output"]
+    size = batch_size(level)
+    grads = _front_or_expanded(grad, level, size)
+    outputs = _front_or_expanded(output, level, size)
+    if grad.dim() == 0:
+        meta.wrap_dim(bound["dim"], 0)
+        result = call(op, (grads.unsqueeze(1), outputs.unsqueeze(1), 1), None)
+        return wrap(result.squeeze(1), 0, level)
+    dim = meta.wrap_dim(bound["dim"], grad.dim()) + 1
+    return wrap(call(op, (grads, outputs, dim), None), 0, level)
+
+
 def _drop_dim_1(result):
     if isinstance(result, tuple):
         return type(result)(*map(_drop_dim_1, result)) if hasattr(result, "_fields") else \
