@@ -1153,6 +1153,28 @@ cdef inline double _reciprocal(double total):
     return 1 / total if total != 0 else float("inf")
 
 
+cdef object weights_of_rows(cnp.ndarray targets, object weight, int64_t ignore_index,
+                            Py_ssize_t classes, cnp.ndarray weights, int code):
+    """Each row's target weight into `weights` (see `row_weights`); the first target
+    outside [0, classes), or None."""
+    cdef int64_t bad
+    cdef bint ok
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(weights)
+    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(targets)
+    cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
+    cdef Py_ssize_t ws = 0 if weight is None else \
+        cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
+    cdef const char* w = NULL if weight is None else \
+        <const char*>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    if code == F32:
+        ok = row_weights(t, ts, cnp.PyArray_DIM(targets, 0), <const float*>w, ws,
+                         ignore_index, classes, <float*>cnp.PyArray_DATA(weights), &bad)
+    else:
+        ok = row_weights(t, ts, cnp.PyArray_DIM(targets, 0), <const double*>w, ws,
+                         ignore_index, classes, <double*>cnp.PyArray_DATA(weights), &bad)
+    return None if ok else bad
+
+
 cdef object check_nll_arrays(cnp.ndarray values, cnp.ndarray targets, object weight,
                              cnp.ndarray weights):
     cdef int code = dtype_code(values)
@@ -1177,7 +1199,6 @@ def nll_forward_(cnp.ndarray rows not None, cnp.ndarray targets not None, weight
     cdef int code = check_nll_arrays(rows, targets, weight, weights)
     cdef Py_ssize_t n = cnp.PyArray_DIM(targets, 0), classes = cnp.PyArray_DIM(rows, 1)
     cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(rows)
-    cdef int64_t bad
     if cnp.PyArray_NDIM(rows) != 2 or cnp.PyArray_DIM(rows, 0) != n or \
             dtype_code(losses) != code or not cnp.PyArray_IS_C_CONTIGUOUS(losses) or \
             cnp.PyArray_SIZE(losses) != n:
@@ -1186,20 +1207,13 @@ def nll_forward_(cnp.ndarray rows not None, cnp.ndarray targets not None, weight
     cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
     cdef Py_ssize_t rs = cnp.PyArray_STRIDE(rows, 0) // item
     cdef Py_ssize_t cs = cnp.PyArray_STRIDE(rows, 1) // item
-    cdef Py_ssize_t ws = 0 if weight is None else \
-        cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
-    cdef const char* w = NULL if weight is None else \
-        <const char*>cnp.PyArray_DATA(<cnp.ndarray>weight)
+    bad = weights_of_rows(targets, weight, ignore_index, classes, weights, code)
+    if bad is not None:
+        return bad
     if code == F32:
-        if not row_weights(t, ts, n, <const float*>w, ws, ignore_index, classes,
-                           <float*>cnp.PyArray_DATA(weights), &bad):
-            return bad
         nll_rows(<const float*>cnp.PyArray_DATA(rows), rs, cs, t, ts,
                  <const float*>cnp.PyArray_DATA(weights), n, <float*>cnp.PyArray_DATA(losses))
     else:
-        if not row_weights(t, ts, n, <const double*>w, ws, ignore_index, classes,
-                           <double*>cnp.PyArray_DATA(weights), &bad):
-            return bad
         nll_rows(<const double*>cnp.PyArray_DATA(rows), rs, cs, t, ts,
                  <const double*>cnp.PyArray_DATA(weights), n,
                  <double*>cnp.PyArray_DATA(losses))
@@ -1212,8 +1226,7 @@ def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, 
     elsewhere, into a contiguous (N, C) `grad_rows`; `grads` is (N,), or (1,) for a reduced
     loss.  Returns the first target outside [0, C) (nothing is written then), else None."""
     cdef Py_ssize_t n = cnp.PyArray_DIM(targets, 0), classes = cnp.PyArray_DIM(grad_rows, 1)
-    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(grad_rows), i, gs
-    cdef int64_t bad
+    cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(grad_rows), gs
     cdef double total = 0
     cdef cnp.ndarray weights = np.empty(n, grad_rows.dtype)
     cdef int code = check_nll_arrays(grad_rows, targets, weight, weights)
@@ -1225,24 +1238,11 @@ def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, 
     gs = cnp.PyArray_STRIDE(grads, 0) // item if cnp.PyArray_DIM(grads, 0) == n else 0
     cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(targets)
     cdef Py_ssize_t ts = cnp.PyArray_STRIDE(targets, 0) // 8
-    cdef Py_ssize_t ws = 0 if weight is None else \
-        cnp.PyArray_STRIDE(<cnp.ndarray>weight, 0) // item
-    cdef const char* w = NULL if weight is None else \
-        <const char*>cnp.PyArray_DATA(<cnp.ndarray>weight)
-    if code == F32:
-        if not row_weights(t, ts, n, <const float*>w, ws, ignore_index, classes,
-                           <float*>cnp.PyArray_DATA(weights), &bad):
-            return bad
-        if mean:
-            for i in range(n):
-                total += (<float*>cnp.PyArray_DATA(weights))[i]
-    else:
-        if not row_weights(t, ts, n, <const double*>w, ws, ignore_index, classes,
-                           <double*>cnp.PyArray_DATA(weights), &bad):
-            return bad
-        if mean:
-            for i in range(n):
-                total += (<double*>cnp.PyArray_DATA(weights))[i]
+    bad = weights_of_rows(targets, weight, ignore_index, classes, weights, code)
+    if bad is not None:
+        return bad
+    if mean:
+        total = weights.sum()
     memset(cnp.PyArray_DATA(grad_rows), 0, n * classes * item)
     if code == F32:
         nll_rows_backward(<float*>cnp.PyArray_DATA(grad_rows), classes, t, ts,

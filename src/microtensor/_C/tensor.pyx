@@ -753,6 +753,20 @@ cdef void _load_geometry(TensorBase t, int ndim, Py_ssize_t* shape, Py_ssize_t* 
             shape[lead + i] = size
 
 
+cdef char* _operand(object value, bint tensor, bint flat, int ndim, Py_ssize_t* strides,
+                    double* number) except? NULL:
+    """A binary operand's data and strides: a tensor's own (loaded unless ``flat``), or
+    for a number, its value in ``number`` and stride 0 everywhere (NULL data: the caller
+    points it at the number in the result's dtype)."""
+    if tensor:
+        if not flat:
+            _load_geometry(<TensorBase>value, ndim, NULL, strides)
+        return _ptr(<TensorBase>value)
+    number[0] = value
+    memset(strides, 0, max(ndim, 1) * sizeof(Py_ssize_t))
+    return NULL
+
+
 cdef object _binary(object left, object right, char opcode, str name):
     """``left <op> right`` in C when both are float32/float64 CPU tensors of one dtype
     (broadcast, any strides) or one is such a tensor and the other a Python number (rounded
@@ -798,27 +812,15 @@ cdef object _binary(object left, object right, char opcode, str name):
     if not flat:
         _load_geometry(out, ndim, shape, out_strides)
     number_f64[0] = 0
-    if left_tensor:
-        if not flat:
-            _load_geometry(<TensorBase>left, ndim, NULL, a_strides)
-        a_ptr = _ptr(<TensorBase>left)
-    else:
-        number_f64[0] = left
-    if right_tensor:
-        if not flat:
-            _load_geometry(<TensorBase>right, ndim, NULL, b_strides)
-        b_ptr = _ptr(<TensorBase>right)
-    else:
-        number_f64[0] = right
+    a_ptr = _operand(left, left_tensor, flat, ndim, a_strides, number_f64)
+    b_ptr = _operand(right, right_tensor, flat, ndim, b_strides, number_f64)
     if not (left_tensor and right_tensor):
         number_f32[0] = <float>number_f64[0]
         number = <char*>number_f32 if ta._dtype.typenum == cnp.NPY_FLOAT else <char*>number_f64
         if not left_tensor:
             a_ptr = number
-            memset(a_strides, 0, ndim * sizeof(Py_ssize_t))
         else:
             b_ptr = number
-            memset(b_strides, 0, ndim * sizeof(Py_ssize_t))
     kernels.binary_raw(opcode, ta._dtype.typenum, ndim, shape, _ptr(out), out_strides, a_ptr,
                        a_strides, b_ptr, b_strides)
     if not mt_grad_disabled and (needs_grad(ta) or needs_grad(tb)):
