@@ -993,10 +993,9 @@ def _over(values, total):
 
 
 def _sample_sums(losses, size):
-    """Per-sample sums of physical ``losses`` (batch dim first)."""
+    """Per-sample sums of the flat physical ``losses`` (the samples' rows in order)."""
     rows = losses._numel // size
-    per_sample = losses.reshape(size, rows)
-    return per_sample.reshape(size) if rows == 1 else per_sample.sum(1)
+    return losses if rows == 1 else losses.reshape(size, rows).sum(1)
 
 
 @rule("nll_loss")
@@ -1012,13 +1011,14 @@ def nll_loss(op, level, args, kwargs):
     targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
                                             inputs.dtype)
     losses = call(op, (inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1)),
-                  {"reduction": "none", "ignore_index": ignore_index}).reshape(targets.shape)
+                  {"reduction": "none", "ignore_index": ignore_index})
     if weights is not None:
-        losses = losses * weights
-    if bound["reduction"] != "none":
-        losses = _sample_sums(losses, size)
-        if bound["reduction"] == "mean":
-            losses = _over(losses, _total_weight(targets, weights, ignore_index, size))
+        losses = losses * weights.reshape(-1)
+    if bound["reduction"] == "none":
+        return wrap(losses.reshape(targets.shape), 0, level)
+    losses = _sample_sums(losses, size)
+    if bound["reduction"] == "mean":
+        losses = _over(losses, _total_weight(targets, weights, ignore_index, size))
     return wrap(losses, 0, level)
 
 
