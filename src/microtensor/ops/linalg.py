@@ -336,7 +336,8 @@ def check_linear(input, weight, bias):
 def linear(input, weight, bias=None):
     """``input @ weight.mT + bias``, the linear layer, as one op (one graph node).  Beyond
     PyTorch's 1-D and 2-D weights, stacked weights ``(..., out, in)`` broadcast with the
-    leading dims of ``input`` (how vmap runs per-sample weights)."""
+    leading dims of ``input``, and a bias stacked like them, ``(..., out)``, adds to each
+    row (how vmap runs per-sample weights)."""
     check_linear(input, weight, bias)
     if weight.dim() == 1:
         out = matmul.kernel(input, weight)
@@ -348,16 +349,25 @@ def linear(input, weight, bias=None):
     else:
         out = matmul.kernel(input, weight.mT)
     if bias is not None:
-        meta.expand_geometry(bias._sizes, bias._strides, out._sizes)   # PyTorch's error
+        values = bias._array()
+        if _stacked_bias(weight._sizes, bias._sizes):
+            values = values[..., None, :]
+        else:
+            meta.expand_geometry(bias._sizes, bias._strides, out._sizes)   # PyTorch's error
         target = out._array()
-        target += bias._array()
+        target += values
     return out
 
 
+def _stacked_bias(weight_shape, bias_shape):
+    return len(weight_shape) > 2 and len(bias_shape) == len(weight_shape) - 1
+
+
 @linear.def_derivative(only_for={"input": "weight", "weight": "input"})
-def linear(grad, input, weight, weight_shape, input_shape):
+def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
     # each of input and weight is saved only for the other's gradient (None: not needed);
     # the bias's gradient is ``grad`` itself, summed to the bias's shape by the engine
+    # (a stacked bias: summed over each stack's rows here)
     grad_input = grad_weight = None
     if weight is not None:
         grad_input = grad.unsqueeze(-1) * weight if len(weight_shape) == 1 else \
@@ -370,7 +380,8 @@ def linear(grad, input, weight, weight_shape, input_shape):
             grad_weight = rows.mT.matmul(input.reshape(-1, input_shape[-1]))
         else:
             grad_weight = grad.mT.matmul(input)
-    return grad_input, grad_weight, grad
+    stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
+    return grad_input, grad_weight, grad.sum(-2) if stacked else grad
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

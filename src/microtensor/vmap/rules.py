@@ -754,7 +754,7 @@ def linear(op, level, args, kwargs):
     inputs = aligned(_front_or_expanded(x, level, size), 0, x.dim(), rank)
     weights = aligned(_front_or_expanded(w, level, size), 0, 2, rank)
     biases = None if b is None else aligned(_front_or_expanded(b, level, size), 0, b.dim(),
-                                            rank)
+                                            rank - 1)   # stacked like the weights
     out = call(op, (inputs, weights, biases), None)
     return wrap(out.squeeze(1) if x.dim() == 1 else out, 0, level)
 
