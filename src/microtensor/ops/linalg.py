@@ -378,6 +378,8 @@ def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
         elif len(weight_shape) == 2:
             rows = grad.reshape(-1, weight_shape[0])
             grad_weight = rows.mT.matmul(input.reshape(-1, input_shape[-1]))
+        elif input_shape[-2] == 1:   # one row per stack: outer products, as a broadcast
+            grad_weight = grad.mT * input
         else:
             grad_weight = grad.mT.matmul(input)
     stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
