@@ -25,12 +25,11 @@ map ``u -> J^T u`` is linear, so its vjp with cotangent ``t`` is ``J t``.  It co
 two backward passes instead of one forward-mode pass and gives exact values.
 """
 from microtensor._C.autograd import detached_alias, reaches_other_leaves
-from microtensor._C.tensor import TensorBase
+from microtensor._C.tensor import TensorBase, empty_contiguous
 from microtensor.autograd.engine import run_backward
 from microtensor.autograd.grad_mode import state as grad_state
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
-from microtensor.ops.factory import ones
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
 from microtensor.vmap.batched import levels
 
@@ -198,7 +197,10 @@ def grad(func, argnums=0, has_aux=False):
 
 
 def _ones(t):
-    return ones(t._sizes, dtype=t._dtype, device=t.device)
+    """Ones shaped like the physical tensor ``t`` (the seed of a backward pass)."""
+    seed = empty_contiguous(t._sizes, t._dtype, t.device)
+    seed._array().fill(1)
+    return seed
 
 
 def _named(wrapper, func):

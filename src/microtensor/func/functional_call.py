@@ -83,7 +83,9 @@ def _registrations(module):
             for k, v in table.items():
                 if v is not None:
                     found.setdefault(id(v), []).append((table, k))
-        stack.extend(m for m in sub._modules.values() if m is not None)
+        for child in sub._modules.values():
+            if child is not None:
+                stack.append(child)
     return {key: places for key, places in found.items() if len(places) > 1}
 
 
