@@ -152,47 +152,49 @@ def _replace(args, positions, values):
 
 # --------------------------------------------------------------------------- grad
 
+def _gradient(func, argnums, has_aux, with_value, args, kwargs):
+    """One call of ``grad``/``grad_and_value``: ``(gradients, value or None, aux)``."""
+    positions, single = _argnums(argnums, len(args))
+    leaves, spec = _tensor_leaves(tuple(args[p] for p in positions))
+    diff = _Differentiation(leaves)
+    chosen = tree_unflatten(diff.inputs, spec)
+    out = diff.call(func, _replace(args, positions, chosen), kwargs)
+    aux = None
+    if has_aux:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise RuntimeError("grad_and_value(f)(*args): output of function f should be a "
+                               "tuple: (output, aux) if has_aux is True")
+        out, aux = out
+    if not isinstance(out, TensorBase):
+        raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a "
+                           f"Tensor, got {type(out)}")
+    if out.dim() != 0:
+        raise RuntimeError(_NOT_SCALAR.format(out.dim()))
+    ((root, _),) = diff.roots([out])
+    create_graph = diff.connected
+    grads = diff.backward([root], [_ones(root)], create_graph, create_graph)
+    grads = tree_unflatten(grads, spec)
+    if has_aux:
+        aux_leaves, aux_spec = tree_flatten(aux)
+        aux = tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
+    return grads[0] if single else grads, diff.result(out) if with_value else None, aux
+
+
 def grad_and_value(func, argnums=0, has_aux=False):
     """``func`` returning ``(gradient, value)`` (``((gradient, (value, aux)))`` with
     ``has_aux``); ``gradient`` has the structure of ``args[argnums]``."""
     def wrapper(*args, **kwargs):
-        positions, single = _argnums(argnums, len(args))
-        leaves, spec = _tensor_leaves(tuple(args[p] for p in positions))
-        diff = _Differentiation(leaves)
-        chosen = tree_unflatten(diff.inputs, spec)
-        out = diff.call(func, _replace(args, positions, chosen), kwargs)
-        aux = None
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("grad_and_value(f)(*args): output of function f should be a "
-                                   "tuple: (output, aux) if has_aux is True")
-            out, aux = out
-        if not isinstance(out, TensorBase):
-            raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a "
-                               f"Tensor, got {type(out)}")
-        if out.dim() != 0:
-            raise RuntimeError(_NOT_SCALAR.format(out.dim()))
-        ((root, _),) = diff.roots([out])
-        create_graph = diff.connected
-        grads = diff.backward([root], [_ones(root)], create_graph, create_graph)
-        grads = tree_unflatten(grads, spec)
-        grads = grads[0] if single else grads
-        value = diff.result(out)
-        if has_aux:
-            aux_leaves, aux_spec = tree_flatten(aux)
-            return grads, (value, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec))
-        return grads, value
+        grads, value, aux = _gradient(func, argnums, has_aux, True, args, kwargs)
+        return (grads, (value, aux)) if has_aux else (grads, value)
     return _named(wrapper, func)
 
 
 def grad(func, argnums=0, has_aux=False):
     """The gradient of a scalar function (``torch.func.grad``): ``grad(f)(x)`` is df/dx at
     ``x``; with ``has_aux`` ``f`` returns ``(output, aux)`` and the call ``(grad, aux)``."""
-    inner = grad_and_value(func, argnums, has_aux)
-
     def wrapper(*args, **kwargs):
-        grads, value = inner(*args, **kwargs)
-        return (grads, value[1]) if has_aux else grads
+        grads, _, aux = _gradient(func, argnums, has_aux, False, args, kwargs)
+        return (grads, aux) if has_aux else grads
     return _named(wrapper, func)
 
 
