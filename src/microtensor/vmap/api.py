@@ -176,7 +176,7 @@ def _run(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims, randomness
 
 
 def _process_inputs(func, in_dims, args):
-    if type(in_dims) is int and args:
+    if args:
         simple = _simple_inputs(in_dims, args)
         if simple is not None:
             return simple
@@ -221,13 +221,22 @@ def _process_inputs(func, in_dims, args):
     return sizes[0], flat_in_dims, flat_args, spec
 
 
-def _simple_inputs(d, args):
-    """The common call (every argument a tensor batched at the same in-range dim) without
-    the pytree machinery; None when it is not that call."""
+def _simple_inputs(in_dims, args):
+    """The common calls without the pytree machinery: ``in_dims`` an int, or a tuple with
+    an int or None per argument, and every batched argument a tensor with that dim in range
+    (arguments with None pass through whole, whatever they hold).  None when it is not such
+    a call (the general path then checks everything and raises the errors)."""
+    if type(in_dims) is int:
+        in_dims = (in_dims,) * len(args)
+    elif type(in_dims) is not tuple or len(in_dims) != len(args):
+        return None
     size = None
     dims = []
-    for a in args:
-        if not isinstance(a, TensorBase):
+    for a, d in zip(args, in_dims):
+        if d is None:
+            dims.append(None)
+            continue
+        if type(d) is not int or not isinstance(a, TensorBase):
             return None
         n = len(a._sizes)
         if not -n <= d < n:
@@ -238,6 +247,8 @@ def _simple_inputs(d, args):
         elif a._sizes[wrapped] != size:
             return None
         dims.append(wrapped)
+    if size is None:
+        return None
     return size, dims, list(args), None
 
 
