@@ -188,7 +188,7 @@ cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
 cdef object _attach_node = None     # autograd: attach_node(op, args, kwargs, result)
-cdef dict _recorded_ops = None      # the Ops of + - * / and sum by name, for _attach_node
+cdef dict _recorded_ops = None      # the Ops the fast paths record, by name, for _attach_node
 
 
 def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node,
@@ -450,7 +450,9 @@ cdef class TensorBase:
     def __rtruediv__(a, b):
         return _binary(b, a, b"/", "div")
 
-    # Hot methods: a C path for plain tensors (see ``_plain``), else the registered op.
+    # Hot methods: a C path for plain tensors (see ``_plain``; the views, arithmetic and
+    # sums also for tensors that require grad, whose node they attach), else the
+    # registered op.
     def __getitem__(self, index):
         cdef Py_ssize_t start, stop, step, length, size, i
         if _plain(self) and self._sizes:
