@@ -219,3 +219,15 @@ def test_training_loop_reduces_loss():
         opt.step()
         first = first if first is not None else loss.item()
     assert loss.item() < 0.5 * first
+
+
+def test_operations_on_parameters_give_plain_tensors_that_record():
+    """Parameters take the C fast paths (arithmetic, views, sums) like tensors; their
+    results are plain tensors with a graph, as in PyTorch."""
+    p = mt.nn.Parameter(mt.randn(3, 4))
+    results = [p * 2.0, p + p, p.t(), p.reshape(12), p.unsqueeze(0), p.sum(), p.sum(1)]
+    for r in results:
+        assert type(r) is mt.Tensor and r.requires_grad and r.grad_fn is not None
+    sum(r.sum() for r in results).backward()
+    # d/dp of 2p + 2p + 4 views and sums of p: 2 + 2 + 1 + 1 + 1 + 1 + 1
+    np.testing.assert_allclose(p.grad.numpy(), np.full((3, 4), 9.0))

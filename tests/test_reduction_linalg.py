@@ -376,3 +376,29 @@ def test_max_with_dim_returns_a_return_types_tuple_that_prints_like_pytorch():
     assert repr(result) == ("microtensor.return_types.max(\nvalues=tensor([3., 4.]),"
                             "\nindices=tensor([1, 0]))")
     assert type(mt.tensor([1.0, 0.0]).min(0)) is mt.return_types.min
+
+
+def test_linear_with_stacked_weights_and_biases_is_a_product_per_stack():
+    """Beyond PyTorch's 2-D weights (what vmap passes for per-sample weights): weights
+    (B, out, in) with a bias stacked like them, (B, out), and their gradients."""
+    from microtensor.autograd import gradcheck
+    linear = REGISTRY["linear"]
+    x = mt.randn(3, 2, 4, dtype=mt.float64, requires_grad=True)
+    w = mt.randn(3, 5, 4, dtype=mt.float64, requires_grad=True)
+    b = mt.randn(3, 5, dtype=mt.float64, requires_grad=True)
+    out = linear(x, w, b)
+    expected = np.matmul(x.detach().numpy(), np.swapaxes(w.detach().numpy(), -1, -2)) + \
+        b.detach().numpy()[:, None, :]
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-12)
+    assert out.grad_fn.name() == "LinearBackward0"
+    assert gradcheck(lambda x, w, b: linear(x, w, b), (x, w, b))
+    one_row = mt.randn(3, 1, 4, dtype=mt.float64, requires_grad=True)   # outer products
+    assert gradcheck(lambda x, w, b: linear(x, w, b), (one_row, w, b))
+
+
+def test_matmul_with_one_matrix_repeated_over_the_batch_is_one_product():
+    a = mt.randn(6, 3, 4)
+    shared = mt.randn(4, 5)
+    out = a.matmul(shared.unsqueeze(0).expand(6, 4, 5))
+    np.testing.assert_allclose(out.numpy(), a.numpy() @ shared.numpy(), rtol=1e-5, atol=1e-6)
+    assert out.is_contiguous() and out.shape == (6, 3, 5)
