@@ -340,14 +340,14 @@ def linear(input, weight, bias=None):
     row (how vmap runs per-sample weights)."""
     check_linear(input, weight, bias)
     if weight.dim() == 1:
-        out = matmul.kernel(input, weight)
+        out = _checked_product(input, weight)
     elif weight.dim() == 2 and input.dim() > 2:
         # every leading dim is more rows: one matrix product
-        rows = matmul.kernel(input.reshape(-1, input._sizes[-1]), weight.mT)
+        rows = _checked_product(input.reshape(-1, input._sizes[-1]), weight.mT)
         sizes = input._sizes[:-1] + weight._sizes[:1]
         out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
     else:
-        out = matmul.kernel(input, weight.mT)
+        out = _checked_product(input, weight.mT)
     if bias is not None:
         values = bias._array()
         if _stacked_bias(weight._sizes, bias._sizes):
@@ -357,6 +357,11 @@ def linear(input, weight, bias=None):
         target = out._array()
         target += values
     return out
+
+
+def _checked_product(a, b):
+    """``a @ b`` for operands ``check_linear`` has already checked."""
+    return _product(np.matmul, _matmul_shape(a, b), a, b)
 
 
 def _stacked_bias(weight_shape, bias_shape):
