@@ -5,11 +5,14 @@ what reads best in Python: conversions (``numpy``, ``item``, ``tolist``), printi
 Python protocol methods, autograd conveniences, and — attached at import by
 ``install_methods`` — one method per op declared in ``microtensor.ops``.
 """
+import copy
+import copyreg
+
 import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import TensorBase, bool_, float32, float64, int32, int64
+from microtensor._C.tensor import Storage, TensorBase, bool_, float32, float64, int32, int64
 from microtensor.ops.dispatch import call, call_by_name
 
 
@@ -84,9 +87,36 @@ class Tensor(TensorBase):
     def __hash__(self):
         return id(self)
 
+    # ------------------------------------------------------------ pickle and copy
     def __reduce_ex__(self, protocol):
-        from microtensor.ops.factory import tensor
-        return (tensor, (self.tolist(),), None)
+        """Pickle (and ``copy.copy``) as PyTorch: the storage object (so pickled once however
+        many views of it are pickled together), sizes, strides, offset, dtype,
+        requires_grad, the class and its attributes; not the history, nor ``.grad``."""
+        return (_rebuild_tensor, (type(self), self._storage, self._offset, self._sizes,
+                                  self._strides, self._dtype, self.requires_grad),
+                self.__getstate__())
+
+    def __setstate__(self, state):
+        _set_state(self, state)
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy`` as PyTorch: graph leaves only; each storage is copied once per
+        ``memo`` (views copied together stay views of one new storage), then requires_grad,
+        ``.grad`` and the attributes."""
+        if self._grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol at the moment.")
+        if id(self) in memo:
+            return memo[id(self)]
+        new = memo[id(self)] = _rebuild_tensor(
+            type(self), copy.deepcopy(self._storage, memo), self._offset, self._sizes,
+            self._strides, self._dtype, self.requires_grad)
+        if self._grad is not None:
+            new.grad = copy.deepcopy(self._grad, memo)
+        state = self.__getstate__()
+        if state is not None:
+            _set_state(new, copy.deepcopy(state, memo))
+        return new
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if self.requires_grad:
@@ -262,6 +292,32 @@ class Tensor(TensorBase):
     def __setitem__(self, index, value):
         from microtensor.ops.indexing import setitem
         setitem(self, index, value)
+
+
+def _rebuild_tensor(cls, storage, offset, sizes, strides, dtype, requires_grad):
+    """A leaf ``cls`` tensor over ``storage`` (its geometry bounds-checked against it)."""
+    t = TensorBase.__new__(cls)
+    t._dtype = dtype
+    t._set_storage(storage, sizes, strides, offset)
+    if requires_grad:
+        t.requires_grad_()   # refuses integer dtypes, as PyTorch
+    return t
+
+
+def _set_state(t, state):
+    """Restore what ``object.__getstate__`` returned: the ``__dict__``, or ``(__dict__,
+    slots)`` for a subclass with ``__slots__``."""
+    attrs, slots = state if isinstance(state, tuple) else (state, None)
+    for name, value in list((attrs or {}).items()) + list((slots or {}).items()):
+        setattr(t, name, value)
+
+
+def _reduce_storage(storage):
+    return Storage, (storage.data, storage.device)
+
+
+# a storage pickles and deep-copies as its elements and device: a fresh version counter
+copyreg.pickle(Storage, _reduce_storage)
 
 
 def _method(op):

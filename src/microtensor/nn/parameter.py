@@ -1,6 +1,7 @@
 """``Parameter``: a tensor that a ``Module`` registers as learnable (requires grad)."""
+from microtensor._C.meta import preserve_format
 from microtensor._C.tensor import register_parameter_class
-from microtensor._tensor import Tensor
+from microtensor._tensor import Tensor, _rebuild_tensor
 
 
 class Parameter(Tensor):
@@ -13,15 +14,19 @@ class Parameter(Tensor):
         from microtensor.ops.factory import empty
         if data is None:
             data = empty(0)
-        data = data.detach()
-        param = Tensor.__new__(cls)
-        param._dtype = data._dtype
-        param._set_storage(data._storage, data._sizes, data._strides, data._offset)
-        param._requires_grad = bool(requires_grad)
-        return param
+        return _rebuild_tensor(cls, data._storage, data._offset, data._sizes, data._strides,
+                               data._dtype, bool(requires_grad))
 
     def __init__(self, data=None, requires_grad=True):
         pass
+
+    def __deepcopy__(self, memo):
+        """As PyTorch: a new Parameter over a clone of the data, with the same
+        requires_grad (neither ``.grad`` nor attributes are copied)."""
+        if id(self) not in memo:
+            memo[id(self)] = type(self)(self.detach().clone(memory_format=preserve_format),
+                                        self._requires_grad)
+        return memo[id(self)]
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()

@@ -1,0 +1,234 @@
+"""Serialization and the boundaries where data could be lost silently: ``pickle``,
+``copy.copy`` and ``copy.deepcopy`` of tensors, parameters and modules; ``from_numpy``
+aliasing or refusing (never copying); ``Module`` buffers and ``Sequential`` indexing.
+Each behaviour is compared with PyTorch when it is installed."""
+import copy
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import microtensor as mt
+from microtensor import nn
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+requires_torch = pytest.mark.skipif(torch is None, reason="PyTorch (the oracle) is not installed")
+
+DTYPES = ["float32", "float64", "int64", "int32", "bool"]
+
+
+def _roundtrip(kind, obj):
+    if kind == "deepcopy":
+        return copy.deepcopy(obj)
+    return pickle.loads(pickle.dumps(obj, protocol=int(kind[len("pickle"):])))
+
+
+KINDS = ["deepcopy"] + [f"pickle{p}" for p in range(pickle.HIGHEST_PROTOCOL + 1)]
+
+
+@st.composite
+def _geometries(draw):
+    """A storage length and a view of it: sizes (zero-size included), strides (zero
+    included), an offset, all inside the storage."""
+    ndim = draw(st.integers(0, 3))
+    sizes = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    strides = tuple(draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim)))
+    offset = draw(st.integers(0, 4))
+    extent = offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides)) \
+        if all(sizes) else offset
+    return extent + draw(st.integers(0, 3)), sizes, strides, offset
+
+
+def _make(lib, dtype, geometry, requires_grad):
+    """The same base and view in microtensor or torch (a leaf view when requiring grad)."""
+    length, sizes, strides, offset = geometry
+    base = lib.arange(length).to(getattr(lib, dtype))
+    view = base.as_strided(sizes, strides, offset)
+    if requires_grad:
+        view.requires_grad_()
+    return base, view
+
+
+def _facts(t):
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype).split(".")[1],
+            t.requires_grad, t.is_leaf, t.untyped_storage().nbytes(),
+            t.detach().tolist())
+
+
+# ------------------------------------------------------------ tensors: pickle, deepcopy
+
+@requires_torch
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), geometry=_geometries(), requires_grad=st.booleans(),
+       kind=st.sampled_from(KINDS))
+def test_pickle_and_deepcopy_keep_everything_pytorch_keeps(dtype, geometry, requires_grad,
+                                                           kind):
+    requires_grad = requires_grad and dtype.startswith("float")
+    _, ours = _make(mt, dtype, geometry, requires_grad)
+    _, theirs = _make(torch, dtype, geometry, requires_grad)
+    copied = _roundtrip(kind, ours)
+    assert type(copied) is mt.Tensor
+    assert _facts(copied) == _facts(_roundtrip(kind, theirs)) == _facts(ours)
+    assert copied.untyped_storage() is not ours.untyped_storage()
+    assert copied._version == 0 and copied.grad_fn is None
+
+
+@requires_torch
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float32", "float64", "int64"]), geometry=_geometries(),
+       kind=st.sampled_from(KINDS))
+def test_views_copied_together_stay_views_of_one_new_storage(dtype, geometry, kind):
+    base, view = _make(mt, dtype, geometry, False)
+    new_base, new_view = _roundtrip(kind, (base, view))
+    assert new_view.untyped_storage() is new_base.untyped_storage()
+    assert new_base.untyped_storage() is not base.untyped_storage()
+    if kind == "deepcopy":   # PyTorch's deepcopy shares too (its plain pickle does not)
+        theirs = _make(torch, dtype, geometry, False)
+        assert [_facts(t) for t in (new_base, new_view)] == \
+            [_facts(t) for t in copy.deepcopy(theirs)]
+    if view.numel():
+        new_view[(0,) * view.dim()] = 7
+        position = view.storage_offset()
+        assert new_base[position].item() == 7          # the write reaches the new base
+        assert base[position].item() == position      # and never the original
+
+
+@requires_torch
+def test_deepcopy_example_from_pytorch():
+    for lib in (mt, torch):
+        a = lib.arange(6.)
+        b, w = copy.deepcopy((a, a[2:]))
+        w[0] = 100
+        assert b[2].item() == 100 and a[2].item() == 2
+
+
+@requires_torch
+@pytest.mark.parametrize("make_non_leaf", [lambda x: x * 2, lambda x: x[1:], lambda x: x.t()])
+def test_deepcopy_of_a_non_leaf_raises_as_pytorch(make_non_leaf):
+    for lib in (mt, torch):
+        x = lib.ones(2, 2, requires_grad=True)
+        with pytest.raises(RuntimeError, match=r"Only Tensors created explicitly by the user "
+                                               r"\(graph leaves\) support the deepcopy"):
+            copy.deepcopy(make_non_leaf(x))
+
+
+@requires_torch
+@pytest.mark.parametrize("kind", ["pickle2", "pickle5"])
+def test_pickle_of_a_non_leaf_is_a_leaf_that_requires_grad(kind):
+    results = [_roundtrip(kind, lib.ones(2, 3, requires_grad=True) * 2) for lib in (mt, torch)]
+    assert _facts(results[0]) == _facts(results[1])
+    assert results[0].is_leaf and results[0].requires_grad
+
+
+@requires_torch
+def test_grad_is_deep_copied_through_the_memo_and_not_pickled():
+    for lib in (mt, torch):
+        x = lib.ones(3, requires_grad=True)
+        x.grad = lib.full((3,), 2.0)
+        y, grad = copy.deepcopy([x, x.grad])
+        assert y.grad is grad and grad is not x.grad and grad.tolist() == [2.0] * 3
+        y.grad.add_(1)
+        assert x.grad.tolist() == [2.0] * 3
+        assert _roundtrip("pickle5", x).grad is None
+
+
+@requires_torch
+@pytest.mark.parametrize("requires_grad", [True, False])
+@pytest.mark.parametrize("kind", KINDS + ["copy"])
+def test_parameter_stays_a_parameter(requires_grad, kind):
+    results = []
+    for lib in (mt, torch):
+        p = lib.nn.Parameter(lib.arange(6.).view(2, 3).t(), requires_grad=requires_grad)
+        p.grad = lib.ones(3, 2)
+        new = copy.copy(p) if kind == "copy" else _roundtrip(kind, p)
+        assert type(new) is lib.nn.Parameter
+        shares = new.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+        results.append((new.requires_grad, new.is_leaf, new.grad is None, shares,
+                        tuple(new.shape), new.detach().tolist()))
+    assert results[0] == results[1]
+    assert results[0][:2] == (requires_grad, True)
+
+
+@requires_torch
+def test_copy_copy_shares_the_storage_as_pytorch():
+    results = []
+    for lib in (mt, torch):
+        x = lib.arange(6.)[1:].requires_grad_()
+        x.grad = lib.ones(5)
+        y = copy.copy(x)
+        assert y is not x and y.data_ptr() == x.data_ptr()
+        results.append(_facts(y) + (y.grad is None,))
+    assert results[0] == results[1]
+
+
+class Tagged(mt.Tensor):
+    """A user's subclass (module level, so that pickle finds it)."""
+
+
+def test_attributes_and_subclasses_survive_including_cycles():
+    source = mt.arange(3.)
+    tagged = Tagged.__new__(Tagged)
+    tagged._dtype = source.dtype
+    tagged._set_storage(source.untyped_storage(), (3,), (1,), 0)
+    tagged.tag = "x"
+    tagged.me = [tagged]
+    for kind in KINDS + ["copy"]:
+        new = copy.copy(tagged) if kind == "copy" else _roundtrip(kind, tagged)
+        assert type(new) is Tagged and new.tag == "x" and new.tolist() == [0.0, 1.0, 2.0]
+        assert new.me[0] is (tagged if kind == "copy" else new)
+
+
+def test_a_corrupt_pickle_cannot_reach_outside_its_storage():
+    rebuild, (cls, storage, offset, sizes, strides, dtype, requires_grad), _ = \
+        mt.arange(4.).__reduce_ex__(2)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        rebuild(cls, storage, offset, (9,), strides, dtype, requires_grad)
+    with pytest.raises(RuntimeError, match="invalid storage offset"):
+        rebuild(cls, storage, -1, sizes, strides, dtype, requires_grad)
+
+
+# ------------------------------------------------------------ modules: deepcopy and train
+
+def _train_copy_only(model, make_input):
+    twin = copy.deepcopy(model)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert [name for name, _ in twin.named_parameters()] == \
+        [name for name, _ in model.named_parameters()]
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert type(q) is nn.Parameter and q.requires_grad and q.is_leaf
+        assert q.untyped_storage() is not p.untyped_storage()
+    opt = mt.optim.SGD(twin.parameters(), lr=0.5)
+    twin(make_input()).pow(2).sum().backward()
+    opt.step()
+    assert all(q.grad is not None for q in twin.parameters())
+    assert all(p.grad is None for p in model.parameters())
+    assert all(mt.equal(b, p) for b, p in zip(before, model.parameters()))
+    assert all(not mt.equal(b, q) for b, q in zip(before, twin.parameters()))
+
+
+def test_deep_copied_linear_trains_and_leaves_the_original_alone():
+    _train_copy_only(nn.Linear(3, 2), lambda: mt.randn(4, 3))
+
+
+def test_deep_copied_model_of_several_layers_trains():
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 5), nn.ReLU(),
+                          nn.Linear(5, 1))
+    _train_copy_only(model, lambda: mt.randn(6, 3))
+
+
+def test_pickled_model_keeps_parameters_and_values():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    model.register_buffer("steps", mt.tensor([3]))
+    new = pickle.loads(pickle.dumps(model))
+    assert [type(p) for p in new.parameters()] == [nn.Parameter] * 4
+    x = mt.randn(2, 3)
+    assert mt.equal(new(x), model(x))
+    assert {k: v.tolist() for k, v in new.state_dict().items()} == \
+        {k: v.tolist() for k, v in model.state_dict().items()}
