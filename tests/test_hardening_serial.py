@@ -157,6 +157,14 @@ def test_parameter_stays_a_parameter(requires_grad, kind):
 
 
 @requires_torch
+def test_integer_parameter_cannot_require_grad():
+    for lib in (mt, torch):
+        with pytest.raises(RuntimeError, match="(?i)only Tensors of floating point"):
+            lib.nn.Parameter(lib.arange(3))
+        assert not lib.nn.Parameter(lib.arange(3), requires_grad=False).requires_grad
+
+
+@requires_torch
 def test_copy_copy_shares_the_storage_as_pytorch():
     results = []
     for lib in (mt, torch):
@@ -232,3 +240,98 @@ def test_pickled_model_keeps_parameters_and_values():
     assert mt.equal(new(x), model(x))
     assert {k: v.tolist() for k, v in new.state_dict().items()} == \
         {k: v.tolist() for k, v in model.state_dict().items()}
+
+
+# ------------------------------------------------------------ from_numpy: alias or refuse
+
+def _structured(n=4):
+    return np.zeros(n, dtype=[("x", "f4"), ("y", "f8")])
+
+
+def _read_only():
+    arr = np.arange(4.0)
+    arr.flags.writeable = False
+    return arr
+
+
+ALIASABLE = {
+    "contiguous": lambda: np.arange(6.0).reshape(2, 3),
+    "transposed": lambda: np.arange(6, dtype=np.int64).reshape(2, 3).T,
+    "field at a multiple stride": lambda: _structured()["x"],          # stride 12 = 3 * 4
+    "aligned field": lambda: np.zeros(4, dtype=[("x", "f4"), ("y", "f4")])["y"],
+    "stepped": lambda: np.arange(10, dtype=np.int32)[1::3],
+    "zero stride": lambda: np.broadcast_to(np.arange(3.0), (2, 3)),
+    "0-d": lambda: np.array(5.0),
+    "bool": lambda: np.zeros(3, dtype=bool),
+    "zero-size": lambda: np.zeros((0, 3)),
+    "read-only": _read_only,
+}
+
+REFUSED = {
+    "field at another stride": (lambda: _structured()["y"], "not a multiple of the element"),
+    "2-d field": (lambda: np.zeros((3, 2), dtype=[("x", "f4"), ("y", "f8")])["y"],
+                  "not a multiple of the element"),
+    "negative stride": (lambda: np.arange(4.0)[::-1], "At least one stride in the given numpy "
+                                                      "array is negative"),
+    "byte-swapped": (lambda: np.arange(3, dtype=">f4"), "byte order different from the native"),
+    "byte-swapped int": (lambda: np.arange(3, dtype=">i8"), "byte order different"),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("name", list(ALIASABLE))
+def test_from_numpy_aliases_as_pytorch(name):
+    arr = ALIASABLE[name]()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = mt.from_numpy(arr)
+    expected = torch.from_numpy(ALIASABLE[name]())
+    assert (tuple(t.shape), str(t.dtype).split(".")[1], t.tolist()) == \
+        (tuple(expected.shape), str(expected.dtype).split(".")[1], expected.tolist())
+    assert [w.category for w in caught] == ([UserWarning] if not arr.flags.writeable else [])
+    if arr.size:
+        assert t.data_ptr() == arr.ctypes.data
+        assert np.shares_memory(t.numpy(), arr)
+    if arr.flags.writeable and arr.size:
+        first, last = (0,) * arr.ndim, (-1,) * arr.ndim
+        arr[first] = 42                       # NumPy's writes reach the tensor
+        assert t[first].item() == arr[first] != 0
+        t[last] = 7                           # and the tensor's reach NumPy
+        assert arr[last] == t[last].item() != 0
+
+
+def test_from_numpy_of_a_structured_field_writes_through():
+    a = _structured()
+    x = mt.from_numpy(a["x"])
+    x[1] = 3.5
+    x.add_(1)
+    assert a["x"].tolist() == [1.0, 4.5, 1.0, 1.0]
+    assert a["y"].tolist() == [0.0] * 4                 # the neighbouring field is untouched
+
+
+def test_from_numpy_of_a_read_only_array_warns_and_refuses_writes():
+    arr = _read_only()
+    with pytest.warns(UserWarning, match="not writable"):
+        t = mt.from_numpy(arr)
+    with pytest.raises((RuntimeError, ValueError), match="read-only"):
+        t.add_(1)
+    assert arr.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@requires_torch
+@pytest.mark.parametrize("name", list(REFUSED))
+@pytest.mark.parametrize("fn", ["from_numpy", "as_tensor"])
+def test_from_numpy_refuses_what_it_cannot_alias_as_pytorch(name, fn):
+    make, message = REFUSED[name]
+    with pytest.raises(ValueError, match=message):
+        getattr(torch, fn)(make())
+    with pytest.raises(ValueError, match=message):
+        getattr(mt, fn)(make())
+
+
+def test_from_dlpack_of_a_read_only_array_aliases_without_a_warning():
+    arr = _read_only()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = mt.from_dlpack(arr)
+    assert t.data_ptr() == arr.ctypes.data

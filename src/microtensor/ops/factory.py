@@ -7,6 +7,7 @@ so are the random factories, which vmap must see to apply its ``randomness`` set
 """
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -273,14 +274,32 @@ def as_tensor(data, dtype=None, device=None):
 
 
 def from_numpy(ndarray):
-    """A tensor sharing ``ndarray``'s memory (writes show through both ways)."""
+    """A tensor sharing ``ndarray``'s memory (writes show through both ways); an array a
+    tensor cannot alias is refused (ValueError), never copied."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    if not ndarray.flags.writeable:
+        warnings.warn("The given NumPy array is not writable: the tensor shares its memory "
+                      "read-only, so writing to the tensor raises. You may want to copy the "
+                      "array or make it writable before converting it to a tensor.",
+                      UserWarning, stacklevel=2)
+    return _alias_numpy(ndarray)
+
+
+def _alias_numpy(ndarray):
+    """A tensor over ``ndarray``'s memory, or PyTorch's ValueError (in its order) for the
+    layouts a tensor cannot describe."""
+    if any(s % ndarray.itemsize for s in ndarray.strides):   # a field of a structured array
+        raise ValueError("given numpy array strides not a multiple of the element byte size. "
+                         "Copy the numpy array to reallocate the memory.")
     if any(s < 0 for s in ndarray.strides):
         raise ValueError("At least one stride in the given numpy array is negative, and "
                          "tensors with negative strides are not currently supported. (You can "
                          "probably work around this by making a copy of your array  with "
                          "array.copy().) ")
+    if not ndarray.dtype.isnative:
+        raise ValueError("given numpy array has byte order different from the native byte "
+                         "order. Conversion between byte orders is currently not supported.")
     return from_array(ndarray)
 
 
@@ -292,7 +311,7 @@ def from_dlpack(ext_tensor):
     from microtensor.backends import cuda
     if ext_tensor.__dlpack_device__()[0] == cuda.DLPACK_CUDA:
         return cuda.from_dlpack(ext_tensor)
-    return from_numpy(np.from_dlpack(ext_tensor))
+    return _alias_numpy(np.from_dlpack(ext_tensor))
 
 
 def scalar_tensor_like(value, other):
