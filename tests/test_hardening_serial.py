@@ -335,3 +335,160 @@ def test_from_dlpack_of_a_read_only_array_aliases_without_a_warning():
         warnings.simplefilter("error")
         t = mt.from_dlpack(arr)
     assert t.data_ptr() == arr.ctypes.data
+
+
+# ------------------------------------------------------------ Module buffers, Sequential
+
+def _outcome(fn):
+    """What ``fn()`` gives, or its exception type and message (PyTorch's names aside)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the exception is the outcome compared
+        return type(e).__name__, str(e).replace("torch.nn.Buffer, ", "").replace("torch",
+                                                                              "microtensor")
+
+
+def _keys(m):
+    return list(m.state_dict()), [n for n, _ in m.named_buffers()], sorted(m._buffers), \
+        sorted(m._non_persistent_buffers_set)
+
+
+BUFFER_SCENARIOS = {
+    "non-persistent buffer stays out of state_dict": lambda lib, m: (
+        m.register_buffer("running", lib.zeros(2), persistent=False), _keys(m)),
+    "reassigning a buffer keeps it a buffer": lambda lib, m: (
+        setattr(m, "steps", lib.ones(3)), "steps" in m.__dict__, _keys(m), m.steps.tolist()),
+    "reassigning a non-persistent buffer keeps it non-persistent": lambda lib, m: (
+        m.register_buffer("running", lib.zeros(2), persistent=False),
+        setattr(m, "running", lib.ones(5)), _keys(m), m.running.tolist()),
+    "None buffer stays registered, out of state_dict": lambda lib, m: (
+        setattr(m, "steps", None), m.steps, _keys(m),
+        setattr(m, "steps", lib.ones(1)), _keys(m)),
+    "deleting a buffer": lambda lib, m: (
+        m.register_buffer("running", lib.zeros(2), persistent=False), delattr(m, "running"),
+        delattr(m, "steps"), _keys(m), hasattr(m, "steps"), _outcome(lambda: m.steps)),
+    "non-tensor into a buffer is refused and changes nothing": lambda lib, m: (
+        _outcome(lambda: setattr(m, "steps", 3)), m.steps.tolist(), _keys(m)),
+    "persistent again after re-registering": lambda lib, m: (
+        m.register_buffer("running", lib.zeros(2), persistent=False),
+        m.register_buffer("running", lib.zeros(2)), _keys(m)),
+    "a Module or Parameter replaces a buffer": lambda lib, m: (
+        m.register_buffer("running", lib.zeros(2), persistent=False),
+        setattr(m, "running", lib.nn.ReLU()), setattr(m, "steps", lib.nn.Parameter(lib.ones(1))),
+        _keys(m), sorted(m._modules), sorted(m._parameters)),
+    "a plain tensor attribute is not a buffer": lambda lib, m: (
+        setattr(m, "plain", lib.ones(1)), _keys(m),
+        _outcome(lambda: m.register_buffer("plain", lib.ones(1)))),
+    "bad buffer names": lambda lib, m: [
+        _outcome(lambda: m.register_buffer(name, lib.ones(1)))
+        for name in ("a.b", "", 3, "in_features", "weight")],
+    "bad buffer values": lambda lib, m: _outcome(lambda: m.register_buffer("z", [1.0])),
+    "parameters: a tensor is refused, None is kept": lambda lib, m: (
+        _outcome(lambda: setattr(m, "weight", lib.zeros(3, 2))),
+        _outcome(lambda: m.register_parameter("q", lib.zeros(1))),
+        _outcome(lambda: m.register_parameter("a.b", lib.nn.Parameter(lib.zeros(1)))),
+        setattr(m, "bias", None), m.bias, _keys(m)),
+    "child modules: a tensor is refused, None is kept": lambda lib, m: (
+        setattr(m, "act", lib.nn.ReLU()),
+        _outcome(lambda: setattr(m, "act", lib.zeros(1))),
+        setattr(m, "act", None), m.act, list(m.children()) == [], _keys(m)),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("name", list(BUFFER_SCENARIOS))
+def test_module_buffers_as_pytorch(name):
+    outcomes = []
+    for lib in (mt, torch):
+        m = lib.nn.Linear(2, 3)
+        m.register_buffer("steps", lib.zeros(1, dtype=lib.int64))
+        outcomes.append(BUFFER_SCENARIOS[name](lib, m))
+    assert outcomes[0] == outcomes[1]
+
+
+@requires_torch
+def test_state_dict_order_and_tied_weights_as_pytorch():
+    results = []
+    for lib in (mt, torch):
+        model = lib.nn.Sequential(lib.nn.Linear(2, 2), lib.nn.Linear(2, 2))
+        model.register_buffer("top", lib.zeros(1))
+        model.register_buffer("scratch", lib.zeros(1), persistent=False)
+        model[1].weight = model[0].weight
+        results.append((list(model.state_dict()), list(model.state_dict(prefix="p.")),
+                        len(list(model.parameters())),
+                        model.state_dict(keep_vars=True)["0.weight"] is model[0].weight))
+    assert results[0] == results[1]
+
+
+@requires_torch
+def test_load_state_dict_ignores_non_persistent_buffers_and_refuses_as_pytorch():
+    outcomes = []
+    for lib in (mt, torch):
+        m = lib.nn.Linear(2, 2)
+        m.register_buffer("scratch", lib.zeros(2), persistent=False)
+        source = lib.nn.Linear(2, 2)
+        keys = m.load_state_dict(source.state_dict())
+        loaded = lib.equal(m.weight, source.weight)
+        extra = _outcome(lambda: m.load_state_dict({**source.state_dict(),
+                                                    "scratch": lib.ones(2)}))
+        partial = tuple(m.load_state_dict({"weight": source.weight}, strict=False))
+        outcomes.append((tuple(keys), loaded, extra, partial))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_refused_load_state_dict_changes_nothing():
+    m = nn.Linear(2, 2)
+    before = [p.detach().clone() for p in m.parameters()]
+    bad = {"weight": mt.ones(2, 2), "bias": mt.ones(3)}
+    with pytest.raises(RuntimeError, match="size mismatch for bias"):
+        m.load_state_dict(bad)
+    with pytest.raises(RuntimeError, match='Unexpected key\\(s\\) in state_dict: "extra"'):
+        m.load_state_dict({"weight": mt.ones(2, 2), "bias": mt.ones(2), "extra": mt.ones(1)})
+    assert all(mt.equal(b, p) for b, p in zip(before, m.parameters()))
+
+
+def _sequential(lib):
+    return lib.nn.Sequential(lib.nn.Linear(1, 2), lib.nn.ReLU(), lib.nn.Linear(2, 3),
+                             lib.nn.Tanh())
+
+
+def _described(seq):
+    return type(seq).__name__, [(k, type(m).__name__) for k, m in seq._modules.items()]
+
+
+SEQUENTIAL_SCENARIOS = {
+    "slices are Sequentials keeping names and modules": lambda lib, s: [
+        _described(s[index]) + (all(s._modules[k] is m for k, m in s[index]._modules.items()),)
+        for index in (slice(0, 2), slice(1, None), slice(None, None, 2), slice(5, None),
+                      slice(None, None, -1))],
+    "integer indices": lambda lib, s: [
+        _outcome(lambda i=i: type(s[i]).__name__)
+        for i in (0, 3, -1, -4, 4, -5, "0", 1.0, lib.tensor(1))],
+    "len and iteration": lambda lib, s: (len(s), [type(m).__name__ for m in s]),
+    "setitem": lambda lib, s: (s.__setitem__(1, lib.nn.Sigmoid()),
+                               s.__setitem__(-1, lib.nn.ReLU()), _described(s),
+                               _outcome(lambda: s.__setitem__(4, lib.nn.ReLU()))),
+    "delitem renumbers": lambda lib, s: (s.__delitem__(0), _described(s),
+                                         s.__delitem__(slice(0, 2)), _described(s),
+                                         _outcome(lambda: s.__delitem__(5))),
+    "append": lambda lib, s: (s.append(lib.nn.ReLU()) is s, _described(s)),
+    "named modules": lambda lib, s: [
+        _described(seq[1:]) + (type(seq[1]).__name__,) for seq in [lib.nn.Sequential(
+            __import__("collections").OrderedDict([("a", lib.nn.ReLU()),
+                                                   ("b", lib.nn.Tanh())]))]],
+    "non-modules refused": lambda lib, s: _outcome(lambda: lib.nn.Sequential(lib.nn.ReLU(), 3)),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("name", list(SEQUENTIAL_SCENARIOS))
+def test_sequential_indexing_as_pytorch(name):
+    outcomes = [SEQUENTIAL_SCENARIOS[name](lib, _sequential(lib)) for lib in (mt, torch)]
+    assert outcomes[0] == outcomes[1]
+
+
+def test_sliced_sequential_runs_the_first_layers():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = mt.randn(5, 3)
+    assert mt.equal(model[0:2](x), model[1](model[0](x)))
+    assert mt.equal(model[:](x), model(x))

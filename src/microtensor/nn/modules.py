@@ -1,11 +1,25 @@
 """``Module`` and the layers: ``Linear``, ``Sequential``, activations, ``Dropout``,
 ``Embedding``."""
 import math
-from collections import OrderedDict
+import operator
+from collections import OrderedDict, namedtuple
 
+from microtensor._C.tensor import TensorBase
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.parameter import Parameter
+
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _typename(obj):
+    """How PyTorch's messages name the type of ``obj``."""
+    if isinstance(obj, TensorBase):
+        return obj.type()
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
 
 
 class Module:
@@ -14,24 +28,49 @@ class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):
+        """As PyTorch: a Parameter or a Module registers under ``name``; a name already
+        registered keeps its kind (a reassigned buffer stays a buffer, persistent or not)
+        and accepts only that kind or None; anything else is a plain attribute."""
         params = self.__dict__.get("_parameters")
-        if params is None:
-            raise AttributeError("cannot assign before Module.__init__() call")
-        for table in (self._parameters, self._buffers, self._modules):
-            table.pop(name, None)
+        modules = self.__dict__.get("_modules")
         if isinstance(value, Parameter):
-            self._parameters[name] = value
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
+            self._unregister(name, self.__dict__, self._buffers, self._modules)
+            self.register_parameter(name, value)
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as parameter '{name}' "
+                                "(microtensor.nn.Parameter or None expected)")
+            self.register_parameter(name, value)
         elif isinstance(value, Module):
-            self._modules[name] = value
+            if modules is None:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            self._unregister(name, self.__dict__, self._parameters, self._buffers)
+            modules[name] = value
+        elif modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
+                                "(microtensor.nn.Module or None expected)")
+            modules[name] = value
+        elif name in self.__dict__.get("_buffers", ()):
+            if value is not None and not isinstance(value, TensorBase):
+                raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
+                                "(microtensor.Tensor or None expected)")
+            self.register_buffer(name, value, name not in self._non_persistent_buffers_set)
         else:
             object.__setattr__(self, name, value)
-            return
-        self.__dict__.pop(name, None)
+
+    def _unregister(self, name, *tables):
+        for table in tables:
+            table.pop(name, None)
+        self._non_persistent_buffers_set.discard(name)
 
     def __getattr__(self, name):
         for table in ("_parameters", "_buffers", "_modules"):
@@ -44,33 +83,64 @@ class Module:
         for table in (self._parameters, self._buffers, self._modules):
             if name in table:
                 del table[name]
+                self._non_persistent_buffers_set.discard(name)
                 return
         object.__delattr__(self, name)
 
+    def _check_new_name(self, kind, name, table):
+        """PyTorch's checks of a name about to be registered in ``table``."""
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string. Got {_typename(name)}")
+        if "." in name:
+            raise KeyError(f'{kind} name can\'t contain "."')
+        if name == "":
+            raise KeyError(f'{kind} name can\'t be empty string ""')
+        if hasattr(self, name) and name not in table:
+            raise KeyError(f"attribute '{name}' already exists")
+
     def register_buffer(self, name, tensor, persistent=True):
+        """A tensor of the module's state that is not learnable; ``persistent=False`` keeps
+        it out of ``state_dict``."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        self._check_new_name("buffer", name, self._buffers)
+        if tensor is not None and not isinstance(tensor, TensorBase):
+            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' "
+                            "(microtensor Tensor or None required)")
         self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
 
     def register_parameter(self, name, param):
-        if param is None:
-            self._parameters[name] = None
-        else:
-            setattr(self, name, param)
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before Module.__init__() call")
+        self._check_new_name("parameter", name, self._parameters)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' "
+                            "(microtensor.nn.Parameter or None required)")
+        self._parameters[name] = param
 
     def add_module(self, name, module):
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{_typename(module)} is not a Module subclass")
+        self._check_new_name("module", name, self._modules)
         self._modules[name] = module
 
     # ------------------------------------------------------------ traversal
     def named_modules(self, prefix=""):
         yield prefix, self
         for name, module in self._modules.items():
-            yield from module.named_modules(prefix + ("." if prefix else "") + name)
+            if module is not None:
+                yield from module.named_modules(prefix + ("." if prefix else "") + name)
 
     def modules(self):
         for _, m in self.named_modules():
             yield m
 
     def children(self):
-        return iter(self._modules.values())
+        return (m for m in self._modules.values() if m is not None)
 
     def named_parameters(self, prefix="", recurse=True):
         seen = set()
@@ -86,43 +156,59 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix=""):
-        for mod_prefix, module in self.named_modules(prefix):
+    def named_buffers(self, prefix="", recurse=True):
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_prefix, module in modules:
             for name, b in module._buffers.items():
                 if b is not None:
                     yield mod_prefix + ("." if mod_prefix else "") + name, b
 
-    def buffers(self):
-        for _, b in self.named_buffers():
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
             yield b
 
     # ------------------------------------------------------------ state
-    def state_dict(self):
-        state = OrderedDict()
-        for name, p in self.named_parameters():
-            state[name] = p.detach()
-        for name, b in self.named_buffers():
-            state[name] = b.detach()
-        return state
+    def state_dict(self, *, destination=None, prefix="", keep_vars=False):
+        """Parameters and persistent buffers by dotted name, module by module as PyTorch
+        (a tensor registered twice appears under both names); detached unless
+        ``keep_vars``."""
+        if destination is None:
+            destination = OrderedDict()
+        for table, skip in ((self._parameters, ()), (self._buffers,
+                                                      self._non_persistent_buffers_set)):
+            for name, value in table.items():
+                if value is not None and name not in skip:
+                    destination[prefix + name] = value if keep_vars else value.detach()
+        for name, module in self._modules.items():
+            if module is not None:
+                module.state_dict(destination=destination, prefix=prefix + name + ".",
+                                  keep_vars=keep_vars)
+        return destination
 
     def load_state_dict(self, state_dict, strict=True):
-        own = dict(self.named_parameters())
-        own.update(self.named_buffers())
+        """Copy ``state_dict`` into the parameters and persistent buffers.  Every check is
+        made first, so a refused load changes nothing."""
+        own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
-        if strict and (missing or unexpected):
-            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: "
-                               f"missing keys {missing}, unexpected keys {unexpected}")
+        errors = [f"size mismatch for {name}: copying a param with shape {value.shape} from "
+                  f"checkpoint, the shape in current model is {own[name].shape}."
+                  for name, value in state_dict.items()
+                  if name in own and tuple(own[name].shape) != tuple(value.shape)]
+        if strict:
+            for keys, what in ((unexpected, "Unexpected"), (missing, "Missing")):
+                if keys:
+                    errors.insert(0, f"{what} key(s) in state_dict: "
+                                     + ", ".join(f'"{k}"' for k in keys) + ". ")
+        if errors:
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                               + "\n\t".join(errors))
         from microtensor.autograd.grad_mode import no_grad
         with no_grad():
             for name, value in state_dict.items():
                 if name in own:
-                    if tuple(own[name].shape) != tuple(value.shape):
-                        raise RuntimeError(f"size mismatch for {name}: copying a param with "
-                                           f"shape {value.shape} from checkpoint, the shape in "
-                                           f"current model is {own[name].shape}.")
                     own[name].copy_(value)
-        return missing, unexpected
+        return IncompatibleKeys(missing, unexpected)
 
     def train(self, mode=True):
         for m in self.modules():
@@ -218,14 +304,39 @@ class Sequential(Module):
             x = m(x)
         return x
 
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
+    def _key(self, index):
+        """The name of the module at integer ``index`` (negative from the end)."""
+        size = len(self._modules)
+        index = operator.index(index)
+        if not -size <= index < size:
+            raise IndexError(f"index {index} is out of range")
+        return list(self._modules)[index]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return type(self)(OrderedDict(list(self._modules.items())[index]))
+        return self._modules[self._key(index)]
+
+    def __setitem__(self, index, module):
+        setattr(self, self._key(index), module)
+
+    def __delitem__(self, index):
+        keys = list(self._modules)[index] if isinstance(index, slice) else [self._key(index)]
+        for key in keys:
+            delattr(self, key)
+        # PyTorch renumbers the remaining modules
+        object.__setattr__(self, "_modules", OrderedDict(
+            (str(i), m) for i, m in enumerate(self._modules.values())))
 
     def __len__(self):
         return len(self._modules)
 
     def __iter__(self):
         return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
 
 
 class ReLU(Module):
