@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import microtensor as mt
 from microtensor import nn
+from test_cuda import dev  # noqa: F401 - the "cuda" fixture: fake CuPy, and the GPU if present
 
 try:
     import torch
@@ -202,6 +203,19 @@ def test_a_corrupt_pickle_cannot_reach_outside_its_storage():
         rebuild(cls, storage, -1, sizes, strides, dtype, requires_grad)
 
 
+@pytest.mark.parametrize("kind", ["deepcopy", "pickle5"])
+def test_device_tensors_copy_to_their_device_and_stay_views(dev, kind):
+    base = mt.arange(6.0, device=dev)
+    view = base[2:].requires_grad_()
+    new_base, new_view = _roundtrip(kind, (base, view))
+    assert new_base.device == base.device and new_view.device == view.device
+    assert new_view.untyped_storage() is new_base.untyped_storage()
+    assert (new_view.storage_offset(), new_view.requires_grad) == (2, True)
+    new_base[2] = 100
+    assert new_view.detach().cpu().tolist() == [100.0, 3.0, 4.0, 5.0]
+    assert base.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 # ------------------------------------------------------------ modules: deepcopy and train
 
 def _train_copy_only(model, make_input):
@@ -285,7 +299,9 @@ def test_from_numpy_aliases_as_pytorch(name):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t = mt.from_numpy(arr)
-    expected = torch.from_numpy(ALIASABLE[name]())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # PyTorch's own read-only warning
+        expected = torch.from_numpy(ALIASABLE[name]())
     assert (tuple(t.shape), str(t.dtype).split(".")[1], t.tolist()) == \
         (tuple(expected.shape), str(expected.dtype).split(".")[1], expected.tolist())
     assert [w.category for w in caught] == ([UserWarning] if not arr.flags.writeable else [])
