@@ -78,16 +78,77 @@ def sample_batch(t, size, rng):
     return physical, d
 
 
+def tensor_slots(args):
+    """Where the tensors of ``args`` are: ``(i, None)`` for a tensor argument, ``(i, j)``
+    for element ``j`` of a list or tuple argument (cat's tensors, index's indices).
+    Boolean masks among indices are left out: per sample they select data-dependent
+    counts (see test_index_with_masks_that_differ_per_sample)."""
+    slots = []
+    for i, a in enumerate(args):
+        if isinstance(a, mt.Tensor):
+            slots.append((i, None))
+        elif isinstance(a, (list, tuple)):
+            slots.extend((i, j) for j, x in enumerate(a)
+                         if isinstance(x, mt.Tensor) and x.dtype is not mt.bool)
+    return slots
+
+
+def slot_value(args, slot):
+    i, j = slot
+    return args[i] if j is None else args[i][j]
+
+
+def set_slot(values, slot, value):
+    """Set ``slot`` of the argument list ``values`` (a list or tuple argument is copied)."""
+    i, j = slot
+    if j is None:
+        values[i] = value
+    else:
+        items = list(values[i])
+        items[j] = value
+        values[i] = type(values[i])(items)
+
+
+def no_dims(args):
+    """``in_dims`` batching nothing, in the structure of ``args``: a list or tuple of
+    tensors gets a list or tuple of dims, as vmap expects."""
+    return [type(a)(None for _ in a) if isinstance(a, (list, tuple)) else None for a in args]
+
+
+def select(value, dim, i):
+    """Sample ``i`` of ``value`` batched at ``dim`` (a list of dims for a list value)."""
+    if isinstance(dim, (list, tuple)):
+        return type(value)(select(v, d, i) for v, d in zip(value, dim))
+    return value if dim is None else value.select(dim, i)
+
+
+def is_batched(in_dims):
+    return any(is_batched(d) if isinstance(d, (list, tuple)) else d is not None
+               for d in in_dims)
+
+
 def loop_reference(fn, args, kwargs, in_dims, size):
     results = []
     for i in range(size):
-        sample = [a if d is None else a.select(d, i) for a, d in zip(args, in_dims)]
-        results.append(fn(*sample, **kwargs))
+        results.append(fn(*[select(a, d, i) for a, d in zip(args, in_dims)], **kwargs))
     return stack_np(results)
 
 
+def clone_arg(a):
+    if isinstance(a, mt.Tensor):
+        return a.clone()
+    if isinstance(a, (list, tuple)):
+        return type(a)(clone_arg(x) for x in a)
+    return a
+
+
 def clone_args(args):
-    return [a.clone() if isinstance(a, mt.Tensor) else a for a in args]
+    return [clone_arg(a) for a in args]
+
+
+def assert_compared(name, compared):
+    """A sweep that compared no batched result would pass without testing anything."""
+    assert compared, f"{name}: no sample gave a batched result to compare"
 
 
 # Ops whose per-sample result is not defined by a loop over samples: uninitialised memory,
@@ -118,6 +179,7 @@ def test_op_matches_loop(name):
     fn = op_function(op)
     rng = random.Random(name)
     size = 3
+    compared = 0
     for sample in op.samples(maker(len(name))):
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
@@ -126,15 +188,17 @@ def test_op_matches_loop(name):
             continue
         if not returns_tensors(plain):
             continue
-        tensor_positions = [i for i, a in enumerate(args) if isinstance(a, mt.Tensor)]
+        slots = tensor_slots(args)
         for trial in range(2):
-            in_dims = [None] * len(args)
+            in_dims = no_dims(args)
             batched = list(args)
-            for i in tensor_positions:
-                must = op.kind == "inplace" and i == 0
-                if must or (trial == 0 and i == tensor_positions[0]) or rng.random() < 0.6:
-                    batched[i], in_dims[i] = sample_batch(args[i], size, rng)
-            if all(d is None for d in in_dims):
+            for slot in slots:
+                must = op.kind == "inplace" and slot == (0, None)
+                if must or (trial == 0 and slot == slots[0]) or rng.random() < 0.6:
+                    physical, dim = sample_batch(slot_value(args, slot), size, rng)
+                    set_slot(batched, slot, physical)
+                    set_slot(in_dims, slot, dim)
+            if not is_batched(in_dims):
                 continue
             what = f"{name} {sample} in_dims={in_dims}"
             expected_inputs = clone_args(batched)
@@ -148,56 +212,59 @@ def test_op_matches_loop(name):
             assert_same(actual, expected, what, name not in VALUES_UNDEFINED)
             if op.kind == "inplace":
                 assert_same(actual_inputs[0], expected_inputs[0], what + " (mutated self)")
+            compared += 1
+    assert_compared(name, compared)
 
 
 @pytest.mark.parametrize("name", sweep_names())
 def test_op_nested_vmap_matches_loop(name):
+    """The first tensor (of a list argument too) batched over (2, 3) with the inner batch
+    dim last; the other tensors batched by the outer vmap only."""
     op = REGISTRY[name]
     fn = op_function(op)
+    outer, inner = 2, 3
+    compared = 0
     for sample in op.samples(maker(len(name) + 1))[:3]:
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
             plain = fn(*clone_args(args), **kwargs)
         except Exception:
             continue
-        if not returns_tensors(plain) or not isinstance(args[0], mt.Tensor):
+        slots = tensor_slots(args)
+        if not returns_tensors(plain) or not slots:
             continue
-        # self batched over (2, 3) with the inner batch dim last; other tensors: outer only
-        outer, inner = 2, 3
-        base = to_np(args[0])
-        scale = (1 - 0.1 * np.arange(outer * inner)).reshape(outer, inner, *([1] * base.ndim))
-        rows = base * scale if args[0].dtype.is_floating_point else \
-            np.broadcast_to(base, (outer, inner) + base.shape)
-        self_batched = mt.from_numpy(np.ascontiguousarray(rows).astype(base.dtype)).movedim(1, -1)
-        others = []
-        for a in args[1:]:
-            if isinstance(a, mt.Tensor):
-                b = to_np(a)
-                others.append(mt.from_numpy(np.ascontiguousarray(
-                    np.broadcast_to(b, (outer,) + b.shape))))
+        batched, outer_dims, inner_dims = list(args), no_dims(args), no_dims(args)
+        for slot in slots:
+            value = slot_value(args, slot)
+            base = to_np(value)
+            if slot == slots[0]:
+                scale = (1 - 0.1 * np.arange(outer * inner)).reshape(outer, inner,
+                                                                      *([1] * base.ndim))
+                rows = base * scale if value.dtype.is_floating_point else \
+                    np.broadcast_to(base, (outer, inner) + base.shape)
+                set_slot(batched, slot, mt.from_numpy(
+                    np.ascontiguousarray(rows).astype(base.dtype)).movedim(1, -1))
+                set_slot(inner_dims, slot, -1)
             else:
-                others.append(a)
-        outer_dims = (0,) + tuple(0 if isinstance(a, mt.Tensor) else None for a in args[1:])
-        inner_dims = (-1,) + tuple(0 if isinstance(a, mt.Tensor) else None for a in args[1:])
+                set_slot(batched, slot, mt.from_numpy(np.ascontiguousarray(
+                    np.broadcast_to(base, (outer,) + base.shape))))
+            set_slot(outer_dims, slot, 0)
 
         def per_sample(*a):
             return fn(*a, **kwargs)
         expected = stack_np([
-            loop_reference(per_sample,
-                           [self_batched.clone().select(0, i)] +
-                           [o if d is None else o.select(0, i) for o, d in
-                            zip(others, outer_dims[1:])],
-                           {}, (-1,) + (None,) * len(others), inner)
+            loop_reference(per_sample, [select(a, d, i) for a, d in
+                                        zip(clone_args(batched), outer_dims)],
+                           {}, inner_dims, inner)
             for i in range(outer)])
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore" if name in FALLBACK_ON_PURPOSE else "error",
                                     message=FALLBACK)
-            inner_vmap = mt.vmap(per_sample, in_dims=(-1,) + (None,) * len(others))
-
-            def outer_fn(s, *rest):
-                return inner_vmap(s, *rest)
-            actual = mt.vmap(outer_fn, in_dims=outer_dims)(self_batched.clone(), *others)
+            inner_vmap = mt.vmap(per_sample, in_dims=tuple(inner_dims))
+            actual = mt.vmap(inner_vmap, in_dims=tuple(outer_dims))(*clone_args(batched))
         assert_same(actual, expected, f"{name} nested {sample}", name not in VALUES_UNDEFINED)
+        compared += 1
+    assert_compared(name, compared)
 
 
 def to_torch(value):
@@ -238,6 +305,7 @@ def test_op_matches_torch_vmap(name):
     if torch_fn is None:
         pytest.skip(f"torch has no {name}")
     rng = random.Random(name)
+    compared = 0
     for sample in op.samples(maker(len(name))):
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
@@ -246,11 +314,13 @@ def test_op_matches_torch_vmap(name):
             continue
         if not returns_tensors(plain):
             continue
-        in_dims = [None] * len(args)
+        in_dims = no_dims(args)
         batched = list(args)
-        for i, a in enumerate(args):
-            if isinstance(a, mt.Tensor) and (i == 0 or rng.random() < 0.5):
-                batched[i], in_dims[i] = sample_batch(a, 3, rng)
+        for n, slot in enumerate(tensor_slots(args)):
+            if n == 0 or rng.random() < 0.5:
+                physical, dim = sample_batch(slot_value(args, slot), 3, rng)
+                set_slot(batched, slot, physical)
+                set_slot(in_dims, slot, dim)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -274,6 +344,8 @@ def test_op_matches_torch_vmap(name):
                         e if isinstance(e, tuple) else (e,)):
             np.testing.assert_allclose(to_np(x).astype(np.float64), y.astype(np.float64),
                                        rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
+        compared += 1
+    assert_compared(name, compared)
 
 
 def test_every_registered_op_has_a_rule():
@@ -282,6 +354,67 @@ def test_every_registered_op_has_a_rule():
                if op.kind != "composite" and not op.random and not op.batch_rule
                and name not in RULES and op.family not in FAMILY_RULES]
     assert missing == []
+
+
+def test_sweeps_batch_the_tensors_inside_lists():
+    a, b, c, mask = mt.ones(2), mt.ones(3), mt.ones(1), mt.ones(2, dtype=mt.bool)
+    args = [[a, b], 3, c, (None, c, mask)]
+    assert tensor_slots(args) == [(0, 0), (0, 1), (2, None), (3, 1)]
+    in_dims = no_dims(args)
+    set_slot(in_dims, (0, 1), 0)
+    assert in_dims == [[None, 0], None, None, (None, None, None)] and is_batched(in_dims)
+    with pytest.raises(AssertionError, match="no sample gave a batched result"):
+        assert_compared("cat", 0)
+
+
+def index_put(s, indices, values, accumulate=False):
+    """``index_put`` with None entries (full slices): microtensor's op, or ATen's for torch
+    (whose ``Tensor.index_put`` takes tensors only)."""
+    if isinstance(s, mt.Tensor):
+        return s.index_put(indices, values, accumulate)
+    return torch.ops.aten.index_put(s, list(indices), values, accumulate)
+
+
+INDEXING_PER_SAMPLE = {   # per sample: s (4, 5, 4), i (2,), v (2, 4)
+    "leading index": lambda s, i, v: s[i],
+    "index after a slice": lambda s, i, v: s[:, i],
+    "non-adjacent indices": lambda s, i, v: s[i, :, i],
+    "beside a fixed mask": lambda s, i, v: s[:, i, s.new_tensor([1, 0, 0, 1]).bool()],
+    "index_put after a slice": lambda s, i, v: index_put(s, (None, i), v),
+    "index_put accumulating": lambda s, i, v: index_put(s, (i,), v[:, None], True),
+    "index_put non-adjacent": lambda s, i, v: index_put(s, (i, None, i), v[:, :1]),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", list(INDEXING_PER_SAMPLE))
+@pytest.mark.parametrize("in_dims", [(0, 0, 0), (None, 1, None), (2, 0, None)])
+def test_index_tensors_that_differ_per_sample_match_torch_vmap(name, in_dims):
+    fn = INDEXING_PER_SAMPLE[name]
+    rng = np.random.default_rng(0)
+    arrays = (rng.standard_normal((3, 4, 5, 4)), np.array([[0, 3], [2, 2], [1, 0]]),
+              rng.standard_normal((3, 2, 4)))
+    arrays = [np.moveaxis(x, 0, d) if d is not None else x[0] for x, d in zip(arrays, in_dims)]
+    results = []
+    for lib, vmap in ((mt, mt.vmap), (torch, torch_vmap)):
+        args = [lib.from_numpy(np.ascontiguousarray(x)) for x in arrays]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=FALLBACK)
+            results.append(np.asarray(vmap(fn, in_dims=in_dims)(*args)))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_index_with_masks_that_differ_per_sample():
+    """Each sample's mask may select a different number of elements: ``index`` runs the
+    loop (warning) and is right when the counts agree; ``index_put`` refuses."""
+    x = mt.randn(3, 4)
+    masks = mt.tensor([[True, False, True, False], [False, True, True, False],
+                       [True, True, False, False]])
+    with pytest.warns(UserWarning, match=FALLBACK):
+        picked = mt.vmap(lambda s, m: s[m])(x, masks)
+    assert_same(picked, stack_np([x[b][masks[b]] for b in range(3)]))
+    with pytest.raises(RuntimeError, match="boolean masks that differ per sample"):
+        mt.vmap(lambda s, m: s.index_put((m,), mt.tensor(0.0)))(x, masks)
 
 
 # --------------------------------------------------------------------------- the fallback

@@ -27,6 +27,7 @@ from microtensor.ops import copy as copy_ops
 from microtensor.ops import linalg
 from microtensor.ops import loss as loss_ops
 from microtensor.ops import view as view_ops
+from microtensor.ops.factory import arange
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
                                       unwrap, wrap)
@@ -1137,34 +1138,97 @@ def _index_result_bdim(indices):
     return max(1 if e._dtype is bool_ else e.dim() for e in indices if e is not None)
 
 
+def _per_sample_indices(indices, level, size):
+    """Physical indices for ``self[indices]`` per sample when some index tensors differ
+    per sample (``self`` physical with its batch dim first): a leading ``arange`` index
+    picks each sample, broadcast against the index tensors (the batched ones aligned after
+    their batch dim).  Also where the result's per-sample dims must move: NumPy puts the
+    broadcast dims first once the ``arange`` makes the index tensors non-adjacent, while
+    per sample they stay in place when adjacent.  Returns (indices, (from, to) or None)."""
+    rank = max(e.dim() for e in indices if e is not None)
+    physical = []
+    for e in indices:
+        if _same_level(e, level):
+            e = aligned(e._value, e._bdim, e.dim(), rank)
+        physical.append(e)
+    first = next(e for e in physical if e is not None)
+    picks = arange(size, device=first.device).view((size,) + (1,) * rank)
+    positions = [i for i, e in enumerate(indices) if e is not None]
+    move = None
+    if positions[0] > 0 and positions == list(range(positions[0], positions[-1] + 1)):
+        move = (tuple(range(1, 1 + rank)),
+                tuple(range(1 + positions[0], 1 + positions[0] + rank)))
+    return (picks,) + tuple(physical), move
+
+
+def _per_sample_masks(indices, level):
+    """Boolean masks that differ per sample (each sample may select a different number of
+    elements, so no single physical op computes them), or 0-d masks beside index tensors
+    that do."""
+    masks = [e for e in indices if e is not None and e.dtype is bool_]
+    return any(_same_level(e, level) for e in masks) or \
+        (any(e.dim() == 0 for e in masks) and any(_same_level(e, level) for e in indices))
+
+
+def _masks_as_positions(indices):
+    """Boolean masks (the same for every sample) as the integer index tensors of their True
+    positions, as NumPy reads them, so that they broadcast with per-sample index tensors."""
+    out = []
+    for e in indices:
+        if e is None or e.dtype is not bool_:
+            out.append(e)
+            continue
+        for j, n in enumerate(e.shape):     # the j-th coordinate of each True, row-major
+            along = arange(n, device=e.device).view((n,) + (1,) * (e.dim() - 1 - j))
+            out.append(REGISTRY["masked_select"](along, e))
+    return tuple(out)
+
+
 @rule("index")
 def index(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, indices = bound["self"], tuple(bound["indices"])
-    if any(_same_level(e, level) for e in indices):
+    if _per_sample_masks(indices, level):
         return fallback(op, level, args, kwargs)
-    result = call(op, (to_front(self._value, self._bdim), (None,) + indices), None)
-    return wrap(result, _index_result_bdim(indices), level)
+    if not any(_same_level(e, level) for e in indices):
+        result = call(op, (to_front(self._value, self._bdim), (None,) + indices), None)
+        return wrap(result, _index_result_bdim(indices), level)
+    size = batch_size(level)
+    physical, move = _per_sample_indices(_masks_as_positions(indices), level, size)
+    result = call(op, (_front_or_expanded(self, level, size), physical), None)
+    return wrap(result if move is None else result.movedim(*move), 0, level)
+
+
+def _index_result_rank(self, indices):
+    """The rank of ``self[indices]`` per sample, without reading the indices (they may be
+    batched at an outer level): a mask is one dim in place of the ``dim()`` it covers."""
+    tensors = [e for e in indices if e is not None]
+    covered = sum(e.dim() if e.dtype is bool_ else 1 for e in tensors)
+    rank = max((1 if e.dtype is bool_ else e.dim() for e in tensors), default=0)
+    return rank + self.dim() - covered
 
 
 @rule("index_put", "index_put_")
 def index_put(op, level, args, kwargs):
-    from microtensor.ops.indexing import _IndexPlan
     bound = op.bind(args, kwargs)
     self, indices, values = bound["self"], tuple(bound["indices"]), bound["values"]
-    if op.kind == "inplace" and not _same_level(self, level):
-        raise inplace_error(op.name)
-    if any(_same_level(e, level) for e in indices) or bound.pop("out", None) is not None:
-        raise RuntimeError(f"Batching rule not implemented for {op.name} with index tensors "
-                           "that differ per sample; use scatter or gather instead.")
+    _check_indexed_write(op, bound, self, level)
+    if _per_sample_masks(indices, level):
+        raise RuntimeError(f"Batching rule not implemented for {op.name} with boolean masks "
+                           "that differ per sample; use where instead.")
     size = batch_size(level)
     target = _front_or_expanded(self, level, size)
-    result_shape = _IndexPlan(self, indices).shape
+    if not any(_same_level(e, level) for e in indices):
+        physical, bdim, move = (None,) + indices, _index_result_bdim(indices), None
+    else:
+        indices = _masks_as_positions(indices)
+        (physical, move), bdim = _per_sample_indices(indices, level, size), 0
     if isinstance(values, TensorBase):
         values = _front_or_expanded(values, level, size)
-        values = aligned(values, 0, values.dim() - 1, len(result_shape))
-        values = values.movedim(0, _index_result_bdim(indices))
-    result = call(op, (target, (None,) + indices, values, bound["accumulate"]), None)
+        values = aligned(values, 0, values.dim() - 1, _index_result_rank(self, indices))
+        # the values' per-sample dims in the order NumPy's physical result has them
+        values = values.movedim(0, bdim) if move is None else values.movedim(move[1], move[0])
+    result = call(op, (target, physical, values, bound["accumulate"]), None)
     return self if op.kind == "inplace" else wrap(result, 0, level)
 
 
