@@ -437,6 +437,30 @@ def test_state_dict_order_and_tied_weights_as_pytorch():
 
 
 @requires_torch
+def test_traversal_lists_shared_modules_and_tensors_once_as_pytorch():
+    results = []
+    for lib in (mt, torch):
+        shared = lib.nn.Linear(1, 1)
+        model = lib.nn.Sequential(shared, lib.nn.ReLU(), shared)
+        scale = lib.ones(1)
+        model.register_buffer("scale", scale)
+        model.register_buffer("alias", scale)
+        model.register_buffer("unset", None)
+        results.append([
+            [n for n, _ in model.named_modules()],
+            [n for n, _ in model.named_modules(remove_duplicate=False)],
+            [n for n, _ in model.named_children()], len(list(model.children())),
+            len(list(model.modules())),
+            [n for n, _ in model.named_parameters()],
+            [n for n, _ in model.named_parameters(remove_duplicate=False)],
+            [n for n, _ in model.named_buffers()],
+            [n for n, _ in model.named_buffers(remove_duplicate=False)],
+            [n for n, _ in model.named_buffers(prefix="m", recurse=False)],
+            list(model.state_dict())])
+    assert results[0] == results[1]
+
+
+@requires_torch
 def test_load_state_dict_ignores_non_persistent_buffers_and_refuses_as_pytorch():
     outcomes = []
     for lib in (mt, torch):

@@ -129,39 +129,60 @@ class Module:
         self._modules[name] = module
 
     # ------------------------------------------------------------ traversal
-    def named_modules(self, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """This module and every module below it, each once (unless ``remove_duplicate``
+        is False) under its first dotted name."""
+        if memo is None:
+            memo = set()
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
         yield prefix, self
         for name, module in self._modules.items():
             if module is not None:
-                yield from module.named_modules(prefix + ("." if prefix else "") + name)
+                yield from module.named_modules(memo, prefix + ("." if prefix else "") + name,
+                                                remove_duplicate)
 
     def modules(self):
         for _, m in self.named_modules():
             yield m
 
-    def children(self):
-        return (m for m in self._modules.values() if m is not None)
-
-    def named_parameters(self, prefix="", recurse=True):
+    def named_children(self):
         seen = set()
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for name, module in self._modules.items():
+            if module is not None and module not in seen:
+                seen.add(module)
+                yield name, module
+
+    def children(self):
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, table, prefix, recurse, remove_duplicate):
+        """The entries of ``table`` (``"_parameters"`` or ``"_buffers"``) of this module (and
+        below if ``recurse``) by dotted name, each tensor once unless ``remove_duplicate``
+        is False."""
+        seen = set()
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) \
+            if recurse else [(prefix, self)]
         for mod_prefix, module in modules:
-            for name, p in module._parameters.items():
-                if p is None or id(p) in seen:
+            for name, value in getattr(module, table).items():
+                if value is None or id(value) in seen:
                     continue
-                seen.add(id(p))
-                yield mod_prefix + ("." if mod_prefix else "") + name, p
+                if remove_duplicate:
+                    seen.add(id(value))
+                yield mod_prefix + ("." if mod_prefix else "") + name, value
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse=True):
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True):
-        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
-        for mod_prefix, module in modules:
-            for name, b in module._buffers.items():
-                if b is not None:
-                    yield mod_prefix + ("." if mod_prefix else "") + name, b
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse=True):
         for _, b in self.named_buffers(recurse=recurse):
