@@ -340,3 +340,46 @@ def test_reference_engine_agrees_with_the_c_engine(build):
     theirs = mt.autograd.grad(outputs, inputs, seeds)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- the tour
+
+_POINTER = re.compile(r"`(src/microtensor/[\w/]+\.pyx?)(?:::([\w.]+))?`")
+
+
+def _defines(source, name):
+    """Whether ``source`` defines ``name`` (a function, class or module-level name)."""
+    keyword = r"(?:(?:cp|c)?def|(?:cdef )?class)\s+(?:[\w*]+\s+)*"   # Cython: return types
+    return re.search(rf"^\s*{keyword}{re.escape(name)}\b|^{re.escape(name)}\s*=", source,
+                     re.M) is not None
+
+
+def _class_body(source, name):
+    start = re.search(rf"^(?:cdef )?class\s+{name}\b.*\n", source, re.M)
+    assert start, name
+    end = re.compile(r"^\S", re.M).search(source, start.end())
+    return source[start.end():end.start() if end else len(source)]
+
+
+def test_every_file_and_symbol_the_tour_names_exists():
+    with open(os.path.join(ROOT, "docs", "tour.md")) as f:
+        pointers = _POINTER.findall(f.read())
+    assert len(pointers) > 40
+    for path, symbol in pointers:
+        full = os.path.join(ROOT, path)
+        assert os.path.exists(full), path
+        if symbol:
+            with open(full) as f:
+                source = f.read()
+            owner, _, member = symbol.rpartition(".")
+            if owner:
+                assert _defines(_class_body(source, owner), member), f"{path}::{symbol}"
+            else:
+                assert _defines(source, symbol), f"{path}::{symbol}"
+
+
+def test_tour_pointer_check_catches_a_missing_symbol():
+    assert _defines("cpdef tuple view_strides(a):\n", "view_strides")
+    assert _defines("cdef class OpNode(Node):\n", "OpNode")
+    assert _defines("cpdef long long storage_size_for(s):\n", "storage_size_for")
+    assert not _defines("def view_stride(a):\n", "view_strides")

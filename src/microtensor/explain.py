@@ -107,26 +107,30 @@ def op(name):
         close = close_names(name)
         hint = f"; did you mean: {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown op {name!r}{hint}")
-    derivative = o.derivative or (o.inplace_of.derivative if o.inplace_of else None)
-    rule, rule_source = batching_rule(o)
-    fast = FAST_PATHS.get(o.name, ())
     kernel = o.inplace_of.kernel if o.inplace_of else o.kernel
     writes = f" (with out=self: the in-place variant of {o.inplace_of.name})" \
         if o.inplace_of else ""
     lines = [f"op {o.name}: kind={o.kind}, family={o.family}, inputs={o.inputs}",
              f"  kernel         {kernel.__qualname__}  {_location(kernel)}{writes}"]
-    if derivative is not None:
-        node = o.node_name if o.differentiable else "-"
-        lines.append(f"  derivative     {derivative.__qualname__}  {_location(derivative)}"
-                     f"  (node {node}, saves {', '.join(_saved_names(o)) or 'nothing'})")
+    derivative = o.derivative or (o.inplace_of.derivative if o.inplace_of else None)
+    if o.kind == "composite":
+        lines += ["  derivative     none needed: a composite op runs other ops, which autograd "
+                  "records",
+                  "  batching rule  none needed: the ops it runs are batched"]
     else:
-        lines.append("  derivative     none (not differentiable)")
-    lines.append(f"  batching rule  {rule.__qualname__}  {_location(rule)}  ({rule_source})")
-    if fast:
-        for method in fast:
-            lines.append(f"  C fast path    Tensor.{method}  {_pyx_location(method) or ''}")
-    else:
-        lines.append("  C fast path    none: calls go through the dispatcher")
+        if derivative is not None:
+            lines.append(f"  derivative     {derivative.__qualname__}  {_location(derivative)}"
+                         f"  (node {o.node_name}, saves "
+                         f"{', '.join(_saved_names(o)) or 'nothing'})")
+        else:
+            lines.append("  derivative     none (not differentiable)")
+        rule, rule_source = batching_rule(o)
+        lines.append(f"  batching rule  {rule.__qualname__}  {_location(rule)}  "
+                     f"({rule_source})")
+    for method in FAST_PATHS.get(o.name, ()):
+        lines.append(f"  C fast path    Tensor.{method}  {_pyx_location(method) or ''}")
+    if o.name not in FAST_PATHS:
+        lines.append("  C fast path    none")
     lines += ["", "kernel:", inspect.getsource(kernel)]
     if derivative is not None:
         lines += ["derivative:", inspect.getsource(derivative)]

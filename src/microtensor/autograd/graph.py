@@ -4,6 +4,8 @@ The graph's data structures (``Node`` with its edges and hooks, ``AccumulateGrad
 ``SavedTensor``, ``Geometry``) and ``OpNode``, which runs a registered op's derivative,
 are in the Cython core (``microtensor._C.autograd``).  ``CopySlices`` and
 ``AsStridedBackward0`` here subclass ``Node`` (see ``autograd.recording``).
+
+``to_text`` and ``to_dot`` draw the graph behind a tensor, for readers.
 """
 import weakref
 
