@@ -3,6 +3,8 @@ pictures of what a view reaches), autograd graphs (tree and DOT, names as PyTorc
 reference engine; the tour's pointers into the source."""
 import os
 import re
+import shutil
+import stat
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -285,21 +287,55 @@ def test_dot_has_the_graph_nodes_and_edges(tmp_path, capsys):
                                               if "dashed" in attrs]
     assert sorted(names.values()).count("AccumulateGrad") == 1   # x's, shared
     assert ("output", "n0", "") in edges
-    if sys.platform != "win32" and not __import__("shutil").which("dot"):
+    if not shutil.which("dot"):
         assert "not rendered" in out
 
 
-def test_dot_labels_are_escaped():
+def test_dot_labels_carry_saved_values_and_are_escaped():
     x = mt.ones(3, requires_grad=True)
-    text = graph.to_dot(x.sum(dim=0, keepdim=False))
-    nodes, _ = _dot_graph(text)
+    nodes, _ = _dot_graph(graph.to_dot(x.sum(dim=0, keepdim=False)))
     assert any("saved dim: 0" in label for label in nodes.values())
+    assert graph._dot_label(['say "hi"', "a\\b"]) == r'"say \"hi\"\na\\b"'
 
 
 def test_library_form_is_mt_autograd_graph():
     x = mt.ones(2, requires_grad=True)
     assert mt.autograd.graph.to_dot(x * 2).startswith("digraph")
     assert mt.autograd.graph.to_text(x).startswith("AccumulateGrad")
+
+
+def test_dot_is_rendered_when_graphviz_is_installed(tmp_path, monkeypatch, capsys):
+    # a stand-in for Graphviz's `dot` that records its arguments and writes the -o file
+    fake = tmp_path / "bin" / "dot"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n"
+                    "while [ $# -gt 1 ]; do shift; done; echo drawn > \"$1\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    path = tmp_path / "g.dot"
+    code, out, _ = run(["--graph", "x = mt.ones(2, requires_grad=True); x * 3", "--dot",
+                        str(path)], capsys)
+    assert code == 0 and "g.dot.svg" in out
+    calls = (fake.parent / "calls").read_text().splitlines()
+    assert calls == [f"-Tsvg {path} -o {path}.svg", f"-Tpng {path} -o {path}.png"]
+    assert (tmp_path / "g.dot.png").read_text() == "drawn\n"
+
+
+def test_graph_and_layout_refuse_what_they_cannot_draw(capsys):
+    code, _, err = run(["--graph", "mt.ones(3) * 2"], capsys)
+    assert code == 2 and "has no autograd graph" in err
+    code, _, err = run(["--layout", "3 + 4"], capsys)
+    assert code == 2 and "is a int, not a tensor" in err
+
+
+def test_graph_of_a_multi_output_node_says_which_output():
+    x = mt.ones(2, 2, requires_grad=True)
+    first, second = x.unbind(0)
+    assert graph.to_text(second).splitlines()[0] == "UnbindBackward0 (output 1)"
+    lines = graph.to_text(first + second).splitlines()
+    assert lines[2] == "|-- UnbindBackward0 (output 0) [#1]"
+    assert lines[-1] == "`-- UnbindBackward0 (output 1) -> see [#1] above"
+    assert 'output -> n0 [label="1"];' in graph.to_dot(second)
 
 
 # --------------------------------------------------------------------------- reference engine

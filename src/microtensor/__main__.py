@@ -53,20 +53,38 @@ def explain(args):
             print(exc.args[0], file=sys.stderr)
             return 2
     if options.layout:
-        tensor = explaining.evaluate(options.layout)
+        tensor = _tensor(explaining, options.layout)
+        if tensor is None:
+            return 2
         print(explaining.layout(tensor))
         if options.svg:
             with open(options.svg, "w") as f:
                 f.write(explaining.layout_svg(tensor))
     if options.graph:
         from microtensor.autograd import graph
-        tensor = explaining.evaluate(options.graph)
+        tensor = _tensor(explaining, options.graph)
+        if tensor is None:
+            return 2
+        if tensor.grad_fn is None and not tensor.requires_grad:
+            print(f"{options.graph!r} has no autograd graph: nothing it was computed from "
+                  "requires grad (e.g. mt.ones(3, requires_grad=True))", file=sys.stderr)
+            return 2
         print(graph.to_text(tensor))
         if options.dot:
             with open(options.dot, "w") as f:
                 f.write(graph.to_dot(tensor))
             _render(options.dot)
     return 0
+
+
+def _tensor(explaining, expr):
+    """The tensor ``expr`` evaluates to; None (having said why) for anything else."""
+    from microtensor._C.tensor import TensorBase
+    value = explaining.evaluate(expr)
+    if not isinstance(value, TensorBase):
+        print(f"{expr!r} is a {type(value).__name__}, not a tensor", file=sys.stderr)
+        return None
+    return value
 
 
 def _render(path):

@@ -172,7 +172,7 @@ def to_text(root):
     Edges to inputs that need no gradient are left out; a node reached more than once is
     drawn the first time with a ``[#k]`` mark and referred to by it afterwards.
     """
-    start, _ = _root_node(root)
+    start, nr = _root_node(root)
     _, incoming = _walk(start)
     marks, lines = {}, []
 
@@ -194,7 +194,7 @@ def to_text(root):
             draw(nxt, k, child_prefix + ("`-- " if last else "|-- "),
                  child_prefix + ("    " if last else "|   "))
 
-    draw(start, 0, "", "")
+    draw(start, nr, "", "")
     return "\n".join(lines)
 
 
@@ -216,7 +216,8 @@ def to_dot(root):
            "fontsize=10];"]
     if not isinstance(root, Node):
         out.append(f'  output [label={_dot_label([_tensor_text(root)])}, fillcolor="#d9ead3"];')
-        out.append(f"  output -> {ids[start]};")
+        label = f' [label="{nr}"]' if nr or start.num_outputs > 1 else ""
+        out.append(f"  output -> {ids[start]}{label};")
     for node in order:
         color = ', fillcolor="#cfe2f3"' if isinstance(node, AccumulateGrad) else ""
         out.append(f"  {ids[node]} [label={_dot_label([node.name()] + _details(node))}{color}];")

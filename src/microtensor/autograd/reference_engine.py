@@ -35,7 +35,8 @@ def grad(outputs, inputs, grad_outputs):
             buffer[slot] = g if buffer[slot] is None else buffer[slot] + g
 
     for (node, slot), g in zip(roots, grad_outputs):
-        deliver(node, slot, g)
+        if node is not None:
+            deliver(node, slot, g)
     # 3. run ready nodes, the most recently created first (as PyTorch does)
     ready = [(-node.sequence_nr, node) for node in buffers if not dependencies.get(node)]
     heapq.heapify(ready)
