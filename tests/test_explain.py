@@ -83,6 +83,29 @@ def test_fast_path_table_names_real_methods_and_ops():
             assert location and location.split(":")[0].endswith(".pyx")
 
 
+def test_fast_path_table_covers_every_method_that_falls_back_to_an_op():
+    """Each ``def method(`` of the core that names an op it falls back to or records
+    (``_dispatch_call("op"``, ``_binary(.., "op")``, ``_recorded_view("op"``) is listed."""
+    folder = os.path.join(os.path.dirname(mt.__file__), "_C")
+    found = set()
+    for name in os.listdir(folder):
+        if not name.endswith(".pyx"):
+            continue
+        method = None
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                start = re.match(r"\s+(?:c?p?def)\s+(?:\w+\s+)?(\w+)\(", line)
+                if start:
+                    method = start.group(1)
+                for op_name in re.findall(r'(?:_dispatch_call|_recorded_view)\("(\w+)"'
+                                          r'|_binary\(.*, "(\w+)"\)', line):
+                    found.add((method, next(n for n in op_name if n)))
+    public = {(m, o) for m, o in found if m in vars(TensorBase)}
+    assert len(public) >= 15
+    for method, op_name in public:
+        assert method in explain.FAST_PATHS.get(op_name, ()), (method, op_name)
+
+
 def test_unknown_op_suggests_close_names_and_exits_2(capsys):
     code, out, err = run(["transpos"], capsys)
     assert code == 2

@@ -17,17 +17,18 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
 
-__all__ = ["evaluate", "layout", "layout_svg", "op", "reach"]
+__all__ = ["batching_rule", "close_names", "evaluate", "layout", "layout_svg", "op", "reach"]
 
 # The Tensor methods and operators of the Cython core that serve an op without the
 # dispatcher for plain tensors (``_C/tensor.pyx``, "fast paths"); anything they do not
-# serve falls through to the registered op.
+# serve falls through to the registered op.  (A test reads the core's sources to check
+# that this table names every such method.)
 FAST_PATHS = {
     "add": ("__add__", "__radd__"),
     "sub": ("__sub__", "__rsub__"),
     "mul": ("__mul__", "__rmul__"),
     "div": ("__truediv__", "__rtruediv__"),
-    "matmul": ("__matmul__",),
+    "matmul": ("__matmul__", "__rmatmul__"),
     "select": ("__getitem__",),
     "slice": ("__getitem__",),
     "t": ("t",),
