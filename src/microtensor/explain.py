@@ -156,11 +156,14 @@ def reach(t):
 
 
 def _cells(t):
-    """Per storage cell: the logical indices (row-major) of the elements that read it."""
-    cells = [[] for _ in range(t.untyped_storage().size())]
-    for logical, position in enumerate(reach(t).reshape(-1).tolist()):
-        cells[position].append(logical)
-    return cells
+    """Per storage cell: the first logical (row-major) index among the elements that read
+    it (-1: none) and how many elements read it, as two arrays."""
+    n = t.untyped_storage().size()
+    positions = reach(t).reshape(-1)
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, positions, np.arange(positions.size, dtype=np.int64))
+    first[first == np.iinfo(np.int64).max] = -1
+    return first, np.bincount(positions, minlength=n)
 
 
 def _row_width(t):
@@ -191,8 +194,8 @@ def layout(t):
     element it holds ('.' where the view does not reach; '*' after a number: more than
     one element reads that cell)."""
     storage = t.untyped_storage()
-    cells = _cells(t)
-    reached = sum(1 for c in cells if c)
+    first, count = _cells(t)
+    reached = int(np.count_nonzero(count))
     lines = [f"sizes {tuple(t.shape)}, strides {t.stride()}, storage offset "
              f"{t.storage_offset()}, dtype {t.dtype}",
              f"contiguous: {_contiguity(t)}; non-overlapping and dense: "
@@ -201,19 +204,19 @@ def layout(t):
              f"{t.numel()} elements read {reached} of them, numbered in logical order:"]
     width = _row_width(t)
     cell_width = max(len(str(max(t.numel() - 1, 0))), len(str(width - 1)) + 1) + 2
-    label_width = len(str(max(len(cells) - 1, 0)))
+    label_width = len(str(max(len(first) - 1, 0)))
     lines.append(" " * (label_width + 2) + "".join(f"+{i}".rjust(cell_width)
                                                     for i in range(width)))
-    rows = range(0, len(cells), width)
+    rows = range(0, len(first), width)
     for start in rows[:MAX_DRAWN_ROWS]:
-        row = cells[start:start + width]
         lines.append(f"{start:>{label_width}}: " + "".join(
-            _cell_text(c).rjust(cell_width) for c in row))
+            _cell_text(first[i], count[i]).rjust(cell_width)
+            for i in range(start, min(start + width, len(first)))))
     if len(rows) > MAX_DRAWN_ROWS:
-        hidden = cells[MAX_DRAWN_ROWS * width:]
-        lines.append(f"... {len(hidden)} more storage elements, {sum(1 for c in hidden if c)} "
+        hidden = count[MAX_DRAWN_ROWS * width:]
+        lines.append(f"... {len(hidden)} more storage elements, {np.count_nonzero(hidden)} "
                      "of them read by the view")
-    if any(len(c) > 1 for c in cells):
+    if (count > 1).any():
         lines.append("(* more than one element reads this cell: the first is shown)")
     if 0 < t.numel() <= MAX_GRID_ELEMENTS:
         lines.append("storage index of each element:")
@@ -221,19 +224,17 @@ def layout(t):
     return "\n".join(lines)
 
 
-def _cell_text(logical):
-    if not logical:
-        return "."
-    return str(logical[0]) + ("*" if len(logical) > 1 else "")
+def _cell_text(first, count):
+    return "." if not count else str(first) + ("*" if count > 1 else "")
 
 
 def layout_svg(t):
     """``layout``'s storage picture as an SVG document (a string)."""
-    cells = _cells(t)
+    first, count = _cells(t)
     width = _row_width(t)
-    rows = min(MAX_DRAWN_ROWS, -(-len(cells) // width))
+    rows = min(MAX_DRAWN_ROWS, -(-len(first) // width))
     size, left, top = 40, 50, 50
-    more = len(cells) > rows * width
+    more = len(first) > rows * width
     height = top + rows * size + (30 if more else 10)
     title = (f"sizes {tuple(t.shape)}, strides {t.stride()}, offset {t.storage_offset()}, "
              f"{t.dtype}")
@@ -244,23 +245,23 @@ def layout_svg(t):
         parts.append(f'<text x="{left + i * size + size // 2}" y="{top - 8}" '
                      f'text-anchor="middle" fill="#888">+{i}</text>')
     n = max(t.numel(), 1)
-    for index, logical in enumerate(cells[:rows * width]):
+    for index in range(min(len(first), rows * width)):
         row, col = divmod(index, width)
         x, y = left + col * size, top + row * size
         if col == 0:
             parts.append(f'<text x="{left - 6}" y="{y + size // 2 + 5}" text-anchor="end" '
                          f'fill="#888">{index}</text>')
         # earlier elements darker, so the logical order reads as a gradient
-        fill = "#eeeeee" if not logical else \
-            f"hsl(210, 70%, {50 + int(40 * logical[0] / n)}%)"
+        fill = "#eeeeee" if not count[index] else \
+            f"hsl(210, 70%, {50 + int(40 * first[index] / n)}%)"
         parts.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" fill="{fill}" '
                      'stroke="#444"/>')
         parts.append(f'<text class="cell" x="{x + size // 2}" y="{y + size // 2 + 5}" '
                      'text-anchor="middle">'
-                     f'{escape(_cell_text(logical))}</text>')
+                     f'{escape(_cell_text(first[index], count[index]))}</text>')
     if more:
         parts.append(f'<text x="{left}" y="{top + rows * size + 20}">... '
-                     f'{len(cells) - rows * width} more storage elements</text>')
+                     f'{len(first) - rows * width} more storage elements</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
