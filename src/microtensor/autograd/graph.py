@@ -4,15 +4,17 @@ The graph's data structures (``Node`` with its edges and hooks, ``AccumulateGrad
 ``SavedTensor``, ``Geometry``) and ``OpNode``, which runs a registered op's derivative,
 are in the Cython core (``microtensor._C.autograd``).  ``CopySlices`` and
 ``AsStridedBackward0`` here subclass ``Node`` (see ``autograd.recording``).
+
+``to_text`` and ``to_dot`` draw the graph behind a tensor, for readers.
 """
 import weakref
 
 from microtensor._C.autograd import (RELEASED_ERROR, AccumulateGrad, Geometry, Node, OpNode,
-                                     SavedTensor, validate_outputs)
+                                     SavedTensor, gradient_edge, validate_outputs)
 from microtensor._C.meta import contiguous_format
 
 __all__ = ["AccumulateGrad", "AsStridedBackward0", "CopySlices", "Geometry", "Node", "OpNode",
-           "RELEASED_ERROR", "SavedInplaceViewOutput", "SavedTensor"]
+           "RELEASED_ERROR", "SavedInplaceViewOutput", "SavedTensor", "to_dot", "to_text"]
 
 
 class SavedInplaceViewOutput(SavedTensor):
@@ -89,3 +91,143 @@ class AsStridedBackward0(Node):
         return (as_strided_backward(grad, self.base.sizes, self.base.strides, 0,
                                     self.view.sizes, self.view.strides,
                                     self.view.offset - self.base.offset),)
+
+
+# --------------------------------------------------------------------------- printing
+# ``to_text`` and ``to_dot`` draw the graph behind a tensor (``python -m microtensor
+# explain --graph``): node names as PyTorch's, what each node saved and at which version,
+# and for ``CopySlices`` the view whose gradient it carves out of the base's.
+
+def _root_node(root):
+    """The node a tensor's gradient goes to first (``root`` may be a node already)."""
+    if isinstance(root, Node):
+        return root, 0
+    node, nr = gradient_edge(root)
+    if node is None:
+        raise ValueError("the tensor does not require grad: it has no autograd graph")
+    return node, nr
+
+
+def _tensor_text(t):
+    return f"tensor {tuple(t._sizes)} {t._dtype.name}"
+
+
+def _saved_text(value):
+    if isinstance(value, SavedTensor):
+        if value.data is None:
+            return "freed (by a backward pass without retain_graph)"
+        now = value.data._version
+        changed = f"; now at version {now}: modified in place" if now != value.version else ""
+        return f"{_tensor_text(value.data)}, saved at version {value.version}{changed}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_saved_text(v) for v in value) + "]"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _geometry_text(g):
+    return f"sizes {g.sizes}, strides {g.strides}, offset {g.offset}"
+
+
+def _details(node):
+    """Lines that say what ``node`` holds for backward."""
+    if isinstance(node, AccumulateGrad):
+        variable = node.variable
+        grad = ", .grad set" if variable._grad is not None else ""
+        return [f"leaf {_tensor_text(variable)}{grad}"]
+    if isinstance(node, OpNode):
+        formula = node.op if node.op.derivative is not None else node.op.inplace_of
+        return [f"{name}: not saved (the gradient that reads it is not needed)"
+                if value is None and name in formula.inputs
+                else f"saved {name}: {_saved_text(value)}"
+                for name, value in zip(formula.saved_names, node.saved)]
+    if isinstance(node, (CopySlices, AsStridedBackward0)):
+        lines = [f"view: {_geometry_text(node.view)}", f"base: {_geometry_text(node.base)}"]
+        if isinstance(node, CopySlices) and node.fn is not None:
+            lines.append(f"fn: {node.fn.name()} (the in-place op, run on the view's gradient)")
+            lines += ["  " + line for line in _details(node.fn)]
+        return lines
+    saved = getattr(node, "_saved", None)     # a Function's node
+    return [f"saved: {_saved_text(v)}" for v in saved or ()]
+
+
+def _walk(start):
+    """Every node reachable from ``start``, and how many edges point at each."""
+    incoming, order, stack = {start: 1}, [start], [start]
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is None:
+                continue
+            if nxt not in incoming:
+                incoming[nxt] = 0
+                order.append(nxt)
+                stack.append(nxt)
+            incoming[nxt] += 1
+    return order, incoming
+
+
+def to_text(root):
+    """The graph behind tensor ``root`` (or from node ``root``) as an indented tree.
+
+    Edges to inputs that need no gradient are left out; a node reached more than once is
+    drawn the first time with a ``[#k]`` mark and referred to by it afterwards.
+    """
+    start, nr = _root_node(root)
+    _, incoming = _walk(start)
+    marks, lines = {}, []
+
+    def draw(node, nr, prefix, child_prefix):
+        output = f" (output {nr})" if nr or node.num_outputs > 1 else ""
+        if node in marks:
+            lines.append(f"{prefix}{node.name()}{output} -> see [#{marks[node]}] above")
+            return
+        mark = ""
+        if incoming[node] > 1:
+            marks[node] = len(marks) + 1
+            mark = f" [#{marks[node]}]"
+        lines.append(f"{prefix}{node.name()}{output}{mark}")
+        edges = [(n, k) for n, k in node.next_functions if n is not None]
+        bar = "| " if edges else "  "
+        lines.extend(f"{child_prefix}{bar}{line}" for line in _details(node))
+        for i, (nxt, k) in enumerate(edges):
+            last = i == len(edges) - 1
+            draw(nxt, k, child_prefix + ("`-- " if last else "|-- "),
+                 child_prefix + ("    " if last else "|   "))
+
+    draw(start, nr, "", "")
+    return "\n".join(lines)
+
+
+def _dot_label(lines):
+    text = "\n".join(lines)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(root):
+    """The graph behind tensor ``root`` (or from node ``root``) in Graphviz's DOT
+    language: one box per node (with what it saved), an edge from each node to the nodes
+    its gradients flow to, and for ``CopySlices`` a dashed edge to the in-place op's node
+    it runs."""
+    start, nr = _root_node(root)
+    order, _ = _walk(start)
+    ids = {node: f"n{i}" for i, node in enumerate(order)}
+    out = ["digraph autograd {",
+           '  node [shape=box, style=filled, fillcolor="#ffffff", fontname="monospace", '
+           "fontsize=10];"]
+    if not isinstance(root, Node):
+        out.append(f'  output [label={_dot_label([_tensor_text(root)])}, fillcolor="#d9ead3"];')
+        label = f' [label="{nr}"]' if nr or start.num_outputs > 1 else ""
+        out.append(f"  output -> {ids[start]}{label};")
+    for node in order:
+        color = ', fillcolor="#cfe2f3"' if isinstance(node, AccumulateGrad) else ""
+        out.append(f"  {ids[node]} [label={_dot_label([node.name()] + _details(node))}{color}];")
+        for nxt, k in node.next_functions:
+            if nxt is not None:
+                label = f' [label="{k}"]' if k or nxt.num_outputs > 1 else ""
+                out.append(f"  {ids[node]} -> {ids[nxt]}{label};")
+        if isinstance(node, CopySlices) and node.fn is not None:
+            fn_id = ids[node] + "_fn"
+            out.append(f"  {fn_id} [label={_dot_label([node.fn.name()])}, style=dashed];")
+            out.append(f'  {ids[node]} -> {fn_id} [style=dashed, label="fn"];')
+    out.append("}")
+    return "\n".join(out) + "\n"
