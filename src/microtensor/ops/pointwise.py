@@ -172,10 +172,26 @@ def mul(grad, self, other):
 mul_ = inplace_variant(mul)
 
 
+def _check_integer_divisor(self, other):
+    """PyTorch refuses an integer division (``//``, ``%``, ``fmod``) by zero, where NumPy
+    would give 0: checked before anything is written.  Empty results divide nothing."""
+    dt = result_type(self, other)
+    if dt.is_floating_point or dt is bool_ or (isinstance(self, TensorBase) and
+                                               self._numel == 0):
+        return
+    if isinstance(other, TensorBase):
+        if other._numel and not other._array().all():
+            raise RuntimeError("ZeroDivisionError")
+    elif other == 0:
+        raise RuntimeError("ZeroDivisionError")
+
+
 @op(inputs=BINARY, family="pointwise", samples=_div_samples)
 def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
+    if rounding_mode in ("floor", "trunc"):
+        _check_integer_divisor(self, other)
     if rounding_mode == "floor":
         return pointwise(np.floor_divide, self, other, out=out)
     if rounding_mode == "trunc":
@@ -211,8 +227,14 @@ def floor_divide(self, other):
     return div(self, other, rounding_mode="floor")
 
 
+@op(kind="composite", function=False)
+def floor_divide_(self, other):
+    return div_(self, other, rounding_mode="floor")
+
+
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
+    _check_integer_divisor(self, other)
     return pointwise(np.remainder, self, other, out=out)
 
 
@@ -221,14 +243,21 @@ def remainder(grad, self, other):
     return grad, -grad * (self / other).floor()
 
 
+remainder_ = inplace_variant(remainder)
+
+
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def fmod(self, other, *, out=None):
+    _check_integer_divisor(self, other)
     return pointwise(np.fmod, self, other, out=out)
 
 
 @fmod.def_derivative
 def fmod(grad, self, other):
     return grad, -grad * (self / other).trunc()
+
+
+fmod_ = inplace_variant(fmod)
 
 
 @op(inputs=BINARY, family="pointwise", samples=_pow_samples)
