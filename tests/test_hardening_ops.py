@@ -105,3 +105,66 @@ def test_inplace_floor_divide_and_modulo_write_into_self(L):
     assert alias is x and x.tolist() == [3, -4]
     x %= 3
     assert alias is x and x.tolist() == [0, 2]
+
+
+# --------------------------------------------------------------------------- scalars that do not fit
+
+def _set(x, index, value):
+    x[index] = value
+    return x
+
+
+SCALAR_WRITES = {
+    "fill_": lambda L, dt, v: L.zeros(3, dtype=dt).fill_(v),
+    "setitem slice": lambda L, dt, v: _set(L.zeros(3, dtype=dt), slice(1, None), v),
+    "setitem int": lambda L, dt, v: _set(L.zeros(3, dtype=dt), 0, v),
+    "setitem mask": lambda L, dt, v: _set(L.zeros(3, dtype=dt), L.tensor([True, False, True]), v),
+    "setitem index": lambda L, dt, v: _set(L.zeros(3, dtype=dt), L.tensor([2]), v),
+    "full": lambda L, dt, v: L.full((2,), v, dtype=dt),
+    "full_like": lambda L, dt, v: L.full_like(L.zeros(2, dtype=dt), v),
+    "new_full": lambda L, dt, v: L.zeros(1, dtype=dt).new_full((2,), v),
+    "empty full": lambda L, dt, v: L.full((0,), v, dtype=dt),
+    "masked_fill": lambda L, dt, v: L.zeros(3, dtype=dt).masked_fill(
+        L.tensor([True, False, True]), v),
+    "index_fill": lambda L, dt, v: L.zeros(3, dtype=dt).index_fill(0, L.tensor([1]), v),
+    "scatter": lambda L, dt, v: L.zeros(3, dtype=dt).scatter(0, L.tensor([1]), v),
+    "where": lambda L, dt, v: L.where(L.tensor([True, False]), L.zeros(2, dtype=dt), v),
+    "clamp": lambda L, dt, v: L.zeros(2, dtype=dt).clamp(0, v),
+}
+
+SCALARS = [2 ** 40, 2 ** 31, -2 ** 31 - 1, 2 ** 31 - 1, 2 ** 63, -1, 1e10, float("nan"),
+           float("inf"), 1e40, 3.7, True, 2 ** 64]
+
+
+@pytest.mark.parametrize("write", sorted(SCALAR_WRITES))
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float32", "float64"])
+@pytest.mark.parametrize("value", SCALARS, ids=repr)
+def test_scalar_written_into_tensor_fits_or_raises(write, dtype, value):
+    if write == "clamp" and dtype == "bool":
+        pytest.skip("clamp is not implemented for bool tensors")
+    if write.startswith("setitem") and not isinstance(value, bool) and \
+            isinstance(value, int) and value >= 2 ** 63:
+        pytest.skip("PyTorch's index parser refuses ints past int64 with a ValueError")
+    fn = SCALAR_WRITES[write]
+    assert_same_outcome(lambda L: fn(L, getattr(L, dtype), value))
+
+
+@pytest.mark.parametrize("write", [
+    lambda x: x.fill_(2 ** 40), lambda x: _set(x, slice(1, None), 2 ** 40),
+    lambda x: _set(x, mt.tensor([0, 2]), float("nan")), lambda x: x.masked_fill_(
+        mt.tensor([True, True, True]), float("inf")),
+    lambda x: x.index_fill_(0, mt.tensor([1]), -2 ** 31 - 1),
+    lambda x: x.scatter_(0, mt.tensor([1]), 2 ** 31), lambda x: x.clamp_(max=2 ** 40),
+])
+def test_refused_scalar_write_changes_nothing(write):
+    x = mt.tensor([1, 2, 3], dtype=mt.int32)
+    version = x._version
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int without "
+                                           "overflow"):
+        write(x)
+    assert x.tolist() == [1, 2, 3] and x._version == version
+
+
+def test_int64_fill_with_nan_raises():
+    with pytest.raises(RuntimeError, match="int64_t without overflow"):
+        mt.zeros(2, dtype=mt.int64).fill_(float("nan"))

@@ -15,7 +15,7 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64)
-from microtensor._dtype import scalar_dtype
+from microtensor._dtype import check_scalar_fits, scalar_dtype
 from microtensor.ops.registry import Sample, op
 
 
@@ -75,6 +75,7 @@ def tensor_of(values):
 
 
 def fill_new(sizes, dt, dev, value, requires_grad=False):
+    check_scalar_fits(value, dt)
     t = empty_contiguous(sizes, dt, dev)
     if t._numel:
         t._array().fill(value)
@@ -473,6 +474,7 @@ def randn_like(self, *, dtype=None, device=None, requires_grad=False,
 
 def _filled_like(self, value, dtype, device, requires_grad, memory_format):
     t = _new_like(self, dtype, device, memory_format)
+    check_scalar_fits(value, t._dtype)
     if t._numel and value is not None:
         t._array().fill(value)
     return finish(t, requires_grad)

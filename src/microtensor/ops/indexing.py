@@ -16,6 +16,7 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
+from microtensor._dtype import check_scalar_fits
 from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
@@ -516,6 +517,7 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
     if reduce not in (None, "add", "multiply"):
         raise RuntimeError("reduce argument must be either add or multiply.")
     d, positions = _check_scatter("scatter", self, dim, index, src)
+    check_scalar_fits(value, self._dtype)
     source = src._array() if src is not None else value
     return _scatter_into(_target(self, out), self, d, positions, source, reduce)
 
@@ -620,13 +622,16 @@ def _index_fill_samples(make):
 def index_fill(self, dim, index, value, *, out=None):
     if index._dtype is not int64:
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
-    if isinstance(value, TensorBase):
+    tensor_value = isinstance(value, TensorBase)
+    if tensor_value:
         if value.dim() != 0:
             raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
                                f"tensor with {value.dim()} dimension(s).")
         value = value._array().item()
     if index.dim() > 1:
         raise IndexError("index_fill_(): Index is supposed to be a vector")
+    if not tensor_value:
+        check_scalar_fits(value, self._dtype)
     d = meta.wrap_dim(dim, self.dim())
     self_shape = _shape_or_vector(self)
     positions = index._array().reshape(-1)

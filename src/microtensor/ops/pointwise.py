@@ -8,7 +8,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 import numpy as np
 
 from microtensor._C.tensor import TensorBase, bool_, float32, int64
-from microtensor._dtype import result_type
+from microtensor._dtype import check_scalar_fits, result_type
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import Sample, inplace_variant, op
 
@@ -503,6 +503,9 @@ def minimum(grad, self, other):
 def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    dt = result_type(self, min, max)
+    check_scalar_fits(min, dt)
+    check_scalar_fits(max, dt)
     result = self
     if min is not None:
         result = pointwise(np.maximum, result, min, out=out,
@@ -549,6 +552,8 @@ def where(condition, self, other):
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {condition._dtype.name.capitalize()}")
     dt = result_type(self, other)
+    check_scalar_fits(self, dt)
+    check_scalar_fits(other, dt)
     return pointwise(lambda c, a, b, out, dtype, casting: np.copyto(
         out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt)
 
@@ -568,6 +573,7 @@ def masked_fill(self, mask, value, *, out=None):
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
                            f"tensor with {value.dim()} dimension(s).")
     dt = self._dtype
+    check_scalar_fits(value, dt)
     return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
         out, np.where(m, v, a), casting=casting) or out, self, mask, value, out=out, dtype=dt)
 
@@ -721,6 +727,10 @@ def fill_(self, value):
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor "
                                f"with {value.dim()} dimensions.")
         value = value.item()
+    else:
+        check_scalar_fits(value, self._dtype)
+        if isinstance(value, int) and self._dtype.is_floating_point:
+            value = float(value)   # NumPy would take an int past int64 as uint64, then wrap
     if self._numel:
         from microtensor._C import kernels
         if self.device.type == "cpu":
