@@ -168,3 +168,133 @@ def test_refused_scalar_write_changes_nothing(write):
 def test_int64_fill_with_nan_raises():
     with pytest.raises(RuntimeError, match="int64_t without overflow"):
         mt.zeros(2, dtype=mt.int64).fill_(float("nan"))
+
+
+# --------------------------------------------------------------------------- out=
+
+@LIBS
+def test_out_bumps_the_version_and_backward_sees_it(L):
+    a = L.ones(3, requires_grad=True)
+    w = L.ones(3)
+    y = a * w                     # saves w for a's gradient
+    version = w._version
+    L.mul(w, 5, out=w)
+    assert w._version == version + 1 and w.tolist() == [5.0, 5.0, 5.0]
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@LIBS
+def test_out_into_another_tensor_bumps_its_version(L):
+    out = L.zeros(3)
+    view = out[1:]
+    version = out._version
+    L.add(L.ones(3), 1, out=out)
+    assert out._version == view._version == version + 1
+    assert view.tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L, a: L.mul(a, 2, out=L.zeros(3)),
+    lambda L, a: L.add(L.ones(3), a, out=L.zeros(3)),
+    lambda L, a: L.add(L.ones(3), L.ones(3), out=a),
+    lambda L, a: L.add(L.ones(3), 1, out=a[1:]),
+    lambda L, a: L.index_add(L.zeros(3), 0, L.tensor([1]), a[:1], out=L.zeros(3)),
+    lambda L, a: L.scatter(a, 0, L.tensor([1]), 2.0, out=L.zeros(3)),
+])
+def test_out_with_an_argument_that_requires_grad_is_refused(fn):
+    message = "functions with out=... arguments don't support automatic differentiation, " \
+              "but one of the arguments requires grad"
+    assert_same_outcome(lambda L: fn(L, L.ones(3, requires_grad=True)), message)
+
+
+@LIBS
+def test_out_with_an_argument_that_requires_grad_under_no_grad(L):
+    a = L.ones(3, requires_grad=True)
+    out = L.zeros(3)
+    with L.no_grad():
+        L.mul(a, 2, out=out)
+    assert out.tolist() == [2.0, 2.0, 2.0] and not out.requires_grad
+
+
+def test_refused_out_changes_nothing():
+    a = mt.ones(3, requires_grad=True)
+    out = mt.zeros(3)
+    with pytest.raises(RuntimeError, match="out=..."):
+        mt.mul(a, 2, out=out)
+    assert out.tolist() == [0.0, 0.0, 0.0] and out._version == 0
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        mt.add(mt.ones(2), 0.5, out=out.long()[:2])
+    x = mt.arange(6.0)
+    with pytest.raises(RuntimeError, match="some elements of the input tensor"):
+        mt.add(x[1:4], 1, out=x[0:3])
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and x._version == 0
+
+
+INDEX_OUT = {
+    "index_add": lambda L, s, out: L.index_add(s, 0, L.tensor([0, 2]), L.ones(2, 4), out=out),
+    "index_add alpha": lambda L, s, out: L.index_add(s, 0, L.tensor([2, 2]), L.ones(2, 4),
+                                                     alpha=-2, out=out),
+    "scatter": lambda L, s, out: L.scatter(s, 0, L.tensor([[0, 1, 2, 0]]),
+                                           L.full((1, 4), 7.0), out=out),
+    "scatter value": lambda L, s, out: L.scatter(s, 1, L.tensor([[0], [3], [1]]), -1.0,
+                                                 out=out),
+    "scatter_add": lambda L, s, out: L.scatter_add(s, 0, L.tensor([[0, 1, 2, 2]]),
+                                                   L.full((1, 4), 7.0), out=out),
+    "add": lambda L, s, out: L.add(s, 0.5, out=out),
+}
+
+OUTS = {
+    "contiguous": lambda L: L.zeros(3, 4),
+    "transposed": lambda L: L.zeros(4, 3).t(),
+    "strided": lambda L: L.zeros(3, 8)[:, ::2],
+    "self": None,
+    "empty": lambda L: L.zeros(0),
+    "wrong shape": lambda L: L.zeros(2, 4),
+    "flat": lambda L: L.zeros(12),
+    "bigger": lambda L: L.zeros(5, 4),
+}
+
+
+@pytest.mark.parametrize("out", sorted(OUTS))
+@pytest.mark.parametrize("op", sorted(INDEX_OUT))
+def test_out_of_index_ops_keeps_self_and_fits_out(op, out):
+    def run(L):
+        s = L.arange(12.0).reshape(3, 4)
+        target = s if OUTS[out] is None else OUTS[out](L)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = INDEX_OUT[op](L, s, target)
+        assert result is target
+        resized = [w for w in caught if "was resized" in str(w.message)]
+        return result, target.shape, target.stride(), len(resized)
+    ours, theirs = run(mt), run(torch)
+    np.testing.assert_array_equal(np.asarray(ours[0].tolist()), theirs[0].numpy())
+    assert tuple(ours[1]) == tuple(theirs[1]) and ours[2] == theirs[2] and ours[3] == theirs[3]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.add(L.ones(2), 1, out=L.zeros(1).expand(2)),
+    lambda L: L.index_add(L.zeros(2), 0, L.tensor([0]), L.ones(1), out=L.zeros(1).expand(2)),
+    lambda L: L.scatter(L.zeros(2), 0, L.tensor([0]), 1.0, out=L.zeros(1).expand(2)),
+])
+def test_out_into_overlapping_memory_is_refused(fn):
+    assert_same_outcome(fn, "more than one element of the written-to tensor")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.add(L.ones(2), 1, out=L.zeros(2, dtype=L.float64)),
+    lambda L: L.add(L.ones(2), 1, out=L.zeros(2, dtype=L.int64)),
+    lambda L: L.eq(L.ones(2), 1, out=L.zeros(2)),
+    lambda L: L.index_add(L.zeros(2), 0, L.tensor([0]), L.ones(1),
+                          out=L.zeros(2, dtype=L.float64)),
+    lambda L: L.scatter(L.zeros(2), 0, L.tensor([0]), 1.0, out=L.zeros(2, dtype=L.float64)),
+    lambda L: L.tril(L.ones(2, 2), out=L.zeros(2, 2, dtype=L.float64)),
+])
+def test_out_dtype(fn):
+    assert_same_outcome(fn)
+
+
+def test_out_is_refused_by_ops_without_it():
+    with pytest.raises(TypeError, match="out"):
+        mt.sum(mt.ones(3), out=mt.zeros(()))
