@@ -298,3 +298,94 @@ def test_out_dtype(fn):
 def test_out_is_refused_by_ops_without_it():
     with pytest.raises(TypeError, match="out"):
         mt.sum(mt.ones(3), out=mt.zeros(()))
+
+
+# --------------------------------------------------------------------------- overlapping writes
+
+def _expanded(L):
+    return L.zeros(1, 4).expand(3, 4)
+
+
+@pytest.mark.parametrize("write", [
+    lambda L: _expanded(L).scatter_(0, L.tensor([[0, 1, 2, 0]]), L.ones(1, 4)),
+    lambda L: _expanded(L).scatter_(0, L.tensor([[0, 1, 2, 0]]), 2.0),
+    lambda L: _expanded(L).scatter_add_(0, L.tensor([[0, 1, 2, 0]]), L.ones(1, 4)),
+    lambda L: _expanded(L).index_add_(0, L.tensor([0, 2]), L.ones(2, 4)),
+    lambda L: _set(_expanded(L), slice(None), 5),
+    lambda L: _set(_expanded(L), (slice(None), 1), 5.0),
+    lambda L: _expanded(L).add_(1),
+    lambda L: _expanded(L).copy_(L.ones(3, 4)),
+])
+def test_write_into_expanded_tensor_raises(write):
+    assert_same_outcome(write, "more than one element of the written-to tensor refers to a "
+                               "single memory location")
+
+
+@pytest.mark.parametrize("write", [
+    lambda L: _expanded(L).fill_(1),
+    lambda L: _expanded(L).zero_(),
+    lambda L: _set(_expanded(L), (0, 1), 5.0),
+    lambda L: _set(_expanded(L), 0, L.ones(4)),
+    lambda L: _expanded(L)[0].add_(1),
+    lambda L: L.zeros(1).expand(0).add_(1),
+])
+def test_write_into_expanded_tensor_without_repeated_elements(write):
+    assert_same_outcome(write)
+
+
+@pytest.mark.parametrize("write", [
+    lambda L: _expanded(L).index_put_((L.tensor([0, 2]),), L.tensor(1.0)),
+    lambda L: _expanded(L).index_fill_(0, L.tensor([0, 2]), 1.0),
+    lambda L: _set(_expanded(L), L.tensor([0, 2]), L.ones(2, 4)),
+])
+def test_index_put_and_index_fill_into_expanded_tensor_warn(write):
+    with pytest.warns(UserWarning, match="on expanded tensors is deprecated"):
+        assert_same_outcome(write)
+
+
+def _write(update):
+    def run(L):
+        x = L.arange(6.0)
+        update(L, x)
+        return x
+    return run
+
+
+@pytest.mark.parametrize("write", [
+    lambda L, x: _set(x, L.tensor([1, 2, 3]), x[0:3]),
+    lambda L, x: _set(x, L.tensor([0, 1, 2]), x[0:3]),
+    lambda L, x: _set(x, L.tensor([3, 4, 5]), x[0:3]),
+    lambda L, x: _set(x, L.tensor([True, True, True, False, False, False]), x[1:4]),
+    lambda L, x: _set(x, slice(1, 4), x[0:3]),
+    lambda L, x: x.index_put_((L.tensor([1, 2, 3]),), x[0:3]),
+    lambda L, x: x.index_put_((L.tensor([1, 2, 3]),), x[0:3], accumulate=True),
+    lambda L, x: x.index_put_((L.tensor([1, 2, 3]),), x[0]),
+    lambda L, x: x.index_add_(0, L.tensor([1, 2, 3]), x[0:3]),
+    lambda L, x: x.index_add_(0, L.tensor([1, 2, 3]), x[0:3], alpha=2),
+    lambda L, x: x.scatter_(0, L.tensor([1, 2, 3]), x[0:3]),
+    lambda L, x: x.scatter_(0, L.tensor([1, 2, 3]), x),
+    lambda L, x: x.scatter_add_(0, L.tensor([1, 2, 3]), x[0:3]),
+    lambda L, x: x[1:4].copy_(x[0:3]),
+])
+def test_index_write_from_overlapping_source_raises(write):
+    assert_same_outcome(_write(write), "some elements of the input tensor and the written-to "
+                                       "tensor refer to a single memory location")
+
+
+@pytest.mark.parametrize("write", [
+    lambda L, x: _set(x, L.tensor([1, 2, 3]), x[L.tensor([0, 1, 2])]),
+    lambda L, x: x.index_put_((L.tensor([1, 2, 3]),), x[0:3].clone()),
+    lambda L, x: x.index_fill_(0, L.tensor([1, 2, 3]), x[0]),
+    lambda L, x: x.masked_fill_(L.tensor([False, True, True, True, False, False]), x[0]),
+    lambda L, x: x.copy_(x.flip(0)),
+    lambda L, x: x[0:3].index_add_(0, L.tensor([0, 1]), x[3:5]),
+])
+def test_index_write_from_disjoint_or_copied_source(write):
+    assert_same_outcome(_write(write))
+
+
+def test_refused_overlapping_index_write_changes_nothing():
+    x = mt.arange(6.0)
+    with pytest.raises(RuntimeError, match="some elements of the input tensor"):
+        x[mt.tensor([3, 4, 5])] = x[0:3]
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and x._version == 0

@@ -569,9 +569,11 @@ def masked_fill(self, mask, value, *, out=None):
     if mask._dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
                            f"{mask._dtype.name}")
-    if isinstance(value, TensorBase) and value.dim() != 0:
-        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
-                           f"tensor with {value.dim()} dimension(s).")
+    if isinstance(value, TensorBase):
+        if value.dim() != 0:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
+                               f"got tensor with {value.dim()} dimension(s).")
+        value = value.item()   # as PyTorch: a value inside ``self`` is read before writing
     dt = self._dtype
     check_scalar_fits(value, dt)
     return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
