@@ -389,3 +389,59 @@ def test_refused_overlapping_index_write_changes_nothing():
     with pytest.raises(RuntimeError, match="some elements of the input tensor"):
         x[mt.tensor([3, 4, 5])] = x[0:3]
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and x._version == 0
+
+
+# --------------------------------------------------------------------------- coverage probes
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.rand(()), lambda L: L.randn(()), lambda L: L.rand([]),
+    lambda L: L.randint(0, 5, ()), lambda L: L.randint(5, ()),
+    lambda L: L.rand((), dtype=L.float64), lambda L: L.rand_like(L.tensor(1.0)),
+    lambda L: L.randn_like(L.tensor(1.0, dtype=L.float64)),
+    lambda L: (F if L is mt else TF).dropout(L.tensor(2.0), 0.5),
+    lambda L: (F if L is mt else TF).dropout(L.tensor(2.0), 0.5, training=True, inplace=True),
+])
+def test_random_zero_dim_tensors(fn):
+    ours, theirs = fn(mt), fn(torch)
+    assert tuple(ours.shape) == tuple(theirs.shape) == ()
+    assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+@pytest.mark.parametrize("make, kwargs", [
+    (lambda L: L.tensor([[1.0, 0.0, float("nan")]]), {"dim": ()}),
+    (lambda L: L.tensor([[True, False]]), {"dim": (), "keepdim": True}),
+    (lambda L: L.tensor([[3, 0], [0, 0]]), {"dim": []}),
+    (lambda L: L.tensor(0.0), {"dim": ()}),
+    (lambda L: L.tensor([[3, 0], [0, 0]]), {"dim": (0, 1)}),
+])
+def test_all_any_over_no_dims(name, make, kwargs):
+    assert_same_outcome(lambda L: getattr(make(L), name)(**kwargs))
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+def test_all_any_over_no_dims_under_vmap_act_per_sample(name):
+    # torch.func.vmap reduces every dim here, unlike PyTorch on each sample alone;
+    # microtensor's vmap is per-sample by design
+    x = mt.tensor([[[1.0, 0.0, 2.0]], [[0.0, 0.0, 1.0]]])
+    for in_dims in (0, 2):
+        batched = mt.vmap(lambda t: getattr(t, name)(dim=()), in_dims=in_dims)(x)
+        samples = [getattr(torch.from_numpy(np.asarray(s.tolist())), name)(dim=())
+                   for s in x.unbind(in_dims)]
+        np.testing.assert_array_equal(np.asarray(batched.tolist()),
+                                      torch.stack(samples).numpy())
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"dim": 1}, {"dim": (0, 1), "keepdim": True}])
+def test_zero_norm_has_a_graph_that_sends_no_gradient(kwargs):
+    def run(L):
+        x = L.tensor([[float("nan"), 0.0, 2.0], [0.0, 0.0, -1.0]], requires_grad=True)
+        y = L.norm(x, 0, **kwargs)
+        assert y.requires_grad and y.grad_fn is not None
+        y.sum().backward()
+        assert x.grad is None
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            L.autograd.grad(L.norm(x, 0, **kwargs).sum(), x)
+        (grad,) = L.autograd.grad((L.norm(x, 0, **kwargs) + x.sum()).sum(), x)
+        return y, grad
+    assert_same_outcome(run)

@@ -313,7 +313,7 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
 
 def _like_samples(make):
     return [Sample(make(2, 3)), Sample(make(4, 3).t()), Sample(make(3), dtype=int64),
-            Sample(make(2, dtype=int64), dtype=float64)]
+            Sample(make(2, dtype=int64), dtype=float64), Sample(make())]
 
 
 def _new_samples(make):
@@ -379,7 +379,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
         arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
     except MemoryError:
         raise RuntimeError(f"not enough memory for a tensor of sizes {list(sizes)}") from None
-    t = tensor_of(np.ascontiguousarray(arr))
+    t = tensor_of(np.asarray(arr, order="C"))   # not ascontiguousarray: it makes 0-d 1-d
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
     return finish(t, requires_grad)
@@ -387,7 +387,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
     return _random(lambda rng, s: rng.random(s), size, dt, to_device(device), generator,
@@ -396,7 +396,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
     return _random(lambda rng, s: rng.standard_normal(s), size, dt, to_device(device), generator,
@@ -405,7 +405,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,))])
+    samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,)),
+                          Sample(0, 5, ())])
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
             requires_grad=False):
     if size is None:
@@ -437,7 +438,7 @@ def _like_strides(self, memory_format):
 def _fill_from_host(t, values):
     """Write NumPy ``values`` into ``t``, which may live on a GPU."""
     from microtensor.ops.copy import strided_copy
-    strided_copy(t, from_array(np.ascontiguousarray(values)))
+    strided_copy(t, from_array(np.asarray(values, dtype=t._dtype.np, order="C")))
 
 
 def _new_like(self, dtype, device, memory_format):
