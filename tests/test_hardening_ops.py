@@ -445,3 +445,25 @@ def test_zero_norm_has_a_graph_that_sends_no_gradient(kwargs):
         (grad,) = L.autograd.grad((L.norm(x, 0, **kwargs) + x.sum()).sum(), x)
         return y, grad
     assert_same_outcome(run)
+
+
+@pytest.mark.parametrize("bounds", [
+    lambda L: (1.0, 0.0), lambda L: (0.5, None), lambda L: (None, 0.5),
+    lambda L: (L.tensor([1.0, 1.0, 1.0, 1.0]), L.tensor([0.0, 0.0, 0.0, 0.0])),
+    lambda L: (L.tensor([-1.0, 0.5, 2.5, 0.0]), L.tensor([-1.0, 0.4, 2.0, 1.0])),
+    lambda L: (L.tensor([1.0, -3.0, 1.0, 0.0]), L.tensor(0.0)),
+    lambda L: (L.tensor(0.75), L.tensor([0.0, 1.0, 3.0, 0.5])),
+    lambda L: (L.tensor([1.0, -3.0, 1.0, 0.0]), None),
+    lambda L: (None, L.tensor([1.0, -3.0, 1.0, 0.0])),
+])
+def test_clamp_gradient_when_min_exceeds_max(bounds):
+    def run(L):
+        x = L.tensor([-1.0, 0.5, 2.0, 0.75], requires_grad=True)
+        lo, hi = bounds(L)
+        lo = lo.requires_grad_() if isinstance(lo, L.Tensor) else lo
+        hi = hi.requires_grad_() if isinstance(hi, L.Tensor) else hi
+        y = x.clamp(lo, hi)
+        inputs = [t for t in (x, lo, hi) if isinstance(t, L.Tensor)]
+        grads = L.autograd.grad((y * L.tensor([1.0, 2.0, 3.0, 4.0])).sum(), inputs)
+        return [y] + list(grads)
+    assert_same_outcome(run)

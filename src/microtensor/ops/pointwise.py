@@ -66,7 +66,9 @@ def _clamp_samples(make):
     return [Sample(make(3, 4), -1.0, 1.0), Sample(make(3, 4), min=-0.5),
             Sample(make(3, 4), None, 0.5),
             Sample(make(3, 4), make(3, 4, low=-3, high=-0.2), make(4, low=0.2, high=3)),
-            Sample(make(2, 3, dtype=int64), -2, 3)]
+            Sample(make(2, 3, dtype=int64), -2, 3), Sample(make(3, 4), 1.0, -1.0),
+            Sample(make(3, 4), make(3, 4, low=0.2, high=3), make(4, low=-3, high=-0.2)),
+            Sample(make(3, 4), make(4, low=-3, high=3), 0.1)]
 
 
 def _where_samples(make):
@@ -519,16 +521,19 @@ def clamp(self, min=None, max=None, *, out=None):
 
 @clamp.def_derivative
 def clamp(grad, self, min, max):
-    mask = None
-    if min is not None:
-        mask = self >= min
+    # PyTorch's rule: when min > max the result is max, so only max gets the gradient
+    zero = grad.new_zeros(())
+    inside = None if min is None else self >= min
     if max is not None:
-        upper = self <= max
-        mask = upper if mask is None else mask & upper
-    g_self = grad * mask
-    g_min = grad * (self < min) if isinstance(min, TensorBase) else None
-    g_max = grad * (self > max) if isinstance(max, TensorBase) else None
-    return g_self, g_min, g_max
+        inside = self <= max if inside is None else inside & (self <= max)
+    g_min = g_max = None
+    if isinstance(min, TensorBase):
+        below = self < min
+        g_min = where(below if max is None else below & (min < max), grad, zero)
+    if isinstance(max, TensorBase):
+        above = self > max
+        g_max = where(above if min is None else above | (max < min), grad, zero)
+    return where(inside, grad, zero), g_min, g_max
 
 
 clamp_ = inplace_variant(clamp)
