@@ -467,3 +467,83 @@ def test_clamp_gradient_when_min_exceeds_max(bounds):
         grads = L.autograd.grad((y * L.tensor([1.0, 2.0, 3.0, 4.0])).sum(), inputs)
         return [y] + list(grads)
     assert_same_outcome(run)
+
+
+def _functional(L):
+    return F if L is mt else TF
+
+
+_LOGITS = np.random.default_rng(0).standard_normal((5, 4))
+_PROBS = np.random.default_rng(1).dirichlet(np.ones(4), size=5)
+_WEIGHT = np.array([0.5, 2.0, 1.0, 1.5])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.7])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("target, ignore_index", [
+    ("classes", -100), ("classes with ignored", -100), ("classes", 3), ("all ignored", -100),
+    ("probabilities", -100),
+])
+def test_cross_entropy_weight_ignore_index_and_smoothing(reduction, label_smoothing, weighted,
+                                                          target, ignore_index):
+    targets = {"classes": [1, 2, 3, 0, 3], "classes with ignored": [1, -100, 3, 0, -100],
+               "all ignored": [-100] * 5}
+
+    def run(L):
+        x = L.tensor(_LOGITS, requires_grad=True)
+        t = L.tensor(_PROBS) if target == "probabilities" else L.tensor(targets[target])
+        weight = L.tensor(_WEIGHT) if weighted else None
+        loss = _functional(L).cross_entropy(x, t, weight=weight, ignore_index=ignore_index,
+                                            reduction=reduction,
+                                            label_smoothing=label_smoothing)
+        (grad,) = L.autograd.grad(loss.sum(), x)
+        return loss, grad
+    assert_same_outcome(run)
+
+
+@pytest.mark.parametrize("case", [
+    lambda L: (L.tensor(_LOGITS[0]), L.tensor(2), {"label_smoothing": 0.2}),
+    lambda L: (L.tensor(_LOGITS[0]), L.tensor(_PROBS[0]),
+               {"label_smoothing": 0.2, "weight": L.tensor(_WEIGHT)}),
+    lambda L: (L.tensor(_LOGITS.reshape(1, 4, 5)), L.tensor(_PROBS.T.reshape(1, 4, 5)),
+               {"weight": L.tensor(_WEIGHT), "label_smoothing": 0.3}),
+    lambda L: (L.tensor(_LOGITS), L.tensor(_PROBS), {"label_smoothing": 1.5}),
+    lambda L: (L.tensor(_LOGITS), L.tensor(_PROBS), {"label_smoothing": -0.5}),
+    lambda L: (L.tensor(_LOGITS), L.tensor([1, 2, 3, 0, 3]), {"label_smoothing": 1.5}),
+    lambda L: (L.tensor(_LOGITS), L.tensor(_PROBS), {"ignore_index": 1}),
+    lambda L: (L.tensor(_LOGITS), L.tensor(_PROBS), {"weight": L.tensor(_WEIGHT[:3])}),
+    lambda L: (L.zeros(0, 4), L.zeros(0, 4), {}),
+])
+def test_cross_entropy_other_shapes_and_arguments(case):
+    def run(L):
+        x, t, kwargs = case(L)
+        x.requires_grad_()
+        loss = _functional(L).cross_entropy(x, t, **kwargs)
+        (grad,) = L.autograd.grad(loss.sum(), x)
+        return loss, grad
+    assert_same_outcome(run)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy_clamps_its_logs_at_minus_100(reduction, weighted):
+    def run(L):
+        p = L.tensor([0.0, 1.0, 0.5, 0.3, 1.0, 0.0], requires_grad=True)
+        t = L.tensor([1.0, 0.0, 0.5, 0.2, 1.0, 0.0], requires_grad=True)
+        weight = L.tensor([2.0, 3.0, 1.0, 0.5, 1.0, 1.0]) if weighted else None
+        loss = _functional(L).binary_cross_entropy(p, t, weight=weight, reduction=reduction)
+        grads = L.autograd.grad(loss.sum(), (p, t))
+        return [loss] + list(grads)
+    assert_same_outcome(run)
+
+
+def test_binary_cross_entropy_value_from_the_issue():
+    loss = F.binary_cross_entropy(mt.tensor([0.0, 1.0, 0.5]), mt.tensor([1.0, 0.0, 0.5]))
+    assert loss.item() == pytest.approx((200 + math.log(2)) / 3, rel=1e-6)   # 66.8977
+
+
+@pytest.mark.parametrize("p, t", [([1.5], [1.0]), ([float("nan")], [1.0]),
+                                  ([0.5, 0.5], [1.0])])
+def test_binary_cross_entropy_refuses_what_pytorch_refuses(p, t):
+    assert_same_outcome(lambda L: _functional(L).binary_cross_entropy(L.tensor(p), L.tensor(t)))
