@@ -73,20 +73,22 @@ def check_scalar_fits(value, dt):
     ``fill_``, ``full``, ``x[i] = v``, ``masked_fill`` ...) where NumPy's cast would wrap:
     PyTorch's "value cannot be converted to type int without overflow".  Bool holds
     anything (nonzero is True); NaN and infinities fit the floating dtypes."""
-    if isinstance(value, numbers.Integral) and not -2 ** 63 <= value < 2 ** 64:
+    kind = type(value)
+    if kind is not int and kind is not float:     # exact types first: factories call this
+        if kind is bool or not isinstance(value, numbers.Real):
+            return
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
+        kind = type(value)
+    if kind is int and not -2 ** 63 <= value < 2 ** 64:
         raise OverflowError("int too big to convert")   # PyTorch's scalars hold no more
-    if dt is bool_ or isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if dt is bool_:
         return
     if dt.is_floating_point:
         fits = dt is not float32 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
         name = "float"
     else:
         name, low, high = _INTEGER_RANGE[dt]
-        if not isinstance(value, numbers.Integral):
-            value = float(value)
-            fits = math.isfinite(value) and low <= value <= high
-        else:
-            fits = low <= value <= high
+        fits = low <= value <= high and (kind is int or not math.isnan(value))
     if not fits:
         raise RuntimeError(f"value cannot be converted to type {name} without overflow")
 
