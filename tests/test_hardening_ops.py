@@ -547,3 +547,13 @@ def test_binary_cross_entropy_value_from_the_issue():
                                   ([0.5, 0.5], [1.0])])
 def test_binary_cross_entropy_refuses_what_pytorch_refuses(p, t):
     assert_same_outcome(lambda L: _functional(L).binary_cross_entropy(L.tensor(p), L.tensor(t)))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.zeros(3, dtype=L.int32).index_fill(0, L.tensor([0]), L.tensor(2 ** 40)),
+    lambda L: L.zeros(3, dtype=L.int32).masked_fill(L.tensor([True, False, False]),
+                                                    L.tensor(float("nan"))),
+    lambda L: L.zeros(3, dtype=L.int32).fill_(L.tensor(2 ** 40)),
+])
+def test_zero_dim_tensor_values_of_the_fills(fn):
+    assert_same_outcome(fn)

@@ -60,11 +60,12 @@ def _tensors(values):
 def call_with_out(op, args, kwargs):
     """``op(*args, **kwargs)`` with a tensor ``out``, by PyTorch's rules for every op:
     refused when autograd would have to record it (an argument requires grad in grad
-    mode); else the result is computed, checked against ``out`` (dtype: the same, or for
-    elementwise ops one of no lower category; memory shared with the inputs), ``out`` is resized to it when the shapes differ (warning if
-    ``out`` had elements) and the result is copied in, which bumps ``out``'s version.
-    Computing into a fresh tensor first keeps each kernel's ``out`` parameter for its
-    in-place variant alone (where ``out`` is ``self``)."""
+    mode); else the result is computed and checked against ``out`` (dtype: the same, or
+    for elementwise ops one of no lower category; no memory shared with the inputs),
+    ``out`` is resized to it when the shapes differ (with a warning if ``out`` had
+    elements) and the result is copied in, which bumps ``out``'s version.  Computing into
+    a fresh tensor first keeps each kernel's ``out`` parameter for its in-place variant
+    alone (where ``out`` is ``self``)."""
     if "out" not in op.param_names:
         return run_kernel(op, args, kwargs)   # the kernel refuses the unknown keyword
     kwargs = dict(kwargs)
@@ -91,9 +92,8 @@ def call_with_out(op, args, kwargs):
             warnings.warn(f"An output with one or more elements was resized since it had shape "
                           f"{list(out._sizes)}, which does not match the required output shape "
                           f"{list(result._sizes)}. This behavior is deprecated, and in a future "
-                          f"release outputs will not be resized unless they have zero elements. "
-                          f"You can explicitly reuse an out tensor t by resizing it, inplace, "
-                          f"to zero elements with t.resize_(0).", UserWarning, stacklevel=3)
+                          f"release outputs will not be resized unless they have zero elements.",
+                          UserWarning, stacklevel=3)
         target._storage.version = out._storage.version   # one counter, as for a resize_
         out._set_storage(target._storage, target._sizes, target._strides, target._offset)
     run_kernel(REGISTRY["copy_"], (out, result), None)

@@ -23,7 +23,7 @@ from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
 from microtensor.ops.loops import (array_module, check_no_internal_overlap, check_no_overlap,
-                                   new_result, update_at)
+                                   has_internal_overlap, new_result, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
 
@@ -67,8 +67,7 @@ def _target(self, out, reads, expanded_warning=None):
         return clone.kernel(self, memory_format=meta.contiguous_format)
     if expanded_warning is None:
         check_no_internal_overlap(out)
-    elif out._numel and any(size > 1 and stride == 0
-                            for size, stride in zip(out._sizes, out._strides)):
+    elif has_internal_overlap(out):
         warnings.warn(f"Use of {expanded_warning} on expanded tensors is deprecated. Please "
                       f"clone() the tensor before performing this operation.", UserWarning,
                       stacklevel=4)
@@ -637,16 +636,14 @@ def _index_fill_samples(make):
 def index_fill(self, dim, index, value, *, out=None):
     if index._dtype is not int64:
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
-    tensor_value = isinstance(value, TensorBase)
-    if tensor_value:
+    if isinstance(value, TensorBase):
         if value.dim() != 0:
             raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got "
                                f"tensor with {value.dim()} dimension(s).")
         value = value._array().item()
     if index.dim() > 1:
         raise IndexError("index_fill_(): Index is supposed to be a vector")
-    if not tensor_value:
-        check_scalar_fits(value, self._dtype)
+    check_scalar_fits(value, self._dtype)
     d = meta.wrap_dim(dim, self.dim())
     self_shape = _shape_or_vector(self)
     positions = index._array().reshape(-1)

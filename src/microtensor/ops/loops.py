@@ -85,12 +85,17 @@ def _type_name(dt):
             "bool": "Bool"}[dt.name]
 
 
+def has_internal_overlap(t):
+    """Whether two elements of ``t`` share a memory location (a stretched, stride-0 dim).
+    An empty tensor has no elements (a batched gradient of an empty sample has batch
+    stride 0)."""
+    return t._numel and any(size > 1 and stride == 0 for size, stride in zip(t._sizes, t._strides))
+
+
 def check_no_internal_overlap(dst):
-    """PyTorch refuses to write into a tensor where two elements share a memory location
-    (a stretched, stride-0 dim): the result would depend on the order of the writes.  An
-    empty tensor writes nothing (a batched gradient of an empty sample has batch stride 0)."""
-    if dst._numel and any(size > 1 and stride == 0
-                          for size, stride in zip(dst._sizes, dst._strides)):
+    """PyTorch refuses to write into a tensor where two elements share a memory location:
+    the result would depend on the order of the writes."""
+    if has_internal_overlap(dst):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")
