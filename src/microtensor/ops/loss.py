@@ -183,6 +183,8 @@ def _binary_cross_entropy(grad, self, target):
     # PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays
     # finite where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
     g_self = grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
+    if not target.requires_grad:   # the usual case: a target is data
+        return g_self, None
     with np.errstate(divide="ignore", invalid="ignore"):
         g_target = grad * ((-self).log1p() - self.log())
     return g_self, g_target
