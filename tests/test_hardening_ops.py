@@ -436,19 +436,33 @@ def test_all_any_over_no_dims_under_vmap_act_per_sample(name):
                                       torch.stack(samples).numpy())
 
 
+@pytest.mark.parametrize("norm", [lambda L: L.norm, lambda L: L.linalg.vector_norm],
+                         ids=["norm", "linalg.vector_norm"])
 @pytest.mark.parametrize("kwargs", [{}, {"dim": 1}, {"dim": (0, 1), "keepdim": True}])
-def test_zero_norm_has_a_graph_that_sends_no_gradient(kwargs):
+def test_zero_norm_has_a_graph_that_sends_no_gradient(norm, kwargs):
     def run(L):
         x = L.tensor([[float("nan"), 0.0, 2.0], [0.0, 0.0, -1.0]], requires_grad=True)
-        y = L.norm(x, 0, **kwargs)
+        y = norm(L)(x, 0, **kwargs)
         assert y.requires_grad and y.grad_fn is not None
         y.sum().backward()
         assert x.grad is None
         with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
-            L.autograd.grad(L.norm(x, 0, **kwargs).sum(), x)
-        (grad,) = L.autograd.grad((L.norm(x, 0, **kwargs) + x.sum()).sum(), x)
+            L.autograd.grad(norm(L)(x, 0, **kwargs).sum(), x)
+        (grad,) = L.autograd.grad((norm(L)(x, 0, **kwargs) + x.sum()).sum(), x)
         return y, grad
     assert_same_outcome(run)
+
+
+@pytest.mark.parametrize("call", [
+    lambda L, x: L.linalg.vector_norm(x), lambda L, x: L.linalg.vector_norm(x, 1, dim=1),
+    lambda L, x: L.linalg.vector_norm(x, float("inf"), dim=(0, 1), keepdim=True),
+    lambda L, x: L.linalg.vector_norm(x, -float("inf")),
+    lambda L, x: L.linalg.vector_norm(x, 3.5, 0, dtype=L.float64),
+    lambda L, x: L.linalg.vector_norm(x, keepdim=True),
+    lambda L, x: L.linalg.vector_norm(x, "fro"), lambda L, x: L.linalg.vector_norm(x.long()),
+])
+def test_vector_norm(call):
+    assert_same_outcome(lambda L: call(L, L.tensor([[3.0, -4.0], [0.0, 1.0]])))
 
 
 @pytest.mark.parametrize("bounds", [
