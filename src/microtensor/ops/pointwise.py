@@ -177,15 +177,20 @@ mul_ = inplace_variant(mul)
 def _check_integer_divisor(self, other):
     """PyTorch refuses an integer division (``//``, ``%``, ``fmod``) by zero, where NumPy
     would give 0: checked before anything is written.  Empty results divide nothing."""
+    if isinstance(other, TensorBase):
+        if other._dtype.is_floating_point or other._numel == 0:
+            return
+        divisors = other._array()   # NumPy's count_nonzero is far quicker than its .all()
+        if (np.count_nonzero(divisors) == other._numel if isinstance(divisors, np.ndarray)
+                else divisors.all()):
+            return
+    elif other != 0:        # the common case, decided without type promotion
+        return
     dt = result_type(self, other)
     if dt.is_floating_point or dt is bool_ or (isinstance(self, TensorBase) and
                                                self._numel == 0):
         return
-    if isinstance(other, TensorBase):
-        if other._numel and not other._array().all():
-            raise RuntimeError("ZeroDivisionError")
-    elif other == 0:
-        raise RuntimeError("ZeroDivisionError")
+    raise RuntimeError("ZeroDivisionError")
 
 
 @op(inputs=BINARY, family="pointwise", samples=_div_samples)
