@@ -39,7 +39,7 @@ install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
 from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
-from microtensor import cuda, explain, nn, optim, return_types  # noqa: E402
+from microtensor import cuda, explain, linalg, nn, optim, return_types  # noqa: E402
 
 float = float32
 double = float64

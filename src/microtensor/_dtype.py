@@ -4,6 +4,9 @@ Participants fall into three priority groups: tensors with dimensions, zero-dime
 tensors, and Python scalars.  A lower group only changes the result when it belongs to a
 higher *category* (bool < integer < floating), as in ``torch.result_type``.
 """
+import math
+import numbers
+
 from microtensor._C.tensor import (TensorBase, bool_, dtype, float32, float64,
                                    get_default_dtype, int32, int64)
 
@@ -60,4 +63,35 @@ def can_cast(from_, to):
     return not (to is bool_ and from_ is not bool_)
 
 
-__all__ = ["dtype", "promote_types", "result_type", "can_cast", "scalar_dtype"]
+# what each dtype holds, by the C type PyTorch's messages name
+_INTEGER_RANGE = {int32: ("int", -2 ** 31, 2 ** 31 - 1), int64: ("int64_t", -2 ** 63, 2 ** 63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_scalar_fits(value, dt):
+    """Refuse a Python number that a ``dt`` tensor cannot hold, before it is written (by
+    ``fill_``, ``full``, ``x[i] = v``, ``masked_fill`` ...) where NumPy's cast would wrap:
+    PyTorch's "value cannot be converted to type int without overflow".  Bool holds
+    anything (nonzero is True); NaN and infinities fit the floating dtypes."""
+    kind = type(value)
+    if kind is not int and kind is not float:     # exact types first: factories call this
+        if kind is bool or not isinstance(value, numbers.Real):
+            return
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
+        kind = type(value)
+    if kind is int and not -2 ** 63 <= value < 2 ** 64:
+        raise OverflowError("int too big to convert")   # PyTorch's scalars hold no more
+    if dt is bool_:
+        return
+    if dt.is_floating_point:
+        fits = dt is not float32 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
+        name = "float"
+    else:
+        name, low, high = _INTEGER_RANGE[dt]
+        fits = low <= value <= high and (kind is int or not math.isnan(value))
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+
+
+__all__ = ["dtype", "promote_types", "result_type", "can_cast", "scalar_dtype",
+           "check_scalar_fits"]

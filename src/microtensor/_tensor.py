@@ -222,6 +222,10 @@ class Tensor(TensorBase):
     def __mod__(self, other):
         return call_by_name("remainder", self, other)
 
+    def __rmod__(self, other):
+        from microtensor.ops.factory import scalar_tensor_like
+        return call_by_name("remainder", scalar_tensor_like(other, self), self)
+
     def __and__(self, other):
         return call_by_name("bitwise_and" if self._dtype is not bool_ else "logical_and",
                             self, other)
@@ -268,6 +272,9 @@ class Tensor(TensorBase):
 
     def __ipow__(self, other):
         return call_by_name("pow_", self, other)
+
+    def __ifloordiv__(self, other):
+        return call_by_name("div_", self, other, rounding_mode="floor")
 
     def __imod__(self, other):
         return call_by_name("remainder_", self, other)

@@ -5,11 +5,13 @@
    numbers) goes to vmap's handler, which runs the op's batching rule: ops on physical
    tensors, which come back through here.  Finding the batched arguments is done here, in
    C, because every call inside a vmap pays for it.
-3. If grad mode is on and a differentiable input requires grad, autograd records the call:
+3. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
+   refused when autograd would record, result written into ``out``, its version bumped).
+4. If grad mode is on and a differentiable input requires grad, autograd records the call:
    the kernel runs with grad mode off and its node is attached to the outputs
    (``_C.autograd.attach_node``); in-place ops follow ``autograd.recording``'s rules
    (rebasing history), which it installs here.
-4. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
+5. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
@@ -21,6 +23,7 @@ from microtensor._C.autograd import attach_node
 cdef object _batched_type = None   # vmap's BatchedTensor, while a vmap is active
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
+cdef object _call_with_out = None
 
 
 def set_batching(handler, batched_type):
@@ -71,6 +74,13 @@ def install_inplace_recording(record_inplace):
     _record_inplace = record_inplace
 
 
+def install_out_call(call_with_out):
+    """Called once by ``ops.dispatch``: ``call_with_out(op, args, kwargs) -> out`` runs a
+    call that passed a tensor as ``out=``."""
+    global _call_with_out
+    _call_with_out = call_with_out
+
+
 cpdef bint needs_recording(op, args) except -1:
     """Whether a differentiable positional input of ``op`` (lists looked into) requires
     grad, with grad mode on."""
@@ -101,6 +111,8 @@ cpdef object call(op, args, kwargs):
             result = _batching(op, level, args, kwargs)
             if result is not NotImplemented:
                 return result
+    if kwargs and (<dict>kwargs).get("out") is not None and op.kind != "inplace":
+        return _call_with_out(op, args, kwargs)
     if needs_recording(op, args):
         return _record(op, args, kwargs)
     return run_kernel(op, args, kwargs)

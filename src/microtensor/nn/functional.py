@@ -1,5 +1,7 @@
 """Functional forms of layers and losses, written with microtensor ops (so they are
 differentiable and vmappable without further work)."""
+import math
+
 from microtensor.ops.dispatch import call_by_name as _op
 
 
@@ -49,15 +51,61 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
                   label_smoothing=0.0):
-    logp = input.log_softmax(-1 if input.dim() == 1 else 1)
-    if target.dtype.is_floating_point:
-        loss = -(target * logp).sum(-1 if input.dim() == 1 else 1)
-        return _reduce(loss, reduction)
+    """Cross-entropy of logits ``input`` (classes along dim 1, or dim 0 for one sample)
+    against class indices, or class probabilities when ``target`` has ``input``'s shape;
+    weights, ignored targets and label smoothing as PyTorch computes them."""
+    class_dim = 0 if input.dim() == 1 else 1
+    classes = input.shape[class_dim]
+    if label_smoothing > 0.0 and label_smoothing > 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
+                           f"{label_smoothing}")
+    logp = input.log_softmax(class_dim)
+    class_weight = None if weight is None else \
+        weight.reshape([classes if d == class_dim else 1 for d in range(input.dim())])
+    if tuple(target.shape) == tuple(input.shape):
+        return _cross_entropy_probabilities(logp, target, weight, class_weight, class_dim,
+                                            ignore_index, reduction, label_smoothing)
     loss = nll_loss(logp, target, weight, ignore_index, reduction)
-    if label_smoothing:
-        smooth = _reduce(-logp.mean(-1 if input.dim() == 1 else 1), reduction)
-        loss = (1 - label_smoothing) * loss + label_smoothing * smooth
-    return loss
+    if label_smoothing <= 0.0:
+        return loss
+    # the smoothing term: minus the (weighted) log-probabilities of every class, ignored
+    # targets left out, normalised like nll_loss for "mean"
+    smooth = -(logp if class_weight is None else logp * class_weight).sum(class_dim)
+    ignored = target == ignore_index
+    smooth = smooth.masked_fill(ignored, 0.0)
+    if reduction == "mean":
+        if weight is None:
+            total_weight = (~ignored).sum().to(smooth.dtype)
+        else:
+            picked = weight.index_select(0, target.masked_fill(ignored, 0).reshape(-1))
+            total_weight = picked.reshape(target.shape).masked_fill(ignored, 0.0).sum()
+        smooth = smooth.sum() / total_weight
+    else:
+        smooth = _reduce(smooth, reduction)
+    return (1 - label_smoothing) * loss + smooth * (label_smoothing / classes)
+
+
+def _cross_entropy_probabilities(logp, target, weight, class_weight, class_dim, ignore_index,
+                                 reduction, label_smoothing):
+    classes = logp.shape[class_dim]
+    if not target.dtype.is_floating_point:
+        raise RuntimeError(f"Expected floating point type for target with class "
+                           f"probabilities, got {target.dtype}")
+    if ignore_index >= 0:
+        raise RuntimeError("ignore_index is not supported for floating point target")
+    if weight is not None and (weight.dim() != 1 or weight.numel() != classes):
+        raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all "
+                           f"{classes} classes or no classes but got weight tensor of shape: "
+                           f"{list(weight.shape)}")
+    if label_smoothing > 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    terms = logp * target if class_weight is None else logp * target * class_weight
+    if reduction == "mean":
+        samples = logp.numel() // classes if classes else 0
+        return -terms.sum() / samples if samples else terms.sum() * math.nan
+    if reduction == "sum":
+        return -terms.sum()
+    return _reduce(-terms.sum(class_dim), reduction)
 
 
 def mse_loss(input, target, reduction="mean"):
@@ -81,8 +129,13 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
 
 
 def binary_cross_entropy(input, target, weight=None, reduction="mean"):
-    loss = -(target * input.clamp(min=1e-12).log() +
-             (1 - target) * (1 - input).clamp(min=1e-12).log())
+    """PyTorch's binary cross-entropy of probabilities ``input``: each log clamped at -100
+    (``ops.loss._binary_cross_entropy``), then weighted and reduced."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({target.shape}) that is different to the input "
+                         f"size ({input.shape}) is deprecated. Please ensure they have the same "
+                         f"size.")
+    loss = _op("_binary_cross_entropy", input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

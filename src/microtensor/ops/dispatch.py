@@ -6,16 +6,22 @@
 1. While a vmap is active (``set_batching``), a call with a batched argument or a random
    op goes to vmap's handler, which runs the op's batching rule: ops on physical tensors,
    which come back through here.
-2. If grad mode is on and an input requires grad, autograd records the call: the kernel
+2. A call with ``out=`` is ``call_with_out``'s: the same for every op.
+3. If grad mode is on and an input requires grad, autograd records the call: the kernel
    runs with grad mode off and a node is attached to its outputs (in-place ops by the
    rules of ``autograd.recording``).
-3. Otherwise the kernel runs directly.
+4. Otherwise the kernel runs directly.
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
+import warnings
+
 from microtensor._C import dispatch as _core
+from microtensor._C import meta
 from microtensor._C.dispatch import batching, call, run_kernel, set_batching
-from microtensor._C.tensor import TensorBase
+from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
+from microtensor._dtype import can_cast
+from microtensor.ops.loops import _type_name, check_writable
 from microtensor.ops.registry import REGISTRY
 
 # Installed by microtensor.autograd: how an in-place op is recorded.
@@ -37,3 +43,74 @@ def binary(name, a, b):
 
 def call_by_name(name, *args, **kwargs):
     return call(REGISTRY[name], args, kwargs)
+
+
+_C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
+            "bool": "bool"}
+
+
+def _tensors(values):
+    for value in values:
+        if isinstance(value, TensorBase):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, TensorBase))
+
+
+def call_with_out(op, args, kwargs):
+    """``op(*args, **kwargs)`` with a tensor ``out``, by PyTorch's rules for every op:
+    refused when autograd would have to record it (an argument requires grad in grad
+    mode); else the result is computed and checked against ``out`` (dtype: the same, or
+    for elementwise ops one of no lower category; no memory shared with the inputs),
+    ``out`` is resized to it when the shapes differ (with a warning if ``out`` had
+    elements) and the result is copied in, which bumps ``out``'s version.  Computing into
+    a fresh tensor first keeps each kernel's ``out`` parameter for its in-place variant
+    alone (where ``out`` is ``self``)."""
+    if "out" not in op.param_names:
+        return run_kernel(op, args, kwargs)   # the kernel refuses the unknown keyword
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out")
+    if not isinstance(out, TensorBase):
+        raise TypeError(f"{op.name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    inputs = list(_tensors(list(args) + list(kwargs.values())))
+    if op.differentiable and is_grad_enabled() and \
+            any(t.requires_grad for t in inputs + [out]):
+        raise RuntimeError(f"{op.name}(): functions with out=... arguments don't support "
+                           f"automatic differentiation, but one of the arguments requires grad.")
+    result = run_kernel(op, args, kwargs)
+    if op.family != "pointwise" and result._dtype is not out._dtype:
+        # only elementwise kernels cast their result (PyTorch's TensorIterator)
+        raise RuntimeError(f"Expected out tensor to have dtype {_C_NAMES[result._dtype.name]}, "
+                           f"but got {_C_NAMES[out._dtype.name]} instead")
+    if not can_cast(result._dtype, out._dtype):
+        raise RuntimeError(f"result type {_type_name(result._dtype)} can't be cast to the "
+                           f"desired output type {_type_name(out._dtype)}")
+    target = out if out._sizes == result._sizes else _resized(out, result._sizes)
+    check_writable(target, inputs)
+    if target is not out:
+        if out._numel:
+            warnings.warn(f"An output with one or more elements was resized since it had shape "
+                          f"{list(out._sizes)}, which does not match the required output shape "
+                          f"{list(result._sizes)}. This behavior is deprecated, and in a future "
+                          f"release outputs will not be resized unless they have zero elements.",
+                          UserWarning, stacklevel=3)
+        target._storage.version = out._storage.version   # one counter, as for a resize_
+        out._set_storage(target._storage, target._sizes, target._strides, target._offset)
+    run_kernel(REGISTRY["copy_"], (out, result), None)
+    return out
+
+
+def _resized(out, sizes):
+    """A tensor with ``out``'s dtype and the contiguous geometry ``sizes``: over ``out``'s
+    storage from its offset when that holds enough elements, else over a new storage."""
+    strides = tuple(meta.contiguous_strides(sizes))
+    numel = 1
+    for size in sizes:
+        numel *= size
+    if out._offset + numel <= out._storage.size():
+        # in bounds: a contiguous run of numel elements from the offset
+        return out._make_alias_unchecked(sizes, strides, out._offset)
+    return empty_contiguous(sizes, out._dtype, out.device)
+
+
+_core.install_out_call(call_with_out)

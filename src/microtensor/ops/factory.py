@@ -16,7 +16,7 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64)
-from microtensor._dtype import scalar_dtype
+from microtensor._dtype import check_scalar_fits, scalar_dtype
 from microtensor.ops.registry import Sample, op
 
 
@@ -76,6 +76,7 @@ def tensor_of(values):
 
 
 def fill_new(sizes, dt, dev, value, requires_grad=False):
+    check_scalar_fits(value, dt)
     t = empty_contiguous(sizes, dt, dev)
     if t._numel:
         t._array().fill(value)
@@ -331,7 +332,7 @@ def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
 
 def _like_samples(make):
     return [Sample(make(2, 3)), Sample(make(4, 3).t()), Sample(make(3), dtype=int64),
-            Sample(make(2, dtype=int64), dtype=float64)]
+            Sample(make(2, dtype=int64), dtype=float64), Sample(make())]
 
 
 def _new_samples(make):
@@ -397,7 +398,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
         arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
     except MemoryError:
         raise RuntimeError(f"not enough memory for a tensor of sizes {list(sizes)}") from None
-    t = tensor_of(np.ascontiguousarray(arr))
+    t = tensor_of(np.asarray(arr, order="C"))   # not ascontiguousarray: it makes 0-d 1-d
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
     return finish(t, requires_grad)
@@ -405,7 +406,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
     return _random(lambda rng, s: rng.random(s), size, dt, to_device(device), generator,
@@ -414,7 +415,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64)])
+    samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
     return _random(lambda rng, s: rng.standard_normal(s), size, dt, to_device(device), generator,
@@ -423,7 +424,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
-    samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,))])
+    samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,)),
+                          Sample(0, 5, ())])
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
             requires_grad=False):
     if size is None:
@@ -455,7 +457,7 @@ def _like_strides(self, memory_format):
 def _fill_from_host(t, values):
     """Write NumPy ``values`` into ``t``, which may live on a GPU."""
     from microtensor.ops.copy import strided_copy
-    strided_copy(t, from_array(np.ascontiguousarray(values)))
+    strided_copy(t, from_array(np.asarray(values, dtype=t._dtype.np, order="C")))
 
 
 def _new_like(self, dtype, device, memory_format):
@@ -492,6 +494,7 @@ def randn_like(self, *, dtype=None, device=None, requires_grad=False,
 
 def _filled_like(self, value, dtype, device, requires_grad, memory_format):
     t = _new_like(self, dtype, device, memory_format)
+    check_scalar_fits(value, t._dtype)
     if t._numel and value is not None:
         t._array().fill(value)
     return finish(t, requires_grad)

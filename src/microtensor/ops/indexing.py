@@ -12,14 +12,18 @@ PyTorch's rules (where results dims go, mask expansion, broadcasting), so the ke
 it to NumPy, after checking every index against its dimension: nothing outside the
 storage is ever read or written.
 """
+import warnings
+
 import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
+from microtensor._dtype import check_scalar_fits
 from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
-from microtensor.ops.loops import array_module, new_result, update_at
+from microtensor.ops.loops import (array_module, check_no_internal_overlap, check_no_overlap,
+                                   has_internal_overlap, new_result, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
 
@@ -53,13 +57,22 @@ def _along(positions, dim):
     return tuple(grids)
 
 
-def _target(self, out):
-    """Where an out-of-place op writes: a contiguous copy of ``self`` (``out`` for the
-    in-place variant)."""
-    if out is not None:
-        return out
-    from microtensor.ops.copy import clone
-    return clone.kernel(self, memory_format=meta.contiguous_format)
+def _target(self, out, reads, expanded_warning=None):
+    """Where an index op writes: a contiguous copy of ``self``, or ``out`` (``self`` of the
+    in-place variant) after PyTorch's checks: none of the tensors it ``reads`` shares
+    memory with ``out``, nor do two elements of ``out`` (where PyTorch only deprecates that,
+    ``expanded_warning`` names the op it warns for)."""
+    if out is None:
+        from microtensor.ops.copy import clone
+        return clone.kernel(self, memory_format=meta.contiguous_format)
+    if expanded_warning is None:
+        check_no_internal_overlap(out)
+    elif has_internal_overlap(out):
+        warnings.warn(f"Use of {expanded_warning} on expanded tensors is deprecated. Please "
+                      f"clone() the tensor before performing this operation.", UserWarning,
+                      stacklevel=4)
+    check_no_overlap(out, reads)
+    return out
 
 
 # --------------------------------------------------------------------------- tensor[index]
@@ -202,6 +215,7 @@ def setitem(self, index, value):
         if isinstance(value, TensorBase):
             target.copy_(value)
         else:
+            check_no_internal_overlap(target)   # PyTorch copies a scalar in: copy_'s check
             target.fill_(value)
         return
     target, entries = _split_index(self, index)
@@ -339,12 +353,12 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     if not fits:
         raise RuntimeError(f"shape mismatch: value tensor of shape {list(values._sizes)} cannot "
                            f"be broadcast to indexing result of shape {list(plan.shape)}")
-    out = _target(self, out)
+    out = _target(self, out, (values,) + tuple(indices), expanded_warning="index_put_")
     if out._numel == 0:
         return out
     target = out._array()
     source = np.broadcast_to(values._array(), plan.shape)
-    if np.may_share_memory(source, target):
+    if np.may_share_memory(source, target):   # the overlap PyTorch lets through (not dense)
         source = source.copy()
     if accumulate:
         update_at("add", target, plan.where, source)
@@ -471,7 +485,7 @@ def _scatter_into(out, self, d, positions, source, reduce):
     target = out._array().reshape(_shape_or_vector(self))
     if isinstance(source, np.ndarray) or cuda.is_device_array(source):
         source = source.reshape(source.shape or (1,))[tuple(slice(0, n) for n in positions.shape)]
-        if np.may_share_memory(source, target):
+        if np.may_share_memory(source, target):   # the overlap PyTorch lets through
             source = source.copy()
     else:
         source = target.dtype.type(source)
@@ -516,8 +530,9 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
     if reduce not in (None, "add", "multiply"):
         raise RuntimeError("reduce argument must be either add or multiply.")
     d, positions = _check_scatter("scatter", self, dim, index, src)
+    check_scalar_fits(value, self._dtype)
     source = src._array() if src is not None else value
-    return _scatter_into(_target(self, out), self, d, positions, source, reduce)
+    return _scatter_into(_target(self, out, (index, src)), self, d, positions, source, reduce)
 
 
 @scatter.def_derivative
@@ -545,7 +560,8 @@ def scatter_add(self, dim, index, src, *, out=None):
         raise TypeError(f"scatter_add(): argument 'src' (position 3) must be Tensor, not "
                         f"{type(src).__name__}")
     d, positions = _check_scatter("scatter_add", self, dim, index, src)
-    return _scatter_into(_target(self, out), self, d, positions, src._array(), "add")
+    return _scatter_into(_target(self, out, (index, src)), self, d, positions, src._array(),
+                         "add")
 
 
 @scatter_add.def_derivative
@@ -590,12 +606,12 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     if bad is not None:
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
                            f"{self_shape[d]}")
-    out = _target(self, out)
+    out = _target(self, out, (index, source))
     target = np.moveaxis(out._array().reshape(self_shape), d, 0)
     addend = np.moveaxis(source._array().reshape(source_shape), d, 0)
     if alpha != 1:
         addend = (addend * alpha).astype(target.dtype, copy=False)
-    elif np.may_share_memory(addend, target):
+    elif np.may_share_memory(addend, target):   # the overlap PyTorch lets through
         addend = addend.copy()
     update_at("add", target, positions, addend)
     return out
@@ -627,6 +643,7 @@ def index_fill(self, dim, index, value, *, out=None):
         value = value._array().item()
     if index.dim() > 1:
         raise IndexError("index_fill_(): Index is supposed to be a vector")
+    check_scalar_fits(value, self._dtype)
     d = meta.wrap_dim(dim, self.dim())
     self_shape = _shape_or_vector(self)
     positions = index._array().reshape(-1)
@@ -634,7 +651,7 @@ def index_fill(self, dim, index, value, *, out=None):
     if bad is not None:
         raise IndexError(f"index {bad} is out of bounds for dimension {d} with size "
                          f"{self_shape[d]}")
-    out = _target(self, out)
+    out = _target(self, out, (index,), expanded_warning="index_fill_")
     np.moveaxis(out._array().reshape(self_shape), d, 0)[positions] = value
     return out
 

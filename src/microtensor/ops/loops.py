@@ -85,42 +85,65 @@ def _type_name(dt):
             "bool": "Bool"}[dt.name]
 
 
+def has_internal_overlap(t):
+    """Whether two elements of ``t`` share a memory location (a stretched, stride-0 dim).
+    An empty tensor has no elements (a batched gradient of an empty sample has batch
+    stride 0)."""
+    return t._numel and any(size > 1 and stride == 0 for size, stride in zip(t._sizes, t._strides))
+
+
 def check_no_internal_overlap(dst):
-    """PyTorch refuses to write into a tensor where two elements share a memory location
-    (a stretched, stride-0 dim): the result would depend on the order of the writes.  An
-    empty tensor writes nothing (a batched gradient of an empty sample has batch stride 0)."""
-    if dst._numel and any(size > 1 and stride == 0
-                          for size, stride in zip(dst._sizes, dst._strides)):
+    """PyTorch refuses to write into a tensor where two elements share a memory location:
+    the result would depend on the order of the writes."""
+    if has_internal_overlap(dst):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")
 
 
-def partially_overlap(dst, src):
-    """PyTorch's test: two dense tensors over one storage whose byte ranges meet without
-    being the very same elements in the same order."""
-    if dst._storage is not src._storage or dst._numel == 0 or src._numel == 0:
-        return False
-    if not (dst.is_non_overlapping_and_dense() and src.is_non_overlapping_and_dense()):
-        return False  # PyTorch cannot tell cheaply, and allows the copy
-    dst_begin = dst._offset * dst._dtype.itemsize
-    src_begin = src._offset * src._dtype.itemsize
-    dst_end = dst_begin + dst._numel * dst._dtype.itemsize
-    src_end = src_begin + src._numel * src._dtype.itemsize
-    if (dst_begin, dst_end) == (src_begin, src_end):
-        return dst._strides != src._strides
-    return dst_begin < src_end and src_begin < dst_end
+def memory_overlap(a, b):
+    """PyTorch's ``get_overlap_status``: "full" when ``a`` and ``b`` are the same elements
+    in the same order, "partial" when their memory otherwise meets, None when it does not
+    (or when that is too hard to tell cheaply, as for non-dense tensors: PyTorch then
+    allows the write)."""
+    if a is b:
+        return "full"
+    if a._storage is not b._storage or a._numel == 0 or b._numel == 0:
+        return None
+    if not (a.is_non_overlapping_and_dense() and b.is_non_overlapping_and_dense()):
+        return None
+    a_begin = a._offset * a._dtype.itemsize
+    b_begin = b._offset * b._dtype.itemsize
+    a_end = a_begin + a._numel * a._dtype.itemsize
+    b_end = b_begin + b._numel * b._dtype.itemsize
+    if (a_begin, a_end) == (b_begin, b_end):
+        return "full" if a._strides == b._strides else "partial"
+    return "partial" if a_begin < b_end and b_begin < a_end else None
+
+
+_SHARED_WITH_INPUT = ("unsupported operation: some elements of the input tensor and the "
+                      "written-to tensor refer to a single memory location. Please clone() the "
+                      "tensor before performing the operation.")
 
 
 def check_writable(out, operands):
     """Refuse an in-place write whose result would depend on the order of the writes: into
-    overlapping memory, or from an operand that partially overlaps the target."""
+    overlapping memory, or from an operand that partially overlaps the target (an
+    elementwise op reads each element before writing it, so the very same elements are
+    fine)."""
     check_no_internal_overlap(out)
     for x in operands:
-        if isinstance(x, TensorBase) and partially_overlap(out, x):
-            raise RuntimeError("unsupported operation: some elements of the input tensor and "
-                               "the written-to tensor refer to a single memory location. "
-                               "Please clone() the tensor before performing the operation.")
+        if isinstance(x, TensorBase) and memory_overlap(out, x) == "partial":
+            raise RuntimeError(_SHARED_WITH_INPUT)
+
+
+def check_no_overlap(out, operands):
+    """Refuse a write into ``out`` from operands that share any of its memory: the index
+    ops (``index_put_``, ``scatter_``, ``index_add_`` ...) read their sources while they
+    write elsewhere, so even the very same elements would be read after being written."""
+    for x in operands:
+        if isinstance(x, TensorBase) and memory_overlap(out, x) is not None:
+            raise RuntimeError(_SHARED_WITH_INPUT)
 
 
 def float_dtype(dt):

@@ -1,4 +1,5 @@
-"""Losses that PyTorch computes as single ops: ``nll_loss`` and its backward.
+"""Losses that PyTorch computes as single ops: ``nll_loss`` and its backward, and the
+elementwise binary cross-entropy.
 
 ``nn.functional.nll_loss`` (and so ``cross_entropy``) could be written with ``gather``,
 masks and sums, but as one op it records one graph node (``NllLossBackward0``, as in
@@ -11,7 +12,7 @@ import numpy as np
 
 from microtensor._C import kernels
 from microtensor._C.tensor import empty_contiguous, int64
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -148,6 +149,45 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
 def nll_loss_backward(grad, target, weight, reduction, ignore_index):
     # linear in its gradient argument, with nll_loss as the adjoint
     return nll_loss(grad, target, weight, reduction, ignore_index),
+
+
+# --------------------------------------------------------------------------- binary cross-entropy
+
+def _bce_samples(make):
+    return [Sample(make(3, 4, low=0.05, high=0.95), make(3, 4, low=0.0, high=1.0)),
+            Sample(make(5, low=0.05, high=0.95), make(5, low=0.0, high=1.0)),
+            Sample(make(low=0.05, high=0.95), make(low=0.0, high=1.0))]
+
+
+def _bce_loop(p, t, out, dtype, casting):
+    with np.errstate(divide="ignore"):
+        log_p = np.maximum(np.log(p, dtype=dtype), -100)
+        log_q = np.maximum(np.log1p(np.negative(p, dtype=dtype)), -100)
+    return np.subtract((t - 1) * log_q, t * log_p, out=out, dtype=dtype, casting=casting)
+
+
+@op("_binary_cross_entropy", inputs=("self", "target"), family="pointwise", method=False,
+    function=False, samples=_bce_samples)
+def _binary_cross_entropy(self, target):
+    """The elementwise loss ``-(t log p + (1 - t) log(1 - p))`` of probabilities ``self``,
+    each log clamped at -100 as PyTorch does, so that ``p`` of 0 or 1 costs 100, not
+    infinity (``nn.functional.binary_cross_entropy`` weights and reduces it)."""
+    arr = self._array()
+    if not ((arr >= 0) & (arr <= 1)).all():
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    return pointwise(_bce_loop, self, target)
+
+
+@_binary_cross_entropy.def_derivative
+def _binary_cross_entropy(grad, self, target):
+    # PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays
+    # finite where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
+    g_self = grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
+    if not target.requires_grad:   # the usual case: a target is data
+        return g_self, None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g_target = grad * ((-self).log1p() - self.log())
+    return g_self, g_target
 
 
 __all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]

@@ -8,7 +8,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 import numpy as np
 
 from microtensor._C.tensor import TensorBase, bool_, float32, int64
-from microtensor._dtype import result_type
+from microtensor._dtype import check_scalar_fits, result_type
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import Sample, inplace_variant, op
 
@@ -66,7 +66,9 @@ def _clamp_samples(make):
     return [Sample(make(3, 4), -1.0, 1.0), Sample(make(3, 4), min=-0.5),
             Sample(make(3, 4), None, 0.5),
             Sample(make(3, 4), make(3, 4, low=-3, high=-0.2), make(4, low=0.2, high=3)),
-            Sample(make(2, 3, dtype=int64), -2, 3)]
+            Sample(make(2, 3, dtype=int64), -2, 3), Sample(make(3, 4), 1.0, -1.0),
+            Sample(make(3, 4), make(3, 4, low=0.2, high=3), make(4, low=-3, high=-0.2)),
+            Sample(make(3, 4), make(4, low=-3, high=3), 0.1)]
 
 
 def _where_samples(make):
@@ -172,10 +174,31 @@ def mul(grad, self, other):
 mul_ = inplace_variant(mul)
 
 
+def _check_integer_divisor(self, other):
+    """PyTorch refuses an integer division (``//``, ``%``, ``fmod``) by zero, where NumPy
+    would give 0: checked before anything is written.  Empty results divide nothing."""
+    if isinstance(other, TensorBase):
+        if other._dtype.is_floating_point or other._numel == 0:
+            return
+        divisors = other._array()   # NumPy's count_nonzero is far quicker than its .all()
+        if (np.count_nonzero(divisors) == other._numel if isinstance(divisors, np.ndarray)
+                else divisors.all()):
+            return
+    elif other != 0:        # the common case, decided without type promotion
+        return
+    dt = result_type(self, other)
+    if dt.is_floating_point or dt is bool_ or (isinstance(self, TensorBase) and
+                                               self._numel == 0):
+        return
+    raise RuntimeError("ZeroDivisionError")
+
+
 @op(inputs=BINARY, family="pointwise", samples=_div_samples)
 def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
+    if rounding_mode in ("floor", "trunc"):
+        _check_integer_divisor(self, other)
     if rounding_mode == "floor":
         return pointwise(np.floor_divide, self, other, out=out)
     if rounding_mode == "trunc":
@@ -211,8 +234,14 @@ def floor_divide(self, other):
     return div(self, other, rounding_mode="floor")
 
 
+@op(kind="composite", function=False)
+def floor_divide_(self, other):
+    return div_(self, other, rounding_mode="floor")
+
+
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
+    _check_integer_divisor(self, other)
     return pointwise(np.remainder, self, other, out=out)
 
 
@@ -221,14 +250,21 @@ def remainder(grad, self, other):
     return grad, -grad * (self / other).floor()
 
 
+remainder_ = inplace_variant(remainder)
+
+
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def fmod(self, other, *, out=None):
+    _check_integer_divisor(self, other)
     return pointwise(np.fmod, self, other, out=out)
 
 
 @fmod.def_derivative
 def fmod(grad, self, other):
     return grad, -grad * (self / other).trunc()
+
+
+fmod_ = inplace_variant(fmod)
 
 
 @op(inputs=BINARY, family="pointwise", samples=_pow_samples)
@@ -474,6 +510,9 @@ def minimum(grad, self, other):
 def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    dt = result_type(self, min, max)
+    check_scalar_fits(min, dt)
+    check_scalar_fits(max, dt)
     result = self
     if min is not None:
         result = pointwise(np.maximum, result, min, out=out,
@@ -487,16 +526,19 @@ def clamp(self, min=None, max=None, *, out=None):
 
 @clamp.def_derivative
 def clamp(grad, self, min, max):
-    mask = None
-    if min is not None:
-        mask = self >= min
+    # PyTorch's rule: when min > max the result is max, so only max gets the gradient
+    zero = grad.new_zeros(())
+    inside = None if min is None else self >= min
     if max is not None:
-        upper = self <= max
-        mask = upper if mask is None else mask & upper
-    g_self = grad * mask
-    g_min = grad * (self < min) if isinstance(min, TensorBase) else None
-    g_max = grad * (self > max) if isinstance(max, TensorBase) else None
-    return g_self, g_min, g_max
+        inside = self <= max if inside is None else inside & (self <= max)
+    g_min = g_max = None
+    if isinstance(min, TensorBase):
+        below = self < min
+        g_min = where(below if max is None else below & (min < max), grad, zero)
+    if isinstance(max, TensorBase):
+        above = self > max
+        g_max = where(above if min is None else above | (max < min), grad, zero)
+    return where(inside, grad, zero), g_min, g_max
 
 
 clamp_ = inplace_variant(clamp)
@@ -520,6 +562,8 @@ def where(condition, self, other):
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {condition._dtype.name.capitalize()}")
     dt = result_type(self, other)
+    check_scalar_fits(self, dt)
+    check_scalar_fits(other, dt)
     return pointwise(lambda c, a, b, out, dtype, casting: np.copyto(
         out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt)
 
@@ -535,10 +579,13 @@ def masked_fill(self, mask, value, *, out=None):
     if mask._dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
                            f"{mask._dtype.name}")
-    if isinstance(value, TensorBase) and value.dim() != 0:
-        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
-                           f"tensor with {value.dim()} dimension(s).")
+    if isinstance(value, TensorBase):
+        if value.dim() != 0:
+            raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but "
+                               f"got tensor with {value.dim()} dimension(s).")
+        value = value.item()   # as PyTorch: a value inside ``self`` is read before writing
     dt = self._dtype
+    check_scalar_fits(value, dt)
     return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
         out, np.where(m, v, a), casting=casting) or out, self, mask, value, out=out, dtype=dt)
 
@@ -692,6 +739,10 @@ def fill_(self, value):
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor "
                                f"with {value.dim()} dimensions.")
         value = value.item()
+    else:
+        check_scalar_fits(value, self._dtype)
+        if isinstance(value, int) and self._dtype.is_floating_point:
+            value = float(value)   # NumPy would take an int past int64 as uint64, then wrap
     if self._numel:
         from microtensor._C import kernels
         if self.device.type == "cpu":

@@ -157,7 +157,12 @@ def _norm_samples(make):
             Sample(make(3, 4), float("inf"), 0), Sample(make(3, 4), -float("inf"), 1),
             Sample(make(3, 4), 3), Sample(make(2, 3, 4), "fro", (0, 2)),
             Sample(make(2, 3, 4), p=1.5, dim=1, keepdim=True), Sample(make(5), dim=0),
-            Sample(make())]
+            Sample(make()), Sample(_with_zeros(make, 3, 4), 0, 1)]
+
+
+def _norm0_samples(make):
+    return [Sample(_with_zeros(make, 3, 4)), Sample(_with_zeros(make, 3, 4), (1,), True),
+            Sample(_with_zeros(make, 2, 3, 4), (0, 2)), Sample(_with_zeros(make))]
 
 
 def _logsumexp_samples(make):
@@ -448,6 +453,22 @@ def _norm2(grad, self, dim, keepdim, result):
     return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0),
 
 
+@op(family="reduction", method=False, function=False, samples=_norm0_samples)
+def _norm0(self, dim=None, keepdim=False):
+    """The number of nonzero elements over ``dim``, in ``self``'s dtype."""
+    nonzero = np.not_equal(self._array(), 0)
+    if self.dim() == 0:
+        return from_numpy_result(nonzero, self._dtype)
+    return from_numpy_result(np.sum(nonzero, axis=dims_of(dim, self.dim()), keepdims=keepdim),
+                             self._dtype)
+
+
+@_norm0.def_derivative
+def _norm0(grad):
+    # a step function: PyTorch records the op but sends no gradient to the input
+    return None,
+
+
 @op(kind="composite", samples=_norm_samples)
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims)."""
@@ -472,7 +493,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         magnitude = self.abs()
         return magnitude.amax(dim, keepdim) if p > 0 else magnitude.amin(dim, keepdim)
     if p == 0:
-        return (self != 0).sum(dim, keepdim).to(self._dtype)
+        return _norm0(self, dim, keepdim)
     if p == 1:
         return self.abs().sum(dim, keepdim)
     return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
@@ -605,11 +626,17 @@ def cumsum(grad, dim):
 
 # --------------------------------------------------------------------------- logical
 
+# Ops for which ``dim=()`` reduces over no dim (each element tested alone), as in PyTorch,
+# where the other reductions take it for every dim.
+EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
+
+
 def _logical_reduction(np_reduction, self, dim, keepdim):
     arr = self._array()
     if self.dim() == 0:
         return from_numpy_result(np_reduction(arr), bool_)
-    return from_numpy_result(np_reduction(arr, axis=dims_of(dim, self.dim()),
+    no_dims = dim is not None and not isinstance(dim, int) and len(dim) == 0
+    return from_numpy_result(np_reduction(arr, axis=() if no_dims else dims_of(dim, self.dim()),
                                           keepdims=keepdim), bool_)
 
 

@@ -28,6 +28,7 @@ from microtensor.ops import linalg
 from microtensor.ops import loss as loss_ops
 from microtensor.ops import view as view_ops
 from microtensor.ops.factory import arange
+from microtensor.ops.reduction import EMPTY_DIM_REDUCES_NOTHING
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
                                       unwrap, wrap)
@@ -263,7 +264,10 @@ def reduction(op, level, args, kwargs):
             bound["keepdim"] = False
         result = call(op, (value.unsqueeze(1),), bound)
         return wrap_result(_drop_dim_1(result), 0, level)
-    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+    if dim is not None and not isinstance(dim, int) and len(dim) == 0 and \
+            op.name in EMPTY_DIM_REDUCES_NOTHING:
+        bound["dim"] = ()
+    elif dim is None or (not isinstance(dim, int) and len(dim) == 0):
         bound["dim"] = tuple(range(1, n + 1))
     elif isinstance(dim, int):
         bound["dim"] = meta.wrap_dim(dim, n) + 1
