@@ -536,17 +536,28 @@ def validate_outputs(Node node, grads):
     return grads if fixed is None else tuple(fixed)
 
 
-cdef object _conform(Node node, i, TensorBase g, sizes, dtype):
+cdef object _conform(Node node, i, TensorBase g, tuple sizes, dtype):
     if g._sizes != sizes:
-        try:
-            g = g.sum_to_size(sizes)
-        except RuntimeError:
+        if not _expandable_to(sizes, g._sizes):
             raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
                                f"{i} - got {list(g._sizes)} but expected shape compatible "
-                               f"with {list(sizes)}") from None
+                               f"with {list(sizes)}")
+        g = g.sum_to_size(sizes)
     if g._dtype is not dtype:
         g = g.to(dtype)
     return g
+
+
+cdef bint _expandable_to(tuple sizes, tuple target):
+    """Whether a tensor of ``sizes`` broadcasts to ``target`` (so a gradient of ``target``
+    sums back to ``sizes``)."""
+    cdef Py_ssize_t n = len(sizes), lead = len(target) - n, i
+    if lead < 0:
+        return False
+    for i in range(n):
+        if sizes[i] != 1 and sizes[i] != target[lead + i]:
+            return False
+    return True
 
 
 cdef tuple _collect(roots):
@@ -706,11 +717,12 @@ cdef list _run_pre_hooks(Node node, grads):
             if nr < len(grads) and grads[nr] is not None:
                 result = hook(grads[nr])
                 if result is not None:
+                    _check_hook_value(hook, grads[nr], result)
                     grads[nr] = result
     for hook in list((node._node_pre_hooks or {}).values()):
         result = hook(tuple(grads))
         if result is not None:
-            grads = list(result)
+            grads = list(_checked_hook_values(hook, grads, result))
     return grads
 
 
@@ -718,5 +730,40 @@ cdef object _run_post_hooks(Node node, grad_inputs, grad_outputs):
     for hook in list(node._post_hooks.values()):
         result = hook(grad_inputs, tuple(grad_outputs))
         if result is not None:
-            grad_inputs = tuple(result)
+            grad_inputs = tuple(_checked_hook_values(hook, grad_inputs, result))
     return grad_inputs
+
+
+# A hook's gradients enter the graph as they are (no ``validate_outputs`` after it), so
+# what it returns is checked against what it replaces, as PyTorch does.
+
+cdef str _hook_name(hook):
+    return getattr(hook, "__name__", "")
+
+
+cdef object _checked_hook_values(hook, originals, result):
+    """A node hook's ``result`` (a sequence replacing ``originals``), checked."""
+    if not isinstance(result, (tuple, list)):
+        raise TypeError(f"expected tuple, but hook returned '{type(result).__name__}'")
+    if len(result) != len(originals):
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has returned an incorrect number of "
+                           f"values (got {len(result)}, but expected {len(originals)})")
+    for original, value in zip(originals, result):
+        _check_hook_value(hook, original, value)
+    return result
+
+
+cdef void _check_hook_value(hook, original, value) except *:
+    """A gradient ``value`` a hook returned in place of ``original``: same type, same size."""
+    if value is None:
+        return
+    if original is None:
+        raise RuntimeError("can't replace a None gradient with a non-None value")
+    if not isinstance(value, TensorBase):
+        raise TypeError(f"expected Variable, but hook returned '{type(value).__name__}'")
+    cdef TensorBase before = <TensorBase>original, after = <TensorBase>value
+    if after._dtype is not before._dtype or after._storage.device != before._storage.device:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                           f"{_type_name(before)} got {_type_name(after)})")
+    if after._sizes != before._sizes:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")

@@ -46,8 +46,11 @@ def retain_grad(self):
     def store(grad):
         tensor = ref()
         if tensor is not None:
-            tensor._grad = grad.detach().clone() if tensor._grad is None else tensor._grad + grad
-    current_grad_fn(self).register_tensor_prehook(self._output_nr, store)
+            with engine.accumulation_lock:
+                tensor._grad = grad.detach().clone() if tensor._grad is None \
+                    else tensor._grad + grad
+    self._retain_grad_hook = (store, current_grad_fn(self).register_tensor_prehook(
+        self._output_nr, store))
     self._retains_grad = True
 
 
