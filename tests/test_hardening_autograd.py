@@ -121,6 +121,23 @@ def test_retain_grad_then_inplace_gives_the_gradient_of_the_new_value(inplace):
     assert_close(mw, tw)
 
 
+@pytest.mark.parametrize("retain_first", [True, False])
+def test_retain_grad_sees_the_gradient_after_the_tensors_other_hooks(retain_first):
+    def build(lib):
+        w = lib.ones(3, requires_grad=True)
+        y = w * 2
+        if retain_first:
+            y.retain_grad()
+        y.register_hook(lambda g: g * 2)
+        if not retain_first:
+            y.retain_grad()
+        y.sum().backward()
+        return y.grad, w.grad
+    (my, mw), (ty, tw) = both(build)
+    assert_close(my, ty)
+    assert_close(mw, tw)
+
+
 def test_retain_grad_on_a_view_then_inplace_on_it():
     def build(lib):
         w = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)

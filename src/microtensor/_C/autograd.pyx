@@ -72,15 +72,17 @@ cdef class Node:
 
     ``input_meta``: per edge, the input's (sizes, dtype), for ``validate_outputs`` (None:
     the node's gradients need no fixing).  Hooks (rare) are kept in dicts made on first
-    registration: tensor pre-hooks (output_nr -> {id: fn(grad) -> grad | None}), node
-    pre-hooks ({id: fn(grad_outputs) -> grad_outputs | None}) and post-hooks
-    ({id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}).
+    registration: tensor pre-hooks (output_nr -> {id: fn(grad) -> grad | None}),
+    ``retain_grad``'s hooks (output_nr -> fn(grad), run after the tensor pre-hooks, as in
+    PyTorch), node pre-hooks ({id: fn(grad_outputs) -> grad_outputs | None}) and
+    post-hooks ({id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}).
     """
     cdef readonly tuple next_functions
     cdef readonly Py_ssize_t sequence_nr
     cdef public Py_ssize_t num_outputs
     cdef public object input_meta
     cdef dict _tensor_pre_hooks
+    cdef dict _retains_grad_hooks
     cdef dict _node_pre_hooks
     cdef dict _post_hooks
     cdef dict _metadata
@@ -123,6 +125,16 @@ cdef class Node:
         if self._tensor_pre_hooks is None:
             self._tensor_pre_hooks = {}
         return _add_hook(self._tensor_pre_hooks.setdefault(output_nr, {}), fn)
+
+    def set_retains_grad_hook(self, output_nr, fn):
+        """``retain_grad``'s hook for output ``output_nr`` (one per output; None removes)."""
+        if fn is None:
+            if self._retains_grad_hooks is not None:
+                self._retains_grad_hooks.pop(output_nr, None)
+            return
+        if self._retains_grad_hooks is None:
+            self._retains_grad_hooks = {}
+        self._retains_grad_hooks[output_nr] = fn
 
     cdef dict _output_hooks(self):
         return self._tensor_pre_hooks
@@ -639,7 +651,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
         while ready:
             node = heappop(ready)[1]
             grads = buffers.pop(node)
-            if node._output_hooks() or node._node_pre_hooks:
+            if node._output_hooks() or node._retains_grad_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
             if capture_at is not None:
                 for nr, i in capture_at.get(node, ()):
@@ -719,6 +731,9 @@ cdef list _run_pre_hooks(Node node, grads):
                 if result is not None:
                     _check_hook_value(hook, grads[nr], result)
                     grads[nr] = result
+    for nr, hook in list((node._retains_grad_hooks or {}).items()):
+        if nr < len(grads) and grads[nr] is not None:
+            hook(grads[nr])
     for hook in list((node._node_pre_hooks or {}).values()):
         result = hook(tuple(grads))
         if result is not None:

@@ -70,10 +70,11 @@ def move_retain_grad_hook(tensor):
     """After an in-place op gave ``tensor`` a new ``grad_fn``: its ``retain_grad`` hook
     moves there, so that ``.grad`` is the gradient of the new value (PyTorch's rule; other
     hooks stay with the old value)."""
-    store, handle = tensor._retain_grad_hook
-    handle.remove()
-    tensor._retain_grad_hook = (store, current_grad_fn(tensor).register_tensor_prehook(
-        tensor._output_nr, store))
+    store, old_node, old_nr = tensor._retain_grad_hook
+    old_node.set_retains_grad_hook(old_nr, None)
+    node = current_grad_fn(tensor)
+    node.set_retains_grad_hook(tensor._output_nr, store)
+    tensor._retain_grad_hook = (store, node, tensor._output_nr)
 
 
 def record_inplace(op, args, kwargs):

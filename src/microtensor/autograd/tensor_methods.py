@@ -49,8 +49,9 @@ def retain_grad(self):
             with engine.accumulation_lock:
                 tensor._grad = grad.detach().clone() if tensor._grad is None \
                     else tensor._grad + grad
-    self._retain_grad_hook = (store, current_grad_fn(self).register_tensor_prehook(
-        self._output_nr, store))
+    node = current_grad_fn(self)
+    node.set_retains_grad_hook(self._output_nr, store)
+    self._retain_grad_hook = (store, node, self._output_nr)
     self._retains_grad = True
 
 
