@@ -391,6 +391,19 @@ def test_an_escaped_batched_tensor_is_refused_after_its_vmap(use):
         use(_escape(mt, vmap))
 
 
+def test_an_escaped_batched_tensor_is_refused_by_a_custom_function():
+    class Double(mt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+    with pytest.raises(RuntimeError, match="escaped from inside the function being vmapped"):
+        Double.apply(_escape(mt, vmap))
+
+
 def test_an_escaped_inner_level_is_refused_inside_an_outer_vmap():
     kept = {}
 

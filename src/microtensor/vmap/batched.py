@@ -17,6 +17,7 @@ Because the metadata is per sample, ``shape``, ``stride()``, ``is_contiguous()``
 """
 import threading
 
+from microtensor._C.dispatch import ESCAPED_ERROR
 from microtensor._C.tensor import without_dim
 from microtensor._tensor import Tensor
 
@@ -125,7 +126,10 @@ def unwrap(t, level):
 
 
 def batch_size(level):
-    return _levels.stack[level - 1].size
+    try:
+        return _levels.stack[level - 1].size
+    except IndexError:    # a tensor of a vmap that has returned (or of another thread's)
+        raise RuntimeError(ESCAPED_ERROR.format(level)) from None
 
 
 def to_front(value, bdim):
