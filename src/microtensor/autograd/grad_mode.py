@@ -6,7 +6,6 @@ only the call that creates the generator) in the mode.
 """
 import functools
 import inspect
-import sys
 
 from microtensor._C import tensor as _core
 
@@ -74,9 +73,9 @@ def _decorate_generator(fn, make_context):
                     with make_context():
                         gen.close()
                     raise
-                except BaseException:
+                except BaseException as exc:
                     with make_context():
-                        response = gen.throw(*sys.exc_info())
+                        response = gen.throw(exc)
                 else:
                     with make_context():
                         response = gen.send(request)
