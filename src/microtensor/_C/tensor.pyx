@@ -649,7 +649,9 @@ cdef class TensorBase:
                                         self._dtype)
         cdef TensorBase base = self if self._base is None else self._base
         t._base = base
-        if not mt_grad_disabled:
+        # a view of a view made in no_grad mode is not differentiable either (PyTorch's
+        # creation meta is inherited): in-place writes into it are refused alike
+        if not mt_grad_disabled and (self._base is None or self._is_diff_view):
             t._is_diff_view = True
             t._view_info = base._grad_fn
         return t
