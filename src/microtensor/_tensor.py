@@ -16,6 +16,12 @@ from microtensor._C.tensor import Storage, TensorBase, bool_, float32, float64, 
 from microtensor.ops.dispatch import call, call_by_name
 
 
+def _refuse_if_requires_grad(tensor):
+    if tensor.requires_grad:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                           "tensor.detach().numpy() instead.")
+
+
 class Tensor(TensorBase):
     """A strided view of a storage, with autograd metadata.  See ``TensorBase``."""
 
@@ -34,13 +40,15 @@ class Tensor(TensorBase):
             raise TypeError(f"can't convert {self.device.type}:{self.device.index or 0} device "
                             "type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
                             "memory first.")
-        if self._requires_grad and not force:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
-                               "tensor.detach().numpy() instead.")
+        if not force:
+            _refuse_if_requires_grad(self)
         return self._array()
 
     def __array__(self, dtype=None, copy=None):
-        arr = self.detach().cpu()._array()
+        # an array over the memory of a tensor that requires grad would let NumPy write
+        # behind autograd's back (no version bump): refused as PyTorch does
+        _refuse_if_requires_grad(self)
+        arr = self.cpu()._array()
         return arr if dtype is None else arr.astype(dtype)
 
     def item(self):

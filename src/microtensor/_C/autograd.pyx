@@ -72,15 +72,17 @@ cdef class Node:
 
     ``input_meta``: per edge, the input's (sizes, dtype), for ``validate_outputs`` (None:
     the node's gradients need no fixing).  Hooks (rare) are kept in dicts made on first
-    registration: tensor pre-hooks (output_nr -> {id: fn(grad) -> grad | None}), node
-    pre-hooks ({id: fn(grad_outputs) -> grad_outputs | None}) and post-hooks
-    ({id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}).
+    registration: tensor pre-hooks (output_nr -> {id: fn(grad) -> grad | None}),
+    ``retain_grad``'s hooks (output_nr -> fn(grad), run after the tensor pre-hooks, as in
+    PyTorch), node pre-hooks ({id: fn(grad_outputs) -> grad_outputs | None}) and
+    post-hooks ({id: fn(grad_inputs, grad_outputs) -> grad_inputs | None}).
     """
     cdef readonly tuple next_functions
     cdef readonly Py_ssize_t sequence_nr
     cdef public Py_ssize_t num_outputs
     cdef public object input_meta
     cdef dict _tensor_pre_hooks
+    cdef dict _retains_grad_hooks
     cdef dict _node_pre_hooks
     cdef dict _post_hooks
     cdef dict _metadata
@@ -123,6 +125,16 @@ cdef class Node:
         if self._tensor_pre_hooks is None:
             self._tensor_pre_hooks = {}
         return _add_hook(self._tensor_pre_hooks.setdefault(output_nr, {}), fn)
+
+    def set_retains_grad_hook(self, output_nr, fn):
+        """``retain_grad``'s hook for output ``output_nr`` (one per output; None removes)."""
+        if fn is None:
+            if self._retains_grad_hooks is not None:
+                self._retains_grad_hooks.pop(output_nr, None)
+            return
+        if self._retains_grad_hooks is None:
+            self._retains_grad_hooks = {}
+        self._retains_grad_hooks[output_nr] = fn
 
     cdef dict _output_hooks(self):
         return self._tensor_pre_hooks
@@ -536,17 +548,28 @@ def validate_outputs(Node node, grads):
     return grads if fixed is None else tuple(fixed)
 
 
-cdef object _conform(Node node, i, TensorBase g, sizes, dtype):
+cdef object _conform(Node node, i, TensorBase g, tuple sizes, dtype):
     if g._sizes != sizes:
-        try:
-            g = g.sum_to_size(sizes)
-        except RuntimeError:
+        if not _expandable_to(sizes, g._sizes):
             raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index "
                                f"{i} - got {list(g._sizes)} but expected shape compatible "
-                               f"with {list(sizes)}") from None
+                               f"with {list(sizes)}")
+        g = g.sum_to_size(sizes)
     if g._dtype is not dtype:
         g = g.to(dtype)
     return g
+
+
+cdef bint _expandable_to(tuple sizes, tuple target):
+    """Whether a tensor of ``sizes`` broadcasts to ``target`` (so a gradient of ``target``
+    sums back to ``sizes``)."""
+    cdef Py_ssize_t n = len(sizes), lead = len(target) - n, i
+    if lead < 0:
+        return False
+    for i in range(n):
+        if sizes[i] != 1 and sizes[i] != target[lead + i]:
+            return False
+    return True
 
 
 cdef tuple _collect(roots):
@@ -628,7 +651,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
         while ready:
             node = heappop(ready)[1]
             grads = buffers.pop(node)
-            if node._output_hooks() or node._node_pre_hooks:
+            if node._output_hooks() or node._retains_grad_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
             if capture_at is not None:
                 for nr, i in capture_at.get(node, ()):
@@ -706,11 +729,15 @@ cdef list _run_pre_hooks(Node node, grads):
             if nr < len(grads) and grads[nr] is not None:
                 result = hook(grads[nr])
                 if result is not None:
+                    _check_hook_value(hook, grads[nr], result)
                     grads[nr] = result
+    for nr, hook in list((node._retains_grad_hooks or {}).items()):
+        if nr < len(grads) and grads[nr] is not None:
+            hook(grads[nr])
     for hook in list((node._node_pre_hooks or {}).values()):
         result = hook(tuple(grads))
         if result is not None:
-            grads = list(result)
+            grads = list(_checked_hook_values(hook, grads, result))
     return grads
 
 
@@ -718,5 +745,40 @@ cdef object _run_post_hooks(Node node, grad_inputs, grad_outputs):
     for hook in list(node._post_hooks.values()):
         result = hook(grad_inputs, tuple(grad_outputs))
         if result is not None:
-            grad_inputs = tuple(result)
+            grad_inputs = tuple(_checked_hook_values(hook, grad_inputs, result))
     return grad_inputs
+
+
+# A hook's gradients enter the graph as they are (no ``validate_outputs`` after it), so
+# what it returns is checked against what it replaces, as PyTorch does.
+
+cdef str _hook_name(hook):
+    return getattr(hook, "__name__", "")
+
+
+cdef object _checked_hook_values(hook, originals, result):
+    """A node hook's ``result`` (a sequence replacing ``originals``), checked."""
+    if not isinstance(result, (tuple, list)):
+        raise TypeError(f"expected tuple, but hook returned '{type(result).__name__}'")
+    if len(result) != len(originals):
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has returned an incorrect number of "
+                           f"values (got {len(result)}, but expected {len(originals)})")
+    for original, value in zip(originals, result):
+        _check_hook_value(hook, original, value)
+    return result
+
+
+cdef void _check_hook_value(hook, original, value) except *:
+    """A gradient ``value`` a hook returned in place of ``original``: same type, same size."""
+    if value is None:
+        return
+    if original is None:
+        raise RuntimeError("can't replace a None gradient with a non-None value")
+    if not isinstance(value, TensorBase):
+        raise TypeError(f"expected Variable, but hook returned '{type(value).__name__}'")
+    cdef TensorBase before = <TensorBase>original, after = <TensorBase>value
+    if after._dtype is not before._dtype or after._storage.device != before._storage.device:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                           f"{_type_name(before)} got {_type_name(after)})")
+    if after._sizes != before._sizes:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")

@@ -1,10 +1,12 @@
 """The dispatcher's hot path, in C: the route every op call takes to its kernel.
 
 1. A composite op (written in other ops) runs its Python body.
-2. While a vmap is active, a call with a batched argument (or one that draws random
-   numbers) goes to vmap's handler, which runs the op's batching rule: ops on physical
-   tensors, which come back through here.  Finding the batched arguments is done here, in
-   C, because every call inside a vmap pays for it.
+2. A call with a batched argument (or, while this thread is inside a vmap, one that draws
+   random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
+   physical tensors, which come back through here.  Finding the batched arguments is done
+   here, in C, because every call pays for it.  vmap levels are per thread (as in
+   PyTorch): this thread's depth is a C thread-local, and a batched argument of a level
+   deeper than that escaped from a vmap that has returned and is refused.
 3. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
    refused when autograd would record, result written into ``out``, its version bumped).
 4. If grad mode is on and a differentiable input requires grad, autograd records the call:
@@ -20,15 +22,35 @@ from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad, se
 
 from microtensor._C.autograd import attach_node
 
-cdef object _batched_type = None   # vmap's BatchedTensor, while a vmap is active
+cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
 
+# The number of vmap levels active in this thread (a C thread-local, so that threads
+# vmap independently and read it for free).
+cdef extern from *:
+    """
+    static __thread Py_ssize_t mt_vmap_depth = 0;
+    """
+    Py_ssize_t mt_vmap_depth
+
+ESCAPED_ERROR = (
+    "vmap: a BatchedTensor of level {} was used after the vmap that made it returned: it "
+    "escaped from inside the function being vmapped (through a global, a closure or an "
+    "attribute, say). Return it from the function instead.")
+
+NO_GRAD_VIEW_ERROR = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode "
+    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+    "can clarify your code by moving both the view and the inplace either both inside the "
+    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+    "want the inplace to be tracked).")
+
 
 def set_batching(handler, batched_type):
-    """vmap's entry (and, with ``None, None``, its exit): calls with an argument of exactly
-    ``batched_type`` (lists and tuples looked into), or of a random op, go to
+    """vmap's installation: calls with an argument of exactly ``batched_type`` (lists and
+    tuples looked into), or of a random op while this thread is inside a vmap, go to
     ``handler(op, level, args, kwargs)`` with the highest ``_level`` among those arguments
     (0 if none); it may return NotImplemented to let the call go on as usual."""
     global _batching, _batched_type
@@ -36,9 +58,16 @@ def set_batching(handler, batched_type):
     _batched_type = batched_type
 
 
+def set_vmap_depth(Py_ssize_t depth):
+    """vmap's entry and exit: the number of vmap levels now active in this thread."""
+    global mt_vmap_depth
+    mt_vmap_depth = depth
+
+
 def batching():
-    """The handler ``set_batching`` installed, or None."""
-    return _batching
+    """The handler ``set_batching`` installed, while this thread is inside a vmap; else
+    None."""
+    return _batching if mt_vmap_depth else None
 
 
 cdef Py_ssize_t _level_of(object value, Py_ssize_t level) except -1:
@@ -105,9 +134,11 @@ cpdef object call(op, args, kwargs):
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
     cdef Py_ssize_t level
-    if _batching is not None:
+    if _batched_type is not None:
         level = _batch_level(args, kwargs)
-        if level or op.random:
+        if level or (mt_vmap_depth and op.random):
+            if level > mt_vmap_depth:
+                raise RuntimeError(ESCAPED_ERROR.format(level))
             result = _batching(op, level, args, kwargs)
             if result is not NotImplemented:
                 return result
@@ -131,10 +162,23 @@ cdef object _record(op, args, kwargs):
 
 cpdef object run_kernel(op, args, kwargs):
     """Run the kernel; an in-place op then bumps its target's version counter."""
+    cdef bint inplace = op.kind == "inplace"
+    if inplace and grad_mode_enabled():
+        _refuse_no_grad_view(<TensorBase?>args[0])
     if kwargs:
         result = op.kernel(*args, **kwargs)
     else:
         result = op.kernel(*args)
-    if op.kind == "inplace":
+    if inplace:
         (<TensorBase?>args[0])._storage.version += 1
     return result
+
+
+cdef inline int _refuse_no_grad_view(TensorBase target) except -1:
+    """PyTorch's refusal of an in-place op, in grad mode, on a view made in no_grad mode of
+    a tensor that requires grad (whether autograd should see the write is ambiguous).
+    (Recorded in-place ops are refused by ``autograd.recording.check_inplace``.)"""
+    if target._base is not None and not target._is_diff_view and \
+            needs_grad(<TensorBase>target._base):
+        raise RuntimeError(NO_GRAD_VIEW_ERROR)
+    return 0

@@ -379,6 +379,8 @@ cdef class TensorBase:
 
     @grad.setter
     def grad(self, value):
+        if value is not None:
+            _check_assigned_grad(self, value)
         self._grad = value
 
     @property
@@ -647,7 +649,9 @@ cdef class TensorBase:
                                         self._dtype)
         cdef TensorBase base = self if self._base is None else self._base
         t._base = base
-        if not mt_grad_disabled:
+        # a view of a view made in no_grad mode is not differentiable either (PyTorch's
+        # creation meta is inherited): in-place writes into it are refused alike
+        if not mt_grad_disabled and (self._base is None or self._is_diff_view):
             t._is_diff_view = True
             t._view_info = base._grad_fn
         return t
@@ -700,6 +704,38 @@ cdef bint needs_grad(TensorBase t) noexcept:
     if t._requires_grad:
         return True
     return t._is_diff_view and needs_grad(<TensorBase>t._base)
+
+
+# PyTorch's C++ names of the dtypes, as its messages about ``.grad`` print them
+_CPP_TYPE_NAMES = {"float32": ("float", "Float"), "float64": ("double", "Double"),
+                   "int64": ("long int", "Long"), "int32": ("int", "Int"),
+                   "bool": ("bool", "Bool")}
+
+
+cdef _check_assigned_grad(TensorBase tensor, value):
+    """PyTorch's checks of ``tensor.grad = value``: a tensor of the same dtype, device and
+    size, not ``tensor`` itself."""
+    if not isinstance(value, TensorBase):
+        raise TypeError("assigned grad expected to be a Tensor or None but got grad of type "
+                        f"{type(value).__name__}")
+    cdef TensorBase grad = <TensorBase>value
+    if grad is tensor:
+        raise RuntimeError("can't assign Variable as its own grad")
+    if grad._dtype is not tensor._dtype:
+        raise RuntimeError(
+            f"attempting to assign a gradient with dtype '{_CPP_TYPE_NAMES[grad._dtype.name][0]}' "
+            f"to a tensor with grad_dtype '{_CPP_TYPE_NAMES[tensor._dtype.name][1]}'. The "
+            "gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).")
+    if grad._storage.device != tensor._storage.device:
+        raise RuntimeError(
+            f"attempting to assign a gradient with device type '{grad._storage.device.type}' "
+            f"to a tensor with device type '{tensor._storage.device.type}'. Please ensure "
+            "that the gradient and the tensor are on the same device")
+    if grad._sizes != tensor._sizes:
+        raise RuntimeError(
+            f"attempting to assign a gradient of size '{list(grad._sizes)}' to a tensor of "
+            f"size '{list(tensor._sizes)}'. Please ensure that the gradient and the tensor "
+            "are the same size")
 
 
 cdef object _parameter_cls = None   # nn.Parameter: served by the fast paths like Tensor

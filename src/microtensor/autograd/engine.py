@@ -7,6 +7,7 @@ seeds the root gradients and owns what reaching a leaf means (``.grad`` accumula
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import sys
+import threading
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
@@ -41,22 +42,29 @@ def _can_steal(grad):
     return sys.getrefcount(base) <= 3 and sys.getrefcount(grad._storage) <= 3
 
 
+# Threads may run backward passes into the same leaves at once: each read-modify-write of
+# a ``.grad`` holds this lock, so that no contribution is lost (PyTorch locks each
+# AccumulateGrad node; one lock is as good here, where the GIL serialises the work anyway).
+accumulation_lock = threading.Lock()
+
+
 def _accumulate_into_leaf(variable, grad, create_graph):
     """``variable.grad += grad``, PyTorch's way: the first gradient is stolen when nothing
     else refers to it (else cloned); with ``create_graph`` sums are out of place so that
     ``.grad`` stays differentiable."""
     if grad is None:
         return
-    if variable._grad is None:
-        stealable = (create_graph or not grad._requires_grad) and _can_steal(grad) and \
-            _obeys_layout(grad, variable)
-        if not create_graph:
-            grad = grad.detach()
-        variable._grad = grad if stealable else _clone_in_layout_of(grad, variable)
-    elif create_graph or variable._grad._requires_grad:
-        variable._grad = variable._grad + grad
-    else:
-        variable._grad.add_(grad.detach() if grad._requires_grad else grad)
+    with accumulation_lock:
+        if variable._grad is None:
+            stealable = (create_graph or not grad._requires_grad) and _can_steal(grad) and \
+                _obeys_layout(grad, variable)
+            if not create_graph:
+                grad = grad.detach()
+            variable._grad = grad if stealable else _clone_in_layout_of(grad, variable)
+        elif create_graph or variable._grad._requires_grad:
+            variable._grad = variable._grad + grad
+        else:
+            variable._grad.add_(grad.detach() if grad._requires_grad else grad)
 
 
 def _obeys_layout(grad, variable):

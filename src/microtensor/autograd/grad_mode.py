@@ -1,9 +1,11 @@
 """Grad mode: whether operations are recorded for autograd, per thread.
 
 ``no_grad``, ``enable_grad`` and ``set_grad_enabled`` work as context managers and as
-decorators, like PyTorch's.
+decorators, like PyTorch's: a decorated generator function runs each of its steps (not
+only the call that creates the generator) in the mode.
 """
 import functools
+import inspect
 
 from microtensor._C import tensor as _core
 
@@ -37,14 +39,49 @@ class _GradModeContext:
         state.enabled = self._prev
 
     def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return fn(*args, **kwargs)
-        return wrapper
+        return _decorate(fn, self.clone)
 
     def clone(self):
         return self.__class__()
+
+
+def _decorate(fn, make_context):
+    """``fn`` run inside a fresh ``make_context()`` per call (per step for a generator)."""
+    if inspect.isgeneratorfunction(fn):
+        return _decorate_generator(fn, make_context)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with make_context():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def _decorate_generator(fn, make_context):
+    # PyTorch's ``_wrap_generator``: the mode is set around every resumption of the
+    # generator and restored at each ``yield``, so the caller's mode is untouched
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        gen = fn(*args, **kwargs)
+        try:
+            with make_context():
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with make_context():
+                        gen.close()
+                    raise
+                except BaseException as exc:
+                    with make_context():
+                        response = gen.throw(exc)
+                else:
+                    with make_context():
+                        response = gen.send(request)
+        except StopIteration as stop:
+            return stop.value
+    return wrapper
 
 
 class no_grad(_GradModeContext):
@@ -66,13 +103,7 @@ class set_grad_enabled(_GradModeContext):
 
     def __call__(self, fn):
         state.enabled = self._prev
-        mode = self._target
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-        return wrapper
+        return _decorate(fn, self.clone)
 
     def clone(self):
         return set_grad_enabled(self._target)
@@ -81,3 +112,6 @@ class set_grad_enabled(_GradModeContext):
 class inference_mode(no_grad):
     def __init__(self, mode=True):
         self._target = not mode
+
+    def clone(self):
+        return inference_mode(not self._target)

@@ -13,20 +13,13 @@ decide which of them runs are here.
 """
 from microtensor._C.autograd import (OpNode, SavedTensor, current_grad_fn, gradient_edge,
                                      input_edges, install_nodes, saved_values)
+from microtensor._C.dispatch import NO_GRAD_VIEW_ERROR
 from microtensor._C.tensor import set_grad_enabled
 from microtensor.autograd.graph import AsStridedBackward0, CopySlices, SavedInplaceViewOutput
 from microtensor.ops import dispatch
 
 
 # ------------------------------------------------------------------ recording
-
-NO_GRAD_VIEW_ERROR = (
-    "A view was created in no_grad mode and is being modified inplace with grad mode "
-    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
-    "can clarify your code by moving both the view and the inplace either both inside the "
-    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
-    "want the inplace to be tracked).")
-
 
 def check_inplace(tensor):
     """PyTorch's refusals for an in-place op that autograd would have to record."""
@@ -62,11 +55,26 @@ def rebase_history(tensor, node):
         base._grad_fn = copy_slices
         base._output_nr = 0
         base._requires_grad = True
+        if base._retains_grad:
+            move_retain_grad_hook(base)
         current_grad_fn(tensor)
     else:
         tensor._grad_fn = node
         tensor._output_nr = 0
         tensor._requires_grad = True
+    if tensor._retains_grad:
+        move_retain_grad_hook(tensor)
+
+
+def move_retain_grad_hook(tensor):
+    """After an in-place op gave ``tensor`` a new ``grad_fn``: its ``retain_grad`` hook
+    moves there, so that ``.grad`` is the gradient of the new value (PyTorch's rule; other
+    hooks stay with the old value)."""
+    store, old_node, old_nr = tensor._retain_grad_hook
+    old_node.set_retains_grad_hook(old_nr, None)
+    node = current_grad_fn(tensor)
+    node.set_retains_grad_hook(tensor._output_nr, store)
+    tensor._retain_grad_hook = (store, node, tensor._output_nr)
 
 
 def record_inplace(op, args, kwargs):

@@ -46,8 +46,12 @@ def retain_grad(self):
     def store(grad):
         tensor = ref()
         if tensor is not None:
-            tensor._grad = grad.detach().clone() if tensor._grad is None else tensor._grad + grad
-    current_grad_fn(self).register_tensor_prehook(self._output_nr, store)
+            with engine.accumulation_lock:
+                tensor._grad = grad.detach().clone() if tensor._grad is None \
+                    else tensor._grad + grad
+    node = current_grad_fn(self)
+    node.set_retains_grad_hook(self._output_nr, store)
+    self._retain_grad_hook = (store, node, self._output_nr)
     self._retains_grad = True
 
 

@@ -31,7 +31,7 @@ from microtensor.autograd.grad_mode import state as grad_state
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
-from microtensor.vmap.batched import levels
+from microtensor.vmap.batched import active_levels
 
 _NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
                "tensor with {} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
@@ -45,7 +45,7 @@ class _Differentiation:
 
     def __init__(self, inputs):
         self.outer_grad = grad_state.enabled
-        self.sizes = {lv.number: lv.size for lv in levels}
+        self.sizes = {lv.number: lv.size for lv in active_levels()}
         self.handles, self.layouts, self.inputs = [], [], []
         prev = grad_state.enabled
         grad_state.enabled = True

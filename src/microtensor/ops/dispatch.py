@@ -3,9 +3,9 @@
 ``call``, ``needs_recording`` and ``run_kernel`` are in the Cython core
 (``microtensor._C.dispatch``) because every op call takes them; the steps are:
 
-1. While a vmap is active (``set_batching``), a call with a batched argument or a random
-   op goes to vmap's handler, which runs the op's batching rule: ops on physical tensors,
-   which come back through here.
+1. A call with a batched argument, or a random op while this thread is inside a vmap
+   (``set_batching``, ``set_vmap_depth``), goes to vmap's handler, which runs the op's
+   batching rule: ops on physical tensors, which come back through here.
 2. A call with ``out=`` is ``call_with_out``'s: the same for every op.
 3. If grad mode is on and an input requires grad, autograd records the call: the kernel
    runs with grad mode off and a node is attached to its outputs (in-place ops by the
@@ -18,7 +18,7 @@ import warnings
 
 from microtensor._C import dispatch as _core
 from microtensor._C import meta
-from microtensor._C.dispatch import batching, call, run_kernel, set_batching
+from microtensor._C.dispatch import batching, call, run_kernel, set_batching, set_vmap_depth
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
 from microtensor._dtype import can_cast
 from microtensor.ops.loops import _type_name, check_writable

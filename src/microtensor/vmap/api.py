@@ -12,7 +12,7 @@ from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine, function
 from microtensor.ops import dispatch
 from microtensor.vmap import fallback, rules
-from microtensor.vmap.batched import BatchedTensor, Level, levels, unwrap, wrap
+from microtensor.vmap.batched import BatchedTensor, Level, active_levels, unwrap, wrap
 
 RANDOMNESS = ("error", "different", "same")
 
@@ -108,17 +108,17 @@ def broadcast_to_and_flatten(prefix, spec):
 # --------------------------------------------------------------------------- levels
 
 def _push(size, randomness):
+    levels = active_levels()
     level = Level(len(levels) + 1, size, randomness)
     levels.append(level)
-    if len(levels) == 1:
-        dispatch.set_batching(rules.handle, BatchedTensor)
+    dispatch.set_vmap_depth(level.number)
     return level.number
 
 
 def _pop():
+    levels = active_levels()
     levels.pop()
-    if not levels:
-        dispatch.set_batching(None, None)
+    dispatch.set_vmap_depth(len(levels))
 
 
 # --------------------------------------------------------------------------- the transform
@@ -369,7 +369,7 @@ def _concatenate(pieces, dim):
 # --------------------------------------------------------------------------- autograd hooks
 
 def _refuse_inside_vmap(what, outputs, inputs):
-    if not levels:
+    if not active_levels():
         return
     if what == "backward":
         raise RuntimeError("backward() called inside vmap. This is not supported, please call "
@@ -398,6 +398,7 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
                      allow_none_outputs=True)
 
 
+dispatch.set_batching(rules.handle, BatchedTensor)
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad
 function.batched_apply = fallback.function_fallback

@@ -15,6 +15,9 @@ Because the metadata is per sample, ``shape``, ``stride()``, ``is_contiguous()``
 ``dim()`` and ``numel()`` answer per sample for free.  Reading memory (``item``,
 ``tolist``, ``numpy``, ``bool(t)``) would have to pick one sample, so it raises.
 """
+import threading
+
+from microtensor._C.dispatch import ESCAPED_ERROR
 from microtensor._C.tensor import without_dim
 from microtensor._tensor import Tensor
 
@@ -30,8 +33,18 @@ class Level:
         self.randomness = randomness
 
 
-# The active vmaps, outermost first; levels[i].number == i + 1.
-levels = []
+class _ThreadLevels(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_levels = _ThreadLevels()
+
+
+def active_levels():
+    """This thread's active vmaps, outermost first (``[i].number == i + 1``): each thread
+    vmaps independently, as in PyTorch."""
+    return _levels.stack
 
 
 def _refuse(what):
@@ -113,7 +126,10 @@ def unwrap(t, level):
 
 
 def batch_size(level):
-    return levels[level - 1].size
+    try:
+        return _levels.stack[level - 1].size
+    except IndexError:    # a tensor of a vmap that has returned (or of another thread's)
+        raise RuntimeError(ESCAPED_ERROR.format(level)) from None
 
 
 def to_front(value, bdim):

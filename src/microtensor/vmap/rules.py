@@ -30,8 +30,8 @@ from microtensor.ops import view as view_ops
 from microtensor.ops.factory import arange
 from microtensor.ops.reduction import EMPTY_DIM_REDUCES_NOTHING
 from microtensor.ops.registry import REGISTRY
-from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, levels, to_front,
-                                      unwrap, wrap)
+from microtensor.vmap.batched import (BatchedTensor, active_levels, aligned, batch_size,
+                                      to_front, unwrap, wrap)
 from microtensor.vmap.fallback import _no_fallback, fallback
 
 call = dispatch.call
@@ -444,8 +444,7 @@ def _random_request(op, args, kwargs):
 
 
 def random_rule(op, level, args, kwargs):
-    if not levels:
-        return NotImplemented
+    levels = active_levels()
     if any(lv.randomness == "error" for lv in levels):
         raise RuntimeError(_RANDOM_ERROR)
     sample_shape, draw = _random_request(op, args, kwargs)
@@ -755,13 +754,15 @@ def linear(op, level, args, kwargs):
         out = call(REGISTRY["matmul"], (x, w), None)
         return out if b is None else out + b
     size = batch_size(level)
-    rank = max(x.dim(), 2)
+    # per sample, the weights may already be stacked (..., out, in) by an outer level:
+    # inputs (rows of them), weights and bias are right-aligned behind the batch dim
+    rank = max(x.dim(), 2, w.dim())
     inputs = aligned(_front_or_expanded(x, level, size), 0, x.dim(), rank)
-    weights = aligned(_front_or_expanded(w, level, size), 0, 2, rank)
+    weights = aligned(_front_or_expanded(w, level, size), 0, w.dim(), rank)
     biases = None if b is None else aligned(_front_or_expanded(b, level, size), 0, b.dim(),
                                             rank - 1)   # stacked like the weights
     out = call(op, (inputs, weights, biases), None)
-    return wrap(out.squeeze(1) if x.dim() == 1 else out, 0, level)
+    return wrap(out.squeeze(-2) if x.dim() == 1 else out, 0, level)
 
 
 def _fold_batch_into_rows(a, b, level):
@@ -809,8 +810,11 @@ def _front_or_expanded(t, level, size):
 def cat(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     size = batch_size(level)
-    tensors = [_front_or_expanded(t, level, size) for t in bound["tensors"]]
-    return wrap(call(op, (tensors, bound["dim"] + 1, bound["sizes"]), None), 0, level)
+    # the samples' legacy empty tensors (skipped: size None) are left out of the physical
+    # call, where they are no longer 1-D and their gradient could not be an empty 1-D one
+    kept = [(t, n) for t, n in zip(bound["tensors"], bound["sizes"]) if n is not None]
+    tensors = [_front_or_expanded(t, level, size) for t, _ in kept]
+    return wrap(call(op, (tensors, bound["dim"] + 1, [n for _, n in kept]), None), 0, level)
 
 
 @rule("split", "split_with_sizes", "unbind")
