@@ -40,6 +40,7 @@ _autograd_methods.install(Tensor)
 from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
 from microtensor import cuda, nn, optim, return_types  # noqa: E402
+from microtensor import utils  # noqa: E402
 
 float = float32
 double = float64
