@@ -41,6 +41,8 @@ from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
 from microtensor import cuda, nn, optim, return_types  # noqa: E402
 from microtensor import utils  # noqa: E402
+from microtensor.serialization import (load, load_safetensors, save,  # noqa: E402
+                                       save_safetensors)
 
 float = float32
 double = float64
