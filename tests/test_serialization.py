@@ -71,7 +71,8 @@ def test_roundtrip_of_containers_parameters_and_a_module(tmp_path):
     obj = {"model": state, "param": mt.nn.Parameter(mt.zeros(2)),
            "frozen": mt.nn.Parameter(mt.ones(1), requires_grad=False),
            "step": 7, "lr": 0.5, "name": "run", "flags": (True, None), "ids": {3: [1.0, -2]},
-           "dtype": mt.float64, "size": mt.Size([2, 3]), "device": mt.device("cpu")}
+           "dtype": mt.float64, "dtypes": [mt.float64, mt.int64, mt.float64],
+           "empty": [mt.zeros(0), mt.zeros(3, 0, dtype=mt.int64)], "size": mt.Size([2, 3]), "device": mt.device("cpu")}
     path = tmp_path / "checkpoint.pt"
     mt.save(obj, path)              # a path-like
     loaded = mt.load(str(path))     # a string path
@@ -85,6 +86,9 @@ def test_roundtrip_of_containers_parameters_and_a_module(tmp_path):
     assert {k: loaded[k] for k in ("step", "lr", "name", "flags", "ids")} == \
         {"step": 7, "lr": 0.5, "name": "run", "flags": (True, None), "ids": {3: [1.0, -2]}}
     assert loaded["dtype"] is mt.float64 and loaded["size"] == (2, 3)
+    assert loaded["dtypes"] == [mt.float64, mt.int64, mt.float64]
+    for got, want in zip(loaded["empty"], obj["empty"]):
+        same_tensor(got, want)
     assert isinstance(loaded["size"], mt.Size) and loaded["device"] == mt.device("cpu")
     fresh = mt.nn.Linear(3, 2)
     fresh.load_state_dict(loaded["model"])

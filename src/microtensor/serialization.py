@@ -92,7 +92,7 @@ class _CheckpointPickler(pickle._Pickler):
         self.memoize(obj)
 
     def save_dtype(self, obj):
-        self.save_torch_name(_torch_name("torch", obj.name))
+        self.save(_torch_name("torch", obj.name))   # through the memo: written once
 
     dispatch[_TorchName] = save_torch_name
     dispatch[dtype] = save_dtype
