@@ -126,6 +126,46 @@ def test_load_options():
         roundtrip({"x": mt.ones(2)}, map_location=lambda storage, loc: storage)
 
 
+def test_a_cuda_checkpoint_loads_on_the_cpu_with_map_location(monkeypatch):
+    buffer = io.BytesIO()
+    mt.save({"x": mt.tensor([1.0, 2.0])}, buffer)
+    moved = io.BytesIO()
+    with zipfile.ZipFile(buffer) as src, zipfile.ZipFile(moved, "w") as dst:
+        for name in src.namelist():
+            raw = src.read(name)
+            if name == "archive/data.pkl":   # the storage's location, as torch.save on a GPU
+                raw = raw.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+                assert b"cuda:0" in raw
+            dst.writestr(name, raw)
+    monkeypatch.setattr(serialization, "cuda_is_available", lambda: False)
+    for map_location in ("cpu", mt.device("cpu"), {"cuda:0": "cpu"}):
+        moved.seek(0)
+        x = mt.load(moved, map_location=map_location)["x"]
+        assert x.device == mt.device("cpu") and x.tolist() == [1.0, 2.0]
+    moved.seek(0)
+    with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device "
+                                           "but microtensor.cuda.is_available.. is False"):
+        mt.load(moved)
+
+
+def test_cuda_tensors_roundtrip_on_their_device(monkeypatch):
+    """On the fake CuPy of the CUDA tests (CuPy's rules over host memory)."""
+    import fake_cupy
+    from microtensor.backends import cuda as backend
+    monkeypatch.setattr(backend, "_cupy", fake_cupy)
+    base = mt.arange(6.0, device="cuda")
+    saved = {"base": base, "view": base[1:5].view(2, 2).t()}
+    loaded = roundtrip(saved)
+    assert loaded["base"].device == mt.device("cuda:0")
+    assert loaded["view"].untyped_storage() is loaded["base"].untyped_storage()
+    on_cpu = roundtrip(saved, map_location="cpu")
+    assert on_cpu["base"].device == mt.device("cpu")
+    assert on_cpu["view"].untyped_storage() is on_cpu["base"].untyped_storage()
+    for name in saved:
+        same_tensor(loaded[name], saved[name])
+        same_tensor(on_cpu[name], saved[name])
+
+
 def test_big_endian_storages_are_read():
     buffer = io.BytesIO()
     mt.save({"x": mt.tensor([1.0, -2.5]), "n": mt.tensor([7, 2 ** 35])}, buffer)

@@ -22,6 +22,7 @@ import numpy as np
 
 from microtensor._C.tensor import Size, Storage, device, dtype
 from microtensor._tensor import Tensor, _rebuild_tensor
+from microtensor.cuda import is_available as cuda_is_available
 from microtensor.nn.parameter import Parameter
 
 # PyTorch's storage classes by the dtype of their elements
@@ -290,6 +291,12 @@ class _Archive:
         values = np.frombuffer(raw, element.newbyteorder(self.byteorder)).astype(element)
         storage = Storage(values)
         target = _target_device(location, self.map_location)
+        if target.type == "cuda" and not cuda_is_available():
+            raise RuntimeError(
+                "Attempting to deserialize object on a CUDA device but "
+                "microtensor.cuda.is_available() is False. If you are running on a CPU-only "
+                "machine, please use microtensor.load with map_location='cpu' to map your "
+                "storages to the CPU.")
         if target.type != "cpu":
             storage = _whole_storage(storage, dt).to(target).untyped_storage()
         return _LoadedStorage(storage, dt)
