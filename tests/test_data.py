@@ -121,12 +121,17 @@ def test_iterable_dataset_batches_match_torch():
         d = data if lib is mt else tdata
 
         class Stream(d.IterableDataset):
+            def __init__(self, start, stop):
+                self.range = range(start, stop)
+
             def __iter__(self):
-                return iter({"i": i, "x": lib.full((2,), float(i))} for i in range(7))
+                return iter({"i": i, "x": lib.full((2,), float(i))} for i in self.range)
 
             def __len__(self):
-                return 7
-        return d.DataLoader(Stream(), **kwargs)
+                return len(self.range)
+        chained = Stream(0, 4) + Stream(4, 7)
+        assert isinstance(chained, d.ChainDataset) and len(chained) == 7
+        return d.DataLoader(chained, **kwargs)
     for kwargs in (dict(batch_size=3), dict(batch_size=3, drop_last=True), dict(batch_size=None)):
         ours, theirs = loader(mt, **kwargs), loader(torch, **kwargs)
         assert len(ours) == len(theirs)
@@ -207,6 +212,8 @@ def test_concat_subset_and_tensor_dataset():
         data.ConcatDataset([])
     with pytest.raises(AssertionError, match="Size mismatch between tensors"):
         data.TensorDataset(mt.zeros(3), mt.zeros(4))
+    with pytest.raises(AssertionError, match="ChainDataset only supports IterableDataset"):
+        list(data.ChainDataset([a]))
     sub = data.Subset(both_, [4, 0])
     assert [x.item() for (x,) in sub] == [11, 0]
     with pytest.raises(NotImplementedError, match="Subclasses of Dataset should implement"):
@@ -238,7 +245,8 @@ def test_dataloader_option_checks():
              (dict(batch_size=None, drop_last=True), "disables auto-batching"),
              (dict(num_workers=-1), "num_workers option should be non-negative"),
              (dict(persistent_workers=True), "persistent_workers option needs num_workers"),
-             (dict(prefetch_factor=2), "prefetch_factor option could only be specified")]
+             (dict(prefetch_factor=2), "prefetch_factor option could only be specified"),
+             (dict(multiprocessing_context="spawn"), "multiprocessing_context can only be used")]
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             data.DataLoader(ds, **kwargs)

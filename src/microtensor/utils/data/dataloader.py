@@ -30,7 +30,8 @@ class DataLoader:
                  timeout=0, worker_init_fn=None, multiprocessing_context=None,
                  generator=None, *, prefetch_factor=None, persistent_workers=False,
                  pin_memory_device="", in_order=True):
-        self._check_worker_options(num_workers, timeout, prefetch_factor, persistent_workers)
+        self._check_worker_options(num_workers, timeout, prefetch_factor, persistent_workers,
+                                   multiprocessing_context)
         iterable = isinstance(dataset, IterableDataset)
         if iterable:
             for name, value in (("shuffle", shuffle), ("sampler", sampler),
@@ -79,7 +80,8 @@ class DataLoader:
         self._initialized = True
 
     @staticmethod
-    def _check_worker_options(num_workers, timeout, prefetch_factor, persistent_workers):
+    def _check_worker_options(num_workers, timeout, prefetch_factor, persistent_workers,
+                              multiprocessing_context):
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 "
                              "to disable multiprocessing.")
@@ -93,6 +95,9 @@ class DataLoader:
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
+        if multiprocessing_context is not None and num_workers == 0:
+            raise ValueError("multiprocessing_context can only be used with multi-process "
+                             f"loading (num_workers > 0), but got num_workers={num_workers}")
         if num_workers > 0:
             # code written for PyTorch often asks for workers; it runs unchanged here
             warnings.warn(f"microtensor does not support multiprocessing data loading: "

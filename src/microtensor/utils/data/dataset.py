@@ -26,8 +26,7 @@ class IterableDataset(Dataset[T_co]):
     """A stream of samples: subclasses define ``__iter__`` (and ``__len__`` if they can)."""
 
     def __add__(self, other):
-        raise TypeError("ConcatDataset does not support IterableDataset; "
-                        "chain iterable datasets with itertools.chain")
+        return ChainDataset([self, other])
 
     def __iter__(self):
         raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
@@ -74,6 +73,26 @@ class ConcatDataset(Dataset):
         which = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[which - 1] if which else 0
         return self.datasets[which][idx - start]
+
+
+class ChainDataset(IterableDataset):
+    """The samples of several iterable datasets, one stream after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def _checked(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield d
+
+    def __iter__(self):
+        for d in self._checked():
+            yield from d
+
+    def __len__(self):
+        return sum(len(d) for d in self._checked())
 
 
 class Subset(Dataset):
