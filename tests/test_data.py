@@ -94,8 +94,9 @@ def make_dataset(lib):
 
 
 @needs_torch
-@pytest.mark.parametrize("kwargs", [dict(), dict(batch_size=3), dict(batch_size=3, drop_last=True),
-                                    dict(batch_size=None), dict(batch_size=4, drop_last=False)])
+@pytest.mark.parametrize("kwargs", [dict(), dict(batch_size=3),
+                                    dict(batch_size=3, drop_last=True), dict(batch_size=None),
+                                    dict(batch_size=4, drop_last=False)])
 def test_sequential_loading_matches_torch(kwargs):
     ours, theirs = both(lambda lib: (data if lib is mt else tdata).DataLoader(
         make_dataset(lib), **kwargs))
@@ -132,7 +133,8 @@ def test_iterable_dataset_batches_match_torch():
         chained = Stream(0, 4) + Stream(4, 7)
         assert isinstance(chained, d.ChainDataset) and len(chained) == 7
         return d.DataLoader(chained, **kwargs)
-    for kwargs in (dict(batch_size=3), dict(batch_size=3, drop_last=True), dict(batch_size=None)):
+    for kwargs in (dict(batch_size=3), dict(batch_size=3, drop_last=True),
+                   dict(batch_size=None)):
         ours, theirs = loader(mt, **kwargs), loader(torch, **kwargs)
         assert len(ours) == len(theirs)
         assert batches(ours) == batches(theirs)
@@ -246,7 +248,8 @@ def test_dataloader_option_checks():
              (dict(num_workers=-1), "num_workers option should be non-negative"),
              (dict(persistent_workers=True), "persistent_workers option needs num_workers"),
              (dict(prefetch_factor=2), "prefetch_factor option could only be specified"),
-             (dict(multiprocessing_context="spawn"), "multiprocessing_context can only be used")]
+             (dict(multiprocessing_context="spawn"),
+              "multiprocessing_context can only be used")]
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             data.DataLoader(ds, **kwargs)

@@ -72,7 +72,8 @@ def test_roundtrip_of_containers_parameters_and_a_module(tmp_path):
            "frozen": mt.nn.Parameter(mt.ones(1), requires_grad=False),
            "step": 7, "lr": 0.5, "name": "run", "flags": (True, None), "ids": {3: [1.0, -2]},
            "dtype": mt.float64, "dtypes": [mt.float64, mt.int64, mt.float64],
-           "empty": [mt.zeros(0), mt.zeros(3, 0, dtype=mt.int64)], "size": mt.Size([2, 3]), "device": mt.device("cpu")}
+           "empty": [mt.zeros(0), mt.zeros(3, 0, dtype=mt.int64)], "size": mt.Size([2, 3]),
+           "device": mt.device("cpu")}
     path = tmp_path / "checkpoint.pt"
     mt.save(obj, path)              # a path-like
     loaded = mt.load(str(path))     # a string path

@@ -63,7 +63,7 @@ class _TorchName:
     def __init__(self, module, name):
         self.module, self.name = module, name
 
-    # the pickler wants a callable at the head of a reduce; only loading calls it
+    # the pickler requires the head of a reduce to be callable; nothing calls it
     def __call__(self, *args):
         raise TypeError(f"{self.module}.{self.name} is a name in a checkpoint, not a function")
 
@@ -119,11 +119,13 @@ class _CheckpointPickler(pickle._Pickler):
                         f"{type(obj).__name__}: {_NOT_ALLOWED}")
 
     def _reduce_tensor(self, t):
+        if t.dtype.name not in _STORAGE_CLASSES:
+            raise TypeError(f"microtensor.save cannot save a tensor of dtype {t.dtype}")
         storage = t.untyped_storage()
         self.storages.setdefault(id(storage), (str(len(self.storages)), storage, t.dtype))
         if isinstance(t, Parameter):
-            data = _rebuild_tensor(Tensor, storage, t.storage_offset(), tuple(t.shape), t.stride(),
-                                   t.dtype, False)
+            data = _rebuild_tensor(Tensor, storage, t.storage_offset(), tuple(t.shape),
+                                   t.stride(), t.dtype, False)
             return (_torch_name("torch._utils", "_rebuild_parameter"),
                     (data, t.requires_grad, collections.OrderedDict()))
         return (_torch_name("torch._utils", "_rebuild_tensor_v2"),
@@ -326,8 +328,8 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
         pickles = [n for n in archive.namelist()
                    if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pickles) != 1:
-            raise pickle.UnpicklingError("microtensor.load: the archive has no <name>/data.pkl "
-                                         "record: not a checkpoint")
+            raise pickle.UnpicklingError("microtensor.load: the archive has no "
+                                         "<name>/data.pkl record: not a checkpoint")
         prefix = pickles[0][:-len("data.pkl")]
         reader = _Archive(archive, prefix, map_location)
         return _WeightsUnpickler(archive.read(pickles[0]), reader.read_storage).load()

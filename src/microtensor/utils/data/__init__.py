@@ -1,6 +1,6 @@
 """Datasets, samplers and the ``DataLoader``, as ``torch.utils.data``."""
-from microtensor.utils.data.collate import collate, default_collate, default_collate_fn_map, \
-    default_convert
+from microtensor.utils.data.collate import (collate, default_collate, default_collate_fn_map,
+                                            default_convert)
 from microtensor.utils.data.dataloader import DataLoader, get_worker_info
 from microtensor.utils.data.dataset import (ChainDataset, ConcatDataset, Dataset,
                                             IterableDataset, Subset, TensorDataset,
@@ -8,7 +8,7 @@ from microtensor.utils.data.dataset import (ChainDataset, ConcatDataset, Dataset
 from microtensor.utils.data.sampler import (BatchSampler, RandomSampler, Sampler,
                                             SequentialSampler, SubsetRandomSampler)
 
-__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset",
-           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler",
-           "TensorDataset", "collate", "default_collate", "default_collate_fn_map",
-           "default_convert", "get_worker_info", "random_split"]
+__all__ = ["BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
+           "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler", "Subset",
+           "SubsetRandomSampler", "TensorDataset", "collate", "default_collate",
+           "default_collate_fn_map", "default_convert", "get_worker_info", "random_split"]

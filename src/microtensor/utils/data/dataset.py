@@ -148,7 +148,8 @@ def random_split(dataset, lengths, generator=None):
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         lengths = _lengths_from_fractions(lengths, len(dataset))
     if sum(lengths) != len(dataset):
-        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+        raise ValueError("Sum of input lengths does not equal the length of the input "
+                         "dataset!")
     indices = randperm(sum(lengths), generator=generator or default_generator).tolist()
     return [Subset(dataset, indices[end - length:end])
             for end, length in zip(itertools.accumulate(lengths), lengths)]

@@ -92,7 +92,8 @@ class BatchSampler(Sampler):
             raise ValueError("batch_size should be a positive integer value, but got "
                              f"batch_size={batch_size}")
         if not isinstance(drop_last, bool):
-            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
+            raise ValueError("drop_last should be a boolean value, but got "
+                             f"drop_last={drop_last}")
         self.sampler = sampler
         self.batch_size = batch_size
         self.drop_last = drop_last
