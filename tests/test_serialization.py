@@ -117,6 +117,14 @@ def test_save_refuses_what_load_could_not_read():
             mt.save(obj, io.BytesIO())
 
 
+def test_save_refuses_a_dtype_without_a_storage_class(monkeypatch):
+    monkeypatch.delitem(serialization._STORAGE_CLASSES, "int32")
+    buffer = io.BytesIO()
+    with pytest.raises(TypeError, match="cannot save a tensor of dtype microtensor.int32"):
+        mt.save({"x": mt.zeros(2, dtype=mt.int32)}, buffer)
+    assert buffer.getvalue() == b""    # nothing written
+
+
 def test_load_options():
     with pytest.raises(ValueError, match="supports only weights_only=True"):
         roundtrip([1], weights_only=False)
