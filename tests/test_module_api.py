@@ -792,3 +792,27 @@ def test_parameters_on_two_devices_are_refused(fake_cuda):
     params = [nn.Parameter(mt.ones(2)), nn.Parameter(mt.ones(2, device=fake_cuda))]
     with pytest.raises(TypeError, match="Found two parameters on different devices"):
         nn.utils.parameters_to_vector(params)
+
+
+@needs_torch
+def test_softmax_without_dim_warns_and_picks_torchs_dimension():
+    x = mt.randn(2, 3)
+    for cls in ("Softmax", "LogSoftmax"):
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            ours = getattr(nn, cls)()(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = getattr(torch.nn, cls)()(to_torch(x))
+        close(ours, theirs)
+
+
+def test_module_call_without_hooks_is_forward():
+    class Twice(nn.Module):
+        def forward(self, x, *, k=2):
+            return x * k
+    m = Twice()
+    assert m(mt.ones(1), k=3).tolist() == [3.0]
+    handle = m.register_forward_pre_hook(lambda mod, args: None)
+    assert m(mt.ones(1), k=3).tolist() == [3.0]
+    handle.remove()
+    assert not m._forward_pre_hooks

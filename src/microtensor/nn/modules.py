@@ -169,11 +169,6 @@ class Module:
                 return
         object.__delattr__(self, name)
 
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        for table in _HOOK_TABLES:    # modules pickled before the hook tables existed
-            self.__dict__.setdefault(table, OrderedDict())
-
     def _check_new_name(self, kind, name, table):
         """PyTorch's checks of a name about to be registered in ``table``."""
         if not isinstance(name, str):

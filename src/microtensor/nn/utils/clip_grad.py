@@ -22,7 +22,8 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
         return make_tensor(0.0)
     first_device = tensors[0].device
     with no_grad():
-        total = microtensor.stack([t.norm(norm_type).to(first_device) for t in tensors]).norm(norm_type)
+        norms = [t.norm(norm_type).to(first_device) for t in tensors]
+        total = microtensor.stack(norms).norm(norm_type)
     if error_if_nonfinite and not bool(total.isfinite().item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from "
                            "`parameters` is non-finite, so it cannot be clipped. To disable "
