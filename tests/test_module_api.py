@@ -13,6 +13,7 @@ import fake_cupy
 import microtensor as mt
 from microtensor import nn
 from microtensor.backends import cuda as cuda_backend
+from test_cuda import dev  # noqa: F401  (the device tests' fake-CuPy/GPU fixture)
 
 try:
     import torch
@@ -134,15 +135,15 @@ def fake_cuda(monkeypatch):
     return "cuda"
 
 
-def test_module_to_device_and_back(fake_cuda):
+def test_module_to_device_and_back(dev):
     model = WithBuffers()
     model.fc(mt.randn(4, 3)).sum().backward()
     weight = model.fc.weight
     before = weight.detach().clone()
-    assert model.to(fake_cuda) is model
+    assert model.to(dev) is model
     assert model.fc.weight is weight and weight.device.type == "cuda"
     assert weight.grad.device.type == "cuda" and model.steps.device.type == "cuda"
-    out = model.fc(mt.randn(4, 3, device=fake_cuda))
+    out = model.fc(mt.randn(4, 3, device=dev))
     assert out.device.type == "cuda"
     out.sum().backward()
     model.cpu()
