@@ -817,3 +817,27 @@ def test_module_call_without_hooks_is_forward():
     assert m(mt.ones(1), k=3).tolist() == [3.0]
     handle.remove()
     assert not m._forward_pre_hooks
+
+
+@needs_torch
+@pytest.mark.parametrize("call", [
+    lambda lib: ((lib.float64,), {}), lambda lib: ((lib.float64, True), {}),
+    lambda lib: (("cpu", lib.float64, True), {}), lambda lib: (("cpu",), {"dtype": lib.float64}),
+    lambda lib: ((), {"device": "cpu", "dtype": lib.float64, "non_blocking": True}),
+    lambda lib: ((lib.ones(1, dtype=lib.float64),), {"non_blocking": False}),
+    lambda lib: ((), {"copy": True}), lambda lib: ((), {"foo": 1}),
+    lambda lib: ((lib.float64, 3), {}), lambda lib: ((lib.float64,), {"device": "cpu"}),
+    lambda lib: (("cpu",), {"device": "cpu"}),
+    lambda lib: ((lib.ones(1),), {"dtype": lib.float64}),
+])
+def test_module_to_argument_forms_match_torch(call):
+    outcomes = []
+    for lib in (mt, torch):
+        model = lib.nn.Linear(2, 2)
+        args, kwargs = call(lib)
+        try:
+            model.to(*args, **kwargs)
+            outcomes.append(str(model.weight.dtype).split(".")[-1])
+        except (TypeError, RuntimeError) as e:
+            outcomes.append(type(e).__name__)
+    assert outcomes[0] == outcomes[1]

@@ -68,34 +68,36 @@ def _parse_to(*args, **kwargs):
     """``(device, dtype, non_blocking, memory_format)`` from ``Module.to``'s arguments:
     ``to(device=None, dtype=None, non_blocking=False)``, ``to(dtype, non_blocking=False)``
     or ``to(tensor, non_blocking=False)``, as PyTorch parses them."""
-    device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    tensor = kwargs.pop("tensor", None)
-    non_blocking = kwargs.pop("non_blocking", False)
-    memory_format = kwargs.pop("memory_format", None)
-    kwargs.pop("copy", None)
-    if kwargs:
-        raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
+    if "copy" in kwargs:
+        raise RuntimeError(".to() does not accept copy argument")
+    options = dict(kwargs)
+    non_blocking = options.pop("non_blocking", False)
+    memory_format = options.pop("memory_format", None)
     rest = list(args)
     if rest and isinstance(rest[0], TensorBase):
         tensor = rest.pop(0)
-    elif rest and isinstance(rest[0], dtype_cls):
-        dtype = rest.pop(0)
-    elif rest and isinstance(rest[0], (str, device_cls)):
-        device = rest.pop(0)
-        if rest and isinstance(rest[0], dtype_cls):
-            dtype = rest.pop(0)
+        device, dtype = tensor.device, tensor.dtype
+        dtype_given = True
+    else:
+        device = rest.pop(0) if rest and isinstance(rest[0], (str, device_cls)) else None
+        dtype = rest.pop(0) if rest and isinstance(rest[0], dtype_cls) else None
+        device_given, dtype_given = device is not None, dtype is not None
     if rest and isinstance(rest[0], bool):
         non_blocking = rest.pop(0)
-    if rest or not isinstance(non_blocking, bool):
-        got = ", ".join(type(a).__name__ for a in args)
-        raise TypeError(f"to() received an invalid combination of arguments - got ({got})")
-    if tensor is not None:
-        device, dtype = tensor.device, tensor.dtype
-    if device is not None and not isinstance(device, device_cls):
+    if not dtype_given:     # to(device=, dtype=): keywords only where no dtype came first
+        if "device" in options and not device_given:
+            device = options.pop("device")
+        if "dtype" in options:
+            dtype = options.pop("dtype")
+    if rest or options or not isinstance(non_blocking, bool) or \
+            (device is not None and not isinstance(device, (str, device_cls))) or \
+            (dtype is not None and not isinstance(dtype, dtype_cls)):
+        got = [type(a).__name__ for a in args] + \
+            [f"{k}={type(v).__name__}" for k, v in kwargs.items()]
+        raise TypeError("to() received an invalid combination of arguments - got "
+                        f"({', '.join(got)})")
+    if isinstance(device, str):
         device = device_cls(device)
-    if dtype is not None and not isinstance(dtype, dtype_cls):
-        raise TypeError(f"to() expected a dtype, got {_typename(dtype)}")
     return device, dtype, non_blocking, memory_format
 
 
