@@ -80,6 +80,11 @@ def test_double_keeps_parameter_objects_converts_grad_and_floating_buffers_only(
     assert weight.dtype == mt.float64 and grad.dtype == mt.float64
     assert isinstance(weight, nn.Parameter) and weight.is_leaf and weight.requires_grad
     assert model.scale.dtype == mt.float64 and model.steps.dtype == mt.int64
+    model.zero_grad()
+    x = mt.randn(4, 3, dtype=mt.float64)
+    model.fc(x).sum().backward()                                   # the graph sees the new data
+    assert weight.grad.dtype == mt.float64
+    np.testing.assert_allclose(weight.grad.numpy(), np.tile(x.sum(0).numpy(), (2, 1)))
     model.float()
     assert weight.dtype == mt.float32 and model.scale.dtype == mt.float32
     model.to(mt.float64)
