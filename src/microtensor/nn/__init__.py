@@ -1,9 +1,16 @@
-"""Neural-network building blocks, just enough for real use: ``Module``, ``Parameter``,
-layers, and ``functional`` (losses and activations)."""
-from microtensor.nn import functional, init
-from microtensor.nn.modules import (Dropout, Embedding, Identity, Linear, Module, ReLU,
-                                    Sequential, Sigmoid, Tanh)
+"""Neural-network building blocks with PyTorch's API: ``Module`` (hooks, ``to``,
+``state_dict``...), ``Parameter``, containers, layers and losses, ``functional``,
+``init`` and ``utils``."""
+from microtensor.nn import functional, init, utils
+from microtensor.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList
+from microtensor.nn.modules import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, Dropout,
+                                    Embedding, Flatten, Identity, L1Loss, Linear, LogSoftmax,
+                                    Module, MSELoss, NLLLoss, ReLU, Sequential, Sigmoid,
+                                    Softmax, Tanh, Unflatten)
 from microtensor.nn.parameter import Parameter
 
-__all__ = ["Module", "Parameter", "Linear", "Sequential", "ReLU", "Tanh", "Sigmoid",
-           "Dropout", "Embedding", "Identity", "functional", "init"]
+__all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
+           "ParameterDict", "Identity", "Linear", "Flatten", "Unflatten", "ReLU", "Tanh",
+           "Sigmoid", "Softmax", "LogSoftmax", "Dropout", "Embedding", "MSELoss", "L1Loss",
+           "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init",
+           "utils"]
