@@ -579,3 +579,28 @@ def test_lambda_scheduler_state_saves_callable_objects_not_functions():
     assert other.length == 3 and fresh.lr_lambdas == [other]
     plain = mt.optim.lr_scheduler.LambdaLR(opt, lambda e: 1.0)
     assert plain.state_dict()["lr_lambdas"] == [None]
+
+
+def test_an_optimizer_written_outside_marks_its_steps_for_the_schedulers():
+    """A user's Optimizer subclass with its own step() is seen as stepped (no warning)."""
+    class SignSGD(mt.optim.Optimizer):
+        def __init__(self, params, lr=0.1):
+            super().__init__(params, {"lr": lr})
+
+        @mt.no_grad()
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.sub_(p.grad.sign(), alpha=group["lr"])
+
+    w, b, u = make_params(mt)
+    opt = SignSGD([w, b])
+    sched = mt.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5)
+    loss_of(mt, [w, b, u]).backward()
+    opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sched.step()
+    assert opt.param_groups[0]["lr"] == 0.05
+    np.testing.assert_allclose(numpy_of(b), B0 - 0.1 * np.sign(numpy_of(b.grad)))

@@ -62,7 +62,6 @@ class LBFGS(Optimizer):
         line_search = group["line_search_fn"]
         if line_search not in (None, "strong_wolfe"):
             raise RuntimeError("only 'strong_wolfe' is supported")
-        self._opt_called = True
         state = self.state[self._params[0]]
         state.setdefault("func_evals", 0)
         state.setdefault("n_iter", 0)

@@ -2,6 +2,7 @@
 options, per-parameter state, ``state_dict`` in PyTorch's layout and the step loop every
 update rule shares.  Updates run under ``no_grad`` and write into the parameters in place."""
 import copy
+import functools
 import warnings
 from collections import defaultdict
 
@@ -51,6 +52,11 @@ class Optimizer:
     ``_update(p, grad, state, group)`` (one step for one parameter); ``step`` calls them
     for every parameter with a gradient, after negating it (``maximize``), counting
     ``state["step"]`` and applying weight decay."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in vars(cls):
+            cls.step = _records_step(vars(cls)["step"])
 
     def __init__(self, params, defaults):
         if isinstance(params, Tensor):
@@ -222,6 +228,16 @@ class Optimizer:
                 saved.setdefault("param_names", group["param_names"])
         self.state = state
         self.param_groups = saved_groups
+
+
+def _records_step(step):
+    """``step`` that notes it ran, for the schedulers' warning about stepping them first
+    (also for the ``step`` of optimizers written outside this package)."""
+    @functools.wraps(step)
+    def recorded(self, *args, **kwargs):
+        self._opt_called = True
+        return step(self, *args, **kwargs)
+    return recorded
 
 
 def _cast_state(param, value, key=None):
