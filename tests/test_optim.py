@@ -178,6 +178,28 @@ def test_lbfgs_matches_torch(options):
     assert (state["n_iter"], state["func_evals"]) == (tstate["n_iter"], tstate["func_evals"])
 
 
+@needs_torch
+@pytest.mark.parametrize("options", [dict(lr=10.0), dict(max_iter=5, history_size=4)])
+def test_lbfgs_line_search_on_rosenbrock_matches_torch(options):
+    """A curved valley and long first steps: the line search brackets and zooms."""
+    def minimise(lib):
+        xy = lib.tensor([-1.5, 2.0], dtype=lib.float64, requires_grad=True)
+        opt = lib.optim.LBFGS([xy], line_search_fn="strong_wolfe", **options)
+
+        def closure():
+            opt.zero_grad()
+            loss = (1 - xy[0]) ** 2 + 100 * (xy[1] - xy[0] ** 2) ** 2
+            loss.backward()
+            return loss
+        losses = [opt.step(closure).item() for _ in range(2)]
+        return numpy_of(xy), losses, opt.state[xy]["func_evals"]
+
+    ours, theirs = minimise(mt), minimise(torch)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-9)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-9)
+    assert ours[2] == theirs[2]
+
+
 def test_lbfgs_rejects_groups_and_unknown_line_search():
     w, b, _ = make_params(mt)
     with pytest.raises(ValueError, match="doesn't support per-parameter options"):
@@ -604,3 +626,16 @@ def test_an_optimizer_written_outside_marks_its_steps_for_the_schedulers():
         sched.step()
     assert opt.param_groups[0]["lr"] == 0.05
     np.testing.assert_allclose(numpy_of(b), B0 - 0.1 * np.sign(numpy_of(b.grad)))
+
+
+@needs_torch
+def test_a_repeated_parameter_warns_and_is_numbered_as_torch():
+    def layout(lib):
+        a, b, c = (lib.zeros(1, requires_grad=True) for _ in range(3))
+        with pytest.warns(UserWarning, match="duplicate parameters"):
+            opt = lib.optim.SGD([{"params": [a, a, b]}, {"params": [c]}], lr=0.1, momentum=0.9)
+        a.grad = lib.ones(1)
+        opt.step()
+        sd = opt.state_dict()
+        return [g["params"] for g in sd["param_groups"]], list(sd["state"])
+    assert layout(mt) == layout(torch)

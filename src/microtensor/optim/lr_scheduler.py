@@ -151,7 +151,8 @@ class LambdaLR(_FunctionScheduler):
     """``lr = initial_lr * lr_lambda(epoch)``."""
 
     def get_lr(self):
-        return [base_lr * fn(self.last_epoch) for fn, base_lr in zip(self.lr_lambdas, self.base_lrs)]
+        return [base_lr * fn(self.last_epoch)
+                for fn, base_lr in zip(self.lr_lambdas, self.base_lrs)]
 
 
 class MultiplicativeLR(_FunctionScheduler):
@@ -311,7 +312,8 @@ class CosineAnnealingLR(LRScheduler):
             # At the bottom of the curve the ratio would divide by zero: add the step.
             return [group["lr"] + (base_lr - eta_min) * (1 - math.cos(math.pi / T_max)) / 2
                     for base_lr, group in zip(self.base_lrs, self.optimizer.param_groups)]
-        ratio = (1 + math.cos(math.pi * epoch / T_max)) / (1 + math.cos(math.pi * (epoch - 1) / T_max))
+        ratio = ((1 + math.cos(math.pi * epoch / T_max))
+                 / (1 + math.cos(math.pi * (epoch - 1) / T_max)))
         return [ratio * (group["lr"] - eta_min) + eta_min for group in self.optimizer.param_groups]
 
     def _get_closed_form_lr(self):

@@ -151,7 +151,7 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad = p.grad.neg() if group["maximize"] else p.grad
+                grad = p.grad.neg() if group.get("maximize") else p.grad
                 state = self._param_state(p, group)
                 grad = self._weight_decayed(p, grad, group)
                 self._update(p, grad, state, group)
@@ -194,8 +194,12 @@ class Optimizer:
         groups = []
         for group in self.param_groups:
             packed = {k: v for k, v in group.items() if k != "params"}
-            for p in group["params"]:
-                index.setdefault(id(p), len(index))
+            # Numbered by position, as PyTorch: a parameter repeated in a group takes its
+            # last position there (leaving a gap), one in an earlier group keeps that index.
+            start = sum(len(g["params"]) for g in groups)
+            positions = {id(p): i for i, p in enumerate(group["params"], start)}
+            for key, i in positions.items():
+                index.setdefault(key, i)
             packed["params"] = [index[id(p)] for p in group["params"]]
             groups.append(packed)
         state = {index[id(p)] if isinstance(p, Tensor) else p: value
