@@ -367,11 +367,16 @@ def test_float32_parameters_step_as_torch():
             np.testing.assert_allclose(numpy_of(ours), numpy_of(theirs), rtol=1e-6, atol=1e-6)
 
 
-def test_optimizer_repr_lists_the_groups():
-    w, b, _ = make_params(mt)
-    text = repr(mt.optim.SGD([w, b], lr=0.1))
-    assert text.startswith("SGD (\nParameter Group 0\n    dampening: 0\n")
-    assert "    lr: 0.1\n" in text and text.endswith(")")
+@needs_torch
+def test_optimizer_repr_is_laid_out_as_torch():
+    def text(lib):
+        w, b, _ = make_params(lib)
+        lines = repr(lib.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.5}], lr=0.1))
+        # PyTorch's groups also list its foreach/fused/differentiable switches.
+        return [line for line in lines.split("\n")
+                if line.split(":")[0].strip() not in ("foreach", "fused", "differentiable")]
+    assert text(mt) == text(torch)
+    assert text(mt)[:3] == ["SGD (", "Parameter Group 0", "    dampening: 0"]
 
 
 # -- schedulers ----------------------------------------------------------------------------
@@ -639,3 +644,22 @@ def test_a_repeated_parameter_warns_and_is_numbered_as_torch():
         sd = opt.state_dict()
         return [g["params"] for g in sd["param_groups"]], list(sd["state"])
     assert layout(mt) == layout(torch)
+
+
+@needs_torch
+def test_a_scheduler_written_outside_steps_as_torch():
+    def sequence(lib):
+        class HalveOddEpochs(lib.optim.lr_scheduler._LRScheduler):
+            def get_lr(self):
+                factor = 0.5 if self.last_epoch % 2 else 1.0
+                return [group["lr"] * factor for group in self.optimizer.param_groups]
+
+        opt = lib.optim.Adam([lib.zeros(1, requires_grad=True)], lr=0.1)
+        sched = HalveOddEpochs(opt)
+        out = []
+        for _ in range(6):
+            opt.step()
+            sched.step()
+            out.append((sched.get_last_lr(), sched.last_epoch))
+        return out
+    assert sequence(mt) == sequence(torch)

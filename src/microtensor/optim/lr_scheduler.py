@@ -114,6 +114,10 @@ class LRScheduler:
         return [group["lr"] * factor for group in self.optimizer.param_groups]
 
 
+class _LRScheduler(LRScheduler):
+    """The base class's older name, still subclassed by PyTorch code."""
+
+
 class _FunctionScheduler(LRScheduler):
     """A scheduler driven by one function of the epoch per group.  Plain functions stay
     out of ``state_dict`` (saved as None); callable objects save their ``__dict__``."""

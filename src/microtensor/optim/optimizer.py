@@ -74,11 +74,11 @@ class Optimizer:
             self.add_param_group(group)
 
     def __repr__(self):
-        lines = [f"{type(self).__name__} ("]
+        text = f"{type(self).__name__} ("
         for i, group in enumerate(self.param_groups):
-            lines.append(f"Parameter Group {i}")
-            lines += [f"    {k}: {group[k]}" for k in sorted(group) if k != "params"]
-        return "\n".join(lines) + "\n)"
+            text += f"\nParameter Group {i}\n"
+            text += "".join(f"    {k}: {group[k]}\n" for k in sorted(group) if k != "params")
+        return text + ")"
 
     def add_param_group(self, param_group):
         """Adds a group (a dict with ``params`` and options) to ``param_groups``."""
