@@ -200,6 +200,38 @@ def test_lbfgs_line_search_on_rosenbrock_matches_torch(options):
     assert ours[2] == theirs[2]
 
 
+@pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
+def test_lbfgs_state_dict_resumes_bit_identically(line_search_fn):
+    def minimise(params, opt, steps):
+        w, b, _ = params
+
+        def closure():
+            opt.zero_grad()
+            z = mt.tensor(X) @ w + b
+            loss = ((z - mt.tensor(Y)) ** 2).sum() + 0.01 * (z ** 4).sum()
+            loss.backward()
+            return loss
+        for _ in range(steps):
+            opt.step(closure)
+
+    def make(params):
+        return mt.optim.LBFGS(params, max_iter=4, history_size=3, line_search_fn=line_search_fn)
+
+    straight = make_params(mt)
+    minimise(straight, make(straight), 4)
+    params = make_params(mt)
+    opt = make(params)
+    minimise(params, opt, 2)
+    saved = copy.deepcopy(opt.state_dict())
+    assert saved["state"][0]["n_iter"] > 4 and len(saved["state"][0]["old_dirs"]) == 3
+    fresh = [p.detach().clone().requires_grad_(True) for p in params]
+    resumed = make(fresh)
+    resumed.load_state_dict(saved)
+    minimise(fresh, resumed, 2)
+    for p, q in zip(fresh, straight):
+        np.testing.assert_array_equal(numpy_of(p), numpy_of(q))
+
+
 def test_lbfgs_rejects_groups_and_unknown_line_search():
     w, b, _ = make_params(mt)
     with pytest.raises(ValueError, match="doesn't support per-parameter options"):

@@ -30,7 +30,7 @@ class Adam(Optimizer):
         second = _ema_sq_(state["exp_avg_sq"], grad, beta2)
         if group["amsgrad"]:
             second = state["max_exp_avg_sq"].copy_(state["max_exp_avg_sq"].maximum(second))
-        denom = (second.sqrt() / (1 - beta2 ** step) ** 0.5).add_(group["eps"])
+        denom = second.sqrt().div_((1 - beta2 ** step) ** 0.5).add_(group["eps"])
         p.add_(exp_avg / denom, alpha=-group["lr"] / (1 - beta1 ** step))
 
 
