@@ -441,7 +441,8 @@ SCHEDULERS = {
 }
 
 
-def lr_sequence(lib, make, steps=30, momentum_key="momentum"):
+def lr_sequence(lib, make, steps=30):
+    """The rates (and momenta, which OneCycleLR cycles) after each of ``steps`` steps."""
     w = lib.zeros(2, requires_grad=True)
     b = lib.zeros(1, requires_grad=True)
     opt = lib.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.01}], lr=0.1, momentum=0.9)
@@ -452,7 +453,7 @@ def lr_sequence(lib, make, steps=30, momentum_key="momentum"):
         for s in scheds:
             s.step()
         seq.append([g["lr"] for g in opt.param_groups] + [scheds[-1].get_last_lr()]
-                   + [g[momentum_key] for g in opt.param_groups])
+                   + [g["momentum"] for g in opt.param_groups])
     return seq, scheds, opt
 
 
