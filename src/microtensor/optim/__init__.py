@@ -1,5 +1,17 @@
-"""Optimizers: ``SGD`` (momentum, weight decay, Nesterov) and ``Adam`` (with AdamW's
-decoupled weight decay as an option)."""
-from microtensor.optim.optimizer import SGD, Adam, AdamW, Optimizer
+"""Optimizers and learning-rate schedulers with ``torch.optim``'s API: parameter groups,
+``state_dict``/``load_state_dict`` in PyTorch's layout, ``maximize``, and PyTorch's update
+rules (single-tensor, no ``foreach``/``fused`` variants)."""
+from microtensor.optim import lr_scheduler
+from microtensor.optim.adadelta import Adadelta
+from microtensor.optim.adagrad import Adagrad
+from microtensor.optim.adam import Adam, AdamW
+from microtensor.optim.adamax import Adamax
+from microtensor.optim.lbfgs import LBFGS
+from microtensor.optim.nadam import NAdam
+from microtensor.optim.optimizer import Optimizer
+from microtensor.optim.radam import RAdam
+from microtensor.optim.rmsprop import RMSprop
+from microtensor.optim.sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop",
+           "Adagrad", "Adadelta", "LBFGS", "lr_scheduler"]

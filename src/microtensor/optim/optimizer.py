@@ -1,133 +1,257 @@
-"""The optimizers.  Updates run under ``no_grad`` and write into the parameters in place."""
-from microtensor.autograd.grad_mode import no_grad
+"""The optimizer base class, as ``torch.optim.Optimizer``: parameter groups with their own
+options, per-parameter state, ``state_dict`` in PyTorch's layout and the step loop every
+update rule shares.  Updates run under ``no_grad`` and write into the parameters in place."""
+import copy
+import functools
+import warnings
+from collections import defaultdict
+
+import microtensor as mt
+from microtensor._tensor import Tensor
+from microtensor.autograd.grad_mode import enable_grad, no_grad
+
+_LABELS = {"lr": "learning rate", "eps": "epsilon value"}
+# Scalar state kept in its own dtype when loaded (PyTorch exempts only "step").
+_COUNTERS = ("step", "mu_product")
+
+
+def _check_hyperparameters(**values):
+    """PyTorch's argument checks, in the order given: every value must be >= 0 (NaN fails
+    too), each beta in [0, 1) and rho in [0, 1]."""
+    for name, value in values.items():
+        if name == "betas":
+            for i, beta in enumerate(value):
+                if not 0.0 <= beta < 1.0:
+                    raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+        elif not 0.0 <= value or (name == "rho" and value > 1.0):
+            raise ValueError(f"Invalid {_LABELS.get(name, name + ' value')}: {value}")
+
+
+def _scalar_tensor(value):
+    """A 0-d tensor for a per-parameter counter (``step``, NAdam's ``mu_product``), in
+    float32 unless the default dtype is float64, as PyTorch keeps them."""
+    dtype = mt.float64 if mt.get_default_dtype() == mt.float64 else mt.float32
+    return mt.tensor(value, dtype=dtype)
+
+
+def _ema_(average, value, beta):
+    """average <- beta * average + (1 - beta) * value, in place."""
+    return average.mul_(beta).add_(value, alpha=1 - beta)
+
+
+def _ema_sq_(average, value, beta):
+    """average <- beta * average + (1 - beta) * value**2, in place."""
+    return average.mul_(beta).add_(value * value, alpha=1 - beta)
 
 
 class Optimizer:
-    """Holds parameter groups (a list of dicts with ``params`` and hyper-parameters)."""
+    """Holds ``param_groups`` (dicts of ``params`` and options; options a group leaves out
+    come from ``defaults``) and ``state`` (a dict per parameter).
+
+    Subclasses give ``_init_state(p, group)`` (the state a parameter starts with) and
+    ``_update(p, grad, state, group)`` (one step for one parameter); ``step`` calls them
+    for every parameter with a gradient, after negating it (``maximize``), counting
+    ``state["step"]`` and applying weight decay."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in vars(cls):
+            cls.step = _records_step(vars(cls)["step"])
 
     def __init__(self, params, defaults):
-        params = list(params)
-        if not params:
-            raise ValueError("optimizer got an empty parameter list")
-        if not isinstance(params[0], dict):
-            params = [{"params": params}]
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable "
+                            f"of Tensors or dicts, but got {type(params).__name__}")
         self.defaults = defaults
+        self.state = defaultdict(dict)
         self.param_groups = []
-        self.state = {}
-        for group in params:
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
             self.add_param_group(group)
 
-    def add_param_group(self, group):
-        group = dict(group)
-        group["params"] = list(group["params"])
-        for key, value in self.defaults.items():
-            group.setdefault(key, value)
+    def __repr__(self):
+        text = f"{type(self).__name__} ("
+        for i, group in enumerate(self.param_groups):
+            text += f"\nParameter Group {i}\n"
+            text += "".join(f"    {k}: {group[k]}\n" for k in sorted(group) if k != "params")
+        return text + ")"
+
+    def add_param_group(self, param_group):
+        """Adds a group (a dict with ``params`` and options) to ``param_groups``."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        params = param_group["params"]
+        if isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered "
+                            "collections, but the ordering of tensors in sets will change "
+                            "between runs. Please use a list instead.")
+        params = [params] if isinstance(params, Tensor) else list(params)
+        named = [p for p in params if isinstance(p, tuple)]
+        if named and len(named) != len(params):
+            raise ValueError("all optimizer params should be with/without names. "
+                             "Some param names are missing")
+        group = dict(param_group)
+        if named:
+            group["param_names"] = [name for name, _ in named]
+            params = [p for _, p in named]
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params "
+                                f"is {type(p).__name__}")
+            if not (p.is_leaf or p.retains_grad):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        group["params"] = params
+        for name, default in self.defaults.items():
+            group.setdefault(name, default)
+        if len({id(p) for p in params}) != len(params):
+            warnings.warn("optimizer contains a parameter group with duplicate parameters; "
+                          "in future, this will cause an error", stacklevel=2)
+        seen = set()
+        for other in self.param_groups:
+            seen.update(id(p) for p in other["params"])
+            if ("param_names" in other) != bool(named):
+                kind = "with names" if named else "without names"
+                raise ValueError("all optimizer param groups should be with/without names. "
+                                 f"cannot add param group {kind} to the optimizer")
+        if any(id(p) in seen for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none=True):
+        """Sets the gradients to None (default) or to zero."""
         for group in self.param_groups:
             for p in group["params"]:
+                if p.grad is None:
+                    continue
                 if set_to_none:
                     p.grad = None
-                elif p.grad is not None:
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
                     p.grad.zero_()
 
-    def _state(self, p):
-        return self.state.setdefault(id(p), {})
+    # -- one step ----------------------------------------------------------------------
+
+    @no_grad()
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; ``closure`` (re-evaluating
+        the loss, with grad enabled) runs first and its loss is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self._opt_called = True
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.neg() if group.get("maximize") else p.grad
+                state = self._param_state(p, group)
+                grad = self._weight_decayed(p, grad, group)
+                self._update(p, grad, state, group)
+        return loss
+
+    def _param_state(self, p, group):
+        """The parameter's state, created on its first step, with ``step`` counted."""
+        state = self.state[p]
+        if not state:
+            state.update(self._init_state(p, group))
+        if "step" in state:
+            state["step"] += 1
+        return state
+
+    @staticmethod
+    def _weight_decayed(p, grad, group):
+        """L2 weight decay added to the gradient or, with ``decoupled_weight_decay``
+        (AdamW), the parameter shrunk by ``lr * weight_decay`` before the update."""
+        decay = group.get("weight_decay", 0)
+        if decay == 0:
+            return grad
+        if group.get("decoupled_weight_decay"):
+            p.mul_(1 - group["lr"] * decay)
+            return grad
+        return grad.add(p, alpha=decay)
+
+    def _init_state(self, p, group):
+        raise NotImplementedError
+
+    def _update(self, p, grad, state, group):
+        raise NotImplementedError
+
+    # -- saving and resuming -------------------------------------------------------------
 
     def state_dict(self):
-        return {"state": dict(self.state),
-                "param_groups": [{k: v for k, v in g.items() if k != "params"}
-                                 for g in self.param_groups]}
-
-
-class SGD(Optimizer):
-    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False, maximize=False):
-        if lr < 0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov,
-                                      maximize=maximize))
-
-    @no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
+        """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``:
+        parameters are numbered in group order, as PyTorch.  The state's tensors are the
+        optimizer's own (not copies), as PyTorch: save or deepcopy the dict to keep it."""
+        index = {}
+        groups = []
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d_p = p.grad if not group["maximize"] else -p.grad
-                if group["weight_decay"]:
-                    d_p = d_p + group["weight_decay"] * p
-                if group["momentum"]:
-                    state = self._state(p)
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = state["momentum_buffer"] = d_p.clone()
-                    else:
-                        buf.mul_(group["momentum"]).add_(d_p, alpha=1 - group["dampening"])
-                    d_p = d_p + group["momentum"] * buf if group["nesterov"] else buf
-                p.add_(d_p, alpha=-group["lr"])
-        return loss
+            packed = {k: v for k, v in group.items() if k != "params"}
+            # Numbered by position, as PyTorch: a parameter repeated in a group takes its
+            # last position there (leaving a gap), one in an earlier group keeps that index.
+            start = sum(len(g["params"]) for g in groups)
+            positions = {id(p): i for i, p in enumerate(group["params"], start)}
+            for key, i in positions.items():
+                index.setdefault(key, i)
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {index[id(p)] if isinstance(p, Tensor) else p: value
+                 for p, value in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Loads a ``state_dict()``: parameters are matched by their index in group order;
+        the state is copied, floating tensors cast to their parameter's dtype (``step``
+        and NAdam's ``mu_product`` kept as saved, so that a resumed run is bit-identical).
+        Mismatched groups raise before anything changes."""
+        saved_groups = copy.deepcopy(state_dict["param_groups"])
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"])
+               for g, s in zip(self.param_groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't "
+                             "match the size of optimizer's group")
+        params = {i: p for s, g in zip(saved_groups, self.param_groups)
+                  for i, p in zip(s["params"], g["params"])}
+        state = defaultdict(dict)
+        for key, value in state_dict["state"].items():
+            if key in params:
+                state[params[key]] = _cast_state(params[key], value)
+            else:
+                state[key] = copy.deepcopy(value)
+        for group, saved in zip(self.param_groups, saved_groups):
+            saved["params"] = group["params"]
+            if "param_names" in group:
+                saved.setdefault("param_names", group["param_names"])
+        self.state = state
+        self.param_groups = saved_groups
 
 
-class Adam(Optimizer):
-    decoupled = False
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, maximize=False):
-        if lr < 0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1:
-            raise ValueError(f"Invalid beta parameters: {betas}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
-
-    @no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group["maximize"] else -p.grad
-                if group["weight_decay"]:
-                    if self.decoupled:
-                        p.mul_(1 - group["lr"] * group["weight_decay"])
-                    else:
-                        grad = grad + group["weight_decay"] * p
-                state = self._state(p)
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = p.new_zeros(p.shape)
-                    state["exp_avg_sq"] = p.new_zeros(p.shape)
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = p.new_zeros(p.shape)
-                state["step"] += 1
-                step = state["step"]
-                state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
-                state["exp_avg_sq"].mul_(beta2).add_(grad * grad, alpha=1 - beta2)
-                second = state["exp_avg_sq"]
-                if group["amsgrad"]:
-                    state["max_exp_avg_sq"].copy_(state["max_exp_avg_sq"].maximum(second))
-                    second = state["max_exp_avg_sq"]
-                bias1 = 1 - beta1 ** step
-                bias2 = 1 - beta2 ** step
-                denom = (second / bias2).sqrt() + group["eps"]
-                p.add_(state["exp_avg"] / denom, alpha=-group["lr"] / bias1)
-        return loss
+def _records_step(step):
+    """``step`` that notes it ran, for the schedulers' warning about stepping them first
+    (also for the ``step`` of optimizers written outside this package)."""
+    @functools.wraps(step)
+    def recorded(self, *args, **kwargs):
+        self._opt_called = True
+        return step(self, *args, **kwargs)
+    return recorded
 
 
-class AdamW(Adam):
-    decoupled = True
-
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
-
-
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+def _cast_state(param, value, key=None):
+    """A copy of saved state, its floating tensors in ``param``'s dtype and device."""
+    if isinstance(value, Tensor):
+        if key in _COUNTERS or not (param.is_floating_point() and value.is_floating_point()):
+            return value.to(device=param.device).clone()
+        return value.to(dtype=param.dtype, device=param.device).clone()
+    if isinstance(value, dict):
+        return {k: _cast_state(param, v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_state(param, v) for v in value)
+    return copy.deepcopy(value)
