@@ -17,7 +17,7 @@ cpdef tuple broadcast_pair(a, b)
 cpdef tuple expand_geometry(sizes, strides, new_sizes)
 cpdef tuple expand_strides(sizes, strides, new_sizes)
 cpdef tuple elementwise_output_strides(out_sizes, inputs)
-cpdef Py_ssize_t wrap_dim(long long dim, long long ndim) except -1
+cpdef Py_ssize_t wrap_dim(object dim, long long ndim) except -1
 cpdef check_size_nonnegative(sizes)
 cpdef long long check_storage_nbytes(sizes, long long itemsize) except -1
 

@@ -7,6 +7,8 @@ before allocating. Every rule follows PyTorch's; the tests compare against it.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport INT64_MAX
+
+from operator import index as _index
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_New, PyTuple_SET_ITEM
 
@@ -647,14 +649,23 @@ cpdef tuple elementwise_output_strides(out_sizes, inputs):
 
 # ------------------------------------------------------------------------- argument checks
 
-cpdef Py_ssize_t wrap_dim(long long dim, long long ndim) except -1:
-    """A dim in ``[-ndim, ndim)`` as a non-negative index (0-d tensors accept -1 and 0)."""
+cpdef Py_ssize_t wrap_dim(object dim, long long ndim) except -1:
+    """A dim in ``[-ndim, ndim)`` as a non-negative index (0-d tensors accept -1 and 0).
+    As in PyTorch, a dim is an integer (a NumPy integer or a one-element integer tensor
+    too); a float or a bool is a TypeError."""
+    cdef long long d
+    if type(dim) is int:
+        d = dim
+    elif isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+        raise TypeError(f"argument 'dim' must be int, not {type(dim).__name__}")
+    else:
+        d = _index(dim)
     if ndim <= 0:
         ndim = 1
-    if dim < -ndim or dim >= ndim:
+    if d < -ndim or d >= ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, "
-                         f"{ndim - 1}], but got {dim})")
-    return dim + ndim if dim < 0 else dim
+                         f"{ndim - 1}], but got {d})")
+    return d + ndim if d < 0 else d
 
 
 cpdef check_size_nonnegative(sizes):

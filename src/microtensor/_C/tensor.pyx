@@ -285,8 +285,12 @@ cdef extern from *:
     static inline int mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
         return __builtin_mul_overflow(a, b, out);
     }
+    static inline int mt_tensor_add_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
     """
     bint mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept nogil
+    bint mt_tensor_add_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept nogil
 
 
 cdef inline Py_ssize_t _numel(tuple sizes) except -1:
@@ -443,14 +447,21 @@ cdef class TensorBase:
         _check_geometry(self._storage, sizes, strides, offset, self._dtype.itemsize)
         return self._make_view_unchecked(sizes, strides, offset)
 
-    def _make_view_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
-        """Like _make_view for geometries derived from this tensor's own, so always in bounds."""
-        return self._view_fast(sizes, strides, offset)
+    def _make_view_unchecked(self, tuple sizes, tuple strides, offset):
+        """Like _make_view for geometries derived from this tensor's own, so in bounds
+        without a check: each view op (``ops/view.py``) reaches only elements this tensor
+        reaches (a slice, a selected index, a permutation, a 0 stride for a broadcast dim).
+        What a derivation can still break is int64 itself (a huge slice step or unfold
+        step multiplies a stride, a huge offset or a size product overflows): that is
+        refused here and in ``_new_tensor``, before any tensor exists."""
+        return self._view_fast(sizes, strides, _int64_geometry(strides, offset))
 
-    def _make_alias_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
+    def _make_alias_unchecked(self, tuple sizes, tuple strides, offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
-        no ``_base``, no autograd history (``detach``, ``_unsafe_view``)."""
-        return _new_tensor(_tensor_cls, self._storage, sizes, strides, offset, self._dtype)
+        no ``_base``, no autograd history (``detach``, ``_unsafe_view``); in bounds like
+        ``_make_view_unchecked``."""
+        return _new_tensor(_tensor_cls, self._storage, sizes, strides,
+                           _int64_geometry(strides, offset), self._dtype)
 
     def _set_geometry(self, tuple sizes, tuple strides, Py_ssize_t offset):
         """In-place metadata change (``as_strided_``, ``squeeze_``, ``t_`` ...), bounds-checked."""
@@ -496,7 +507,7 @@ cdef class TensorBase:
     # sums also for tensors that require grad, whose node they attach), else the
     # registered op.
     def __getitem__(self, index):
-        cdef Py_ssize_t start, stop, step, length, size, i
+        cdef Py_ssize_t start, stop, step, length, size, i, new_stride, offset
         if _plain(self) and self._sizes:
             size = self._sizes[0]
             if type(index) is slice:
@@ -504,14 +515,19 @@ cdef class TensorBase:
                     raise
                 if step > 0:
                     length = PySlice_AdjustIndices(size, &start, &stop, step)
-                    return self._view_fast(
-                        (length,) + self._sizes[1:],
-                        (<Py_ssize_t>self._strides[0] * step,) + self._strides[1:],
-                        self._offset + start * <Py_ssize_t>self._strides[0])
+                    # a stride times a huge step (or an empty slice's start) may leave
+                    # int64: then the slow path (the ``slice`` op) refuses it
+                    if not (mt_tensor_mul_overflow(self._strides[0], step, &new_stride) or
+                            mt_tensor_mul_overflow(start, self._strides[0], &offset) or
+                            mt_tensor_add_overflow(self._offset, offset, &offset)):
+                        return self._view_fast((length,) + self._sizes[1:],
+                                               (new_stride,) + self._strides[1:], offset)
             elif type(index) is int and -size <= <object>index < size:
                 i = index
                 if i < 0:
                     i += size
+                # 0 <= i < size: offset + i * stride is an element of this (in-bounds)
+                # tensor, so it lies in the storage and cannot overflow
                 return self._view_fast(self._sizes[1:], self._strides[1:],
                                        self._offset + i * <Py_ssize_t>self._strides[0])
         return _getitem(self, index)
@@ -1066,8 +1082,10 @@ def empty_contiguous(tuple sizes, dtype dt, device dev=cpu):
 def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu):
     """A fresh tensor with exactly ``strides`` (non-negative); storage sized to what the
     strides reach, that extent checked for overflow first."""
-    cdef Py_ssize_t n = meta.storage_size_for(sizes, strides, dt.itemsize)
     _numel(sizes)  # PyTorch refuses these sizes even when the extent is fine (a 0 size)
+    if _contiguous(sizes, strides):  # dense factories: PyTorch's message names the sizes only
+        meta.check_storage_nbytes(sizes, dt.itemsize)
+    cdef Py_ssize_t n = meta.storage_size_for(sizes, strides, dt.itemsize)
     if dev.type == "cpu":
         data = _cpu_buffer(n, dt)
     else:
@@ -1135,13 +1153,28 @@ cdef object _device_view(TensorBase t):
 
 
 cdef inline Py_ssize_t _wrap_dim(object dim, Py_ssize_t ndim) except? -1:
-    cdef Py_ssize_t d = dim
-    cdef Py_ssize_t lo, hi
+    cdef Py_ssize_t d
     cdef Py_ssize_t n = ndim if ndim > 0 else 1
+    if type(dim) is not int:
+        return meta.wrap_dim(dim, ndim)  # NumPy ints accepted, floats and bools refused
+    d = dim
     if d < -n or d >= n:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-n}, {n - 1}], but got {d})")
     return d + n if d < 0 else d
+
+
+cdef Py_ssize_t _int64_geometry(tuple strides, object offset) except? -1:
+    """``offset``, once it and every stride are known to fit in int64 (RuntimeError if not:
+    a stride times a huge step, say, that PyTorch would let wrap)."""
+    for value in strides + (offset,):
+        if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+            raise RuntimeError(f"stride or storage offset {value} of a view does not fit in "
+                               f"int64 (strides {list(strides)}, storage offset {offset})")
+    return offset
+
+
+_INT64_LIMIT = 1 << 63
 
 
 cdef _check_geometry(Storage storage, tuple sizes, tuple strides, Py_ssize_t offset,

@@ -14,8 +14,11 @@ from microtensor.ops.registry import Sample, op
 
 
 def _int_arg(value, name):
-    """An integer argument: like PyTorch, floats and other non-integers are a TypeError."""
+    """An integer argument: like PyTorch, floats, bools and other non-integers are a
+    TypeError (NumPy integers are integers)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
