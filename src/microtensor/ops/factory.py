@@ -192,10 +192,11 @@ def _infer_dtype(data):
     """The dtype ``tensor(data)`` takes: floats anywhere make it the default float type."""
     kinds = set()
 
-    def visit(x):
+    def visit(x, depth=0):
         if isinstance(x, (list, tuple)):
+            _check_depth(x, depth)
             for y in x:
-                visit(y)
+                visit(y, depth + 1)
         elif isinstance(x, TensorBase):
             kinds.add(x._dtype)
         elif isinstance(x, np.ndarray):
@@ -219,11 +220,22 @@ def _infer_dtype(data):
     return result or get_default_dtype()
 
 
-def _to_nested(data):
+MAX_DIMS = 64  # a tensor's most dimensions (as NumPy's)
+
+
+def _check_depth(sequence, depth):
+    """Nested sequences deeper than a tensor can be are PyTorch's ValueError (before
+    Python's recursion limit could be reached)."""
+    if depth >= MAX_DIMS:
+        raise ValueError(f"too many dimensions '{type(sequence).__name__}'")
+
+
+def _to_nested(data, depth=0):
     if isinstance(data, TensorBase):
         return data._array()
     if isinstance(data, (list, tuple)):
-        return [_to_nested(x) for x in data]
+        _check_depth(data, depth)
+        return [_to_nested(x, depth + 1) for x in data]
     return data
 
 
@@ -259,8 +271,9 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         dt = _infer_dtype(data) if data.dtype != np.float16 else float32
     else:
         dt = dtype if dtype is not None else _infer_dtype(data)
+    nested = _to_nested(data)
     try:
-        arr = np.array(_to_nested(data), dtype=dt.np)
+        arr = np.array(nested, dtype=dt.np)
     except ValueError:
         _check_rectangular(data, _leading_shape(data), 0)
         raise
