@@ -262,6 +262,9 @@ cpdef long long storage_size_for(sizes, strides, long long itemsize=1) except -1
     if _has_zero(shape):
         return 0
     for i in range(n):
+        if <long long>stride[i] < 0:
+            raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, "
+                               f"got strides: {_fmt(stride)}")
         if (mt_mul_overflow(<long long>shape[i] - 1, stride[i], &term)
                 or mt_add_overflow(extent, term, &extent)
                 or (i == n - 1 and mt_mul_overflow(extent, itemsize, &term))):

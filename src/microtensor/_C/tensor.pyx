@@ -769,6 +769,16 @@ cdef inline tuple _shape_arg(tuple shape):
     return shape if _all_ints(shape) else None
 
 
+cdef inline Py_ssize_t _byte_stride(Py_ssize_t stride, Py_ssize_t itemsize) noexcept:
+    """A stride in bytes.  Only a dim that is never stepped (size 0 or 1) can have a stride
+    whose byte count overflows (a stepped one stays inside an allocation); it gets 0, which
+    reaches the same elements."""
+    cdef Py_ssize_t result
+    if mt_tensor_mul_overflow(stride, itemsize, &result):
+        return 0
+    return result
+
+
 cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
     """Copy ``src`` into a fresh CPU tensor ``dst`` of the same sizes and dtype."""
     cdef Py_ssize_t shape[MAX_DIMS]
@@ -778,8 +788,8 @@ cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
     cdef int i, ndim = len(src._sizes)
     for i in range(ndim):
         shape[i] = src._sizes[i]
-        dst_strides[i] = <Py_ssize_t>dst._strides[i] * item
-        src_strides[i] = <Py_ssize_t>src._strides[i] * item
+        dst_strides[i] = _byte_stride(dst._strides[i], item)
+        src_strides[i] = _byte_stride(src._strides[i], item)
     if kernels.copy_raw(src._dtype.typenum, item, _ptr(dst), dst_strides, _ptr(src),
                         src_strides, shape, ndim) < 0:
         raise TypeError(f"no copy kernel for {src._dtype}")
@@ -1080,8 +1090,10 @@ def empty_contiguous(tuple sizes, dtype dt, device dev=cpu):
 
 
 def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu):
-    """A fresh tensor with exactly ``strides`` (non-negative); storage sized to what the
-    strides reach, that extent checked for overflow first."""
+    """A fresh tensor with exactly ``strides``; storage sized to what the strides reach,
+    that extent checked for overflow (and negative strides refused) first.  "Unchecked":
+    the strides are taken as given (the callers compute dense ones), not tested for
+    overlap."""
     _numel(sizes)  # PyTorch refuses these sizes even when the extent is fine (a 0 size)
     if _contiguous(sizes, strides):  # dense factories: PyTorch's message names the sizes only
         meta.check_storage_nbytes(sizes, dt.itemsize)
@@ -1122,7 +1134,7 @@ cdef object _ndarray_view(TensorBase t):
     cdef Py_ssize_t item = t._dtype.itemsize
     for i in range(nd):
         dims[i] = t._sizes[i]
-        strides[i] = <Py_ssize_t>t._strides[i] * item
+        strides[i] = _byte_stride(t._strides[i], item)
     cdef cnp.dtype descr = cnp.PyArray_DescrFromType(t._dtype.typenum)
     Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
     # a storage over read-only memory (a read-only array given to from_numpy) stays
