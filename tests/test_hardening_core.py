@@ -158,6 +158,7 @@ def test_size_products_hold_after_the_checks():
     assert t.numel() == 2 ** 62
     assert t.nbytes == 2 ** 64  # an exact count (PyTorch's wraps to 0)
     assert mt.ones(1, 1, 1).expand(0, 2 ** 40, 2 ** 40).numel() == 0
+    assert mt.Size([2 ** 32, 2 ** 32]).numel() == 2 ** 64  # exact (PyTorch's wraps to 0)
     small = mt.ones(1, 1).expand(3, 5) @ mt.ones(1, 1).expand(5, 4)
     assert small.tolist() == [[5.0] * 4] * 3
 
@@ -405,6 +406,11 @@ NUMPY_INTS = {
     "zeros": lambda L, x: L.zeros(np.int64(2), np.int32(3)),
     "zeros tuple": lambda L, x: L.zeros((np.int64(2),)),
     "expand": lambda L, x: x[:1].expand(np.int64(3), 1),
+    "arange": lambda L, x: L.arange(np.int64(5)),
+    "full": lambda L, x: L.full((np.int64(2),), 1.5),
+    "new_zeros": lambda L, x: x.new_zeros(np.int64(3)),
+    "linspace": lambda L, x: L.linspace(0, 1, np.int64(3)),
+    "eye": lambda L, x: L.eye(np.int64(2)),
 }
 
 

@@ -190,10 +190,13 @@ cdef extern from *:
 cdef newfunc _alloc_storage = (<PyTypeObject*>Storage).tp_new
 
 
+cdef object _NO_DATA = np.empty(0, np.float32)  # what a Storage holds before __init__
+
+
 cdef object _python_storage_new(type cls, PyObject* args, PyObject* kwargs):
     """``Storage.__new__`` from Python: an empty CPU storage (``__init__`` then sets it)."""
     cdef Storage storage = <Storage>_alloc_storage(cls, <PyObject*>_NO_ARGS, NULL)
-    storage.data = np.empty(0, np.float32)
+    storage.data = _NO_DATA
     storage.device = cpu
     return storage
 
@@ -210,9 +213,9 @@ class Size(tuple):
         return "microtensor.Size([" + ", ".join(map(str, self)) + "])"
 
     def numel(self):
-        cdef Py_ssize_t n = 1
+        n = 1
         for s in self:
-            n *= s
+            n *= s  # Python ints: exact even for sizes no tensor could have
         return n
 
 
@@ -1104,7 +1107,10 @@ def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu
         from microtensor.backends import cuda
         dev = cuda.resolve_device(dev)
         data = cuda.empty_buffer(n, dt.np, dev)
-    return _new_tensor(_tensor_cls, Storage(data, dev), sizes, strides, 0, dt)
+    cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
+    storage.data = data
+    storage.device = dev
+    return _new_tensor(_tensor_cls, storage, sizes, strides, 0, dt)
 
 
 def from_array(arr, dev=None):

@@ -26,15 +26,20 @@ def int_tuple(values, name="size"):
     tensors are accepted, floats and bools are a TypeError, and so is anything past int64."""
     result = []
     for s in values:
-        if isinstance(s, TensorBase):
-            s = s.item()
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral):
-            raise TypeError(f"{name} must be a tuple of ints, but got an element of type "
-                            f"{type(s).__name__}")
-        if not -2 ** 63 <= s < 2 ** 63:
+        if type(s) is not int:  # the common case skips the slower checks
+            if isinstance(s, TensorBase):
+                s = s.item()
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral):
+                raise TypeError(f"{name} must be a tuple of ints, but got an element of type "
+                                f"{type(s).__name__}")
+            s = int(s)
+        if not -_INT64 <= s < _INT64:
             raise TypeError(f"{name} must be a tuple of ints, but {s} does not fit in 64 bits")
-        result.append(int(s))
+        result.append(s)
     return tuple(result)
+
+
+_INT64 = 2 ** 63
 
 
 def parse_size(size):
