@@ -163,6 +163,15 @@ def test_size_products_hold_after_the_checks():
     assert small.tolist() == [[5.0] * 4] * 3
 
 
+def test_tensors_too_large_for_numpy_raise_runtime_error():
+    """NumPy cannot describe 2**61 float32 elements; ops that go through it refuse with a
+    RuntimeError (PyTorch would grind through them) instead of NumPy's ValueError."""
+    huge = mt.ones(1).expand(2 ** 61)
+    for call in (huge.max, huge.numpy, lambda: huge.amax(0)):
+        with pytest.raises(RuntimeError, match="too large to be viewed as a NumPy array"):
+            call()
+
+
 def test_tensor_over_huge_expand_reads_only_its_storage():
     t = mt.ones(1, 1).expand(2 ** 31, 2 ** 31)  # 2**62 elements, all one storage element
     assert t[2 ** 31 - 1, 7].item() == 1.0

@@ -1147,8 +1147,12 @@ cdef object _ndarray_view(TensorBase t):
     # read-only, so writes raise instead of touching memory nobody may write
     cdef int flags = cnp.NPY_ARRAY_WRITEABLE \
         if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>t._storage.data) else 0
-    arr = PyArray_NewFromDescr(<PyTypeObject*>np.ndarray, descr, nd, dims, strides,
-                               <void*>_ptr(t), flags, None)
+    try:
+        arr = PyArray_NewFromDescr(<PyTypeObject*>np.ndarray, descr, nd, dims, strides,
+                                   <void*>_ptr(t), flags, None)
+    except ValueError:  # a broadcast tensor can have more elements than NumPy can count
+        raise RuntimeError(f"a tensor of {t._numel} elements of {item} bytes is too large "
+                           f"to be viewed as a NumPy array") from None
     Py_INCREF(t._storage.data)  # PyArray_SetBaseObject steals a reference
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, t._storage.data)
     return arr
