@@ -456,7 +456,9 @@ def test_check_size_nonnegative_matches_torch():
 def test_check_size_nonnegative():
     meta.check_size_nonnegative(())
     meta.check_size_nonnegative((2, 0, 3))
-    meta.check_size_nonnegative((2**70, 0))  # no elements, so nothing to allocate
+    meta.check_size_nonnegative((0, 2**62, 2**62))  # a 0 first: the product never overflows
+    with pytest.raises(RuntimeError, match="overflowed"):  # PyTorch: a later 0 does not excuse
+        meta.check_size_nonnegative((2**62, 2**62, 0))
     with pytest.raises(RuntimeError, match=r"^Trying to create tensor with negative dimension -1: \[2, -1\]$"):
         meta.check_size_nonnegative((2, -1))
     with pytest.raises(RuntimeError, match=r"negative dimension -\d+: "):

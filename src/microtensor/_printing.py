@@ -61,45 +61,45 @@ class _Formatter:
         return text.rjust(self.width)
 
 
-def _summarized(arr):
-    """The entries a summarized print shows: the first and last EDGE_ITEMS along each dim."""
-    if arr.ndim == 0:
-        return arr
-    if arr.shape[0] > 2 * EDGE_ITEMS:
-        arr = np.concatenate([arr[:EDGE_ITEMS], arr[-EDGE_ITEMS:]])
-    return np.stack([_summarized(row) for row in arr]) if arr.ndim > 1 else arr
+def _summarized(t):
+    """The entries a summarized print shows, the first and last EDGE_ITEMS along each dim,
+    read from the storage through ``t``'s strides: the others are never touched (a
+    broadcast tensor may have 2**62 of them, more than an ndarray can describe)."""
+    keep = [np.r_[0:EDGE_ITEMS, n - EDGE_ITEMS:n] if n > 2 * EDGE_ITEMS else np.arange(n)
+            for n in t._sizes]
+    offsets = t._offset + sum(index * stride
+                              for index, stride in zip(np.ix_(*keep), t._strides))
+    return t._storage.data[offsets]
 
 
-def _vector(arr, indent, summarize, formatter):
+def _vector(arr, cut, indent, formatter):
+    """One row; ``cut``: ``arr`` holds the row's first and last EDGE_ITEMS entries only."""
     per_line = max(1, (LINE_WIDTH - indent) // (formatter.width + 2))
-    values = arr.tolist()
-    if summarize and len(values) > 2 * EDGE_ITEMS:
-        entries = [formatter.format(v) for v in values[:EDGE_ITEMS]] + [" ..."] + \
-            [formatter.format(v) for v in values[-EDGE_ITEMS:]]
-    else:
-        entries = [formatter.format(v) for v in values]
+    entries = [formatter.format(v) for v in arr.tolist()]
+    if cut:
+        entries.insert(EDGE_ITEMS, " ...")
     lines = [", ".join(entries[i:i + per_line]) for i in range(0, len(entries), per_line)]
     return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 
-def _nested(arr, indent, summarize, formatter):
+def _nested(arr, shape, indent, summarize, formatter):
+    """``arr``: the shown entries of a tensor of ``shape`` (all of them unless summarizing)."""
     if arr.ndim == 0:
         return formatter.format(arr.item())
+    cut = summarize and shape[0] > 2 * EDGE_ITEMS
     if arr.ndim == 1:
-        return _vector(arr, indent, summarize, formatter)
-    rows = range(arr.shape[0])
-    if summarize and arr.shape[0] > 2 * EDGE_ITEMS:
-        rows = list(rows[:EDGE_ITEMS]) + [None] + list(rows[-EDGE_ITEMS:])
-    parts = ["..." if r is None else _nested(arr[r], indent + 1, summarize, formatter)
-             for r in rows]
+        return _vector(arr, cut, indent, formatter)
+    parts = [_nested(row, shape[1:], indent + 1, summarize, formatter) for row in arr]
+    if cut:
+        parts.insert(EDGE_ITEMS, "...")
     return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
 
 
-def _body(arr, indent):
-    summarize = arr.size > THRESHOLD
-    shown = _summarized(arr) if summarize else arr
-    formatter = _Formatter(shown, arr.dtype.kind == "f")
-    return _nested(arr, indent, summarize, formatter)
+def _body(t, indent):
+    summarize = t._numel > THRESHOLD
+    shown = _summarized(t) if summarize else t._array()
+    formatter = _Formatter(shown, t._dtype.is_floating_point)
+    return _nested(shown, t._sizes, indent, summarize, formatter)
 
 
 def _with_suffixes(text, suffixes, indent):
@@ -118,7 +118,7 @@ def _with_suffixes(text, suffixes, indent):
 
 def tensor_repr(t):
     prefix = "tensor("
-    arr = t.detach().cpu()._array()
+    values = t.detach().cpu()
     suffixes = []
     if t.device.type != "cpu":
         suffixes.append(f"device='{t.device}'")
@@ -131,7 +131,7 @@ def tensor_repr(t):
     else:
         if t.dtype not in (get_default_dtype(), int64, bool_):
             suffixes.append(f"dtype={t.dtype!r}")
-        body = _body(arr, len(prefix))
+        body = _body(values, len(prefix))
     fn = t.grad_fn
     if fn is not None:
         suffixes.append(f"grad_fn=<{fn.name()}>")

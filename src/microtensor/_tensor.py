@@ -7,6 +7,7 @@ Python protocol methods, autograd conveniences, and — attached at import by
 """
 import copy
 import copyreg
+import numbers
 
 import numpy as np
 
@@ -333,6 +334,39 @@ def _reduce_storage(storage):
 
 # a storage pickles and deep-copies as its elements and device: a fresh version counter
 copyreg.pickle(Storage, _reduce_storage)
+
+
+def legacy_new(args, kwargs):
+    """PyTorch's legacy constructor, what ``Tensor(...)`` builds: with no argument an empty
+    1-D tensor; from sizes (ints or one ``Size``) an uninitialized tensor; from a tensor an
+    alias of it; from a sequence or array a copy of its data.  New tensors take the default
+    dtype and live on the CPU."""
+    from microtensor._C.tensor import Size, device, get_default_dtype
+    from microtensor.ops.factory import empty, tensor
+    kwargs = dict(kwargs)
+    dev = kwargs.pop("device", None)
+    if kwargs:
+        raise TypeError(f"new() got an unexpected keyword argument '{next(iter(kwargs))}'")
+    if dev is not None and device(dev).type != "cpu":
+        raise RuntimeError(f"legacy constructor expects device type: cpu but device type: "
+                           f"{device(dev).type} was passed")
+    dt = get_default_dtype()
+    if len(args) == 1:
+        data = args[0]
+        if isinstance(data, TensorBase):
+            return data.alias()
+        if isinstance(data, Size):
+            return empty(data, dtype=dt)
+        if isinstance(data, (list, tuple, np.ndarray)):
+            return tensor(data, dtype=dt)
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        return empty(args or (0,), dtype=dt)
+    if len(args) == 1:
+        raise TypeError(f"new(): data must be a sequence (got {type(args[0]).__name__})")
+    raise TypeError(f"new() received an invalid combination of arguments - got "
+                    f"({', '.join(type(a).__name__ for a in args)}), but expected one of: "
+                    f"(*, device), (Tensor other), (tuple of ints size, *, device), "
+                    f"(object data, *, device)")
 
 
 def _method(op):

@@ -6,6 +6,19 @@ Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by
 destination's strides (outermost first), and neighbouring dims merged wherever they are
 contiguous with each other in every operand, so most calls reduce to one flat loop.
 Supported dtypes: float32, float64, int64, int32, bool.
+
+Memory safety (the module is compiled with boundscheck=False and wraparound=False): every
+loop here is bounded by the shape of the array or tensor it walks, and never indexes past
+it, so it is safe whenever those geometries are.  They are, by construction elsewhere:
+an ndarray given to a ``def`` kernel is NumPy's own or ``TensorBase._array()`` over a
+tensor; every tensor's numel fits in int64 (``_numel`` in ``_C.tensor`` checks the product
+of the sizes when the tensor is made) and all its elements lie in its storage
+(``_check_geometry`` for geometries from outside, derivation for views).  Hence a product
+of sizes formed here (coalesced dims, ``out_stride``) divides a numel and cannot overflow,
+and ``stride * size`` of a dim that is stepped (size > 1) stays within twice the
+allocation; size-1 dims are dropped before their strides are scaled, and an empty shape
+returns before any product is formed.  Index kernels check every position first
+(``first_out_of_range``).
 """
 from cython cimport floating
 from libc.stdint cimport int32_t, int64_t, uint64_t
@@ -658,7 +671,8 @@ cdef void compact_shape(Layout* layout) noexcept nogil:
 
 cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shape,
                     const Py_ssize_t* strides) noexcept nogil:
-    """Sum of a float32 or float64 strided buffer (strides in elements), in double."""
+    """Sum of a float32 or float64 strided buffer (strides in elements), in double.
+    Safe for a tensor's own sizes and strides (see the module's docstring)."""
     cdef Layout layout
     layout.nops = 1
     if not load_shape(&layout, ndim, shape):
@@ -676,7 +690,8 @@ cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t*
                        char* out) noexcept nogil:
     """Sums of a float32/float64 strided buffer (strides in elements) over the dims flagged
     in `reduced`, into `out`: contiguous over the other dims, in their order.  No dim may
-    be empty."""
+    be empty (``TensorBase.sum`` sends empty tensors elsewhere), so ``out_stride``, a
+    product of kept sizes, divides the numel and fits."""
     cdef Layout kept, inner
     cdef OuterIter it
     cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8, out_stride = itemsize
@@ -1338,6 +1353,9 @@ def outer_products_(cnp.ndarray out not None, cnp.ndarray a not None, cnp.ndarra
 cdef void matmul_small(floating* out, const floating* a, Py_ssize_t a_rs, Py_ssize_t a_cs,
                        const floating* b, Py_ssize_t b_rs, Py_ssize_t b_cs,
                        Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    # Safe: i, j, p stay below the operands' own sizes, so every index is an element of a
+    # tensor; the caller (``TensorBase.__matmul__``) sends only m * n * k <= 4096 here,
+    # checking that product for overflow, and made ``out`` with m * n checked.
     cdef Py_ssize_t i, j, p
     cdef floating acc
     for i in range(m):

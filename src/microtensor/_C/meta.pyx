@@ -6,6 +6,9 @@ the output layout of elementwise ops, dimension wrapping and the size checks fac
 before allocating. Every rule follows PyTorch's; the tests compare against it.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport INT64_MAX
+
+from operator import index as _index
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_New, PyTuple_SET_ITEM
 
@@ -82,10 +85,11 @@ cdef inline int _put(tuple result, Py_ssize_t i, long long value) except -1:
     return 0
 
 
-cdef inline long long _checked_mul(long long a, long long b, tuple sizes) except? -1:
+cdef inline long long _stride_mul(long long a, long long b) except? -1:
+    """One step of a dense stride computation (a stride times a size), overflow-checked."""
     cdef long long product
     if mt_mul_overflow(a, b, &product):
-        raise RuntimeError(f"Storage size calculation overflowed with sizes={_fmt(sizes)}")
+        raise RuntimeError("Stride calculation overflowed")
     return product
 
 
@@ -123,8 +127,8 @@ cpdef tuple contiguous_strides(sizes):
         i -= 1
         _put(result, i, stride)
         size = shape[i]
-        if size > 1:
-            stride = _checked_mul(stride, size, shape)
+        if size > 1 and i > 0:
+            stride = _stride_mul(stride, size)
     return result
 
 
@@ -135,8 +139,8 @@ cpdef tuple channels_last_strides(sizes):
         raise RuntimeError("required rank 4 tensor to use channels_last format")
     cdef long long c = shape[1], h = shape[2], w = shape[3]
     cdef long long w_stride = c
-    cdef long long h_stride = _checked_mul(w_stride, w, shape)
-    return (_checked_mul(h_stride, h, shape), 1, h_stride, w_stride)
+    cdef long long h_stride = _stride_mul(w_stride, w)
+    return (_stride_mul(h_stride, h), 1, h_stride, w_stride)
 
 
 cpdef tuple channels_last_3d_strides(sizes):
@@ -146,9 +150,9 @@ cpdef tuple channels_last_3d_strides(sizes):
         raise RuntimeError("required rank 5 tensor to use channels_last_3d format")
     cdef long long c = shape[1], d = shape[2], h = shape[3], w = shape[4]
     cdef long long w_stride = c
-    cdef long long h_stride = _checked_mul(w_stride, w, shape)
-    cdef long long d_stride = _checked_mul(h_stride, h, shape)
-    return (_checked_mul(d_stride, d, shape), 1, d_stride, h_stride, w_stride)
+    cdef long long h_stride = _stride_mul(w_stride, w)
+    cdef long long d_stride = _stride_mul(h_stride, h)
+    return (_stride_mul(d_stride, d), 1, d_stride, h_stride, w_stride)
 
 
 cpdef tuple strides_for_format(sizes, memory_format):
@@ -172,9 +176,8 @@ cdef bint _contiguous_in_order(tuple sizes, tuple strides, const int* order, int
         d = order[k]
         size = sizes[d]
         if size != 1:
-            if <long long>strides[d] != expected:
+            if <long long>strides[d] != expected or mt_mul_overflow(expected, size, &expected):
                 return False
-            expected *= size
     return True
 
 
@@ -192,9 +195,8 @@ cdef bint _is_contiguous_rowmajor(tuple sizes, tuple strides) except -1:
         d -= 1
         size = sizes[d]
         if size != 1:
-            if <long long>strides[d] != expected:
+            if <long long>strides[d] != expected or mt_mul_overflow(expected, size, &expected):
                 return False
-            expected *= size
     return True
 
 
@@ -242,16 +244,17 @@ cpdef bint is_non_overlapping_and_dense(sizes, strides) except -1:
             by_size[j] = size
             count += 1
         for i in range(count):
-            if by_stride[i] != expected:
+            if by_stride[i] != expected or mt_mul_overflow(expected, by_size[i], &expected):
                 return False
-            expected *= by_size[i]
         return True
     finally:
         _release(buffer, on_stack)
 
 
-cpdef long long storage_size_for(sizes, strides) except -1:
-    """Elements of storage a tensor of these sizes and strides spans from its offset."""
+cpdef long long storage_size_for(sizes, strides, long long itemsize=1) except -1:
+    """Elements of storage a tensor of these sizes and strides spans from its offset:
+    PyTorch's ``computeStorageNbytes``, which refuses an extent whose size in bytes (of
+    ``itemsize``-byte elements) overflows int64."""
     cdef tuple shape = _as_tuple(sizes), stride = _as_tuple(strides)
     _check_same_rank(shape, stride)
     cdef Py_ssize_t i, n = len(shape)
@@ -259,8 +262,12 @@ cpdef long long storage_size_for(sizes, strides) except -1:
     if _has_zero(shape):
         return 0
     for i in range(n):
+        if <long long>stride[i] < 0:
+            raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, "
+                               f"got strides: {_fmt(stride)}")
         if (mt_mul_overflow(<long long>shape[i] - 1, stride[i], &term)
-                or mt_add_overflow(extent, term, &extent)):
+                or mt_add_overflow(extent, term, &extent)
+                or (i == n - 1 and mt_mul_overflow(extent, itemsize, &term))):
             raise RuntimeError(f"Storage size calculation overflowed with sizes={_fmt(shape)} "
                                f"and strides={_fmt(stride)}")
     return extent
@@ -285,7 +292,10 @@ cdef bint _strides_like_channels_last(tuple sizes, tuple strides, const int* ord
             return False
         if d == 0 and min_stride == channel_stride:
             return False
-        min_stride = stride * size if size > 1 else stride
+        if size <= 1:
+            min_stride = stride
+        elif mt_mul_overflow(stride, size, &min_stride):
+            min_stride = INT64_MAX  # saturate: no later stride reaches past this extent
     return True
 
 
@@ -367,8 +377,8 @@ cpdef tuple infer_dense_strides(sizes, strides):
         for i in range(n):
             dim = perm[i]
             _put(result, dim, next_stride)
-            if c_sizes[dim] > 1:
-                next_stride *= c_sizes[dim]
+            if c_sizes[dim] > 1 and i + 1 < n:
+                next_stride = _stride_mul(next_stride, c_sizes[dim])
         return result
     finally:
         _release(buffer, on_stack)
@@ -633,7 +643,8 @@ cpdef tuple elementwise_output_strides(out_sizes, inputs):
         result = PyTuple_New(n)
         for i in range(n):
             _put(result, perm[i], next_stride)
-            next_stride *= c_sizes[perm[i]]  # raw size, as PyTorch: a 0 size zeroes outer strides
+            if i + 1 < n:  # the raw size, as PyTorch: a 0 size zeroes the outer strides
+                next_stride = _stride_mul(next_stride, c_sizes[perm[i]])
         return result
     finally:
         _release(buffer, on_stack)
@@ -641,35 +652,49 @@ cpdef tuple elementwise_output_strides(out_sizes, inputs):
 
 # ------------------------------------------------------------------------- argument checks
 
-cpdef Py_ssize_t wrap_dim(long long dim, long long ndim) except -1:
-    """A dim in ``[-ndim, ndim)`` as a non-negative index (0-d tensors accept -1 and 0)."""
+cpdef Py_ssize_t wrap_dim(object dim, long long ndim) except -1:
+    """A dim in ``[-ndim, ndim)`` as a non-negative index (0-d tensors accept -1 and 0).
+    As in PyTorch, a dim is an integer (a NumPy integer or a one-element integer tensor
+    too); a float or a bool is a TypeError."""
+    cdef long long d
+    if type(dim) is int:
+        d = dim
+    elif isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+        raise TypeError(f"argument 'dim' must be int, not {type(dim).__name__}")
+    else:
+        d = _index(dim)
     if ndim <= 0:
         ndim = 1
-    if dim < -ndim or dim >= ndim:
+    if d < -ndim or d >= ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, "
-                         f"{ndim - 1}], but got {dim})")
-    return dim + ndim if dim < 0 else dim
+                         f"{ndim - 1}], but got {d})")
+    return d + ndim if d < 0 else d
 
 
 cpdef check_size_nonnegative(sizes):
-    """Refuse sizes a factory cannot allocate: negative ones, or more than 2**63-1 elements."""
+    """Refuse sizes a factory cannot allocate: negative ones, or a product of sizes that
+    overflows (PyTorch's rule: a 0 after an overflowing prefix does not excuse it)."""
     cdef tuple shape = _as_tuple(sizes)
     cdef Py_ssize_t i
-    cdef long long size, numel = 1
-    cdef bint overflow = False, has_zero = False
+    cdef unsigned long long numel
+    cdef bint overflow = False
     for i in range(len(shape)):
-        try:
-            size = shape[i]
-        except OverflowError:
-            if shape[i] < 0:
-                raise RuntimeError(f"Trying to create tensor with negative dimension {shape[i]}: "
-                                   f"{_fmt(shape)}") from None
-            overflow = True
-            continue
-        if size < 0:
-            raise RuntimeError(f"Trying to create tensor with negative dimension {size}: "
+        if shape[i] < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {shape[i]}: "
                                f"{_fmt(shape)}")
-        has_zero = has_zero or size == 0
-        overflow = overflow or mt_mul_overflow(numel, size, &numel)
-    if overflow and not has_zero:
+        overflow = overflow or shape[i] > INT64_MAX
+    if overflow or size_product_overflows(shape, &numel) or numel > INT64_MAX:
         raise RuntimeError(f"Storage size calculation overflowed with sizes={_fmt(shape)}")
+
+
+cpdef long long check_storage_nbytes(sizes, long long itemsize) except -1:
+    """Bytes of a contiguous storage for ``sizes`` (non-negative int64 values) of
+    ``itemsize``-byte elements: PyTorch's ``computeStorageNbytesContiguous``, which refuses
+    any product that overflows, itemsize included."""
+    cdef tuple shape = _as_tuple(sizes)
+    cdef unsigned long long nbytes
+    cdef bint overflow = size_product_overflows(shape, &nbytes)
+    overflow |= mt_u64_mul_overflow(nbytes, <unsigned long long>itemsize, &nbytes)
+    if overflow or nbytes > INT64_MAX:
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={_fmt(shape)}")
+    return nbytes

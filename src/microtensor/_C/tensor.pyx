@@ -14,8 +14,9 @@ transform or gradient is involved, and otherwise hand the call to that dispatche
 """
 cimport cython
 cimport numpy as cnp
-from cpython.object cimport PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject, newfunc
 from cpython.ref cimport Py_INCREF
+from libc.stdint cimport INT64_MAX
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -136,6 +137,7 @@ cpu = device("cpu")
 
 # --------------------------------------------------------------------------- storage
 
+@cython.auto_pickle(False)  # no __setstate_cython__: nothing may set the fields to None
 cdef class Storage:
     """A flat buffer shared by a tensor and all its views, with their shared version counter.
 
@@ -163,6 +165,44 @@ cdef class Storage:
     def __len__(self):
         return self.data.nbytes
 
+    def __reduce__(self):
+        return Storage, (self.data, self.device)
+
+
+cdef tuple _NO_ARGS = ()
+
+# Type slots that build objects.  Cython gives a cdef class one ``tp_new`` that leaves every
+# field None, which the core fills at once; Python code reaching it (``Storage.__new__``,
+# ``Tensor(...)``, a subclass) would get an object whose C fields the core dereferences
+# unchecked.  So the core keeps the raw allocators for itself and points the types' slots at
+# constructors that always return a fully built object.
+cdef extern from *:
+    """
+    static void mt_set_tp_new(PyTypeObject *type, newfunc tp_new) {
+        type->tp_new = tp_new;
+        type->tp_vectorcall = NULL;  /* Cython's fast call of the type skips tp_new */
+        PyType_Modified(type);
+    }
+    """
+    void mt_set_tp_new(PyTypeObject* type, newfunc tp_new)
+
+
+cdef newfunc _alloc_storage = (<PyTypeObject*>Storage).tp_new
+
+
+cdef object _NO_DATA = np.empty(0, np.float32)  # what a Storage holds before __init__
+
+
+cdef object _python_storage_new(type cls, PyObject* args, PyObject* kwargs):
+    """``Storage.__new__`` from Python: an empty CPU storage (``__init__`` then sets it)."""
+    cdef Storage storage = <Storage>_alloc_storage(cls, <PyObject*>_NO_ARGS, NULL)
+    storage.data = _NO_DATA
+    storage.device = cpu
+    return storage
+
+
+mt_set_tp_new(<PyTypeObject*>Storage, <newfunc>_python_storage_new)
+
 
 # --------------------------------------------------------------------------- tensor
 
@@ -173,9 +213,9 @@ class Size(tuple):
         return "microtensor.Size([" + ", ".join(map(str, self)) + "])"
 
     def numel(self):
-        cdef Py_ssize_t n = 1
+        n = 1
         for s in self:
-            n *= s
+            n *= s  # Python ints: exact even for sizes no tensor could have
         return n
 
 
@@ -227,6 +267,8 @@ cpdef set_grad_enabled(bint enabled):
 
 
 cdef inline bint _contiguous(tuple sizes, tuple strides):
+    """Row-major contiguity.  Runs after ``_numel`` accepted ``sizes``, and past the 0-size
+    test every partial product divides the numel, so ``expected`` cannot overflow."""
     cdef Py_ssize_t expected = 1, size
     cdef Py_ssize_t i
     for size in sizes:
@@ -246,18 +288,23 @@ cdef extern from *:
     static inline int mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
         return __builtin_mul_overflow(a, b, out);
     }
+    static inline int mt_tensor_add_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
     """
     bint mt_tensor_mul_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept nogil
+    bint mt_tensor_add_overflow(Py_ssize_t a, Py_ssize_t b, Py_ssize_t* out) noexcept nogil
 
 
 cdef inline Py_ssize_t _numel(tuple sizes) except -1:
-    cdef Py_ssize_t n = 1
-    cdef bint overflow = False
-    for s in sizes:
-        overflow |= mt_tensor_mul_overflow(n, <Py_ssize_t>s, &n)
-    if overflow and n != 0:
-        raise RuntimeError(f"numel: integer multiplication overflow (sizes {list(sizes)})")
-    return n
+    """The element count of a tensor of ``sizes``: PyTorch's ``safe_compute_numel``, which
+    refuses sizes whose product overflows (even when a later size is 0).  Every tensor is
+    built through here, so every tensor's numel, and the product of any of its sizes when
+    it has no 0 size, fits in int64: the bound the kernels' loops rely on."""
+    cdef unsigned long long n
+    if meta.size_product_overflows(sizes, &n) or n > <unsigned long long>INT64_MAX:
+        raise RuntimeError("numel: integer multiplication overflow")
+    return <Py_ssize_t>n
 
 
 cdef inline tuple _contiguous_strides(tuple sizes):
@@ -265,10 +312,12 @@ cdef inline tuple _contiguous_strides(tuple sizes):
     cdef list out = [1] * n
     for i in range(n - 1, -1, -1):
         out[i] = acc
-        acc *= max(<Py_ssize_t>sizes[i], 1)
+        if i and mt_tensor_mul_overflow(acc, max(<Py_ssize_t>sizes[i], 1), &acc):
+            raise RuntimeError("Stride calculation overflowed")  # only beside a 0 size
     return tuple(out)
 
 
+@cython.auto_pickle(False)  # Tensor pickles itself; fields are never set from a state tuple
 cdef class TensorBase:
     """Metadata of a strided tensor over a Storage, plus the fields autograd keeps on it.
 
@@ -319,7 +368,7 @@ cdef class TensorBase:
 
     @property
     def nbytes(self):
-        return self._numel * self._dtype.itemsize
+        return <object>self._numel * self._dtype.itemsize  # a Python int: cannot wrap
 
     @property
     def dtype(self):
@@ -403,14 +452,21 @@ cdef class TensorBase:
         _check_geometry(self._storage, sizes, strides, offset, self._dtype.itemsize)
         return self._make_view_unchecked(sizes, strides, offset)
 
-    def _make_view_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
-        """Like _make_view for geometries derived from this tensor's own, so always in bounds."""
-        return self._view_fast(sizes, strides, offset)
+    def _make_view_unchecked(self, tuple sizes, tuple strides, offset):
+        """Like _make_view for geometries derived from this tensor's own, so in bounds
+        without a check: each view op (``ops/view.py``) reaches only elements this tensor
+        reaches (a slice, a selected index, a permutation, a 0 stride for a broadcast dim).
+        What a derivation can still break is int64 itself (a huge slice step or unfold
+        step multiplies a stride, a huge offset or a size product overflows): that is
+        refused here and in ``_new_tensor``, before any tensor exists."""
+        return self._view_fast(sizes, strides, _int64_geometry(strides, offset))
 
-    def _make_alias_unchecked(self, tuple sizes, tuple strides, Py_ssize_t offset):
+    def _make_alias_unchecked(self, tuple sizes, tuple strides, offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
-        no ``_base``, no autograd history (``detach``, ``_unsafe_view``)."""
-        return _new_tensor(_tensor_cls, self._storage, sizes, strides, offset, self._dtype)
+        no ``_base``, no autograd history (``detach``, ``_unsafe_view``); in bounds like
+        ``_make_view_unchecked``."""
+        return _new_tensor(_tensor_cls, self._storage, sizes, strides,
+                           _int64_geometry(strides, offset), self._dtype)
 
     def _set_geometry(self, tuple sizes, tuple strides, Py_ssize_t offset):
         """In-place metadata change (``as_strided_``, ``squeeze_``, ``t_`` ...), bounds-checked."""
@@ -456,7 +512,7 @@ cdef class TensorBase:
     # sums also for tensors that require grad, whose node they attach), else the
     # registered op.
     def __getitem__(self, index):
-        cdef Py_ssize_t start, stop, step, length, size, i
+        cdef Py_ssize_t start, stop, step, length, size, i, new_stride, offset
         if _plain(self) and self._sizes:
             size = self._sizes[0]
             if type(index) is slice:
@@ -464,14 +520,19 @@ cdef class TensorBase:
                     raise
                 if step > 0:
                     length = PySlice_AdjustIndices(size, &start, &stop, step)
-                    return self._view_fast(
-                        (length,) + self._sizes[1:],
-                        (<Py_ssize_t>self._strides[0] * step,) + self._strides[1:],
-                        self._offset + start * <Py_ssize_t>self._strides[0])
+                    # a stride times a huge step (or an empty slice's start) may leave
+                    # int64: then the slow path (the ``slice`` op) refuses it
+                    if not (mt_tensor_mul_overflow(self._strides[0], step, &new_stride) or
+                            mt_tensor_mul_overflow(start, self._strides[0], &offset) or
+                            mt_tensor_add_overflow(self._offset, offset, &offset)):
+                        return self._view_fast((length,) + self._sizes[1:],
+                                               (new_stride,) + self._strides[1:], offset)
             elif type(index) is int and -size <= <object>index < size:
                 i = index
                 if i < 0:
                     i += size
+                # 0 <= i < size: offset + i * stride is an element of this (in-bounds)
+                # tensor, so it lies in the storage and cannot overflow
                 return self._view_fast(self._sizes[1:], self._strides[1:],
                                        self._offset + i * <Py_ssize_t>self._strides[0])
         return _getitem(self, index)
@@ -566,7 +627,7 @@ cdef class TensorBase:
             if self._is_contig and type(self) is _tensor_cls:
                 return self
             if _plain(self) and self._storage.device is cpu:
-                out = _new_tensor(_tensor_cls, _cpu_storage(self._numel, self._dtype),
+                out = _new_tensor(_tensor_cls, _cpu_storage(self._sizes, self._dtype),
                                   self._sizes, _contiguous_strides(self._sizes), 0, self._dtype)
                 _copy_disjoint(out, self)
                 return out
@@ -588,7 +649,7 @@ cdef class TensorBase:
         _load_geometry(self, ndim, shape, strides)
         if dim is None and not keepdim:
             total = kernels.sum_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides)
-            out = _new_tensor(_tensor_cls, _cpu_storage(1, self._dtype), (), (), 0, self._dtype)
+            out = _new_tensor(_tensor_cls, _cpu_storage((), self._dtype), (), (), 0, self._dtype)
             if self._dtype.typenum == cnp.NPY_FLOAT:
                 (<float*>_ptr(out))[0] = <float>total
             else:
@@ -600,7 +661,7 @@ cdef class TensorBase:
                 return _dispatch_call("sum", self, *args, **kwargs)
             sizes = tuple([1 if reduced[d] else self._sizes[d] for d in range(ndim)
                            if keepdim or not reduced[d]])
-            out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), self._dtype), sizes,
+            out = _new_tensor(_tensor_cls, _cpu_storage(sizes, self._dtype), sizes,
                               _contiguous_strides(sizes), 0, self._dtype)
             kernels.sum_dims_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides,
                                  reduced, _ptr(out))
@@ -617,7 +678,7 @@ cdef class TensorBase:
 
     def __matmul__(a, b):
         cdef TensorBase ta, tb, out
-        cdef Py_ssize_t m, n, k, a_rs, a_cs, b_rs, b_cs
+        cdef Py_ssize_t m, n, k, work, a_rs, a_cs, b_rs, b_cs
         if _plain(a) and _plain(b):
             ta, tb = <TensorBase>a, <TensorBase>b
             if len(ta._sizes) == 2 and len(tb._sizes) == 2 and ta._dtype is tb._dtype and \
@@ -625,9 +686,11 @@ cdef class TensorBase:
                     ta._storage.device is cpu and tb._storage.device is cpu:
                 m, k, n = ta._sizes[0], ta._sizes[1], tb._sizes[1]
                 sizes = (m, n)
-                out = _new_tensor(_tensor_cls, _cpu_storage(m * n, ta._dtype), sizes,
+                # the result's sizes are checked here, so m * n fits; m * n * k may not
+                # (then it is no small product either)
+                out = _new_tensor(_tensor_cls, _cpu_storage(sizes, ta._dtype), sizes,
                                   _contiguous_strides(sizes), 0, ta._dtype)
-                if m * n * k > _SMALL_MATMUL:
+                if mt_tensor_mul_overflow(m * n, k, &work) or work > _SMALL_MATMUL:
                     _np_matmul(_ndarray_view(ta), _ndarray_view(tb), out=_ndarray_view(out))
                     return out
                 a_rs, a_cs = ta._strides
@@ -657,6 +720,36 @@ cdef class TensorBase:
         return t
 
 
+cdef newfunc _alloc_tensor = (<PyTypeObject*>TensorBase).tp_new
+
+
+cdef object _python_tensor_new(type cls, PyObject* args, PyObject* kwargs):
+    """``Tensor(...)``, ``Tensor.__new__(cls, ...)`` and subclasses from Python: PyTorch's
+    legacy constructor (``microtensor._tensor.legacy_new``), so Python never holds a tensor
+    without storage.  ``_new_tensor`` allocates through ``_alloc_tensor`` instead."""
+    cdef TensorBase t, source
+    if cls is TensorBase:
+        raise RuntimeError("Cannot directly construct TensorBase; subclass it and then "
+                           "construct that")
+    from microtensor._tensor import legacy_new
+    source = legacy_new(<object>args if args != NULL else (),
+                        <object>kwargs if kwargs != NULL else {})
+    if type(source) is cls:
+        return source
+    t = <TensorBase>_alloc_tensor(cls, <PyObject*>_NO_ARGS, NULL)
+    t._storage = source._storage
+    t._sizes = source._sizes
+    t._strides = source._strides
+    t._offset = source._offset
+    t._dtype = source._dtype
+    t._numel = source._numel
+    t._is_contig = source._is_contig
+    return t
+
+
+mt_set_tp_new(<PyTypeObject*>TensorBase, <newfunc>_python_tensor_new)
+
+
 cdef extern from "Python.h":
     int PySlice_Unpack(object slice, Py_ssize_t* start, Py_ssize_t* stop,
                        Py_ssize_t* step) except -1
@@ -683,6 +776,16 @@ cdef inline tuple _shape_arg(tuple shape):
     return shape if _all_ints(shape) else None
 
 
+cdef inline Py_ssize_t _byte_stride(Py_ssize_t stride, Py_ssize_t itemsize) noexcept:
+    """A stride in bytes.  Only a dim that is never stepped (size 0 or 1) can have a stride
+    whose byte count overflows (a stepped one stays inside an allocation); it gets 0, which
+    reaches the same elements."""
+    cdef Py_ssize_t result
+    if mt_tensor_mul_overflow(stride, itemsize, &result):
+        return 0
+    return result
+
+
 cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
     """Copy ``src`` into a fresh CPU tensor ``dst`` of the same sizes and dtype."""
     cdef Py_ssize_t shape[MAX_DIMS]
@@ -692,8 +795,8 @@ cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
     cdef int i, ndim = len(src._sizes)
     for i in range(ndim):
         shape[i] = src._sizes[i]
-        dst_strides[i] = <Py_ssize_t>dst._strides[i] * item
-        src_strides[i] = <Py_ssize_t>src._strides[i] * item
+        dst_strides[i] = _byte_stride(dst._strides[i], item)
+        src_strides[i] = _byte_stride(src._strides[i], item)
     if kernels.copy_raw(src._dtype.typenum, item, _ptr(dst), dst_strides, _ptr(src),
                         src_strides, shape, ndim) < 0:
         raise TypeError(f"no copy kernel for {src._dtype}")
@@ -845,7 +948,7 @@ cdef object _binary(object left, object right, char opcode, str name):
         out_strides[0] = a_strides[0] = b_strides[0] = 1
     else:
         ndim = len(sizes)
-    out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), ta._dtype), sizes, strides, 0,
+    out = _new_tensor(_tensor_cls, _cpu_storage(sizes, ta._dtype), sizes, strides, 0,
                       ta._dtype)
     if not flat:
         _load_geometry(out, ndim, shape, out_strides)
@@ -933,7 +1036,7 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
         strides = meta.elementwise_output_strides(sizes, layouts)
     if result_dtype is None:
         result_dtype = first._dtype
-    out = _new_tensor(_tensor_cls, _cpu_storage(_numel(sizes), result_dtype), sizes, strides,
+    out = _new_tensor(_tensor_cls, _cpu_storage(sizes, result_dtype), sizes, strides,
                       0, result_dtype)
     if out._numel:
         arrays = [_ndarray_view(<TensorBase>x) if isinstance(x, TensorBase) else x
@@ -955,7 +1058,7 @@ cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple stri
     cdef TensorBase t
     if len(sizes) > MAX_DIMS:
         raise RuntimeError(f"tensors may have at most {MAX_DIMS} dimensions, got {len(sizes)}")
-    t = TensorBase.__new__(cls)
+    t = <TensorBase>_alloc_tensor(cls, <PyObject*>_NO_ARGS, NULL)
     t._storage = storage
     t._sizes = sizes
     t._strides = strides
@@ -966,17 +1069,29 @@ cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple stri
     return t
 
 
-cdef Storage _cpu_storage(Py_ssize_t numel, dtype dt):
+cdef object _cpu_buffer(Py_ssize_t numel, dtype dt):
+    """A fresh 1-D array of ``numel`` elements; ``numel * itemsize`` must be known to fit in
+    int64 (checked by the caller), so NumPy can only fail for want of memory."""
     cdef cnp.npy_intp n = numel
-    cdef Storage storage = Storage.__new__(Storage)
-    storage.data = cnp.PyArray_EMPTY(1, &n, dt.typenum, 0)
+    try:
+        return cnp.PyArray_EMPTY(1, &n, dt.typenum, 0)
+    except MemoryError:
+        raise RuntimeError(f"DefaultCPUAllocator: can't allocate memory: you tried to "
+                           f"allocate {numel * dt.itemsize} bytes.") from None
+
+
+cdef Storage _cpu_storage(tuple sizes, dtype dt):
+    """A fresh CPU storage for a contiguous tensor of ``sizes``: the one product of the
+    sizes and the itemsize is checked before anything is allocated."""
+    cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
+    storage.data = _cpu_buffer(meta.check_storage_nbytes(sizes, dt.itemsize) // dt.itemsize, dt)
     storage.device = cpu
     return storage
 
 
 cdef TensorBase _empty_with_strides(TensorBase t, tuple strides):
     """A fresh CPU tensor with ``t``'s sizes and dtype and the given dense strides."""
-    return _new_tensor(_tensor_cls, _cpu_storage(t._numel, t._dtype), t._sizes, strides, 0,
+    return _new_tensor(_tensor_cls, _cpu_storage(t._sizes, t._dtype), t._sizes, strides, 0,
                        t._dtype)
 
 
@@ -984,9 +1099,9 @@ cdef inline bint _canonical(tuple sizes, tuple strides):
     """Whether contiguous ``strides`` are exactly the ones PyTorch would give ``sizes``."""
     cdef Py_ssize_t expected = 1, i
     for i in range(len(sizes) - 1, -1, -1):
-        if <Py_ssize_t>strides[i] != expected:
-            return False
-        expected *= max(<Py_ssize_t>sizes[i], 1)
+        if <Py_ssize_t>strides[i] != expected or \
+                mt_tensor_mul_overflow(expected, max(<Py_ssize_t>sizes[i], 1), &expected):
+            return False  # an overflowing product (beside a 0 size) matches no stride
     return True
 
 
@@ -1014,23 +1129,24 @@ def empty_contiguous(tuple sizes, dtype dt, device dev=cpu):
 
 
 def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu):
-    """A fresh tensor with exactly ``strides``; storage sized to what the strides reach."""
-    cdef Py_ssize_t n = 0 if _numel(sizes) == 0 else 1
-    cdef Py_ssize_t i
-    if n:
-        for i in range(len(sizes)):
-            n += (<Py_ssize_t>sizes[i] - 1) * <Py_ssize_t>strides[i]
+    """A fresh tensor with exactly ``strides``; storage sized to what the strides reach,
+    that extent checked for overflow (and negative strides refused) first.  "Unchecked":
+    the strides are taken as given (the callers compute dense ones), not tested for
+    overlap."""
+    _numel(sizes)  # PyTorch refuses these sizes even when the extent is fine (a 0 size)
+    if _contiguous(sizes, strides):  # dense factories: PyTorch's message names the sizes only
+        meta.check_storage_nbytes(sizes, dt.itemsize)
+    cdef Py_ssize_t n = meta.storage_size_for(sizes, strides, dt.itemsize)
     if dev.type == "cpu":
-        try:
-            data = cnp.PyArray_EMPTY(1, [n], dt.typenum, 0)
-        except MemoryError:
-            raise RuntimeError(f"not enough memory: you tried to allocate "
-                               f"{n * dt.itemsize} bytes") from None
+        data = _cpu_buffer(n, dt)
     else:
         from microtensor.backends import cuda
         dev = cuda.resolve_device(dev)
         data = cuda.empty_buffer(n, dt.np, dev)
-    return _new_tensor(_tensor_cls, Storage(data, dev), sizes, strides, 0, dt)
+    cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
+    storage.data = data
+    storage.device = dev
+    return _new_tensor(_tensor_cls, storage, sizes, strides, 0, dt)
 
 
 def from_array(arr, dev=None):
@@ -1060,15 +1176,19 @@ cdef object _ndarray_view(TensorBase t):
     cdef Py_ssize_t item = t._dtype.itemsize
     for i in range(nd):
         dims[i] = t._sizes[i]
-        strides[i] = <Py_ssize_t>t._strides[i] * item
+        strides[i] = _byte_stride(t._strides[i], item)
     cdef cnp.dtype descr = cnp.PyArray_DescrFromType(t._dtype.typenum)
     Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
     # a storage over read-only memory (a read-only array given to from_numpy) stays
     # read-only, so writes raise instead of touching memory nobody may write
     cdef int flags = cnp.NPY_ARRAY_WRITEABLE \
         if cnp.PyArray_ISWRITEABLE(<cnp.ndarray>t._storage.data) else 0
-    arr = PyArray_NewFromDescr(<PyTypeObject*>np.ndarray, descr, nd, dims, strides,
-                               <void*>_ptr(t), flags, None)
+    try:
+        arr = PyArray_NewFromDescr(<PyTypeObject*>np.ndarray, descr, nd, dims, strides,
+                                   <void*>_ptr(t), flags, None)
+    except ValueError:  # a broadcast tensor can have more elements than NumPy can count
+        raise RuntimeError(f"a tensor of {t._numel} elements of {item} bytes is too large "
+                           f"to be viewed as a NumPy array") from None
     Py_INCREF(t._storage.data)  # PyArray_SetBaseObject steals a reference
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, t._storage.data)
     return arr
@@ -1091,13 +1211,28 @@ cdef object _device_view(TensorBase t):
 
 
 cdef inline Py_ssize_t _wrap_dim(object dim, Py_ssize_t ndim) except? -1:
-    cdef Py_ssize_t d = dim
-    cdef Py_ssize_t lo, hi
+    cdef Py_ssize_t d
     cdef Py_ssize_t n = ndim if ndim > 0 else 1
+    if type(dim) is not int:
+        return meta.wrap_dim(dim, ndim)  # NumPy ints accepted, floats and bools refused
+    d = dim
     if d < -n or d >= n:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-n}, {n - 1}], but got {d})")
     return d + n if d < 0 else d
+
+
+cdef Py_ssize_t _int64_geometry(tuple strides, object offset) except? -1:
+    """``offset``, once it and every stride are known to fit in int64 (RuntimeError if not:
+    a stride times a huge step, say, that PyTorch would let wrap)."""
+    for value in strides + (offset,):
+        if not -_INT64_LIMIT <= value < _INT64_LIMIT:
+            raise RuntimeError(f"stride or storage offset {value} of a view does not fit in "
+                               f"int64 (strides {list(strides)}, storage offset {offset})")
+    return offset
+
+
+_INT64_LIMIT = 1 << 63
 
 
 cdef _check_geometry(Storage storage, tuple sizes, tuple strides, Py_ssize_t offset,

@@ -22,21 +22,32 @@ from microtensor.ops.registry import Sample, op
 
 # --------------------------------------------------------------------------- arguments
 
+def int_tuple(values, name="size"):
+    """``values`` as a tuple of Python ints: as in PyTorch, NumPy integers and one-element
+    tensors are accepted, floats and bools are a TypeError, and so is anything past int64."""
+    result = []
+    for s in values:
+        if type(s) is not int:  # the common case skips the slower checks
+            if isinstance(s, TensorBase):
+                s = s.item()
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral):
+                raise TypeError(f"{name} must be a tuple of ints, but got an element of type "
+                                f"{type(s).__name__}")
+            s = int(s)
+        if not -_INT64 <= s < _INT64:
+            raise TypeError(f"{name} must be a tuple of ints, but {s} does not fit in 64 bits")
+        result.append(s)
+    return tuple(result)
+
+
+_INT64 = 2 ** 63
+
+
 def parse_size(size):
     """``zeros(2, 3)``, ``zeros((2, 3))`` and ``zeros([2, 3])`` all mean sizes (2, 3)."""
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    sizes = []
-    for s in size:
-        if isinstance(s, TensorBase):
-            s = s.item()
-        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            raise TypeError(f"size must be a tuple of ints, but got an element of type "
-                            f"{type(s).__name__}")
-        if not -2 ** 63 <= s < 2 ** 63:
-            raise TypeError(f"size must be a tuple of ints, but {s} does not fit in 64 bits")
-        sizes.append(int(s))
-    sizes = tuple(sizes)
+    sizes = int_tuple(size)
     meta.check_size_nonnegative(sizes)
     return sizes
 
@@ -117,7 +128,7 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
     sizes = parse_size((size,))
-    strides = tuple(int(s) for s in stride)
+    strides = int_tuple(stride, "stride")
     if len(sizes) != len(strides):
         raise RuntimeError(f"dimensionality of sizes ({len(sizes)}) must match dimensionality "
                            f"of strides ({len(strides)})")
@@ -158,9 +169,12 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         is_float = any(isinstance(x, float) for x in (start, end, step))
         dtype = get_default_dtype() if is_float else int64
     length = max(0, math.ceil((end - start) / step))
-    values = start + step * np.arange(length, dtype=np.float64 if dtype.is_floating_point
-                                      else np.int64)
-    return finish(tensor_of(values.astype(dtype.np)), requires_grad).to(to_device(device) or cpu)
+    if length >= 2 ** 63:
+        raise RuntimeError("invalid size, possible overflow?")
+    result = empty_contiguous((length,), dtype, cpu)  # refuses a size NumPy cannot hold
+    result._array()[...] = start + step * np.arange(
+        length, dtype=np.float64 if dtype.is_floating_point else np.int64)
+    return finish(result, requires_grad).to(to_device(device) or cpu)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
@@ -169,6 +183,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
+    meta.check_storage_nbytes(parse_size((steps,)), dt.itemsize)
     compute = dt.np if dt.is_floating_point else np.dtype(np.float64)
     first, last = compute.type(start), compute.type(end)
     step = (last - first) / compute.type(max(steps - 1, 1))
@@ -184,10 +199,11 @@ def _infer_dtype(data):
     """The dtype ``tensor(data)`` takes: floats anywhere make it the default float type."""
     kinds = set()
 
-    def visit(x):
+    def visit(x, depth=0):
         if isinstance(x, (list, tuple)):
+            _check_depth(x, depth)
             for y in x:
-                visit(y)
+                visit(y, depth + 1)
         elif isinstance(x, TensorBase):
             kinds.add(x._dtype)
         elif isinstance(x, np.ndarray):
@@ -211,11 +227,22 @@ def _infer_dtype(data):
     return result or get_default_dtype()
 
 
-def _to_nested(data):
+MAX_DIMS = 64  # a tensor's most dimensions (as NumPy's)
+
+
+def _check_depth(sequence, depth):
+    """Nested sequences deeper than a tensor can be are PyTorch's ValueError (before
+    Python's recursion limit could be reached)."""
+    if depth >= MAX_DIMS:
+        raise ValueError(f"too many dimensions '{type(sequence).__name__}'")
+
+
+def _to_nested(data, depth=0):
     if isinstance(data, TensorBase):
         return data._array()
     if isinstance(data, (list, tuple)):
-        return [_to_nested(x) for x in data]
+        _check_depth(data, depth)
+        return [_to_nested(x, depth + 1) for x in data]
     return data
 
 
@@ -251,8 +278,9 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         dt = _infer_dtype(data) if data.dtype != np.float16 else float32
     else:
         dt = dtype if dtype is not None else _infer_dtype(data)
+    nested = _to_nested(data)
     try:
-        arr = np.array(_to_nested(data), dtype=dt.np)
+        arr = np.array(nested, dtype=dt.np)
     except ValueError:
         _check_rectangular(data, _leading_shape(data), 0)
         raise
@@ -393,6 +421,7 @@ def floating_only(dt, name):
 
 def _random(sample, size, dtype, dev, generator, requires_grad):
     sizes = parse_size(size)
+    meta.check_storage_nbytes(sizes, dtype.itemsize)
     rng = (generator or default_generator)._rng
     try:
         arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
@@ -444,6 +473,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     samples=lambda make: [Sample(5), Sample(0)])
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     rng = (generator or default_generator)._rng
+    meta.check_storage_nbytes(parse_size((n,)), pick_dtype(dtype, int64).itemsize)
     values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
     return finish(tensor_of(values).to(to_device(device) or cpu), requires_grad)
 

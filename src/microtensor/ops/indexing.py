@@ -196,8 +196,17 @@ def _normalize(index):
             error = TypeError if isinstance(item, str) else IndexError
             raise error("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
                         f"Variables are valid indices (got {type(item).__name__})")
-    return tuple(i.item() if isinstance(i, TensorBase) and i.dim() == 0 and
-                 _is_integer_index(i) else i for i in index)
+    return tuple(_scalar_index(i) for i in index)
+
+
+def _scalar_index(item):
+    """A scalar that indexes like a Python int (a NumPy integer, a 0-d integer tensor) as
+    that int; anything else unchanged (PyTorch refuses NumPy bools)."""
+    if isinstance(item, np.integer):
+        return item.item()
+    if isinstance(item, TensorBase) and item.dim() == 0 and _is_integer_index(item):
+        return item.item()
+    return item
 
 
 def getitem(self, index):

@@ -345,6 +345,7 @@ def linear(input, weight, bias=None):
         # every leading dim is more rows: one matrix product
         rows = _checked_product(input.reshape(-1, input._sizes[-1]), weight.mT)
         sizes = input._sizes[:-1] + weight._sizes[:1]
+        # safe: rows is a fresh contiguous (rows, out) result with exactly these elements
         out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
     else:
         out = _checked_product(input, weight.mT)

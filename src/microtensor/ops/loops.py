@@ -183,8 +183,8 @@ def dims_of(dim, ndim):
     """``dim`` argument of a reduction as a sorted tuple of wrapped dims (None = all)."""
     if dim is None:
         return tuple(range(ndim))
-    if isinstance(dim, int):
-        dim = (dim,)
+    if not isinstance(dim, (tuple, list)):
+        dim = (dim,)  # an int, or an integer scalar such as a NumPy int
     wrapped = tuple(meta.wrap_dim(d, ndim) for d in dim)
     if len(set(wrapped)) != len(wrapped):
         raise RuntimeError(f"dim {wrapped[0]} appears multiple times in the list of dims")

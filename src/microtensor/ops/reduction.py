@@ -358,8 +358,9 @@ def _arg_extremum(name, np_arg):
             index = np_arg(self._array())
             shape = (1,) * self.dim() if keepdim else ()
             return _fresh(np.reshape(index, shape), int64)
-        if not isinstance(dim, int):
+        if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
             raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
+        dim = int(dim)
         _check_reducible(name, self, dim)
         arr, axis = _along(self, dim)
         index = np_arg(arr, axis=axis, keepdims=keepdim or self.dim() == 0)
@@ -477,7 +478,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
                            f"as input. Got {_type_name(self._dtype)}")
     if dtype is not None:
         self = self.to(dtype)
-    if isinstance(dim, int):
+    if isinstance(dim, (int, np.integer)):
         dim = (dim,)
     if p == "fro" and dim is not None and len(dim) > 2:
         raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got "

@@ -204,7 +204,7 @@ def _pieces(self, sizes, dim):
     d = meta.wrap_dim(dim, self.dim())
     stride = self._strides[d]
     pieces, start = [], 0
-    for size in sizes:
+    for size in sizes:  # safe: the callers checked that the sizes sum to the dim's size
         pieces.append(self._make_view_unchecked(
             self._sizes[:d] + (size,) + self._sizes[d + 1:], self._strides,
             self._offset + start * stride))
@@ -289,6 +289,7 @@ def unbind(self, dim=0):
     d = meta.wrap_dim(dim, self.dim())
     sizes = self._sizes[:d] + self._sizes[d + 1:]
     strides = self._strides[:d] + self._strides[d + 1:]
+    # safe: one view per index 0 <= i < size of dim d (as select)
     return tuple(self._make_view_unchecked(sizes, strides, self._offset + i * self._strides[d])
                  for i in range(self._sizes[d]))
 

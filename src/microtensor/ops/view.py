@@ -14,8 +14,11 @@ from microtensor.ops.registry import Sample, op
 
 
 def _int_arg(value, name):
-    """An integer argument: like PyTorch, floats and other non-integers are a TypeError."""
+    """An integer argument: like PyTorch, floats, bools and other non-integers are a
+    TypeError (NumPy integers are integers)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         value = operator.index(value)
     except TypeError:
         raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
@@ -49,6 +52,8 @@ def view(self, *shape):
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
                            "Use .reshape(...) instead.")
+    # safe: view_strides only regroups runs of dims that share one stride pattern, and
+    # infer_size checked that the element count is unchanged
     return self._make_view_unchecked(sizes, tuple(strides), self._offset)
 
 
@@ -72,6 +77,7 @@ def _unsafe_view(self, *shape):
     view, as in PyTorch, so ``reshape`` gives ``_base`` None whenever it copies."""
     sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
     strides = meta.view_strides(self._sizes, self._strides, sizes)
+    # safe: as for view (reshape calls this only on a contiguous copy, which always views)
     return self._make_alias_unchecked(sizes, tuple(strides), self._offset)
 
 
@@ -136,6 +142,7 @@ def transpose(self, dim0, dim1):
     sizes, strides = list(self._sizes), list(self._strides)
     sizes[a], sizes[b] = sizes[b], sizes[a]
     strides[a], strides[b] = strides[b], strides[a]
+    # safe: the same (size, stride) pairs in another order reach the same elements
     return self._make_view_unchecked(tuple(sizes), tuple(strides), self._offset)
 
 
@@ -174,6 +181,7 @@ def permutation(dims, n):
         Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(2, 3, 4), 1, 2, 0), Sample(make(()), ())])
 def permute(self, *dims):
     wrapped = permutation(_sizes_arg(dims, "dims"), self.dim())
+    # safe: permutation() checked this is a reordering of all dims (as for transpose)
     return self._make_view_unchecked(tuple(self._sizes[d] for d in wrapped),
                                      tuple(self._strides[d] for d in wrapped), self._offset)
 
@@ -221,6 +229,8 @@ moveaxis = movedim
 def unsqueeze(self, dim):
     d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim() + 1)
     new_stride = self._sizes[d] * self._strides[d] if d < self.dim() else 1
+    # safe: a size-1 dim is never stepped, so its stride reaches nothing (and it fits in
+    # int64: size * stride is at most twice the extent of dim d when its size exceeds 1)
     return self._make_view_unchecked(self._sizes[:d] + (1,) + self._sizes[d:],
                                      self._strides[:d] + (new_stride,) + self._strides[d:],
                                      self._offset)
@@ -243,6 +253,7 @@ def squeeze(self, dim=None):
         dims = {meta.wrap_dim(d, n) for d in _sizes_arg((dim,), "dim")}
         dims = {d for d in dims if d < n and self._sizes[d] == 1}  # a 0-d tensor accepts 0, -1
     keep = [i for i in range(n) if i not in dims]
+    # safe: only size-1 dims (never stepped) are dropped
     return self._make_view_unchecked(tuple(self._sizes[i] for i in keep),
                                      tuple(self._strides[i] for i in keep), self._offset)
 
@@ -263,6 +274,8 @@ def expand(self, *sizes):
     strides = meta.expand_strides(self._sizes, self._strides, sizes)
     final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - self.dim())]
                   for i, s in enumerate(sizes))
+    # safe: expand_strides gives every stretched or new dim stride 0 and keeps the others,
+    # so only this tensor's elements are reached; _new_tensor refuses an overflowing numel
     return self._make_view_unchecked(final, tuple(strides), self._offset)
 
 
@@ -310,6 +323,7 @@ def selected(self, dim, index):
 def select(self, dim, index):
     dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
     d, index = selected(self, dim, index)
+    # safe: selected() checked 0 <= index < size, so every element is one of this tensor's
     return self._make_view_unchecked(self._sizes[:d] + self._sizes[d + 1:],
                                      self._strides[:d] + self._strides[d + 1:],
                                      self._offset + index * self._strides[d])
@@ -337,6 +351,7 @@ def narrow(self, dim, start, length):
     start = start + size if start < 0 else start
     if length < 0 or start + length > size:
         raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    # safe: start + length <= size was just checked
     return self._make_view_unchecked(self._sizes[:d] + (length,) + self._sizes[d + 1:],
                                      self._strides, self._offset + start * self._strides[d])
 
@@ -357,6 +372,8 @@ def slice(self, dim=0, start=None, end=None, step=1):
         raise ValueError("step must be greater than zero")
     begin, stop, _ = builtins.slice(start, end).indices(self._sizes[d])
     length = max(0, (stop - begin + step - 1) // step)
+    # safe: indices() clamps begin and stop into the dim, so the (length - 1) * step steps
+    # stay inside it; a stride * step past int64 is refused by _make_view_unchecked
     return self._make_view_unchecked(
         self._sizes[:d] + (length,) + self._sizes[d + 1:],
         self._strides[:d] + (self._strides[d] * step,) + self._strides[d + 1:],
@@ -387,6 +404,7 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
     if length == 0:
         start = self._offset
     keep = [i for i in range(n) if i not in (a, b)]
+    # safe: length is clamped so that the diagonal's last element is inside both dims
     return self._make_view_unchecked(
         tuple(self._sizes[i] for i in keep) + (length,),
         tuple(self._strides[i] for i in keep) + (self._strides[a] + self._strides[b],), start)
@@ -412,7 +430,10 @@ def unfold(self, dimension, size, step):
     if step <= 0:
         raise RuntimeError(f"step is {step} but must be > 0")
     if self.dim() == 0:
-        return self._make_view_unchecked((size,), (1,), self._offset)
+        return self._make_view_unchecked((size,), (1,), self._offset)  # size <= 1: checked
+    # safe: size <= dim_size was checked and the last window starts at
+    # (count - 1) * step <= dim_size - size; a step * stride past int64 is refused by
+    # _make_view_unchecked
     count = (dim_size - size) // step + 1
     sizes = self._sizes[:d] + (count,) + self._sizes[d + 1:] + (size,)
     strides = self._strides[:d] + (step * self._strides[d],) + self._strides[d + 1:] + \
@@ -494,7 +515,7 @@ def _may_overlap(sizes, strides):
 @op(kind="view",
     samples=lambda make: [Sample(make(3, 4)), Sample(make(()))])
 def alias(self):
-    return self._make_view_unchecked(self._sizes, self._strides, self._offset)
+    return self._make_view_unchecked(self._sizes, self._strides, self._offset)  # same geometry
 
 
 @alias.def_derivative
@@ -507,4 +528,4 @@ def alias(grad):
 def detach(self):
     """Shares storage and version counter but is cut from the graph; like PyTorch's, it is
     not a view (``_base`` is None)."""
-    return self._make_alias_unchecked(self._sizes, self._strides, self._offset)
+    return self._make_alias_unchecked(self._sizes, self._strides, self._offset)  # same geometry
