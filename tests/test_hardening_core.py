@@ -433,6 +433,32 @@ def test_numpy_integers_as_indices_dims_and_sizes(name):
         assert result.tolist() == expected.tolist()
 
 
+PER_SAMPLE_NUMPY_DIMS = {
+    "sum": lambda t: t.sum(np.int64(0)),
+    "sum of dims": lambda t: t.sum((np.int64(0), 1)),
+    "amax": lambda t: t.amax(np.int64(1)),
+    "all": lambda t: (t > 0).all(np.int64(1)),
+    "argmax": lambda t: t.argmax(np.int64(1)),
+    "transpose": lambda t: t.transpose(np.int64(0), 1),
+    "index": lambda t: t[np.int64(1)],
+    "squeeze": lambda t: t[:1].squeeze(np.int64(0)),
+    "flip": lambda t: t.flip(np.int64(0)),
+    "roll": lambda t: t.roll(np.int64(1), np.int64(0)),
+    "cat": lambda t: mt.cat([t, t], np.int64(1)),
+    "softmax": lambda t: t.softmax(np.int64(1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PER_SAMPLE_NUMPY_DIMS))
+def test_numpy_integer_dims_under_vmap_match_a_loop(name):
+    fn = PER_SAMPLE_NUMPY_DIMS[name]
+    x = mt.randn(3, 4, 5)
+    batched = mt.vmap(fn)(x)
+    looped = mt.stack([fn(x[i]) for i in range(3)])
+    assert batched.shape == looped.shape
+    assert batched.tolist() == looped.tolist()
+
+
 @requires_torch
 def test_numpy_bools_are_not_indices():
     x = mt.arange(3)

@@ -636,7 +636,7 @@ def _logical_reduction(np_reduction, self, dim, keepdim):
     arr = self._array()
     if self.dim() == 0:
         return from_numpy_result(np_reduction(arr), bool_)
-    no_dims = dim is not None and not isinstance(dim, int) and len(dim) == 0
+    no_dims = dim is not None and isinstance(dim, (tuple, list)) and len(dim) == 0
     return from_numpy_result(np_reduction(arr, axis=() if no_dims else dims_of(dim, self.dim()),
                                           keepdims=keepdim), bool_)
 

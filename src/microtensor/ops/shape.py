@@ -9,6 +9,8 @@ are computed by NumPy on views of the storage.  Derivatives use only microtensor
 make their buffers from the incoming gradient, so they are differentiable and run under
 vmap.
 """
+from numbers import Integral
+
 import numpy as np
 
 from microtensor._C import meta
@@ -312,8 +314,8 @@ def _roll_samples(make):
 
 @op(samples=_roll_samples)
 def roll(self, shifts, dims=None):
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-    dims = () if dims is None else (dims,) if isinstance(dims, int) else tuple(dims)
+    shifts = (shifts,) if isinstance(shifts, Integral) else tuple(shifts)
+    dims = () if dims is None else (dims,) if isinstance(dims, Integral) else tuple(dims)
     if not dims and len(shifts) == 1:
         flat = np.roll(self._array().reshape(-1), shifts[0])
         return fresh_tensor(flat.reshape(self._sizes))
@@ -328,7 +330,7 @@ def roll(self, shifts, dims=None):
 
 @roll.def_derivative
 def roll(grad, shifts, dims):
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    shifts = (shifts,) if isinstance(shifts, Integral) else tuple(shifts)
     return grad.roll(tuple(-s for s in shifts), dims),
 
 

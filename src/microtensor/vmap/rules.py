@@ -15,6 +15,7 @@ batch dims outermost, ``as_strided`` reads inside each sample's memory and
 ``new_empty_strided`` gives each sample exactly the strides asked for.
 """
 import operator
+from numbers import Integral
 
 import numpy as np
 
@@ -257,19 +258,19 @@ def reduction(op, level, args, kwargs):
     n = self.dim()
     dim = bound.get("dim")
     if n == 0:
-        for d in () if dim is None else (dim,) if isinstance(dim, int) else dim:
+        for d in () if dim is None else (dim,) if isinstance(dim, Integral) else dim:
             meta.wrap_dim(d, 0)
-        bound["dim"] = 1 if dim is None or isinstance(dim, int) else (1,)
+        bound["dim"] = 1 if dim is None or isinstance(dim, Integral) else (1,)
         if "keepdim" in bound:
             bound["keepdim"] = False
         result = call(op, (value.unsqueeze(1),), bound)
         return wrap_result(_drop_dim_1(result), 0, level)
-    if dim is not None and not isinstance(dim, int) and len(dim) == 0 and \
+    if dim is not None and not isinstance(dim, Integral) and len(dim) == 0 and \
             op.name in EMPTY_DIM_REDUCES_NOTHING:
         bound["dim"] = ()
-    elif dim is None or (not isinstance(dim, int) and len(dim) == 0):
+    elif dim is None or (not isinstance(dim, Integral) and len(dim) == 0):
         bound["dim"] = tuple(range(1, n + 1))
-    elif isinstance(dim, int):
+    elif isinstance(dim, Integral):
         bound["dim"] = meta.wrap_dim(dim, n) + 1
     else:
         bound["dim"] = tuple(meta.wrap_dim(d, n) + 1 for d in dim)
@@ -595,7 +596,7 @@ def squeeze(op, level, args, kwargs):
     if dim is None:
         dims = [i for i, s in enumerate(self._sizes) if s == 1]
     else:
-        dims = [meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, int) else dim)]
+        dims = [meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, Integral) else dim)]
         dims = [d for d in dims if self._sizes[d] == 1]
     b = self._bdim
     physical = tuple(_actual(d, b) for d in dims)
@@ -838,11 +839,11 @@ def roll(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, shifts, dims = bound["self"], bound["shifts"], bound["dims"]
     value = to_front(self._value, self._bdim)
-    if dims is None or (not isinstance(dims, int) and len(dims) == 0):
+    if dims is None or (not isinstance(dims, Integral) and len(dims) == 0):
         flat = value.reshape(value._sizes[0], -1)
         rolled = call(op, (flat, shifts, 1), None)
         return wrap(rolled.view(value._sizes), 0, level)
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    dims = (dims,) if isinstance(dims, Integral) else tuple(dims)
     n = max(self.dim(), 1)
     if self.dim() == 0:
         return wrap(value.clone(), 0, level)
