@@ -508,3 +508,12 @@ def test_repr_of_huge_tensors_is_summarized(make):
     assert "..." in text and text.startswith("tensor(")
     if torch is not None:
         assert text == repr(make(torch)).replace("torch.", "microtensor.")
+
+
+@pytest.mark.parametrize("data, dtype", [([2**40], "int32"), ([2**70], "int64"),
+                                         ([1, 2**63], None), ([[2**64]], "int32")])
+def test_tensor_of_out_of_range_python_ints(data, dtype):
+    kind = outcome(lambda: mt.tensor(data, dtype=dtype and getattr(mt, dtype)))[0]
+    assert kind in ("RuntimeError", "ValueError")
+    if torch is not None:
+        assert kind == outcome(lambda: torch.tensor(data, dtype=dtype and getattr(torch, dtype)))[0]

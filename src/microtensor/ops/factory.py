@@ -284,6 +284,12 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     except ValueError:
         _check_rectangular(data, _leading_shape(data), 0)
         raise
+    except OverflowError:   # a Python int outside the dtype's range
+        if any(not -2**63 <= v < 2**63 for v in np.ravel(np.array(nested, dtype=object))
+               if isinstance(v, int)):
+            raise ValueError("Overflow when unpacking long long") from None
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without "
+                           f"overflow") from None
     t = tensor_of(arr)
     dev = to_device(device)
     if dev is not None and dev.type != "cpu":
