@@ -64,7 +64,7 @@ def _seeded_reset_parameters(lib, rng):
     def reset_parameters(self):
         bound = 1 / math.sqrt(self.in_features)
         with lib.no_grad():
-            for param in (self.weight, self.bias):
+            for param in (p for p in (self.weight, self.bias) if p is not None):
                 values = rng.uniform(-bound, bound, tuple(param.shape))
                 param.copy_(lib.tensor(values, dtype=param.dtype))
     return reset_parameters
