@@ -1,0 +1,50 @@
+"""PyTorch tutorial "Learning PyTorch with Examples": Tensors, gradients by hand.
+
+Fits y = a + b x + c x^2 + d x^3 to sin(x) on [-pi, pi] by gradient descent on the
+sum of squared errors, computing the gradients manually.
+
+Renames from the PyTorch code: only the import (``import torch`` ->
+``import microtensor as torch``).
+"""
+import microtensor as torch
+import math
+
+
+dtype = torch.float
+device = torch.device("cpu")
+
+# Inputs and targets.
+x = torch.linspace(-math.pi, math.pi, 2000, device=device, dtype=dtype)
+y = torch.sin(x)
+
+# Random initial weights.
+a = torch.randn((), device=device, dtype=dtype)
+b = torch.randn((), device=device, dtype=dtype)
+c = torch.randn((), device=device, dtype=dtype)
+d = torch.randn((), device=device, dtype=dtype)
+
+learning_rate = 1e-6
+for t in range(2000):
+    # Forward pass: predicted y.
+    y_pred = a + b * x + c * x ** 2 + d * x ** 3
+
+    # Loss, printed now and then.
+    loss = (y_pred - y).pow(2).sum().item()
+    if t % 100 == 99:
+        print(t, loss)
+
+    # Backward pass by hand: gradients of the loss with respect to a, b, c, d.
+    grad_y_pred = 2.0 * (y_pred - y)
+    grad_a = grad_y_pred.sum()
+    grad_b = (grad_y_pred * x).sum()
+    grad_c = (grad_y_pred * x ** 2).sum()
+    grad_d = (grad_y_pred * x ** 3).sum()
+
+    # Gradient descent step.
+    a -= learning_rate * grad_a
+    b -= learning_rate * grad_b
+    c -= learning_rate * grad_c
+    d -= learning_rate * grad_d
+
+
+print(f'Result: y = {a.item()} + {b.item()} x + {c.item()} x^2 + {d.item()} x^3')
