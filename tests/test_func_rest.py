@@ -265,6 +265,19 @@ def test_linearize_matches_jvp_and_torch():
             close(tangent[1], t1)
 
 
+def test_forward_mode_results_need_no_grad_unless_inputs_do():
+    """jvp, jacfwd and linearize record their tangents through internal leaves; their
+    results must not look differentiable unless a primal or tangent requires grad."""
+    x = mt.tensor([0.5, 1.0], dtype=mt.float64)
+    assert not mt.func.jvp(mt.sin, (x,), (mt.ones_like(x),))[1].requires_grad
+    assert not mt.func.jacfwd(mt.sin)(x).requires_grad
+    assert not linearize(mt.sin, x)[1](mt.ones_like(x)).requires_grad
+    x.requires_grad_()
+    tangent = mt.func.jvp(mt.sin, (x,), (mt.ones_like(x),))[1]
+    assert tangent.requires_grad
+    close(mt.autograd.grad(tangent.sum(), x)[0], -x.sin())
+
+
 @needs_torch
 def test_linearize_errors_as_torch():
     x, tx = both(rand(3))
@@ -275,3 +288,176 @@ def test_linearize_errors_as_torch():
     errors_alike(lambda: jvp_fn(mt.ones(3)), lambda: theirs(torch.ones(3)), RuntimeError)
     with pytest.raises(RuntimeError, match="to have the same argspec as the primals"):
         jvp_fn(mt.ones(3, dtype=mt.float64), mt.ones(3, dtype=mt.float64))
+
+
+# --------------------------------------------------------------------------- once_differentiable
+
+def square_function(lib):
+    class Square(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        @lib.autograd.function.once_differentiable
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            assert not g.requires_grad or not lib.is_grad_enabled()
+            return 2 * x * g
+    return Square
+
+
+def test_once_differentiable_refuses_double_backward():
+    Square = square_function(mt)
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    g, = mt.autograd.grad((Square.apply(x) ** 2).sum(), x, create_graph=True)
+    np.testing.assert_allclose(arr(g), [4.0, 32.0])          # 4 x^3
+    assert g.requires_grad and g.grad_fn.name() == "Error"
+    with pytest.raises(RuntimeError, match="^trying to differentiate twice a function that was "
+                                           "marked with @once_differentiable$"):
+        g.sum().backward()
+    if torch is not None:
+        tx = torch.tensor([1.0, 2.0], requires_grad=True)
+        tg, = torch.autograd.grad((square_function(torch).apply(tx) ** 2).sum(), tx,
+                                  create_graph=True)
+        close(g, tg)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            tg.sum().backward()
+    # a first-order backward is untouched
+    y = Square.apply(x).sum()
+    y.backward()
+    np.testing.assert_allclose(arr(x.grad), [2.0, 4.0])
+    assert Square.backward.__name__ == "backward"
+
+
+# --------------------------------------------------------------------------- autograd.functional
+
+def poly(x):
+    return (x ** 3).sum() + x[0] * x[1]
+
+
+def two_in_two_out(x, y):
+    return x.sin() * y.exp().sum(), (x * x).sum() * y
+
+
+def cube(x):
+    return x ** 3 * 2.0
+
+
+def scalar_of_two(x, y):
+    return (x * y.sin()).sum()
+
+
+def inputs_for(shapes, seed=7):
+    """Float64 inputs of ``shapes`` for microtensor and for torch (None without it)."""
+    pairs = [both(rand(*s, seed=seed + k)) for k, s in enumerate(shapes)]
+    return tuple(m for m, _ in pairs), tuple(t for _, t in pairs)
+
+
+def assert_tree_close(mine, theirs):
+    if isinstance(theirs, (tuple, list)):
+        assert type(mine) is type(theirs) and len(mine) == len(theirs)
+        for a, b in zip(mine, theirs):
+            assert_tree_close(a, b)
+    else:
+        assert tuple(mine.shape) == tuple(theirs.shape)
+        close(mine, theirs)
+
+
+def call_both(api, fn, shapes, *, single, v_shapes=None, **kwargs):
+    """``autograd.functional.<api>`` on both libraries (one tensor rather than a tuple when
+    ``single``), results compared; returns microtensor's and its inputs."""
+    ms, ts = inputs_for(shapes)
+    args_m, args_t = (ms[0], ts[0]) if single else (ms, ts)
+    if v_shapes is not None:
+        vm, vt = inputs_for(v_shapes, seed=30)
+        args_m, args_t = (args_m, vm[0] if single else vm), (args_t, vt[0] if single else vt)
+    else:
+        args_m, args_t = (args_m,), (args_t,)
+    mine = getattr(mt.autograd.functional, api)(fn, *args_m, **kwargs)
+    theirs = getattr(torch.autograd.functional, api)(fn, *args_t, **kwargs)
+    assert_tree_close(mine, theirs)
+    return mine, args_m
+
+
+@needs_torch
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_functional_jacobian_and_hessian_as_torch(vectorize):
+    call_both("jacobian", two_in_two_out, [(2,), (3,)], single=False, vectorize=vectorize)
+    call_both("jacobian", cube, [(2, 2)], single=True, vectorize=vectorize)
+    call_both("jacobian", cube, [(2, 2)], single=False, vectorize=vectorize)
+    call_both("hessian", poly, [(3,)], single=True, vectorize=vectorize)
+    call_both("hessian", scalar_of_two, [(3,), (3,)], single=False, vectorize=vectorize)
+    if vectorize:
+        call_both("jacobian", two_in_two_out, [(2,), (3,)], single=False, vectorize=True,
+                  strategy="forward-mode")
+
+
+PRODUCTS = [("vjp", cube, [(2, 2)], True, [(2, 2)]),
+            ("jvp", cube, [(2, 2)], True, [(2, 2)]),
+            ("vjp", two_in_two_out, [(2,), (3,)], False, [(2,), (3,)]),
+            ("jvp", two_in_two_out, [(2,), (3,)], False, [(2,), (3,)]),
+            ("vhp", poly, [(3,)], True, [(3,)]),
+            ("hvp", poly, [(3,)], True, [(3,)]),
+            ("vhp", scalar_of_two, [(3,), (3,)], False, [(3,), (3,)]),
+            ("hvp", scalar_of_two, [(3,), (3,)], False, [(3,), (3,)])]
+
+
+@needs_torch
+@pytest.mark.parametrize("api,fn,shapes,single,v_shapes", PRODUCTS,
+                         ids=[f"{p[0]}-{p[1].__name__}" for p in PRODUCTS])
+def test_functional_products_as_torch(api, fn, shapes, single, v_shapes):
+    (out, product), _ = call_both(api, fn, shapes, single=single, v_shapes=v_shapes)
+    assert all(not t.requires_grad for t in (out if isinstance(out, tuple) else (out,)))
+
+
+@needs_torch
+@pytest.mark.parametrize("api", ["vjp", "jvp", "vhp", "hvp"])
+def test_functional_create_graph_as_torch(api):
+    """With create_graph the product is differentiable with respect to the inputs."""
+    fn = cube if api in ("vjp", "jvp") else poly
+    x, tx = both(rand(3, seed=1), requires_grad=True)
+    v, tv = both(rand(3, seed=2))
+    _, mine = getattr(mt.autograd.functional, api)(fn, x, v, create_graph=True)
+    _, theirs = getattr(torch.autograd.functional, api)(fn, tx, tv, create_graph=True)
+    assert mine.requires_grad
+    close(mine, theirs)
+    g, = mt.autograd.grad((mine * mine).sum(), x)
+    tg, = torch.autograd.grad((theirs * theirs).sum(), tx)
+    close(g, tg)
+    jac = mt.autograd.functional.jacobian(cube, x, create_graph=True)
+    tjac = torch.autograd.functional.jacobian(cube, tx, create_graph=True)
+    close(mt.autograd.grad(jac.sum(), x)[0], torch.autograd.grad(tjac.sum(), tx)[0])
+
+
+@needs_torch
+def test_functional_strict_and_argument_errors_as_torch():
+    F, TF = mt.autograd.functional, torch.autograd.functional
+    x, tx = both(rand(3))
+
+    def constant(a):
+        return a.new_ones(2)
+
+    def linear(a):
+        return (a * 2.0).sum()
+    cases = [
+        (lambda: F.vjp(constant, x, mt.ones(2, dtype=mt.float64), strict=True),
+         lambda: TF.vjp(constant, tx, torch.ones(2, dtype=torch.float64), strict=True)),
+        (lambda: F.jacobian(lambda a, b: a * 2, (x, x), strict=True),
+         lambda: TF.jacobian(lambda a, b: a * 2, (tx, tx), strict=True)),
+        (lambda: F.hessian(linear, x, strict=True), lambda: TF.hessian(linear, tx, strict=True)),
+        (lambda: F.jvp(linear, x), lambda: TF.jvp(linear, tx)),
+        (lambda: F.vjp(cube, x), lambda: TF.vjp(cube, tx)),
+        (lambda: F.vjp(cube, x, mt.ones(2, dtype=mt.float64)),
+         lambda: TF.vjp(cube, tx, torch.ones(2, dtype=torch.float64))),
+        (lambda: F.hvp(cube, x, x), lambda: TF.hvp(cube, tx, tx)),
+        (lambda: F.jacobian(cube, x, vectorize=True, strict=True),
+         lambda: TF.jacobian(cube, tx, vectorize=True, strict=True)),
+    ]
+    for mine, theirs in cases:
+        errors_alike(mine, theirs, RuntimeError)
+    errors_alike(lambda: F.vjp(cube, [x]), lambda: TF.vjp(cube, [tx]), TypeError)
+    # not strict: an independent input gets zeros, as torch
+    jac = F.jacobian(lambda a, b: a * 2, (x, x))
+    np.testing.assert_array_equal(arr(jac[1]), np.zeros((3, 3)))

@@ -1,6 +1,7 @@
 """Reverse-mode automatic differentiation: grad mode, the graph, the engine, Function,
 gradcheck.  ``microtensor.autograd.grad`` and ``backward`` are the entry points."""
 from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
+from microtensor.autograd import function, functional, graph  # noqa: F401  (submodules)
 from microtensor.autograd.engine import backward, grad
 from microtensor.autograd.function import Function, FunctionCtx
 from microtensor.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,

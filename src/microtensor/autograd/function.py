@@ -6,6 +6,8 @@ grad, makes a ``MyFnBackward`` node the outputs' ``grad_fn``.  As in PyTorch the
 *is* the ``ctx`` that ``forward`` and ``backward`` receive, so attributes set on ``ctx``
 live exactly as long as the graph.
 """
+import functools
+
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.grad_mode import no_grad
 from microtensor.autograd.grad_mode import state as grad_state
@@ -225,4 +227,44 @@ def _pack_saved(ctx, outputs):
     ctx._to_save = ()
 
 
-__all__ = ["Function", "FunctionCtx", "BackwardCFunction"]
+class DelayedError(Node):
+    """A node whose backward raises ``message``: put after a backward that cannot itself be
+    differentiated, so that only an attempt to differentiate it fails."""
+
+    def __init__(self, message, num_outputs):
+        super().__init__(((None, 0),) * num_outputs, num_outputs=num_outputs)
+        self.message = message
+
+    def name(self):
+        return "Error"
+
+    def apply(self, grads):
+        raise RuntimeError(self.message)
+
+
+def once_differentiable(backward):
+    """Decorator for a ``Function``'s ``backward`` that is not differentiable itself: it runs
+    without recording, and when a graph is being built (``create_graph``) its gradients
+    lead to a node that raises if a double backward reaches it."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with no_grad():
+            outputs = backward(ctx, *grads)
+        if not grad_state.enabled or not any(
+                isinstance(g, TensorBase) and g.requires_grad for g in grads):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        error = DelayedError("trying to differentiate twice a function that was marked with "
+                             "@once_differentiable", len(outputs))
+        delayed = []
+        for i, out in enumerate(outputs):
+            if isinstance(out, TensorBase):
+                out = detached_alias(out)
+                out._grad_fn, out._output_nr, out._requires_grad = error, i, True
+            delayed.append(out)
+        return delayed[0] if single else tuple(delayed)
+    return wrapper
+
+
+__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "DelayedError", "once_differentiable"]
