@@ -16,8 +16,8 @@ from microtensor.autograd.recording import check_inplace, gradient_edge, rebase_
 
 
 
-# Installed by microtensor.vmap: runs ``apply`` once per sample when an argument is
-# batched (a user Function has no batching rule), else returns None.
+# Installed by microtensor.vmap (``vmap.function.batched_apply``): applies a Function
+# whose arguments are batched, else returns None.
 batched_apply = None
 
 class FunctionCtx:
@@ -110,8 +110,13 @@ class Function:
     """Base class of user-defined differentiable functions (see the module docstring).
 
     ``forward`` may instead be written without ``ctx`` together with a static
-    ``setup_context(ctx, inputs, output)``, as in PyTorch 2.
+    ``setup_context(ctx, inputs, output)``, as in PyTorch 2.  That style is needed under
+    ``vmap`` with either a static ``vmap(info, in_dims, *args) -> (outputs, out_dims)`` or
+    ``generate_vmap_rule = True`` (see ``microtensor.vmap.function``); a Function with
+    neither runs once per sample under ``vmap``.
     """
+
+    generate_vmap_rule = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -134,6 +139,12 @@ class Function:
         raise NotImplementedError("setup_context is not implemented.")
 
     @staticmethod
+    def vmap(info, in_dims, *args):
+        raise NotImplementedError("To use autograd.Function with vmap, you must either "
+                                  "override the vmap staticmethod or set "
+                                  "generate_vmap_rule=True.")
+
+    @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError("You must implement either the backward or vjp method for "
                                   "your custom autograd.Function to use it with backward "
@@ -144,7 +155,7 @@ class Function:
         if kwargs:
             raise TypeError(f"{cls.__name__}.apply() takes positional arguments only")
         if batched_apply is not None:
-            result = batched_apply(cls.apply, args)
+            result = batched_apply(cls, args)
             if result is not None:
                 return result
         ctx = cls._backward_cls.__new__(cls._backward_cls)
@@ -154,7 +165,7 @@ class Function:
         ctx.needs_input_grad = tuple(recording and t and a.requires_grad
                                      for t, a in zip(is_tensor_arg, args))
         with no_grad():
-            if _overrides(cls, "setup_context"):
+            if overrides(cls, "setup_context"):
                 result = cls.forward(*args)
                 cls.setup_context(ctx, args, result)
             else:
@@ -168,7 +179,7 @@ class Function:
         return _attach_outputs(ctx, args, result)
 
 
-def _overrides(cls, name):
+def overrides(cls, name):
     return getattr(cls, name) is not getattr(Function, name)
 
 
