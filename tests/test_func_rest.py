@@ -620,3 +620,150 @@ def test_function_vmap_rule_out_dims_none_is_unbatched():
 
     out = vmap(Shared.apply)(mt.ones(2, 3))
     np.testing.assert_array_equal(arr(out), [6.0, 6.0])
+
+
+# --------------------------------------------------------------------------- saved_tensors_hooks
+
+def hook_log(lib):
+    """Run ``(x.exp() * x).sum()`` under logging hooks that pack copies; returns the log,
+    the backward's gradient and x."""
+    log = []
+
+    def pack(t):
+        log.append(("pack", tuple(t.shape), t.requires_grad, t.grad_fn is not None))
+        return t.detach().clone()
+
+    def unpack(packed):
+        log.append(("unpack",))
+        return packed
+    x = lib.ones(3, requires_grad=True)
+    with lib.autograd.graph.saved_tensors_hooks(pack, unpack):
+        z = (x.exp() * x).sum()
+    packed = list(log)
+    z.backward()
+    return packed, log[len(packed):], x.grad
+
+
+def test_saved_tensors_hooks_pack_and_unpack():
+    packed, unpacked, g = hook_log(mt)
+    # exp's output, then mul's y and x (torch saves mul's two in the other order)
+    assert packed[0] == ("pack", (3,), True, True)
+    assert sorted(packed[1:]) == [("pack", (3,), True, False), ("pack", (3,), True, True)]
+    assert unpacked == [("unpack",)] * 3
+    np.testing.assert_allclose(arr(g), [2 * np.e] * 3)
+    if torch is not None:
+        t_packed, t_unpacked, t_g = hook_log(torch)
+        assert (sorted(packed), unpacked) == (sorted(t_packed), t_unpacked)
+        close(g, t_g)
+    # outside the context nothing is packed
+    x = mt.ones(2, requires_grad=True)
+    calls = []
+    with mt.autograd.graph.saved_tensors_hooks(lambda t: calls.append(1) or t, lambda t: t):
+        pass
+    (x.exp() * x).sum().backward()
+    assert calls == []
+
+
+def test_saved_tensors_hooks_nested_functions_and_double_backward():
+    class Square(mt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return 2 * x * g
+    outer, inner = [], []
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    with mt.autograd.graph.saved_tensors_hooks(lambda t: outer.append(1) or t, lambda t: t):
+        with mt.autograd.graph.saved_tensors_hooks(lambda t: inner.append(1) or t * 1,
+                                                   lambda t: t):
+            y = Square.apply(x).sum()
+        assert (len(inner), len(outer)) == (1, 0)  # the innermost pair only
+        w = (x ** 3).sum()                         # the outer pair again
+    assert len(inner) == 1 and len(outer) >= 1
+    y.backward()
+    np.testing.assert_allclose(arr(x.grad), [2.0, 4.0])
+    g, = mt.autograd.grad(w, x, create_graph=True)  # packed copies still reach x's history
+    np.testing.assert_allclose(arr(mt.autograd.grad(g.sum(), x)[0]), [6.0, 12.0])
+
+
+@needs_torch
+def test_saved_tensors_hooks_errors_as_torch():
+    def run(lib):
+        x = lib.ones(2, requires_grad=True)
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: 5):
+            y = (x * x).sum()
+        y.backward()
+    errors_alike(lambda: run(mt), lambda: run(torch), TypeError)
+
+    def twice(lib):
+        x = lib.ones(2, requires_grad=True)
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            y = (x * x).sum()
+        y.backward()
+        y.backward()
+    errors_alike(lambda: twice(mt), lambda: twice(torch), RuntimeError)
+
+
+# --------------------------------------------------------------------------- anomaly mode
+
+def nan_backward(lib):
+    """``(x / x).sum()`` at 0 under detect_anomaly: the error and the warnings' texts."""
+    x = lib.tensor([0.0, 1.0], requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lib.autograd.detect_anomaly():
+            y = (x / x).sum()                                   # the forward line
+            with pytest.raises(RuntimeError) as error:
+                y.backward()
+    return str(error.value), [str(w.message) for w in caught]
+
+
+def test_detect_anomaly_names_the_forward_op():
+    message, warned = nan_backward(mt)
+    assert message == "Function 'DivBackward0' returned nan values in its 1th output."
+    assert warned[0].startswith("Anomaly Detection has been enabled.")
+    assert warned[1].startswith("Error detected in DivBackward0. Traceback of forward call "
+                                "that caused the error:\n")
+    assert "y = (x / x).sum()                                   # the forward line" in warned[1]
+    assert "microtensor" + "/ops" not in warned[1]       # the caller's frames only
+    assert not mt.autograd.anomaly_mode.is_anomaly_enabled()
+    if torch is not None:
+        t_message, t_warned = nan_backward(torch)
+        assert t_message == message
+        assert t_warned[0] == warned[0]
+        assert t_warned[1].split("\n")[0] == warned[1].split("\n")[0]
+
+
+def test_anomaly_mode_off_lets_nan_through_and_names_raising_nodes():
+    x = mt.tensor([0.0, 1.0], requires_grad=True)
+    (x / x).sum().backward()                                    # off: NaN is no error
+    assert np.isnan(arr(x.grad)).any()
+
+    class Broken(mt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            raise ValueError("broken backward")
+    mode = mt.autograd.set_detect_anomaly(True)
+    try:
+        assert mt.autograd.anomaly_mode.is_anomaly_enabled()
+        y = Broken.apply(x).sum()
+        with pytest.warns(UserWarning, match="(?s)Error detected in BrokenBackward. Traceback of "
+                                             "forward call that caused the error:\n.*Broken"
+                                             r"\.apply\(x\)"):
+            with pytest.raises(ValueError, match="broken backward"):
+                y.backward()
+    finally:
+        mt.autograd.set_detect_anomaly(False)
+    assert not mt.autograd.anomaly_mode.is_anomaly_enabled() and mode is not None
+    with mt.autograd.set_detect_anomaly(True, check_nan=False):     # check_nan off
+        z = mt.tensor([0.0], requires_grad=True)
+        (z / z).sum().backward()
+    assert not mt.autograd.anomaly_mode.is_anomaly_enabled()

@@ -97,7 +97,7 @@ class BackwardCFunction(FunctionCtx, Node):
         if self._saved is not None:
             for s in self._saved:
                 if s is not None:
-                    s.data = None
+                    s.release()
 
 
 def _zeros(meta):
