@@ -402,6 +402,8 @@ def test_functional_jacobian_and_hessian_as_torch(vectorize):
     if vectorize:
         call_both("jacobian", two_in_two_out, [(2,), (3,)], single=False, vectorize=True,
                   strategy="forward-mode")
+        call_both("hessian", poly, [(3,)], single=True, vectorize=True,
+                  outer_jacobian_strategy="forward-mode")
 
 
 PRODUCTS = [("vjp", cube, [(2, 2)], True, [(2, 2)]),
