@@ -294,6 +294,11 @@ def test_forward_mode_results_need_no_grad_unless_inputs_do():
     assert not mt.func.jvp(mt.sin, (x,), (mt.ones_like(x),))[1].requires_grad
     assert not mt.func.jacfwd(mt.sin)(x).requires_grad
     assert not linearize(mt.sin, x)[1](mt.ones_like(x)).requires_grad
+    # a function closing over a tensor an outer grad differentiates stays connected
+    w = mt.tensor([3.0, 4.0], dtype=mt.float64)
+    outer = grad(lambda w: mt.func.jvp(lambda a: a.sin() * w, (x,), (mt.ones_like(x),))[1]
+                 .sum())(w)
+    close(outer, x.cos())
     x.requires_grad_()
     tangent = mt.func.jvp(mt.sin, (x,), (mt.ones_like(x),))[1]
     assert tangent.requires_grad

@@ -267,21 +267,23 @@ def _zeros_like(t):
     return zeros_like(t)
 
 
-def _linearized(out, vjp_fn, primals):
+def _linearized(out, vjp_fn):
     """The map ``tangents -> J tangents`` from ``vjp_fn`` (``u -> J^T u``): being linear in
     ``u``, its vjp at any point with cotangent ``t`` is ``J t``.
 
     The graph of ``vjp_fn`` reaches the handles of the first pass, so the result would
-    always look differentiable; it is detached unless a primal or a tangent requires grad
-    (an outer transform, or the caller, differentiates through it)."""
+    always look differentiable.  It is detached unless ``out`` (``vjp``'s output, kept
+    differentiable only when the function reaches tensors an outer transform or the
+    caller differentiates: the primals, or tensors it closes over) or a tangent requires
+    grad."""
     outputs, out_spec = tree_flatten(out)
     start = tree_unflatten([_zeros_like(o) for o in outputs], out_spec)
     _, transposed = vjp(vjp_fn, start)
-    primals_require_grad = any(p.requires_grad for p in tree_flatten(primals)[0])
+    connected = any(o.requires_grad for o in outputs)
 
     def forward(tangents):
         result = transposed(tangents)[0]
-        if primals_require_grad or any(t.requires_grad for t in tree_flatten(tangents)[0]):
+        if connected or any(t.requires_grad for t in tree_flatten(tangents)[0]):
             return result
         leaves, spec = tree_flatten(result)
         return tree_unflatten([t.detach() for t in leaves], spec)
@@ -311,7 +313,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
                                f"gradient is of size {list(t.shape)}.")
     result = vjp(func, *primals, has_aux=has_aux)
     out, vjp_fn = result[0], result[1]
-    tangent_out = _linearized(out, vjp_fn, primals)(tangents)
+    tangent_out = _linearized(out, vjp_fn)(tangents)
     if has_aux:
         return out, tangent_out, result[2]
     return out, tangent_out
@@ -326,7 +328,7 @@ def linearize(func, *primals):
     _, output_spec = tree_flatten(output)
     flat_primals, primal_spec = _tensor_leaves(primals)
     out, vjp_fn = vjp(func, *primals)
-    linear = _linearized(out, vjp_fn, primals)
+    linear = _linearized(out, vjp_fn)
     metas = [(p.shape, p.device, p.dtype) for p in flat_primals]
 
     def jvp_fn(*tangents):
@@ -420,7 +422,7 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
         out, vjp_fn = result[0], result[1]
         outputs, out_spec = tree_flatten(out)
         inputs, in_spec = _tensor_leaves(tuple(args[p] for p in positions))
-        forward = _linearized(out, vjp_fn, tuple(args[p] for p in positions))
+        forward = _linearized(out, vjp_fn)
         pieces, numels = _basis(inputs, inputs[0].dtype)
 
         def one_column(*column):
