@@ -850,3 +850,36 @@ def test_model_ensembling_tutorial():
                                      copy.deepcopy(torch_models[0]).to("meta"))
         close(each, t_each, rtol=1e-5, atol=1e-6)
         close(same, t_same, rtol=1e-5, atol=1e-6)
+
+
+def test_saved_tensors_hooks_are_per_thread():
+    import threading
+    packed = []
+    x = mt.ones(2, requires_grad=True)
+    results = {}
+
+    def other_thread():
+        results["y"] = (x * x).sum()          # saved without this thread's hooks
+    with mt.autograd.graph.saved_tensors_hooks(lambda t: packed.append(1) or t, lambda t: t):
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        assert packed == []
+        (x * x).sum()
+        assert len(packed) == 2
+    results["y"].backward()
+    np.testing.assert_array_equal(arr(x.grad), [2.0, 2.0])
+
+
+def test_detect_anomaly_as_decorator_restores_mode():
+    @mt.autograd.detect_anomaly()
+    def inside():
+        return mt.autograd.anomaly_mode.is_anomaly_enabled()
+    with pytest.warns(UserWarning, match="Anomaly Detection has been enabled"):
+        assert inside()
+    assert not mt.autograd.anomaly_mode.is_anomaly_enabled()
+    with mt.autograd.set_detect_anomaly(True):
+        with mt.autograd.set_detect_anomaly(False):
+            assert not mt.autograd.anomaly_mode.is_anomaly_enabled()
+        assert mt.autograd.anomaly_mode.is_anomaly_enabled()
+    assert not mt.autograd.anomaly_mode.is_anomaly_enabled()
