@@ -24,6 +24,7 @@ and the engine's public API are Python, in ``microtensor.autograd``; this module
 nothing above ``_C`` (recording installs its node classes with ``install_nodes``).
 """
 from cpython.weakref cimport PyWeakref_NewRef
+import threading
 from heapq import heappop, heappush
 
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled
@@ -35,6 +36,47 @@ RELEASED_ERROR = (
     "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
     "backward through the graph a second time or if you need to access saved tensors after "
     "calling backward.")
+
+# ``autograd.graph.saved_tensors_hooks`` keeps a per-thread stack of (pack, unpack) pairs
+# (``_hook_stacks``); ``_hooks_pushed`` counts the pairs pushed in all threads, so that
+# saving a tensor without hooks costs one C test.
+cdef Py_ssize_t _hooks_pushed = 0
+_hook_stacks = threading.local()
+
+
+def push_saved_tensors_hooks(pack_hook, unpack_hook):
+    global _hooks_pushed
+    stack = getattr(_hook_stacks, "stack", None)
+    if stack is None:
+        stack = _hook_stacks.stack = []
+    stack.append((pack_hook, unpack_hook))
+    _hooks_pushed += 1
+
+
+def pop_saved_tensors_hooks():
+    global _hooks_pushed
+    _hook_stacks.stack.pop()
+    _hooks_pushed -= 1
+
+
+cdef object _current_hooks():
+    stack = getattr(_hook_stacks, "stack", None)
+    return stack[len(stack) - 1] if stack else None
+
+
+# Anomaly mode (``autograd.anomaly_mode``) installs two callables while it is on:
+# ``_anomaly_record(node)`` when a node is made (it keeps the forward's stack trace) and
+# ``_anomaly_apply(node, grads)`` to run a node in the engine (it names the failing node's
+# forward); None when off.
+cdef object _anomaly_record = None
+cdef object _anomaly_apply = None
+
+
+def set_anomaly_callbacks(record, apply):
+    global _anomaly_record, _anomaly_apply
+    _anomaly_record = record
+    _anomaly_apply = apply
+
 
 cdef Py_ssize_t _next_sequence_nr = 0
 cdef Py_ssize_t _next_hook_id = 0
@@ -95,6 +137,8 @@ cdef class Node:
         _next_sequence_nr += 1
         self.input_meta = input_meta
         self.num_outputs = num_outputs
+        if _anomaly_record is not None:
+            _anomaly_record(self)
 
     def name(self):
         return type(self).__name__
@@ -187,12 +231,22 @@ cdef class SavedTensor:
     An op's own output is saved as a detached alias (so the output and its node do not
     refer to each other); unpacking it while building a double-backward graph gives a
     tensor whose ``grad_fn`` is that node again (``_producer``, which subclasses change).
+
+    Under ``saved_tensors_hooks`` the tensor is not kept: what ``pack_hook`` returned is,
+    and ``unpack_hook`` turns it back into a tensor when backward needs it (no version
+    check then, as in PyTorch); the edge a saved input had is kept so that a double
+    backward still reaches its history.
     """
     cdef public TensorBase data
     cdef readonly Py_ssize_t version
     cdef readonly bint is_output
     cdef readonly int output_nr
     cdef readonly bint had_grad
+    cdef readonly bint hooked
+    cdef readonly bint released
+    cdef object packed
+    cdef object unpack_hook
+    cdef tuple edge
 
     def __init__(self, TensorBase tensor, bint is_output=False, int output_nr=0):
         self._fill(tensor, is_output, output_nr)
@@ -203,11 +257,33 @@ cdef class SavedTensor:
         self.output_nr = output_nr
         # an op's floating outputs are the ones its node is attached to
         self.had_grad = is_output and tensor._dtype.is_floating_point
+        if _hooks_pushed:
+            hooks = _current_hooks()
+            if hooks is not None:
+                self._pack(tensor, hooks)
+                return self
         self.data = detached_alias(tensor) if is_output else tensor
         return self
 
+    cdef void _pack(self, TensorBase tensor, tuple hooks) except *:
+        pack_hook, unpack_hook = hooks
+        if not self.is_output and tensor.requires_grad:
+            self.edge = gradient_edge(tensor)
+        self.hooked = True
+        self.unpack_hook = unpack_hook
+        self.packed = pack_hook(tensor)
+
+    def release(self):
+        """Free the saved value (a backward pass without ``retain_graph`` is over)."""
+        self.released = True
+        self.data = None
+        self.packed = None
+        self.unpack_hook = None
+
     def unpack(self, node):
         cdef TensorBase data = self.data, alias
+        if self.hooked:
+            return self._unpack_hooked(node)
         if data is None:
             raise RuntimeError(RELEASED_ERROR)
         if data._storage.version != self.version:
@@ -219,6 +295,24 @@ cdef class SavedTensor:
             alias._requires_grad = True
             return alias
         return data
+
+    cdef object _unpack_hooked(self, node):
+        cdef TensorBase alias
+        if self.released:
+            raise RuntimeError(RELEASED_ERROR)
+        value = self.unpack_hook(self.packed)
+        if not isinstance(value, TensorBase):
+            raise TypeError("Output of saved tensor unpack_hook expected to be a Tensor but got "
+                            f"result of type {type(value).__name__}")
+        if not grad_mode_enabled() or not (self.had_grad or self.edge is not None):
+            return value
+        alias = detached_alias(value)
+        if self.had_grad:
+            alias._grad_fn, alias._output_nr = self._producer(node), self.output_nr
+        else:
+            alias._grad_fn, alias._output_nr = self.edge
+        alias._requires_grad = True
+        return alias
 
     def _producer(self, node):
         return node
@@ -303,11 +397,11 @@ cdef class OpNode(Node):
     def release(self):
         for value in self.saved:
             if isinstance(value, SavedTensor):
-                (<SavedTensor>value).data = None
+                (<SavedTensor>value).release()
             elif type(value) is list:
                 for v in value:
                     if isinstance(v, SavedTensor):
-                        (<SavedTensor>v).data = None
+                        (<SavedTensor>v).release()
 
     def set_saved(self, str name, value):
         """Replace the saved value called ``name`` (an in-place op saves its result once
@@ -359,9 +453,10 @@ def attach_node(op, args, kwargs, result):
     cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = input_edges(op.inputs, bound)
-    node = OpNode(op, saved_values(op.saved_plan, bound, outputs), edges, slots, metas,
-                  len(outputs))
+    cdef OpNode node = OpNode(op, [], edges, slots, metas, len(outputs))
     set_history(node, outputs, op.kind == "view")
+    # saved once the outputs have their history: a pack hook sees them as in PyTorch
+    node.saved = saved_values(op.saved_plan, bound, outputs)
     return result
 
 
@@ -691,7 +786,10 @@ cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list read
     cdef Py_ssize_t i, remaining
     for g in grads:
         if g is not None:
-            outputs = validate_outputs(node, node.apply(tuple(grads)))
+            if _anomaly_apply is not None:
+                outputs = _anomaly_apply(node, grads)
+            else:
+                outputs = validate_outputs(node, node.apply(tuple(grads)))
             break
     else:
         outputs = (None,) * len(edges)

@@ -1,6 +1,10 @@
 """Reverse-mode automatic differentiation: grad mode, the graph, the engine, Function,
-gradcheck.  ``microtensor.autograd.grad`` and ``backward`` are the entry points."""
+gradcheck, ``functional`` (jacobian, hessian, vjp, jvp, hvp, vhp), anomaly mode and
+``graph.saved_tensors_hooks``.  ``microtensor.autograd.grad`` and ``backward`` are the entry
+points."""
 from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
+from microtensor.autograd import function, functional, graph  # noqa: F401  (submodules)
+from microtensor.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from microtensor.autograd.engine import backward, grad
 from microtensor.autograd.function import Function, FunctionCtx
 from microtensor.autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
@@ -16,4 +20,5 @@ gradcheck.GradcheckError = GradcheckError
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "is_grad_enabled", "inference_mode", "Node", "Function", "FunctionCtx",
-           "gradcheck", "gradgradcheck", "GradcheckError"]
+           "gradcheck", "gradgradcheck", "GradcheckError", "detect_anomaly",
+           "set_detect_anomaly", "function", "functional", "graph"]

@@ -6,6 +6,8 @@ grad, makes a ``MyFnBackward`` node the outputs' ``grad_fn``.  As in PyTorch the
 *is* the ``ctx`` that ``forward`` and ``backward`` receive, so attributes set on ``ctx``
 live exactly as long as the graph.
 """
+import functools
+
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.grad_mode import no_grad
 from microtensor.autograd.grad_mode import state as grad_state
@@ -14,8 +16,8 @@ from microtensor.autograd.recording import check_inplace, gradient_edge, rebase_
 
 
 
-# Installed by microtensor.vmap: runs ``apply`` once per sample when an argument is
-# batched (a user Function has no batching rule), else returns None.
+# Installed by microtensor.vmap (``vmap.function.batched_apply``): applies a Function
+# whose arguments are batched, else returns None.
 batched_apply = None
 
 class FunctionCtx:
@@ -95,7 +97,7 @@ class BackwardCFunction(FunctionCtx, Node):
         if self._saved is not None:
             for s in self._saved:
                 if s is not None:
-                    s.data = None
+                    s.release()
 
 
 def _zeros(meta):
@@ -108,8 +110,13 @@ class Function:
     """Base class of user-defined differentiable functions (see the module docstring).
 
     ``forward`` may instead be written without ``ctx`` together with a static
-    ``setup_context(ctx, inputs, output)``, as in PyTorch 2.
+    ``setup_context(ctx, inputs, output)``, as in PyTorch 2.  That style is needed under
+    ``vmap`` with either a static ``vmap(info, in_dims, *args) -> (outputs, out_dims)`` or
+    ``generate_vmap_rule = True`` (see ``microtensor.vmap.function``); a Function with
+    neither runs once per sample under ``vmap``.
     """
+
+    generate_vmap_rule = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -132,6 +139,12 @@ class Function:
         raise NotImplementedError("setup_context is not implemented.")
 
     @staticmethod
+    def vmap(info, in_dims, *args):
+        raise NotImplementedError("To use autograd.Function with vmap, you must either "
+                                  "override the vmap staticmethod or set "
+                                  "generate_vmap_rule=True.")
+
+    @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError("You must implement either the backward or vjp method for "
                                   "your custom autograd.Function to use it with backward "
@@ -142,7 +155,7 @@ class Function:
         if kwargs:
             raise TypeError(f"{cls.__name__}.apply() takes positional arguments only")
         if batched_apply is not None:
-            result = batched_apply(cls.apply, args)
+            result = batched_apply(cls, args)
             if result is not None:
                 return result
         ctx = cls._backward_cls.__new__(cls._backward_cls)
@@ -152,7 +165,7 @@ class Function:
         ctx.needs_input_grad = tuple(recording and t and a.requires_grad
                                      for t, a in zip(is_tensor_arg, args))
         with no_grad():
-            if _overrides(cls, "setup_context"):
+            if overrides(cls, "setup_context"):
                 result = cls.forward(*args)
                 cls.setup_context(ctx, args, result)
             else:
@@ -166,7 +179,7 @@ class Function:
         return _attach_outputs(ctx, args, result)
 
 
-def _overrides(cls, name):
+def overrides(cls, name):
     return getattr(cls, name) is not getattr(Function, name)
 
 
@@ -225,4 +238,44 @@ def _pack_saved(ctx, outputs):
     ctx._to_save = ()
 
 
-__all__ = ["Function", "FunctionCtx", "BackwardCFunction"]
+class DelayedError(Node):
+    """A node whose backward raises ``message``: put after a backward that cannot itself be
+    differentiated, so that only an attempt to differentiate it fails."""
+
+    def __init__(self, message, num_outputs):
+        super().__init__(((None, 0),) * num_outputs, num_outputs=num_outputs)
+        self.message = message
+
+    def name(self):
+        return "Error"
+
+    def apply(self, grads):
+        raise RuntimeError(self.message)
+
+
+def once_differentiable(backward):
+    """Decorator for a ``Function``'s ``backward`` that is not differentiable itself: it runs
+    without recording, and when a graph is being built (``create_graph``) its gradients
+    lead to a node that raises if a double backward reaches it."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with no_grad():
+            outputs = backward(ctx, *grads)
+        if not grad_state.enabled or not any(
+                isinstance(g, TensorBase) and g.requires_grad for g in grads):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        error = DelayedError("trying to differentiate twice a function that was marked with "
+                             "@once_differentiable", len(outputs))
+        delayed = []
+        for i, out in enumerate(outputs):
+            if isinstance(out, TensorBase):
+                out = detached_alias(out)
+                out._grad_fn, out._output_nr, out._requires_grad = error, i, True
+            delayed.append(out)
+        return delayed[0] if single else tuple(delayed)
+    return wrapper
+
+
+__all__ = ["Function", "FunctionCtx", "BackwardCFunction", "DelayedError", "once_differentiable"]

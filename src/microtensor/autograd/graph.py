@@ -1,5 +1,7 @@
 """The autograd graph's Python nodes: the two that in-place writes into views create.
 
+``saved_tensors_hooks`` is the context manager for packing saved tensors.
+
 The graph's data structures (``Node`` with its edges and hooks, ``AccumulateGrad``,
 ``SavedTensor``, ``Geometry``) and ``OpNode``, which runs a registered op's derivative,
 are in the Cython core (``microtensor._C.autograd``).  ``CopySlices`` and
@@ -10,11 +12,36 @@ are in the Cython core (``microtensor._C.autograd``).  ``CopySlices`` and
 import weakref
 
 from microtensor._C.autograd import (RELEASED_ERROR, AccumulateGrad, Geometry, Node, OpNode,
-                                     SavedTensor, gradient_edge, validate_outputs)
+                                     SavedTensor, gradient_edge, pop_saved_tensors_hooks,
+                                     push_saved_tensors_hooks, validate_outputs)
 from microtensor._C.meta import contiguous_format
 
 __all__ = ["AccumulateGrad", "AsStridedBackward0", "CopySlices", "Geometry", "Node", "OpNode",
-           "RELEASED_ERROR", "SavedInplaceViewOutput", "SavedTensor", "to_dot", "to_text"]
+           "RELEASED_ERROR", "SavedInplaceViewOutput", "SavedTensor", "saved_tensors_hooks",
+           "to_dot", "to_text"]
+
+
+class saved_tensors_hooks:
+    """Context manager: while it is active, every tensor an op or a ``Function`` saves for
+    backward is given to ``pack_hook(tensor)`` and what that returns is kept instead;
+    backward gets the tensor back from ``unpack_hook(packed)``.  Nested contexts: the
+    innermost pair applies.  Per thread, as in PyTorch.
+
+    The unpacked tensor must have the values of the saved one (it may be another tensor:
+    a copy moved elsewhere and back, say); in-place changes after saving are not
+    detected under hooks."""
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook = pack_hook
+        self.unpack_hook = unpack_hook
+
+    def __enter__(self):
+        push_saved_tensors_hooks(self.pack_hook, self.unpack_hook)
+        return self
+
+    def __exit__(self, *exc):
+        pop_saved_tensors_hooks()
+
 
 
 class SavedInplaceViewOutput(SavedTensor):
@@ -114,8 +141,10 @@ def _tensor_text(t):
 
 def _saved_text(value):
     if isinstance(value, SavedTensor):
-        if value.data is None:
+        if value.released:
             return "freed (by a backward pass without retain_graph)"
+        if value.hooked:
+            return "packed by a saved_tensors_hooks pack_hook"
         now = value.data._version
         changed = f"; now at version {now}: modified in place" if now != value.version else ""
         return f"{_tensor_text(value.data)}, saved at version {value.version}{changed}"

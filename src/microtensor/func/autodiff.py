@@ -1,5 +1,5 @@
 """The differentiation transforms of ``torch.func``: ``grad``, ``grad_and_value``, ``vjp``,
-``jvp``, ``jacrev``, ``jacfwd``, ``hessian``.
+``jvp``, ``linearize``, ``jacrev``, ``jacfwd``, ``hessian``.
 
 They are built on ``autograd`` and ``vmap`` with the layering called "autograd below
 vmap" (docs/architecture.md): batching rules run ops on physical tensors and autograd
@@ -269,11 +269,25 @@ def _zeros_like(t):
 
 def _linearized(out, vjp_fn):
     """The map ``tangents -> J tangents`` from ``vjp_fn`` (``u -> J^T u``): being linear in
-    ``u``, its vjp at any point with cotangent ``t`` is ``J t``."""
+    ``u``, its vjp at any point with cotangent ``t`` is ``J t``.
+
+    The graph of ``vjp_fn`` reaches the handles of the first pass, so the result would
+    always look differentiable.  It is detached unless ``out`` (``vjp``'s output, kept
+    differentiable only when the function reaches tensors an outer transform or the
+    caller differentiates: the primals, or tensors it closes over) or a tangent requires
+    grad."""
     outputs, out_spec = tree_flatten(out)
     start = tree_unflatten([_zeros_like(o) for o in outputs], out_spec)
     _, transposed = vjp(vjp_fn, start)
-    return lambda tangents: transposed(tangents)[0]
+    connected = any(o.requires_grad for o in outputs)
+
+    def forward(tangents):
+        result = transposed(tangents)[0]
+        if connected or any(t.requires_grad for t in tree_flatten(tangents)[0]):
+            return result
+        leaves, spec = tree_flatten(result)
+        return tree_unflatten([t.detach() for t in leaves], spec)
+    return forward
 
 
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
@@ -303,6 +317,36 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     if has_aux:
         return out, tangent_out, result[2]
     return out, tangent_out
+
+
+def linearize(func, *primals):
+    """``(func(*primals), jvp_fn)``: ``jvp_fn(*tangents)`` is the Jacobian-vector product
+    of ``func`` at ``primals`` (``jvp``'s second result), computed from a graph recorded
+    once, so that it is cheap to call many times.  ``func`` runs twice, as in PyTorch:
+    once for the output returned, once to record that graph."""
+    output = func(*primals)
+    _, output_spec = tree_flatten(output)
+    flat_primals, primal_spec = _tensor_leaves(primals)
+    out, vjp_fn = vjp(func, *primals)
+    linear = _linearized(out, vjp_fn)
+    metas = [(p.shape, p.device, p.dtype) for p in flat_primals]
+
+    def jvp_fn(*tangents):
+        flat_tangents, tangent_spec = tree_flatten(tangents)
+        if repr(tangent_spec) != repr(primal_spec):
+            raise RuntimeError(f"Expected the tangents {tangent_spec} to have the same argspec "
+                               f"as the primals {primal_spec}")
+        for i, (t, meta) in enumerate(zip(flat_tangents, metas)):
+            for what, mine, theirs in zip(("shape", "device", "dtype"),
+                                          (t.shape, t.device, t.dtype), meta):
+                if mine != theirs:
+                    raise RuntimeError(f"tangent:{i} with {what} {mine} in flattened pytree "
+                                       f"doesn't match the {what} {theirs} of the "
+                                       "corresponding primal.")
+        flat_out, _ = tree_flatten(linear(tangents))
+        return tree_unflatten(flat_out, output_spec)
+
+    return output, jvp_fn
 
 
 # --------------------------------------------------------------------------- Jacobians
@@ -407,4 +451,4 @@ def hessian(func, argnums=0):
     return jacrev(jacrev(func, argnums), argnums)
 
 
-__all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian"]
+__all__ = ["grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian"]

@@ -1,92 +1,162 @@
-"""``functional_call``: run a module with some of its parameters and buffers replaced.
+"""``functional_call``: run a module with some of its parameters and buffers replaced;
+``stack_module_state``: the parameters and buffers of several alike modules stacked, for
+``vmap(functional_call)`` over an ensemble.
 
 This is how a model becomes a function of its parameters, the form ``grad`` and ``vmap``
 need: ``grad(lambda p, x: loss(functional_call(model, p, (x,))))(params, x)``.
 """
+from collections.abc import Sequence
+
+from microtensor.ops.shape import stack
 
 
 def _owner(module, name):
     """The sub-module holding dotted ``name`` and the name's last part."""
     *path, leaf = name.split(".")
     for part in path:
-        module = module._modules[part]
+        module = getattr(module, part)
     return module, leaf
 
 
-def functional_call(module, parameter_and_buffer_dicts, args=(), kwargs=None, *,
+def _merged(dicts):
+    """``parameter_and_buffer_dicts`` as one dict (the given dict itself when it is one)."""
+    if isinstance(dicts, dict):
+        return dicts
+    if not isinstance(dicts, Sequence) or isinstance(dicts, str):
+        raise ValueError("Expected parameter_and_buffer_dicts to be a dict, or a list/tuple "
+                         f"of dicts, but got {type(dicts)}")
+    if not all(isinstance(d, dict) for d in dicts):
+        raise ValueError("Expected all elements of parameter_and_buffer_dicts to be "
+                         "dictionaries")
+    counts = {}
+    for d in dicts:
+        for k in d:
+            counts[k] = counts.get(k, 0) + 1
+    repeated = [k for k, n in counts.items() if n > 1]
+    if repeated:
+        raise ValueError(f"{repeated} appeared in multiple dictionaries; behavior of "
+                         "functional call is ambiguous")
+    return {k: v for d in dicts for k, v in d.items()}
+
+
+def _all_names(module):
+    """Every dotted name of a parameter or buffer, tied ones under each of their names."""
+    named = dict(module.named_parameters(remove_duplicate=False))
+    named.update(module.named_buffers(remove_duplicate=False))
+    return named
+
+
+def _untied(module, replacements):
+    """``replacements`` with each given tied tensor also given under its other names; a
+    ValueError when different values are given for names of one tied tensor."""
+    names_of = {}
+    for name, tensor in _all_names(module).items():
+        names_of.setdefault(id(tensor), set()).add(name)
+    tied = {name: names for names in names_of.values() if len(names) > 1 for name in names}
+    given = [name for name in replacements if name in tied]
+    for name in given:
+        names = tied[name]
+        values = {id(replacements[n]) for n in names if n in replacements}
+        if len(values) > 1:
+            raise ValueError(f"functional_call got multiple values for keys {sorted(names)}, "
+                             "which are tied. Consider using tie_weights=False")
+    untied = dict(replacements)
+    for name in given:
+        for other in tied[name]:
+            untied[other] = replacements[name]
+    return untied
+
+
+def _check_keys(module, replacements):
+    valid = set(_all_names(module))
+    missing = sorted(valid - set(replacements))
+    unexpected = sorted(set(replacements) - valid)
+    errors = []
+    if unexpected:
+        errors.append(f"Unexpected key(s): {', '.join(map(repr, unexpected))}.")
+    if missing:
+        errors.append(f"Missing key(s): {', '.join(map(repr, missing))}.")
+    if errors:
+        raise RuntimeError(f"Error(s) in reparametrizing for {type(module).__name__}:\n\t"
+                           + "\n\t".join(errors))
+
+
+def _table(owner, leaf):
+    """Where ``owner`` keeps attribute ``leaf``: its parameter or buffer table, or its
+    ``__dict__`` (a plain attribute, or a name the module does not have)."""
+    for table in (owner._parameters, owner._buffers):
+        if leaf in table:
+            return table
+    return owner.__dict__
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
                     tie_weights=True, strict=False):
     """``module(*args, **kwargs)`` with the tensors of ``parameter_and_buffer_dicts`` (a dict
-    from dotted names to tensors, or a sequence of such dicts) in place of the module's own
-    parameters and buffers.  The module is restored afterwards, also on error.
+    from dotted names to tensors, or a sequence of such dicts with distinct keys) in place
+    of the module's own parameters and buffers.  The module is restored afterwards, also on
+    error; a tensor the module reassigns during the call (``self.count = self.count + 1``)
+    is written back into the given dict, as PyTorch does.
 
-    ``strict``: every parameter and buffer must be given, and nothing else.
     ``tie_weights``: a tensor registered under several names (tied weights) is replaced
-    under all of them when one is given."""
-    dicts = parameter_and_buffer_dicts
-    if isinstance(dicts, dict):
-        replacements = dict(dicts)
-    else:
-        replacements = {}
-        for d in dicts:
-            for name in d:
-                if name in replacements:
-                    raise ValueError(f"{name} appeared in multiple dictionaries; behavior of "
-                                     "functional call is ambiguous")
-            replacements.update(d)
+    under all of them when one is given (different values for them: ValueError).
+    ``strict``: every parameter and buffer must be given, and nothing else."""
+    given = _merged(parameter_and_buffer_dicts)
+    replacements = _untied(module, given) if tie_weights else given
     if strict:
-        expected = {n for n, _ in module.named_parameters()}
-        expected |= {n for n, _ in module.named_buffers()}
-        missing = sorted(expected - set(replacements))
-        unexpected = sorted(set(replacements) - expected)
-        if missing or unexpected:
-            raise RuntimeError(f"Error(s) in reparametrizing for {type(module).__name__}: "
-                               f"Missing key(s): {missing}. Unexpected key(s): {unexpected}.")
-    if not isinstance(args, tuple):
+        _check_keys(module, replacements)
+    if args is None:
+        args = ()
+    elif not isinstance(args, tuple):
         args = (args,)
-    tied = _registrations(module) if tie_weights else {}
-    places = []
-    for name, value in replacements.items():
-        owner, leaf = _owner(module, name)
-        for table in (owner._parameters, owner._buffers):
-            if leaf in table:
-                places.append((table, leaf, value))
-                places.extend((t, k, value) for t, k in tied.get(id(table[leaf]), ())
-                              if t is not table or k != leaf)
-                break
-        else:
-            places.append((owner.__dict__, leaf, value))
+    places = [(name, *_owner(module, name), value) for name, value in replacements.items()]
     saved = []
     try:
-        for table, leaf, value in places:
-            saved.append((table, leaf, table.get(leaf, _ABSENT)))
+        for name, owner, leaf, value in places:
+            table = _table(owner, leaf)
+            saved.append((name, table, leaf, table.get(leaf, _ABSENT)))
             table[leaf] = value
         return module(*args, **(kwargs or {}))
     finally:
-        for table, leaf, old in reversed(saved):
+        for name, table, leaf, old in reversed(saved):
+            current = table.get(leaf, _ABSENT)
+            if name in given and current is not _ABSENT:
+                given[name] = current
             if old is _ABSENT:
                 del table[leaf]
             else:
                 table[leaf] = old
 
 
-def _registrations(module):
-    """For each tensor registered more than once in ``module`` or below (tied weights):
-    id -> every (table, name) it is registered under."""
-    found = {}
-    stack, seen = [module], set()
-    while stack:
-        sub = stack.pop()
-        if id(sub) in seen:
-            continue
-        seen.add(id(sub))
-        for table in (sub._parameters, sub._buffers):
-            for k, v in table.items():
-                if v is not None:
-                    found.setdefault(id(v), []).append((table, k))
-        for child in sub._modules.values():
-            if child is not None:
-                stack.append(child)
-    return {key: places for key, places in found.items() if len(places) > 1}
-
-
 _ABSENT = object()
+
+
+def _stacked_leaf(tensors, name):
+    if all(t.requires_grad for t in tensors):
+        requires_grad = True
+    elif not any(t.requires_grad for t in tensors):
+        requires_grad = False
+    else:
+        raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+    stacked = stack(tensors)
+    return stacked.detach().requires_grad_() if requires_grad else stacked
+
+
+def stack_module_state(models):
+    """``(params, buffers)``: for each name of ``models[0]``'s parameters (buffers), the
+    tensors of all ``models`` stacked along a new dim 0.  Stacked parameters are new
+    leaves (detached from the models' own, requiring grad), ready for an optimizer.
+
+    The models must be of one class and all in training or all in eval mode."""
+    if len(models) == 0:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if not (all(m.training for m in models) or not any(m.training for m in models)):
+        raise RuntimeError("stack_module_state: Expected all models to have the same "
+                           "training/eval mode.")
+    if not all(type(m) is type(models[0]) for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    all_params = [dict(m.named_parameters()) for m in models]
+    params = {k: _stacked_leaf([p[k] for p in all_params], k) for k in all_params[0]}
+    all_buffers = [dict(m.named_buffers()) for m in models]
+    buffers = {k: _stacked_leaf([b[k] for b in all_buffers], k) for k in all_buffers[0]}
+    return params, buffers

@@ -1,7 +1,7 @@
 """The ``vmap`` transform: validate ``in_dims``/``out_dims``, wrap the inputs as
 ``BatchedTensor``s of a new level, call the function once, unwrap the outputs.
 
-Also installs vmap's two hooks into autograd: the guard that refuses ``backward()`` (and
+Also installs vmap's two hooks into the autograd engine: the guard that refuses ``backward()`` (and
 ``autograd.grad`` of batched outputs or inputs) inside vmap, and the implementation of
 ``autograd.grad(..., is_grads_batched=True)`` as a vmap over the grad_outputs.
 """
@@ -9,9 +9,9 @@ import functools
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
-from microtensor.autograd import engine, function
+from microtensor.autograd import engine
 from microtensor.ops import dispatch
-from microtensor.vmap import fallback, rules
+from microtensor.vmap import rules
 from microtensor.vmap.batched import BatchedTensor, Level, active_levels, unwrap, wrap
 
 RANDOMNESS = ("error", "different", "same")
@@ -401,4 +401,3 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 dispatch.set_batching(rules.handle, BatchedTensor)
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad
-function.batched_apply = fallback.function_fallback
