@@ -168,3 +168,108 @@ def test_a_saved_training_run_loads_in_torch(run):
         else:
             assert a == b and type(a) is type(b)
     same(saved, loaded)
+
+
+# ---------------------------------------------------------------- testing.assert_close
+
+def failure(assert_close, *args, **kwargs):
+    """(exception type name, message) of a failed assert_close, or None when it passes."""
+    try:
+        assert_close(*args, **kwargs)
+    except Exception as e:   # noqa: BLE001 - the type is part of what is compared
+        return type(e).__name__, str(e)
+    return None
+
+
+def both(lib_args):
+    """The arguments built with each library: ``lib_args(lib)``."""
+    return lib_args(mt), lib_args(torch)
+
+
+CLOSE_CASES = {
+    "float32 one off": lambda lib: (lib.tensor([1., 2., 3.]), lib.tensor([1., 2.5, 3.])),
+    "float32 within": lambda lib: (lib.tensor([1., 2.]), lib.tensor([1., 2. + 1e-6])),
+    "float64 2-d": lambda lib: (lib.tensor([[1., 2.], [3., 4.]], dtype=lib.float64),
+                                lib.tensor([[1., 2.], [3., 4.1]], dtype=lib.float64)),
+    "int exact": lambda lib: (lib.tensor([1, 2, 3]), lib.tensor([1, 2, 4])),
+    "int thirds": lambda lib: (lib.tensor([1, 2, 3]), lib.tensor([1, 2, 9])),
+    "bool": lambda lib: (lib.tensor([True, False]), lib.tensor([True, True])),
+    "shape": lambda lib: (lib.tensor([1., 2.]), lib.tensor([1., 2., 3.])),
+    "dtype": lambda lib: (lib.tensor([1., 2.]), lib.tensor([1., 2.], dtype=lib.float64)),
+    "int vs float": lambda lib: (lib.tensor([1, 2]), lib.tensor([1., 2.])),
+    "0-d": lambda lib: (lib.tensor(0.), lib.tensor(1e-3)),
+    "nan": lambda lib: (lib.tensor(float("nan")), lib.tensor(float("nan"))),
+    "infs": lambda lib: (lib.tensor([1., math.inf]), lib.tensor([1., -math.inf])),
+    "same infs": lambda lib: (lib.tensor([1., math.inf]), lib.tensor([1., math.inf])),
+    "expected zero": lambda lib: (lib.tensor([1e-30, 1.]), lib.tensor([0., 0.])),
+    "many": lambda lib: (lib.arange(2000.), lib.arange(2000.) + 1e-3),
+    "3-d": lambda lib: (lib.ones(2, 2, 2), lib.ones(2, 2, 2) * 2),
+    "strides ignored": lambda lib: (lib.ones(2, 3).t(), lib.ones(3, 2)),
+    "floats": lambda lib: (1.0, 1.1),
+    "ints": lambda lib: (1, 2),
+    "int and float": lambda lib: (1, 1.0),
+    "bools": lambda lib: (True, False),
+    "nones": lambda lib: (None, 1),
+    "list item": lambda lib: ([lib.tensor(1.), 2], [lib.tensor(1.), 3]),
+    "dict item": lambda lib: ({"a": lib.tensor([1., 2.])}, {"a": lib.tensor([1., 3.])}),
+    "nested": lambda lib: ({"b": [1, (2.0, lib.tensor([1]))]}, {"b": [1, (2.0, lib.tensor([2]))]}),
+    "keys": lambda lib: ({"a": 1, "c": 2}, {"b": 1, "c": 2}),
+    "lengths": lambda lib: ([1, 2], [1, 2, 3]),
+    "tensor and list": lambda lib: (lib.tensor([1., 2.]), [1., 2.]),
+    "strings": lambda lib: ("a", "b"),
+    "numpy arrays": lambda lib: (np.array([1., 2.]), np.array([1., 2.5])),
+    "numpy scalars": lambda lib: (np.float32(1.0), np.float32(1.5)),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("case", sorted(CLOSE_CASES))
+def test_assert_close_matches_torch(case):
+    (mt_actual, mt_expected), (t_actual, t_expected) = both(CLOSE_CASES[case])
+    ours = failure(mt.testing.assert_close, mt_actual, mt_expected)
+    theirs = failure(torch.testing.assert_close, t_actual, t_expected)
+    if ours is not None:
+        ours = ours[0], ours[1].replace("microtensor._tensor.Tensor", "torch.Tensor") \
+            .replace("microtensor.", "torch.")
+    assert ours == theirs
+
+
+OPTION_CASES = {
+    "rtol atol": dict(rtol=0.1, atol=0.0),
+    "atol only": dict(atol=1.0),
+    "equal_nan": dict(equal_nan=True),
+    "no dtype check": dict(check_dtype=False),
+    "stride check": dict(check_stride=True),
+    "message": dict(msg="custom"),
+    "message function": dict(msg=lambda m: "prefix: " + m),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("option", sorted(OPTION_CASES))
+@pytest.mark.parametrize("case", ["float32 one off", "dtype", "nan", "strides ignored",
+                                  "dict item", "keys"])
+def test_assert_close_options_match_torch(case, option):
+    (mt_actual, mt_expected), (t_actual, t_expected) = both(CLOSE_CASES[case])
+    kwargs = OPTION_CASES[option]
+    ours = failure(mt.testing.assert_close, mt_actual, mt_expected, **kwargs)
+    theirs = failure(torch.testing.assert_close, t_actual, t_expected, **kwargs)
+    if ours is not None:
+        ours = ours[0], ours[1].replace("microtensor.", "torch.")
+    assert ours == theirs
+
+
+def test_assert_close_default_tolerances():
+    mt.testing.assert_close(mt.tensor([1.0]), mt.tensor([1.0 + 1e-5]))   # atol 1e-5
+    with pytest.raises(AssertionError, match=r"up to 1e-05 allowed"):
+        mt.testing.assert_close(mt.tensor([0.0]), mt.tensor([2e-5]))
+    mt.testing.assert_close(mt.tensor([1.0], dtype=mt.float64),
+                            mt.tensor([1.0 + 1e-7], dtype=mt.float64))
+    with pytest.raises(AssertionError, match=r"up to 1e-07 allowed"):
+        mt.testing.assert_close(mt.tensor([1.0], dtype=mt.float64),
+                                mt.tensor([1.0 + 1e-6], dtype=mt.float64))
+    with pytest.raises(AssertionError, match=r"^Tensor-likes are not equal!\n\nMismatched "
+                                             r"elements: 1 / 3 \(33.3%\)\nGreatest absolute "
+                                             r"difference: 1 at index \(2,\)\n"):
+        mt.testing.assert_close(mt.tensor([1, 2, 3]), mt.tensor([1, 2, 4]))
+    mt.testing.assert_close(mt.ones(2, requires_grad=True), mt.ones(2))
