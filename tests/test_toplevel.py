@@ -10,7 +10,9 @@ import zipfile
 import numpy as np
 import pytest
 
+import fake_cupy
 import microtensor as mt
+from microtensor.backends import cuda as cuda_backend
 from microtensor import nn, optim
 from microtensor.optim import lr_scheduler
 
@@ -273,3 +275,252 @@ def test_assert_close_default_tolerances():
                                              r"difference: 1 at index \(2,\)\n"):
         mt.testing.assert_close(mt.tensor([1, 2, 3]), mt.tensor([1, 2, 4]))
     mt.testing.assert_close(mt.ones(2, requires_grad=True), mt.ones(2))
+
+
+# ---------------------------------------------------------------- names and constants
+
+@needs_torch
+def test_constants_are_torch_s():
+    assert (mt.pi, mt.e, mt.inf) == (torch.pi, torch.e, torch.inf)
+    assert math.isnan(mt.nan) and math.isnan(torch.nan)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["is_tensor", "is_floating_point", "numel"])
+@pytest.mark.parametrize("make", [lambda lib: lib.ones(2, 3), lambda lib: lib.tensor(3),
+                                  lambda lib: lib.zeros(0, dtype=lib.float64),
+                                  lambda lib: lib.nn.Parameter(lib.ones(2)),
+                                  lambda lib: [1.0, 2.0], lambda lib: 3.5])
+def test_tensor_predicates_match_torch(name, make):
+    ours = failure(lambda x: getattr(mt, name)(x), make(mt)) or getattr(mt, name)(make(mt))
+    theirs = failure(lambda x: getattr(torch, name)(x), make(torch)) or \
+        getattr(torch, name)(make(torch))
+    assert ours == theirs
+
+
+# ---------------------------------------------------------------- random number state
+
+def test_rng_state_round_trips():
+    mt.manual_seed(11)
+    mt.randn(3)
+    state = mt.get_rng_state()
+    assert isinstance(state, mt.Tensor) and state.dtype is mt.int64 and state.dim() == 1
+    assert 0 <= state.min().item() and state.max().item() <= 255   # byte values
+    first = (mt.rand(5).tolist(), mt.randn(4).tolist(), mt.randint(0, 9, (3,)).tolist(),
+             mt.randperm(6).tolist())
+    mt.manual_seed(99)
+    mt.set_rng_state(state)
+    again = (mt.rand(5).tolist(), mt.randn(4).tolist(), mt.randint(0, 9, (3,)).tolist(),
+             mt.randperm(6).tolist())
+    assert first == again and mt.initial_seed() == 11
+    assert mt.get_rng_state().tolist() != state.tolist()   # the generator moved on
+    # a state survives mt.save / mt.load
+    buffer = io.BytesIO()
+    mt.save({"rng": state}, buffer)
+    buffer.seek(0)
+    mt.set_rng_state(mt.load(buffer)["rng"])
+    assert mt.rand(5).tolist() == first[0]
+
+
+def test_generator_state_round_trips_and_odd_numbers_of_32_bits():
+    g = mt.Generator().manual_seed(3)
+    mt.randint(0, 5, (3,), dtype=mt.int32, generator=g)   # may leave 32 buffered bits
+    state = g.get_state()
+    expected = mt.rand(7, generator=g).tolist()
+    other = mt.Generator().manual_seed(4)
+    assert other.set_state(state) is other
+    assert mt.rand(7, generator=other).tolist() == expected
+    assert other.initial_seed() == 3
+
+
+@needs_torch
+def test_rng_state_errors_as_torch():
+    state = mt.get_rng_state()
+    before = mt.get_rng_state().tolist()
+    for bad, error, pattern in (
+            ([1, 2], TypeError, "but got list"),
+            (mt.zeros(3), TypeError, "RNG state must be"),
+            (mt.zeros(3, dtype=mt.int64), RuntimeError, "found the input RNG state size to be 3"),
+            (state * 300, RuntimeError, "byte values")):
+        with pytest.raises(error, match=pattern):
+            mt.set_rng_state(bad)
+        assert mt.get_rng_state().tolist() == before   # a refused state changes nothing
+    with pytest.raises(TypeError, match="but got list"):
+        torch.set_rng_state([1, 2])
+    with pytest.raises(RuntimeError, match="found the input RNG state size to be 3"):
+        torch.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+
+
+# ---------------------------------------------------------------- print options
+
+@pytest.fixture
+def default_printoptions():
+    yield
+    mt.set_printoptions(profile="default")
+    if torch is not None:
+        torch.set_printoptions(profile="default")
+
+
+PRINT_CASES = [
+    (dict(precision=2), lambda lib: lib.tensor([1.23456, 2.5, -3.75])),
+    (dict(precision=6), lambda lib: lib.tensor([[1.23456789, 2.0], [3.0, 4.5]])),
+    (dict(sci_mode=True), lambda lib: lib.tensor([1.5, 2.25, 300.0])),
+    (dict(sci_mode=True), lambda lib: lib.tensor([0.0, 0.0])),
+    (dict(sci_mode=True), lambda lib: lib.tensor([1.0, 2.0])),
+    (dict(sci_mode=False), lambda lib: lib.tensor([1e-5, 1.0, 2.5])),
+    (dict(sci_mode=False), lambda lib: lib.tensor([1e10, 1.0])),
+    (dict(threshold=5, edgeitems=2), lambda lib: lib.arange(10.0)),
+    (dict(threshold=5, edgeitems=1), lambda lib: lib.arange(36).reshape(6, 6)),
+    (dict(linewidth=30), lambda lib: lib.arange(20.0) / 3),
+    (dict(linewidth=20), lambda lib: lib.tensor([1.5, 2.5], requires_grad=True) * 2),
+    (dict(linewidth=40), lambda lib: lib.arange(30).reshape(3, 10)),
+    (dict(profile="short"), lambda lib: lib.arange(2000.0).reshape(40, 50) / 7),
+    (dict(profile="full"), lambda lib: lib.arange(1200.0)),
+    (dict(profile="full", precision=1), lambda lib: lib.tensor([1.25, 2.5])),
+    (dict(precision=3, sci_mode=True), lambda lib: lib.tensor([1.5], dtype=lib.float64)),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("options, make", PRINT_CASES,
+                         ids=[str(options) for options, _ in PRINT_CASES])
+def test_print_options_match_torch(options, make, default_printoptions):
+    mt.set_printoptions(**options)
+    torch.set_printoptions(**options)
+    assert repr(make(mt)).replace("microtensor.", "torch.").replace("<Mul", "<Mul") == \
+        repr(make(torch))
+
+
+@needs_torch
+def test_print_options_persist_and_reset(default_printoptions):
+    mt.set_printoptions(precision=2)
+    mt.set_printoptions(linewidth=100)          # later calls keep the others
+    assert repr(mt.tensor([1.23456])) == "tensor([1.23])"
+    mt.set_printoptions(sci_mode=True)
+    mt.set_printoptions(precision=2)             # sci_mode goes back to automatic, as torch's
+    assert repr(mt.tensor([1.23456])) == "tensor([1.23])"
+    mt.set_printoptions(profile="default")
+    assert repr(mt.tensor([1.23456])) == repr(torch.tensor([1.23456]))
+    with pytest.raises(ValueError, match="profile must be one of"):
+        mt.set_printoptions(profile="long")
+
+
+# ---------------------------------------------------------------- default device
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """``"cuda"`` backed by the fake CuPy (host memory), and the default device restored."""
+    monkeypatch.setattr(cuda_backend, "_cupy", fake_cupy)
+    yield
+    mt.set_default_device(None)
+
+
+DEVICE_CALLS = {
+    "zeros": lambda lib, t: lib.zeros(2), "ones": lambda lib, t: lib.ones(2, 3),
+    "empty": lambda lib, t: lib.empty(2), "full": lambda lib, t: lib.full((2,), 1.5),
+    "eye": lambda lib, t: lib.eye(2), "arange": lambda lib, t: lib.arange(3),
+    "linspace": lambda lib, t: lib.linspace(0, 1, 3),
+    "empty_strided": lambda lib, t: lib.empty_strided((2,), (1,)),
+    "tensor": lambda lib, t: lib.tensor([1.0]), "tensor of tensor": lambda lib, t: lib.tensor(t),
+    "as_tensor": lambda lib, t: lib.as_tensor([1, 2]),
+    "scalar_tensor": lambda lib, t: lib.scalar_tensor(2.0),
+    "rand": lambda lib, t: lib.rand(2), "randn": lambda lib, t: lib.randn(2),
+    "randint": lambda lib, t: lib.randint(0, 3, (2,)), "randperm": lambda lib, t: lib.randperm(3),
+    "zeros_like": lambda lib, t: lib.zeros_like(t), "randn_like": lambda lib, t: lib.randn_like(t),
+    "new_zeros": lambda lib, t: t.new_zeros(2), "explicit cpu": lambda lib, t: lib.ones(2,
+                                                                                      device="cpu"),
+    "Linear weight": lambda lib, t: lib.nn.Linear(2, 3).weight,
+}
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
+def test_default_device_reaches_the_factories_torch_s_does(fake_cuda):
+    cpu_tensor = mt.ones(2)
+    t_cpu_tensor = torch.ones(2)
+    mt.set_default_device("cuda")
+    torch.set_default_device("meta")   # a second device PyTorch has without a GPU
+    try:
+        assert mt.get_default_device() == mt.device("cuda")
+        for name, call in DEVICE_CALLS.items():
+            moved = call(mt, cpu_tensor).device.type == "cuda"
+            torch_moved = call(torch, t_cpu_tensor).device.type == "meta"
+            assert moved == torch_moved, name
+    finally:
+        torch.set_default_device(None)
+    mt.set_default_device(None)
+    assert mt.get_default_device() == mt.device("cpu") and mt.zeros(1).device.type == "cpu"
+    assert str(mt.get_default_device()) == str(torch.get_default_device())
+
+
+def test_default_device_values_and_errors(fake_cuda):
+    mt.set_default_device(mt.device("cuda"))
+    x = mt.tensor([1.0, 2.0])
+    assert x.device.type == "cuda" and x.cpu().tolist() == [1.0, 2.0]
+    mt.set_default_device("cpu")
+    assert mt.zeros(1).device.type == "cpu"
+    with pytest.raises(RuntimeError):
+        mt.set_default_device("tpu")
+    assert mt.get_default_device() == mt.device("cpu")   # a refused device changes nothing
+
+
+# ---------------------------------------------------------------- legacy typed constructors
+
+LEGACY = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor"]
+
+
+@needs_torch
+@pytest.mark.parametrize("name", LEGACY)
+@pytest.mark.parametrize("args", [([1, 2],), ([[1.5, -2.7], [0.0, 3.0]],), ((1, 0, 3),), (),
+                                  ([],)], ids=str)
+def test_legacy_constructors_from_data_match_torch(name, args):
+    ours, theirs = getattr(mt, name)(*args), getattr(torch, name)(*args)
+    assert repr(ours).replace("microtensor.", "torch.") == repr(theirs)
+    assert type(ours) is mt.Tensor and isinstance(ours, getattr(mt, name))
+
+
+@needs_torch
+@pytest.mark.parametrize("name", LEGACY)
+@pytest.mark.parametrize("sizes", [(2, 3), (0,), (4,)], ids=str)
+def test_legacy_constructors_from_sizes_match_torch(name, sizes):
+    ours, theirs = getattr(mt, name)(*sizes), getattr(torch, name)(*sizes)
+    assert tuple(ours.shape) == tuple(theirs.shape) and ours.dtype.name == \
+        str(theirs.dtype).split(".")[1].replace("bool", "bool")
+    assert tuple(getattr(mt, name)(mt.Size(sizes)).shape) == sizes
+
+
+@needs_torch
+@pytest.mark.parametrize("name", LEGACY)
+def test_legacy_isinstance_matches_torch(name):
+    for make in (lambda lib: lib.ones(2), lambda lib: lib.ones(2, dtype=lib.float64),
+                 lambda lib: lib.tensor([1, 2]), lambda lib: lib.tensor([1, 2], dtype=lib.int32),
+                 lambda lib: lib.tensor([True]), lambda lib: lib.nn.Parameter(lib.ones(2)),
+                 lambda lib: lib.ones(2, requires_grad=True) * 2, lambda lib: [1.0], lambda lib: 1):
+        assert isinstance(make(mt), getattr(mt, name)) == isinstance(make(torch),
+                                                                     getattr(torch, name))
+    assert not issubclass(getattr(mt, name), mt.Tensor)
+    assert repr(getattr(mt, name)) == repr(getattr(torch, name)).replace("torch.", "microtensor.")
+
+
+@needs_torch
+def test_legacy_constructor_errors_and_aliasing_match_torch():
+    for lib in (mt, torch):
+        x = lib.ones(2)
+        y = lib.FloatTensor(x)
+        y[0] = 5.0
+        assert x.tolist() == [5.0, 1.0]            # an alias of x
+        with pytest.raises(TypeError):
+            lib.DoubleTensor(x)                     # of another dtype
+        with pytest.raises(TypeError, match=r"data must be a sequence \(got float\)"):
+            lib.FloatTensor(2.5)
+        with pytest.raises(TypeError):
+            lib.FloatTensor([1, 2], dtype=lib.float64)
+        assert lib.FloatTensor(2, device="cpu").shape == (2,)
+
+
+def test_legacy_constructor_refuses_cuda(fake_cuda):
+    with pytest.raises(RuntimeError, match="legacy constructor expects device type: cpu"):
+        mt.FloatTensor(2, device="cuda")
+    assert not isinstance(mt.ones(2, device="cuda"), mt.FloatTensor)
+    mt.set_default_device("cuda")
+    assert mt.FloatTensor(2).device.type == "cpu"   # a CPU type, whatever the default
