@@ -387,7 +387,7 @@ PRINT_CASES = [
 def test_print_options_match_torch(options, make, default_printoptions):
     mt.set_printoptions(**options)
     torch.set_printoptions(**options)
-    assert repr(make(mt)).replace("microtensor.", "torch.").replace("<Mul", "<Mul") == \
+    assert repr(make(mt)).replace("microtensor.", "torch.") == \
         repr(make(torch))
 
 
@@ -485,7 +485,7 @@ def test_legacy_constructors_from_data_match_torch(name, args):
 def test_legacy_constructors_from_sizes_match_torch(name, sizes):
     ours, theirs = getattr(mt, name)(*sizes), getattr(torch, name)(*sizes)
     assert tuple(ours.shape) == tuple(theirs.shape) and ours.dtype.name == \
-        str(theirs.dtype).split(".")[1].replace("bool", "bool")
+        str(theirs.dtype).split(".")[1]
     assert tuple(getattr(mt, name)(mt.Size(sizes)).shape) == sizes
 
 
