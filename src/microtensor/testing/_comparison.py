@@ -258,6 +258,7 @@ def assert_close(actual, expected, *, allow_subclasses=True, rtol=None, atol=Non
     float64: 1e-7 and 1e-7, integers and bools: exact).  Python numbers compare likewise
     (``float`` as float64), and sequences and mappings compare item by item.  ``msg``
     replaces the failure message, or, if callable, maps it to a new one.
+    ``check_layout`` is accepted as PyTorch's: every microtensor tensor is strided.
     """
     __tracebackhide__ = True
     options = dict(rtol=rtol, atol=atol, equal_nan=equal_nan, check_device=check_device,
