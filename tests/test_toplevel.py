@@ -50,6 +50,9 @@ RUNS = {
     "sgd-plateau": (lambda p: optim.SGD(p, lr=0.1),
                     lambda o: lr_scheduler.ReduceLROnPlateau(o, patience=0, threshold=0.5)),
     "lbfgs": (lambda p: optim.LBFGS(p, lr=0.5, max_iter=3, history_size=4), None),
+    # the lambda is not saved (None in the state dict, as PyTorch's): the fresh one is used
+    "sgd-lambdalr": (lambda p: optim.SGD(p, lr=0.1, nesterov=True, momentum=0.5),
+                     lambda o: lr_scheduler.LambdaLR(o, lambda epoch: 0.8 ** epoch)),
 }
 
 
