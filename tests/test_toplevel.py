@@ -444,7 +444,7 @@ def test_default_device_reaches_the_factories_torch_s_does(fake_cuda):
     mt.set_default_device("cuda")
     torch.set_default_device("meta")   # a second device PyTorch has without a GPU
     try:
-        assert mt.get_default_device() == mt.device("cuda")
+        assert mt.get_default_device() == mt.device("cuda:0") == mt.zeros(1).device
         for name, call in DEVICE_CALLS.items():
             moved = call(mt, cpu_tensor).device.type == "cuda"
             torch_moved = call(torch, t_cpu_tensor).device.type == "meta"

@@ -70,7 +70,12 @@ def set_default_device(device):
 
 
 def get_default_device():
-    """The device factories use when called without ``device=``."""
+    """The device factories use when called without ``device=``; "cuda" comes with the
+    current GPU's index, as the tensors made there report it."""
+    if _default_device is not None and _default_device.type == "cuda" \
+            and _default_device.index is None:
+        from microtensor.cuda import current_device
+        return device("cuda", current_device())
     return _default_device or cpu
 
 
