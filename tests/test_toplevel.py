@@ -456,6 +456,17 @@ def test_default_device_reaches_the_factories_torch_s_does(fake_cuda):
     assert str(mt.get_default_device()) == str(torch.get_default_device())
 
 
+def test_internal_index_and_one_hot_tensors_follow_their_input_not_the_default(fake_cuda):
+    x = mt.arange(5.0)
+    labels = mt.tensor([0, 2])
+    mt.set_default_device("cuda")
+    assert x[[0, 2]].tolist() == [0.0, 2.0] and x[[True, False, True, False, True]].numel() == 3
+    hot = nn.functional.one_hot(labels, 3)
+    assert hot.device.type == "cpu" and hot.tolist() == [[1, 0, 0], [0, 0, 1]]
+    on_gpu = nn.functional.one_hot(labels.to("cuda"), 3)
+    assert on_gpu.device.type == "cuda" and on_gpu.cpu().tolist() == hot.tolist()
+
+
 def test_default_device_values_and_errors(fake_cuda):
     mt.set_default_device(mt.device("cuda"))
     x = mt.tensor([1.0, 2.0])
