@@ -538,3 +538,14 @@ def test_legacy_constructor_refuses_cuda(fake_cuda):
     assert not isinstance(mt.ones(2, device="cuda"), mt.FloatTensor)
     mt.set_default_device("cuda")
     assert mt.FloatTensor(2).device.type == "cpu"   # a CPU type, whatever the default
+
+
+@pytest.mark.parametrize("init", ["uniform_", "normal_", "trunc_normal_", "eye_",
+                                  "orthogonal_", "xavier_uniform_", "kaiming_normal_"])
+def test_init_of_a_cpu_tensor_under_a_cuda_default(init, fake_cuda):
+    mt.manual_seed(0)
+    expected = getattr(nn.init, init)(mt.empty(3, 3)).tolist()
+    weight = mt.empty(3, 3)
+    mt.set_default_device("cuda")
+    mt.manual_seed(0)
+    assert getattr(nn.init, init)(weight) is weight and weight.tolist() == expected
