@@ -112,7 +112,7 @@ def test_optimizer_state_roundtrips():
 
 
 def test_save_refuses_what_load_could_not_read():
-    for obj in ({"s": {1, 2}}, [object()], b"bytes", {"f": len}):
+    for obj in ({"s": frozenset({1, 2})}, [object()], {"f": len}, {"s": {object()}}):
         with pytest.raises(TypeError, match="microtensor.save cannot save an object of type"):
             mt.save(obj, io.BytesIO())
 
@@ -265,6 +265,7 @@ def test_tensor_geometry_is_checked_against_its_storage():
 @needs_torch
 def test_loads_what_torch_save_wrote():
     saved = views_checkpoint(torch)
+    torch.manual_seed(0)   # unseeded, an output near 0 could miss the relative tolerance
     linear = torch.nn.Linear(3, 2)
     saved["linear"] = linear.state_dict()
     saved["param"] = torch.nn.Parameter(torch.ones(2))

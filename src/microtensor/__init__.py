@@ -39,9 +39,17 @@ install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
 from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
-from microtensor import cuda, explain, linalg, nn, optim, return_types, utils  # noqa: E402
+from microtensor import (cuda, explain, linalg, nn, optim, return_types, testing,  # noqa: E402
+                         utils)
 from microtensor.serialization import (load, load_safetensors, save,  # noqa: E402
                                        save_safetensors)
+from microtensor._legacy import (BoolTensor, DoubleTensor, FloatTensor,  # noqa: E402
+                                 IntTensor, LongTensor)
+from microtensor._printing import set_printoptions  # noqa: E402
+from microtensor._toplevel import is_floating_point, is_tensor, numel  # noqa: E402
+from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402
+                                     set_default_device, set_rng_state)
+from math import e, inf, nan, pi  # noqa: E402
 
 float = float32
 double = float64

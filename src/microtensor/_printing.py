@@ -1,8 +1,8 @@
 """``repr`` of tensors in PyTorch's style: ``tensor([1.5000, 2.0000], grad_fn=<MulBackward0>)``.
 
-The rules are PyTorch's print options at their defaults: 4 digits after the point, lines
-of at most 80 characters, and tensors of more than 1000 elements summarized by their first
-and last 3 entries along each dim.  One width, chosen from all the (summarized) values,
+The rules are PyTorch's, under its print options (``set_printoptions``; by default 4
+digits after the point, lines of at most 80 characters, and tensors of more than 1000
+elements summarized by their first and last 3 entries along each dim).  One width, chosen from all the (summarized) values,
 right-aligns every entry, and one notation serves the whole tensor: integers with a
 trailing ``.`` when every float is whole, scientific when the magnitudes span more than
 1000x or leave [1e-4, 1e8], fixed-point otherwise.
@@ -17,6 +17,36 @@ PRECISION = 4
 LINE_WIDTH = 80
 THRESHOLD = 1000
 EDGE_ITEMS = 3
+SCI_MODE = None   # True or False forces scientific notation on or off
+
+_PROFILES = {"default": dict(precision=4, threshold=1000, edgeitems=3, linewidth=80),
+             "short": dict(precision=2, threshold=1000, edgeitems=2, linewidth=80),
+             "full": dict(precision=4, threshold=math.inf, edgeitems=3, linewidth=80)}
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None):
+    """Set how tensors print, as ``torch.set_printoptions``: ``precision`` (digits after
+    the point), ``threshold`` (more elements than this are summarized), ``edgeitems``
+    (entries shown at each end of a summarized dim), ``linewidth`` (characters per line),
+    ``profile`` ("default", "short" or "full": all four at once, the others then override
+    it) and ``sci_mode`` (True or False forces scientific notation on or off; None, as
+    every call without it, chooses it per tensor)."""
+    global PRECISION, THRESHOLD, EDGE_ITEMS, LINE_WIDTH, SCI_MODE
+    options = {}
+    if profile is not None:
+        if profile not in _PROFILES:
+            raise ValueError(f"set_printoptions: profile must be one of "
+                             f"{', '.join(map(repr, _PROFILES))}, but got {profile!r}")
+        options.update(_PROFILES[profile])
+    options.update({name: value for name, value in dict(
+        precision=precision, threshold=threshold, edgeitems=edgeitems,
+        linewidth=linewidth).items() if value is not None})
+    PRECISION = options.get("precision", PRECISION)
+    THRESHOLD = options.get("threshold", THRESHOLD)
+    EDGE_ITEMS = options.get("edgeitems", EDGE_ITEMS)
+    LINE_WIDTH = options.get("linewidth", LINE_WIDTH)
+    SCI_MODE = sci_mode
 
 
 class _Formatter:
@@ -38,6 +68,8 @@ class _Formatter:
         self.whole = bool(np.all(finite == np.ceil(finite)))
         spread = largest / smallest > 1000.0 or largest > 1.0e8
         self.scientific = spread if self.whole else spread or smallest < 1.0e-4
+        if SCI_MODE is not None:
+            self.scientific = SCI_MODE
         if self.scientific:
             self.width = max(len(f"{v:.{PRECISION}e}") for v in finite.tolist())
         elif self.whole:

@@ -8,9 +8,13 @@ one storage.  ``torch.load`` reads these files, and ``load`` reads those of ``to
 without PyTorch installed.
 
 ``load`` never runs code from a file: its unpickler resolves only the names below
-(tensor and parameter rebuilds, storage types, dtypes, ``Size``, ``device``,
-``OrderedDict``) and refuses every other global, as ``torch.load(weights_only=True)``.
+(tensor and parameter rebuilds, storage types, dtypes, ``Size``, ``device``, and the
+containers and scalars of ``torch.load(weights_only=True)``'s allow-list: ``OrderedDict``,
+``Counter``, ``set``, ``complex``, ``bytes``, ``bytearray``) and refuses every other global.
+These are what optimizer and scheduler state dicts hold, so a whole training run (model,
+optimizer, scheduler, epoch) saves and resumes.
 """
+import codecs
 import collections
 import io
 import os
@@ -34,8 +38,18 @@ _STORAGE_CLASSES = {
     "complex128": "ComplexDoubleStorage",
 }
 
-_NOT_ALLOWED = ("microtensor.load loads only tensors, numbers, strings, dtypes, devices and "
-                "dicts, lists and tuples of them, and never runs code from a file")
+_NOT_ALLOWED = ("microtensor.load loads only tensors, numbers, strings, bytes, dtypes, devices "
+                "and dicts, lists, tuples, sets and Counters of them, and never runs code from "
+                "a file")
+
+# The only globals other than PyTorch's names a checkpoint may name, as pickle's protocol 2
+# writes them (which names builtins ``__builtin__``); each is a constructor of plain data
+_SAFE_GLOBALS = {("collections", "OrderedDict"): collections.OrderedDict,
+                 ("collections", "Counter"): collections.Counter,
+                 ("__builtin__", "set"): set,
+                 ("__builtin__", "complex"): complex,
+                 ("__builtin__", "bytearray"): bytearray,
+                 ("_codecs", "encode"): codecs.encode}
 
 
 def _mt_dtype(name):
@@ -80,8 +94,9 @@ class _CheckpointPickler(pickle._Pickler):
     a global that this process cannot import.
     """
 
-    _plain_types = (type(None), bool, int, float, str, list, tuple, dict,
-                    collections.OrderedDict)
+    _plain_types = (type(None), bool, int, float, complex, str, bytes, bytearray, list,
+                    tuple, dict, set, collections.OrderedDict, collections.Counter)
+    _plain_globals = tuple(_SAFE_GLOBALS.values())
     dispatch = pickle._Pickler.dispatch.copy()
 
     def __init__(self, file):
@@ -95,8 +110,14 @@ class _CheckpointPickler(pickle._Pickler):
     def save_dtype(self, obj):
         self.save(_torch_name("torch", obj.name))   # through the memo: written once
 
+    def save_bytes(self, obj):
+        # as protocol 2 writes non-empty bytes; it writes b"" as a call of ``bytes``,
+        # a global torch.load refuses
+        self.save_reduce(codecs.encode, (str(obj, "latin1"), "latin1"), obj=obj)
+
     dispatch[_TorchName] = save_torch_name
     dispatch[dtype] = save_dtype
+    dispatch[bytes] = save_bytes
 
     def persistent_id(self, obj):
         if not isinstance(obj, Storage):
@@ -112,7 +133,7 @@ class _CheckpointPickler(pickle._Pickler):
             return _torch_name("torch", "Size"), (tuple(obj),)
         if isinstance(obj, device):
             return _torch_name("torch", "device"), (str(obj),)
-        if type(obj) in self._plain_types or obj is collections.OrderedDict \
+        if type(obj) in self._plain_types or any(obj is g for g in self._plain_globals) \
                 or isinstance(obj, (dtype, _TorchName)):
             return NotImplemented
         raise TypeError(f"microtensor.save cannot save an object of type "
@@ -139,8 +160,9 @@ def _storage_bytes(storage, dt):
 
 
 def save(obj, f):
-    """Save ``obj`` (tensors, and numbers, strings, dtypes, devices and dicts, lists and
-    tuples of them, at any depth) to ``f``, a path or a binary file object, in the format
+    """Save ``obj`` (tensors, and numbers, strings, bytes, dtypes, devices and dicts,
+    lists, tuples, sets and Counters of them, at any depth: model, optimizer and scheduler
+    state dicts) to ``f``, a path or a binary file object, in the format
     of ``torch.save``.  Views keep sharing their storage; Parameters stay Parameters; a
     tensor's ``.grad``, history and attributes are not saved."""
     pickled = io.BytesIO()
@@ -196,7 +218,7 @@ class _LoadedStorage:
 
 
 def _allowed_globals():
-    allowed = {("collections", "OrderedDict"): collections.OrderedDict,
+    allowed = {**_SAFE_GLOBALS,
                ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
                ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
                ("torch", "Size"): Size,
@@ -307,8 +329,8 @@ class _Archive:
 def load(f, map_location=None, *, weights_only=True, mmap=None):
     """Load what ``save`` or ``torch.save`` wrote (the zip format of PyTorch >= 1.6) to
     ``f``, a path or a binary file object, without running any code from the file: only
-    tensors, Parameters, numbers, strings, dtypes, devices and dicts, lists and tuples of
-    them are accepted, and anything else raises ``pickle.UnpicklingError``.
+    tensors, Parameters, numbers, strings, bytes, dtypes, devices and dicts, lists, tuples,
+    sets and Counters of them are accepted, and anything else raises ``pickle.UnpicklingError``.
     ``map_location`` (a device, or a dict from saved to new locations) moves storages."""
     if not weights_only:
         raise ValueError("microtensor.load supports only weights_only=True: it never "

@@ -162,4 +162,4 @@ def one_hot(tensor, num_classes=-1):
     from microtensor.ops.factory import arange
     if num_classes < 0:
         num_classes = int(tensor.max().item()) + 1
-    return (tensor.unsqueeze(-1) == arange(num_classes)).long()
+    return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()

@@ -50,7 +50,8 @@ def _calculate_correct_fan(tensor, mode):
 
 
 def _fill(tensor, values):
-    """Copy ``values`` (made on the CPU in ``tensor``'s dtype) into ``tensor``."""
+    """Copy ``values`` (made on the CPU, whatever the default device, in ``tensor``'s
+    dtype) into ``tensor``."""
     with no_grad():
         return tensor.copy_(values)
 
@@ -58,14 +59,14 @@ def _fill(tensor, values):
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Values drawn from U(a, b)."""
     from microtensor.ops.factory import rand
-    return _fill(tensor, rand(tensor.shape, dtype=tensor.dtype, generator=generator)
+    return _fill(tensor, rand(tensor.shape, dtype=tensor.dtype, device="cpu", generator=generator)
                  * (b - a) + a)
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Values drawn from N(mean, std²)."""
     from microtensor.ops.factory import randn
-    return _fill(tensor, randn(tensor.shape, dtype=tensor.dtype, generator=generator)
+    return _fill(tensor, randn(tensor.shape, dtype=tensor.dtype, device="cpu", generator=generator)
                  * std + mean)
 
 
@@ -77,21 +78,22 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     if mean < a - 2 * std or mean > b + 2 * std:
         warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The "
                       "distribution of values may be incorrect.", stacklevel=2)
-    values = randn(tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean
+    on_cpu = dict(dtype=tensor.dtype, device="cpu", generator=generator)
+    values = randn(tensor.shape, **on_cpu) * std + mean
     for _ in range(8):
         outside = (values < a) | (values > b)
         if not outside.any():
             return _fill(tensor, values)
-        redraw = randn(tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean
+        redraw = randn(tensor.shape, **on_cpu) * std + mean
         values = redraw.where(outside, values)
     normal = statistics.NormalDist(mean, std)
     low, high = normal.cdf(a), normal.cdf(b)
     outside = (values < a) | (values > b)
     flat, mask = values.reshape(-1), outside.reshape(-1)
     count = int(mask.sum().item())
-    u = (rand(count, dtype=tensor.dtype, generator=generator) * (high - low) + low).tolist()
+    u = (rand(count, **on_cpu) * (high - low) + low).tolist()
     inside = [min(max(normal.inv_cdf(min(max(p, 1e-300), 1 - 1e-16)), a), b) for p in u]
-    flat[mask] = make_tensor(inside, dtype=tensor.dtype)
+    flat[mask] = make_tensor(inside, dtype=tensor.dtype, device="cpu")
     return _fill(tensor, flat.reshape(tensor.shape))
 
 
@@ -115,7 +117,7 @@ def eye_(tensor):
     from microtensor.ops.factory import eye
     if tensor.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
-    return _fill(tensor, eye(*tensor.shape, dtype=tensor.dtype))
+    return _fill(tensor, eye(*tensor.shape, dtype=tensor.dtype, device="cpu"))
 
 
 def dirac_(tensor, groups=1):
@@ -182,7 +184,7 @@ def orthogonal_(tensor, gain=1, generator=None):
         return tensor
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy()
+    flat = randn(rows, cols, dtype=tensor.dtype, device="cpu", generator=generator).numpy()
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)

@@ -68,6 +68,34 @@ def to_device(dev):
     return device(dev)
 
 
+_default_device = None   # set by set_default_device; None: factories make CPU tensors
+
+
+def set_default_device(device):
+    """Make factories (``zeros``, ``tensor``, ``randn`` ...) called without ``device=``
+    create their tensors on ``device`` ("cpu", or "cuda" with the CuPy backend); None
+    goes back to the CPU.  Tensors made from another (``*_like``, ``new_*``) keep its
+    device."""
+    global _default_device
+    _default_device = to_device(device)
+
+
+def get_default_device():
+    """The device factories use when called without ``device=``; "cuda" comes with the
+    current GPU's index, as the tensors made there report it."""
+    if _default_device is not None and _default_device.type == "cuda" \
+            and _default_device.index is None:
+        from microtensor.cuda import current_device
+        return device("cuda", current_device())
+    return _default_device or cpu
+
+
+def on_device(dev):
+    """A factory's ``device=`` argument, or the default device when it is None (which
+    may itself be None: no default set)."""
+    return to_device(dev) if dev is not None else _default_device
+
+
 def finish(t, requires_grad):
     if requires_grad:
         t.requires_grad_(True)
@@ -102,17 +130,17 @@ def empty(*size, dtype=None, device=None, requires_grad=False,
     dt = pick_dtype(dtype, get_default_dtype())
     strides = meta.strides_for_format(sizes, memory_format) \
         if memory_format is not preserve_format else meta.contiguous_strides(sizes)
-    t = empty_strided_unchecked(sizes, tuple(strides), dt, to_device(device) or cpu)
+    t = empty_strided_unchecked(sizes, tuple(strides), dt, on_device(device) or cpu)
     return finish(t, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), to_device(device),
+    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), on_device(device),
                     0, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), to_device(device),
+    return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), on_device(device),
                     1, requires_grad)
 
 
@@ -123,7 +151,7 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     if isinstance(fill_value, TensorBase):
         fill_value = fill_value.item()
     dt = pick_dtype(dtype, scalar_dtype(fill_value))
-    return fill_new(parse_size((size,)), dt, to_device(device), fill_value, requires_grad)
+    return fill_new(parse_size((size,)), dt, on_device(device), fill_value, requires_grad)
 
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
@@ -137,7 +165,7 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False)
     storage_elems = meta.storage_size_for(sizes, strides)
     meta.check_size_nonnegative((storage_elems,))
     t = empty_strided_unchecked(sizes, strides, pick_dtype(dtype, get_default_dtype()),
-                                to_device(device) or cpu)
+                                on_device(device) or cpu)
     return finish(t, requires_grad)
 
 
@@ -147,7 +175,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
         if isinstance(value, numbers.Integral) and value < 0:
             raise RuntimeError(f"{name} must be greater or equal to 0, got {value}")
     sizes = parse_size((n, m))
-    t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), to_device(device), 0)
+    t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), on_device(device), 0)
     if t._numel:
         np.fill_diagonal(t._array(), 1)
     return finish(t, requires_grad)
@@ -174,7 +202,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     result = empty_contiguous((length,), dtype, cpu)  # refuses a size NumPy cannot hold
     result._array()[...] = start + step * np.arange(
         length, dtype=np.float64 if dtype.is_floating_point else np.int64)
-    return finish(result, requires_grad).to(to_device(device) or cpu)
+    return finish(result, requires_grad).to(on_device(device) or cpu)
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
@@ -190,7 +218,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     index = np.arange(steps, dtype=compute)
     values = np.where((index < steps // 2) | (steps == 1), first + step * index,
                       last - step * (compute.type(steps - 1) - index))
-    return finish(tensor_of(values.astype(dt.np)), requires_grad).to(to_device(device) or cpu)
+    return finish(tensor_of(values.astype(dt.np)), requires_grad).to(on_device(device) or cpu)
 
 
 # --------------------------------------------------------------------------- from data
@@ -272,7 +300,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         result = data.detach().clone()
         if dtype is not None:
             result = result.to(dtype)
-        return finish(result.to(to_device(device) or data.device), requires_grad)
+        return finish(result.to(on_device(device) or data.device), requires_grad)
     pick_dtype(dtype, None)
     if isinstance(data, np.ndarray) and dtype is None:
         dt = _infer_dtype(data) if data.dtype != np.float16 else float32
@@ -291,14 +319,14 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         raise RuntimeError(f"value cannot be converted to type {dt.name} without "
                            f"overflow") from None
     t = tensor_of(arr)
-    dev = to_device(device)
+    dev = on_device(device)
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
     return finish(t, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
-    dev = to_device(device)
+    dev = on_device(device)
     if isinstance(data, TensorBase):
         result = data if dtype is None else data.to(dtype)
         return result if dev is None else result.to(dev)
@@ -397,11 +425,45 @@ class Generator:
         return self._seed
 
     def get_state(self):
-        return self._rng.bit_generator.state
+        """The generator's state (its seed and NumPy PCG64 state) as a 1-D int64 tensor
+        of byte values 0-255, for ``set_state``.  PyTorch's state is a uint8 tensor;
+        microtensor has no uint8 dtype, so the same bytes come as int64."""
+        numpy_state = self._rng.bit_generator.state
+        fields = dict(numpy_state["state"], has_uint32=numpy_state["has_uint32"],
+                      uinteger=numpy_state["uinteger"], seed=self._seed)
+        raw = b"".join(fields[name].to_bytes(size, "little", signed=signed)
+                       for name, size, signed in _STATE_LAYOUT)
+        return from_array(np.frombuffer(raw, np.uint8).astype(np.int64))
 
-    def set_state(self, state):
-        self._rng.bit_generator.state = state
+    def set_state(self, new_state):
+        """Restore a state from ``get_state``: the same random numbers come again."""
+        if not isinstance(new_state, TensorBase):
+            raise TypeError(f"expected a microtensor int64 tensor of byte values (from "
+                            f"get_state), but got {type(new_state).__name__}")
+        if new_state.dtype is not int64:
+            raise TypeError(f"RNG state must be an int64 tensor of byte values (from "
+                            f"get_state), not {new_state.dtype}")
+        values = new_state.detach().cpu().numpy().ravel()
+        if values.size != _STATE_BYTES:
+            raise RuntimeError(f"Expected a generator state of size {_STATE_BYTES} but found "
+                               f"the input RNG state size to be {values.size}")
+        if values.min() < 0 or values.max() > 255:
+            raise RuntimeError("RNG state must hold byte values 0-255 (from get_state)")
+        raw, fields, start = values.astype(np.uint8).tobytes(), {}, 0
+        for name, size, signed in _STATE_LAYOUT:
+            fields[name] = int.from_bytes(raw[start:start + size], "little", signed=signed)
+            start += size
+        self._rng.bit_generator.state = {
+            "bit_generator": "PCG64", "state": {"state": fields["state"], "inc": fields["inc"]},
+            "has_uint32": fields["has_uint32"], "uinteger": fields["uinteger"]}
+        self._seed = fields["seed"]
         return self
+
+
+# The bytes of a generator state, in order: (field, bytes, signed)
+_STATE_LAYOUT = (("state", 16, False), ("inc", 16, False), ("has_uint32", 1, False),
+                 ("uinteger", 4, False), ("seed", 16, True))
+_STATE_BYTES = sum(size for _, size, _ in _STATE_LAYOUT)
 
 
 default_generator = Generator()
@@ -417,6 +479,17 @@ def seed():
 
 def initial_seed():
     return default_generator.initial_seed()
+
+
+def get_rng_state():
+    """The default generator's state: a 1-D int64 tensor of byte values (PyTorch's is
+    uint8), for ``set_rng_state``."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state):
+    """Restore the default generator to a state from ``get_rng_state``."""
+    default_generator.set_state(new_state)
 
 
 def floating_only(dt, name):
@@ -444,7 +517,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
-    return _random(lambda rng, s: rng.random(s), size, dt, to_device(device), generator,
+    return _random(lambda rng, s: rng.random(s), size, dt, on_device(device), generator,
                    requires_grad)
 
 
@@ -453,7 +526,7 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
-    return _random(lambda rng, s: rng.standard_normal(s), size, dt, to_device(device), generator,
+    return _random(lambda rng, s: rng.standard_normal(s), size, dt, on_device(device), generator,
                    requires_grad)
 
 
@@ -471,7 +544,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
                            f">= to={high}")
     return _random(lambda rng, s: rng.integers(low, high, s), (size,), pick_dtype(dtype, int64),
-                   to_device(device), generator, requires_grad)
+                   on_device(device), generator, requires_grad)
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
@@ -481,7 +554,7 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     rng = (generator or default_generator)._rng
     meta.check_storage_nbytes(parse_size((n,)), pick_dtype(dtype, int64).itemsize)
     values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
-    return finish(tensor_of(values).to(to_device(device) or cpu), requires_grad)
+    return finish(tensor_of(values).to(on_device(device) or cpu), requires_grad)
 
 
 def _like_strides(self, memory_format):

@@ -132,14 +132,15 @@ def basic_index(self, index):
 
 
 def _as_index_tensor(item):
-    """Lists, tuples and ndarrays in an index become tensors (bool only when all bool)."""
+    """Lists, tuples and ndarrays in an index become CPU tensors (bool only when all bool),
+    whatever the default device."""
     from microtensor.ops.factory import tensor
     if isinstance(item, TensorBase):
         return item
     if isinstance(item, bool):
-        return tensor(item)
+        return tensor(item, device="cpu")
     if isinstance(item, (list, tuple, np.ndarray)):
-        t = tensor(item)
+        t = tensor(item, device="cpu")
         return t.long() if t._numel == 0 else t
     raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte "
                      f"Variables are valid indices (got {type(item).__name__})")

@@ -1,7 +1,9 @@
-"""Helpers for microtensor's own tests and for users testing code built on it: random
-tensors for op samples (``make``) and non-contiguous variants of a tensor."""
+"""Helpers for microtensor's own tests and for users testing code built on it:
+``assert_close`` (PyTorch's), random tensors for op samples (``make``) and non-contiguous
+variants of a tensor."""
+from microtensor.testing._comparison import assert_close
 from microtensor.testing.samples import (differentiable_places, make, maker, noncontiguous,
                                          transposed_layout, variants)
 
-__all__ = ["make", "maker", "noncontiguous", "transposed_layout", "variants",
+__all__ = ["assert_close", "make", "maker", "noncontiguous", "transposed_layout", "variants",
            "differentiable_places"]

@@ -1,0 +1,56 @@
+"""PyTorch's legacy typed constructors: ``FloatTensor``, ``DoubleTensor``, ``LongTensor``,
+``IntTensor`` and ``BoolTensor``.
+
+Each is a CPU tensor type of one dtype: calling it makes a CPU tensor of that dtype
+(``LongTensor([1, 2])`` from data, ``FloatTensor(2, 3)`` uninitialized of those sizes), and
+``isinstance(t, FloatTensor)`` is True for a float32 CPU tensor.  As in PyTorch they are
+not subclasses of ``Tensor``: what they make is a plain ``Tensor``.
+"""
+import numbers
+
+from microtensor._C.tensor import Size, TensorBase, bool_, cpu, float32, float64, int32, int64
+from microtensor.ops.factory import empty, tensor, to_device
+
+
+class _LegacyTensorType(type):
+    """The metaclass of the typed constructors: calls construct, isinstance checks dtype
+    and device."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, TensorBase) and obj.dtype is cls.dtype and obj.device == cpu
+
+    def __call__(cls, *args, device=None):
+        if device is not None and to_device(device).type != "cpu":
+            raise RuntimeError(f"legacy constructor expects device type: cpu but device "
+                               f"type: {to_device(device).type} was passed")
+        if not args:
+            return empty(0, dtype=cls.dtype, device=cpu)
+        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+            return empty(*args, dtype=cls.dtype, device=cpu)
+        if len(args) > 1:
+            raise TypeError(f"new(): expected sizes (ints) or one sequence of data, but got "
+                            f"{', '.join(type(a).__name__ for a in args)}")
+        data, = args
+        if isinstance(data, Size):
+            return empty(data, dtype=cls.dtype, device=cpu)
+        if isinstance(data, TensorBase):
+            if data.dtype is not cls.dtype or data.device != cpu:
+                raise TypeError(f"expected a CPU tensor of dtype {cls.dtype} (got one of "
+                                f"dtype {data.dtype} on {data.device})")
+            return data.view_as(data)   # an alias of ``data``, as PyTorch's
+        if isinstance(data, (str, bytes)) or not hasattr(data, "__len__"):
+            raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})")
+        return tensor(data, dtype=cls.dtype, device=cpu)
+
+
+def _legacy_type(name, dt):
+    return _LegacyTensorType(name, (), {"dtype": dt, "is_cuda": False,
+                                        "__module__": "microtensor",
+                                        "__doc__": f"A CPU tensor of dtype {dt.name}."})
+
+
+FloatTensor = _legacy_type("FloatTensor", float32)
+DoubleTensor = _legacy_type("DoubleTensor", float64)
+LongTensor = _legacy_type("LongTensor", int64)
+IntTensor = _legacy_type("IntTensor", int32)
+BoolTensor = _legacy_type("BoolTensor", bool_)
