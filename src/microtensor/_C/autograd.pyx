@@ -216,6 +216,8 @@ cdef class AccumulateGrad(Node):
 def detached_alias(TensorBase tensor):
     """``tensor``'s memory (same storage, hence same version counter) with no history and
     no ``_base`` link back to ``tensor``, so a node may keep it without a reference cycle."""
+    # Unchecked is safe: the geometry is ``tensor``'s own over the same storage, which was
+    # bounds-checked when ``tensor`` was made, and a storage never shrinks.
     return tensor._make_alias_unchecked(tensor._sizes, tensor._strides, tensor._offset)
 
 
