@@ -9,6 +9,7 @@ from microtensor.nn.modules import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss
                                     Softmax, Tanh, Unflatten)
 from microtensor.nn.norm import *  # noqa: F401,F403
 from microtensor.nn.parameter import Parameter
+from microtensor.nn.pooling import *  # noqa: F401,F403
 
 __all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "ParameterDict", "Identity", "Linear", "Flatten", "Unflatten", "ReLU", "Tanh",

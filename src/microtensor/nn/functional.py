@@ -234,3 +234,58 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     if out is None:
         return input / denominator
     return _op("div", input, denominator, out=out)
+
+
+def _max_pool(d, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    values, indices = _op(f"max_pool{d}d_with_indices", input, kernel_size,
+                          () if stride is None else stride, padding, dilation, ceil_mode)
+    return (values, indices) if return_indices else values
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _op("avg_pool1d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _op("avg_pool2d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _op("avg_pool3d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _op("adaptive_avg_pool1d", input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _op("adaptive_avg_pool2d", input, output_size)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool2d", input, output_size)
+    return (values, indices) if return_indices else values

@@ -7,7 +7,8 @@ channels, one call), and a running-statistics update of unbatched buffers from a
 input raises torch.func's error.  Pooling: the vmap batch folds into N.
 """
 from microtensor.ops import norm as norm_ops
-from microtensor.vmap.batched import batch_size, unwrap, wrap
+from microtensor.ops import pooling as pooling_ops
+from microtensor.vmap.batched import batch_size, to_front, unwrap, wrap
 from microtensor.vmap.rules import _front_or_expanded, _same_level, call, rule
 
 RUNNING_STATS_ERROR = (
@@ -77,3 +78,22 @@ def batch_norm(op, level, args, kwargs):
                 p.copy_(f.view(p.shape))
     out = result.reshape((sizes[1], size, sizes[2]) + sizes[3:]).transpose(0, 1)
     return _affine(wrap(out, 0, level), weight, bias, channels)
+
+
+@rule(*pooling_ops.MAX_POOL_DIMS)
+def max_pool(op, level, args, kwargs):
+    """The vmap batch folded into N: (B, [N,] C, *spatial) as (B*N, C, *spatial), one
+    call; values and indices (flat positions in each plane) reshaped back."""
+    bound = op.bind(args, kwargs)
+    x = bound.pop("self")
+    d = pooling_ops.MAX_POOL_DIMS[op.name]
+    if op.name.startswith("adaptive"):
+        pooling_ops.check_adaptive_input(x._sizes, d, op.name)
+    else:
+        pooling_ops.check_pool_input(x._sizes, d, op.name.replace("_with_indices", ""))
+    value = to_front(x._value, x._bdim)
+    sample = tuple(x.shape)
+    folded = value.reshape((-1,) + sample[-(d + 1):])
+    results = call(op, (folded,), bound)
+    lead = (value.shape[0],) + sample[:-(d + 1)]
+    return tuple(wrap(r.reshape(lead + tuple(r.shape[1:])), 0, level) for r in results)
