@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from microtensor._C.tensor import int64
-from microtensor.ops.loops import from_numpy_result
+from microtensor._C.tensor import empty_contiguous, int64
+from microtensor.ops.loops import array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 
 _ORDINAL = {1: "", 2: "two ", 3: "three "}
@@ -87,27 +87,42 @@ def _output_size(n, k, s, p, e, ceil_mode):
     return out
 
 
-def _padded(arr, d, padding, extents, fill):
-    """``arr`` with ``padding`` before and enough after each of its last ``d`` dims to hold
-    ``extents`` elements, filled with ``fill`` (``arr`` itself when no padding is needed)."""
-    sizes = arr.shape[-d:]
+def _padded_rows(self, d, padding, extents, fill):
+    """``self`` as (rows, *spatial) with ``padding`` before and enough after each spatial
+    dim to hold ``extents`` elements, filled with ``fill`` (``self`` itself, reshaped,
+    when no padding is needed)."""
+    sizes = self._sizes[-d:]
+    rows = self.reshape((-1,) + sizes)
     after = [max(0, x - n - p) for x, n, p in zip(extents, sizes, padding)]
     if not any(padding) and not any(after):
-        return arr
-    shape = arr.shape[:-d] + tuple(n + p + a for n, p, a in zip(sizes, padding, after))
-    out = np.full(shape, fill, dtype=arr.dtype) if isinstance(arr, np.ndarray) else \
-        _array_module(arr).full(shape, fill, dtype=arr.dtype)
-    out[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))] = arr
-    return out
-
-
-def _array_module(arr):
-    from microtensor.ops.loops import array_module
-    return array_module(arr)
+        return rows
+    shape = rows._sizes[:1] + tuple(n + p + a for n, p, a in zip(sizes, padding, after))
+    padded = empty_contiguous(shape, self._dtype, self.device)
+    target = padded._array()
+    target[...] = fill
+    target[(slice(None),) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))] = \
+        rows._array()
+    return padded
 
 
 def _lowest(dtype):
     return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+
+
+def _argmax_last(windows, shape):
+    """Maximum and position of each row of the windows' last axis (NaN wins, as in
+    PyTorch: ``argmax`` finds the first NaN, and ``max`` propagates it)."""
+    flat = windows.reshape(shape + (-1,))
+    return flat.max(-1), flat.argmax(-1)
+
+
+def _unravel(flat, sizes):
+    """Per-dim coordinates of flat positions in a block of ``sizes``."""
+    coords = []
+    for n in reversed(sizes):
+        coords.append(flat % n)
+        flat = flat // n
+    return coords[::-1]
 
 
 def _flat_indices(coords, sizes):
@@ -123,25 +138,24 @@ def _flat_indices(coords, sizes):
 def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
-    sizes = self._sizes[-d:]
-    lead = self._sizes[:-d]
-    arr = self._array().reshape((-1,) + sizes)
+    sizes, lead = self._sizes[-d:], self._sizes[:-d]
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
-    padded = _padded(arr, d, padding, extents, _lowest(arr.dtype))
-    xp = _array_module(padded)
-    steps = padded.strides[1:]
-    windows = xp.lib.stride_tricks.as_strided(
-        padded, (padded.shape[0],) + out + kernel,
-        (padded.strides[0],) + tuple(t * s for t, s in zip(steps, stride)) +
-        tuple(t * e for t, e in zip(steps, dilation)), writeable=False)
-    flat = windows.reshape(windows.shape[:1 + d] + (-1,))
-    picked = flat.argmax(-1)
-    values = xp.take_along_axis(flat, picked[..., None], -1)[..., 0]
-    offsets = xp.unravel_index(picked, kernel)
-    grids = xp.meshgrid(*[xp.arange(o) for o in out], indexing="ij")
-    coords = [g * s - p + off * e
-              for g, s, p, off, e in zip(grids, stride, padding, offsets, dilation)]
+    rows = _padded_rows(self, d, padding, extents, _lowest(self._dtype.np))
+    # the windows as a zero-copy view: (rows, *out, *kernel)
+    steps = rows._strides[1:]
+    # safe: every window lies inside ``rows`` (extents fit its spatial sizes)
+    windows = rows._make_alias_unchecked(
+        rows._sizes[:1] + out + kernel,
+        rows._strides[:1] + tuple(t * s for t, s in zip(steps, stride)) +
+        tuple(t * e for t, e in zip(steps, dilation)), rows._offset)._array()
+    values, picked = _argmax_last(windows, windows.shape[:1 + d])
+    xp = array_module(picked)
+    offsets = _unravel(picked, kernel)
+    coords = []
+    for i, (o, s, p, off, e) in enumerate(zip(out, stride, padding, offsets, dilation)):
+        starts = xp.arange(o).reshape((o,) + (1,) * (d - 1 - i))
+        coords.append(starts * s - p + off * e)
     indices = _flat_indices(coords, sizes).astype(np.int64)
     return (from_numpy_result(values.reshape(lead + out), self._dtype),
             from_numpy_result(indices.reshape(lead + out), int64))
@@ -160,8 +174,8 @@ def scatter_to_indices(grad, self_shape, indices, d):
 
 def _max_pool_samples(d):
     def samples(make):
-        def shaped(*spatial):
-            return spatial[:d]
+        def shaped(*spatial):   # smaller volumes in 3-d: the sweeps stay fast
+            return spatial[:d] if d < 3 else tuple(max(3, n - 2) for n in spatial)
         # distinct values (no ties): the gradient is defined everywhere
         def distinct(*shape):
             count = math.prod(shape)
@@ -244,14 +258,12 @@ def adaptive_max_pool2d(self, output_size):
     h, w = self._sizes[-2:]
     oh, ow = adaptive_output_size(self._sizes, 2, output_size)
     arr = self._array().reshape((-1, h, w))
-    xp = _array_module(arr)
+    xp = array_module(arr)
     rows = xp.asarray(_adaptive_windows(h, oh)[2])
     cols = xp.asarray(_adaptive_windows(w, ow)[2])
     windows = arr[:, rows[:, :, None, None], cols[None, None, :, :]]   # (R, oh, kh, ow, kw)
-    windows = windows.transpose(0, 1, 3, 2, 4).reshape(arr.shape[0], oh, ow, -1)
-    picked = windows.argmax(-1)
-    values = xp.take_along_axis(windows, picked[..., None], -1)[..., 0]
-    jh, jw = xp.unravel_index(picked, (rows.shape[1], cols.shape[1]))
+    values, picked = _argmax_last(windows.transpose(0, 1, 3, 2, 4), (arr.shape[0], oh, ow))
+    jh, jw = _unravel(picked, (rows.shape[1], cols.shape[1]))
     indices = rows[xp.arange(oh)[:, None], jh] * w + cols[xp.arange(ow)[None, :], jw]
     lead = self._sizes[:-2]
     return (from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype),
@@ -350,8 +362,8 @@ def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_incl
 
 def _avg_pool_samples(d):
     def samples(make):
-        def shaped(*spatial):
-            return spatial[:d]
+        def shaped(*spatial):   # smaller volumes in 3-d: the sweeps stay fast
+            return spatial[:d] if d < 3 else tuple(max(3, n - 2) for n in spatial)
         return [Sample(make(2, 3, *shaped(5, 4, 4)), (2,) * d),
                 Sample(make(2, *shaped(6, 5, 4)), (3,) * d, (2,) * d, (1,) * d, True),
                 Sample(make(1, 2, *shaped(7, 6, 5)), (3,) * d, (2,) * d, (1,) * d, True, False),
