@@ -105,6 +105,16 @@ def test_nan_propagates_through_max_pool():
     np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
 
 
+def test_ties_pick_the_first_maximum_as_torch():
+    values = np.array([[[[1.0, 2.0, 2.0, 0.0], [2.0, 1.0, 2.0, 2.0],
+                         [0.0, 0.0, 5.0, 5.0], [0.0, 0.0, 5.0, 5.0]]]])
+    for kwargs in (dict(kernel_size=2), dict(kernel_size=3, stride=1, padding=1),
+                   dict(kernel_size=2, stride=1, dilation=2)):
+        ours = F.max_pool2d(mt.tensor(values), return_indices=True, **kwargs)
+        theirs = TF.max_pool2d(torch.tensor(values), return_indices=True, **kwargs)
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+
+
 def test_derivatives_are_differentiable():
     x, _ = distinct(1, 2, 5, 4)
     x.requires_grad_()

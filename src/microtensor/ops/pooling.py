@@ -1,8 +1,8 @@
 """Pooling: ``max_pool{1,2,3}d_with_indices`` and ``adaptive_max_pool2d`` as single ops,
 ``avg_pool{1,2,3}d`` and ``adaptive_avg_pool{1,2}d`` as composites.
 
-Max pooling reads a zero-copy window view of the (padded) input (NumPy stride tricks)
-and reduces it once; its indices are flat positions in each input plane, as PyTorch's,
+Max pooling reads a zero-copy window view of the (padded) input (strides over its
+storage) and reduces it with a running maximum, one pass per kernel position; its indices are flat positions in each input plane, as PyTorch's,
 and its derivative scatters the gradient there with ``scatter_add`` (differentiable:
 its own derivative is a ``gather``).  Average pooling is a window view (``unfold``) and
 one sum over a divisor; adaptive average pooling is a product with averaging matrices
@@ -109,9 +109,48 @@ def _lowest(dtype):
     return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
 
 
+def _running_max(windows, kernel, offsets):
+    """Maximum over the trailing ``kernel`` dims of a window view, and ``offsets[j]`` for
+    the kernel position ``j`` where it is: passes over strided views, one per kernel
+    position (no copy of the windows), keeping the first maximum and taking any NaN, as
+    PyTorch's kernel does."""
+    positions = list(np.ndindex(*kernel))
+    best = windows[(Ellipsis,) + positions[0]].copy()
+    if not isinstance(best, np.ndarray):     # another array module (CuPy)
+        return _running_max_select(windows, positions, offsets, best)
+    for position in positions[1:]:
+        np.maximum(best, windows[(Ellipsis,) + position], out=best)
+    if best.dtype.kind == "f" and np.isnan(best).any():
+        return _running_max_select(windows, positions, offsets,
+                                   windows[(Ellipsis,) + positions[0]].copy())
+    # the first position holding the maximum, by arithmetic (masked selects are slow)
+    arg = np.zeros(best.shape, dtype=np.int64)
+    found = np.zeros(best.shape, dtype=bool)
+    first = np.empty(best.shape, dtype=bool)
+    for position, offset in zip(positions, offsets):
+        np.equal(windows[(Ellipsis,) + position], best, out=first)
+        np.greater(first, found, out=first)          # equal, and not found before
+        if offset:
+            arg += first * offset
+        found |= first
+    return best, arg
+
+
+def _running_max_select(windows, positions, offsets, best):
+    """``_running_max`` by selection: any array module, NaN taken."""
+    xp = array_module(best)
+    arg = xp.zeros(best.shape, dtype=np.int64) + offsets[0]
+    for position, offset in zip(positions[1:], offsets[1:]):
+        candidate = windows[(Ellipsis,) + position]
+        take = (candidate > best) | (candidate != candidate)
+        best = xp.where(take, candidate, best)
+        arg = xp.where(take, offset, arg)
+    return best, arg
+
+
 def _argmax_last(windows, shape):
-    """Maximum and position of each row of the windows' last axis (NaN wins, as in
-    PyTorch: ``argmax`` finds the first NaN, and ``max`` propagates it)."""
+    """Maximum and position of each row of the windows' last axis (the first maximum, or
+    the first NaN, which ``max`` propagates)."""
     flat = windows.reshape(shape + (-1,))
     return flat.max(-1), flat.argmax(-1)
 
@@ -149,14 +188,14 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
         rows._sizes[:1] + out + kernel,
         rows._strides[:1] + tuple(t * s for t, s in zip(steps, stride)) +
         tuple(t * e for t, e in zip(steps, dilation)), rows._offset)._array()
-    values, picked = _argmax_last(windows, windows.shape[:1 + d])
+    # a window's flat index in the input plane: its start's plus the kernel position's
+    offsets = [int(_flat_indices([e * q for e, q in zip(dilation, position)], sizes))
+               for position in np.ndindex(*kernel)]
+    values, picked = _running_max(windows, kernel, offsets)
     xp = array_module(picked)
-    offsets = _unravel(picked, kernel)
-    coords = []
-    for i, (o, s, p, off, e) in enumerate(zip(out, stride, padding, offsets, dilation)):
-        starts = xp.arange(o).reshape((o,) + (1,) * (d - 1 - i))
-        coords.append(starts * s - p + off * e)
-    indices = _flat_indices(coords, sizes).astype(np.int64)
+    starts = [(xp.arange(o) * s - p).reshape((o,) + (1,) * (d - 1 - i))
+              for i, (o, s, p) in enumerate(zip(out, stride, padding))]
+    indices = picked + _flat_indices(starts, sizes)
     return (from_numpy_result(values.reshape(lead + out), self._dtype),
             from_numpy_result(indices.reshape(lead + out), int64))
 
