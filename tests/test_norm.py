@@ -255,3 +255,16 @@ def test_per_sample_gradients_of_a_normalized_model_match_torch_func():
     expected = torch.func.vmap(torch.func.grad(tloss), in_dims=(None, 0))(tparams, tx)
     for key in expected:
         close(grads[key], expected[key])
+
+
+def test_layer_norm_backward_paths_agree():
+    """A backward pass that records nothing takes a fused kernel; one that builds a graph
+    (create_graph) takes the formula in ops: the same gradients."""
+    (x, _), (w, _), (g, _) = pair(3, 2, 5), pair(2, 5), pair(3, 2, 5)
+    x.requires_grad_()
+    w.requires_grad_()
+    fused = mt.autograd.grad(F.layer_norm(x, (2, 5), w), (x, w), g)
+    in_ops = mt.autograd.grad(F.layer_norm(x, (2, 5), w), (x, w), g, create_graph=True)
+    for a, b in zip(fused, in_ops):
+        assert not a.requires_grad and b.requires_grad
+        close(a, torch.tensor(b.detach().numpy()), 1e-12)

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops.registry import Sample, op
 
@@ -45,11 +47,40 @@ def check_layer_norm(input_shape, normalized_shape, weight, bias):
 
 def _normalize_over(arr, axes, eps):
     """``(arr - mean) / sqrt(var + eps)`` over ``axes`` (biased variance), one pass each."""
-    mean = arr.mean(axis=axes, keepdims=True)
+    mean = _mean_over(arr, axes)
     centered = arr - mean
-    var = (centered * centered).mean(axis=axes, keepdims=True)
+    var = _mean_of_product(centered, centered, axes)
     centered *= 1.0 / (var + eps) ** 0.5
     return centered, mean, var
+
+
+def _trailing(a, axes):
+    """Whether ``axes`` are the last dims of the NumPy array ``a`` (then row-wise BLAS
+    products replace NumPy's slower last-axis reductions)."""
+    return isinstance(a, np.ndarray) and axes == tuple(range(a.ndim - len(axes), a.ndim))
+
+
+def _rows(a, axes):
+    return a.reshape(a.shape[:a.ndim - len(axes)] + (-1,))
+
+
+def _mean_over(a, axes):
+    """``a.mean(axes, keepdims=True)``."""
+    if not _trailing(a, axes):
+        return a.mean(axis=axes, keepdims=True)
+    rows = _rows(a, axes)
+    ones = np.full(rows.shape[-1], 1.0 / max(rows.shape[-1], 1), dtype=a.dtype)
+    return np.matmul(rows, ones).reshape(a.shape[:a.ndim - len(axes)] + (1,) * len(axes))
+
+
+def _mean_of_product(a, b, axes):
+    """``(a * b).mean(axes, keepdims=True)``, row-wise dot products when it can."""
+    if not _trailing(a, axes):
+        return (a * b).mean(axis=axes, keepdims=True)
+    rows_a, rows_b = _rows(a, axes), _rows(b, axes)
+    dots = np.einsum("...i,...i->...", rows_a, rows_b) / max(rows_a.shape[-1], 1)
+    return dots.reshape(a.shape[:a.ndim - len(axes)] + (1,) * len(axes)).astype(a.dtype,
+                                                                                copy=False)
 
 
 @op(inputs=("input", "weight", "bias"), method=False, samples=_layer_norm_samples)
@@ -82,10 +113,43 @@ def normalized_input_gradient(grad, input, dims, eps, scale=None):
 
 @layer_norm.def_derivative
 def layer_norm(grad, input, normalized_shape, weight, eps):
+    if batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: one fused pass
+        return _fused_layer_norm_backward(grad, input, len(normalized_shape), weight, eps)
     dims = tuple(range(-len(normalized_shape), 0))
     grad_input, xhat = normalized_input_gradient(grad, input, dims, eps, weight)
     # the parameters' gradients are summed over the leading dims by the engine
     return grad_input, None if weight is None else grad * xhat, grad
+
+
+def _sum_of_product(a, b, leading):
+    """``(a * b).sum(leading)`` for NumPy arrays: one contraction over the rows."""
+    if not isinstance(a, np.ndarray):
+        return (a * b).sum(axis=leading)
+    shape = a.shape[len(leading):]
+    flat_a, flat_b = a.reshape((-1,) + shape), b.reshape((-1,) + shape)
+    return np.einsum("r...,r...->...", flat_a, flat_b)
+
+
+def _fused_layer_norm_backward(grad, input, k, weight, eps):
+    """``layer_norm``'s derivative on the arrays (the formula of
+    ``normalized_input_gradient``), for a backward pass that records nothing."""
+    axes = tuple(range(input.dim() - k, input.dim()))
+    leading = tuple(range(input.dim() - k))
+    g = grad._array()
+    xhat, _, var = _normalize_over(input._array(), axes, eps)
+    # one fresh buffer, updated in place (fresh large arrays cost page faults)
+    grad_input = g.copy() if weight is None else g * weight._array()
+    projection = _mean_of_product(grad_input, xhat, axes)
+    dtype = input._dtype
+    grad_weight = None if weight is None else \
+        from_numpy_result(_sum_of_product(g, xhat, leading), dtype)
+    grad_input -= _mean_over(grad_input, axes)
+    xhat *= projection
+    grad_input -= xhat
+    grad_input *= 1.0 / (var + eps) ** 0.5
+    return (from_numpy_result(grad_input, dtype), grad_weight,
+            from_numpy_result(g.sum(axis=leading), dtype))
 
 
 # --------------------------------------------------------------------------- batch_norm
