@@ -2,9 +2,10 @@
 ``avg_pool{1,2,3}d`` and ``adaptive_avg_pool{1,2}d`` as composites.
 
 Max pooling reads a zero-copy window view of the (padded) input (strides over its
-storage) and reduces it with a running maximum, one pass per kernel position; its indices are flat positions in each input plane, as PyTorch's,
-and its derivative scatters the gradient there with ``scatter_add`` (differentiable:
-its own derivative is a ``gather``).  Average pooling is a window view (``unfold``) and
+storage) and reduces it with a running maximum, one pass per kernel position; its
+indices are flat positions in each input plane, as PyTorch's, and its derivative
+scatters the gradient there with ``scatter_add`` (differentiable: its own derivative is
+a ``gather``).  Average pooling is a window view (``unfold``) and
 one sum over a divisor; adaptive average pooling is a product with averaging matrices
 per spatial dim.  Batching rules (the vmap batch folds into N) are in
 ``vmap.rules_norm``.
@@ -390,8 +391,8 @@ def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_incl
         x = self.new_zeros(shape[:lead] + tuple(n + p + a for n, p, a in
                                                 zip(sizes, padding, after)))
         x[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))] = self
-    for i in range(d):
-        x = x.unfold(lead + i, kernel[i], stride[i]).narrow(lead + i, 0, out[i])
+    for i in range(d):   # padded to exactly ``out`` windows per dim
+        x = x.unfold(lead + i, kernel[i], stride[i])
     summed = x.sum(tuple(range(-d, 0)))
     if divisor_override is not None:
         return summed / divisor_override
