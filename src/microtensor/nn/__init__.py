@@ -7,7 +7,9 @@ from microtensor.nn.modules import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss
                                     Embedding, Flatten, Identity, L1Loss, Linear, LogSoftmax,
                                     Module, MSELoss, NLLLoss, ReLU, Sequential, Sigmoid,
                                     Softmax, Tanh, Unflatten)
+from microtensor.nn.norm import *  # noqa: F401,F403
 from microtensor.nn.parameter import Parameter
+from microtensor.nn.pooling import *  # noqa: F401,F403
 
 __all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
            "ParameterDict", "Identity", "Linear", "Flatten", "Unflatten", "ReLU", "Tanh",

@@ -163,3 +163,129 @@ def one_hot(tensor, num_classes=-1):
     if num_classes < 0:
         num_classes = int(tensor.max().item()) + 1
     return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()
+
+
+# ------------------------------------------------------------------ normalization and pooling
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalisation over the last dims: one op, ``ops.norm.layer_norm``."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return _op("layer_norm", input, tuple(normalized_shape), weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    return _op("rms_norm", input, tuple(normalized_shape), weight, eps)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    return _op("group_norm", input, num_groups, weight, bias, eps)
+
+
+def _check_batch_statistics(input, count, what):
+    if count == 1:
+        raise ValueError(f"Expected more than 1 {what} when training, got input size "
+                         f"torch.Size({list(input.shape)})")
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalisation per channel (dim 1): one op, ``ops.norm.batch_norm`` (running
+    statistics updated in place when training)."""
+    if training:
+        _check_batch_statistics(input, math.prod(input.shape) // input.shape[1], "value per "
+                                "channel")
+    return _op("batch_norm", input, weight, bias, running_mean, running_var, training,
+               momentum, eps)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Each (sample, channel) normalised over its spatial dims: ``batch_norm`` of the
+    input seen as one sample of N*C channels; running statistics are the average over
+    the samples' updates, as in PyTorch."""
+    shape = tuple(input.shape)
+    if use_input_stats:
+        _check_batch_statistics(input, math.prod(shape[2:]), "spatial element")
+    n, c = shape[0], shape[1]
+    folded = input.reshape((1, n * c) + shape[2:])
+    repeated = [None if t is None else t.repeat(n) for t in (running_mean, running_var)]
+    out = _op("batch_norm", folded, None, None, repeated[0], repeated[1], use_input_stats,
+              momentum, eps).reshape(shape)
+    if use_input_stats:
+        from microtensor.autograd import no_grad
+        with no_grad():
+            for buffer, updated in zip((running_mean, running_var), repeated):
+                if buffer is not None:
+                    buffer.copy_(updated.view(n, c).mean(0))
+    view = (c,) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        out = out * weight.reshape(view)
+    if bias is not None:
+        out = out + bias.reshape(view)
+    return out
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``input`` over its ``p``-norm along ``dim``, the norm kept at least ``eps``."""
+    denominator = input.norm(p, dim, keepdim=True).clamp(min=eps).expand_as(input)
+    if out is None:
+        return input / denominator
+    return _op("div", input, denominator, out=out)
+
+
+def _max_pool(d, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    values, indices = _op(f"max_pool{d}d_with_indices", input, kernel_size,
+                          () if stride is None else stride, padding, dilation, ceil_mode)
+    return (values, indices) if return_indices else values
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _op("avg_pool1d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _op("avg_pool2d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _op("avg_pool3d", input, kernel_size, () if stride is None else stride, padding,
+               ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _op("adaptive_avg_pool1d", input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _op("adaptive_avg_pool2d", input, output_size)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool2d", input, output_size)
+    return (values, indices) if return_indices else values

@@ -1,0 +1,309 @@
+"""Normalization layers as single ops: ``layer_norm`` and ``batch_norm`` (PyTorch's
+``native_layer_norm`` / ``native_batch_norm``), and the composites ``group_norm`` and
+``rms_norm``.
+
+The kernels are fused NumPy passes (mean, centred second moment, scale and shift) on
+zero-copy views of the input.  The derivatives recompute the statistics from the saved
+input in microtensor ops, so that they are themselves differentiable (gradgradcheck)
+and vmappable; the batching rules are in ``vmap.rules_norm``.
+"""
+import math
+
+import numpy as np
+
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import is_grad_enabled
+from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops.registry import Sample, op
+
+
+def _shape_list(shape):
+    return list(shape)
+
+
+# --------------------------------------------------------------------------- layer_norm
+
+def _layer_norm_samples(make):
+    return [Sample(make(3, 4), (4,), make(4), make(4)),
+            Sample(make(2, 3, 4), (3, 4), make(3, 4), make(3, 4), 1e-3),
+            Sample(make(2, 5), [5]), Sample(make(2, 5), (5,), make(5)),
+            Sample(make(4), (4,), None, make(4))]
+
+
+def check_layer_norm(input_shape, normalized_shape, weight, bias):
+    """PyTorch's checks of ``layer_norm``'s arguments, for one sample's input shape."""
+    normalized = tuple(normalized_shape)
+    k = len(normalized)
+    if k == 0 or len(input_shape) < k or tuple(input_shape[-k:]) != normalized:
+        raise RuntimeError(f"Given normalized_shape={_shape_list(normalized)}, expected input "
+                           f"with shape [*, {', '.join(map(str, normalized))}], but got input "
+                           f"of size{_shape_list(input_shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != normalized:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but "
+                               f"got {name} of shape {_shape_list(t.shape)} and "
+                               f"normalized_shape = {_shape_list(normalized)}")
+
+
+def _normalize_over(arr, axes, eps):
+    """``(arr - mean) / sqrt(var + eps)`` over ``axes`` (biased variance), one pass each."""
+    mean = _mean_over(arr, axes)
+    centered = arr - mean
+    var = _mean_of_product(centered, centered, axes)
+    centered *= 1.0 / (var + eps) ** 0.5
+    return centered, mean, var
+
+
+def _trailing(a, axes):
+    """Whether ``axes`` are the last dims of the NumPy array ``a`` (then row-wise BLAS
+    products replace NumPy's slower last-axis reductions)."""
+    return isinstance(a, np.ndarray) and axes == tuple(range(a.ndim - len(axes), a.ndim))
+
+
+def _rows(a, axes):
+    return a.reshape(a.shape[:a.ndim - len(axes)] + (-1,))
+
+
+def _mean_over(a, axes):
+    """``a.mean(axes, keepdims=True)``."""
+    if not _trailing(a, axes):
+        return a.mean(axis=axes, keepdims=True)
+    rows = _rows(a, axes)
+    ones = np.full(rows.shape[-1], 1.0 / max(rows.shape[-1], 1), dtype=a.dtype)
+    return np.matmul(rows, ones).reshape(a.shape[:a.ndim - len(axes)] + (1,) * len(axes))
+
+
+def _mean_of_product(a, b, axes):
+    """``(a * b).mean(axes, keepdims=True)``, row-wise dot products when it can."""
+    if not _trailing(a, axes):
+        return (a * b).mean(axis=axes, keepdims=True)
+    rows_a, rows_b = _rows(a, axes), _rows(b, axes)
+    dots = np.einsum("...i,...i->...", rows_a, rows_b) / max(rows_a.shape[-1], 1)
+    return dots.reshape(a.shape[:a.ndim - len(axes)] + (1,) * len(axes)).astype(a.dtype,
+                                                                                copy=False)
+
+
+@op(inputs=("input", "weight", "bias"), method=False, samples=_layer_norm_samples)
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Each sample normalised over its last ``len(normalized_shape)`` dims, then scaled by
+    ``weight`` and shifted by ``bias``."""
+    check_layer_norm(input._sizes, normalized_shape, weight, bias)
+    arr = input._array()
+    if not input._numel:
+        return from_numpy_result(arr.copy(), input._dtype)
+    axes = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    out, _, _ = _normalize_over(arr, axes, eps)
+    if weight is not None:
+        out *= weight._array()
+    if bias is not None:
+        out += bias._array()
+    return from_numpy_result(out, input._dtype)
+
+
+def normalized_input_gradient(grad, input, dims, eps, scale=None):
+    """The gradient of ``(x - mean) * rstd`` (statistics over ``dims``) times ``scale``,
+    and the normalised input, in microtensor ops: ``rstd * (g - mean(g) - x̂ mean(g x̂))``
+    with ``g = grad * scale``."""
+    centered = input - input.mean(dims, True)
+    rstd = ((centered * centered).mean(dims, True) + eps).rsqrt()
+    xhat = centered * rstd
+    g = grad if scale is None else grad * scale
+    return rstd * (g - g.mean(dims, True) - xhat * (g * xhat).mean(dims, True)), xhat
+
+
+@layer_norm.def_derivative
+def layer_norm(grad, input, normalized_shape, weight, eps):
+    if batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: one fused pass
+        return _fused_layer_norm_backward(grad, input, len(normalized_shape), weight, eps)
+    dims = tuple(range(-len(normalized_shape), 0))
+    grad_input, xhat = normalized_input_gradient(grad, input, dims, eps, weight)
+    # the parameters' gradients are summed over the leading dims by the engine
+    return grad_input, None if weight is None else grad * xhat, grad
+
+
+def _sum_of_product(a, b, leading):
+    """``(a * b).sum(leading)`` for NumPy arrays: one contraction over the rows."""
+    if not isinstance(a, np.ndarray):
+        return (a * b).sum(axis=leading)
+    shape = a.shape[len(leading):]
+    flat_a, flat_b = a.reshape((-1,) + shape), b.reshape((-1,) + shape)
+    return np.einsum("r...,r...->...", flat_a, flat_b)
+
+
+def _fused_layer_norm_backward(grad, input, k, weight, eps):
+    """``layer_norm``'s derivative on the arrays (the formula of
+    ``normalized_input_gradient``), for a backward pass that records nothing."""
+    axes = tuple(range(input.dim() - k, input.dim()))
+    leading = tuple(range(input.dim() - k))
+    g = grad._array()
+    xhat, _, var = _normalize_over(input._array(), axes, eps)
+    # one fresh buffer, updated in place (fresh large arrays cost page faults)
+    grad_input = g.copy() if weight is None else g * weight._array()
+    projection = _mean_of_product(grad_input, xhat, axes)
+    dtype = input._dtype
+    grad_weight = None if weight is None else \
+        from_numpy_result(_sum_of_product(g, xhat, leading), dtype)
+    grad_input -= _mean_over(grad_input, axes)
+    xhat *= projection
+    grad_input -= xhat
+    grad_input *= 1.0 / (var + eps) ** 0.5
+    return (from_numpy_result(grad_input, dtype), grad_weight,
+            from_numpy_result(g.sum(axis=leading), dtype))
+
+
+# --------------------------------------------------------------------------- batch_norm
+
+def _batch_norm_samples(make):
+    pos = dict(low=0.5, high=2.0)
+    return [Sample(make(4, 3), make(3), make(3), None, None, True, 0.1, 1e-5, False),
+            Sample(make(2, 3, 4), make(3), make(3), None, None, True, 0.1, 1e-5, False),
+            Sample(make(2, 2, 3, 2), None, None, None, None, True, 0.1, 1e-3, False),
+            Sample(make(3, 2, 2), make(2), make(2), make(2), make(2, **pos), False, 0.1, 1e-5,
+                   False),
+            Sample(make(3, 2, 2), None, None, make(2), make(2, **pos), False, 0.1, 1e-5, False),
+            Sample(make(3, 2), make(2), None, None, None, True, 0.1, 1e-5, False)]
+
+
+def check_batch_norm(input, weight, bias, running_mean, running_var, training):
+    """PyTorch's checks of ``batch_norm``'s per-channel arguments, for one sample."""
+    input_shape = input._sizes
+    if not training:
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            if t is None:
+                raise RuntimeError(f"{name} must be defined in evaluation mode")
+    if len(input_shape) < 2:
+        raise RuntimeError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), "
+                           f"got {len(input_shape)}")
+    channels = input_shape[1]
+    for name, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
+                    ("running_var", running_var)):
+        if t is not None and t._numel != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {t._numel}")
+        if t is not None and t._dtype is not input._dtype:
+            raise RuntimeError(f"expected scalar type {_type_name(input._dtype)} but found "
+                               f"{_type_name(t._dtype)}")
+
+
+def channel_view(t, ndim):
+    """A per-channel vector shaped to broadcast against an (N, C, ...) tensor of ``ndim``."""
+    return t.reshape((-1,) + (1,) * (ndim - 2))
+
+
+@op(inputs=("input", "weight", "bias"), method=False, samples=_batch_norm_samples)
+def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
+               cudnn_enabled=False):
+    """Normalisation per channel (dim 1) over the batch and spatial dims: with the batch's
+    statistics when ``training``, updating
+    ``running_mean``/``running_var`` in place (unbiased variance), else with the running
+    statistics.  Arguments in ``torch.batch_norm``'s order (``cudnn_enabled``: accepted
+    for that signature, it changes nothing here)."""
+    check_batch_norm(input, weight, bias, running_mean, running_var, training)
+    arr = input._array()
+    ndim = input.dim()
+    shape = (-1,) + (1,) * (ndim - 2)
+    if training:
+        axes = (0,) + tuple(range(2, ndim))
+        out, mean, var = _normalize_over(arr, axes, eps)
+        _update_running_stats(running_mean, running_var, mean, var,
+                              input._numel // input._sizes[1], momentum)
+    else:
+        mean = running_mean._array().reshape(shape)
+        rstd = 1.0 / (running_var._array().reshape(shape) + eps) ** 0.5
+        out = (arr - mean) * rstd
+    if weight is not None:
+        out *= weight._array().reshape(shape)
+    if bias is not None:
+        out += bias._array().reshape(shape)
+    return from_numpy_result(out, input._dtype)
+
+
+def _update_running_stats(running_mean, running_var, mean, var, count, momentum):
+    """PyTorch's update: an exponential average with factor ``momentum``, the variance
+    unbiased (``count / (count - 1)``)."""
+    if running_mean is not None:
+        target = running_mean._array()
+        target *= 1 - momentum
+        target += momentum * mean.reshape(target.shape)
+    if running_var is not None:
+        target = running_var._array()
+        unbiased = var.reshape(target.shape) * (count / (count - 1) if count > 1 else math.inf)
+        target *= 1 - momentum
+        target += momentum * unbiased
+
+
+@batch_norm.def_derivative
+def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
+    ndim = input.dim()
+    dims = (0,) + tuple(range(2, ndim))
+    scale = None if weight is None else channel_view(weight, ndim)
+    if training:
+        grad_input, xhat = normalized_input_gradient(grad, input, dims, eps, scale)
+    else:
+        rstd = channel_view((running_var + eps).rsqrt(), ndim)
+        xhat = (input - channel_view(running_mean, ndim)) * rstd
+        grad_input = grad * (rstd if scale is None else rstd * scale)
+    grad_weight = None if weight is None else (grad * xhat).sum(dims)
+    return grad_input, grad_weight, grad.sum(dims)
+
+
+# --------------------------------------------------------------------------- composites
+
+def _group_norm_samples(make):
+    return [Sample(make(2, 4, 3), 2, make(4), make(4)), Sample(make(3, 6), 3),
+            Sample(make(2, 4, 2, 2), 4, make(4), None, 1e-3)]
+
+
+@op(kind="composite", method=False, samples=_group_norm_samples)
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=False):
+    """The channels (dim 1) split into ``num_groups`` groups, each normalised over its
+    channels and spatial dims: one ``layer_norm`` over a (N, groups, rest) view."""
+    shape = tuple(input.shape)
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
+                           f"{input.dim()}")
+    channels = shape[1]
+    if num_groups <= 0 or channels % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by "
+                           f"num_groups, but got input of shape {list(shape)} and "
+                           f"num_groups={num_groups}")
+    for t in (weight, bias):
+        if t is not None and (t.dim() != 1 or t.shape[0] != channels):
+            raise RuntimeError(f"Expected weight to be a vector of size equal to the number "
+                               f"of channels in input, but got weight of shape "
+                               f"{list(t.shape)} and input of shape {list(shape)}")
+    per_group = math.prod(shape) // (shape[0] * num_groups) if shape[0] else 0
+    grouped = input.reshape(shape[0], num_groups, per_group)
+    out = layer_norm(grouped, (per_group,), None, None, eps).reshape(shape)
+    if weight is not None:
+        out = out * channel_view(weight, len(shape))
+    if bias is not None:
+        out = out + channel_view(bias, len(shape))
+    return out
+
+
+def _rms_norm_samples(make):
+    return [Sample(make(3, 4), (4,), make(4)), Sample(make(2, 3, 4), [3, 4], None, 1e-3),
+            Sample(make(5), (5,))]
+
+
+@op(kind="composite", method=False, samples=_rms_norm_samples)
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``input / sqrt(mean(input²) + eps)`` over the last dims, times ``weight``
+    (``eps=None``: the machine epsilon of the input's dtype, as PyTorch)."""
+    normalized = tuple(normalized_shape)
+    k = len(normalized)
+    shape = tuple(input.shape)
+    if k == 0 or len(shape) < k or shape[-k:] != normalized:
+        raise RuntimeError(f"Given normalized_shape={list(normalized)}, expected input with "
+                           f"shape [*{', '.join(map(str, normalized))}], but got input of "
+                           f"size{list(shape)}")
+    if eps is None:
+        eps = float(np.finfo(input.dtype.np).eps)
+    dims = tuple(range(-k, 0))
+    out = input * ((input * input).mean(dims, True) + eps).rsqrt()
+    return out if weight is None else out * weight
+
+
+__all__ = ["layer_norm", "batch_norm", "group_norm", "rms_norm", "check_layer_norm",
+           "check_batch_norm", "channel_view"]
