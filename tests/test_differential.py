@@ -127,6 +127,10 @@ KNOWN_OPEN = {
     "matmul:check_order":
         "bool @ another dtype: PyTorch reports the bool (NotImplementedError), microtensor "
         "the dtype mismatch (RuntimeError) (not in issue 10)",
+    "views:multi_output_view_grad":
+        "x.split(1)[0] used after a write into x: PyTorch's backward refuses ('Output 0 of "
+        "Split is a view and its base ... has been modified inplace'), microtensor computes "
+        "a gradient (not in issue 10)",
     "huge:int64_overflow":
         "sizes whose product overflows int64 pass expand/as_strided (PyTorch: 'numel: "
         "integer multiplication overflow'), reads then leave the storage; offsets that "
@@ -549,7 +553,8 @@ def family_views(draw, d, i):
         chunk = draw(st.integers(1, 3))
         k = draw(st.integers(0, max(0, -(-size // chunk) - 1)))
         return Step(f"v{i}.split({chunk}, {dim})[{k}]",
-                    lambda L, v: v[i].split(chunk, dim)[k])
+                    lambda L, v: v[i].split(chunk, dim)[k],
+                    case="views:multi_output_view_grad" if d.grad else None)
     if size == 0:
         return None
     if name == "select":
@@ -1212,7 +1217,7 @@ def agree(run_mt, run_torch, what, loop=None):
     outermost), ``loop`` computes the expected values one sample at a time instead."""
     expected, torch_error = attempt(run_torch)
     if torch_error is not None and loop is not None and "vmap" in str(torch_error):
-        expected, torch_error = loop(), None
+        expected, torch_error = attempt(loop)
     if torch_error is not None:
         with pytest.raises(type(torch_error)):
             run_mt()
