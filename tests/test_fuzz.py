@@ -2,7 +2,9 @@
 argument and the limit, raised before any memory is touched (a refused in-place op leaves
 its target's values and version unchanged).  A fuzz loop throws random, mostly invalid,
 arguments at every view op and factory and checks that only ordinary exceptions come out
-(in a subprocess too, so that a crash would fail the test instead of killing the run)."""
+(in a subprocess too, so that a crash would fail the test instead of killing the run).
+``MICROTENSOR_FUZZ_EXAMPLES=N`` runs N random examples (chains) instead of the fixed
+default, as in tests/test_differential.py."""
 import os
 import pathlib
 import subprocess
@@ -11,11 +13,12 @@ import textwrap
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import microtensor as mt
 from microtensor._C import meta
+from microtensor.testing.fuzzing import examples, fuzz_settings
 
 try:
     import torch
@@ -243,7 +246,7 @@ def _largest(args):
 
 @given(st.sampled_from(sorted(CALLS)), st.lists(junk, max_size=4),
        st.sampled_from([(2, 3, 4), (0, 3), (), (5,), (1, 1, 2)]))
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@fuzz_settings(1500)
 def test_fuzz_only_ordinary_exceptions(name, args, shape):
     if name in ALLOCATING and _largest(args) > 4096:
         return  # a valid huge size would really allocate (and fill) that much memory
@@ -268,6 +271,7 @@ FUZZ_SCRIPT = textwrap.dedent("""
     import numpy as np
     import microtensor as mt
     random.seed(int(sys.argv[1]))
+    count = int(sys.argv[2])
     EXPECTED = (RuntimeError, IndexError, ValueError, TypeError, OverflowError,
                 NotImplementedError)
     def junk():
@@ -286,7 +290,7 @@ FUZZ_SCRIPT = textwrap.dedent("""
            lambda x, a: x.unflatten(*a), lambda x, a: x.movedim(*a),
            lambda x, a: x.new_empty_strided(*a), lambda x, a: mt.empty_strided(*a)]
     calls = failed = 0
-    for _ in range(3000):
+    for _ in range(count):
         x = x0
         for _ in range(random.randint(1, 3)):  # chains: fuzz views of views
             args = [junk() for _ in range(random.randint(0, 4))]
@@ -308,8 +312,9 @@ FUZZ_SCRIPT = textwrap.dedent("""
 def test_fuzz_chains_in_a_subprocess_never_crash(seed):
     src = str(pathlib.Path(mt.__file__).parent.parent)
     env = dict(os.environ, PYTHONPATH=src)
-    proc = subprocess.run([sys.executable, "-c", FUZZ_SCRIPT, str(seed)], capture_output=True,
-                          text=True, timeout=120, env=env)
+    proc = subprocess.run([sys.executable, "-c", FUZZ_SCRIPT, str(seed), str(examples(3000))],
+                          capture_output=True, text=True, env=env,
+                          timeout=120 * max(1, examples(3000) // 3000))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "calls" in proc.stdout
 

@@ -235,17 +235,15 @@ class Tensor(TensorBase):
         from microtensor.ops.factory import scalar_tensor_like
         return call_by_name("remainder", scalar_tensor_like(other, self), self)
 
+    # bitwise even for bools: bool & bool is bool, bool & int promotes to int as in PyTorch
     def __and__(self, other):
-        return call_by_name("bitwise_and" if self._dtype is not bool_ else "logical_and",
-                            self, other)
+        return call_by_name("bitwise_and", self, other)
 
     def __or__(self, other):
-        return call_by_name("bitwise_or" if self._dtype is not bool_ else "logical_or",
-                            self, other)
+        return call_by_name("bitwise_or", self, other)
 
     def __xor__(self, other):
-        return call_by_name("bitwise_xor" if self._dtype is not bool_ else "logical_xor",
-                            self, other)
+        return call_by_name("bitwise_xor", self, other)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
@@ -289,16 +287,13 @@ class Tensor(TensorBase):
         return call_by_name("remainder_", self, other)
 
     def __iand__(self, other):
-        return call_by_name("bitwise_and_" if self._dtype is not bool_ else "logical_and_",
-                            self, other)
+        return call_by_name("bitwise_and_", self, other)
 
     def __ior__(self, other):
-        return call_by_name("bitwise_or_" if self._dtype is not bool_ else "logical_or_",
-                            self, other)
+        return call_by_name("bitwise_or_", self, other)
 
     def __ixor__(self, other):
-        return call_by_name("bitwise_xor_" if self._dtype is not bool_ else "logical_xor_",
-                            self, other)
+        return call_by_name("bitwise_xor_", self, other)
 
     def where(self, condition, other):
         """``self`` where ``condition`` holds, else ``other`` (``mt.where(condition, self,
