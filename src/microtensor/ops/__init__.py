@@ -2,6 +2,7 @@
 registers them all."""
 from microtensor.ops import (copy, factory, indexing, linalg, loss, pointwise,  # noqa: F401
                              reduction, shape, view)
+from microtensor.ops import activation  # noqa: F401,E402
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]
