@@ -43,10 +43,11 @@ def _store(fn):
     return loop
 
 
-def _float_only(name, self):
-    """PyTorch's kernels of most activations exist for floating types only."""
+def _float_only(kernel, self):
+    """PyTorch's kernels of most activations exist for floating types only (its error
+    names the kernel)."""
     if not self._dtype.is_floating_point:
-        raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+        raise NotImplementedError(f"\"{kernel}\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
 
 
@@ -54,7 +55,7 @@ def _unary(name, self, fn, out, integers="raise"):
     """``fn(xp, x)`` elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
     "promote" (computed in the default float dtype) or "keep" (the input's dtype)."""
     if integers == "raise":
-        _float_only(name, self)
+        _float_only(name + "_cpu", self)
     dt = self._dtype if integers == "keep" else float_dtype(self._dtype)
     return pointwise(_store(fn), self, out=out, dtype=dt)
 
@@ -251,7 +252,16 @@ def atan2(grad, self, other):
 
 
 atan2_ = inplace_variant(atan2)
-arctan2 = atan2
+
+
+@op(kind="composite", inputs=("self", "other"))
+def arctan2(self, other):
+    return atan2(self, other)
+
+
+@op(kind="composite", inputs=("self", "other"), function=False)
+def arctan2_(self, other):
+    return atan2_(self, other)
 
 
 def _addc_samples(divisor_low):
@@ -447,7 +457,7 @@ def gelu_backward(grad, grad_output, self, approximate):
 
 
 def silu(self, *, out=None):
-    _float_only("silu", self)
+    _float_only("silu_cpu", self)
     return pointwise(_store(lambda xp, a: a / (1.0 + xp.exp(-a))), self, out=out)
 
 
@@ -461,7 +471,7 @@ def silu(grad, self):
 
 
 def mish(self, *, out=None):
-    _float_only("mish", self)
+    _float_only("mish_cpu", self)
     return pointwise(_store(lambda xp, a: a * xp.tanh(xp.logaddexp(a, 0))), self, out=out)
 
 
@@ -475,7 +485,7 @@ def mish(grad, self):
 
 
 def leaky_relu(self, negative_slope=0.01, *, out=None):
-    _float_only("leaky_relu", self)
+    _float_only("leaky_relu_cpu", self)
     return pointwise(_store(lambda xp, a: xp.where(a > 0, a, a * negative_slope)), self,
                      out=out)
 
@@ -490,7 +500,7 @@ def leaky_relu(grad, self, negative_slope):
 
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
-    _float_only("elu", self)
+    _float_only("elu_cpu", self)
     return pointwise(_store(lambda xp, a: xp.where(
         a > 0, a * scale, xp.expm1(xp.minimum(a, 0) * input_scale) * (alpha * scale))),
         self, out=out)
@@ -503,8 +513,10 @@ elu_ = REGISTRY["elu_"]
 
 @elu.def_derivative
 def elu(grad, self, alpha, scale, input_scale):
-    # exp of the clamped input: no overflow where the other branch is taken
-    negative = (self.clamp(max=0) * input_scale).exp() * (alpha * scale * input_scale)
+    # exp of the input with positives zeroed: no overflow where the other branch is taken,
+    # and, as PyTorch's, no second derivative at 0 (the first takes the negative branch)
+    below = where(self < 0, self, self.new_zeros(()))
+    negative = (below * input_scale).exp() * (alpha * scale * input_scale)
     return where(self <= 0, grad * negative, grad * scale),
 
 
@@ -540,7 +552,7 @@ def celu_(self, alpha=1.0):
 
 
 def softplus(self, beta=1.0, threshold=20.0, *, out=None):
-    _float_only("softplus", self)
+    _float_only("softplus_cpu", self)
     return pointwise(_store(lambda xp, a: xp.where(
         a * beta > threshold, a, xp.logaddexp(a * beta, 0) / beta)), self, out=out)
 
@@ -552,7 +564,10 @@ softplus = _activation(softplus, _with_params(_float_samples(), {"beta": 2.0},
 @softplus.def_derivative
 def softplus(grad, self, beta, threshold):
     scaled = self * beta
-    return where(scaled > threshold, grad, grad * scaled.sigmoid()),
+    # at the threshold itself the first derivative is the sigmoid's, the second (as
+    # PyTorch's) zero: the sigmoid there reads the threshold, a constant
+    below = where(scaled < threshold, scaled, scaled.new_full((), threshold))
+    return where(scaled > threshold, grad, grad * below.sigmoid()),
 
 
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
@@ -587,7 +602,7 @@ def relu6_(self):
 
 
 def hardsigmoid(self, *, out=None):
-    _float_only("hardsigmoid", self)
+    _float_only("hardsigmoid_cpu", self)
     return pointwise(_store(lambda xp, a: xp.clip(a / 6.0 + 0.5, 0.0, 1.0)), self, out=out)
 
 
@@ -600,7 +615,7 @@ def hardsigmoid(grad, self):
 
 
 def hardswish(self, *, out=None):
-    _float_only("hardswish", self)
+    _float_only("hardswish_cpu", self)
     return pointwise(_store(lambda xp, a: a * xp.clip(a + 3.0, 0.0, 6.0) / 6.0), self, out=out)
 
 
@@ -610,11 +625,11 @@ hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)))
 @hardswish.def_derivative
 def hardswish(grad, self):
     zero = grad.new_zeros(())
-    return where(self < -3, zero, where(self <= 3, grad * (self / 3 + 0.5), grad)),
+    return where(self <= -3, zero, where(self < 3, grad * (self / 3 + 0.5), grad)),
 
 
 def log_sigmoid(self):
-    _float_only("log_sigmoid", self)
+    _float_only("log_sigmoid_cpu", self)
     return pointwise(_store(lambda xp, a: -xp.logaddexp(-a, 0)), self)
 
 
@@ -677,7 +692,7 @@ def glu_halves(shape, dim):
 @op(method=False, function=False, samples=_glu_samples)
 def glu(self, dim=-1):
     """The first half of ``self`` along ``dim`` gated by the sigmoid of the second."""
-    _float_only("glu", self)
+    _float_only("glu_cpu", self)
     dim, half = glu_halves(self._sizes, dim)
     first, second = self.narrow(dim, 0, half), self.narrow(dim, half, half)
     return pointwise(_store(lambda xp, a, b: a / (1.0 + xp.exp(-b))), first, second)
@@ -702,7 +717,7 @@ def _prelu_samples(make):
     samples=_prelu_samples)
 def _prelu_kernel(self, weight):
     """``self`` where positive, else ``weight * self`` (``weight`` broadcast already)."""
-    _float_only("prelu", self)
+    _float_only("prelu_cpu", self)
     return pointwise(_store(lambda xp, a, w: xp.where(a > 0, a, w * a)), self, weight)
 
 
