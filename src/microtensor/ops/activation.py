@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_
 from microtensor._dtype import result_type
-from microtensor.ops.loops import _type_name, array_module, float_dtype, pointwise
+from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 
@@ -33,12 +33,12 @@ _GELU_C = 0.044715
 # --------------------------------------------------------------------------- kernels
 
 def _store(fn):
-    """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype."""
+    """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype.  Kernels
+    call NumPy's functions, which CuPy's arrays take to CuPy's own."""
     def loop(*arrays, out, dtype, casting):
         operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
                     for a in arrays]
-        xp = array_module(out)
-        xp.copyto(out, fn(xp, *operands), casting=casting)
+        np.copyto(out, fn(*operands), casting=casting)
         return out
     return loop
 
@@ -52,7 +52,7 @@ def _float_only(kernel, self):
 
 
 def _unary(name, self, fn, out, integers="raise"):
-    """``fn(xp, x)`` elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
+    """``fn(x)`` elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
     "promote" (computed in the default float dtype) or "keep" (the input's dtype)."""
     if integers == "raise":
         _float_only(name + "_cpu", self)
@@ -88,42 +88,41 @@ _TAIL_DEN = (1.0, 2.56852019228982242e00, 1.87295284992346047e00, 5.279051029514
 
 def _erfc_of_large(y):
     """erfc(y) for y > 0.46875 (an array, possibly empty)."""
-    xp = array_module(y)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         middle = _polyval(_ERFC_NUM, y) / _polyval(_ERFC_DEN, y)
         z = 1.0 / (y * y)
         tail = (_1_OVER_SQRT_PI - z * _polyval(_TAIL_NUM, z) / _polyval(_TAIL_DEN, z)) / y
-        scaled = xp.where(y <= 4.0, middle, tail)
+        scaled = np.where(y <= 4.0, middle, tail)
         # exp(-y^2) split as Cody does, so that the rounding of y^2 is not amplified
         # (past 30 the result is 0 anyway; capping keeps inf - inf out)
-        y = xp.minimum(y, 30.0)
-        head = xp.trunc(y * 16.0) / 16.0
-        return scaled * xp.exp(-head * head) * xp.exp(-(y - head) * (y + head))
+        y = np.minimum(y, 30.0)
+        head = np.trunc(y * 16.0) / 16.0
+        return scaled * np.exp(-head * head) * np.exp(-(y - head) * (y + head))
 
 
-def _erf_split(xp, x):
+def _erf_split(x):
     """(mask of |x| <= 0.46875, erf there, erfc(|x|) elsewhere)."""
-    small = xp.abs(x) <= 0.46875
+    small = np.abs(x) <= 0.46875
     s = x[small]
     z = s * s
     return small, s * _polyval(_ERF_NUM, z) / _polyval(_ERF_DEN, z), \
-        _erfc_of_large(xp.abs(x[~small]))
+        _erfc_of_large(np.abs(x[~small]))
 
 
-def _erf(xp, x):
-    out = xp.empty_like(x)
-    small, erf_small, erfc_large = _erf_split(xp, x)
+def _erf(x):
+    out = np.empty_like(x)
+    small, erf_small, erfc_large = _erf_split(x)
     out[small] = erf_small
-    out[~small] = xp.copysign(1.0 - erfc_large, x[~small])
+    out[~small] = np.copysign(1.0 - erfc_large, x[~small])
     return out
 
 
-def _erfc(xp, x):
-    out = xp.empty_like(x)
-    small, erf_small, erfc_large = _erf_split(xp, x)
+def _erfc(x):
+    out = np.empty_like(x)
+    small, erf_small, erfc_large = _erf_split(x)
     out[small] = 1.0 - erf_small
     large = x[~small]
-    out[~small] = xp.where(large < 0, 2.0 - erfc_large, erfc_large)
+    out[~small] = np.where(large < 0, 2.0 - erfc_large, erfc_large)
     return out
 
 
@@ -134,27 +133,27 @@ _ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
                 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
 
 
-def _erfinv(xp, y):
+def _erfinv(y):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        w = -xp.log((1.0 - y) * (1.0 + y))
-        x = y * xp.where(w < 5.0, _polyval(_ERFINV_CENTRAL, w - 2.5),
-                         _polyval(_ERFINV_TAIL, xp.sqrt(w) - 3.0))
-        a = xp.abs(y)
+        w = -np.log((1.0 - y) * (1.0 + y))
+        x = y * np.where(w < 5.0, _polyval(_ERFINV_CENTRAL, w - 2.5),
+                         _polyval(_ERFINV_TAIL, np.sqrt(w) - 3.0))
+        a = np.abs(y)
         finite = a < 1
         # Halley steps on erf(x) = |y| in the middle; in the tails, where erf(x) - y
         # would cancel, Newton steps on log erfc(x) = log(1 - |y|), which is nearly
         # quadratic and so converges from Giles's rougher guesses there
         middle = a <= 0.5
-        log_q = xp.log(1.0 - a)
+        log_q = np.log(1.0 - a)
         for _ in range(4):
-            ax = xp.abs(x)
-            density = _2_OVER_SQRT_PI * xp.exp(-ax * ax)
-            step = (_erf(xp, ax) - a) / density
+            ax = np.abs(x)
+            density = _2_OVER_SQRT_PI * np.exp(-ax * ax)
+            step = (_erf(ax) - a) / density
             halley = ax - step / (1.0 + ax * step)
-            tail = _erfc(xp, ax)
-            newton = ax + (xp.log(tail) - log_q) * tail / density
-            x = xp.where(finite, xp.copysign(xp.where(middle, halley, newton), y), x)
-        return xp.where(a == 1, xp.copysign(xp.inf, y), xp.where(a > 1, xp.nan, x))
+            tail = _erfc(ax)
+            newton = ax + (np.log(tail) - log_q) * tail / density
+            x = np.where(finite, np.copysign(np.where(middle, halley, newton), y), x)
+        return np.where(a == 1, np.copysign(np.inf, y), np.where(a > 1, np.nan, x))
 
 
 # --------------------------------------------------------------------------- samples
@@ -241,7 +240,7 @@ def _atan2_samples(make):
 
 @op(inputs=("self", "other"), family="pointwise", samples=_atan2_samples)
 def atan2(self, other, *, out=None):
-    return pointwise(_store(lambda xp, a, b: xp.arctan2(a, b)), self, other, out=out,
+    return pointwise(_store(lambda a, b: np.arctan2(a, b)), self, other, out=out,
                      dtype=float_dtype(result_type(self, other)))
 
 
@@ -288,7 +287,7 @@ def _check_value(self, tensor1, tensor2, value):
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))
 def addcmul(self, tensor1, tensor2, *, value=1, out=None):
     _check_value(self, tensor1, tensor2, value)
-    return pointwise(_store(lambda xp, a, b, c: a + value * (b * c)), self, tensor1, tensor2,
+    return pointwise(_store(lambda a, b, c: a + value * (b * c)), self, tensor1, tensor2,
                      out=out)
 
 
@@ -309,7 +308,7 @@ def addcdiv(self, tensor1, tensor2, *, value=1, out=None):
             "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
             "tensor2) for float inputs. The future addcdiv behavior is just the latter "
             "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
-    return pointwise(_store(lambda xp, a, b, c: a + value * (b / c)), self, tensor1, tensor2,
+    return pointwise(_store(lambda a, b, c: a + value * (b / c)), self, tensor1, tensor2,
                      out=out)
 
 
@@ -340,11 +339,11 @@ def _nan_to_num_samples(make):
 @op(family="pointwise", samples=_nan_to_num_samples)
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
     if not self._dtype.is_floating_point:
-        return pointwise(_store(lambda xp, a: a), self, out=out)
+        return pointwise(_store(lambda a: a), self, out=out)
     info = np.finfo(self._dtype.np)
     big = info.max if posinf is None else posinf
     small = info.min if neginf is None else neginf
-    return pointwise(_store(lambda xp, a: xp.nan_to_num(a, nan=nan, posinf=big, neginf=small)),
+    return pointwise(_store(lambda a: np.nan_to_num(a, nan=nan, posinf=big, neginf=small)),
                      self, out=out)
 
 
@@ -396,11 +395,11 @@ def _check_approximate(approximate):
         raise RuntimeError("approximate argument must be either none or tanh.")
 
 
-def _gelu(xp, x, approximate):
+def _gelu(x, approximate):
     if approximate == "tanh":
         inner = _GELU_K * (x + _GELU_C * x * x * x)
-        return 0.5 * x * (1.0 + xp.tanh(inner))
-    return 0.5 * x * (1.0 + _erf(xp, x / _SQRT_2))
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + _erf(x / _SQRT_2))
 
 
 def _gelu_samples(make):
@@ -411,7 +410,7 @@ def _gelu_samples(make):
 def gelu(self, *, approximate="none", out=None):
     _check_approximate(approximate)
     _float_only("GeluKernelImpl", self)   # PyTorch's kernel name in its error
-    return pointwise(_store(lambda xp, a: _gelu(xp, a, approximate)), self, out=out)
+    return pointwise(_store(lambda a: _gelu(a, approximate)), self, out=out)
 
 
 gelu = _activation(gelu, _gelu_samples)
@@ -422,12 +421,12 @@ def gelu(grad, self, approximate):
     return gelu_backward(grad, self, approximate=approximate),
 
 
-def _gelu_derivative(xp, x, approximate):
+def _gelu_derivative(x, approximate):
     if approximate == "tanh":
         x2 = x * x
-        t = xp.tanh(_GELU_K * (x + _GELU_C * x2 * x))
+        t = np.tanh(_GELU_K * (x + _GELU_C * x2 * x))
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_GELU_K * (1 + 3 * _GELU_C * x2))
-    return 0.5 * (1.0 + _erf(xp, x / _SQRT_2)) + x * _1_OVER_SQRT_2PI * xp.exp(-0.5 * x * x)
+    return 0.5 * (1.0 + _erf(x / _SQRT_2)) + x * _1_OVER_SQRT_2PI * np.exp(-0.5 * x * x)
 
 
 def _gelu_backward_samples(make):
@@ -440,7 +439,7 @@ def _gelu_backward_samples(make):
 def gelu_backward(grad_output, self, *, approximate="none"):
     """``grad_output`` times GELU's derivative at ``self``: one pass, as PyTorch's."""
     _check_approximate(approximate)
-    return pointwise(_store(lambda xp, g, a: g * _gelu_derivative(xp, a, approximate)),
+    return pointwise(_store(lambda g, a: g * _gelu_derivative(a, approximate)),
                      grad_output, self)
 
 
@@ -458,7 +457,7 @@ def gelu_backward(grad, grad_output, self, approximate):
 
 def silu(self, *, out=None):
     _float_only("silu_cpu", self)
-    return pointwise(_store(lambda xp, a: a / (1.0 + xp.exp(-a))), self, out=out)
+    return pointwise(_store(lambda a: a / (1.0 + np.exp(-a))), self, out=out)
 
 
 silu = _activation(silu, _float_samples())
@@ -472,7 +471,7 @@ def silu(grad, self):
 
 def mish(self, *, out=None):
     _float_only("mish_cpu", self)
-    return pointwise(_store(lambda xp, a: a * xp.tanh(xp.logaddexp(a, 0))), self, out=out)
+    return pointwise(_store(lambda a: a * np.tanh(np.logaddexp(a, 0))), self, out=out)
 
 
 mish = _activation(mish, _float_samples())
@@ -486,7 +485,7 @@ def mish(grad, self):
 
 def leaky_relu(self, negative_slope=0.01, *, out=None):
     _float_only("leaky_relu_cpu", self)
-    return pointwise(_store(lambda xp, a: xp.where(a > 0, a, a * negative_slope)), self,
+    return pointwise(_store(lambda a: np.where(a > 0, a, a * negative_slope)), self,
                      out=out)
 
 
@@ -501,8 +500,8 @@ def leaky_relu(grad, self, negative_slope):
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
     _float_only("elu_cpu", self)
-    return pointwise(_store(lambda xp, a: xp.where(
-        a > 0, a * scale, xp.expm1(xp.minimum(a, 0) * input_scale) * (alpha * scale))),
+    return pointwise(_store(lambda a: np.where(
+        a > 0, a * scale, np.expm1(np.minimum(a, 0) * input_scale) * (alpha * scale))),
         self, out=out)
 
 
@@ -553,8 +552,8 @@ def celu_(self, alpha=1.0):
 
 def softplus(self, beta=1.0, threshold=20.0, *, out=None):
     _float_only("softplus_cpu", self)
-    return pointwise(_store(lambda xp, a: xp.where(
-        a * beta > threshold, a, xp.logaddexp(a * beta, 0) / beta)), self, out=out)
+    return pointwise(_store(lambda a: np.where(
+        a * beta > threshold, a, np.logaddexp(a * beta, 0) / beta)), self, out=out)
 
 
 softplus = _activation(softplus, _with_params(_float_samples(), {"beta": 2.0},
@@ -571,7 +570,7 @@ def softplus(grad, self, beta, threshold):
 
 
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
-    return _unary("hardtanh", self, lambda xp, a: xp.minimum(xp.maximum(a, min_val), max_val),
+    return _unary("hardtanh", self, lambda a: np.minimum(np.maximum(a, min_val), max_val),
                   out, integers="keep")
 
 
@@ -603,7 +602,7 @@ def relu6_(self):
 
 def hardsigmoid(self, *, out=None):
     _float_only("hardsigmoid_cpu", self)
-    return pointwise(_store(lambda xp, a: xp.clip(a / 6.0 + 0.5, 0.0, 1.0)), self, out=out)
+    return pointwise(_store(lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0)), self, out=out)
 
 
 hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)))
@@ -616,7 +615,7 @@ def hardsigmoid(grad, self):
 
 def hardswish(self, *, out=None):
     _float_only("hardswish_cpu", self)
-    return pointwise(_store(lambda xp, a: a * xp.clip(a + 3.0, 0.0, 6.0) / 6.0), self, out=out)
+    return pointwise(_store(lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0), self, out=out)
 
 
 hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)))
@@ -630,7 +629,7 @@ def hardswish(grad, self):
 
 def log_sigmoid(self):
     _float_only("log_sigmoid_cpu", self)
-    return pointwise(_store(lambda xp, a: -xp.logaddexp(-a, 0)), self)
+    return pointwise(_store(lambda a: -np.logaddexp(-a, 0)), self)
 
 
 log_sigmoid = _activation(log_sigmoid, _float_samples(-30, 30), inplace=False)
@@ -642,7 +641,7 @@ def log_sigmoid(grad, self):
 
 
 def threshold(self, threshold, value, *, out=None):
-    return _unary("threshold", self, lambda xp, a: xp.where(a > threshold, a, value), out,
+    return _unary("threshold", self, lambda a: np.where(a > threshold, a, value), out,
                   integers="keep")
 
 
@@ -695,7 +694,7 @@ def glu(self, dim=-1):
     _float_only("glu_cpu", self)
     dim, half = glu_halves(self._sizes, dim)
     first, second = self.narrow(dim, 0, half), self.narrow(dim, half, half)
-    return pointwise(_store(lambda xp, a, b: a / (1.0 + xp.exp(-b))), first, second)
+    return pointwise(_store(lambda a, b: a / (1.0 + np.exp(-b))), first, second)
 
 
 @glu.def_derivative
@@ -718,7 +717,7 @@ def _prelu_samples(make):
 def _prelu_kernel(self, weight):
     """``self`` where positive, else ``weight * self`` (``weight`` broadcast already)."""
     _float_only("prelu_cpu", self)
-    return pointwise(_store(lambda xp, a, w: xp.where(a > 0, a, w * a)), self, weight)
+    return pointwise(_store(lambda a, w: np.where(a > 0, a, w * a)), self, weight)
 
 
 @_prelu_kernel.def_derivative
