@@ -87,7 +87,7 @@ _TAIL_DEN = (1.0, 2.56852019228982242e00, 1.87295284992346047e00, 5.279051029514
 
 
 def _erfc_of_large(y):
-    """erfc(y) for y > 0.46875 (an array, possibly empty)."""
+    """erfc(y) for y > 0.46875 (elsewhere a value to be discarded)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         middle = _polyval(_ERFC_NUM, y) / _polyval(_ERFC_DEN, y)
         z = 1.0 / (y * y)
@@ -100,30 +100,24 @@ def _erfc_of_large(y):
         return scaled * np.exp(-head * head) * np.exp(-(y - head) * (y + head))
 
 
-def _erf_split(x):
-    """(mask of |x| <= 0.46875, erf there, erfc(|x|) elsewhere)."""
-    small = np.abs(x) <= 0.46875
-    s = x[small]
-    z = s * s
-    return small, s * _polyval(_ERF_NUM, z) / _polyval(_ERF_DEN, z), \
-        _erfc_of_large(np.abs(x[~small]))
+def _erf_parts(x):
+    """(mask of |x| <= 0.46875, erf(x) there, erfc(|x|) elsewhere), each formula over the
+    whole array and selected after: NumPy's vectorised passes are far quicker than
+    gathering each range's elements."""
+    z = x * x
+    with np.errstate(over="ignore", invalid="ignore"):
+        erf_small = x * _polyval(_ERF_NUM, z) / _polyval(_ERF_DEN, z)
+    return np.abs(x) <= 0.46875, erf_small, _erfc_of_large(np.abs(x))
 
 
 def _erf(x):
-    out = np.empty_like(x)
-    small, erf_small, erfc_large = _erf_split(x)
-    out[small] = erf_small
-    out[~small] = np.copysign(1.0 - erfc_large, x[~small])
-    return out
+    small, erf_small, erfc_large = _erf_parts(x)
+    return np.where(small, erf_small, np.copysign(1.0 - erfc_large, x))
 
 
 def _erfc(x):
-    out = np.empty_like(x)
-    small, erf_small, erfc_large = _erf_split(x)
-    out[small] = 1.0 - erf_small
-    large = x[~small]
-    out[~small] = np.where(large < 0, 2.0 - erfc_large, erfc_large)
-    return out
+    small, erf_small, erfc_large = _erf_parts(x)
+    return np.where(small, 1.0 - erf_small, np.where(x < 0, 2.0 - erfc_large, erfc_large))
 
 
 # M. Giles, "Approximating the erfinv function" (2010): about 1e-7 relative, in w
