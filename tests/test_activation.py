@@ -162,6 +162,10 @@ def test_addcmul_addcdiv_nan_to_num():
     tc.addcdiv_(ta, tb)
     np.testing.assert_allclose(to_np(c), tc.numpy(), rtol=1e-14)
     ints = mt.tensor([1, 2])
+    # an integer result takes value as an integer, truncated
+    assert to_np(mt.addcmul(ints, ints, ints, value=1.5)).tolist() == \
+        torch.addcmul(torch.tensor([1, 2]), torch.tensor([1, 2]), torch.tensor([1, 2]),
+                      value=1.5).tolist()
     with pytest.raises(RuntimeError, match="Integer division with addcdiv"):
         mt.addcdiv(ints, ints, ints)
     special = [np.nan, np.inf, -np.inf, 1.0]
