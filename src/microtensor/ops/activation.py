@@ -61,10 +61,12 @@ def _unary(name, self, fn, out, integers="raise"):
 
 
 def _polyval(coefficients, x):
-    """Horner's rule, highest power first (CuPy has no ``polyval`` for arrays)."""
-    result = coefficients[0] + 0 * x
-    for c in coefficients[1:]:
-        result = result * x + c
+    """Horner's rule, highest power first, updating one array in place (CuPy has no
+    ``polyval`` for arrays)."""
+    result = x * coefficients[0] + coefficients[1]
+    for c in coefficients[2:]:
+        result *= x
+        result += c
     return result
 
 
