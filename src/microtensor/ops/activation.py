@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import bool_
+from microtensor._C.tensor import bool_, float32, int64
 from microtensor._dtype import result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
@@ -178,7 +178,6 @@ def _float_samples(low=None, high=None, integers=False):
                  Sample(make((), low=low, high=high)),
                  Sample(make(4, 3, low=low, high=high).t())]
         if integers:
-            from microtensor._C.tensor import int64
             cases.append(Sample(make(2, 3, dtype=int64)))
         return cases
     return samples
@@ -246,7 +245,6 @@ erfinv_ = inplace_variant(erfinv)
 
 
 def _atan2_samples(make):
-    from microtensor._C.tensor import int64
     return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
             Sample(make(2, 3), make(())), Sample(make(4, 3).t(), make(3, 4)),
             Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1))]
@@ -279,7 +277,6 @@ def arctan2_(self, other):
 
 def _addc_samples(divisor_low):
     def samples(make):
-        from microtensor._C.tensor import int64
         low = divisor_low
         cases = [Sample(make(3, 4), make(3, 4), make(3, 4, low=low)),
                  Sample(make(3, 4), make(4), make(3, 1, low=low), value=0.5),
@@ -338,8 +335,6 @@ addcdiv_ = inplace_variant(addcdiv)
 
 
 def _nan_to_num_samples(make):
-    from microtensor._C.tensor import float32, int64
-
     def with_specials(dtype):
         t = make(3, 4, dtype=dtype)
         a = t._array()
@@ -590,7 +585,6 @@ def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
 
 
 def _hardtanh_samples(make):
-    from microtensor._C.tensor import int64
     return _away_from((-1, 1), _float_samples())(make) + [
         Sample(_away_from((-2, 0.5), lambda m: [m(3, 4)])(make)[0], -2.0, 0.5),
         Sample(make(2, 3, dtype=int64), -2, 3)]
@@ -661,7 +655,6 @@ def threshold(self, threshold, value, *, out=None):
 
 
 def _threshold_samples(make):
-    from microtensor._C.tensor import int64
     return [Sample(_away_from((0.5,), lambda m: [m(3, 4)])(make)[0], 0.5, -2.0),
             Sample(_away_from((0,), lambda m: [m(5)])(make)[0], 0.0, 1.0),
             Sample(make(2, 3, dtype=int64), 1, 20)]
