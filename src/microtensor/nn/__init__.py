@@ -16,3 +16,7 @@ __all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Par
            "Sigmoid", "Softmax", "LogSoftmax", "Dropout", "Embedding", "MSELoss", "L1Loss",
            "NLLLoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss", "functional", "init",
            "utils"]
+
+from microtensor.nn.activation import *  # noqa: E402,F401,F403
+from microtensor.nn.activation import __all__ as _activations  # noqa: E402
+__all__ += _activations

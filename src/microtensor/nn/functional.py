@@ -289,3 +289,108 @@ def adaptive_avg_pool2d(input, output_size):
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     values, indices = _op("adaptive_max_pool2d", input, output_size)
     return (values, indices) if return_indices else values
+
+
+# --------------------------------------------------------------------------- activations
+# One op each (``ops.activation``); ``inplace=True`` runs the op's in-place variant.
+
+def _activation(name, input, inplace, *args, **kwargs):
+    return _op(name + "_" if inplace else name, input, *args, **kwargs)
+
+
+def gelu(input, approximate="none"):
+    return _op("gelu", input, approximate=approximate)
+
+
+def silu(input, inplace=False):
+    return _activation("silu", input, inplace)
+
+
+def mish(input, inplace=False):
+    return _activation("mish", input, inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _activation("leaky_relu", input, inplace, negative_slope)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return _op("leaky_relu_", input, negative_slope)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _activation("elu", input, inplace, alpha)
+
+
+def elu_(input, alpha=1.0):
+    return _op("elu_", input, alpha)
+
+
+def selu(input, inplace=False):
+    return _activation("selu", input, inplace)
+
+
+def selu_(input):
+    return _op("selu_", input)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    return _activation("celu", input, inplace, alpha)
+
+
+def celu_(input, alpha=1.0):
+    return _op("celu_", input, alpha)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _op("softplus", input, beta, threshold)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _activation("hardtanh", input, inplace, min_val, max_val)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace=False):
+    return _activation("relu6", input, inplace)
+
+
+def hardsigmoid(input, inplace=False):
+    return _activation("hardsigmoid", input, inplace)
+
+
+def hardswish(input, inplace=False):
+    return _activation("hardswish", input, inplace)
+
+
+def logsigmoid(input):
+    return _op("log_sigmoid", input)
+
+
+def softsign(input):
+    return _op("softsign", input)
+
+
+def tanhshrink(input):
+    return _op("tanhshrink", input)
+
+
+def glu(input, dim=-1):
+    return _op("glu", input, dim)
+
+
+def prelu(input, weight):
+    return _op("prelu", input, weight)
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _activation("threshold", input, inplace, threshold, value)
+
+
+def threshold_(input, threshold, value):
+    return _op("threshold_", input, threshold, value)

@@ -1245,3 +1245,4 @@ def index_put(op, level, args, kwargs):
 # op; the loop is correct whenever the counts agree (and warns).
 RULES["masked_select"] = fallback
 from microtensor.vmap import rules_norm  # noqa: E402,F401
+from microtensor.vmap import rules_activation  # noqa: E402,F401

@@ -1,0 +1,761 @@
+"""Activation functions and the elementwise special functions they need: ``erf``,
+``erfc``, ``erfinv``, ``atan2``, ``addcmul``/``addcdiv``, ``nan_to_num``, ...
+
+Each is one pointwise op (one graph node, PyTorch's node names), its kernel NumPy
+vectorised over the whole tensor (CuPy arrays take the same code), its derivative written
+in microtensor ops so that it is itself differentiable.  Subgradients at kinks are
+PyTorch's: ``leaky_relu`` takes the negative slope at 0, ``hardtanh`` and ``threshold``
+give 0 at their bounds, ``elu`` the negative branch at 0, and so on.
+
+NumPy has no ``erf``: it is W. J. Cody's rational approximations (float64 accuracy about
+1e-16), and ``erfinv`` is M. Giles's approximation refined by Halley steps on that erf.
+"""
+import math
+
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.tensor import bool_, float32, int64
+from microtensor._dtype import result_type
+from microtensor.ops.loops import _type_name, float_dtype, pointwise
+from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
+from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+
+_SQRT_2 = math.sqrt(2.0)
+_2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2.0
+_1_OVER_SQRT_PI = 1.0 / math.sqrt(math.pi)
+_1_OVER_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_K = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+
+
+# --------------------------------------------------------------------------- kernels
+
+def _store(fn):
+    """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype.  Kernels
+    call NumPy's functions, which CuPy's arrays take to CuPy's own."""
+    def loop(*arrays, out, dtype, casting):
+        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
+                    for a in arrays]
+        np.copyto(out, fn(*operands), casting=casting)
+        return out
+    return loop
+
+
+def _float_only(kernel, self):
+    """PyTorch's kernels of most activations exist for floating types only (its error
+    names the kernel)."""
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+
+
+def _unary(name, self, fn, out, integers="raise"):
+    """``fn(x)`` elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
+    "promote" (computed in the default float dtype) or "keep" (the input's dtype)."""
+    if integers == "raise":
+        _float_only(name + "_cpu", self)
+    dt = self._dtype if integers == "keep" else float_dtype(self._dtype)
+    return pointwise(_store(fn), self, out=out, dtype=dt)
+
+
+def _polyval(coefficients, x):
+    """Horner's rule, highest power first, updating one array in place (CuPy has no
+    ``polyval`` for arrays)."""
+    result = x * coefficients[0] + coefficients[1]
+    for c in coefficients[2:]:
+        result *= x
+        result += c
+    return result
+
+
+# W. J. Cody, "Rational Chebyshev approximations for the error function" (1969): erf on
+# |x| <= 0.46875, erfc(x) exp(x^2) on 0.46875 < |x| <= 4 and on |x| > 4 (in 1/x^2)
+_ERF_NUM = (1.85777706184603153e-1, 3.16112374387056560e00, 1.13864154151050156e02,
+            3.77485237685302021e02, 3.20937758913846947e03)
+_ERF_DEN = (1.0, 2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
+            2.84423683343917062e03)
+_ERFC_NUM = (2.15311535474403846e-8, 5.64188496988670089e-1, 8.88314979438837594e00,
+             6.61191906371416295e01, 2.98635138197400131e02, 8.81952221241769090e02,
+             1.71204761263407058e03, 2.05107837782607147e03, 1.23033935479799725e03)
+_ERFC_DEN = (1.0, 1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
+             1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
+             3.43936767414372164e03, 1.23033935480374942e03)
+_TAIL_NUM = (1.63153871373020978e-2, 3.05326634961232344e-1, 3.60344899949804439e-1,
+             1.25781726111229246e-1, 1.60837851487422766e-2, 6.58749161529837803e-4)
+_TAIL_DEN = (1.0, 2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1,
+             6.05183413124413191e-2, 2.33520497626869185e-3)
+
+
+def _erfc_of_large(y):
+    """erfc(y) for y > 0.46875 (elsewhere a value to be discarded)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        middle = _polyval(_ERFC_NUM, y) / _polyval(_ERFC_DEN, y)
+        z = 1.0 / (y * y)
+        tail = (_1_OVER_SQRT_PI - z * _polyval(_TAIL_NUM, z) / _polyval(_TAIL_DEN, z)) / y
+        scaled = np.where(y <= 4.0, middle, tail)
+        # exp(-y^2) split as Cody does, so that the rounding of y^2 is not amplified
+        # (past 30 the result is 0 anyway; capping keeps inf - inf out)
+        y = np.minimum(y, 30.0)
+        head = np.trunc(y * 16.0) / 16.0
+        return scaled * np.exp(-head * head) * np.exp(-(y - head) * (y + head))
+
+
+def _erf_parts(x):
+    """(mask of |x| <= 0.46875, erf(x) there, erfc(|x|) elsewhere), each formula over the
+    whole array and selected after: NumPy's vectorised passes are far quicker than
+    gathering each range's elements."""
+    z = x * x
+    with np.errstate(over="ignore", invalid="ignore"):
+        erf_small = x * _polyval(_ERF_NUM, z) / _polyval(_ERF_DEN, z)
+    return np.abs(x) <= 0.46875, erf_small, _erfc_of_large(np.abs(x))
+
+
+# GELU in float32: erf as one rational function on [-4, 4] (Eigen's, as in XLA), past 4 it
+# is 1 in float32 anyway: a third of the passes of Cody's formulas, and GELU's absolute
+# error as small as PyTorch's (erf itself keeps Cody's, exact to the last ulp)
+_ERF32_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+              -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+              -1.60960333262415e-02)
+_ERF32_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+              -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def _gelu_erf(x):
+    if x.dtype != np.float32:
+        return _erf(x)
+    x = np.clip(x, -4.0, 4.0)
+    z = x * x
+    return x * _polyval(_ERF32_NUM, z) / _polyval(_ERF32_DEN, z)
+
+
+def _erf(x):
+    small, erf_small, erfc_large = _erf_parts(x)
+    return np.where(small, erf_small, np.copysign(1.0 - erfc_large, x))
+
+
+def _erfc(x):
+    small, erf_small, erfc_large = _erf_parts(x)
+    return np.where(small, 1.0 - erf_small, np.where(x < 0, 2.0 - erfc_large, erfc_large))
+
+
+# M. Giles, "Approximating the erfinv function" (2010): about 1e-7 relative, in w
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _erfinv(y):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = -np.log((1.0 - y) * (1.0 + y))
+        x = y * np.where(w < 5.0, _polyval(_ERFINV_CENTRAL, w - 2.5),
+                         _polyval(_ERFINV_TAIL, np.sqrt(w) - 3.0))
+        a = np.abs(y)
+        finite = a < 1
+        # Halley steps on erf(x) = |y| in the middle; in the tails, where erf(x) - y
+        # would cancel, Newton steps on log erfc(x) = log(1 - |y|), which is nearly
+        # quadratic and so converges from Giles's rougher guesses there
+        middle = a <= 0.5
+        log_q = np.log(1.0 - a)
+        for _ in range(4):
+            ax = np.abs(x)
+            density = _2_OVER_SQRT_PI * np.exp(-ax * ax)
+            step = (_erf(ax) - a) / density
+            halley = ax - step / (1.0 + ax * step)
+            tail = _erfc(ax)
+            newton = ax + (np.log(tail) - log_q) * tail / density
+            x = np.where(finite, np.copysign(np.where(middle, halley, newton), y), x)
+        return np.where(a == 1, np.copysign(np.inf, y), np.where(a > 1, np.nan, x))
+
+
+# --------------------------------------------------------------------------- samples
+
+def _float_samples(low=None, high=None, integers=False):
+    def samples(make):
+        cases = [Sample(make(3, 4, low=low, high=high)), Sample(make(5, low=low, high=high)),
+                 Sample(make((), low=low, high=high)),
+                 Sample(make(4, 3, low=low, high=high).t())]
+        if integers:
+            cases.append(Sample(make(2, 3, dtype=int64)))
+        return cases
+    return samples
+
+
+def _away_from(points, samples):
+    """Samples with the values within 0.05 of a kink moved off it (finite differences
+    are undefined there; the subgradient PyTorch picks is tested separately)."""
+    def shifted(make):
+        def make_away(*shape, **kwargs):
+            t = make(*shape, **kwargs)
+            if t.dtype.is_floating_point:
+                a = t._array()
+                for p in points:
+                    near = np.abs(a - p) < 0.05
+                    a[near] = p + 0.1
+            return t
+        return samples(make_away)
+    return shifted
+
+
+def _with_params(samples, *extra):
+    """``samples`` plus the same first tensors called with each kwargs dict of ``extra``."""
+    def combined(make):
+        cases = samples(make)
+        return cases + [Sample(make(3, 4, low=-4, high=4), **kw) for kw in extra]
+    return combined
+
+
+# --------------------------------------------------------------------------- special functions
+
+@op(family="pointwise", samples=_float_samples(integers=True))
+def erf(self, *, out=None):
+    return _unary("erf", self, _erf, out, integers="promote")
+
+
+@erf.def_derivative
+def erf(grad, self):
+    return grad * (-self * self).exp() * _2_OVER_SQRT_PI,
+
+
+@op(family="pointwise", samples=_float_samples(integers=True))
+def erfc(self, *, out=None):
+    return _unary("erfc", self, _erfc, out, integers="promote")
+
+
+@erfc.def_derivative
+def erfc(grad, self):
+    return grad * (-self * self).exp() * -_2_OVER_SQRT_PI,
+
+
+@op(family="pointwise", samples=_float_samples(-0.95, 0.95))
+def erfinv(self, *, out=None):
+    return _unary("erfinv", self, _erfinv, out, integers="promote")
+
+
+@erfinv.def_derivative
+def erfinv(grad, result):
+    return grad * (result * result).exp() * _SQRT_PI_OVER_2,
+
+
+erf_ = inplace_variant(erf)
+erfc_ = inplace_variant(erfc)
+erfinv_ = inplace_variant(erfinv)
+
+
+def _atan2_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(2, 3), make(())), Sample(make(4, 3).t(), make(3, 4)),
+            Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1))]
+
+
+@op(inputs=("self", "other"), family="pointwise", samples=_atan2_samples)
+def atan2(self, other, *, out=None):
+    return pointwise(_store(lambda a, b: np.arctan2(a, b)), self, other, out=out,
+                     dtype=float_dtype(result_type(self, other)))
+
+
+@atan2.def_derivative
+def atan2(grad, self, other):
+    scale = grad / (self * self + other * other)
+    return scale * other, scale * -self
+
+
+atan2_ = inplace_variant(atan2)
+
+
+@op(kind="composite", inputs=("self", "other"))
+def arctan2(self, other):
+    return atan2(self, other)
+
+
+@op(kind="composite", inputs=("self", "other"), function=False)
+def arctan2_(self, other):
+    return atan2_(self, other)
+
+
+def _addc_samples(divisor_low):
+    def samples(make):
+        low = divisor_low
+        cases = [Sample(make(3, 4), make(3, 4), make(3, 4, low=low)),
+                 Sample(make(3, 4), make(4), make(3, 1, low=low), value=0.5),
+                 Sample(make(2, 3), make(()), make(2, 3, low=low), value=-2),
+                 Sample(make(4, 3).t(), make(3, 4), make(3, 4, low=low))]
+        if divisor_low is None:
+            cases.append(Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64),
+                                make(3, dtype=int64), value=3))
+        return cases
+    return samples
+
+
+def _scalar_value(self, tensor1, tensor2, value):
+    """``value`` as PyTorch applies it: converted to the result's type (an integer result
+    truncates a float ``value``)."""
+    dt = result_type(self, tensor1, tensor2)
+    return value if dt.is_floating_point or dt is bool_ else int(value)
+
+
+@op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))
+def addcmul(self, tensor1, tensor2, *, value=1, out=None):
+    value = _scalar_value(self, tensor1, tensor2, value)
+    return pointwise(_store(lambda a, b, c: a + value * (b * c)), self, tensor1, tensor2,
+                     out=out)
+
+
+@addcmul.def_derivative(only_for={"tensor1": "tensor2", "tensor2": "tensor1"})
+def addcmul(grad, tensor1, tensor2, value):
+    scaled = grad * value
+    return (grad, None if tensor2 is None else scaled * tensor2,
+            None if tensor1 is None else scaled * tensor1)
+
+
+@op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(0.5))
+def addcdiv(self, tensor1, tensor2, *, value=1, out=None):
+    if not result_type(tensor1, tensor2).is_floating_point:
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future  release "
+            "addcdiv will perform a true division of tensor1 and tensor2. The historic "
+            "addcdiv behavior can be implemented as (input + value * torch.trunc(tensor1 / "
+            "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
+            "tensor2) for float inputs. The future addcdiv behavior is just the latter "
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+    return pointwise(_store(lambda a, b, c: a + value * (b / c)), self, tensor1, tensor2,
+                     out=out)
+
+
+@addcdiv.def_derivative
+def addcdiv(grad, tensor1, tensor2, value):
+    scaled = grad * value / tensor2
+    return grad, scaled, -scaled * tensor1 / tensor2
+
+
+addcmul_ = inplace_variant(addcmul)
+addcdiv_ = inplace_variant(addcdiv)
+
+
+def _nan_to_num_samples(make):
+    def with_specials(dtype):
+        t = make(3, 4, dtype=dtype)
+        a = t._array()
+        a[0, 0], a[1, 1], a[2, 2] = np.nan, np.inf, -np.inf
+        return t
+    return [Sample(make(3, 4)), Sample(with_specials(float32)),
+            Sample(with_specials(float32), 1.5, 2.0, -3.0),
+            Sample(make(5), nan=2.0, posinf=1e10),
+            Sample(make(2, 3, dtype=int64), 1.0)]
+
+
+@op(family="pointwise", samples=_nan_to_num_samples)
+def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
+    if not self._dtype.is_floating_point:
+        return pointwise(_store(lambda a: a), self, out=out)
+    info = np.finfo(self._dtype.np)
+    big = info.max if posinf is None else posinf
+    small = info.min if neginf is None else neginf
+    return pointwise(_store(lambda a: np.nan_to_num(a, nan=nan, posinf=big, neginf=small)),
+                     self, out=out)
+
+
+@nan_to_num.def_derivative
+def nan_to_num(grad, self):
+    return grad * self.isfinite(),
+
+
+nan_to_num_ = inplace_variant(nan_to_num)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(3, 4)), Sample(make(()))])
+def square(self):
+    return pow(self, 2)
+
+
+@op(kind="composite", function=False)
+def square_(self):
+    return pow_(self, 2)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(3, 4), -1.0, 1.0),
+                                            Sample(make(3, 4), max=0.5)])
+def clip(self, min=None, max=None):
+    return clamp(self, min, max)
+
+
+@op(kind="composite", function=False)
+def clip_(self, min=None, max=None):
+    return clamp_(self, min, max)
+
+
+# --------------------------------------------------------------------------- activations
+
+def _activation(base, samples=None, function=False, inplace=True):
+    """Declare ``base`` (its kernel) as a pointwise activation, and ``base_`` if asked."""
+    declared = op(base.__name__, family="pointwise", method=False, function=function,
+                  samples=samples)(base)
+    if inplace:
+        inplace_variant(declared, method=False)
+    return declared
+
+
+_GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def _check_approximate(approximate):
+    if approximate not in _GELU_APPROXIMATIONS:
+        raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        inner = _GELU_K * (x + _GELU_C * x * x * x)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + _gelu_erf(x / _SQRT_2))
+
+
+def _gelu_samples(make):
+    return _float_samples()(make) + [Sample(make(3, 4), approximate="tanh"),
+                                     Sample(make(5, low=-6, high=6), approximate="tanh")]
+
+
+def gelu(self, *, approximate="none", out=None):
+    _check_approximate(approximate)
+    _float_only("GeluKernelImpl", self)   # PyTorch's kernel name in its error
+    return pointwise(_store(lambda a: _gelu(a, approximate)), self, out=out)
+
+
+gelu = _activation(gelu, _gelu_samples)
+
+
+@gelu.def_derivative
+def gelu(grad, self, approximate):
+    return gelu_backward(grad, self, approximate=approximate),
+
+
+def _gelu_derivative(x, approximate):
+    if approximate == "tanh":
+        x2 = x * x
+        t = np.tanh(_GELU_K * (x + _GELU_C * x2 * x))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (_GELU_K * (1 + 3 * _GELU_C * x2))
+    return 0.5 * (1.0 + _gelu_erf(x / _SQRT_2)) + x * _1_OVER_SQRT_2PI * np.exp(-0.5 * x * x)
+
+
+def _gelu_backward_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(5), make(5), approximate="tanh"),
+            Sample(make(()), make(()))]
+
+
+@op(inputs=("grad_output", "self"), family="pointwise", method=False, function=False,
+    samples=_gelu_backward_samples)
+def gelu_backward(grad_output, self, *, approximate="none"):
+    """``grad_output`` times GELU's derivative at ``self``: one pass, as PyTorch's."""
+    _check_approximate(approximate)
+    return pointwise(_store(lambda g, a: g * _gelu_derivative(a, approximate)),
+                     grad_output, self)
+
+
+@gelu_backward.def_derivative
+def gelu_backward(grad, grad_output, self, approximate):
+    if approximate == "tanh":
+        x2 = self * self
+        t = (_GELU_K * (self + _GELU_C * x2 * self)).tanh()
+        du = _GELU_K * (1 + 3 * _GELU_C * x2)
+        second = (1 - t * t) * (du - self * t * du * du + 3 * _GELU_K * _GELU_C * x2)
+    else:
+        second = (-0.5 * self * self).exp() * _1_OVER_SQRT_2PI * (2 - self * self)
+    return gelu_backward(grad, self, approximate=approximate), grad * grad_output * second
+
+
+def silu(self, *, out=None):
+    _float_only("silu_cpu", self)
+    return pointwise(_store(lambda a: a / (1.0 + np.exp(-a))), self, out=out)
+
+
+silu = _activation(silu, _float_samples())
+
+
+@silu.def_derivative
+def silu(grad, self):
+    s = self.sigmoid()
+    return grad * s * (1 + self * (1 - s)),
+
+
+def mish(self, *, out=None):
+    _float_only("mish_cpu", self)
+    return pointwise(_store(lambda a: a * np.tanh(np.logaddexp(a, 0))), self, out=out)
+
+
+mish = _activation(mish, _float_samples())
+
+
+@mish.def_derivative
+def mish(grad, self):
+    t = softplus(self).tanh()
+    return grad * (t + self * self.sigmoid() * (1 - t * t)),
+
+
+def leaky_relu(self, negative_slope=0.01, *, out=None):
+    _float_only("leaky_relu_cpu", self)
+    return pointwise(_store(lambda a: np.where(a > 0, a, a * negative_slope)), self,
+                     out=out)
+
+
+leaky_relu = _activation(leaky_relu, _with_params(_away_from((0,), _float_samples()),
+                                                  {"negative_slope": 0.2}))
+
+
+@leaky_relu.def_derivative
+def leaky_relu(grad, self, negative_slope):
+    return where(self > 0, grad, grad * negative_slope),
+
+
+def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
+    _float_only("elu_cpu", self)
+    return pointwise(_store(lambda a: np.where(
+        a > 0, a * scale, np.expm1(np.minimum(a, 0) * input_scale) * (alpha * scale))),
+        self, out=out)
+
+
+elu = _activation(elu, _with_params(_away_from((0,), _float_samples()), {"alpha": 0.5},
+                                    {"alpha": 1.5, "scale": 2.0, "input_scale": 0.5}))
+elu_ = REGISTRY["elu_"]
+
+
+@elu.def_derivative
+def elu(grad, self, alpha, scale, input_scale):
+    # exp of the input with positives zeroed: no overflow where the other branch is taken,
+    # and, as PyTorch's, no second derivative at 0 (the first takes the negative branch)
+    below = where(self < 0, self, self.new_zeros(()))
+    negative = (below * input_scale).exp() * (alpha * scale * input_scale)
+    return where(self <= 0, grad * negative, grad * scale),
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@op(kind="composite", samples=_away_from((0,), _float_samples()), method=False)
+def selu(self):
+    return elu(self, _SELU_ALPHA, _SELU_SCALE)
+
+
+@op(kind="composite", function=True, method=False)
+def selu_(self):
+    return elu_(self, _SELU_ALPHA, _SELU_SCALE)
+
+
+def _celu_input_scale(alpha):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return 1.0 / alpha
+
+
+@op(kind="composite", method=False,
+    samples=_with_params(_float_samples(), {"alpha": 2.0}, {"alpha": 0.5}))
+def celu(self, alpha=1.0):
+    return elu(self, alpha, 1.0, _celu_input_scale(alpha))
+
+
+@op(kind="composite", function=True, method=False)
+def celu_(self, alpha=1.0):
+    return elu_(self, alpha, 1.0, _celu_input_scale(alpha))
+
+
+def softplus(self, beta=1.0, threshold=20.0, *, out=None):
+    _float_only("softplus_cpu", self)
+    return pointwise(_store(lambda a: np.where(
+        a * beta > threshold, a, np.logaddexp(a * beta, 0) / beta)), self, out=out)
+
+
+softplus = _activation(softplus, _with_params(_float_samples(), {"beta": 2.0},
+                                              {"beta": 0.5, "threshold": 1.0}), inplace=False)
+
+
+@softplus.def_derivative
+def softplus(grad, self, beta, threshold):
+    scaled = self * beta
+    # at the threshold itself the first derivative is the sigmoid's, the second (as
+    # PyTorch's) zero: the sigmoid there reads the threshold, a constant
+    below = where(scaled < threshold, scaled, scaled.new_full((), threshold))
+    return where(scaled > threshold, grad, grad * below.sigmoid()),
+
+
+def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
+    return _unary("hardtanh", self, lambda a: np.minimum(np.maximum(a, min_val), max_val),
+                  out, integers="keep")
+
+
+def _hardtanh_samples(make):
+    return _away_from((-1, 1), _float_samples())(make) + [
+        Sample(_away_from((-2, 0.5), lambda m: [m(3, 4)])(make)[0], -2.0, 0.5),
+        Sample(make(2, 3, dtype=int64), -2, 3)]
+
+
+hardtanh = _activation(hardtanh, _hardtanh_samples)
+hardtanh_ = REGISTRY["hardtanh_"]
+
+
+@hardtanh.def_derivative
+def hardtanh(grad, self, min_val, max_val):
+    return where((self > min_val) & (self < max_val), grad, grad.new_zeros(())),
+
+
+@op(kind="composite", method=False, samples=_away_from((0, 6), _float_samples(-2, 8)))
+def relu6(self):
+    return hardtanh(self, 0.0, 6.0)
+
+
+@op(kind="composite", function=False, method=False)
+def relu6_(self):
+    return hardtanh_(self, 0.0, 6.0)
+
+
+def hardsigmoid(self, *, out=None):
+    _float_only("hardsigmoid_cpu", self)
+    return pointwise(_store(lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0)), self, out=out)
+
+
+hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)))
+
+
+@hardsigmoid.def_derivative
+def hardsigmoid(grad, self):
+    return where((self > -3) & (self < 3), grad / 6, grad.new_zeros(())),
+
+
+def hardswish(self, *, out=None):
+    _float_only("hardswish_cpu", self)
+    return pointwise(_store(lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0), self, out=out)
+
+
+hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)))
+
+
+@hardswish.def_derivative
+def hardswish(grad, self):
+    zero = grad.new_zeros(())
+    return where(self <= -3, zero, where(self < 3, grad * (self / 3 + 0.5), grad)),
+
+
+def log_sigmoid(self):
+    _float_only("log_sigmoid_cpu", self)
+    return pointwise(_store(lambda a: -np.logaddexp(-a, 0)), self)
+
+
+log_sigmoid = _activation(log_sigmoid, _float_samples(-30, 30), inplace=False)
+
+
+@log_sigmoid.def_derivative
+def log_sigmoid(grad, self):
+    return grad * (-self).sigmoid(),
+
+
+def threshold(self, threshold, value, *, out=None):
+    return _unary("threshold", self, lambda a: np.where(a > threshold, a, value), out,
+                  integers="keep")
+
+
+def _threshold_samples(make):
+    return [Sample(_away_from((0.5,), lambda m: [m(3, 4)])(make)[0], 0.5, -2.0),
+            Sample(_away_from((0,), lambda m: [m(5)])(make)[0], 0.0, 1.0),
+            Sample(make(2, 3, dtype=int64), 1, 20)]
+
+
+threshold = _activation(threshold, _threshold_samples, function=True)
+
+
+@threshold.def_derivative
+def threshold(grad, self, threshold):
+    return where(self > threshold, grad, grad.new_zeros(())),
+
+
+@op(kind="composite", method=False, function=False, samples=_float_samples())
+def softsign(self):
+    return self / (1 + self.abs())
+
+
+@op(kind="composite", method=False, function=False, samples=_float_samples())
+def tanhshrink(self):
+    return self - self.tanh()
+
+
+# --------------------------------------------------------------------------- glu, prelu
+
+def _glu_samples(make):
+    return [Sample(make(3, 4)), Sample(make(4, 3), 0), Sample(make(2, 6, 2), dim=1),
+            Sample(make(4, 2).t(), -1)]
+
+
+def glu_halves(shape, dim):
+    """PyTorch's checks of ``glu``'s arguments; the wrapped dim and the size of a half."""
+    if not shape:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    dim = meta.wrap_dim(dim, len(shape))
+    if shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size "
+                           f"{shape[dim]}")
+    return dim, shape[dim] // 2
+
+
+@op(method=False, function=False, samples=_glu_samples)
+def glu(self, dim=-1):
+    """The first half of ``self`` along ``dim`` gated by the sigmoid of the second."""
+    _float_only("glu_cpu", self)
+    dim, half = glu_halves(self._sizes, dim)
+    first, second = self.narrow(dim, 0, half), self.narrow(dim, half, half)
+    return pointwise(_store(lambda a, b: a / (1.0 + np.exp(-b))), first, second)
+
+
+@glu.def_derivative
+def glu(grad, self, dim):
+    from microtensor.ops.shape import cat
+    dim, half = glu_halves(self._sizes, dim)
+    first, gate = self.narrow(dim, 0, half), self.narrow(dim, half, half).sigmoid()
+    gated = grad * gate
+    return cat([gated, gated * first * (1 - gate)], dim),
+
+
+def _prelu_samples(make):
+    return [Sample(_away_from((0,), lambda m: [m(3, 4)])(make)[0], make(4)),
+            Sample(_away_from((0,), lambda m: [m(2, 3, 2)])(make)[0], make(3, 1)),
+            Sample(_away_from((0,), lambda m: [m(5)])(make)[0], make(()))]
+
+
+@op(inputs=("self", "weight"), family="pointwise", method=False, function=False,
+    samples=_prelu_samples)
+def _prelu_kernel(self, weight):
+    """``self`` where positive, else ``weight * self`` (``weight`` broadcast already)."""
+    _float_only("prelu_cpu", self)
+    return pointwise(_store(lambda a, w: np.where(a > 0, a, w * a)), self, weight)
+
+
+@_prelu_kernel.def_derivative
+def _prelu_kernel(grad, self, weight):
+    positive = self > 0
+    return where(positive, grad, grad * weight), \
+        where(positive, grad.new_zeros(()), grad * self)
+
+
+@op(kind="composite", inputs=("self", "weight"),
+    samples=lambda make: [Sample(make(3, 4), make(4)), Sample(make(2, 3, 2), make(1)),
+                          Sample(make(5), make(1)), Sample(make(()), make(()))])
+def prelu(self, weight):
+    """PReLU with one weight, or one per channel (dim 1 of ``self``)."""
+    if weight.dim() > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: "
+                           f"ndim = {weight.dim()}")
+    channels = self.shape[1] if self.dim() >= 2 else 1
+    if weight.numel() != 1 and weight.numel() != channels:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found "
+                           f"parameter numbers = {weight.numel()} and channel size = "
+                           f"{channels}.")
+    if weight.numel() > 1:
+        weight = weight.reshape((channels,) + (1,) * (self.dim() - 2))
+    elif self.dim() == 0 and weight.dim() == 1:
+        weight = weight.reshape(())
+    return _prelu_kernel(self, weight)
+
+
+__all__ = ["erf", "erfc", "erfinv", "atan2", "arctan2", "addcmul", "addcdiv", "nan_to_num",
+           "square", "clip", "gelu", "silu", "mish", "leaky_relu", "elu", "selu", "celu",
+           "softplus", "hardtanh", "relu6", "hardsigmoid", "hardswish", "log_sigmoid",
+           "threshold", "softsign", "tanhshrink", "glu", "prelu"]
