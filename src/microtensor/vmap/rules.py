@@ -1243,3 +1243,4 @@ def index_put(op, level, args, kwargs):
 # Each sample may select a different number of elements, so there is no single physical
 # op; the loop is correct whenever the counts agree (and warns).
 RULES["masked_select"] = fallback
+from microtensor.vmap import rules_conv  # noqa: E402,F401
