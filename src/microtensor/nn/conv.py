@@ -155,7 +155,7 @@ class _ConvTranspose(_ConvNd):
             if size < low or size > high:
                 raise ValueError(f"requested an output size of {output_size}, but valid "
                                  f"sizes range from {smallest} to {largest} (for an input "
-                                 f"of {list(input.shape[leading:])})")
+                                 f"of {input.shape[leading:]})")
         return tuple(size - low for size, low in zip(output_size, smallest))
 
     def forward(self, input, output_size=None):
