@@ -166,7 +166,7 @@ def _padded(x, low, high, step, channels_last):
     spread = tuple((n - 1) * s + 1 for n, s in zip(x.shape[2:], step))
     room = tuple(n + max(lo, 0) + max(hi, 0) for n, lo, hi in zip(spread, low, high))
     if channels_last:
-        buffer = xp.moveaxis(xp.zeros((x.shape[0],) + room + (x.shape[1],), x.dtype), -1, 1)
+        buffer = np.moveaxis(xp.zeros((x.shape[0],) + room + (x.shape[1],), x.dtype), -1, 1)
     else:
         buffer = xp.zeros(x.shape[:2] + room, x.dtype)
     inside = tuple(slice(max(lo, 0), max(lo, 0) + n, s) for lo, n, s in zip(low, spread, step))
@@ -178,19 +178,20 @@ def _padded(x, low, high, step, channels_last):
 def _convolve(x, w, stride, dilation, groups, out, channels_last):
     """im2col and one product: ``out`` (N, O, *spatial out) = the convolution of the
     already padded ``x`` (N, C, *spatial) with ``w`` (O, C/groups, *kernel)."""
-    xp = array_module(x)
     n, channels = x.shape[:2]
     dims = x.ndim - 2
     o_per_group = w.shape[0] // groups
     c_per_group = channels // groups
     kernel, spatial = w.shape[2:], out.shape[2:]
     rows = math.prod(spatial)
-    s = x.strides
-    # a window view (no copy): (N, groups, C/groups, *out positions, *kernel offsets)
-    windows = xp.lib.stride_tricks.as_strided(
-        x, (n, groups, c_per_group) + spatial + kernel,
-        (s[0], s[1] * c_per_group, s[1]) + tuple(s[2 + i] * stride[i] for i in range(dims))
-        + tuple(s[2 + i] * dilation[i] for i in range(dims)))
+    # a window view (no copy; NumPy functions, so that CuPy arrays dispatch to CuPy's):
+    # (N, groups, C/groups, *out positions, *kernel offsets)
+    extent = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
+    windows = np.lib.stride_tricks.sliding_window_view(x, extent, axis=tuple(range(2, 2 + dims)))
+    windows = windows[(slice(None), slice(None))
+                      + tuple(slice(None, o * s_, s_) for o, s_ in zip(spatial, stride))
+                      + tuple(slice(None, None, d) for d in dilation)]
+    windows = windows.reshape((n, groups, c_per_group) + windows.shape[2:])
     position, offset = tuple(range(3, 3 + dims)), tuple(range(3 + dims, 3 + 2 * dims))
     weights = w.reshape((groups, o_per_group, c_per_group) + kernel)
     if channels_last:
@@ -200,15 +201,15 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
         weights = weights.transpose((0, 1) + tuple(range(3, 3 + dims)) + (2,)).reshape(
             groups, o_per_group, -1)
         # out is (N, *spatial, O) in memory: per group a (positions, O/groups) block
-        target = xp.moveaxis(out, 1, -1).reshape(n, rows, groups, o_per_group)
+        target = np.moveaxis(out, 1, -1).reshape(n, rows, groups, o_per_group)
         if groups == 1:
-            xp.matmul(columns, weights.transpose(0, 2, 1), out=target.transpose(0, 2, 1, 3))
+            np.matmul(columns, weights.transpose(0, 2, 1), out=target.transpose(0, 2, 1, 3))
         else:
-            target[...] = xp.matmul(columns, weights.transpose(0, 2, 1)).transpose(0, 2, 1, 3)
+            target[...] = np.matmul(columns, weights.transpose(0, 2, 1)).transpose(0, 2, 1, 3)
     else:
         # columns (N, groups, channels * kernel, positions): weights @ columns per group
         columns = windows.transpose((0, 1, 2) + offset + position).reshape(n, groups, -1, rows)
-        xp.matmul(weights.reshape(groups, o_per_group, -1), columns,
+        np.matmul(weights.reshape(groups, o_per_group, -1), columns,
                   out=out.reshape(n, groups, o_per_group, rows))
 
 
