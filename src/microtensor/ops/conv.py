@@ -5,8 +5,8 @@ stride, padding, dilation, groups, transposed with output padding), and the
 The kernel is im2col then one BLAS product: the (zero-padded) input is seen through a
 strided window view (no copy), which one reshape copies into columns that ``np.matmul``
 multiplies with the weight, group by group in one broadcast call.  A transposed
-convolution is the convolution of the input spread out by the stride (zeros between the
-elements) with the flipped, transposed weight.  The derivative is written with
+convolution is one product too, whose blocks col2im adds into place.  The derivative is
+written with
 ``convolution`` itself (the gradient of a convolution's input is a transposed convolution
 and vice versa; the weight's gradient is a convolution of the input with the incoming
 gradient, batch and channels swapped), so it is differentiable to any order; the batching
@@ -155,24 +155,20 @@ def channels_last_result(input, weight):
 
 # --------------------------------------------------------------------------- kernel
 
-def _padded(x, low, high, step, channels_last):
-    """``x`` (N, C, *spatial) with ``step - 1`` zeros between its elements and ``low`` /
-    ``high`` zeros before / after them along each spatial dim (negative: that many cut
-    off), in a fresh buffer laid out channels last if asked; ``x`` itself if nothing to
-    do."""
-    if not any(low) and not any(high) and all(s == 1 for s in step):
+def _padded(x, padding, channels_last):
+    """``x`` (N, C, *spatial) with ``padding`` zeros on both sides of each spatial dim, in a
+    fresh buffer laid out channels last if asked; ``x`` itself without padding."""
+    if not any(padding):
         return x
     xp = array_module(x)
-    spread = tuple((n - 1) * s + 1 for n, s in zip(x.shape[2:], step))
-    room = tuple(n + max(lo, 0) + max(hi, 0) for n, lo, hi in zip(spread, low, high))
+    room = tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
     if channels_last:
         buffer = np.moveaxis(xp.zeros((x.shape[0],) + room + (x.shape[1],), x.dtype), -1, 1)
     else:
         buffer = xp.zeros(x.shape[:2] + room, x.dtype)
-    inside = tuple(slice(max(lo, 0), max(lo, 0) + n, s) for lo, n, s in zip(low, spread, step))
-    buffer[(slice(None), slice(None)) + inside] = x
-    kept = tuple(slice(max(-lo, 0), r - max(-hi, 0)) for lo, hi, r in zip(low, high, room))
-    return buffer[(slice(None), slice(None)) + kept]
+    buffer[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in
+                                              zip(padding, x.shape[2:]))] = x
+    return buffer
 
 
 def _convolve(x, w, stride, dilation, groups, out, channels_last):
@@ -206,6 +202,16 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
             np.matmul(columns, weights.transpose(0, 2, 1), out=target.transpose(0, 2, 1, 3))
         else:
             target[...] = np.matmul(columns, weights.transpose(0, 2, 1)).transpose(0, 2, 1, 3)
+    elif kernel[-1] > spatial[-1]:
+        # long kernel rows, few positions (a weight gradient): the columns of all images
+        # side by side, (groups, N * positions, channels * kernel), copied along the
+        # kernel's rows, and one product per group
+        columns = windows.transpose((1, 0) + position + (2,) + offset).reshape(
+            groups, n * rows, -1)
+        products = np.matmul(weights.reshape(groups, o_per_group, -1),
+                             columns.transpose(0, 2, 1))
+        out.reshape(n, groups, o_per_group, rows)[...] = products.reshape(
+            groups, o_per_group, n, rows).transpose(2, 0, 1, 3)
     else:
         # columns (N, groups, channels * kernel, positions): weights @ columns per group
         columns = windows.transpose((0, 1, 2) + offset + position).reshape(n, groups, -1, rows)
@@ -213,19 +219,28 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
                   out=out.reshape(n, groups, o_per_group, rows))
 
 
-def _transposed_as_convolution(x, w, stride, padding, dilation, output_padding, groups, out,
-                               channels_last):
-    """A transposed convolution: the input spread by the stride, padded so that every
-    kernel offset reaches it, convolved with the flipped weight, in and out swapped."""
-    kernel = w.shape[2:]
-    reach = tuple(d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding))
-    spread = _padded(x, reach, tuple(r + o for r, o in zip(reach, output_padding)), stride,
-                     channels_last)
-    c_in, o_per_group = w.shape[:2]
-    flipped = w.reshape((groups, c_in // groups, o_per_group) + kernel).swapaxes(1, 2)
-    flipped = flipped[(Ellipsis,) + (slice(None, None, -1),) * len(kernel)]
-    flipped = flipped.reshape((groups * o_per_group, c_in // groups) + kernel)
-    _convolve(spread, flipped, (1,) * len(kernel), dilation, groups, out, channels_last)
+def _transposed(x, w, stride, padding, dilation, groups, out):
+    """A transposed convolution as one product and col2im: every input position times the
+    weight gives a block of the output (N, groups, C_out/groups * kernel, positions), and
+    each kernel offset's share is added at its place (a loop over the kernel's offsets, not
+    over elements); the padding is cut off at the end."""
+    n, c_in = x.shape[:2]
+    dims = x.ndim - 2
+    kernel, spatial = w.shape[2:], x.shape[2:]
+    o_per_group = w.shape[1]
+    weights = w.reshape(groups, c_in // groups, -1).transpose(0, 2, 1)
+    blocks = np.matmul(weights, x.reshape(n, groups, c_in // groups, -1))
+    blocks = blocks.reshape((n, groups * o_per_group) + tuple(kernel) + tuple(spatial))
+    xp = array_module(x)
+    padded = xp.zeros(out.shape[:2] + tuple(o + 2 * p for o, p in zip(out.shape[2:], padding)),
+                      x.dtype)
+    for offset in np.ndindex(*kernel):
+        place = tuple(slice(k * d, k * d + s * (i - 1) + 1, s) for k, d, s, i in
+                      zip(offset, dilation, stride, spatial))
+        padded[(slice(None), slice(None)) + place] += blocks[(slice(None), slice(None))
+                                                             + offset]
+    out[...] = padded[(slice(None), slice(None))
+                      + tuple(slice(p, p + o) for p, o in zip(padding, out.shape[2:]))]
 
 
 def _conv_samples(make):
@@ -237,6 +252,8 @@ def _conv_samples(make):
         Sample(make(2, 4, 5, 5), make(4, 2, 2, 3), make(4), [1, 2], [1, 0], [2, 1], False,
                [0, 0], 2),
         Sample(make(2, 2, 6), make(3, 2, 3), make(3), [2], [1], [1], False, [0], 1),
+        Sample(make(2, 4, 4, 7), make(4, 2, 2, 5), make(4), [1, 1], [0, 0], [1, 1], False,
+               [0, 0], 2),   # kernel rows longer than the output's: positions-major
         Sample(make(1, 2, 3, 4, 3), make(2, 2, 2, 2, 2), make(2), [1, 1, 1], [1, 0, 0],
                [1, 1, 1], False, [0, 0, 0], 1),
         Sample(make(2, 3, 5, 5).to(memory_format=_channels_last()), make(4, 3, 3, 3), make(4),
@@ -278,10 +295,9 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     if input._numel == 0 or weight._numel == 0:
         target[...] = 0
     elif transposed:
-        _transposed_as_convolution(x, w, stride, padding, dilation, output_padding, groups,
-                                   target, channels_last)
+        _transposed(x, w, stride, padding, dilation, groups, target)
     else:
-        _convolve(_padded(x, padding, padding, (1,) * len(stride), channels_last), w, stride,
+        _convolve(_padded(x, padding, channels_last), w, stride,
                   dilation, groups, target, channels_last)
     if bias is not None:
         target += bias._array().reshape((-1,) + (1,) * len(stride))
