@@ -225,20 +225,38 @@ def _transposed(x, w, stride, padding, dilation, groups, out):
     each kernel offset's share is added at its place (a loop over the kernel's offsets, not
     over elements); the padding is cut off at the end."""
     n, c_in = x.shape[:2]
-    dims = x.ndim - 2
     kernel, spatial = w.shape[2:], x.shape[2:]
     o_per_group = w.shape[1]
+    xp = array_module(x)
+    room = tuple(o + 2 * p for o, p in zip(out.shape[2:], padding))
+    unit_stride = all(s == 1 for s in stride)
+    if unit_stride:
+        # the input widened to the output's rows (zeros after each row): then each kernel
+        # offset's share is one contiguous run of the flattened output, a fast add
+        wide = xp.zeros((n, c_in, spatial[0]) + room[1:], x.dtype)
+        wide[(slice(None), slice(None)) + tuple(slice(0, i) for i in spatial)] = x
+        x = wide
     weights = w.reshape(groups, c_in // groups, -1).transpose(0, 2, 1)
     blocks = np.matmul(weights, x.reshape(n, groups, c_in // groups, -1))
-    blocks = blocks.reshape((n, groups * o_per_group) + tuple(kernel) + tuple(spatial))
-    xp = array_module(x)
-    padded = xp.zeros(out.shape[:2] + tuple(o + 2 * p for o, p in zip(out.shape[2:], padding)),
-                      x.dtype)
-    for offset in np.ndindex(*kernel):
-        place = tuple(slice(k * d, k * d + s * (i - 1) + 1, s) for k, d, s, i in
-                      zip(offset, dilation, stride, spatial))
-        padded[(slice(None), slice(None)) + place] += blocks[(slice(None), slice(None))
-                                                             + offset]
+    if unit_stride:
+        blocks = blocks.reshape((n, groups * o_per_group, math.prod(kernel), -1))
+        steps = meta.contiguous_strides(room)
+        # the zeros of the last row's widening reach past the end: room for them
+        tail = sum(d * (k - 1) * s for d, k, s in zip(dilation, kernel, steps))
+        flat = xp.zeros(out.shape[:2] + (math.prod(room) + tail,), x.dtype)
+        length = blocks.shape[-1]
+        for index, offset in enumerate(np.ndindex(*kernel)):
+            start = sum(k * d * s for k, d, s in zip(offset, dilation, steps))
+            flat[:, :, start:start + length] += blocks[:, :, index]
+        padded = flat[:, :, :math.prod(room)].reshape(out.shape[:2] + room)
+    else:
+        blocks = blocks.reshape((n, groups * o_per_group) + tuple(kernel) + tuple(spatial))
+        padded = xp.zeros(out.shape[:2] + room, x.dtype)
+        for offset in np.ndindex(*kernel):
+            place = tuple(slice(k * d, k * d + s * (i - 1) + 1, s) for k, d, s, i in
+                          zip(offset, dilation, stride, spatial))
+            padded[(slice(None), slice(None)) + place] += blocks[(slice(None), slice(None))
+                                                                 + offset]
     out[...] = padded[(slice(None), slice(None))
                       + tuple(slice(p, p + o) for p, o in zip(padding, out.shape[2:]))]
 
@@ -266,6 +284,8 @@ def _conv_samples(make):
         Sample(make(2, 4, 3, 3), make(4, 1, 2, 3), None, [1, 2], [0, 1], [2, 1], True,
                [0, 1], 2),
         Sample(make(2, 2, 4), make(2, 3, 3), make(3), [3], [2], [1], True, [1], 1),
+        Sample(make(2, 4, 3, 4), make(4, 1, 2, 3), make(2), [1, 1], [1, 0], [2, 1], True,
+               [1, 0], 2),   # unit stride: the flat col2im
         Sample(make(2, 3, 3, 3).to(memory_format=_channels_last()), make(3, 2, 2, 2), None,
                [2, 2], [0, 0], [1, 1], True, [0, 0], 1),
     ]
