@@ -274,9 +274,9 @@ def _conv_samples(make):
                [0, 0], 2),   # kernel rows longer than the output's: positions-major
         Sample(make(1, 2, 3, 4, 3), make(2, 2, 2, 2, 2), make(2), [1, 1, 1], [1, 0, 0],
                [1, 1, 1], False, [0, 0, 0], 1),
-        Sample(make(2, 3, 5, 5).to(memory_format=_channels_last()), make(4, 3, 3, 3), make(4),
+        Sample(make(2, 3, 5, 5).to(memory_format=meta.channels_last), make(4, 3, 3, 3), make(4),
                [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
-        Sample(make(2, 4, 5, 5).to(memory_format=_channels_last()), make(4, 2, 3, 3), None,
+        Sample(make(2, 4, 5, 5).to(memory_format=meta.channels_last), make(4, 2, 3, 3), None,
                [2, 2], [0, 0], [1, 1], False, [0, 0], 2),
         # transposed
         Sample(make(2, 3, 4, 4), make(3, 2, 3, 3), make(2), [2, 2], [1, 1], [1, 1], True,
@@ -286,13 +286,9 @@ def _conv_samples(make):
         Sample(make(2, 2, 4), make(2, 3, 3), make(3), [3], [2], [1], True, [1], 1),
         Sample(make(2, 4, 3, 4), make(4, 1, 2, 3), make(2), [1, 1], [1, 0], [2, 1], True,
                [1, 0], 2),   # unit stride: the flat col2im
-        Sample(make(2, 3, 3, 3).to(memory_format=_channels_last()), make(3, 2, 2, 2), None,
+        Sample(make(2, 3, 3, 3).to(memory_format=meta.channels_last), make(3, 2, 2, 2), None,
                [2, 2], [0, 0], [1, 1], True, [0, 0], 1),
     ]
-
-
-def _channels_last():
-    return meta.channels_last
 
 
 @op(inputs=_INPUTS, method=False, samples=_conv_samples)
@@ -301,7 +297,8 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     """A 1-, 2- or 3-d convolution (``transposed``: its transpose) of ``input``
     (N, C, *spatial) with ``weight`` (out, C / groups, *kernel), or (C, out / groups,
     *kernel) when transposed, plus ``bias`` (out,) if given."""
-    shape, (stride, padding, dilation, output_padding) = check_convolution(
+    # the output padding shows in the shape alone
+    shape, (stride, padding, dilation, _) = check_convolution(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     channels_last = channels_last_result(input, weight)
     strides = meta.strides_for_format(shape, meta.channels_last if len(shape) == 4 else
@@ -317,8 +314,8 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     elif transposed:
         _transposed(x, w, stride, padding, dilation, groups, target)
     else:
-        _convolve(_padded(x, padding, channels_last), w, stride,
-                  dilation, groups, target, channels_last)
+        _convolve(_padded(x, padding, channels_last), w, stride, dilation, groups, target,
+                  channels_last)
     if bias is not None:
         target += bias._array().reshape((-1,) + (1,) * len(stride))
     return out
