@@ -49,6 +49,8 @@ ERROR_CASES = [
     ("conv2d", (X4, rand(4, 3, 3, 3)), {"padding": "same", "stride": 2}),
     ("conv2d", (X4, rand(4, 3, 3, 3)), {"padding": "full"}),
     ("conv2d", (rand(3, 5), rand(4, 3, 3, 3)), {}),
+    ("conv2d", (X4, rand(0, 3, 3, 3)), {}),
+    ("conv2d", (X4 > 0, rand(4, 3, 3, 3) > 0), {}),
     ("conv_transpose2d", (X4, rand(4, 2, 3, 3)), {}),
     ("conv_transpose2d", (X4, rand(3, 2, 3, 3)), {"stride": 2, "output_padding": 2}),
 ]
@@ -62,6 +64,16 @@ def test_errors_match_torch(name, args, kwargs):
         getattr(mt, name)(*[mt.tensor(a) for a in args], **kwargs)
     # the gist: the first words of PyTorch's message
     assert str(got.value).split(",")[0][:30] == str(expected.value).split(",")[0][:30]
+
+
+def test_integer_convolution_matches_torch():
+    x, w = RNG.integers(-5, 5, (2, 3, 5, 5)), RNG.integers(-5, 5, (4, 3, 2, 2))
+    for fn in ("conv2d", "conv_transpose2d"):
+        weight = w if fn == "conv2d" else w.transpose(1, 0, 2, 3).copy()
+        out = getattr(mt, fn)(mt.tensor(x), mt.tensor(weight), stride=2)
+        expected = getattr(torch, fn)(torch.tensor(x), torch.tensor(weight), stride=2)
+        assert out.dtype == mt.int64
+        np.testing.assert_array_equal(arr(out), expected.numpy())
 
 
 def test_refused_convolution_changes_nothing():

@@ -22,7 +22,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import empty_strided_unchecked
+from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops.registry import Sample, op
 
@@ -89,7 +89,7 @@ def check_convolution(input, weight, bias, stride, padding, dilation, transposed
     if input.dtype is not weight.dtype:
         raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found "
                            f"{_type_name(weight.dtype)}")
-    if not input.dtype.is_floating_point:
+    if input.dtype is bool_:
         raise NotImplementedError(f"\"slow_conv2d_cpu\" not implemented for "
                                   f"'{_type_name(input.dtype)}'")
     channels = x_shape[1]
@@ -104,6 +104,10 @@ def check_convolution(input, weight, bias, stride, padding, dilation, transposed
                                f"stride={list(stride)}, dilation={list(dilation)}")
         out_channels = w_shape[1] * groups
     else:
+        if w_shape[0] < groups:
+            raise RuntimeError(f"Given groups={groups}, expected weight to be at least "
+                               f"{groups} at dimension 0, but got weight of size "
+                               f"{list(w_shape)} instead")
         if w_shape[0] % groups:
             raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by "
                                f"{groups} at dimension 0, but got weight of size "
