@@ -2,6 +2,8 @@
 ``state_dict``...), ``Parameter``, containers, layers and losses, ``functional``,
 ``init`` and ``utils``."""
 from microtensor.nn import functional, init, utils
+from microtensor.nn.conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d,  # noqa: F401
+                                 ConvTranspose2d, ConvTranspose3d)
 from microtensor.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from microtensor.nn.modules import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, Dropout,
                                     Embedding, Flatten, Identity, L1Loss, Linear, LogSoftmax,

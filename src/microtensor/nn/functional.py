@@ -394,3 +394,89 @@ def threshold(input, threshold, value, inplace=False):
 
 def threshold_(input, threshold, value):
     return _op("threshold_", input, threshold, value)
+
+
+# --------------------------------------------------------------------------- convolution
+# One op, ``ops.conv.convolution``; these are the functions written with it.
+
+from microtensor.ops import conv as _conv  # noqa: E402
+
+conv1d = _conv.conv1d.kernel
+conv2d = _conv.conv2d.kernel
+conv3d = _conv.conv3d.kernel
+conv_transpose1d = _conv.conv_transpose1d.kernel
+conv_transpose2d = _conv.conv_transpose2d.kernel
+conv_transpose3d = _conv.conv_transpose3d.kernel
+
+
+def _pair(value, name):
+    return _conv.expand_param(value, 2, name)
+
+
+def _block_selector(input, channels, kernel_size):
+    """The weight of a grouped convolution that copies each of the kernel's offsets of each
+    channel into a channel of its own: (channels * kh * kw, 1, kh, kw), one-hot."""
+    from microtensor.ops.factory import eye
+    count = kernel_size[0] * kernel_size[1]
+    return eye(count, dtype=input.dtype, device=input.device).reshape(
+        (1, count, 1) + tuple(kernel_size)).expand(
+        (channels, count, 1) + tuple(kernel_size)).reshape(
+        (channels * count, 1) + tuple(kernel_size))
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: the sliding blocks of a (N, C, H, W) or (C, H, W) input as columns
+    (N, C * kh * kw, blocks), as a grouped convolution with a one-hot weight (so it is
+    differentiable and batched like ``conv2d``)."""
+    if input.dim() not in (3, 4):
+        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported "
+                                  f"(got {input.dim()}D)")
+    kernel_size = _pair(kernel_size, "kernel_size")
+    unbatched = input.dim() == 3
+    if unbatched:
+        input = input.unsqueeze(0)
+    channels = input.shape[1]
+    blocks = _conv.convolution(input, _block_selector(input, channels, kernel_size), None,
+                               _pair(stride, "stride"), _pair(padding, "padding"),
+                               _pair(dilation, "dilation"), False, (0, 0), channels)
+    out = blocks.reshape(tuple(blocks.shape[:2]) + (-1,))
+    return out.squeeze(0) if unbatched else out
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the transpose of ``unfold``: columns (N, C * kh * kw, blocks) summed into
+    an (N, C, *output_size) image where the blocks overlap."""
+    if input.dim() not in (2, 3):
+        raise NotImplementedError(f"Input Error: Only unbatched (2D) or batched (3D) input "
+                                  f"Tensors are supported (got {input.dim()}D)")
+    output_size, kernel_size = _pair(output_size, "output_size"), _pair(kernel_size,
+                                                                        "kernel_size")
+    dilation, padding, stride = (_pair(dilation, "dilation"), _pair(padding, "padding"),
+                                 _pair(stride, "stride"))
+    unbatched = input.dim() == 2
+    if unbatched:
+        input = input.unsqueeze(0)
+    count = kernel_size[0] * kernel_size[1]
+    rows, cols = input.shape[1:]
+    if rows % count:
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the "
+                           f"product of kernel_size, but got input.size(1)={rows} and "
+                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]})")
+    blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1 for o, p, d, k, s in
+              zip(output_size, padding, dilation, kernel_size, stride)]
+    if blocks[0] * blocks[1] != cols:
+        raise RuntimeError(f"Given output_size=({output_size[0]}, {output_size[1]}), "
+                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]}), "
+                           f"dilation=({dilation[0]}, {dilation[1]}), padding=({padding[0]}, "
+                           f"{padding[1]}), stride=({stride[0]}, {stride[1]}), expected "
+                           f"size of input's dimension 2 to match the calculated number of "
+                           f"sliding blocks {blocks[0]} * {blocks[1]} = "
+                           f"{blocks[0] * blocks[1]}, but got input.size(2)={cols}.")
+    channels = rows // count
+    reached = [(b - 1) * s - 2 * p + d * (k - 1) + 1 for b, s, p, d, k in
+               zip(blocks, stride, padding, dilation, kernel_size)]
+    out = _conv.convolution(input.reshape((input.shape[0], rows) + tuple(blocks)),
+                            _block_selector(input, channels, kernel_size), None, stride,
+                            padding, dilation, True,
+                            tuple(o - r for o, r in zip(output_size, reached)), channels)
+    return out.squeeze(0) if unbatched else out

@@ -1246,3 +1246,4 @@ def index_put(op, level, args, kwargs):
 RULES["masked_select"] = fallback
 from microtensor.vmap import rules_norm  # noqa: E402,F401
 from microtensor.vmap import rules_activation  # noqa: E402,F401
+from microtensor.vmap import rules_conv  # noqa: E402,F401
