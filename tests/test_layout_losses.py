@@ -15,9 +15,9 @@ def _pair(*shape, seed=0, low=-1.0, high=1.0):
     return mt.tensor(arr, requires_grad=True), torch.tensor(arr, requires_grad=True)
 
 
-def _close(ours, theirs, **kw):
+def _close(ours, theirs, rtol=1e-6):
     np.testing.assert_allclose(np.asarray(ours.detach()._array()), theirs.detach().numpy(),
-                               rtol=1e-6, atol=1e-9, **kw)
+                               rtol=rtol, atol=1e-9)
 
 
 def _check(fn_ours, fn_theirs, *shapes, grad=True):
@@ -137,3 +137,164 @@ def test_pixel_shuffle_errors_match_torch(fn, shape, r):
     with pytest.raises(RuntimeError) as got:
         getattr(F, fn)(mt.zeros(shape), r)
     assert str(got.value) == str(expected.value)
+
+
+# --------------------------------------------------------------------------- losses
+
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("name,kwargs", [
+    ("smooth_l1_loss", {}), ("smooth_l1_loss", dict(beta=0.3)), ("smooth_l1_loss", dict(beta=0)),
+    ("huber_loss", {}), ("huber_loss", dict(delta=0.4))])
+def test_elementwise_losses_match_torch(name, kwargs, reduction):
+    _check(lambda a, b: getattr(F, name)(a, b, reduction=reduction, **kwargs),
+           lambda a, b: getattr(TF, name)(a, b, reduction=reduction, **kwargs),
+           (3, 4), (3, 4))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS + ["batchmean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_kl_div_matches_torch(reduction, log_target):
+    x, tx = _pair(3, 4)
+    t, tt = _pair(3, 4, seed=1, low=0.0, high=1.0)
+    if log_target:
+        t, tt = t.log(), tt.log()
+    ours = F.kl_div(x.log_softmax(1), t, reduction=reduction, log_target=log_target)
+    theirs = TF.kl_div(tx.log_softmax(1), tt, reduction=reduction, log_target=log_target)
+    _close(ours, theirs)
+    ours.sum().backward()
+    theirs.sum().backward()
+    _close(x.grad, tx.grad)
+
+
+def test_kl_div_zero_targets_count_nothing():
+    x = mt.tensor([[-1.0, -2.0]], requires_grad=True)
+    t = mt.tensor([[0.0, 1.0]])
+    np.testing.assert_allclose(F.kl_div(x, t, reduction="sum").item(),
+                               TF.kl_div(torch.tensor([[-1.0, -2.0]]),
+                                         torch.tensor([[0.0, 1.0]]), reduction="sum").item())
+
+
+def _sign_pair(n, seed):
+    arr = np.where(np.random.default_rng(seed).random(n) > 0.5, 1.0, -1.0)
+    return mt.tensor(arr), torch.tensor(arr)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_ranking_and_embedding_losses_match_torch(reduction):
+    y, ty = _sign_pair(5, 7)
+    _check(lambda a, b: F.margin_ranking_loss(a, b, y, margin=0.2, reduction=reduction),
+           lambda a, b: TF.margin_ranking_loss(a, b, ty, margin=0.2, reduction=reduction),
+           (5,), (5,))
+    _check(lambda a, b: F.cosine_embedding_loss(a, b, y, margin=0.1, reduction=reduction),
+           lambda a, b: TF.cosine_embedding_loss(a, b, ty, margin=0.1, reduction=reduction),
+           (5, 3), (5, 3))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("log_input,full", [(True, False), (False, False), (True, True),
+                                            (False, True)])
+def test_poisson_nll_loss_matches_torch(log_input, full, reduction):
+    x, tx = _pair(3, 4, low=0.1, high=2.0)
+    t, tt = _pair(3, 4, seed=2, low=0.0, high=3.0)
+    ours = F.poisson_nll_loss(x, t, log_input, full, reduction=reduction)
+    theirs = TF.poisson_nll_loss(tx, tt, log_input, full, reduction=reduction)
+    _close(ours, theirs)
+    ours.sum().backward()
+    theirs.sum().backward()
+    _close(x.grad, tx.grad)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("var_shape", [(3, 4), (3,), (3, 1), (1, 4)])
+def test_gaussian_nll_loss_matches_torch(var_shape, reduction):
+    pairs = [_pair(3, 4), _pair(3, 4, seed=1), _pair(*var_shape, seed=2, low=0.0, high=1.0)]
+    with torch.no_grad():
+        pairs[2][1][..., 0] = 1e-8   # below eps: clamped in value, gradient passes
+    pairs[2] = (mt.tensor(pairs[2][1].detach().numpy(), requires_grad=True), pairs[2][1])
+    for full in (False, True):
+        ours = F.gaussian_nll_loss(*[p[0] for p in pairs], full=full, reduction=reduction)
+        theirs = TF.gaussian_nll_loss(*[p[1] for p in pairs], full=full, reduction=reduction)
+        _close(ours, theirs)
+        ours.sum().backward()
+        theirs.sum().backward()
+        for a, b in pairs:
+            _close(a.grad, b.grad)
+
+
+def test_gaussian_nll_loss_errors_match_torch():
+    for var in (mt.ones(2), mt.ones(3, 2), -1.0):
+        with pytest.raises(ValueError) as expected:
+            TF.gaussian_nll_loss(torch.zeros(3, 4), torch.zeros(3, 4),
+                                 var if isinstance(var, float) else torch.tensor(var.numpy()))
+        with pytest.raises(ValueError) as got:
+            F.gaussian_nll_loss(mt.zeros(3, 4), mt.zeros(3, 4), var)
+        assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("p,swap", [(2, False), (1, True), (3.0, False)])
+def test_triplet_margin_loss_matches_torch(p, swap, reduction):
+    _check(lambda a, b, c: F.triplet_margin_loss(a, b, c, margin=0.7, p=p, swap=swap,
+                                                 reduction=reduction),
+           lambda a, b, c: TF.triplet_margin_loss(a, b, c, margin=0.7, p=p, swap=swap,
+                                                  reduction=reduction),
+           (4, 3), (4, 3), (4, 3))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_nll_and_cross_entropy_on_spatial_inputs_match_torch(reduction):
+    target = np.random.default_rng(5).integers(0, 4, (2, 3, 5))
+    target[0, 1, 2] = -100
+    t, tt = mt.tensor(target), torch.tensor(target)
+    w, tw = _pair(4, seed=9, low=0.5, high=2.0)
+    _check(lambda x: F.nll_loss(x.log_softmax(1), t, reduction=reduction),
+           lambda x: TF.nll_loss(x.log_softmax(1), tt, reduction=reduction), (2, 4, 3, 5))
+    _check(lambda x: F.cross_entropy(x, t, w.detach(), reduction=reduction),
+           lambda x: TF.cross_entropy(x, tt, tw.detach(), reduction=reduction), (2, 4, 3, 5))
+    _check(lambda x: F.cross_entropy(x, t, reduction=reduction, label_smoothing=0.2),
+           lambda x: TF.cross_entropy(x, tt, reduction=reduction, label_smoothing=0.2),
+           (2, 4, 3, 5))
+
+
+def test_nll_loss_spatial_target_shape_is_checked():
+    with pytest.raises(RuntimeError, match=r"Expected target size \[2, 4\], got \[2, 5\]"):
+        F.nll_loss(mt.zeros(2, 3, 4), mt.zeros(2, 5, dtype=mt.int64))
+
+
+@pytest.mark.parametrize("name,args,kwargs", [
+    ("SmoothL1Loss", 2, dict(beta=0.5)), ("HuberLoss", 2, dict(delta=0.5)),
+    ("KLDivLoss", 2, dict(reduction="batchmean")), ("MarginRankingLoss", 3, dict(margin=0.1)),
+    ("CosineEmbeddingLoss", 3, dict(margin=0.1)), ("PoissonNLLLoss", 2, dict(full=True)),
+    ("GaussianNLLLoss", 3, dict(full=True)), ("TripletMarginLoss", 3, dict(swap=True))])
+def test_loss_modules_match_torch(name, args, kwargs):
+    ours, theirs = getattr(mt.nn, name)(**kwargs), getattr(torch.nn, name)(**kwargs)
+    assert repr(ours) == repr(theirs)
+    shapes = [(4, 3)] * args
+    pairs = [_pair(*s, seed=i, low=0.1, high=1.0) for i, s in enumerate(shapes)]
+    if name in ("MarginRankingLoss", "CosineEmbeddingLoss"):
+        y, ty = _sign_pair(4, 3)
+        if name == "MarginRankingLoss":
+            pairs = [_pair(4, seed=0), _pair(4, seed=1)]
+        pairs.append((y, ty))
+        pairs = pairs[:2] + [pairs[-1]]
+    _close(ours(*[p[0] for p in pairs]), theirs(*[p[1] for p in pairs]))
+
+
+@pytest.mark.parametrize("loss", [
+    lambda x, t: F.smooth_l1_loss(x, t, beta=0.5), lambda x, t: F.huber_loss(x, t),
+    lambda x, t: F.kl_div(x.log_softmax(-1), t.softmax(-1), reduction="batchmean"),
+    lambda x, t: F.poisson_nll_loss(x, t.abs(), full=True),
+    lambda x, t: F.gaussian_nll_loss(x, t, t.abs() + 0.1),
+    lambda x, t: F.triplet_margin_loss(x, t, t.flip(0), swap=True),
+    lambda x, t: F.cosine_embedding_loss(x, t, mt.tensor([1.0, -1.0, 1.0])),
+    lambda x, t: F.pad(x, (1, 2), "reflect").sin().sum() + F.interpolate(
+        x[None], scale_factor=1.5, mode="linear").sum()])
+def test_per_sample_gradients_match_a_loop(loss):
+    x = mt.tensor(np.random.default_rng(0).normal(size=(4, 3, 5)))
+    t = mt.tensor(np.random.default_rng(1).normal(size=(4, 3, 5)))
+    batched = mt.func.vmap(mt.func.grad(loss))(x, t)
+    looped = mt.stack([mt.func.grad(loss)(x[i], t[i]) for i in range(4)])
+    np.testing.assert_allclose(batched.numpy(), looped.numpy(), rtol=1e-10, atol=1e-12)

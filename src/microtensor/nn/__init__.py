@@ -22,3 +22,6 @@ __all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Par
 from microtensor.nn.activation import *  # noqa: E402,F401,F403
 from microtensor.nn.activation import __all__ as _activations  # noqa: E402
 __all__ += _activations
+from microtensor.nn.loss_modules import *  # noqa: E402,F401,F403
+from microtensor.nn.loss_modules import __all__ as _losses  # noqa: E402
+__all__ += _losses
