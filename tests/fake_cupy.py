@@ -190,6 +190,16 @@ def where(condition, x, y):
     return _wrap(np.where(*_unwrap((condition, x, y))))
 
 
+def _forwarded(name):
+    """CuPy's function of that name, on the host arrays inside."""
+    fn = getattr(np, name)
+    return lambda *args, **kwargs: _wrap(fn(*_unwrap(args), **_unwrap(kwargs)))
+
+
+abs, clip, moveaxis, pad, take = (_forwarded(name) for name in  # noqa: A001 - CuPy's names
+                                  ("abs", "clip", "moveaxis", "pad", "take"))
+
+
 class _Device:
     def __init__(self, index=0):
         self.id = index

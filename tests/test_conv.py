@@ -233,11 +233,6 @@ def test_module_errors_match_torch(kwargs):
     assert str(got.value).split("{")[0] == str(expected.value).split("{")[0]
 
 
-def test_other_padding_modes_are_refused_plainly():
-    with pytest.raises(NotImplementedError, match="padding_mode='reflect'"):
-        mt.nn.Conv2d(2, 2, 3, padding_mode="reflect")
-
-
 # --------------------------------------------------------------------------- vmap
 
 def _loop(fn, args, in_dims, size):

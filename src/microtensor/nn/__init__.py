@@ -25,3 +25,6 @@ __all__ += _activations
 from microtensor.nn.rnn import *  # noqa: E402,F401,F403
 from microtensor.nn.rnn import __all__ as _recurrent  # noqa: E402
 __all__ += _recurrent
+from microtensor.nn.loss_modules import *  # noqa: E402,F401,F403
+from microtensor.nn.loss_modules import __all__ as _losses  # noqa: E402
+__all__ += _losses

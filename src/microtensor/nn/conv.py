@@ -43,9 +43,6 @@ class _ConvNd(Module):
         if padding_mode not in _PADDING_MODES:
             raise ValueError(f"padding_mode must be one of {_PADDING_MODES}, but got "
                              f"padding_mode='{padding_mode}'")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode='{padding_mode}' is not supported yet: "
-                                      f"only 'zeros'")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = expand_param(kernel_size, dims, "kernel_size")
@@ -97,7 +94,22 @@ class _Conv(_ConvNd):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode, device, dtype)
 
+    def _reversed_padding_repeated_twice(self):
+        """``F.pad``'s pads for ``padding`` (last dim first), as PyTorch computes them."""
+        if self.padding == "valid":
+            return (0, 0) * self._dims
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            pairs = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pairs = [(p, p) for p in self.padding]
+        return tuple(p for pair in reversed(pairs) for p in pair)
+
     def forward(self, input):
+        if self.padding_mode != "zeros":
+            input = F.pad(input, self._reversed_padding_repeated_twice(), self.padding_mode)
+            return self._function(input, self.weight, self.bias, self.stride, 0,
+                                  self.dilation, self.groups)
         return self._function(input, self.weight, self.bias, self.stride, self.padding,
                               self.dilation, self.groups)
 

@@ -44,9 +44,19 @@ def _reduce(loss, reduction):
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log-likelihood of class ``target`` under log-probabilities ``input``
-    (shape (N, C), or (C,) with a 0-d target): one op, ``ops.loss.nll_loss``."""
-    return _op("nll_loss", input, target, weight, reduction=reduction,
+    (shape (N, C), (C,) with a 0-d target, or (N, C, d1, ...) with an (N, d1, ...) target):
+    one op, ``ops.loss.nll_loss``, on the classes moved last and the rest flattened."""
+    if input.dim() <= 2:
+        return _op("nll_loss", input, target, weight, reduction=reduction,
+                   ignore_index=ignore_index)
+    expected = (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {list(expected)}, got "
+                           f"{list(target.shape)}")
+    rows = input.movedim(1, -1).reshape(-1, input.shape[1])
+    loss = _op("nll_loss", rows, target.reshape(-1), weight, reduction=reduction,
                ignore_index=ignore_index)
+    return loss.reshape(target.shape) if reduction == "none" else loss
 
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
@@ -480,3 +490,280 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             padding, dilation, True,
                             tuple(o - r for o, r in zip(output_size, reached)), channels)
     return out.squeeze(0) if unbatched else out
+
+
+# --------------------------------------------------------------------------- layout
+
+def pad(input, pad, mode="constant", value=None):
+    """``input`` padded on its last ``len(pad) // 2`` dims: one op, ``ops.layout.pad``."""
+    return _op("pad", input, tuple(pad), mode, value)
+
+
+def _interpolation_matrix(n_in, n_out, scale, align_corners, dtype, device):
+    """The (n_out, n_in) matrix of linear interpolation weights along one dim, PyTorch's
+    source-coordinate rule (``scale`` is the user's scale factor, or None)."""
+    import numpy as np
+    from microtensor.ops.factory import tensor
+    j = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = j * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    else:
+        ratio = 1.0 / scale if scale is not None else n_in / n_out
+        src = np.maximum((j + 0.5) * ratio - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = src - lo
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.arange(n_out), lo), 1.0 - frac)
+    np.add.at(m, (np.arange(n_out), hi), frac)
+    return tensor(m, dtype=dtype, device=device)
+
+
+def _nearest_index(n_in, n_out, scale, device):
+    import numpy as np
+    from microtensor.ops.factory import tensor
+    ratio = 1.0 / scale if scale is not None else n_in / n_out
+    src = np.minimum(np.floor(np.arange(n_out) * np.float32(ratio)).astype(np.int64), n_in - 1)
+    return tensor(src, device=device)
+
+
+_INTERPOLATION_DIMS = {"nearest": None, "linear": 1, "bilinear": 2}
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resize the spatial dims of (N, C, *spatial): "nearest" (an ``index_select`` per
+    dim), "linear"/"bilinear" (a product with an interpolation matrix per dim)."""
+    if mode not in _INTERPOLATION_DIMS:
+        raise NotImplementedError(f"Input Error: interpolation mode {mode!r} is not "
+                                  f"supported; use 'nearest', 'linear' or 'bilinear'")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    d = input.dim() - 2
+    if d < 1:
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported "
+                                  f"(got {input.dim()}D) for the modes: nearest | linear | "
+                                  f"bilinear | bicubic | trilinear | lanczos | area | "
+                                  f"nearest-exact (got {mode})")
+    needed = _INTERPOLATION_DIMS[mode]
+    if needed is not None and needed != d:
+        raise NotImplementedError(f"Got {input.dim()}D input, but {mode} mode needs "
+                                  f"{needed + 2}D input")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    spatial = tuple(input.shape[2:])
+    if size is not None:
+        size = (size,) * d if isinstance(size, int) else tuple(size)
+        if len(size) != d:
+            raise ValueError(f"Input and output must have the same number of spatial "
+                             f"dimensions, but got input with spatial dimensions of "
+                             f"{list(spatial)} and output size of {size}. Please provide "
+                             f"input tensor in (N, C, d1, d2, ...,dK) format and output size "
+                             f"in (o1, o2, ...,oK) format.")
+        scales = (None,) * d
+    else:
+        scales = (float(scale_factor),) * d if isinstance(scale_factor, (int, float)) \
+            else tuple(float(s) for s in scale_factor)
+        if len(scales) != d:
+            raise ValueError(f"Input and scale_factor must have the same number of spatial "
+                             f"dimensions, but got input with spatial dimensions of "
+                             f"{list(spatial)} and scale_factor of shape {list(scales)}.")
+        size = tuple(int(n * s) for n, s in zip(spatial, scales))
+        if recompute_scale_factor:
+            scales = (None,) * d
+    out = input
+    for i, (n_in, n_out, scale) in enumerate(zip(spatial, size, scales)):
+        dim = 2 + i
+        if mode == "nearest":
+            out = out.index_select(dim, _nearest_index(n_in, n_out, scale, input.device))
+        else:
+            m = _interpolation_matrix(n_in, n_out, scale, bool(align_corners), input.dtype,
+                                      input.device)
+            out = (out.movedim(dim, -1) @ m.T).movedim(-1, dim)
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r², H, W) -> (*, C, H r, W r): a reshape and a permute."""
+    r = upscale_factor
+    if input.dim() < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
+                           f"got input with {input.dim()} dimension(s)")
+    *lead, c, h, w = input.shape
+    if r <= 0:
+        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
+                           f"divisible by the square of upscale_factor, but input.size(-3)={c}"
+                           f" is not divisible by {r * r}")
+    k = len(lead)
+    out = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
+    out = out.permute(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
+    return out.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H r, W r) -> (*, C r², H, W): the inverse of ``pixel_shuffle``."""
+    r = downscale_factor
+    if input.dim() < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, "
+                           f"but got input with {input.dim()} dimension(s)")
+    *lead, c, h, w = input.shape
+    if r <= 0:
+        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    if h % r:
+        raise RuntimeError(f"pixel_unshuffle expects height to be divisible by "
+                           f"downscale_factor, but input.size(-2)={h} is not divisible by {r}")
+    if w % r:
+        raise RuntimeError(f"pixel_unshuffle expects width to be divisible by "
+                           f"downscale_factor, but input.size(-1)={w} is not divisible by {r}")
+    k = len(lead)
+    out = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
+    out = out.permute(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
+    return out.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+
+
+# --------------------------------------------------------------------------- more losses
+
+def _legacy_reduction(size_average, reduce, reduction):
+    from microtensor.nn.modules import _reduction
+    return _reduction(size_average, reduce, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """``0.5 d² / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    d = (input - target).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(_op("where", d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """``0.5 d²`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``, optionally
+    weighted elementwise."""
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    d = (input - target).abs()
+    loss = _op("where", d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """``target (log target - input)`` pointwise (0 where target is 0), ``input`` being
+    log-probabilities; "batchmean" divides the sum by the batch size."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in ("none", "mean", "sum", "batchmean"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        # xlogy: target log target is 0 at target 0 (the clamp keeps its gradient finite)
+        tiny = 1e-300 if target.dtype == _float64() else 1e-38
+        loss = target * target.clamp(min=tiny).log() - target * input
+    if reduction == "batchmean":
+        return loss.sum() / input.shape[0] if input.dim() else loss.sum()
+    return _reduce(loss, reduction)
+
+
+def _float64():
+    import microtensor
+    return microtensor.float64
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
+                        reduction="mean"):
+    """``max(0, -target (input1 - input2) + margin)``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input1.dim() != input2.dim() or input1.dim() != target.dim():
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same "
+                           f"dimension but got sizes: input1: {input1.shape}, input2: "
+                           f"{input2.shape}, target: {target.shape} ")
+    return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
+                          reduction="mean"):
+    """``1 - cos(x1, x2)`` where target is 1, ``max(0, cos - margin)`` where it is -1
+    (PyTorch's cosine, with 1e-12 added to each squared norm)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input1.dim() not in (1, 2) or input1.shape != input2.shape:
+        raise RuntimeError(f"cosine_embedding_loss: expected inputs of the same 1-D or 2-D "
+                           f"shape, got {list(input1.shape)} and {list(input2.shape)}")
+    eps = 1e-12
+    dot = (input1 * input2).sum(-1)
+    denom = (((input1 * input1).sum(-1) + eps) * ((input2 * input2).sum(-1) + eps)).sqrt()
+    cos = dot / denom
+    loss = _op("where", target == 1, 1 - cos, 0.0 * cos) + \
+        _op("where", target == -1, (cos - margin).clamp(min=0), 0.0 * cos)
+    return _reduce(loss, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
+                     reduce=None, reduction="mean"):
+    """``exp(input) - target input`` (or ``input - target log(input + eps)``), plus
+    Stirling's term for targets above 1 when ``full``."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        safe = target.clamp(min=1.0)   # the term is 0 where target <= 1
+        stirling = safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log()
+        loss = loss + stirling.masked_fill(target <= 1, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """``0.5 (log var + (input - target)² / var)`` (+ ``0.5 log 2π`` when ``full``), var
+    clamped at ``eps`` for the value only, as PyTorch does."""
+    from microtensor._C.tensor import TensorBase
+    if not isinstance(var, TensorBase):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = input.new_full(tuple(input.shape), float(var))
+    if tuple(var.shape) != tuple(input.shape):
+        if tuple(input.shape[:-1]) == tuple(var.shape):
+            var = var.unsqueeze(-1)
+        # broadcastable with a single mismatched dim of size 1 (homoscedastic there)
+        elif not (input.dim() == var.dim() and
+                  sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not valid")
+    var = var + (var.clamp(min=eps) - var).detach()   # clamped value, identity gradient
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The ``p``-norm of ``x1 - x2 + eps`` over the last dim."""
+    return (x1 - x2 + eps).norm(p, -1, keepdim)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
+                        size_average=None, reduce=None, reduction="mean"):
+    """``max(0, margin + d(anchor, positive) - d(anchor, negative))``; with ``swap``, the
+    negative's distance is the smaller of its distances to anchor and positive."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    dims = (anchor.dim(), positive.dim(), negative.dim())
+    if len(set(dims)) != 1:
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have "
+                           f"the same number of dimensions, but got: anchor {dims[0]}D, "
+                           f"positive {dims[1]}D, and negative {dims[2]}D inputs")
+    if margin <= 0:
+        raise ValueError(f"TripletMarginLoss: expected margin to be greater than 0, got "
+                         f"{margin} instead")
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = _op("minimum", d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce((margin + d_pos - d_neg).clamp(min=0), reduction)

@@ -1,0 +1,150 @@
+"""Layout: ``pad`` (constant, reflect, replicate and circular modes) as one op.
+
+Constant padding is ``np.pad`` after cropping negative pads; the other modes gather each
+padded dim's source positions with one ``take`` per dim.  Padding is linear, so its
+derivative is its adjoint: for constant mode a crop, i.e. ``pad`` with the pads negated;
+for the other modes ``_pad_backward``, which sums each padded position's gradient back
+onto its source (one ``add.at`` per dim), and whose own derivative is ``pad`` again: both
+are differentiable to any order.  Their batching rule is in ``vmap.rules_layout``.
+"""
+import numpy as np
+
+from microtensor.ops.loops import array_module, from_numpy_result, update_at
+from microtensor.ops.registry import Sample, op
+
+MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def check_pad(shape, pad, mode, value):
+    """PyTorch's checks of ``pad``'s arguments against an input of ``shape``."""
+    if mode not in MODES:
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    k = len(pad) // 2
+    if k > len(shape):
+        raise RuntimeError(f"Padding length should be less than or equal to two times the "
+                           f"input dimension but got padding length {len(pad)} and input of "
+                           f"dimension {len(shape)}")
+    if mode == "constant":
+        for i in range(k):
+            if shape[-1 - i] + pad[2 * i] + pad[2 * i + 1] < 0:
+                raise RuntimeError("narrow(): length must be non-negative.")
+        return
+    if value is not None and value != 0:
+        raise RuntimeError(f"Padding mode \"{mode}\" doesn't take in value argument.")
+    if k not in (1, 2, 3) or len(shape) not in (k + 1, k + 2):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {len(shape)}D input tensor.\n"
+            "Supported combinations for non-constant padding:\n"
+            "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+            "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+            "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    for i in range(k):
+        n, lo, hi = shape[-1 - i], pad[2 * i], pad[2 * i + 1]
+        if lo < 0 or hi < 0:
+            raise RuntimeError(f"{mode} padding: negative pads are not supported, got "
+                               f"padding ({lo}, {hi})")
+        if mode == "reflect" and (lo >= n or hi >= n):
+            raise RuntimeError(f"Argument #4: Padding size should be less than the "
+                               f"corresponding input dimension, but got: padding ({lo}, {hi}) "
+                               f"at dimension {len(shape) - 1 - i} of input {list(shape)}")
+        if mode == "circular" and (lo > n or hi > n):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if n == 0:
+            raise RuntimeError(f"{mode} padding: input dimension {len(shape) - 1 - i} is "
+                               f"empty")
+
+
+def source_index(xp, n, lo, hi, mode):
+    """For each position of a dim of size ``n`` padded by ``(lo, hi)``: the input position
+    it copies."""
+    j = xp.arange(-lo, n + hi)
+    if mode == "replicate":
+        return xp.clip(j, 0, n - 1)
+    if mode == "circular":
+        return j % n
+    j = xp.abs(j)                            # reflect: mirror at 0, then at n - 1
+    return xp.where(j > n - 1, 2 * (n - 1) - j, j)
+
+
+def _pad_args(pad):
+    return tuple(int(p) for p in pad)
+
+
+def _pad_samples(make):
+    return [Sample(make(2, 3, 4), (1, 2)),
+            Sample(make(2, 3, 4), (1, -1, 0, 2), value=1.5),
+            Sample(make(2, 3, 4), (2, 1, 1, 0, 1, 1)),
+            Sample(make(2, 3, 4), (2, 3), "reflect"),
+            Sample(make(1, 2, 3, 4), (1, 2, 2, 0), "reflect"),
+            Sample(make(2, 3, 4), (4, 1), "replicate"),
+            Sample(make(2, 2, 3, 3), (1, 0, 2, 1), "replicate"),
+            Sample(make(1, 2, 2, 3, 3), (1, 1, 0, 2, 1, 1), "replicate"),
+            Sample(make(2, 3, 4), (4, 2), "circular"),
+            Sample(make(2, 3, 3), (1, 2, 3, 0), "circular")]
+
+
+@op(method=False, function=False, samples=_pad_samples)
+def pad(self, pad, mode="constant", value=None):
+    """``self`` padded on its last ``len(pad) // 2`` dims, ``pad`` listing (before,
+    after) from the last dim backwards; constant pads may be negative (a crop)."""
+    pad = _pad_args(pad)
+    check_pad(self._sizes, pad, mode, value)
+    arr = self._array()
+    xp = array_module(arr)
+    ndim = arr.ndim
+    if mode == "constant":
+        crops, widths = [slice(None)] * ndim, [(0, 0)] * ndim
+        for i in range(len(pad) // 2):
+            d, lo, hi = ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
+            crops[d] = slice(max(-lo, 0), arr.shape[d] - max(-hi, 0))
+            widths[d] = (max(lo, 0), max(hi, 0))
+        out = xp.pad(arr[tuple(crops)], widths, constant_values=0 if value is None else value)
+    else:
+        out = arr
+        for i in range(len(pad) // 2):
+            d = ndim - 1 - i
+            out = xp.take(out, source_index(xp, arr.shape[d], pad[2 * i], pad[2 * i + 1],
+                                            mode), axis=d)
+    return from_numpy_result(out, self._dtype)
+
+
+@pad.def_derivative
+def pad(grad, self_shape, pad, mode):
+    # ``pad`` the argument shadows ``pad`` the op here
+    if mode == "constant":
+        return globals()["pad"](grad, tuple(-p for p in _pad_args(pad))),
+    return _pad_backward(grad, self_shape, pad, mode),
+
+
+def _backward_samples(make):
+    return [Sample(make(2, 3, 9), (2, 3, 4), (2, 3), "reflect"),
+            Sample(make(2, 6, 4), (2, 3, 3), (1, 0, 2, 1), "replicate"),
+            Sample(make(1, 2, 4, 5, 6), (1, 2, 3, 4, 5), (0, 1, 1, 0, 1, 0), "circular")]
+
+
+@op(inputs=("grad",), method=False, function=False, samples=_backward_samples)
+def _pad_backward(grad, self_shape, pad, mode):
+    """The adjoint of non-constant ``pad``: each padded position's gradient summed onto
+    the input position it copies, for an input of ``self_shape``."""
+    pad, shape = _pad_args(pad), tuple(self_shape)
+    check_pad(shape, pad, mode, None)
+    out = grad._array()
+    xp = array_module(out)
+    for i in range(len(pad) // 2):
+        d = len(shape) - 1 - i
+        front = xp.moveaxis(out, d, 0)
+        summed = xp.zeros((shape[d],) + front.shape[1:], dtype=out.dtype)
+        update_at("add", summed, source_index(xp, shape[d], pad[2 * i], pad[2 * i + 1], mode),
+                  front)
+        out = xp.moveaxis(summed, 0, d)
+    return from_numpy_result(out, grad._dtype)
+
+
+@_pad_backward.def_derivative
+def _pad_backward(grad, pad, mode):
+    return globals()["pad"](grad, pad, mode),
+
+
+__all__ = ["check_pad", "pad"]
