@@ -15,7 +15,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.tensor import float32, float64
-from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 
 
@@ -53,7 +53,8 @@ def check_matrix(A, fn, square=True):
 
 
 def _array(t):
-    return np.asarray(t._array())
+    # NumPy's linalg functions reach CuPy's through __array_function__: no conversion here
+    return t._array()
 
 
 def _result(arr, like):
@@ -282,7 +283,8 @@ def linalg_qr(A, mode="reduced"):
                            "'reduced' (default), 'r', or 'complete'")
     a = _array(A)
     if mode == "r":
-        return _result(np.empty((0,), a.dtype), A), _result(np.linalg.qr(a, mode="r"), A)
+        empty = array_module(a).empty((0,), a.dtype)
+        return _result(empty, A), _result(np.linalg.qr(a, mode="r"), A)
     q, r = np.linalg.qr(a, mode=mode)
     return _result(q, A), _result(r, A)
 
