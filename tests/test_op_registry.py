@@ -31,6 +31,10 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 # test_every_op_has_samples; give it samples instead of growing this list.
 OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
+# Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
+# shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
+GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd"}
+
 
 # ------------------------------------------------------------------ collecting samples
 
@@ -156,7 +160,7 @@ def test_forward_matches_torch(name, index):
             op(*args, **kwargs)
         return
     result = op(*args, **kwargs)
-    compare_values = not op.random and "empty" not in name
+    compare_values = not op.random and "empty" not in name and name not in GAUGE_DEPENDENT
     _assert_matches_torch(result, expected, compare_values)
     if _is_inplace(op):
         assert result is args[0], "an in-place op returns self"

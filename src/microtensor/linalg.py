@@ -1,8 +1,18 @@
-"""``microtensor.linalg``: PyTorch's linear-algebra namespace, as far as microtensor goes
-(the vector norm)."""
+"""``microtensor.linalg``: PyTorch's linear-algebra namespace.
+
+The decompositions and solvers are ops of ``ops.linalg_decomp`` (NumPy's LAPACK, batched
+over leading dims); the norms, ``svdvals``, ``eigvalsh``, ``pinv`` and ``lstsq`` are
+written with them, so their derivatives and batching rules are those ops'.
+"""
+import math
 import numbers
 
+from microtensor.ops import linalg_decomp as _decomp
+from microtensor.ops.linalg_decomp import LinAlgError, check_matrix as _check_matrix
 from microtensor.ops.reduction import norm as _norm
+
+LstsqResult = _decomp._named("linalg_lstsq", ("solution", "residuals", "rank",
+                                              "singular_values"))
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
@@ -14,4 +24,157 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _norm(x, ord, dim, keepdim, dtype)
 
 
-__all__ = ["vector_norm"]
+def inv(A):
+    """The inverse of each square matrix of ``A``; a singular one raises LinAlgError."""
+    return _decomp.linalg_inv(A)
+
+
+def det(A):
+    return _decomp.linalg_det(A)
+
+
+def slogdet(A):
+    """``(sign, logabsdet)`` of the determinant of each square matrix of ``A``."""
+    return _decomp.SlogdetResult(*_decomp.linalg_slogdet(A))
+
+
+def solve(A, B, *, left=True):
+    """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
+    return _decomp.linalg_solve(A, B, left=left)
+
+
+def cholesky(A, *, upper=False):
+    return _decomp.linalg_cholesky(A, upper=upper)
+
+
+def qr(A, mode="reduced"):
+    return _decomp.QRResult(*_decomp.linalg_qr(A, mode))
+
+
+def svd(A, full_matrices=True):
+    return _decomp.SVDResult(*_decomp.linalg_svd(A, full_matrices))
+
+
+def svdvals(A):
+    """The singular values of each matrix of ``A``, descending."""
+    return _decomp.linalg_svd(A, False)[1]
+
+
+def eigh(A, UPLO="L"):
+    return _decomp.EighResult(*_decomp.linalg_eigh(A, UPLO))
+
+
+def eigvalsh(A, UPLO="L"):
+    return _decomp.linalg_eigh(A, UPLO)[0]
+
+
+def _dims2(dim, ndim):
+    if not isinstance(dim, (tuple, list)) or len(dim) != 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {dim}")
+    d0, d1 = (d % ndim if -ndim <= d < ndim else d for d in dim)
+    if d0 == d1:
+        raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, "
+                           f"{dim[1]})")
+    return d0, d1
+
+
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
+    """The matrix ``ord``-norm of ``A`` over the two dims ``dim``: 'fro', 'nuc', inf,
+    -inf, 1, -1, 2, -2."""
+    if A.dim() < 2:
+        raise RuntimeError(f"linalg.matrix_norm: The input tensor A must have at least 2 "
+                           f"dimensions.")
+    d0, d1 = _dims2(dim, A.dim())
+    if dtype is not None:
+        A = A.to(dtype)
+    if ord == "fro":
+        return vector_norm(A, 2, (d0, d1), keepdim)
+    if ord not in ("nuc", math.inf, -math.inf, 1, -1, 2, -2) or isinstance(ord, bool):
+        raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    if ord in ("nuc", 2, -2):
+        s = svdvals(A.movedim((d0, d1), (-2, -1)))
+        value = s.sum(-1) if ord == "nuc" else (s.amax(-1) if ord == 2 else s.amin(-1))
+        if keepdim:
+            value = value.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1))
+        return value
+    # 1 / inf: largest column / row sum of absolute values (-1 / -inf: smallest)
+    summed, other = (d0, d1) if abs(ord) == 1 else (d1, d0)
+    sums = A.abs().sum(summed, keepdim=True)
+    value = sums.amax(other, keepdim=True) if ord > 0 else sums.amin(other, keepdim=True)
+    return value if keepdim else value.squeeze((d0, d1))
+
+
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
+    """``vector_norm`` or ``matrix_norm`` as ``torch.linalg.norm`` dispatches: a 2-tuple
+    ``dim`` or a string ``ord`` (or ``ord`` given with a 2-D input and no ``dim``) is a
+    matrix norm; ``ord=None`` is the 2-norm of the flattened input (Frobenius)."""
+    if dim is not None and isinstance(dim, int):
+        dim = (dim,)
+    if isinstance(ord, str) or (ord is not None and dim is None and A.dim() == 2) or \
+            (dim is not None and len(dim) == 2 and ord is not None):
+        if ord is not None and dim is None and A.dim() != 2:
+            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input "
+                               f"must be 1D or 2D. Got {A.dim()}D.")
+        return matrix_norm(A, ord, (-2, -1) if dim is None else dim, keepdim, dtype=dtype)
+    if ord is not None and dim is None and A.dim() != 1:
+        raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must "
+                           f"be 1D or 2D. Got {A.dim()}D.")
+    return vector_norm(A, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
+
+def pinv(A, *, atol=None, rtol=None, hermitian=False):
+    """The pseudo-inverse: singular values (or absolute eigenvalues, ``hermitian``) at or
+    below ``max(atol, rtol * largest)`` are treated as zero; with neither tolerance given,
+    ``rtol`` is ``eps * max(m, n)``."""
+    _check_matrix(A, "linalg.pinv", square=hermitian)
+    if rtol is None:
+        rtol = 0.0 if atol is not None and atol > 0 else \
+            _eps(A) * max(A.shape[-2], A.shape[-1])
+    atol = 0.0 if atol is None else atol
+    if hermitian:
+        L, V = eigh(A)
+        magnitude = L.abs()
+        cutoff = _cutoff(magnitude.amax(-1, keepdim=True), atol, rtol)
+        keep = magnitude > cutoff
+        inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
+        return (V * inverse.unsqueeze(-2)) @ V.mT
+    U, S, Vh = svd(A, full_matrices=False)
+    cutoff = _cutoff(S.amax(-1, keepdim=True) if S.shape[-1] else S, atol, rtol)
+    keep = S > cutoff
+    inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
+    return (Vh.mT * inverse.unsqueeze(-2)) @ U.mT
+
+
+def _eps(A):
+    import numpy as np
+    return float(np.finfo(A.dtype.np).eps)
+
+
+def _cutoff(largest, atol, rtol):
+    return (largest * rtol).clamp_min(atol)
+
+
+def lstsq(A, B, rcond=None, *, driver=None):
+    """The least-squares solution of ``A @ X = B`` (``solution``; ``residuals``, ``rank``
+    and ``singular_values`` are empty, as PyTorch's default 'gelsy' driver on CPU leaves
+    the residuals and singular values).  ``driver`` is accepted and ignored: the
+    solution is computed through the pseudo-inverse (full-rank inputs give the same
+    solution as every driver)."""
+    _check_matrix(A, "linalg.lstsq", square=False)
+    if driver is not None and driver not in ("gels", "gelsy", "gelsd", "gelss"):
+        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of "
+                           f"(gels, gelsy, gelsd, gelss), but got {driver}")
+    vector = B.dim() == A.dim() - 1
+    rhs = B.unsqueeze(-1) if vector else B
+    if rhs.shape[-2] != A.shape[-2]:
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    solution = pinv(A, rtol=rcond) @ rhs
+    if vector:
+        solution = solution.squeeze(-1)
+    empty = A.new_empty((0,))
+    return LstsqResult(solution, empty, A.new_empty((0,)).long(), empty)
+
+
+__all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "det", "slogdet",
+           "solve", "cholesky", "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "lstsq"]

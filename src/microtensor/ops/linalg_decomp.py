@@ -1,0 +1,377 @@
+"""Matrix decompositions and solvers of ``torch.linalg``: ``linalg_inv``, ``linalg_det``,
+``linalg_slogdet``, ``linalg_solve``, ``linalg_cholesky``, ``linalg_qr``, ``linalg_svd``,
+``linalg_eigh``.
+
+Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call.
+Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
+are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
+gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
+only; their derivatives are those of that function (PyTorch's symmetric gradient folded
+onto the triangle read), so that they agree with finite differences on any input and with
+PyTorch's along every symmetric direction.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from microtensor._C.tensor import float32, float64
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.registry import Sample, op
+
+
+class LinAlgError(RuntimeError):
+    """A linear-algebra routine failed on its input (as ``torch.linalg.LinAlgError``)."""
+
+
+LinAlgError.__module__ = "microtensor.linalg"
+
+
+def _named(name, fields):
+    t = namedtuple(name, fields)
+    t.__module__ = "microtensor.return_types"
+    return t
+
+
+SlogdetResult = _named("linalg_slogdet", ("sign", "logabsdet"))
+QRResult = _named("linalg_qr", ("Q", "R"))
+SVDResult = _named("linalg_svd", ("U", "S", "Vh"))
+EighResult = _named("linalg_eigh", ("eigenvalues", "eigenvectors"))
+
+
+# --------------------------------------------------------------------------- checks
+
+def check_matrix(A, fn, square=True):
+    """PyTorch's checks of a (batch of) matrix argument: floating dtype, 2+ dims, square."""
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    if A._dtype not in (float32, float64):
+        raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. "
+                           f"Got {_type_name(A._dtype)}")
+    if square and A._sizes[-1] != A._sizes[-2]:
+        raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
+                           f"{A._sizes[-2]} by {A._sizes[-1]} matrices")
+
+
+def _array(t):
+    # NumPy's linalg functions reach CuPy's through __array_function__: no conversion here
+    return t._array()
+
+
+def _result(arr, like):
+    return from_numpy_result(arr, like._dtype)
+
+
+def _lapack(fn, call, *arrays):
+    """``call(*arrays)`` with NumPy's LinAlgError as ours (PyTorch's message)."""
+    try:
+        return call(*arrays)
+    except np.linalg.LinAlgError as e:
+        if "definite" in str(e):
+            raise LinAlgError(f"{fn}: The factorization could not be completed because the "
+                              "input is not positive-definite.") from None
+        # NumPy does not say which pivot vanished (PyTorch names it): the message leaves
+        # the number out rather than guess it
+        raise LinAlgError(f"{fn}: A diagonal element is zero, the inversion could not be "
+                          "completed because the input matrix is singular.") from None
+
+
+def _eye_like(t, n):
+    from microtensor.ops.factory import eye
+    return eye(n, dtype=t.dtype, device=t.device)
+
+
+def _diag_embed(v):
+    return v.unsqueeze(-1) * _eye_like(v, v.shape[-1])
+
+
+def _fold_lower(G):
+    """The gradient of a function of the lower triangle read as a symmetric matrix, from
+    the symmetric gradient ``G``: off-diagonal entries count twice."""
+    return (G + G.mT).tril(-1) + _diag_embed(G.diagonal(0, -2, -1))
+
+
+def _fold(G, upper):
+    return _fold_lower(G.mT).mT if upper else _fold_lower(G)
+
+
+def _spd(make, *batch, n=3):
+    B = make(*batch, n, n)
+    return (B @ B.mT + _eye_like(B, n) * n).detach()
+
+
+def _square_samples(make):
+    return [Sample(_spd(make) - make(3, 3) * 0.5), Sample(_spd(make, 2) + make(2, 3, 3) * 0.3),
+            Sample(_spd(make, n=1))]
+
+
+# --------------------------------------------------------------------------- inv, det
+
+@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+def linalg_inv(A):
+    """The inverse of each square matrix of ``A``."""
+    check_matrix(A, "linalg.inv")
+    return _result(_lapack("linalg.inv", np.linalg.inv, _array(A)), A)
+
+
+@linalg_inv.def_derivative
+def linalg_inv(grad, result):
+    return -(result.mT @ grad @ result.mT),
+
+
+@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+def linalg_det(A):
+    """The determinant of each square matrix of ``A``."""
+    check_matrix(A, "linalg.det")
+    return _result(np.linalg.det(_array(A)), A)
+
+
+@linalg_det.def_derivative
+def linalg_det(grad, A, result):
+    return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT,
+
+
+@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+def linalg_slogdet(A):
+    """``(sign, logabsdet)`` of each square matrix of ``A``."""
+    check_matrix(A, "linalg.slogdet")
+    sign, logabsdet = np.linalg.slogdet(_array(A))
+    return _result(sign, A), _result(logabsdet, A)
+
+
+@linalg_slogdet.def_derivative
+def linalg_slogdet(grad, A):
+    # the sign is piecewise constant: only logabsdet carries a gradient
+    g = grad[1]
+    if g is None:
+        return None,
+    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT,
+
+
+# --------------------------------------------------------------------------- solve
+
+def _vector_rhs(A, B):
+    """Whether ``B`` is a (batch of) vector(s), as PyTorch decides."""
+    return B.dim() == 1 or (B.dim() == A.dim() - 1 and B._sizes == A._sizes[:-1])
+
+
+def _solve_samples(make):
+    return [Sample(_square_samples(make)[0].args[0], make(3, 2)),
+            Sample(_square_samples(make)[1].args[0], make(2, 3, 1)),
+            Sample(_square_samples(make)[1].args[0], make(2, 3)),
+            Sample(_square_samples(make)[0].args[0], make(3))]
+
+
+@op(inputs=("A", "B"), method=False, function=False, samples=_solve_samples)
+def linalg_solve(A, B, *, left=True):
+    """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
+    check_matrix(A, "linalg.solve")
+    if A._dtype is not B._dtype:
+        raise RuntimeError(f"linalg.solve: Expected A and B to have the same dtype, but "
+                           f"found A of type {_type_name(A._dtype)} and B of type "
+                           f"{_type_name(B._dtype)} instead")
+    a, b = _array(A), _array(B)
+    if not left:
+        a, b = np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)
+    vector = _vector_rhs(A, B)
+    if vector:
+        b = b[..., None]
+    if b.shape[-2] != a.shape[-1]:
+        raise RuntimeError(f"linalg.solve: Incompatible shapes of A and B for the equation "
+                           f"{'AX = B' if left else 'XA = B'} ({a.shape[-2]}x{a.shape[-1]} "
+                           f"and {b.shape[-2]}x{b.shape[-1]})")
+    x = _lapack("linalg.solve", np.linalg.solve, a, b)
+    if vector:
+        x = x[..., 0]
+    elif not left:
+        x = np.swapaxes(x, -1, -2)
+    return _result(x, A)
+
+
+@linalg_solve.def_derivative
+def linalg_solve(grad, A, B, left, result):
+    vector = _vector_rhs(A, B)
+    X, g = (result.unsqueeze(-1), grad.unsqueeze(-1)) if vector else (result, grad)
+    if left:
+        gB = linalg_solve(A.mT, g)
+        gA = -(gB @ X.mT)
+    else:
+        gB = linalg_solve(A.mT, g, left=False)
+        gA = -(X.mT @ gB)
+    return gA, gB.squeeze(-1) if vector else gB
+
+
+# --------------------------------------------------------------------------- cholesky
+
+def _spd_samples(make):
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), upper=True)]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_spd_samples)
+def linalg_cholesky(A, *, upper=False):
+    """The Cholesky factor (lower, or upper with ``upper=True``) of each symmetric
+    positive-definite matrix of ``A``; only the lower triangle is read."""
+    check_matrix(A, "linalg.cholesky")
+    a = _array(A)
+    L = _lapack("linalg.cholesky", np.linalg.cholesky, np.tril(a) + np.swapaxes(
+        np.tril(a, -1), -1, -2))
+    return _result(np.swapaxes(L, -1, -2) if upper else L, A)
+
+
+@linalg_cholesky.def_derivative
+def linalg_cholesky(grad, upper, result):
+    L, gL = (result.mT, grad.mT) if upper else (result, grad)
+    gA = (L.mT @ gL).tril()
+    gA = 0.5 * (gA + gA.tril(-1).mT)
+    gA = linalg_solve(L.mT, gA)
+    gA = linalg_solve(L, gA, left=False)
+    return _fold_lower(gA),
+
+
+# --------------------------------------------------------------------------- eigh
+
+def _eigh_samples(make):
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), UPLO="U")]
+
+
+def _check_uplo(UPLO):
+    if UPLO not in ("L", "U"):
+        raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
+
+
+@op(inputs=("A",), method=False, function=False, samples=_eigh_samples)
+def linalg_eigh(A, UPLO="L"):
+    """Eigenvalues (ascending) and eigenvectors of each symmetric matrix of ``A``, read
+    from its ``UPLO`` triangle."""
+    check_matrix(A, "linalg.eigh")
+    _check_uplo(UPLO)
+    w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
+    return _result(w, A), _result(v, A)
+
+
+@linalg_eigh.def_derivative
+def linalg_eigh(grad, UPLO, result0, result1):
+    gL, gV = grad
+    L, V = result0, result1
+    n = L.shape[-1]
+    if gV is None:
+        inner = _diag_embed(gL)
+    else:
+        VhgV = V.mT @ gV
+        VhgV = 0.5 * (VhgV - VhgV.mT)
+        eye = _eye_like(L, n)
+        E = L.unsqueeze(-2) - L.unsqueeze(-1) + eye
+        inner = VhgV / E * (1 - eye)
+        if gL is not None:
+            inner = inner + _diag_embed(gL)
+    return _fold(V @ inner @ V.mT, UPLO == "U"),
+
+
+# --------------------------------------------------------------------------- qr
+
+def _qr_samples(make):
+    # mode="r" has no derivative (tests/test_linalg_ops.py covers it)
+    return [Sample(make(4, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3), mode="complete")]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_qr_samples)
+def linalg_qr(A, mode="reduced"):
+    """``Q, R`` of each matrix of ``A`` (``mode``: 'reduced', 'complete' or 'r', where Q
+    is empty)."""
+    check_matrix(A, "linalg.qr", square=False)
+    if mode not in ("reduced", "complete", "r"):
+        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of "
+                           "'reduced' (default), 'r', or 'complete'")
+    a = _array(A)
+    if mode == "r":
+        empty = array_module(a).empty((0,), a.dtype)
+        return _result(empty, A), _result(np.linalg.qr(a, mode="r"), A)
+    q, r = np.linalg.qr(a, mode=mode)
+    return _result(q, A), _result(r, A)
+
+
+@linalg_qr.def_derivative
+def linalg_qr(grad, A_shape, mode, result0, result1):
+    gQ, gR = grad
+    Q, R = result0, result1
+    m, n = A_shape[-2], A_shape[-1]
+    if mode == "r":
+        raise RuntimeError("The derivative of linalg.qr depends on Q, which is not computed "
+                           "when mode='r'. Please use linalg.qr(A, mode='reduced') if you "
+                           "are going to differentiate through linalg.qr.")
+    if mode == "complete" and m > n:
+        raise RuntimeError("The QR decomposition is not differentiable when mode='complete' "
+                           "and nrows > ncols.")
+    if m < n:
+        raise NotImplementedError("linalg.qr: the derivative for more columns than rows is "
+                                  "not implemented")
+    if gQ is None:
+        M = gR @ R.mT
+    elif gR is None:
+        M = -(Q.mT @ gQ)
+    else:
+        M = gR @ R.mT - Q.mT @ gQ
+    M = M.triu()
+    gA = Q @ (M + M.mT - _diag_embed(M.diagonal(0, -2, -1)))
+    if gQ is not None:
+        gA = gA + gQ
+    return linalg_solve(R.mT, gA, left=False),
+
+
+# --------------------------------------------------------------------------- svd
+
+def _svd_samples(make):
+    return [Sample(make(4, 3), full_matrices=False), Sample(make(2, 3, 3)),
+            Sample(make(2, 4), full_matrices=False), Sample(make(3, 2), full_matrices=False)]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_svd_samples)
+def linalg_svd(A, full_matrices=True):
+    """``U, S, Vh`` of each matrix of ``A`` (S descending)."""
+    check_matrix(A, "linalg.svd", square=False)
+    u, s, vh = _lapack("linalg.svd", np.linalg.svd, _array(A), full_matrices)
+    return _result(u, A), _result(s, A), _result(vh, A)
+
+
+@linalg_svd.def_derivative
+def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
+    gU, gS, gVh = grad
+    U, S, Vh = result0, result1, result2
+    m, n = A_shape[-2], A_shape[-1]
+    k = min(m, n)
+    if full_matrices and m != n:
+        # the extra columns of U (rows of Vh) are not determined by A: left out, as PyTorch
+        U, Vh = U[..., :k], Vh[..., :k, :]
+        gU = None if gU is None else gU[..., :k]
+        gVh = None if gVh is None else gVh[..., :k, :]
+    if gU is None and gVh is None:
+        return U @ (gS.unsqueeze(-1) * Vh),
+    eye = _eye_like(S, k)
+    S2 = S * S
+    E = S2.unsqueeze(-2) - S2.unsqueeze(-1) + eye
+    inner = None
+    if gU is not None:
+        UhgU = U.mT @ gU
+        inner = (UhgU - UhgU.mT) * S.unsqueeze(-2)
+    if gVh is not None:
+        V, gV = Vh.mT, gVh.mT
+        VhgV = V.mT @ gV
+        term = S.unsqueeze(-1) * (VhgV - VhgV.mT)
+        inner = term if inner is None else inner + term
+    gA = inner / E * (1 - eye)
+    if gS is not None:
+        gA = gA + _diag_embed(gS)
+    if m > n and gU is not None:
+        gA = U @ gA
+        gUSinv = gU / S.unsqueeze(-2)
+        gA = (gA + gUSinv - U @ (U.mT @ gUSinv)) @ Vh
+    elif m < n and gVh is not None:
+        gA = gA @ Vh
+        gVSinv = gVh.mT / S.unsqueeze(-2)
+        gA = U @ (gA + gVSinv.mT - (gVSinv.mT @ Vh.mT) @ Vh)
+    else:
+        gA = U @ gA @ Vh
+    return gA,
+
+
+__all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",
+           "linalg_cholesky", "linalg_eigh", "linalg_qr", "linalg_svd", "check_matrix"]
