@@ -1,6 +1,5 @@
 """Every op of microtensor, declared once (see ``registry``).  Importing this package
 registers them all."""
-from microtensor.ops import (activation, conv, copy, factory, indexing, linalg,  # noqa: F401
 from microtensor.ops import (activation, conv, copy, factory, indexing, layout,  # noqa: F401
                              linalg, linalg_decomp, loss, norm, pointwise, pooling,
                              reduction, shape, view)
