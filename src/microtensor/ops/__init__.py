@@ -2,7 +2,7 @@
 registers them all."""
 from microtensor.ops import (activation, conv, copy, factory, indexing, layout,  # noqa: F401
                              linalg, linalg_decomp, loss, norm, pointwise, pooling,
-                             reduction, shape, view)
+                             reduction, selection, shape, view)
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

@@ -1,0 +1,373 @@
+"""Sorting and selection along one dim: ``sort``, ``argsort``, ``topk``, ``kthvalue``,
+``median``, ``mode``, ``cummax``/``cummin`` and ``cumprod``.
+
+Kernels sort with NumPy's stable sort along the dim (NaN sorts as the largest value, as in
+PyTorch).  The ops returning ``(values, indices)`` are a kernel op returning a plain tuple
+(what autograd records) and a composite that names the fields as
+``torch.return_types``.  Their derivatives put the gradient of each value at the index it
+was taken from (``scatter_add``), so they only save the indices, as PyTorch does.  Every
+kernel op has ``family="reduction"``: vmap shifts ``dim`` past the batch dim.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from microtensor._C import meta
+from microtensor._C.tensor import int64
+from microtensor.ops.factory import tensor
+from microtensor.ops.loops import array_module, dims_of, new_result
+from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
+                                       _check_reducible, _fresh, _integer_to_int64)
+from microtensor.ops.registry import Sample, op
+
+
+def _return_type(name):
+    """A ``(values, indices)`` named tuple printed as ``microtensor.return_types.<name>``."""
+    t = type(name, (_ValuesIndices, namedtuple(name, ("values", "indices"))), {"__slots__": ()})
+    t.__module__ = "microtensor.return_types"
+    return t
+
+
+ReturnSort, ReturnTopk, ReturnKthvalue, ReturnMedian, ReturnMode, ReturnCummax, \
+    ReturnCummin = map(_return_type, ("sort", "topk", "kthvalue", "median", "mode", "cummax",
+                                      "cummin"))
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _stable_order(arr, axis, descending):
+    """Indices sorting ``arr`` along ``axis``; equal values keep their order either way."""
+    if not descending:
+        return np.argsort(arr, axis=axis, kind="stable")
+    n = arr.shape[axis]
+    # ascending on the reversed array puts equal values last-first; reversing that
+    # gives descending order with equal values first-first
+    reversed_order = np.argsort(np.flip(arr, axis), axis=axis, kind="stable")
+    return (n - 1) - np.flip(reversed_order, axis)
+
+
+def _values_indices(self, arr, axis, order, keepdim=True):
+    """Tensors of ``arr`` taken at ``order`` along ``axis``, shaped as the 0-d input when
+    it is one, with ``axis`` dropped unless ``keepdim``."""
+    values = np.take_along_axis(arr, order, axis=axis)
+    if self.dim() == 0:
+        values, order = values.reshape(()), order.reshape(())
+    elif not keepdim:
+        values, order = values.squeeze(axis), order.squeeze(axis)
+    return _fresh(values, self._dtype), _fresh(order, int64)
+
+
+def _to_positions(grad, self_shape, dim, indices, keepdim=True):
+    """The gradient of values taken at ``indices`` along ``dim``, at those positions
+    (summed where an index repeats)."""
+    if not self_shape:
+        return grad
+    d = meta.wrap_dim(dim, len(self_shape))
+    if not keepdim:
+        grad, indices = grad.unsqueeze(d), indices.unsqueeze(d)
+    return grad.new_zeros(self_shape).scatter_add(d, indices, grad)
+
+
+def _check_k(name, k, size, dim):
+    if not 1 <= k <= size:
+        if name == "topk":
+            raise RuntimeError("selected index k out of range")
+        raise RuntimeError(f"{name}(): selected number k out of range for dimension {dim}")
+
+
+def _dim_size(self, dim):
+    d = meta.wrap_dim(dim, self.dim())
+    return d, (self._sizes[d] if self.dim() else 1)
+
+
+# --------------------------------------------------------------------------- samples
+
+def _distinct(make, *shape):
+    """A tensor of distinct values (ties make a selection's subgradient ambiguous)."""
+    n = int(np.prod(shape, dtype=np.int64))
+    values = np.random.default_rng(n).permutation(n).astype(np.float64) / 2 - n / 4
+    return tensor(values.reshape(shape))
+
+
+def _sort_samples(make):
+    return [Sample(_distinct(make, 3, 4)), Sample(_distinct(make, 3, 4), 0, True),
+            Sample(_distinct(make, 2, 3, 4), -2, descending=True),
+            Sample(_distinct(make, 4, 3).mT, 1), Sample(_distinct(make)),
+            Sample(tensor([2, 1, 2, 0, 1]), descending=True),
+            Sample(tensor([1.0, float("nan"), -1.0, 1.0]))]
+
+
+def _topk_samples(make):
+    return [Sample(_distinct(make, 3, 4), 2), Sample(_distinct(make, 3, 4), 3, 0),
+            Sample(_distinct(make, 2, 3, 4), 1, -2, largest=False),
+            Sample(_distinct(make, 5), 5), Sample(_distinct(make), 1)]
+
+
+def _kthvalue_samples(make):
+    return [Sample(_distinct(make, 3, 4), 2), Sample(_distinct(make, 3, 4), 3, 0, True),
+            Sample(_distinct(make, 2, 3, 4), 1, -2), Sample(_distinct(make), 1)]
+
+
+def _median_dim_samples(make):
+    return [Sample(_distinct(make, 3, 4), 1), Sample(_distinct(make, 3, 4), 0, True),
+            Sample(_distinct(make, 2, 3, 4), -2), Sample(_distinct(make), 0),
+            Sample(tensor([3.0, 1.0, 2.0, 1.0]), 0)]
+
+
+def _median_samples(make):
+    return [Sample(_distinct(make, 3, 4)), Sample(make(0))] + _median_dim_samples(make)
+
+
+def _mode_samples(make):
+    return [Sample(tensor([[1.0, 2, 2, 3], [3, 3, 1, 1], [0, 4, 4, 4]])),
+            Sample(tensor([[1, 2, 2], [3, 3, 1]]), 0),
+            Sample(tensor([[1.0, 2], [2, 1], [2, 5]]), 0, True), Sample(_distinct(make, 2, 3)),
+            Sample(_distinct(make))]
+
+
+def _cum_extremum_samples(make):
+    return [Sample(_distinct(make, 3, 4), 1), Sample(_distinct(make, 3, 4), 0),
+            Sample(_distinct(make, 2, 3, 4), -2), Sample(_distinct(make), 0),
+            Sample(tensor([1.0, 3.0, 3.0, 2.0, 1.0, 3.0]), 0), Sample(make(0, 3), 0)]
+
+
+def _cumprod_samples(make):
+    return [Sample(make(3, 4), 1), Sample(make(3, 4), 0), Sample(make(2, 3, 4), -2),
+            Sample(make(), 0), Sample(tensor([[2.0, 0.0, 3.0, 0.5], [0.0, 1.5, 0.0, 2.0]]), 1),
+            Sample(tensor([1, 2, 3]), 0), Sample(make(4), 0, dtype=make().dtype)]
+
+
+# --------------------------------------------------------------------------- sort
+
+@op(family="reduction", method=False, function=False, samples=_sort_samples)
+def _sort(self, dim=-1, descending=False):
+    arr, axis = _along(self, dim)
+    return _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
+
+
+@_sort.def_derivative
+def _sort(grad, self_shape, dim, result1):
+    return _to_positions(grad[0], self_shape, dim, result1),
+
+
+@op(kind="composite", samples=_sort_samples)
+def sort(self, dim=-1, descending=False, *, stable=False):
+    """``(values, indices)`` sorted along ``dim``; the sort is always stable."""
+    return ReturnSort(*_sort(self, dim, descending))
+
+
+@op(kind="composite", samples=_sort_samples)
+def argsort(self, dim=-1, descending=False, stable=False):
+    return _sort(self, dim, descending)[1]
+
+
+@op(family="reduction", method=False, function=False, samples=_topk_samples)
+def _topk(self, k, dim=-1, largest=True, sorted=True):
+    d, size = _dim_size(self, dim)
+    if not 0 <= k <= size:
+        _check_k("topk", k, size, d)
+    arr, axis = _along(self, dim)
+    order = _stable_order(arr, axis, largest)
+    return _values_indices(self, arr, axis,
+                           np.take(order, array_module(arr).arange(k), axis=axis))
+
+
+@_topk.def_derivative
+def _topk(grad, self_shape, dim, result1):
+    return _to_positions(grad[0], self_shape, dim, result1),
+
+
+@op(kind="composite", samples=_topk_samples)
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    """The ``k`` largest (or smallest) values along ``dim``, in sorted order."""
+    return ReturnTopk(*_topk(self, k, dim, largest, sorted))
+
+
+# --------------------------------------------------------------------------- kth, median, mode
+
+def _select_kth(self, k, dim, keepdim, nan_first=False):
+    """The ``k``-th (from 0) smallest along ``dim``; with ``nan_first`` a row holding NaN
+    gives its first NaN (median propagates NaN, kthvalue sorts it as the largest)."""
+    arr, axis = _along(self, dim)
+    order = np.take(np.argsort(arr, axis=axis, kind="stable"),
+                    array_module(arr).asarray([k]), axis=axis)
+    if nan_first and arr.dtype.kind == "f":
+        nans = np.isnan(arr)
+        order = np.where(nans.any(axis=axis, keepdims=True),
+                         np.argmax(nans, axis=axis, keepdims=True), order)
+    return _values_indices(self, arr, axis, order, keepdim)
+
+
+@op(family="reduction", method=False, function=False, samples=_kthvalue_samples)
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    d, size = _dim_size(self, dim)
+    _check_k("kthvalue", k, size, d)
+    return _select_kth(self, k - 1, dim, keepdim)
+
+
+@op(kind="composite", samples=_kthvalue_samples)
+def kthvalue(self, k, dim=-1, keepdim=False):
+    """The ``k``-th smallest value along ``dim`` and its index."""
+    return ReturnKthvalue(*_kthvalue(self, k, dim, keepdim))
+
+
+@op(family="reduction", method=False, function=False, samples=_median_dim_samples)
+def _median(self, dim, keepdim=False):
+    _check_reducible("median", self, dim)
+    _, size = _dim_size(self, dim)
+    return _select_kth(self, (size - 1) // 2, dim, keepdim, nan_first=True)
+
+
+def _median_all_samples(make):
+    return [Sample(_distinct(make, 3, 4)), Sample(_distinct(make)), Sample(make(0)),
+            Sample(tensor([[3.0, 1.0], [1.0, 2.0]])), Sample(_distinct(make, 2, 3, 4), (0, 2))]
+
+
+@op(family="reduction", method=False, function=False, samples=_median_all_samples)
+def _median_all(self, dim=None, keepdim=False):
+    """The lower median over ``dim`` (every dim when None), NaN where a NaN is among them:
+    ``median(input)``, and what vmap makes of it (every per-sample dim)."""
+    arr = self._array()
+    dims = dims_of(dim, arr.ndim)
+    kept = [d for d in range(arr.ndim) if d not in dims]
+    rows = np.transpose(arr, kept + list(dims)).reshape([arr.shape[d] for d in kept] + [-1])
+    if rows.shape[-1] == 0:
+        values = np.full_like(np.sum(rows, axis=-1, dtype=rows.dtype), np.nan)
+    else:
+        # NumPy sorts NaN last, so a row with NaN has it at its end
+        ordered = np.sort(rows, axis=-1)
+        values = ordered[..., (rows.shape[-1] - 1) // 2]
+        if ordered.dtype.kind == "f":
+            values = np.where(np.isnan(ordered[..., -1]), ordered[..., -1], values)
+    if keepdim:
+        values = np.expand_dims(values, dims)
+    return _fresh(values, self._dtype)
+
+
+# as PyTorch, the gradient is shared evenly by the elements equal to the median
+_median_all.def_derivative(_evenly_to_extrema)
+
+
+@op(kind="composite", samples=_median_samples)
+def median(self, dim=None, keepdim=False):
+    """The lower median of all elements, or ``(values, indices)`` along ``dim``."""
+    if dim is None:
+        return _median_all(self)
+    return ReturnMedian(*_median(self, dim, keepdim))
+
+
+def _mode_along_last(arr):
+    """Per row of a 2-D array: the most frequent value (the smallest among equally
+    frequent ones) and the index of its last occurrence."""
+    order = np.argsort(arr, axis=1, kind="stable")
+    ordered = np.take_along_axis(arr, order, axis=1)
+    xp = array_module(arr)
+    positions = np.broadcast_to(xp.arange(arr.shape[1]), arr.shape)
+    starts = np.ones_like(arr, dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    run_start = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
+    # the end of the first longest run: the smallest most frequent value; the stable
+    # sort puts its last occurrence there
+    end = np.argmax(positions - run_start, axis=1)[:, None]
+    return np.take_along_axis(ordered, end, 1)[:, 0], np.take_along_axis(order, end, 1)[:, 0]
+
+
+@op(family="reduction", method=False, function=False, samples=_mode_samples)
+def _mode(self, dim=-1, keepdim=False):
+    arr, axis = _along(self, dim)
+    moved = np.moveaxis(arr, axis, -1)
+    shape = moved.shape[:-1]
+    if moved.shape[-1] == 0:
+        raise IndexError(f"mode(): Expected reduction dim {axis} to have non-zero size.")
+    values, indices = _mode_along_last(moved.reshape(-1, moved.shape[-1]))
+    values, indices = values.reshape(shape), indices.reshape(shape)
+    if keepdim and self.dim():
+        values, indices = np.expand_dims(values, axis), np.expand_dims(indices, axis)
+    return _fresh(values, self._dtype), _fresh(indices, int64)
+
+
+@op(kind="composite", samples=_mode_samples)
+def mode(self, dim=-1, keepdim=False):
+    """The most frequent value along ``dim`` (the smallest of equally frequent ones) and
+    the index of its last occurrence."""
+    return ReturnMode(*_mode(self, dim, keepdim))
+
+
+def _selected_derivative(grad, self_shape, dim, keepdim, result1):
+    return _to_positions(grad[0], self_shape, dim, result1, keepdim),
+
+
+_kthvalue.def_derivative(_selected_derivative)
+_median.def_derivative(_selected_derivative)
+_mode.def_derivative(_selected_derivative)
+
+
+# --------------------------------------------------------------------------- cumulative
+
+def _cum_extremum(name, accumulate):
+    def kernel(self, dim):
+        meta.wrap_dim(dim, self.dim())
+        arr, axis = _along(self, dim)
+        values = accumulate(arr, axis=axis) if arr.size else arr.copy()
+        shape = [1] * arr.ndim
+        shape[axis] = arr.shape[axis]
+        positions = array_module(arr).arange(arr.shape[axis]).reshape(shape)
+        # a new running extremum (ties included, as PyTorch) moves the index forward
+        reached = (arr == values) | np.isnan(arr) if arr.dtype.kind == "f" else arr == values
+        indices = np.maximum.accumulate(np.where(reached, positions, 0), axis=axis) \
+            if arr.size else array_module(arr).zeros(arr.shape, np.int64)
+        return _fresh(values.reshape(self._sizes), self._dtype), \
+            _fresh(indices.reshape(self._sizes), int64)
+    kernel.__name__ = "_" + name
+    kernel_op = op(family="reduction", method=False, function=False,
+                   samples=_cum_extremum_samples)(kernel)
+
+    def derivative(grad, self_shape, dim, result1):
+        return _to_positions(grad[0], self_shape, dim, result1),
+    kernel_op.def_derivative(derivative)
+    return kernel_op
+
+
+_cummax = _cum_extremum("cummax", np.maximum.accumulate)
+_cummin = _cum_extremum("cummin", np.minimum.accumulate)
+
+
+@op(kind="composite", samples=_cum_extremum_samples)
+def cummax(self, dim):
+    """Running maximum along ``dim`` and the index where it was reached."""
+    return ReturnCummax(*_cummax(self, dim))
+
+
+@op(kind="composite", samples=_cum_extremum_samples)
+def cummin(self, dim):
+    """Running minimum along ``dim`` and the index where it was reached."""
+    return ReturnCummin(*_cummin(self, dim))
+
+
+@op(family="reduction", samples=_cumprod_samples)
+def cumprod(self, dim, *, dtype=None):
+    dtype = _integer_to_int64(self, dtype)
+    result = new_result(self._sizes, dtype, device=self.device)
+    arr, axis = _along(self, dim)
+    if self._numel:
+        np.cumprod(arr, axis=axis, dtype=dtype.np, out=result._array().reshape(arr.shape))
+    return result
+
+
+@cumprod.def_derivative
+def cumprod(grad, self, dim):
+    # d out_i / d x_j (j <= i) is the product of x_0..x_i without x_j: the cumulative
+    # product of x with x_j replaced by 1.  Written so, it holds where x has zeros too
+    # (dividing out by x_j would not), at the cost of an n-by-n intermediate.
+    if self.dim() == 0:
+        return grad,
+    d = meta.wrap_dim(dim, self.dim())
+    x = self.movedim(d, -1).to(grad.dtype)
+    g = grad.movedim(d, -1)
+    n = x.shape[-1]
+    rows = tensor(np.arange(n)).view(n, 1)
+    cols = tensor(np.arange(n)).view(1, n)
+    without_j = x.unsqueeze(-2).expand(*x.shape[:-1], n, n).masked_fill(rows == cols, 1.0)
+    partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
+    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d),
+
