@@ -1,6 +1,6 @@
 """Every op of microtensor, declared once (see ``registry``).  Importing this package
 registers them all."""
-from microtensor.ops import (activation, conv, copy, factory, indexing, linalg,  # noqa: F401
+from microtensor.ops import (activation, contraction, conv, copy, factory, indexing, linalg,  # noqa: F401
                              loss, norm, pointwise, pooling, reduction, shape, view)
 from microtensor.ops.registry import REGISTRY
 

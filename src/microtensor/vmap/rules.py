@@ -1247,3 +1247,4 @@ RULES["masked_select"] = fallback
 from microtensor.vmap import rules_norm  # noqa: E402,F401
 from microtensor.vmap import rules_activation  # noqa: E402,F401
 from microtensor.vmap import rules_conv  # noqa: E402,F401
+from microtensor.vmap import rules_contraction  # noqa: E402,F401

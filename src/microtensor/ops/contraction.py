@@ -1,0 +1,323 @@
+"""Contractions: ``einsum`` (one op, ``_einsum``, planned by NumPy into BLAS products) and
+the composites written with it or with products: ``tensordot``, ``baddbmm``, ``kron``,
+``cross``, ``cdist``, ``cosine_similarity``, ``pairwise_distance``.
+
+``einsum`` parses PyTorch's equation (ellipsis, implicit output), checks the operands and
+expands broadcast size-1 dims (zero-copy; their gradients are summed back by ``expand``'s
+backward), then calls ``_einsum`` with an explicit equation of one letter per dim.  The
+kernel is ``np.einsum(..., optimize=True)``, which contracts pairwise through
+``tensordot`` (BLAS).  The derivative of each operand is again an ``_einsum`` of the
+incoming gradient with the other operands, subscripts swapped.
+"""
+import string
+
+from microtensor._C import meta
+from microtensor._C.tensor import empty_contiguous
+from microtensor.ops.linalg import _check_same_dtype, bmm
+from microtensor.ops.loops import array_module
+from microtensor.ops.factory import eye
+from microtensor.ops.loops import _type_name
+from microtensor.ops.registry import Sample, op
+from microtensor.ops.shape import stack
+
+LETTERS = string.ascii_letters
+
+
+# --------------------------------------------------------------------------- einsum
+
+def _parse_operand(subs, ndim, index):
+    """``subs`` of one operand as a list of labels, "..." kept as one label."""
+    labels, rest = [], subs
+    if "..." in subs:
+        before, _, after = subs.partition("...")
+        if "." in after or "." in before:
+            raise RuntimeError("einsum(): found '.' for operand " f"{index} that is not part "
+                               "of any ellipsis")
+        labels = list(before) + ["..."] + list(after)
+        rest = before + after
+    else:
+        if "." in subs:
+            raise RuntimeError(f"einsum(): found '.' for operand {index} that is not part of "
+                               "any ellipsis")
+        labels = list(subs)
+    for c in rest:
+        if c not in LETTERS:
+            raise RuntimeError(f"einsum(): invalid subscript given at index {subs.index(c)} "
+                               "in the equation string, subscripts must be in [a-zA-Z]")
+    named = len(rest)
+    if ("..." in labels and named > ndim) or ("..." not in labels and named != ndim):
+        raise RuntimeError(f"einsum(): the number of subscripts in the equation ({named}) "
+                           + ("is more than" if "..." in labels else "does not match")
+                           + f" the number of dimensions ({ndim}) for operand {index}"
+                           + ("" if "..." in labels else " and no ellipsis was given"))
+    return labels
+
+
+def _explicit(equation, operands):
+    """The equation with the ellipsis replaced by letters, one per dim, the output made
+    explicit, and the operands' sizes for each letter (size-1 dims broadcast)."""
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    parts = lhs.split(",")
+    if len(parts) != len(operands):
+        raise ValueError(f"einsum(): more operands were provided than specified in the "
+                         f"equation" if len(operands) > len(parts) else
+                         "einsum(): fewer operands were provided than specified in the "
+                         "equation")
+    labels = [_parse_operand(s, t.dim(), i) for i, (s, t) in enumerate(zip(parts, operands))]
+    used = set(equation) & set(LETTERS)
+    spare = [c for c in LETTERS if c not in used]
+    ell_rank = max((t.dim() - len(ls) + 1 for ls, t in zip(labels, operands) if "..." in ls),
+                   default=0)
+    if len(spare) < ell_rank:
+        raise RuntimeError("einsum(): too many dimensions for the available subscripts")
+    ell = "".join(spare[:ell_rank])
+    subs = []
+    for ls, t in zip(labels, operands):
+        if "..." in ls:
+            n = t.dim() - len(ls) + 1
+            subs.append("".join(ell[ell_rank - n:] if c == "..." else c for c in ls))
+        else:
+            subs.append("".join(ls))
+    if arrow:
+        if "..." in rhs:
+            before, _, after = rhs.partition("...")
+            out = before + ell + after
+        else:
+            out = rhs
+        for i, c in enumerate(out):
+            if c not in LETTERS and c not in ell:
+                raise RuntimeError(f"einsum(): invalid subscript given at index {len(lhs) + 2 + i} "
+                                   "in the equation string, subscripts must be in [a-zA-Z]")
+            if out.count(c) > 1:
+                raise RuntimeError(f"einsum(): output subscript {c} appears more than once in "
+                                   "the output")
+            if not any(c in s for s in subs):
+                raise RuntimeError(f"einsum(): output subscript {c} does not appear in the "
+                                   "equation for any input operand")
+    else:
+        counts = {}
+        for s in subs:
+            for c in s:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    sizes = {}
+    for i, (s, t) in enumerate(zip(subs, operands)):
+        for c, n in zip(s, t._sizes):
+            if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
+                raise RuntimeError(f"einsum(): operands do not broadcast with remapped shapes "
+                                   f"(original->remapped): subscript {c} has size {n} for "
+                                   f"operand {i} which does not broadcast with previously "
+                                   f"seen size {sizes[c]}")
+            if n != 1 or c not in sizes:
+                sizes[c] = n
+    return subs, out, sizes
+
+
+def _einsum_samples(make):
+    return [Sample("ij,jk->ik", make(2, 3), make(3, 4)), Sample("ij,jk", make(2, 3), make(3, 4)),
+            Sample("bij,bjk->bik", make(2, 2, 3), make(2, 3, 2)),
+            Sample("...ij,...jk", make(2, 2, 3), make(3, 2)),
+            Sample("ii->i", make(3, 3)), Sample("ii", make(3, 3)), Sample("ij->", make(2, 3)),
+            Sample("i,j->ij", make(3), make(2)), Sample("ij,ij->i", make(1, 3), make(2, 3)),
+            Sample("bhqd,bhkd->bhqk", make(1, 2, 3, 2), make(1, 2, 4, 2)),
+            Sample("i...->...", make(2, 3, 2)), Sample("ijk,jl,kl->il", make(2, 3, 2),
+                                                        make(3, 2), make(2, 2)),
+            Sample("ij->ji", [make(2, 3)]), Sample("iij->j", make(2, 2, 3))]
+
+
+@op(kind="composite", samples=_einsum_samples)
+def einsum(equation, *operands):
+    """Einstein summation with PyTorch's equation syntax (ellipsis, implicit output)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise RuntimeError("einsum(): must provide at least one operand")
+    for t in operands[1:]:
+        if t._dtype is not operands[0]._dtype:
+            raise RuntimeError(f"expected scalar type {_dtype_name(operands[0])} but found "
+                               f"{_dtype_name(t)}")
+    subs, out, sizes = _explicit(equation, operands)
+    # broadcast size-1 dims (a view; expand's backward sums their gradient back)
+    operands = [t.expand(*[sizes[c] for c in s]) if any(n != sizes[c] for c, n in
+                                                          zip(s, t._sizes)) else t
+                for s, t in zip(subs, operands)]
+    return _einsum(operands, ",".join(subs) + "->" + out)
+
+
+def _dtype_name(t):
+    return _type_name(t._dtype)
+
+
+def _private_einsum_samples(make):
+    return [Sample([make(2, 3), make(3, 4)], "ij,jk->ik"), Sample([make(3, 3)], "ii->i"),
+            Sample([make(2, 3), make(3), make(3, 2)], "ij,j,jk->ik"),
+            Sample([make(2, 2, 3)], "iij->ji"), Sample([make(2, 3)], "ij->")]
+
+
+@op(inputs=("operands",), method=False, function=False, samples=_private_einsum_samples)
+def _einsum(operands, equation):
+    """``einsum`` of an explicit equation: one letter per dim of each operand, sizes of a
+    letter equal (``einsum`` checks and expands them)."""
+    arrays = [t._array() for t in operands]
+    xp = array_module(arrays[0])
+    value = xp.einsum(equation, *arrays, optimize=len(arrays) > 1)
+    return _fresh(value, operands[0])
+
+
+def _fresh(value, like):
+    """A new contiguous tensor holding ``value`` (an array computed by the kernel)."""
+    out = empty_contiguous(tuple(value.shape), like._dtype, like._storage.device)
+    if out._numel:
+        out._array()[...] = value
+    return out
+
+
+@_einsum.def_derivative
+def _einsum(grad, operands, equation):
+    lhs, out = equation.split("->")
+    subs = lhs.split(",")
+    used = set(equation)
+    spare = iter(c for c in LETTERS if c not in used)
+    grads = []
+    for k, (s, t) in enumerate(zip(subs, operands)):
+        others = [(subs[j], operands[j]) for j in range(len(subs)) if j != k]
+        seen = out + "".join(o for o, _ in others)
+        unique = "".join(dict.fromkeys(s))
+        # letters summed in operand k alone: its gradient is constant along them
+        kept = "".join(c for c in unique if c in seen)
+        g = _einsum([grad] + [o for _, o in others],
+                    ",".join([out] + [o for o, _ in others]) + "->" + kept)
+        target, factors, names = [], [], [kept]
+        for c in s:
+            if c in target or c not in kept:
+                # a repeated letter (a diagonal) or a letter summed here alone: a fresh letter,
+                # tied to the first one by an identity matrix or broadcast
+                f = next(spare)
+                if c in target or c in kept:
+                    n = t._sizes[s.index(c)]
+                    factors.append(_eye_like(n, grad))
+                    names.append(c + f)
+                target.append(f)
+                continue
+            target.append(c)
+        if factors:
+            g = _einsum([g] + factors, ",".join(names) + "->" + "".join(
+                c for c in target if any(c in n for n in names)))
+        full = "".join(c for c in target)
+        present = "".join(c for c in full if any(c in n for n in names))
+        if present != full:
+            shape = tuple(t._sizes)
+            g = g.reshape(tuple(shape[i] if full[i] in present else 1
+                                for i in range(len(full)))).expand(*shape)
+        grads.append(g)
+    # autograd takes a one-tensor list's gradient as that tensor alone
+    return (grads if len(grads) > 1 else grads[0]),
+
+
+def _eye_like(n, like):
+    return eye(n, dtype=like._dtype, device=like.device)
+
+
+# --------------------------------------------------------------------------- composites
+
+def _tensordot_samples(make):
+    return [Sample(make(2, 3, 4), make(3, 4, 2)), Sample(make(2, 3), make(3, 2), dims=1),
+            Sample(make(2, 3, 4), make(4, 3), dims=([1, 2], [1, 0])),
+            Sample(make(2, 3), make(2), dims=0)]
+
+
+@op(kind="composite", samples=_tensordot_samples)
+def tensordot(a, b, dims=2, out=None):
+    """Contract the last ``dims`` dims of ``a`` with the first of ``b``, or the listed
+    pairs of dims."""
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > a.dim() or dims > b.dim():
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got "
+                               f"dims={dims}")
+        da, db = list(range(a.dim() - dims, a.dim())), list(range(dims))
+    else:
+        da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+        if len(da) != len(db):
+            raise RuntimeError("both dimension lists should have same length")
+    da = [d % a.dim() for d in da]
+    db = [d % b.dim() for d in db]
+    for x, y in zip(da, db):
+        if a._sizes[x] != b._sizes[y]:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size "
+                               f"{a._sizes[x]} in dim {x} and second has size {b._sizes[y]} "
+                               f"in dim {y}")
+    letters = iter(LETTERS)
+    sa = [next(letters) for _ in range(a.dim())]
+    sb = [next(letters) for _ in range(b.dim())]
+    for x, y in zip(da, db):
+        sb[y] = sa[x]
+    result = "".join(c for i, c in enumerate(sa) if i not in da) + \
+        "".join(c for i, c in enumerate(sb) if i not in db)
+    return einsum("".join(sa) + "," + "".join(sb) + "->" + result, a, b)
+
+
+def _baddbmm_samples(make):
+    return [Sample(make(2, 3, 4), make(2, 3, 5), make(2, 5, 4)),
+            Sample(make(3, 1), make(2, 3, 5), make(2, 5, 4), beta=0.5, alpha=2.0),
+            Sample(make(2, 3, 4), make(2, 3, 5), make(2, 5, 4), beta=0)]
+
+
+@op(kind="composite", samples=_baddbmm_samples)
+def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
+    product = bmm(batch1, batch2)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (self if beta == 1 else self * beta)
+
+
+def _kron_samples(make):
+    return [Sample(make(2, 3), make(2, 2)), Sample(make(2), make(3)),
+            Sample(make(2, 1, 2), make(3, 2))]
+
+
+@op(kind="composite", samples=_kron_samples)
+def kron(self, other):
+    """Kronecker product: blocks ``self[i...] * other``, as one broadcast product."""
+    n = max(self.dim(), other.dim())
+    a = self.reshape((1,) * (n - self.dim()) + tuple(self.shape))
+    b = other.reshape((1,) * (n - other.dim()) + tuple(other.shape))
+    inter_a = tuple(s for d in a.shape for s in (d, 1))
+    inter_b = tuple(s for d in b.shape for s in (1, d))
+    out = a.reshape(inter_a) * b.reshape(inter_b)
+    return out.reshape(tuple(x * y for x, y in zip(a.shape, b.shape)))
+
+
+def _cross_samples(make):
+    return [Sample(make(3), make(3)), Sample(make(2, 3), make(2, 3), dim=1),
+            Sample(make(3, 2), make(3, 1), dim=0), Sample(make(2, 3), make(3))]   # refused: ranks differ
+
+
+@op(kind="composite", samples=_cross_samples)
+def cross(input, other, dim=None):
+    """Cross product of 3-vectors along ``dim`` (default: the first dim of size 3, as
+    ``torch.cross``'s deprecated default)."""
+    if input.dim() != other.dim():
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    shape = tuple(meta.broadcast_shapes(input._sizes, other._sizes))
+    input, other = input.expand(*shape), other.expand(*shape)
+    if dim is None:
+        dim = next((i for i, n in enumerate(input.shape) if n == 3), None)
+        if dim is None:
+            raise RuntimeError("no dimension of size 3 in input")
+    dim = dim % input.dim() if input.dim() else 0
+    if input.shape[dim] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
+                           f"{input.shape[dim]} and {other.shape[dim]}")
+    a = [input.select(dim, i) for i in range(3)]
+    b = [other.select(dim, i) for i in range(3)]
+    return stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2],
+                  a[0] * b[1] - a[1] * b[0]], dim)
+
+
+__all__ = ["einsum", "tensordot", "baddbmm", "kron", "cross"]
