@@ -320,4 +320,57 @@ def cross(input, other, dim=None):
                   a[0] * b[1] - a[1] * b[0]], dim)
 
 
-__all__ = ["einsum", "tensordot", "baddbmm", "kron", "cross"]
+# --------------------------------------------------------------------------- distances
+
+def _cdist_samples(make):
+    return [Sample(make(3, 2), make(4, 2)), Sample(make(2, 3, 2), make(2, 4, 2), p=1.0),
+            Sample(make(3, 2), make(2, 2), p=3.0), Sample(make(3, 2), make(2, 2), p=float("inf")),
+            Sample(make(2, 1, 3, 2), make(4, 2))]
+
+
+@op(kind="composite", samples=_cdist_samples)
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M):
+    (..., P, R); batch dims broadcast."""
+    for name, t in (("X1", x1), ("X2", x2)):
+        if t.dim() < 2:
+            raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: "
+                               f"{t.dim()}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
+                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, dim=-1)
+
+
+def _cosine_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(2, 3), make(1, 3), dim=-1),
+            Sample(make(4), make(4), dim=0), Sample(make(2, 3), make(2, 3).mul(0), eps=1e-3)]
+
+
+@op(kind="composite", samples=_cosine_samples)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (norms clamped to
+    ``eps``), broadcasting the other dims."""
+    n1 = x1.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
+    n2 = x2.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def _pairwise_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(1, 4), p=1.0),
+            Sample(make(4), make(4), keepdim=True), Sample(make(2, 3), make(2, 3), p=3.0)]
+
+
+@op(kind="composite", samples=_pairwise_samples)
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``norm(x1 - x2 + eps, p)`` along the last dim."""
+    rank = max(x1.dim(), x2.dim())
+    if rank == 0:
+        raise RuntimeError("pairwise_distance: input tensors must have at least one dim")
+    return (x1 - x2 + eps).norm(p, dim=rank - 1, keepdim=keepdim)
+
+
+__all__ = ["einsum", "tensordot", "baddbmm", "kron", "cross", "cdist", "cosine_similarity",
+           "pairwise_distance"]
