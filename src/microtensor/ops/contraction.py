@@ -9,10 +9,11 @@ kernel is ``np.einsum(..., optimize=True)``, which contracts pairwise through
 ``tensordot`` (BLAS).  The derivative of each operand is again an ``_einsum`` of the
 incoming gradient with the other operands, subscripts swapped.
 """
+import math
 import string
 
 from microtensor._C import meta
-from microtensor._C.tensor import empty_contiguous
+from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor.ops.linalg import _check_same_dtype, bmm
 from microtensor.ops.loops import array_module
 from microtensor.ops.factory import eye
@@ -372,5 +373,69 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return (x1 - x2 + eps).norm(p, dim=rank - 1, keepdim=keepdim)
 
 
+# --------------------------------------------------------------------------- attention
+
+def _sdpa_samples(make):
+    def mask(*shape):
+        return make(*shape) > 0
+    return [Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3)),
+            Sample(make(1, 2, 3, 4), make(1, 2, 3, 4), make(1, 2, 3, 2), is_causal=True),
+            Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3), make(3, 5), scale=0.5),
+            Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3),
+                   mask(3, 5) | (make(3, 1) > -10)),
+            Sample(make(4, 3, 2), make(2, 5, 2), make(2, 5, 3), enable_gqa=True),
+            Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3), make(3, 5), is_causal=True)]
+
+
+@op(kind="composite", method=False, function=False, samples=_sdpa_samples)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, *, scale=None, enable_gqa=False):
+    """``softmax(query @ key.mT * scale + mask) @ value``, PyTorch's reference math: a
+    composite of products and ``softmax``, whose derivatives and batching rules it uses."""
+    from microtensor.ops.dispatch import call_by_name
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                           "set when is_causal=True")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() < 2:
+            raise RuntimeError(f"scaled_dot_product_attention: expected {name} to have at "
+                               f"least 2 dimensions, got {t.dim()}")
+    if not (query._dtype is key._dtype is value._dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {query.dtype} key.dtype: {key.dtype} and "
+                           f"value.dtype: {value.dtype} instead.")
+    if enable_gqa and query.dim() >= 3 and key.dim() >= 3:
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        if heads % kv_heads:
+            raise RuntimeError("Number of heads in key and value must divide the number of "
+                               "heads in query")
+        key, value = _repeat_heads(key, heads // kv_heads), _repeat_heads(value,
+                                                                          heads // kv_heads)
+    length, source = query.shape[-2], key.shape[-2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    scores = query.matmul(key.mT) * scale
+    if is_causal:
+        keep = query.new_ones((length, source), dtype=bool_).tril()
+        scores = scores.masked_fill(keep.logical_not(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask._dtype is bool_:
+            scores = scores.masked_fill(attn_mask.logical_not(), -math.inf)
+        else:
+            scores = scores + attn_mask
+    weights = scores.softmax(-1)
+    if dropout_p > 0.0:
+        keep = call_by_name("rand_like", weights) >= dropout_p
+        weights = weights * keep / (1.0 - dropout_p)
+    return weights.matmul(value)
+
+
+def _repeat_heads(t, times):
+    """Each head of ``t`` (..., H, S, D) ``times`` times in a row (repeat_interleave)."""
+    shape = tuple(t.shape)
+    return t.unsqueeze(-3).expand(*shape[:-2], times, *shape[-2:]).reshape(
+        shape[:-3] + (shape[-3] * times,) + shape[-2:])
+
+
 __all__ = ["einsum", "tensordot", "baddbmm", "kron", "cross", "cdist", "cosine_similarity",
-           "pairwise_distance"]
+           "pairwise_distance", "scaled_dot_product_attention"]
