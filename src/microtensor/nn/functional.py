@@ -480,3 +480,19 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             padding, dilation, True,
                             tuple(o - r for o, r in zip(output_size, reached)), channels)
     return out.squeeze(0) if unbatched else out
+
+
+# --------------------------------------------------------------------------- attention and distances
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    return _op("scaled_dot_product_attention", query, key, value, attn_mask, dropout_p,
+               is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    return _op("cosine_similarity", x1, x2, dim, eps)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    return _op("pairwise_distance", x1, x2, p, eps, keepdim)
