@@ -61,10 +61,8 @@ def _explicit(equation, operands):
     lhs, arrow, rhs = equation.partition("->")
     parts = lhs.split(",")
     if len(parts) != len(operands):
-        raise ValueError(f"einsum(): more operands were provided than specified in the "
-                         f"equation" if len(operands) > len(parts) else
-                         "einsum(): fewer operands were provided than specified in the "
-                         "equation")
+        raise RuntimeError("einsum(): " + ("more" if len(operands) > len(parts) else "fewer")
+                           + " operands were provided than specified in the equation")
     labels = [_parse_operand(s, t.dim(), i) for i, (s, t) in enumerate(zip(parts, operands))]
     used = set(equation) & set(LETTERS)
     spare = [c for c in LETTERS if c not in used]
