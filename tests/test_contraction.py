@@ -210,3 +210,31 @@ def test_per_sample_gradients_of_an_attention_block_match_torch_func():
     for name in their_grads:
         np.testing.assert_allclose(arr(ours_grads[name]), their_grads[name].numpy(),
                                    rtol=1e-8, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"norm_first": True, "activation": "gelu",
+                                         "batch_first": True, "dropout": 0.0}])
+def test_transformer_encoder_matches_torch(kwargs):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(4, 2, 8, dtype=torch.float64, **kwargs)
+    theirs = torch.nn.TransformerEncoder(layer, 2, norm=torch.nn.LayerNorm(4, dtype=torch.float64),
+                                         enable_nested_tensor=False)
+    ours = mt.nn.TransformerEncoder(mt.nn.TransformerEncoderLayer(4, 2, 8, dtype=mt.float64,
+                                                                  **kwargs),
+                                    2, norm=mt.nn.LayerNorm(4, dtype=mt.float64))
+    assert repr(ours) == repr(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: mt.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    if kwargs.get("dropout") != 0.0:
+        ours.eval()
+        theirs.eval()
+    (x, tx), = [pair(3, 2, 4)]
+    length = 2 if kwargs.get("batch_first") else 3
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(length, dtype=torch.float64)
+    out, expected = ours(x, mask=mt.tensor(mask.numpy())), theirs(tx, mask=mask)
+    np.testing.assert_allclose(arr(out), expected.detach().numpy(), rtol=1e-9, atol=1e-12)
+    out.pow(2).sum().backward()
+    expected.pow(2).sum().backward()
+    for (name, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(arr(p.grad), tp.grad.numpy(), rtol=1e-8, atol=1e-11,
+                                   err_msg=name)

@@ -22,5 +22,6 @@ __all__ = ["Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Par
 from microtensor.nn.activation import *  # noqa: E402,F401,F403
 from microtensor.nn.activation import __all__ as _activations  # noqa: E402
 __all__ += _activations
-from microtensor.nn.attention import MultiheadAttention  # noqa: E402
-__all__ += ["MultiheadAttention"]
+from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  # noqa: E402
+                                      TransformerEncoderLayer)
+__all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
