@@ -5,12 +5,14 @@ the composites written with it or with products: ``tensordot``, ``baddbmm``, ``k
 ``einsum`` parses PyTorch's equation (ellipsis, implicit output), checks the operands and
 expands broadcast size-1 dims (zero-copy; their gradients are summed back by ``expand``'s
 backward), then calls ``_einsum`` with an explicit equation of one letter per dim.  The
-kernel is ``np.einsum(..., optimize=True)``, which contracts pairwise through
-``tensordot`` (BLAS).  The derivative of each operand is again an ``_einsum`` of the
+kernel contracts the operands pairwise, in the order ``np.einsum_path`` plans, each pair as
+one batched matrix product (permute, reshape, BLAS ``matmul``).  The derivative of each operand is again an ``_einsum`` of the
 incoming gradient with the other operands, subscripts swapped.
 """
 import math
 import string
+
+import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous
@@ -159,9 +161,59 @@ def _einsum(operands, equation):
     """``einsum`` of an explicit equation: one letter per dim of each operand, sizes of a
     letter equal (``einsum`` checks and expands them)."""
     arrays = [t._array() for t in operands]
+    lhs, out = equation.split("->")
+    subs = lhs.split(",")
     xp = array_module(arrays[0])
-    value = xp.einsum(equation, *arrays, optimize=len(arrays) > 1)
-    return _fresh(value, operands[0])
+    if len(arrays) > 2:
+        # NumPy plans the order of the pairwise products (on zero-memory stand-ins)
+        stand_ins = [np.broadcast_to(np.empty((), np.float64), a.shape) for a in arrays]
+        order = np.einsum_path(equation, *stand_ins, optimize="greedy")[0][1:]
+    else:
+        order = [tuple(range(len(arrays)))]
+    pending = list(zip(subs, arrays))
+    for picked in order:
+        taken = [pending[i] for i in picked]
+        for i in sorted(picked, reverse=True):
+            del pending[i]
+        needed = out + "".join(sub for sub, _ in pending)
+        if len(taken) == 1:
+            pending.append(_alone(*taken[0], needed, xp))
+            continue
+        while len(taken) > 1:   # a step of several operands: pairwise, left to right
+            rest = "".join(sub for sub, _ in taken[2:])
+            taken[:2] = [_pair(taken[:2], needed + rest, xp)]
+        pending.append(taken[0])
+    sub, value = pending[0]
+    return _fresh(xp.einsum(f"{sub}->{out}", value), operands[0])
+
+
+def _alone(sub, value, needed, xp):
+    """One operand's diagonals taken and its letters that nothing else needs summed."""
+    kept = "".join(c for c in dict.fromkeys(sub) if c in needed)
+    return kept, value if kept == sub else xp.einsum(f"{sub}->{kept}", value)
+
+
+def _pair(taken, needed, xp):
+    """Two operands contracted as one (batched) matrix product: dims permuted to (batch,
+    rows, inner) and (batch, inner, columns), reshaped, multiplied by BLAS."""
+    (sa, a), (sb, b) = taken
+    sa, a = _alone(sa, a, needed + sb, xp)
+    sb, b = _alone(sb, b, needed + sa, xp)
+    size = dict(zip(sa, a.shape))
+    size.update(zip(sb, b.shape))
+    batch = [c for c in sa if c in sb and c in needed]
+    inner = [c for c in sa if c in sb and c not in needed]
+    rows = [c for c in sa if c not in sb]
+    cols = [c for c in sb if c not in sa]
+
+    def count(letters):
+        return math.prod(size[c] for c in letters)
+    left = a.transpose([sa.index(c) for c in batch + rows + inner]).reshape(
+        count(batch), count(rows), count(inner))
+    right = b.transpose([sb.index(c) for c in batch + inner + cols]).reshape(
+        count(batch), count(inner), count(cols))
+    product = xp.matmul(left, right).reshape([size[c] for c in batch + rows + cols])
+    return "".join(batch + rows + cols), product
 
 
 def _fresh(value, like):
