@@ -110,6 +110,8 @@ def test_cdist_errors_match_torch():
         mt.cdist(mt.ones(2, 3), mt.ones(2, 4))
     with pytest.raises(RuntimeError, match="non-negative"):
         mt.cdist(mt.ones(2, 3), mt.ones(2, 3), p=-1.0)
+    with pytest.raises(ValueError, match="compute_mode"):
+        mt.cdist(mt.ones(2, 3), mt.ones(2, 3), compute_mode="fast")
 
 
 # ------------------------------------------------------------------ attention

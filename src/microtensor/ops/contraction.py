@@ -279,7 +279,7 @@ def _tensordot_samples(make):
 
 
 @op(kind="composite", samples=_tensordot_samples)
-def tensordot(a, b, dims=2, out=None):
+def tensordot(a, b, dims=2):
     """Contract the last ``dims`` dims of ``a`` with the first of ``b``, or the listed
     pairs of dims."""
     if isinstance(dims, int):
@@ -379,10 +379,17 @@ def _cdist_samples(make):
             Sample(make(2, 1, 3, 2), make(4, 2))]
 
 
+_CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
+                "donot_use_mm_for_euclid_dist")
+
+
 @op(kind="composite", samples=_cdist_samples)
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M):
-    (..., P, R); batch dims broadcast."""
+    (..., P, R); batch dims broadcast.  Every ``compute_mode`` computes the differences
+    directly (PyTorch's most precise mode)."""
+    if compute_mode not in _CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     for name, t in (("X1", x1), ("X2", x2)):
         if t.dim() < 2:
             raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: "
