@@ -103,6 +103,13 @@ def test_contraction_gradients_match_torch(name, args, kwargs):
         np.testing.assert_allclose(arr(g), tg.numpy(), rtol=1e-9, atol=1e-12)
 
 
+def test_cross_refuses_different_ranks_as_torch():
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        torch.cross(torch.ones(2, 3), torch.ones(3), dim=1)
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        mt.cross(mt.ones(2, 3), mt.ones(3), dim=1)
+
+
 def test_cdist_errors_match_torch():
     with pytest.raises(RuntimeError, match="at least 2D"):
         mt.cdist(mt.ones(3), mt.ones(2, 3))
