@@ -17,7 +17,6 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor.ops.linalg import _check_same_dtype, bmm
-from microtensor.ops.loops import array_module
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
@@ -163,7 +162,6 @@ def _einsum(operands, equation):
     arrays = [t._array() for t in operands]
     lhs, out = equation.split("->")
     subs = lhs.split(",")
-    xp = array_module(arrays[0])
     if len(arrays) > 2:
         # NumPy plans the order of the pairwise products (on zero-memory stand-ins)
         stand_ins = [np.broadcast_to(np.empty((), np.float64), a.shape) for a in arrays]
@@ -177,28 +175,29 @@ def _einsum(operands, equation):
             del pending[i]
         needed = out + "".join(sub for sub, _ in pending)
         if len(taken) == 1:
-            pending.append(_alone(*taken[0], needed, xp))
+            pending.append(_alone(*taken[0], needed))
             continue
         while len(taken) > 1:   # a step of several operands: pairwise, left to right
             rest = "".join(sub for sub, _ in taken[2:])
-            taken[:2] = [_pair(taken[:2], needed + rest, xp)]
+            taken[:2] = [_pair(taken[:2], needed + rest)]
         pending.append(taken[0])
     sub, value = pending[0]
-    return _fresh(xp.einsum(f"{sub}->{out}", value), operands[0])
+    return _fresh(np.einsum(f"{sub}->{out}", value), operands[0])
 
 
-def _alone(sub, value, needed, xp):
+def _alone(sub, value, needed):
     """One operand's diagonals taken and its letters that nothing else needs summed."""
     kept = "".join(c for c in dict.fromkeys(sub) if c in needed)
-    return kept, value if kept == sub else xp.einsum(f"{sub}->{kept}", value)
+    return kept, value if kept == sub else np.einsum(f"{sub}->{kept}", value)
 
 
-def _pair(taken, needed, xp):
+def _pair(taken, needed):
     """Two operands contracted as one (batched) matrix product: dims permuted to (batch,
-    rows, inner) and (batch, inner, columns), reshaped, multiplied by BLAS."""
+    rows, inner) and (batch, inner, columns), reshaped, multiplied by BLAS (NumPy's
+    functions reach CuPy arrays through ``__array_function__``)."""
     (sa, a), (sb, b) = taken
-    sa, a = _alone(sa, a, needed + sb, xp)
-    sb, b = _alone(sb, b, needed + sa, xp)
+    sa, a = _alone(sa, a, needed + sb)
+    sb, b = _alone(sb, b, needed + sa)
     size = dict(zip(sa, a.shape))
     size.update(zip(sb, b.shape))
     batch = [c for c in sa if c in sb and c in needed]
@@ -212,7 +211,7 @@ def _pair(taken, needed, xp):
         count(batch), count(rows), count(inner))
     right = b.transpose([sb.index(c) for c in batch + inner + cols]).reshape(
         count(batch), count(inner), count(cols))
-    product = xp.matmul(left, right).reshape([size[c] for c in batch + rows + cols])
+    product = np.matmul(left, right).reshape([size[c] for c in batch + rows + cols])
     return "".join(batch + rows + cols), product
 
 
