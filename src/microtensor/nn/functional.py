@@ -744,11 +744,6 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return _reduce(loss, reduction)
 
 
-def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
-    """The ``p``-norm of ``x1 - x2 + eps`` over the last dim."""
-    return (x1 - x2 + eps).norm(p, -1, keepdim)
-
-
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
                         size_average=None, reduce=None, reduction="mean"):
     """``max(0, margin + d(anchor, positive) - d(anchor, negative))``; with ``swap``, the
@@ -767,3 +762,19 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
     if swap:
         d_neg = _op("minimum", d_neg, pairwise_distance(positive, negative, p, eps))
     return _reduce((margin + d_pos - d_neg).clamp(min=0), reduction)
+
+
+# --------------------------------------------------------------------------- attention and distances
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    return _op("scaled_dot_product_attention", query, key, value, attn_mask, dropout_p,
+               is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    return _op("cosine_similarity", x1, x2, dim, eps)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    return _op("pairwise_distance", x1, x2, p, eps, keepdim)

@@ -1,0 +1,208 @@
+"""``MultiheadAttention``, with PyTorch's parameters (names, shapes, initialisation), so a
+PyTorch ``state_dict`` loads, and the math of ``F.multi_head_attention_forward``."""
+import copy
+import math
+
+from microtensor._C.tensor import bool_
+from microtensor.nn import functional as F
+from microtensor.nn import init
+from microtensor.nn.containers import ModuleList
+from microtensor.nn.modules import Dropout, Linear, Module
+from microtensor.nn.norm import LayerNorm
+from microtensor.nn.parameter import Parameter
+from microtensor.ops.factory import empty
+
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """PyTorch's name for the output projection (it shows in the repr)."""
+
+
+def _additive(mask, dtype):
+    """A mask as PyTorch's MultiheadAttention takes it: bool (True: not attended) turned
+    into -inf/0, float kept (added to the scores)."""
+    if mask is None or mask.dtype is not bool_:
+        return mask
+    return mask.new_zeros(tuple(mask.shape), dtype=dtype).masked_fill(mask, -math.inf)
+
+
+class MultiheadAttention(Module):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None):
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
+                             f"embed_dim={embed_dim} and num_heads={num_heads} instead")
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are "
+                                      "not supported")
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.batch_first = batch_first
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        factory = {"dtype": dtype, "device": device}
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, **factory))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = Parameter(empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = Parameter(empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = Parameter(empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = Parameter(empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
+                                                        **factory)
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            init.xavier_uniform_(self.in_proj_weight)
+        else:
+            init.xavier_uniform_(self.q_proj_weight)
+            init.xavier_uniform_(self.k_proj_weight)
+            init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            init.constant_(self.in_proj_bias, 0.0)
+            init.constant_(self.out_proj.bias, 0.0)
+
+    def _projections(self):
+        if self._qkv_same_embed_dim:
+            weights = self.in_proj_weight.chunk(3)
+        else:
+            weights = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        biases = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
+        return weights, biases
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        if is_causal and attn_mask is None:
+            raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use "
+                               "the Transformer module method `generate_square_subsequent_mask`"
+                               " to create this mask.")
+        batched = query.dim() == 3
+        if batched and self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        if not batched:
+            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        length, n, embed = query.shape
+        source = key.shape[0]
+        heads, head_dim = self.num_heads, self.head_dim
+        if embed != self.embed_dim:
+            raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but "
+                                 f"got {embed}")
+        (wq, wk, wv), (bq, bk, bv) = self._projections()
+        q = F.linear(query, wq, bq).reshape(length, n * heads, head_dim).transpose(0, 1)
+        k = F.linear(key, wk, bk).reshape(source, n * heads, head_dim).transpose(0, 1)
+        v = F.linear(value, wv, bv).reshape(source, n * heads, head_dim).transpose(0, 1)
+        mask = _additive(attn_mask, q.dtype)
+        if mask is not None and mask.dim() == 3:
+            expected = (n * heads, length, source)
+            if tuple(mask.shape) != expected:
+                raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
+                                   f"but should be {expected}.")
+        elif mask is not None and tuple(mask.shape) != (length, source):
+            raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, but "
+                               f"should be {(length, source)}.")
+        padding = _additive(key_padding_mask, q.dtype)
+        if padding is not None:
+            padding = padding.reshape(n, 1, 1, source).expand(n, heads, 1, source) \
+                .reshape(n * heads, 1, source)
+            mask = padding if mask is None else mask + padding
+        scores = (q * (1.0 / math.sqrt(head_dim))).matmul(k.mT)
+        if mask is not None:
+            scores = scores + mask
+        weights = scores.softmax(-1)
+        if self.training and self.dropout > 0.0:
+            weights = F.dropout(weights, self.dropout)
+        out = weights.matmul(v).transpose(0, 1).reshape(length * n, embed)
+        out = self.out_proj(out).reshape(length, n, embed)
+        if batched and self.batch_first:
+            out = out.transpose(0, 1)
+        elif not batched:
+            out = out.squeeze(1)
+        if not need_weights:
+            return out, None
+        weights = weights.reshape(n, heads, length, source)
+        if average_attn_weights:
+            weights = weights.mean(1)
+        return out, weights if batched else weights.squeeze(0)
+
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention then a feed-forward block, each with a residual connection and
+    LayerNorm (after each block, or before it with ``norm_first``), as PyTorch's."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **factory)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+            activation = _ACTIVATIONS[activation]
+        self.activation = activation
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` copies of ``encoder_layer`` in a row, then ``norm`` if given."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                      is_causal=bool(is_causal))
+        return x if self.norm is None else self.norm(x)
