@@ -70,9 +70,6 @@ KNOWN_OPEN = {
     "binary:int_pow_negative_tensor":
         "int tensor ** int tensor with negative exponents: PyTorch gives 0 (or +-1), "
         "microtensor raises ValueError (not in issue 10)",
-    "binary:bool_subtraction":
-        "a - b with a bool operand (tensor or Python bool) is computed; PyTorch refuses "
-        "every bool subtraction, not only bool - bool (not in issue 10)",
     "binary:number_for_tensor":
         "maximum/minimum/logical_and/lerp accept a Python number where PyTorch raises "
         "TypeError; where(number > 0.1, ...) raises AttributeError (not in issue 10)",
@@ -90,8 +87,6 @@ KNOWN_OPEN = {
         "(PyTorch RuntimeError), sign of bool raises (PyTorch computes) (not in issue 10)",
     "unary:unsupported_dtype_errors":
         "~ of a float tensor raises RuntimeError; PyTorch TypeError (not in issue 10)",
-    "reductions:all_any_dim_checks":
-        "all/any of a 0-d tensor accept any dim; PyTorch raises IndexError (not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",
