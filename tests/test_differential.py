@@ -63,31 +63,13 @@ DRAW_OPEN = {name for name in os.environ.get("MICROTENSOR_FUZZ_OPEN", "").split(
 # Cases that fail today because of open bugs; the generators skip them.  Empty an entry
 # when its bug is fixed (the fuzzer then draws the case in its family).
 KNOWN_OPEN = {
-    "binary:int_division_by_zero":
-        "integer //, % and div(rounding_mode=) by zero return 0; PyTorch raises "
-        "(issue 10, silent wrong results)",
-    "binary:scalar_out_of_range":
-        "int32 tensor + 2**40: PyTorch wraps the scalar, microtensor raises OverflowError; "
-        "float tensor + 2**80: PyTorch raises OverflowError, microtensor computes (issue "
-        "10, out-of-range scalars)",
+    "indexing:overlapping_source":
+        "index writes from overlapping sources now raise as PyTorch's, and x[None] = x is "
+        "allowed as there; drawing the case still stops at x[bool mask] of a permuted "
+        "tensor, which returns contiguous strides where PyTorch keeps the layout",
     "binary:int_pow_negative_tensor":
         "int tensor ** int tensor with negative exponents: PyTorch gives 0 (or +-1), "
         "microtensor raises ValueError (not in issue 10)",
-    "inplace:scalar_out_of_range":
-        "fill_/setitem of an out-of-range scalar into an int tensor (2**40 into int32, "
-        "nan into int64) wraps; PyTorch raises; fill_(2**80) raises TypeError (PyTorch: "
-        "OverflowError) (issue 10, out-of-range scalars)",
-    "inplace:write_into_expanded":
-        "x[...] = v into an expanded (self-overlapping) tensor is accepted; PyTorch "
-        "raises (issue 10, writes into expanded tensors)",
-    "indexing:overlapping_source":
-        "an index write whose source overlaps its target is accepted; PyTorch raises "
-        "(issue 10, overlapping index writes)",
-    "reductions:empty_dim_tuple":
-        "all/any(dim=()) reduce every dim; PyTorch reduces none (issue 10, coverage probes)",
-    "binary:bool_subtraction":
-        "a - b with a bool operand (tensor or Python bool) is computed; PyTorch refuses "
-        "every bool subtraction, not only bool - bool (not in issue 10)",
     "binary:number_for_tensor":
         "maximum/minimum/logical_and/lerp accept a Python number where PyTorch raises "
         "TypeError; where(number > 0.1, ...) raises AttributeError (not in issue 10)",
@@ -105,8 +87,6 @@ KNOWN_OPEN = {
         "(PyTorch RuntimeError), sign of bool raises (PyTorch computes) (not in issue 10)",
     "unary:unsupported_dtype_errors":
         "~ of a float tensor raises RuntimeError; PyTorch TypeError (not in issue 10)",
-    "reductions:all_any_dim_checks":
-        "all/any of a 0-d tensor accept any dim; PyTorch raises IndexError (not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",
@@ -131,19 +111,9 @@ KNOWN_OPEN = {
         "x.split(1)[0] used after a write into x: PyTorch's backward refuses ('Output 0 of "
         "Split is a view and its base ... has been modified inplace'), microtensor computes "
         "a gradient (not in issue 10)",
-    "huge:int64_overflow":
-        "sizes whose product overflows int64 pass expand/as_strided (PyTorch: 'numel: "
-        "integer multiplication overflow'), reads then leave the storage; offsets that "
-        "overflow raise OverflowError (PyTorch RuntimeError) (issue 10, memory safety)",
-    "huge:allocation":
-        "factories, copies and matmul results beyond any memory raise ValueError/"
-        "MemoryError or crash; PyTorch raises RuntimeError (issue 10, memory safety and "
-        "exceptions)",
     "huge:beyond_int64":
         "sizes >= 2**63 raise OverflowError (PyTorch: TypeError or ValueError 'Overflow "
         "when unpacking'), linspace(0, 1, 2**63) returns an empty tensor (not in issue 10)",
-    "huge:repr":
-        "repr of a huge expanded tensor raises; PyTorch prints a summary (issue 10)",
 }
 
 
@@ -404,7 +374,9 @@ def binary_case(name, x, y):
         return "binary:bool_subtraction"
     if name == "lerp" and (len({t.dtype for t in tensors}) > 1 or kinds & {"int", "bool"}):
         return "binary:lerp_dtypes"
-    promoted = torch.result_type(x, y)
+    # an int beyond PyTorch's scalars (refused first) promotes as any int
+    promoted = torch.result_type(*[t if isinstance(t, torch.Tensor) or type(t) is not int
+                                   else 0 for t in (x, y)])
     if name in ("pow", *INT_DIVISIONS) and promoted == torch.bool:
         return "binary:unsupported_dtype_errors"
     if name.startswith("bitwise") and promoted.is_floating_point:

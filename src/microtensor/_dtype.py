@@ -93,5 +93,21 @@ def check_scalar_fits(value, dt):
         raise RuntimeError(f"value cannot be converted to type {name} without overflow")
 
 
+def wrap_scalar(value, dt):
+    """A Python number as an elementwise op computing in ``dt`` sees it: PyTorch takes an
+    int in its scalar range (int64 and uint64) and casts it to ``dt``, wrapping beyond
+    ``dt``'s range (``int32_tensor + 2**40`` adds 0); beyond that range it refuses."""
+    if type(value) is not int:
+        return value
+    if not -2 ** 63 <= value < 2 ** 64:
+        raise OverflowError("int too big to convert")
+    if dt in _INTEGER_RANGE:
+        bits = 8 * dt.itemsize
+        value &= (1 << bits) - 1
+        if value >> (bits - 1):
+            value -= 1 << bits
+    return value
+
+
 __all__ = ["dtype", "promote_types", "result_type", "can_cast", "scalar_dtype",
-           "check_scalar_fits"]
+           "check_scalar_fits", "wrap_scalar"]

@@ -15,6 +15,7 @@ transform or gradient is involved, and otherwise hand the call to that dispatche
 cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject, newfunc
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX
 from libc.string cimport memcpy, memset
@@ -874,6 +875,17 @@ cdef inline bint _float_cpu(object t):
                                                        typenum == cnp.NPY_DOUBLE)
 
 
+cdef inline bint _int_fits(object x, dtype dt):
+    """Whether NumPy takes the Python int ``x`` beside a ``dt`` tensor as PyTorch does:
+    not for bool, nor beyond ``dt``'s range (PyTorch wraps there or refuses; the slow
+    path decides)."""
+    cdef int overflow
+    cdef long long value = PyLong_AsLongLongAndOverflow(x, &overflow)
+    if overflow or dt is bool_:
+        return False
+    return dt is not int32 or -2147483648 <= value <= 2147483647
+
+
 cdef inline bint _exact_number(object x):
     """A Python float, or an int that a double holds exactly (bool is not a number here)."""
     return type(x) is float or (type(x) is int and -_EXACT_INT <= <object>x <= _EXACT_INT)
@@ -1021,7 +1033,7 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
         alike = False
     for x in operands:
         if (type(x) is float and not first._dtype.is_floating_point) or \
-                (type(x) is int and first._dtype is bool_):
+                (type(x) is int and not _int_fits(x, first._dtype)):
             return None
     if alike:
         sizes, strides = first._sizes, _contiguous_strides(first._sizes)

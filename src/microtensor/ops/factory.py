@@ -379,10 +379,12 @@ def from_dlpack(ext_tensor):
 
 def scalar_tensor_like(value, other):
     """A 0-d tensor for the Python number on the left of ``2 - t`` (it promotes as a scalar)."""
-    from microtensor._dtype import result_type
-    t = from_array(np.array(value, dtype=result_type(value, other).np)) \
-        if not isinstance(value, TensorBase) else value
-    return t.to(other.device) if other.device.type != "cpu" else t
+    from microtensor._dtype import result_type, wrap_scalar
+    if not isinstance(value, TensorBase):
+        # a bool stays bool (it promotes alike), so that ``True - t`` is refused as PyTorch does
+        dt = bool_ if type(value) is bool else result_type(value, other)
+        value = from_array(np.array(wrap_scalar(value, dt), dtype=dt.np))
+    return value.to(other.device) if other.device.type != "cpu" else value
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):

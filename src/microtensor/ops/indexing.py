@@ -219,11 +219,13 @@ def getitem(self, index):
 
 
 def setitem(self, index, value):
+    if type(value) is int and not -2 ** 63 <= value < 2 ** 63:
+        raise ValueError("Overflow when unpacking long long")   # PyTorch parses an int64
     index = _normalize(index)
     if all(_is_basic(i) for i in index):
         target = basic_index(self, index)
         if isinstance(value, TensorBase):
-            target.copy_(value)
+            _copy_to(target, value)
         else:
             check_no_internal_overlap(target)   # PyTorch copies a scalar in: copy_'s check
             target.fill_(value)
@@ -239,6 +241,22 @@ def setitem(self, index, value):
             sizes = sizes[1:]
         value = value.reshape(sizes)
     call_by_name("index_put_", target, entries, value)
+
+
+def _copy_to(target, value):
+    """PyTorch's basic-index write of a tensor: a 0-d CPU value is read once and filled in
+    (however it overlaps the target); another drops its leading size-1 dims and is
+    expanded to the target's shape before ``copy_``, so that ``x[None] = x`` copies the
+    very same elements in the same order (which the overlap check allows)."""
+    if value._sizes != target._sizes:
+        if not value._sizes and value.device.type == "cpu":
+            value = value.clone()
+        else:
+            sizes = value._sizes
+            while sizes[:1] == (1,):
+                sizes = sizes[1:]
+            value = value.view(sizes).expand(target._sizes)
+    target.copy_(value)
 
 
 # --------------------------------------------------------------------------- index, index_put

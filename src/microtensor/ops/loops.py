@@ -10,7 +10,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
                                    get_default_dtype, pointwise_fast)
-from microtensor._dtype import can_cast, result_type
+from microtensor._dtype import can_cast, result_type, wrap_scalar
 from microtensor.backends import cuda
 
 
@@ -164,6 +164,7 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     promoted = result_type(*operands)
     if dtype is None:
         dtype = promoted
+    operands = [wrap_scalar(x, compute_dtype or dtype) for x in operands]
     shape = meta.broadcast_shapes(*[x._sizes for x in operands if isinstance(x, TensorBase)])
     dev = device_of(*operands)
     if out is None:

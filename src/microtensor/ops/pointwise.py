@@ -134,12 +134,22 @@ def add(grad, alpha):
 add_ = inplace_variant(add)
 
 
-@op(inputs=BINARY, family="pointwise", samples=_add_samples)
-def sub(self, other, *, alpha=1, out=None):
-    if isinstance(self, TensorBase) and self._dtype is bool_ and \
-            isinstance(other, TensorBase) and other._dtype is bool_:
+def _check_bool_subtraction(self, other):
+    """PyTorch refuses any subtraction with a bool operand (a tensor or a Python bool)."""
+    bools = [x is True or x is False or (isinstance(x, TensorBase) and x._dtype is bool_)
+             for x in (self, other)]
+    if all(bools):
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not "
                            "supported. Use the `^` or `logical_xor()` operator instead.")
+    if any(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not "
+                           "supported. If you are trying to invert a mask, use the `~` or "
+                           "`logical_not()` operator instead.")
+
+
+@op(inputs=BINARY, family="pointwise", samples=_add_samples)
+def sub(self, other, *, alpha=1, out=None):
+    _check_bool_subtraction(self, other)
     if alpha != 1:
         other = other * alpha
     return pointwise(np.subtract, self, other, out=out)
@@ -155,6 +165,7 @@ sub_ = inplace_variant(sub)
 
 @op(kind="composite")
 def rsub(self, other, *, alpha=1):
+    _check_bool_subtraction(other, self)
     return sub(other, self, alpha=alpha) if isinstance(other, TensorBase) else \
         (-self) * alpha + other
 

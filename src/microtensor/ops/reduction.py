@@ -633,12 +633,12 @@ EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
 
 
 def _logical_reduction(np_reduction, self, dim, keepdim):
+    """``all``/``any``: unlike ``sum``'s, their ``dim=()`` reduces no dim."""
     arr = self._array()
-    if self.dim() == 0:
+    dims = () if isinstance(dim, (tuple, list)) and len(dim) == 0 else dims_of(dim, self.dim())
+    if self.dim() == 0:   # dims checked: a 0-d tensor takes dim 0 or -1 only
         return from_numpy_result(np_reduction(arr), bool_)
-    no_dims = dim is not None and isinstance(dim, (tuple, list)) and len(dim) == 0
-    return from_numpy_result(np_reduction(arr, axis=() if no_dims else dims_of(dim, self.dim()),
-                                          keepdims=keepdim), bool_)
+    return from_numpy_result(np_reduction(arr, axis=dims, keepdims=keepdim), bool_)
 
 
 @op(family="reduction", differentiable=False, samples=_bool_samples)
