@@ -205,3 +205,36 @@ def test_vmap_randomness(name):
 def test_vmap_multinomial_without_replacement():
     out = mt.vmap(lambda t: mt.multinomial(t, 2), randomness="different")(mt.ones(3, 5))
     assert tuple(out.shape) == (3, 2)
+
+
+# --------------------------------------------------------------------------- embedding padding_idx
+@pytest.mark.parametrize("padding_idx", [0, 2, -1])
+def test_embedding_padding_idx_matches_torch(padding_idx):
+    w = np.random.default_rng(5).standard_normal((5, 3))
+    idx = np.array([[0, 2, 4], [2, 2, 1]])
+    mw = mt.tensor(w, requires_grad=True)
+    tw = torch.tensor(w, requires_grad=True)
+    out = mt.nn.functional.embedding(mt.tensor(idx), mw, padding_idx=padding_idx)
+    ref = torch.nn.functional.embedding(torch.tensor(idx), tw, padding_idx=padding_idx)
+    np.testing.assert_allclose(_np(out), ref.detach().numpy())
+    g = np.random.default_rng(6).standard_normal(out.shape)
+    (out * mt.tensor(g)).sum().backward()
+    (ref * torch.tensor(g)).sum().backward()
+    np.testing.assert_allclose(_np(mw.grad), tw.grad.numpy(), atol=1e-12)
+
+
+def test_embedding_module_padding_idx():
+    emb = mt.nn.Embedding(6, 4, padding_idx=-2)
+    ref = torch.nn.Embedding(6, 4, padding_idx=-2)
+    assert emb.padding_idx == ref.padding_idx == 4
+    assert repr(emb) == repr(ref) == "Embedding(6, 4, padding_idx=4)"
+    np.testing.assert_array_equal(_np(emb.weight)[4], np.zeros(4))
+    emb(mt.tensor([4, 1, 4])).sum().backward()
+    np.testing.assert_array_equal(_np(emb.weight.grad)[4], np.zeros(4))
+    np.testing.assert_array_equal(_np(emb.weight.grad)[1], np.ones(4))
+    for nn_ in (mt.nn, torch.nn):
+        with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
+            nn_.Embedding(3, 2, padding_idx=3)
+    with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
+        mt.nn.functional.embedding(mt.tensor([0]), mt.ones(3, 2), padding_idx=-4)
+    assert repr(mt.nn.Embedding(3, 2)) == repr(torch.nn.Embedding(3, 2))
