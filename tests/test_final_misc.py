@@ -27,14 +27,20 @@ def test_meshgrid_matches_torch(indexing, sizes):
 
 def test_meshgrid_list_form_default_and_errors():
     a, b = mt.tensor([1.0, 2.0]), mt.tensor([3.0, 4.0, 5.0])
-    assert [tuple(g.shape) for g in mt.meshgrid([a, b])] == [(2, 3), (2, 3)]
-    assert mt.meshgrid(mt.tensor(1.0), b)[0].shape == (1, 3)
+    with pytest.warns(UserWarning, match="required to pass the indexing argument"):
+        assert [tuple(g.shape) for g in mt.meshgrid([a, b])] == [(2, 3), (2, 3)]
+    assert mt.meshgrid(mt.tensor(1.0), b, indexing="ij")[0].shape == (1, 3)
+    for lib in (mt, torch):
+        with pytest.raises(TypeError, match="expected Tensor as element 1 in argument 0"):
+            lib.meshgrid(lib.ones(2), 3, indexing="ij")
+        with pytest.raises(RuntimeError, match="non-empty TensorList"):
+            lib.meshgrid(indexing="ij")
     with pytest.raises(RuntimeError, match="indexing must be one of"):
         mt.meshgrid(a, b, indexing="yx")
     with pytest.raises(RuntimeError, match="Expected 0D or 1D"):
-        mt.meshgrid(mt.ones(2, 2), b)
+        mt.meshgrid(mt.ones(2, 2), b, indexing="ij")
     with pytest.raises(RuntimeError, match="same dtype"):
-        mt.meshgrid(a, mt.tensor([1, 2]))
+        mt.meshgrid(a, mt.tensor([1, 2]), indexing="ij")
     with pytest.raises(RuntimeError, match="indexing must be one of"):
         torch.meshgrid(torch.ones(2), indexing="yx")
 
@@ -123,6 +129,25 @@ def test_normal_forms_stats_and_grad():
             lib.normal(lib.zeros(3), -1.0)
         with pytest.raises(RuntimeError, match="normal expects all elements of std >= 0.0"):
             lib.normal(lib.zeros(3), lib.tensor([1.0, -1.0, 1.0]))
+
+
+def test_random_dtype_errors_like_torch():
+    for lib in (mt, torch):
+        with pytest.raises(NotImplementedError, match="normal_kernel_cpu"):
+            lib.normal(lib.tensor([1, 2]), 1.0)
+        with pytest.raises(NotImplementedError, match="normal_kernel_cpu"):
+            lib.tensor([1, 2]).normal_()
+        with pytest.raises(NotImplementedError, match="check_uniform_bounds"):
+            lib.tensor([1, 2]).uniform_()
+        with pytest.raises(NotImplementedError, match="bernoulli_tensor_cpu_p_"):
+            lib.bernoulli(lib.tensor([1, 0]))
+        with pytest.raises(RuntimeError, match="multinomial only supports floating-point"):
+            lib.multinomial(lib.tensor([1, 0]), 1)
+        with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+            lib.multinomial(lib.tensor([0.0, 0.0]), 1)
+        with pytest.raises(RuntimeError, match="cannot sample n_sample <= 0 samples"):
+            lib.multinomial(lib.tensor([1.0, 0.0]), 0)
+    assert tuple(mt.multinomial(mt.tensor([1.0, 0.0, 0.0]), 2).shape) == (2,)   # as torch
 
 
 def test_normal_and_uniform_inplace():

@@ -10,8 +10,8 @@ def _tensors(name, tensors):
         tensors = tuple(tensors[0])
     for i, t in enumerate(tensors):
         if not isinstance(t, TensorBase):
-            raise TypeError(f"{name}(): argument 'tensors' must be tuple of Tensors, but found "
-                            f"element of type {type(t).__name__} at pos {i}")
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{type(t).__name__}")
     return tuple(tensors)
 
 
@@ -37,6 +37,9 @@ def meshgrid(*tensors, indexing=None):
     """Coordinate grids from 1-D (or 0-D) tensors, as views (``expand`` of ``reshape``)."""
     tensors = _tensors("meshgrid", tensors)
     if indexing is None:
+        import warnings
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
+                      "indexing argument.", UserWarning, stacklevel=2)
         indexing = "ij"
     if indexing not in ("ij", "xy"):
         raise RuntimeError(f"torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but "
@@ -89,7 +92,7 @@ def bernoulli(input, p=None, *, generator=None, out=None):
         raise TypeError(f"bernoulli(): argument 'input' (position 1) must be Tensor, not "
                         f"{type(input).__name__}")
     if not input.is_floating_point():
-        raise RuntimeError(f"\"bernoulli_tensor_cpu_self_\" not implemented for "
+        raise NotImplementedError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
                            f"'{_dtype_name(input.dtype)}'")
     with no_grad():
         if p is None:
@@ -137,7 +140,7 @@ def uniform_(self, a=0.0, b=1.0, *, generator=None):
     """Fill ``self`` with draws from U(a, b)."""
     from microtensor.autograd.grad_mode import no_grad
     if not self.is_floating_point():
-        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for "
+        raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for "
                            f"'{_dtype_name(self.dtype)}'")
     if a > b:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a} "
@@ -151,7 +154,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     from microtensor.autograd.grad_mode import no_grad
     from microtensor.ops.factory import randn_like
     if not self.is_floating_point():
-        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for "
+        raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
                            f"'{_dtype_name(self.dtype)}'")
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
@@ -184,7 +187,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
         elif std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
         if mt_ and not mean.is_floating_point():
-            raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for "
+            raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
                                f"'{_dtype_name(mean.dtype)}'")
         if mt_ and st_:
             m, s = broadcast_tensors(mean, std)
@@ -239,10 +242,6 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
             u = _rand_like(w2, generator=generator)
             keys = u.log() / w2
             idx = keys.topk(num_samples, dim=-1).indices
-            zero = (w2 > 0).to(int64).sum(-1)
-            if _any(zero < num_samples):
-                raise RuntimeError("invalid multinomial distribution (with replacement=False, "
-                                   "not enough non-negative category to sample)")
         if w.dim() == 1:
             idx = idx.squeeze(0)
     if out is not None:
