@@ -169,6 +169,16 @@ def test_normal_and_uniform_inplace():
     with mt.no_grad():
         w.uniform_(0, 1)
     assert w.requires_grad
+    for lib in (mt, torch):
+        leaf = lib.ones(3, requires_grad=True)
+        for fill in (lambda t: t.uniform_(), lambda t: t.normal_(), lambda t: t.bernoulli_(0.5)):
+            with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+                fill(leaf)
+        x = lib.ones(3, requires_grad=True)
+        y = (x * 2).uniform_()
+        assert y.requires_grad
+        y.sum().backward()
+        np.testing.assert_array_equal(np.asarray(x.grad.numpy()), np.zeros(3))
 
 
 def test_multinomial_frequencies_and_shapes():

@@ -128,7 +128,8 @@ def bernoulli_(self, p=0.5, *, generator=None):
             prob = p
         u = _rand_like(self, dtype=None if self.is_floating_point() else _default_float(),
                        generator=generator)
-        return self.copy_((u < prob).to(self.dtype))
+        values = (u < prob).to(self.dtype)
+    return self.copy_(values)   # tracked: a leaf that requires grad is refused, as in torch
 
 
 def _default_float():
@@ -146,7 +147,8 @@ def uniform_(self, a=0.0, b=1.0, *, generator=None):
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a} "
                            f"> to={b}")
     with no_grad():
-        return self.copy_(_rand_like(self, generator=generator) * (b - a) + a)
+        values = _rand_like(self, generator=generator) * (b - a) + a
+    return self.copy_(values)
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
@@ -159,7 +161,8 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     with no_grad():
-        return self.copy_(randn_like(self, generator=generator) * std + mean)
+        values = randn_like(self, generator=generator) * std + mean
+    return self.copy_(values)
 
 
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None,
