@@ -47,6 +47,8 @@ from microtensor._legacy import (BoolTensor, DoubleTensor, FloatTensor,  # noqa:
                                  IntTensor, LongTensor)
 from microtensor._printing import set_printoptions  # noqa: E402
 from microtensor._toplevel import is_floating_point, is_tensor, numel  # noqa: E402
+from microtensor import _composite  # noqa: E402
+_composite.install(Tensor, globals())
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402
                                      set_default_device, set_rng_state)
 from math import e, inf, nan, pi  # noqa: E402

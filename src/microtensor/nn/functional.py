@@ -163,9 +163,27 @@ def dropout(input, p=0.5, training=True, inplace=False):
     return input.copy_(out) if inplace else out
 
 
-def embedding(input, weight):
-    return weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) +
-                                                             (weight.shape[1],))
+def _padding_index(padding_idx, num_embeddings):
+    if padding_idx is None:
+        return None
+    if padding_idx > 0:
+        assert padding_idx < num_embeddings, "Padding_idx must be within num_embeddings"
+    elif padding_idx < 0:
+        assert padding_idx >= -num_embeddings, "Padding_idx must be within num_embeddings"
+        padding_idx = num_embeddings + padding_idx
+    return padding_idx
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of ``weight`` picked by ``input``; the ``padding_idx`` row gets no gradient
+    (its rows in the result are detached, their values unchanged)."""
+    padding_idx = _padding_index(padding_idx, weight.shape[0])
+    out = weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) +
+                                                            (weight.shape[1],))
+    if padding_idx is not None:
+        keep = (input != padding_idx).unsqueeze(-1).to(out.dtype)
+        out = out * keep + out.detach() * (1 - keep)
+    return out
 
 
 def one_hot(tensor, num_classes=-1):

@@ -968,19 +968,35 @@ class Dropout(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, dtype=None, device=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, *, dtype=None,
+                 device=None):
         super().__init__()
+        from microtensor.autograd.grad_mode import no_grad
         from microtensor.ops.factory import randn
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
+        if padding_idx is not None:
+            if padding_idx > 0:
+                assert padding_idx < num_embeddings, "Padding_idx must be within num_embeddings"
+            elif padding_idx < 0:
+                assert padding_idx >= -num_embeddings, \
+                    "Padding_idx must be within num_embeddings"
+                padding_idx = num_embeddings + padding_idx
+        self.padding_idx = padding_idx
         self.weight = Parameter(randn(num_embeddings, embedding_dim, dtype=dtype,
                                       device=device))
+        if padding_idx is not None:
+            with no_grad():
+                self.weight[padding_idx].fill_(0)
 
     def forward(self, indices):
-        return F.embedding(indices, self.weight)
+        return F.embedding(indices, self.weight, self.padding_idx)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
 
 
 # ------------------------------------------------------------------ losses
