@@ -34,3 +34,13 @@ def test_rnn_gru_refuse_proj_size(cls, proj):
 
 def test_lstm_still_takes_proj_size_zero():
     assert nn.LSTM(3, 4, proj_size=0).proj_size == 0
+
+
+def test_is_anomaly_enabled_at_top_level():
+    assert mt.is_anomaly_enabled() is False
+    with pytest.warns(UserWarning, match="Anomaly Detection has been enabled"), \
+            mt.autograd.detect_anomaly():
+        assert mt.is_anomaly_enabled() is True
+    assert mt.is_anomaly_enabled() is False
+    if torch is not None:
+        assert mt.is_anomaly_enabled() == torch.is_anomaly_enabled()
