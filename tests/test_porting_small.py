@@ -44,3 +44,70 @@ def test_is_anomaly_enabled_at_top_level():
     assert mt.is_anomaly_enabled() is False
     if torch is not None:
         assert mt.is_anomaly_enabled() == torch.is_anomaly_enabled()
+
+
+def _torch_dtype(dt):
+    return getattr(torch, dt.name)
+
+
+def _swap_prefix(message):
+    return message.replace("microtensor.", "torch.").replace("microtensor", "torch")
+
+
+@pytest.mark.parametrize("dt", [mt.float32, mt.float64])
+def test_finfo_matches_torch(dt):
+    info = mt.finfo(dt)
+    assert info.dtype == dt.name
+    assert info.bits == 8 * dt.itemsize
+    assert info.tiny == info.smallest_normal > 0
+    one = mt.ones((), dtype=dt)
+    assert (one + info.eps).item() != 1.0 and (one + info.eps / 2).item() == 1.0
+    if torch is not None:
+        ref = torch.finfo(_torch_dtype(dt))
+        for name in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution",
+                     "dtype"):
+            assert getattr(info, name) == getattr(ref, name), name
+            assert type(getattr(info, name)) is type(getattr(ref, name)), name
+        assert repr(info) == repr(ref)
+
+
+def test_finfo_without_argument_is_the_default_dtype():
+    assert mt.finfo().dtype == mt.get_default_dtype().name
+    previous = mt.get_default_dtype()
+    try:
+        mt.set_default_dtype(mt.float64)
+        assert mt.finfo().eps == mt.finfo(mt.float64).eps
+    finally:
+        mt.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("dt", [mt.int32, mt.int64])
+def test_iinfo_matches_torch(dt):
+    info = mt.iinfo(dt)
+    assert (info.min, info.max) == (-2 ** (8 * dt.itemsize - 1), 2 ** (8 * dt.itemsize - 1) - 1)
+    if torch is not None:
+        ref = torch.iinfo(_torch_dtype(dt))
+        for name in ("bits", "max", "min", "dtype"):
+            assert getattr(info, name) == getattr(ref, name), name
+            assert type(getattr(info, name)) is type(getattr(ref, name)), name
+        assert repr(info) == repr(ref)
+
+
+@pytest.mark.parametrize("fn, arg", [("finfo", "int32"), ("finfo", "bool"), ("finfo", "int64"),
+                                     ("iinfo", "float32"), ("iinfo", "bool"),
+                                     ("iinfo", "float64")])
+def test_info_of_the_wrong_kind_raises_as_torch(fn, arg):
+    with pytest.raises(TypeError):
+        getattr(mt, fn)(getattr(mt, arg))
+    if torch is not None:
+        kind, message = _error(lambda: getattr(mt, fn)(getattr(mt, arg)))
+        assert (kind, _swap_prefix(message)) == _error(lambda: getattr(torch, fn)(
+            getattr(torch, arg)))
+
+
+@pytest.mark.parametrize("fn", ["finfo", "iinfo"])
+def test_info_refuses_a_non_dtype(fn):
+    with pytest.raises(TypeError, match="must be microtensor.dtype, not str"):
+        getattr(mt, fn)("float32")
+    with pytest.raises(TypeError):
+        mt.iinfo()

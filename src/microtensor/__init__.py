@@ -12,7 +12,7 @@ from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dty
                                    set_default_dtype)
 from microtensor._C.tensor import bool_ as bool
 from microtensor._C.tensor import float32, float64, int32, int64
-from microtensor._dtype import can_cast, promote_types, result_type
+from microtensor._dtype import can_cast, finfo, iinfo, promote_types, result_type
 from microtensor import autograd  # before ops: autograd installs its hook into the dispatcher
 from microtensor._tensor import Tensor, install_methods
 from microtensor.autograd import grad_mode as _grad_mode
