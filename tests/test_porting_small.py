@@ -111,3 +111,50 @@ def test_info_refuses_a_non_dtype(fn):
         getattr(mt, fn)("float32")
     with pytest.raises(TypeError):
         mt.iinfo()
+
+
+_LEGACY_NAMES = ["FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor"]
+
+
+@pytest.mark.parametrize("dt", [mt.float32, mt.float64, mt.int64, mt.int32, mt.bool])
+def test_tensor_type_names_its_legacy_type(dt):
+    t = mt.zeros(2, dtype=dt)
+    assert t.type().startswith("microtensor.") and t.type()[12:] in _LEGACY_NAMES
+    assert isinstance(t, getattr(mt, t.type()[12:]))
+    if torch is not None:
+        assert _swap_prefix(t.type()) == torch.zeros(2, dtype=_torch_dtype(dt)).type()
+
+
+@pytest.mark.parametrize("name", _LEGACY_NAMES)
+@pytest.mark.parametrize("prefix", ["torch.", "microtensor."])
+def test_tensor_type_converts_by_name_constructor_and_dtype(name, prefix):
+    t = mt.tensor([1.5, 0.0, -2.0])
+    by_name = t.type(prefix + name)
+    assert by_name.type() == "microtensor." + name
+    assert by_name.dtype is getattr(mt, name).dtype
+    assert t.type(getattr(mt, name)).dtype is by_name.dtype
+    assert t.type(dtype=by_name.dtype).dtype is by_name.dtype
+    if torch is not None:
+        ref = torch.tensor([1.5, 0.0, -2.0]).type("torch." + name)
+        assert by_name.tolist() == ref.tolist()
+
+
+def test_tensor_type_of_its_own_type_returns_itself():
+    t = mt.ones(2)
+    assert t.type(mt.float32) is t
+    assert t.type("torch.FloatTensor") is t
+    assert t.type(mt.FloatTensor) is t
+
+
+@pytest.mark.parametrize("bad", ["torch.FooTensor", "DoubleTensor", "float64", "numpy.FloatTensor",
+                                 5, 2.0])
+def test_tensor_type_refuses_as_torch(bad):
+    kind, message = _error(lambda: mt.ones(2).type(bad))
+    assert kind in (ValueError, TypeError)
+    if torch is not None:
+        assert (kind, message) == _error(lambda: torch.ones(2).type(bad))
+
+
+def test_module_type_takes_a_legacy_name():
+    model = nn.Linear(2, 2).type("torch.DoubleTensor")
+    assert model.weight.dtype is mt.float64 and model.bias.dtype is mt.float64
