@@ -12,7 +12,7 @@ from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dty
                                    set_default_dtype)
 from microtensor._C.tensor import bool_ as bool
 from microtensor._C.tensor import float32, float64, int32, int64
-from microtensor._dtype import can_cast, promote_types, result_type
+from microtensor._dtype import can_cast, finfo, iinfo, promote_types, result_type
 from microtensor import autograd  # before ops: autograd installs its hook into the dispatcher
 from microtensor._tensor import Tensor, install_methods
 from microtensor.autograd import grad_mode as _grad_mode
@@ -30,6 +30,7 @@ from microtensor import ops  # noqa: E402
 from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402
 from microtensor.autograd.grad_mode import (enable_grad, inference_mode,  # noqa: E402
                                             is_grad_enabled, no_grad, set_grad_enabled)
+from microtensor.autograd.anomaly_mode import is_anomaly_enabled  # noqa: E402
 from microtensor.ops.factory import (Generator, arange, as_tensor, default_generator,  # noqa: E402
                                      empty, empty_strided, eye, from_dlpack, from_numpy, full,
                                      initial_seed, linspace, manual_seed, ones, scalar_tensor,

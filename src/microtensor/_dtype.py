@@ -7,6 +7,8 @@ higher *category* (bool < integer < floating), as in ``torch.result_type``.
 import math
 import numbers
 
+import numpy
+
 from microtensor._C.tensor import (TensorBase, bool_, dtype, float32, float64,
                                    get_default_dtype, int32, int64)
 
@@ -109,5 +111,58 @@ def wrap_scalar(value, dt):
     return value
 
 
-__all__ = ["dtype", "promote_types", "result_type", "can_cast", "scalar_dtype",
+def _check_dtype(fn, value):
+    if not isinstance(value, dtype):
+        raise TypeError(f"{fn}(): argument 'type' (position 1) must be microtensor.dtype, not "
+                        f"{type(value).__name__}")
+
+
+class finfo:
+    """Machine limits of a floating dtype (the default dtype when none is given), as
+    ``torch.finfo``: ``bits``, ``eps``, ``max``, ``min``, ``tiny`` (= ``smallest_normal``),
+    ``resolution`` and ``dtype`` (the dtype's name)."""
+
+    def __init__(self, type=None):
+        type = get_default_dtype() if type is None else type
+        _check_dtype("finfo", type)
+        if not type.is_floating_point:
+            raise TypeError("microtensor.finfo() requires a floating point input type. Use "
+                            "microtensor.iinfo to handle 'microtensor.finfo'")
+        limits = numpy.finfo(type.np)
+        self.bits = limits.bits
+        self.eps = float(limits.eps)
+        self.max = float(limits.max)
+        self.min = float(limits.min)
+        self.tiny = self.smallest_normal = float(limits.smallest_normal)
+        self.resolution = 10.0 ** -limits.precision     # as a Python float, as PyTorch's
+        self.dtype = type.name
+
+    def __repr__(self):
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, "
+                f"eps={self.eps:g}, smallest_normal={self.smallest_normal:g}, "
+                f"tiny={self.tiny:g}, dtype={self.dtype})")
+
+
+class iinfo:
+    """Machine limits of an integer dtype, as ``torch.iinfo``: ``bits``, ``max``, ``min``
+    and ``dtype`` (the dtype's name); bool is refused as PyTorch refuses it."""
+
+    def __init__(self, type):
+        _check_dtype("iinfo", type)
+        if type is bool_:
+            raise TypeError("microtensor.bool is not supported by microtensor.iinfo")
+        if type.is_floating_point:
+            raise TypeError("microtensor.iinfo() requires an integer input type. Use "
+                            "microtensor.finfo to handle 'microtensor.iinfo'")
+        limits = numpy.iinfo(type.np)
+        self.bits = limits.bits
+        self.max = int(limits.max)
+        self.min = int(limits.min)
+        self.dtype = type.name
+
+    def __repr__(self):
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
+
+
+__all__ = ["dtype", "finfo", "iinfo", "promote_types", "result_type", "can_cast", "scalar_dtype",
            "check_scalar_fits", "wrap_scalar"]

@@ -8,7 +8,8 @@ not subclasses of ``Tensor``: what they make is a plain ``Tensor``.
 """
 import numbers
 
-from microtensor._C.tensor import Size, TensorBase, bool_, cpu, float32, float64, int32, int64
+from microtensor._C.tensor import (Size, TensorBase, bool_, cpu, dtype, float32, float64, int32,
+                                   int64)
 from microtensor.ops.factory import empty, tensor, to_device
 
 
@@ -54,3 +55,32 @@ DoubleTensor = _legacy_type("DoubleTensor", float64)
 LongTensor = _legacy_type("LongTensor", int64)
 IntTensor = _legacy_type("IntTensor", int32)
 BoolTensor = _legacy_type("BoolTensor", bool_)
+
+_BY_NAME = {cls.__name__: cls for cls in (FloatTensor, DoubleTensor, LongTensor, IntTensor,
+                                          BoolTensor)}
+_NAME_OF_DTYPE = {cls.dtype: name for name, cls in _BY_NAME.items()}
+
+
+def type_name(t):
+    """``t``'s legacy type name, PyTorch's ``Tensor.type()``: ``'microtensor.FloatTensor'``,
+    ``'microtensor.cuda.LongTensor'``."""
+    device = "cuda." if t.device.type == "cuda" else ""
+    return f"microtensor.{device}{_NAME_OF_DTYPE[t.dtype]}"
+
+
+def convert_to_type(t, type, non_blocking=False):
+    """``t`` as ``type`` (a dtype, a typed constructor, or a legacy name whose prefix is
+    ``microtensor.`` or ``torch.``): PyTorch's ``Tensor.type(type)``.  A dtype keeps the
+    device; a name or constructor also says the device (``cuda.`` in the name, else CPU)."""
+    if isinstance(type, dtype):
+        return t.to(dtype=type, non_blocking=non_blocking)
+    if isinstance(type, _LegacyTensorType):
+        return t.to(device=cpu, dtype=type.dtype, non_blocking=non_blocking)
+    if not isinstance(type, str):
+        raise TypeError("dtype must be a type, str, or dtype object")
+    prefix, _, rest = type.partition(".")
+    on_cuda = rest.startswith("cuda.")
+    cls = _BY_NAME.get(rest[5:] if on_cuda else rest)
+    if prefix not in ("microtensor", "torch") or cls is None:
+        raise ValueError(f"invalid type: '{type}'")
+    return t.to(device="cuda" if on_cuda else cpu, dtype=cls.dtype, non_blocking=non_blocking)

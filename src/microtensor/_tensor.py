@@ -155,12 +155,11 @@ class Tensor(TensorBase):
     def bool(self):
         return self.to(bool_)
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking=False):
+        from microtensor import _legacy
         if dtype is None:
-            return "microtensor." + {"float32": "FloatTensor", "float64": "DoubleTensor",
-                                     "int64": "LongTensor", "int32": "IntTensor",
-                                     "bool": "BoolTensor"}[self._dtype.name]
-        return self.to(dtype)
+            return _legacy.type_name(self)
+        return _legacy.convert_to_type(self, dtype, non_blocking)
 
     def cpu(self):
         return self.to("cpu")

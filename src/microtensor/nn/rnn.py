@@ -366,12 +366,18 @@ class RNNBase(Module):
         return x, h_n
 
 
+_NO_PROJ = "proj_size argument is only supported for LSTM, not RNN or GRU"
+
+
 class RNN(RNNBase):
     """Elman RNN: ``h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)`` (or relu); returns
     ``(output, h_n)``."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None):
+                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None,
+                 *, proj_size=None):
+        if proj_size is not None:
+            raise ValueError(_NO_PROJ)
         self.nonlinearity = nonlinearity
         super().__init__(_check_nonlinearity(nonlinearity), input_size, hidden_size, num_layers,
                          bias, batch_first, dropout, bidirectional, 0, device, dtype)
@@ -397,7 +403,9 @@ class GRU(RNNBase):
     """GRU over a sequence (gates r, z, n); returns ``(output, h_n)``."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, device=None, dtype=None):
+                 dropout=0.0, bidirectional=False, device=None, dtype=None, *, proj_size=None):
+        if proj_size is not None:
+            raise ValueError(_NO_PROJ)
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, 0, device, dtype)
 
