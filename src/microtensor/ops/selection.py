@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import int64
+from microtensor._C.tensor import int32, int64
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import array_module, dims_of, new_result
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
@@ -371,3 +371,73 @@ def cumprod(grad, self, dim):
     partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
     return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d),
 
+
+
+# --------------------------------------------------------------------------- searchsorted
+
+def _searchsorted_samples(make):
+    seq = tensor([-1.0, 0.0, 0.5, 0.5, 2.0])
+    rows = tensor([[-1.0, 0.0, 1.0, 3.0], [0.0, 0.0, 2.0, 2.5]])
+    vals = tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]])
+    return [Sample(seq, vals), Sample(seq, vals, right=True), Sample(seq, vals, side="right"),
+            Sample(rows, vals), Sample(rows, vals, right=True, out_int32=True),
+            Sample(tensor([2.0, -1.0, 0.5, 0.0]), vals, sorter=tensor([1, 3, 2, 0])),
+            Sample(seq, tensor(0.5))]
+
+
+@op(inputs=(), method=False, differentiable=False, samples=_searchsorted_samples)
+def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None,
+                 sorter=None):
+    """Indices where ``self`` would be inserted in the innermost dim of ``sorted_sequence``
+    keeping it sorted (``right``/``side="right"``: after equal values)."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but "
+                               f"got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites,"
+                               " got side of left while right was True")
+        right = side == "right"
+    seq = sorted_sequence._array()
+    values = self._array() if hasattr(self, "_array") else np.asarray(self)
+    if sorter is not None:
+        if sorter._sizes != sorted_sequence._sizes:
+            raise RuntimeError("torch.searchsorted(): boundary and sorter must have the same "
+                               "size, but got boundary tensor "
+                               f"{list(sorted_sequence._sizes)}and got sorter tensor "
+                               f"{list(sorter._sizes)}")
+        seq = np.take_along_axis(seq, sorter._array(), axis=-1)
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive "
+                           "dimension, but got 0 dimension")
+    if seq.ndim > 1 and (values.ndim != seq.ndim or values.shape[:-1] != seq.shape[:-1]):
+        raise RuntimeError(
+            "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+            "dimensions of boundaries tensor and input value tensor must match, but we got "
+            f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
+    side_name = "right" if right else "left"
+    if seq.ndim == 1:
+        found = np.searchsorted(seq, values, side=side_name)
+    else:
+        # count, per row, the boundaries before each value (vectorised over rows)
+        s, v = seq[..., None, :], values[..., :, None]
+        found = ((s <= v) if right else (s < v)).sum(-1)
+    return _fresh(np.asarray(found).astype(np.int32 if out_int32 else np.int64),
+                  int32 if out_int32 else int64)
+
+
+def _bucketize_samples(make):
+    return [Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0])),
+            Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0]),
+                   right=True),
+            Sample(tensor(1.0), tensor([0.0, 1.0, 2.0]), out_int32=True)]
+
+
+@op(kind="composite", inputs=(), method=False, differentiable=False,
+    samples=_bucketize_samples)
+def bucketize(self, boundaries, *, out_int32=False, right=False):
+    """The bucket of each element of ``self`` among the 1-D ``boundaries``."""
+    if boundaries.dim() != 1:
+        raise RuntimeError("boundaries tensor must be 1 dimension, but got dim("
+                           f"{boundaries.dim()})")
+    return searchsorted(boundaries, self, out_int32=out_int32, right=right)

@@ -1,0 +1,35 @@
+"""Batching rules of ``searchsorted`` (``bucketize`` is a composite of it) and the error of
+the ops whose result shape depends on the data (``nonzero``, ``unique``), as torch.func."""
+from microtensor.vmap.batched import batch_size, to_front, unwrap, wrap
+from microtensor.vmap.rules import call, rule
+
+
+def _front(value, bdim, size):
+    if bdim is None:
+        return value.unsqueeze(0).expand((size,) + tuple(value._sizes))
+    return to_front(value, bdim)
+
+
+@rule("searchsorted")
+def searchsorted(op, level, args, kwargs):
+    """A shared 1-D sequence: the values keep their batch dim.  Otherwise both (and the
+    sorter) get the batch dim first; a per-sample 1-D sequence then searches each sample's
+    values flattened into one row."""
+    bound = op.bind(args, kwargs)
+    seq, seq_b = unwrap(bound["sorted_sequence"], level)
+    values, val_b = unwrap(bound["self"], level)
+    sorter = bound.get("sorter")
+    sorter, sorter_b = unwrap(sorter, level) if sorter is not None else (None, None)
+    options = {k: bound[k] for k in ("out_int32", "right", "side")}
+    if seq_b is None and sorter_b is None and seq.dim() == 1:
+        result = call(op, (seq, values), dict(options, sorter=sorter))
+        return wrap(result, val_b, level)
+    size = batch_size(level)
+    seq = _front(seq, seq_b, size)
+    sorter = None if sorter is None else _front(sorter, sorter_b, size)
+    values = _front(values, val_b, size) if hasattr(values, "_sizes") else values
+    if seq.dim() == 2:
+        sample_shape = tuple(values._sizes[1:])
+        result = call(op, (seq, values.reshape(size, -1)), dict(options, sorter=sorter))
+        return wrap(result.reshape((size,) + sample_shape), 0, level)
+    return wrap(call(op, (seq, values), dict(options, sorter=sorter)), 0, level)

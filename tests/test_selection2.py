@@ -1,0 +1,59 @@
+"""searchsorted, bucketize, repeat_interleave, nonzero, unique against PyTorch."""
+import numpy as np
+import pytest
+
+import microtensor as mt
+
+torch = pytest.importorskip("torch")
+
+
+def th(t):
+    return torch.from_numpy(np.array(t.tolist())) if isinstance(t, mt.Tensor) else t
+
+
+def same(a, e):
+    if isinstance(e, (tuple, list)):
+        assert len(a) == len(e)
+        for x, y in zip(a, e):
+            same(x, y)
+        return
+    assert tuple(a.shape) == tuple(e.shape)
+    assert str(a.dtype).split(".")[-1] == str(e.dtype).split(".")[-1]
+    np.testing.assert_array_equal(np.array(a.tolist()), e.numpy())
+
+
+SEQ = [-1.0, 0.0, 0.5, 0.5, 2.0]
+VALS = [[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]
+
+
+@pytest.mark.parametrize("kw", [{}, {"right": True}, {"side": "right"}, {"side": "left"},
+                                {"out_int32": True}])
+def test_searchsorted_matches_torch(kw):
+    s, v = mt.tensor(SEQ), mt.tensor(VALS)
+    same(mt.searchsorted(s, v, **kw), torch.searchsorted(th(s), th(v), **kw))
+    rows = mt.tensor([[-1.0, 0.0, 1.0, 3.0], [0.0, 0.0, 2.0, 2.5]])
+    same(mt.searchsorted(rows, v, **kw), torch.searchsorted(th(rows), th(v), **kw))
+
+
+def test_searchsorted_sorter_and_errors():
+    s, v, order = mt.tensor([2.0, -1.0, 0.5, 0.0]), mt.tensor(VALS), mt.tensor([1, 3, 2, 0])
+    same(mt.searchsorted(s, v, sorter=order), torch.searchsorted(th(s), th(v), sorter=th(order)))
+    with pytest.raises(RuntimeError, match="side and right can't be set to opposites"):
+        mt.searchsorted(s, v, right=True, side="left")
+    with pytest.raises(RuntimeError, match="first N-1"):
+        mt.searchsorted(mt.zeros(3, 4), mt.zeros(2, 4))
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_bucketize_matches_torch(right):
+    v, b = mt.tensor(VALS), mt.tensor([-1.0, 0.0, 1.0, 2.0])
+    same(mt.bucketize(v, b, right=right), torch.bucketize(th(v), th(b), right=right))
+    assert not hasattr(v, "bucketize")   # as torch.Tensor
+
+
+def test_searchsorted_under_vmap_matches_torch():
+    rows = mt.tensor([[-1.0, 0.0, 1.0, 3.0], [0.0, 0.0, 2.0, 2.5]])
+    v = mt.tensor(VALS)
+    same(mt.vmap(mt.searchsorted)(rows, v), torch.vmap(torch.searchsorted)(th(rows), th(v)))
+    same(mt.vmap(mt.searchsorted, in_dims=(None, 0))(mt.tensor(SEQ), v),
+         torch.vmap(torch.searchsorted, in_dims=(None, 0))(th(mt.tensor(SEQ)), th(v)))
