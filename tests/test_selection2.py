@@ -19,7 +19,7 @@ def same(a, e):
         return
     assert tuple(a.shape) == tuple(e.shape)
     assert str(a.dtype).split(".")[-1] == str(e.dtype).split(".")[-1]
-    np.testing.assert_array_equal(np.array(a.tolist()), e.numpy())
+    np.testing.assert_array_equal(np.array(a.tolist()).reshape(tuple(a.shape)), e.numpy())
 
 
 SEQ = [-1.0, 0.0, 0.5, 0.5, 2.0]
@@ -57,3 +57,42 @@ def test_searchsorted_under_vmap_matches_torch():
     same(mt.vmap(mt.searchsorted)(rows, v), torch.vmap(torch.searchsorted)(th(rows), th(v)))
     same(mt.vmap(mt.searchsorted, in_dims=(None, 0))(mt.tensor(SEQ), v),
          torch.vmap(torch.searchsorted, in_dims=(None, 0))(th(mt.tensor(SEQ)), th(v)))
+
+
+NZ = [[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]]
+
+
+@pytest.mark.parametrize("x", [NZ, [[0, 3], [0, 0]], 3.0, 0.0, [True, False, True], []])
+@pytest.mark.parametrize("as_tuple", [False, True])
+def test_nonzero_matches_torch(x, as_tuple):
+    t = mt.tensor(x)
+    same(mt.nonzero(t, as_tuple=as_tuple), torch.nonzero(torch.tensor(x), as_tuple=as_tuple))
+    same(t.nonzero(as_tuple=as_tuple), torch.tensor(x).nonzero(as_tuple=as_tuple))
+
+
+UX = [[2.0, 1.0, 2.0], [0.0, 1.0, 2.0]]
+UR = [[1, 2], [0, 5], [1, 2], [0, 5], [0, 1]]
+
+
+@pytest.mark.parametrize("x,dim", [(UX, None), (UR, None), (UR, 0), (UR, 1), (UR, -1),
+                                   (2.0, None)])
+@pytest.mark.parametrize("flags", [(True, False, False), (True, True, False),
+                                   (True, False, True), (False, True, True)])
+def test_unique_matches_torch(x, dim, flags):
+    sorted_, inverse, counts = flags
+    got = mt.unique(mt.tensor(x), sorted_, inverse, counts, dim)
+    same(got, torch.unique(torch.tensor(x), sorted_, inverse, counts, dim))
+    same(mt.tensor(x).unique(sorted=sorted_, return_inverse=inverse, return_counts=counts,
+                             dim=dim),
+         torch.tensor(x).unique(sorted=sorted_, return_inverse=inverse, return_counts=counts,
+                                dim=dim))
+
+
+@pytest.mark.parametrize("name,aten", [("nonzero", "nonzero"), ("unique", "_unique2")])
+def test_dynamic_shape_ops_refuse_vmap_as_torch(name, aten):
+    message = f"dynamic shape. Attempted to vmap over aten::{aten}"
+    with pytest.raises(RuntimeError, match=message):
+        torch.vmap(getattr(torch, name))(torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match=message):
+        mt.vmap(getattr(mt, name))(mt.ones(2, 3))
+    assert mt.nonzero(mt.ones(2, 3)).shape == (6, 2)   # outside vmap, fine

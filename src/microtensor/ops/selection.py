@@ -441,3 +441,56 @@ def bucketize(self, boundaries, *, out_int32=False, right=False):
         raise RuntimeError("boundaries tensor must be 1 dimension, but got dim("
                            f"{boundaries.dim()})")
     return searchsorted(boundaries, self, out_int32=out_int32, right=right)
+
+
+# --------------------------------------------------------------------------- nonzero, unique
+# Their result shape depends on the values: vmap refuses them (see vmap/rules_selection2).
+
+def _nonzero_samples(make):
+    return [Sample(tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])),
+            Sample(tensor([[0, 3], [0, 0]]), as_tuple=True), Sample(tensor(3.0)),
+            Sample(tensor(0.0), as_tuple=True), Sample(tensor([True, False, True]))]
+
+
+@op(differentiable=False, samples=_nonzero_samples)
+def nonzero(self, *, as_tuple=False):
+    """The indices of the non-zero elements: an ``(n, dim)`` tensor, or per dim a 1-D
+    tensor with ``as_tuple`` (a 0-d input counts as 1-d there)."""
+    arr = self._array()
+    if as_tuple:
+        return tuple(_fresh(np.asarray(i, dtype=np.int64), int64)
+                     for i in np.nonzero(arr.reshape(-1) if arr.ndim == 0 else arr))
+    found = np.argwhere(arr) if arr.ndim else np.zeros((int(bool(arr)), 0), np.int64)
+    return _fresh(np.ascontiguousarray(found, dtype=np.int64), int64)
+
+
+def _unique_samples(make):
+    x = tensor([[2.0, 1.0, 2.0], [0.0, 1.0, 2.0]])
+    rows = tensor([[1, 2], [0, 5], [1, 2], [0, 5], [0, 1]])
+    return [Sample(x), Sample(x, return_inverse=True), Sample(x, return_counts=True),
+            Sample(x, True, True, True), Sample(rows, dim=0, return_inverse=True,
+                                                return_counts=True),
+            Sample(rows, dim=1, return_counts=True), Sample(tensor(2.0), return_inverse=True)]
+
+
+@op(differentiable=False, samples=_unique_samples)
+def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values (or slices along ``dim``), sorted; with ``return_inverse`` where
+    each element (slice) went, with ``return_counts`` how often each occurs."""
+    arr = self._array()
+    if dim is None:
+        values, inverse, counts = np.unique(arr.reshape(-1), return_inverse=True,
+                                            return_counts=True)
+        inverse = inverse.reshape(arr.shape)
+    else:
+        axis = meta.wrap_dim(dim, max(arr.ndim, 1))
+        values, inverse, counts = np.unique(arr, return_inverse=True, return_counts=True,
+                                            axis=axis)
+        inverse = inverse.reshape(-1)
+    result = _fresh(np.ascontiguousarray(values), self._dtype)
+    extra = []
+    if return_inverse:
+        extra.append(_fresh(np.array(inverse, dtype=np.int64, order="C"), int64))
+    if return_counts:
+        extra.append(_fresh(np.ascontiguousarray(counts, dtype=np.int64), int64))
+    return (result, *extra) if extra else result

@@ -33,3 +33,12 @@ def searchsorted(op, level, args, kwargs):
         result = call(op, (seq, values.reshape(size, -1)), dict(options, sorter=sorter))
         return wrap(result.reshape((size,) + sample_shape), 0, level)
     return wrap(call(op, (seq, values), dict(options, sorter=sorter)), 0, level)
+
+
+@rule("nonzero", "unique")
+def dynamic_shape(op, level, args, kwargs):
+    aten = {"unique": "_unique2"}.get(op.name, op.name)
+    raise RuntimeError(
+        "vmap: We do not support batching operators that can output dynamic shape. "
+        f"Attempted to vmap over aten::{aten}. Please file an issue at "
+        "https://github.com/pytorch/pytorch/issues if you need this feature.")
