@@ -96,3 +96,34 @@ def test_dynamic_shape_ops_refuse_vmap_as_torch(name, aten):
     with pytest.raises(RuntimeError, match=message):
         mt.vmap(getattr(mt, name))(mt.ones(2, 3))
     assert mt.nonzero(mt.ones(2, 3)).shape == (6, 2)   # outside vmap, fine
+
+
+@pytest.mark.parametrize("repeats,dim", [(2, None), (2, 1), (3, -2), ([1, 0, 2], 1),
+                                         ([2], 1), (0, 0), ("t2", 0), ("t2", None)])
+def test_repeat_interleave_forward_and_grad_match_torch(repeats, dim):
+    x = np.arange(6.0).reshape(2, 3) - 2.5
+    mr = mt.tensor(repeats) if isinstance(repeats, list) else \
+        mt.tensor(2) if repeats == "t2" else repeats
+    tr = torch.tensor(repeats) if isinstance(repeats, list) else \
+        torch.tensor(2) if repeats == "t2" else repeats
+    a = mt.tensor(x, requires_grad=True)
+    b = torch.tensor(x, requires_grad=True)
+    ya, yb = mt.repeat_interleave(a, mr, dim), torch.repeat_interleave(b, tr, dim)
+    same(ya.detach(), yb.detach())
+    w = np.arange(np.prod(tuple(yb.shape))).reshape(tuple(yb.shape)) + 1.0
+    (ya * mt.tensor(w)).sum().backward()
+    (yb * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(np.array(a.grad.tolist()), b.grad.numpy())
+    same(a.detach().repeat_interleave(mr, dim), b.detach().repeat_interleave(tr, dim))
+
+
+def test_repeat_interleave_errors_and_vmap():
+    x = mt.ones(2, 3)
+    with pytest.raises(RuntimeError, match="repeats must have the same size"):
+        mt.repeat_interleave(x, mt.tensor([1, 2]), 1)
+    with pytest.raises(RuntimeError, match="repeats must be 0-dim or 1-dim"):
+        mt.repeat_interleave(x, mt.tensor([[1]]), 0)
+    xs = np.arange(24.0).reshape(4, 2, 3)
+    for dim in (None, 0, 1, -1):
+        same(mt.vmap(lambda t: mt.repeat_interleave(t, 2, dim))(mt.tensor(xs)),
+             torch.vmap(lambda t: torch.repeat_interleave(t, 2, dim))(torch.tensor(xs)))

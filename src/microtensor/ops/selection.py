@@ -494,3 +494,64 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
     if return_counts:
         extra.append(_fresh(np.ascontiguousarray(counts, dtype=np.int64), int64))
     return (result, *extra) if extra else result
+
+
+# --------------------------------------------------------------------------- repeat_interleave
+
+def _repeat_interleave_samples(make):
+    # int repeats only: the sweeps batch every tensor argument, and repeats that differ
+    # per sample are refused under vmap (tensor repeats: tests/test_selection2.py)
+    return [Sample(make(2, 3), 2), Sample(make(2, 3), 2, 1), Sample(make(2, 3), 3, -2),
+            Sample(make(), 3), Sample(make(2, 3), 2, 0, output_size=4)]
+
+
+def _repeat_counts(self, repeats, dim):
+    """``(array, axis, counts)``: ``self`` flattened when ``dim`` is None."""
+    arr = self._array()
+    if dim is None:
+        arr, axis = arr.reshape(-1), 0
+    else:
+        axis = meta.wrap_dim(dim, self.dim())
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+    if hasattr(repeats, "_array"):
+        counts = repeats._array()
+        if counts.ndim > 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        if counts.ndim == 1 and counts.shape[0] != arr.shape[axis] and counts.shape[0] != 1:
+            raise RuntimeError("repeats must have the same size as input along dim, but got "
+                               f"repeats.size(0) = {counts.shape[0]} and input.size({axis}) = "
+                               f"{arr.shape[axis]}")
+        counts = np.broadcast_to(counts.reshape(-1), (arr.shape[axis],))
+    else:
+        counts = np.full((arr.shape[axis],), int(repeats), np.int64)
+    if (counts < 0).any():
+        raise RuntimeError("Repeats must be non-negative" if hasattr(repeats, "_array")
+                           else "repeats can not be negative")
+    return arr, axis, counts
+
+
+@op(samples=_repeat_interleave_samples)
+def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+    """Each element (slice along ``dim``) repeated ``repeats`` times, in place; the input
+    flattened when ``dim`` is None."""
+    arr, axis, counts = _repeat_counts(self, repeats, dim)
+    result = np.repeat(arr, counts, axis=axis)
+    if output_size is not None and output_size != result.shape[axis]:
+        raise RuntimeError("allocated size does not match required size")
+    return _fresh(np.ascontiguousarray(result), self._dtype)
+
+
+@repeat_interleave.def_derivative
+def repeat_interleave(grad, self, repeats, dim):
+    # each block of copies sums back into the element it was copied from
+    n_dims = self.dim()
+    d = 0 if dim is None else meta.wrap_dim(dim, n_dims)
+    size = self.numel() if dim is None else (self.shape[d] if n_dims else 1)
+    counts = repeats._array().reshape(-1) if hasattr(repeats, "_array") else \
+        np.full((size,), int(repeats), np.int64)
+    counts = np.broadcast_to(counts, (size,))
+    index = tensor(np.repeat(np.arange(size), counts))
+    base_shape = (size,) if dim is None else (tuple(self.shape) or (1,))
+    summed = grad.new_zeros(base_shape).index_add(d, index, grad)
+    return summed.reshape(self.shape),

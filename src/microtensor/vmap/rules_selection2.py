@@ -42,3 +42,30 @@ def dynamic_shape(op, level, args, kwargs):
         "vmap: We do not support batching operators that can output dynamic shape. "
         f"Attempted to vmap over aten::{aten}. Please file an issue at "
         "https://github.com/pytorch/pytorch/issues if you need this feature.")
+
+
+@rule("repeat_interleave")
+def repeat_interleave(op, level, args, kwargs):
+    """Per-sample ``dim`` shifted past the batch dim (``dim=None``: each sample flattened).
+    Repeats that differ per sample would give samples of different sizes: refused."""
+    bound = op.bind(args, kwargs)
+    self, bdim = unwrap(bound["self"], level)
+    repeats, rbdim = unwrap(bound["repeats"], level)
+    if rbdim is not None:
+        raise RuntimeError(
+            "vmap: We do not support batching operators that can output dynamic shape. "
+            "Attempted to vmap over aten::repeat_interleave. Please file an issue at "
+            "https://github.com/pytorch/pytorch/issues if you need this feature.")
+    size = batch_size(level)
+    value = _front(self, bdim, size)
+    logical = bound["self"].dim()
+    dim = bound["dim"]
+    if dim is None:
+        value, dim = value.reshape(size, -1), 1
+    elif logical == 0:
+        value, dim = value.reshape(size, 1), 1
+    else:
+        from microtensor._C import meta
+        dim = meta.wrap_dim(dim, logical) + 1
+    result = call(op, (value, repeats, dim), {"output_size": bound["output_size"]})
+    return wrap(result, 0, level)
