@@ -422,7 +422,7 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
         # count, per row, the boundaries before each value (vectorised over rows)
         s, v = seq[..., None, :], values[..., :, None]
         found = ((s <= v) if right else (s < v)).sum(-1)
-    return _fresh(np.asarray(found).astype(np.int32 if out_int32 else np.int64),
+    return _fresh(found.astype(np.int32 if out_int32 else np.int64),
                   int32 if out_int32 else int64)
 
 
@@ -458,10 +458,11 @@ def nonzero(self, *, as_tuple=False):
     tensor with ``as_tuple`` (a 0-d input counts as 1-d there)."""
     arr = self._array()
     if as_tuple:
-        return tuple(_fresh(np.asarray(i, dtype=np.int64), int64)
+        return tuple(_fresh(i.astype(np.int64), int64)
                      for i in np.nonzero(arr.reshape(-1) if arr.ndim == 0 else arr))
-    found = np.argwhere(arr) if arr.ndim else np.zeros((int(bool(arr)), 0), np.int64)
-    return _fresh(np.ascontiguousarray(found, dtype=np.int64), int64)
+    found = np.argwhere(arr) if arr.ndim else \
+        array_module(arr).zeros((int(arr.reshape(1).astype(bool).sum().item()), 0), np.int64)
+    return _fresh(found.astype(np.int64), int64)
 
 
 def _unique_samples(make):
@@ -478,6 +479,9 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
     """The distinct values (or slices along ``dim``), sorted; with ``return_inverse`` where
     each element (slice) went, with ``return_counts`` how often each occurs."""
     arr = self._array()
+    xp = array_module(arr)
+    if hasattr(arr, "get"):       # a device array: NumPy's unique on the host copy
+        arr = arr.get()
     if dim is None:
         values, inverse, counts = np.unique(arr.reshape(-1), return_inverse=True,
                                             return_counts=True)
@@ -487,12 +491,14 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
         values, inverse, counts = np.unique(arr, return_inverse=True, return_counts=True,
                                             axis=axis)
         inverse = inverse.reshape(-1)
-    result = _fresh(np.ascontiguousarray(values), self._dtype)
+    values, inverse, counts = (xp.asarray(a)
+                               for a in (values, inverse, counts))
+    result = _fresh(values, self._dtype)
     extra = []
     if return_inverse:
-        extra.append(_fresh(np.array(inverse, dtype=np.int64, order="C"), int64))
+        extra.append(_fresh(inverse.astype(np.int64), int64))
     if return_counts:
-        extra.append(_fresh(np.ascontiguousarray(counts, dtype=np.int64), int64))
+        extra.append(_fresh(counts.astype(np.int64), int64))
     return (result, *extra) if extra else result
 
 
@@ -524,8 +530,8 @@ def _repeat_counts(self, repeats, dim):
                                f"{arr.shape[axis]}")
         counts = np.broadcast_to(counts.reshape(-1), (arr.shape[axis],))
     else:
-        counts = np.full((arr.shape[axis],), int(repeats), np.int64)
-    if (counts < 0).any():
+        counts = int(repeats)
+    if (counts < 0) if isinstance(counts, int) else (counts < 0).any():
         raise RuntimeError("Repeats must be non-negative" if hasattr(repeats, "_array")
                            else "repeats can not be negative")
     return arr, axis, counts
@@ -536,10 +542,10 @@ def repeat_interleave(self, repeats, dim=None, *, output_size=None):
     """Each element (slice along ``dim``) repeated ``repeats`` times, in place; the input
     flattened when ``dim`` is None."""
     arr, axis, counts = _repeat_counts(self, repeats, dim)
-    result = np.repeat(arr, counts, axis=axis)
+    result = arr.repeat(counts, axis=axis)
     if output_size is not None and output_size != result.shape[axis]:
         raise RuntimeError("allocated size does not match required size")
-    return _fresh(np.ascontiguousarray(result), self._dtype)
+    return _fresh(result, self._dtype)
 
 
 @repeat_interleave.def_derivative
@@ -548,10 +554,11 @@ def repeat_interleave(grad, self, repeats, dim):
     n_dims = self.dim()
     d = 0 if dim is None else meta.wrap_dim(dim, n_dims)
     size = self.numel() if dim is None else (self.shape[d] if n_dims else 1)
-    counts = repeats._array().reshape(-1) if hasattr(repeats, "_array") else \
-        np.full((size,), int(repeats), np.int64)
+    counts = repeats._array().reshape(-1).get() if hasattr(repeats, "_array") and \
+        hasattr(repeats._array(), "get") else repeats._array().reshape(-1) \
+        if hasattr(repeats, "_array") else np.full((size,), int(repeats), np.int64)
     counts = np.broadcast_to(counts, (size,))
-    index = tensor(np.repeat(np.arange(size), counts))
+    index = tensor(np.repeat(np.arange(size), counts)).to(grad.device)
     base_shape = (size,) if dim is None else (tuple(self.shape) or (1,))
     summed = grad.new_zeros(base_shape).index_add(d, index, grad)
     return summed.reshape(self.shape),
