@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import int64
+from microtensor._C.tensor import int32, int64
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import array_module, dims_of, new_result
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
@@ -371,3 +371,194 @@ def cumprod(grad, self, dim):
     partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
     return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d),
 
+
+
+# --------------------------------------------------------------------------- searchsorted
+
+def _searchsorted_samples(make):
+    seq = tensor([-1.0, 0.0, 0.5, 0.5, 2.0])
+    rows = tensor([[-1.0, 0.0, 1.0, 3.0], [0.0, 0.0, 2.0, 2.5]])
+    vals = tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]])
+    return [Sample(seq, vals), Sample(seq, vals, right=True), Sample(seq, vals, side="right"),
+            Sample(rows, vals), Sample(rows, vals, right=True, out_int32=True),
+            Sample(tensor([2.0, -1.0, 0.5, 0.0]), vals, sorter=tensor([1, 3, 2, 0])),
+            Sample(seq, tensor(0.5))]
+
+
+@op(inputs=(), method=False, differentiable=False, samples=_searchsorted_samples)
+def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None,
+                 sorter=None):
+    """Indices where ``self`` would be inserted in the innermost dim of ``sorted_sequence``
+    keeping it sorted (``right``/``side="right"``: after equal values)."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but "
+                               f"got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites,"
+                               " got side of left while right was True")
+        right = side == "right"
+    seq = sorted_sequence._array()
+    values = self._array() if hasattr(self, "_array") else np.asarray(self)
+    if sorter is not None:
+        if sorter._sizes != sorted_sequence._sizes:
+            raise RuntimeError("torch.searchsorted(): boundary and sorter must have the same "
+                               "size, but got boundary tensor "
+                               f"{list(sorted_sequence._sizes)}and got sorter tensor "
+                               f"{list(sorter._sizes)}")
+        seq = np.take_along_axis(seq, sorter._array(), axis=-1)
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive "
+                           "dimension, but got 0 dimension")
+    if seq.ndim > 1 and (values.ndim != seq.ndim or values.shape[:-1] != seq.shape[:-1]):
+        raise RuntimeError(
+            "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+            "dimensions of boundaries tensor and input value tensor must match, but we got "
+            f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
+    side_name = "right" if right else "left"
+    if seq.ndim == 1:
+        found = np.searchsorted(seq, values, side=side_name)
+    else:
+        # count, per row, the boundaries before each value (vectorised over rows)
+        s, v = seq[..., None, :], values[..., :, None]
+        found = ((s <= v) if right else (s < v)).sum(-1)
+    return _fresh(found.astype(np.int32 if out_int32 else np.int64),
+                  int32 if out_int32 else int64)
+
+
+def _bucketize_samples(make):
+    return [Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0])),
+            Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0]),
+                   right=True),
+            Sample(tensor(1.0), tensor([0.0, 1.0, 2.0]), out_int32=True)]
+
+
+@op(kind="composite", inputs=(), method=False, differentiable=False,
+    samples=_bucketize_samples)
+def bucketize(self, boundaries, *, out_int32=False, right=False):
+    """The bucket of each element of ``self`` among the 1-D ``boundaries``."""
+    if boundaries.dim() != 1:
+        raise RuntimeError("boundaries tensor must be 1 dimension, but got dim("
+                           f"{boundaries.dim()})")
+    return searchsorted(boundaries, self, out_int32=out_int32, right=right)
+
+
+# --------------------------------------------------------------------------- nonzero, unique
+# Their result shape depends on the values: vmap refuses them (see vmap/rules_selection2).
+
+def _nonzero_samples(make):
+    return [Sample(tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])),
+            Sample(tensor([[0, 3], [0, 0]]), as_tuple=True), Sample(tensor(3.0)),
+            Sample(tensor(0.0), as_tuple=True), Sample(tensor([True, False, True]))]
+
+
+@op(differentiable=False, samples=_nonzero_samples)
+def nonzero(self, *, as_tuple=False):
+    """The indices of the non-zero elements: an ``(n, dim)`` tensor, or per dim a 1-D
+    tensor with ``as_tuple`` (a 0-d input counts as 1-d there)."""
+    arr = self._array()
+    if as_tuple:
+        return tuple(_fresh(i.astype(np.int64), int64)
+                     for i in np.nonzero(arr.reshape(-1) if arr.ndim == 0 else arr))
+    found = np.argwhere(arr) if arr.ndim else \
+        array_module(arr).zeros((int(arr.reshape(1).astype(bool).sum().item()), 0), np.int64)
+    return _fresh(found.astype(np.int64), int64)
+
+
+def _unique_samples(make):
+    x = tensor([[2.0, 1.0, 2.0], [0.0, 1.0, 2.0]])
+    rows = tensor([[1, 2], [0, 5], [1, 2], [0, 5], [0, 1]])
+    return [Sample(x), Sample(x, return_inverse=True), Sample(x, return_counts=True),
+            Sample(x, True, True, True), Sample(rows, dim=0, return_inverse=True,
+                                                return_counts=True),
+            Sample(rows, dim=1, return_counts=True), Sample(tensor(2.0), return_inverse=True)]
+
+
+@op(differentiable=False, samples=_unique_samples)
+def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values (or slices along ``dim``), sorted; with ``return_inverse`` where
+    each element (slice) went, with ``return_counts`` how often each occurs."""
+    arr = self._array()
+    xp = array_module(arr)
+    if hasattr(arr, "get"):       # a device array: NumPy's unique on the host copy
+        arr = arr.get()
+    if dim is None:
+        values, inverse, counts = np.unique(arr.reshape(-1), return_inverse=True,
+                                            return_counts=True)
+        inverse = inverse.reshape(arr.shape)
+    else:
+        axis = meta.wrap_dim(dim, max(arr.ndim, 1))
+        values, inverse, counts = np.unique(arr, return_inverse=True, return_counts=True,
+                                            axis=axis)
+        inverse = inverse.reshape(-1)
+    values, inverse, counts = (xp.asarray(a)
+                               for a in (values, inverse, counts))
+    result = _fresh(values, self._dtype)
+    extra = []
+    if return_inverse:
+        extra.append(_fresh(inverse.astype(np.int64), int64))
+    if return_counts:
+        extra.append(_fresh(counts.astype(np.int64), int64))
+    return (result, *extra) if extra else result
+
+
+# --------------------------------------------------------------------------- repeat_interleave
+
+def _repeat_interleave_samples(make):
+    # int repeats only: the sweeps batch every tensor argument, and repeats that differ
+    # per sample are refused under vmap (tensor repeats: tests/test_selection2.py)
+    return [Sample(make(2, 3), 2), Sample(make(2, 3), 2, 1), Sample(make(2, 3), 3, -2),
+            Sample(make(), 3), Sample(make(2, 3), 2, 0, output_size=4)]
+
+
+def _repeat_counts(self, repeats, dim):
+    """``(array, axis, counts)``: ``self`` flattened when ``dim`` is None."""
+    arr = self._array()
+    if dim is None:
+        arr, axis = arr.reshape(-1), 0
+    else:
+        axis = meta.wrap_dim(dim, self.dim())
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+    if hasattr(repeats, "_array"):
+        counts = repeats._array()
+        if counts.ndim > 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        if counts.ndim == 1 and counts.shape[0] != arr.shape[axis] and counts.shape[0] != 1:
+            raise RuntimeError("repeats must have the same size as input along dim, but got "
+                               f"repeats.size(0) = {counts.shape[0]} and input.size({axis}) = "
+                               f"{arr.shape[axis]}")
+        counts = np.broadcast_to(counts.reshape(-1), (arr.shape[axis],))
+    else:
+        counts = int(repeats)
+    if (counts < 0) if isinstance(counts, int) else (counts < 0).any():
+        raise RuntimeError("Repeats must be non-negative" if hasattr(repeats, "_array")
+                           else "repeats can not be negative")
+    return arr, axis, counts
+
+
+@op(samples=_repeat_interleave_samples)
+def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+    """Each element (slice along ``dim``) repeated ``repeats`` times, in place; the input
+    flattened when ``dim`` is None."""
+    arr, axis, counts = _repeat_counts(self, repeats, dim)
+    result = arr.repeat(counts, axis=axis)
+    if output_size is not None and output_size != result.shape[axis]:
+        raise RuntimeError("allocated size does not match required size")
+    return _fresh(result, self._dtype)
+
+
+@repeat_interleave.def_derivative
+def repeat_interleave(grad, self, repeats, dim):
+    # each block of copies sums back into the element it was copied from
+    n_dims = self.dim()
+    d = 0 if dim is None else meta.wrap_dim(dim, n_dims)
+    size = self.numel() if dim is None else (self.shape[d] if n_dims else 1)
+    counts = repeats._array().reshape(-1).get() if hasattr(repeats, "_array") and \
+        hasattr(repeats._array(), "get") else repeats._array().reshape(-1) \
+        if hasattr(repeats, "_array") else np.full((size,), int(repeats), np.int64)
+    counts = np.broadcast_to(counts, (size,))
+    index = tensor(np.repeat(np.arange(size), counts)).to(grad.device)
+    base_shape = (size,) if dim is None else (tuple(self.shape) or (1,))
+    summed = grad.new_zeros(base_shape).index_add(d, index, grad)
+    return summed.reshape(self.shape),

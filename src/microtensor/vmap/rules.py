@@ -1250,3 +1250,4 @@ from microtensor.vmap import rules_conv  # noqa: E402,F401
 from microtensor.vmap import rules_layout  # noqa: E402,F401
 from microtensor.vmap import rules_linalg  # noqa: E402,F401
 from microtensor.vmap import rules_contraction  # noqa: E402,F401
+from microtensor.vmap import rules_selection2  # noqa: E402,F401
