@@ -85,8 +85,6 @@ KNOWN_OPEN = {
     "unary:bool_support":
         "abs/relu/floor of bool are computed (PyTorch refuses), -bool raises TypeError "
         "(PyTorch RuntimeError), sign of bool raises (PyTorch computes) (not in issue 10)",
-    "unary:unsupported_dtype_errors":
-        "~ of a float tensor raises RuntimeError; PyTorch TypeError (not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",

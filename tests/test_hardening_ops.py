@@ -637,3 +637,14 @@ def test_binary_cross_entropy_refuses_what_pytorch_refuses(p, t):
 ])
 def test_zero_dim_tensor_values_of_the_fills(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: ~L.tensor([1.5, -2.0]),
+    lambda L: ~L.tensor([1.5], dtype=L.float64),
+    lambda L: L.tensor([1.5]).bitwise_not(),
+    lambda L: ~L.tensor([1, -2]),
+    lambda L: ~L.tensor([True, False]),
+])
+def test_invert_of_a_float_tensor_raises_as_pytorch(fn):
+    assert_same_outcome(fn)

@@ -699,7 +699,7 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self):
     if self._dtype.is_floating_point:
-        raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float'")
+        raise NotImplementedError("\"bitwise_not_cpu\" not implemented for 'Float'")
     return pointwise(np.invert, self)
 
 
