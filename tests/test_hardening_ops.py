@@ -648,3 +648,25 @@ def test_zero_dim_tensor_values_of_the_fills(fn):
 ])
 def test_invert_of_a_float_tensor_raises_as_pytorch(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([2, -1, 1, 0, 3, -1, -2]) ** L.tensor([-1, -2, -3, -1, -2, -3, 2]),
+    lambda L: L.tensor([[1], [-1], [5]], dtype=L.int32) ** L.tensor([-1, -2, 0, 3]),
+    lambda L: 2 ** L.tensor([-1, 0, 3]),
+    lambda L: (-1) ** L.tensor([-1, -2, 3]),
+    lambda L: L.tensor(-1) ** L.tensor([[-3], [-4]], dtype=L.int32).t(),
+    lambda L: L.tensor([2.0, 4.0]) ** L.tensor([-1, -2]),
+    lambda L: L.pow(L.tensor([2, 1]), L.tensor([-1, -2]), out=L.empty(2, dtype=L.int64)),
+])
+def test_int_power_of_negative_int_tensors_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([], dtype=L.int32).pow(2 ** 40),
+    lambda L: L.tensor([1, 2], dtype=L.int32).pow(2 ** 40),
+    lambda L: L.tensor([1, 2]).pow(2 ** 40),
+])
+def test_int_power_with_an_exponent_beyond_the_dtype(fn):
+    assert_same_outcome(fn)

@@ -283,7 +283,27 @@ def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
             isinstance(exponent, int) and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if isinstance(self, TensorBase) and type(exponent) is int and \
+            not self._dtype.is_floating_point and self._dtype is not bool_:
+        check_scalar_fits(exponent, self._dtype)   # int32 ** 2**40: PyTorch refuses
+    if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
+            not result_type(self, exponent).is_floating_point:
+        return pointwise(_int_power, self, exponent, out=out)
     return pointwise(np.power, self, exponent, out=out)
+
+
+def _int_power(base, exponent, *, out, dtype, casting):
+    """np.power for integers, with PyTorch's results for negative exponents (NumPy
+    raises): 0, but 1 for a base of 1 and +-1 for a base of -1."""
+    negative = np.asarray(exponent) < 0
+    if np.dtype(dtype).kind == "b" or not negative.any():
+        return np.power(base, exponent, out=out, dtype=dtype, casting=casting)
+    np.power(base, np.where(negative, 0, exponent), out=out, dtype=dtype, casting=casting)
+    base = np.asarray(base).astype(dtype, copy=False)
+    odd = np.asarray(exponent) % 2 != 0
+    small = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+    np.copyto(out, small, where=np.broadcast_to(negative, out.shape), casting="unsafe")
+    return out
 
 
 pow.inputs = ("self", "exponent")
