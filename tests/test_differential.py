@@ -73,9 +73,6 @@ KNOWN_OPEN = {
     "binary:lerp_dtypes":
         "lerp of mixed dtypes or of int/bool tensors is computed; PyTorch raises (not in "
         "issue 10)",
-    "binary:unsupported_dtype_errors":
-        "pow, //, % and div(rounding_mode=) of bools raise numpy's TypeError, bitwise_and "
-        "of floats RuntimeError; PyTorch raises NotImplementedError (not in issue 10)",
     "binary:number_base_pow_layout":
         "pow(number, t) keeps t's layout; PyTorch returns a contiguous tensor (same values; "
         "not in issue 10)",

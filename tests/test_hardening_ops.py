@@ -670,3 +670,29 @@ def test_int_power_of_negative_int_tensors_as_pytorch(fn):
 ])
 def test_int_power_with_an_exponent_beyond_the_dtype(fn):
     assert_same_outcome(fn)
+
+
+_B = [True, False, True]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor(_B) ** L.tensor(_B),
+    lambda L: L.tensor(_B) ** True,
+    lambda L: L.tensor(_B) ** False,
+    lambda L: True ** L.tensor(_B),
+    lambda L: L.tensor(_B) ** 2,
+    lambda L: L.tensor(_B) // L.tensor(_B),
+    lambda L: L.tensor(_B) // True,
+    lambda L: L.tensor(_B) % L.tensor(_B),
+    lambda L: True % L.tensor(_B),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B), rounding_mode="floor"),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B), rounding_mode="trunc"),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B)),
+    lambda L: L.tensor([1.0, 2.0]) & L.tensor([1.0, 2.0]),
+    lambda L: L.tensor([1.0, 2.0], dtype=L.float64) | L.tensor([1, 2]),
+    lambda L: L.tensor([1.0, 2.0]) ^ 1,
+    lambda L: L.tensor([1, 2]) | 1.5,
+    lambda L: L.tensor([1, 2]) & L.tensor([3, 1]),
+])
+def test_unsupported_dtypes_raise_as_pytorch(fn):
+    assert_same_outcome(fn)

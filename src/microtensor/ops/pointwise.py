@@ -209,6 +209,7 @@ def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
     if rounding_mode in ("floor", "trunc"):
+        _check_not_bool(f"div_{rounding_mode}_cpu", self, other)
         _check_integer_divisor(self, other)
     if rounding_mode == "floor":
         return pointwise(np.floor_divide, self, other, out=out)
@@ -252,6 +253,7 @@ def floor_divide_(self, other):
 
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
+    _check_not_bool("remainder_cpu", self, other)
     _check_integer_divisor(self, other)
     return pointwise(np.remainder, self, other, out=out)
 
@@ -286,10 +288,25 @@ def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and type(exponent) is int and \
             not self._dtype.is_floating_point and self._dtype is not bool_:
         check_scalar_fits(exponent, self._dtype)   # int32 ** 2**40: PyTorch refuses
+    if result_type(self, exponent) is bool_:
+        if isinstance(exponent, TensorBase) or not isinstance(self, TensorBase):
+            _check_not_bool("pow", self, exponent)
+        # bool ** True is the base, bool ** False ones, as PyTorch's
+        return pointwise(_bool_power, self, exponent, out=out)
     if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
             not result_type(self, exponent).is_floating_point:
         return pointwise(_int_power, self, exponent, out=out)
     return pointwise(np.power, self, exponent, out=out)
+
+
+def _bool_power(base, exponent, *, out, dtype, casting):
+    return np.logical_or(base, np.logical_not(exponent), out=out)
+
+
+def _check_not_bool(kernel, *operands):
+    """PyTorch's error for integer-only kernels that have no bool version."""
+    if result_type(*operands) is bool_:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
 
 
 def _int_power(base, exponent, *, out, dtype, casting):
@@ -701,7 +718,8 @@ def _bitwise(name, ufunc):
     def kernel(self, other, *, out=None):
         dt = result_type(self, other)
         if dt.is_floating_point:
-            raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Float'")
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+                                      f"'{'Double' if dt.itemsize == 8 else 'Float'}'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
