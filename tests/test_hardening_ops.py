@@ -696,3 +696,16 @@ _B = [True, False, True]
 ])
 def test_unsupported_dtypes_raise_as_pytorch(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.maximum(L.tensor([1.0, 2.0]), 1),
+    lambda L: L.minimum(1.5, L.tensor([1.0, 2.0])),
+    lambda L: L.logical_and(L.tensor([1.0, 0.0]), 1),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), 1.0, 0.3),
+    lambda L: L.where(True, 1.0, L.tensor([1.0, 2.0])),
+    lambda L: L.where(L.tensor([True, False]), 1.0, L.tensor([3.0, 2.0])),
+    lambda L: L.maximum(L.tensor([1.0, 2.0]), L.tensor(1.5)),
+])
+def test_number_for_a_tensor_argument_raises_as_pytorch(fn):
+    assert_same_outcome(fn)

@@ -98,6 +98,20 @@ def _logical_samples(make):
             Sample(make(3, 4), make(4)), Sample(make(2, 3, dtype=int64), make(3, dtype=int64))]
 
 
+def _tensor_pair_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(2, 3), make(())), Sample(make(4, 3).t(), make(3, 4)),
+            Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1))]
+
+
+def _require_tensors(name, **arguments):
+    """PyTorch's TypeError for a Python number where the op takes only tensors."""
+    for position, (argument, value) in enumerate(arguments.items(), 1):
+        if not isinstance(value, TensorBase):
+            raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be "
+                            f"Tensor, not {type(value).__name__}")
+
+
 def _bitwise_samples(make):
     return [Sample(make(3, 4, dtype=int64), make(3, 4, dtype=int64)),
             Sample(make(3, 4, dtype=bool_), make(4, dtype=bool_)),
@@ -531,8 +545,9 @@ def frac(grad):
 
 # --------------------------------------------------------------------------- two inputs
 
-@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
+@op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def maximum(self, other, *, out=None):
+    _require_tensors("maximum", input=self, other=other)
     return pointwise(np.maximum, self, other, out=out)
 
 
@@ -543,8 +558,9 @@ def maximum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
+@op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def minimum(self, other, *, out=None):
+    _require_tensors("minimum", input=self, other=other)
     return pointwise(np.minimum, self, other, out=out)
 
 
@@ -606,6 +622,7 @@ def clamp_max(self, max):
 @op(inputs=("condition", "self", "other"), method=False, family="pointwise",
     samples=_where_samples)
 def where(condition, self, other):
+    _require_tensors("where", condition=condition)
     if condition._dtype is not bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {condition._dtype.name.capitalize()}")
@@ -650,6 +667,7 @@ masked_fill_ = inplace_variant(masked_fill)
 
 @op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
+    _require_tensors("lerp", input=self, end=end)
     return pointwise(lambda a, b, w, out, dtype, casting: np.add(
         a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
         self, end, weight, out=out)
@@ -697,6 +715,7 @@ greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 def _logical(name, ufunc, arity):
     if arity == 2:
         def kernel(self, other, *, out=None):
+            _require_tensors(name, input=self, other=other)
             return pointwise(ufunc, self, other, out=out, dtype=bool_, compute_dtype=bool_)
     else:
         def kernel(self, *, out=None):
