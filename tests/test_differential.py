@@ -67,9 +67,6 @@ KNOWN_OPEN = {
         "index writes from overlapping sources now raise as PyTorch's, and x[None] = x is "
         "allowed as there; drawing the case still stops at x[bool mask] of a permuted "
         "tensor, which returns contiguous strides where PyTorch keeps the layout",
-    "binary:lerp_dtypes":
-        "lerp of mixed dtypes or of int/bool tensors is computed; PyTorch raises (not in "
-        "issue 10)",
     "binary:number_base_pow_layout":
         "pow(number, t) keeps t's layout; PyTorch returns a contiguous tensor (same values; "
         "not in issue 10)",

@@ -709,3 +709,16 @@ def test_unsupported_dtypes_raise_as_pytorch(fn):
 ])
 def test_number_for_a_tensor_argument_raises_as_pytorch(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([1.0, 2.0], dtype=L.float64), 0.3),
+    lambda L: L.lerp(L.tensor([1, 2]), L.tensor([3, 4]), 0.3),
+    lambda L: L.lerp(L.tensor([True]), L.tensor([False]), 0.3),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]), L.tensor(0.3, dtype=L.float64)),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]),
+                     L.tensor([0.3], dtype=L.float64)),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]), 0.3),
+])
+def test_lerp_dtypes_as_pytorch(fn):
+    assert_same_outcome(fn)

@@ -668,6 +668,17 @@ masked_fill_ = inplace_variant(masked_fill)
 @op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
     _require_tensors("lerp", input=self, end=end)
+    names = {float32: "float"}
+    for argument, value in (("end", end), ("weight", weight)):
+        if isinstance(value, TensorBase) and value._dtype is not self._dtype and \
+                (argument == "end" or value.dim()):
+            raise RuntimeError(f"expected dtype {names.get(self._dtype, self._dtype.name)} "
+                               f"for `{argument}` but got dtype "
+                               f"{names.get(value._dtype, value._dtype.name)}")
+    if not self._dtype.is_floating_point:
+        kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
+        raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
+                                  f"'{self._dtype.name.capitalize()}'")
     return pointwise(lambda a, b, w, out, dtype, casting: np.add(
         a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
         self, end, weight, out=out)
