@@ -70,9 +70,6 @@ KNOWN_OPEN = {
     "binary:number_base_pow_layout":
         "pow(number, t) keeps t's layout; PyTorch returns a contiguous tensor (same values; "
         "not in issue 10)",
-    "unary:bool_support":
-        "abs/relu/floor of bool are computed (PyTorch refuses), -bool raises TypeError "
-        "(PyTorch RuntimeError), sign of bool raises (PyTorch computes) (not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",

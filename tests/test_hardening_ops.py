@@ -722,3 +722,15 @@ def test_number_for_a_tensor_argument_raises_as_pytorch(fn):
 ])
 def test_lerp_dtypes_as_pytorch(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([True, False]).abs(),
+    lambda L: L.relu(L.tensor([True, False])),
+    lambda L: L.tensor([True, False]).floor(),
+    lambda L: -L.tensor([True, False]),
+    lambda L: L.tensor([True, False]).sign(),
+    lambda L: L.tensor([[True], [False]]).t().sign(),
+])
+def test_unary_ops_of_bool_tensors_as_pytorch(fn):
+    assert_same_outcome(fn)

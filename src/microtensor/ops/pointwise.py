@@ -367,9 +367,29 @@ def float_power(self, exponent):
 
 # --------------------------------------------------------------------------- unary math
 
+_BOOL_UNARY = {   # PyTorch's answers for bool tensors
+    "abs": (NotImplementedError, "\"abs_cpu\" not implemented for 'Bool'"),
+    "floor": (NotImplementedError, "\"floor_vml_cpu\" not implemented for 'Bool'"),
+    "relu": (RuntimeError, "Boolean inputs not supported for relu"),
+    "neg": (RuntimeError, "Negation, the `-` operator, on a bool tensor is not supported. If "
+                          "you are trying to invert a mask, use the `~` or `logical_not()` "
+                          "operator instead."),
+    "sign": (None, None),
+}
+
+
+def _bool_identity(a, *, out, dtype, casting):
+    return np.copyto(out, a, casting="unsafe")
+
+
 def _unary(name, ufunc, floating=True, samples=_unary_samples()):
     """Declare a one-input elementwise op and its in-place variant (kernel only)."""
     def kernel(self, *, out=None):
+        if self._dtype is bool_ and name in _BOOL_UNARY:
+            error, message = _BOOL_UNARY[name]
+            if error is None:           # sign of a bool is the bool
+                return pointwise(_bool_identity, self, out=out)
+            raise error(message)
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
