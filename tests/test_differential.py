@@ -67,26 +67,9 @@ KNOWN_OPEN = {
         "index writes from overlapping sources now raise as PyTorch's, and x[None] = x is "
         "allowed as there; drawing the case still stops at x[bool mask] of a permuted "
         "tensor, which returns contiguous strides where PyTorch keeps the layout",
-    "binary:int_pow_negative_tensor":
-        "int tensor ** int tensor with negative exponents: PyTorch gives 0 (or +-1), "
-        "microtensor raises ValueError (not in issue 10)",
-    "binary:number_for_tensor":
-        "maximum/minimum/logical_and/lerp accept a Python number where PyTorch raises "
-        "TypeError; where(number > 0.1, ...) raises AttributeError (not in issue 10)",
-    "binary:lerp_dtypes":
-        "lerp of mixed dtypes or of int/bool tensors is computed; PyTorch raises (not in "
-        "issue 10)",
-    "binary:unsupported_dtype_errors":
-        "pow, //, % and div(rounding_mode=) of bools raise numpy's TypeError, bitwise_and "
-        "of floats RuntimeError; PyTorch raises NotImplementedError (not in issue 10)",
     "binary:number_base_pow_layout":
         "pow(number, t) keeps t's layout; PyTorch returns a contiguous tensor (same values; "
         "not in issue 10)",
-    "unary:bool_support":
-        "abs/relu/floor of bool are computed (PyTorch refuses), -bool raises TypeError "
-        "(PyTorch RuntimeError), sign of bool raises (PyTorch computes) (not in issue 10)",
-    "unary:unsupported_dtype_errors":
-        "~ of a float tensor raises RuntimeError; PyTorch TypeError (not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",

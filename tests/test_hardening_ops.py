@@ -637,3 +637,100 @@ def test_binary_cross_entropy_refuses_what_pytorch_refuses(p, t):
 ])
 def test_zero_dim_tensor_values_of_the_fills(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: ~L.tensor([1.5, -2.0]),
+    lambda L: ~L.tensor([1.5], dtype=L.float64),
+    lambda L: L.tensor([1.5]).bitwise_not(),
+    lambda L: ~L.tensor([1, -2]),
+    lambda L: ~L.tensor([True, False]),
+])
+def test_invert_of_a_float_tensor_raises_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([2, -1, 1, 0, 3, -1, -2]) ** L.tensor([-1, -2, -3, -1, -2, -3, 2]),
+    lambda L: L.tensor([[1], [-1], [5]], dtype=L.int32) ** L.tensor([-1, -2, 0, 3]),
+    lambda L: 2 ** L.tensor([-1, 0, 3]),
+    lambda L: (-1) ** L.tensor([-1, -2, 3]),
+    lambda L: L.tensor(-1) ** L.tensor([[-3], [-4]], dtype=L.int32).t(),
+    lambda L: L.tensor([2.0, 4.0]) ** L.tensor([-1, -2]),
+    lambda L: L.pow(L.tensor([2, 1]), L.tensor([-1, -2]), out=L.empty(2, dtype=L.int64)),
+])
+def test_int_power_of_negative_int_tensors_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([], dtype=L.int32).pow(2 ** 40),
+    lambda L: L.tensor([1, 2], dtype=L.int32).pow(2 ** 40),
+    lambda L: L.tensor([1, 2]).pow(2 ** 40),
+])
+def test_int_power_with_an_exponent_beyond_the_dtype(fn):
+    assert_same_outcome(fn)
+
+
+_B = [True, False, True]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor(_B) ** L.tensor(_B),
+    lambda L: L.tensor(_B) ** True,
+    lambda L: L.tensor(_B) ** False,
+    lambda L: True ** L.tensor(_B),
+    lambda L: L.tensor(_B) ** 2,
+    lambda L: L.tensor(_B) // L.tensor(_B),
+    lambda L: L.tensor(_B) // True,
+    lambda L: L.tensor(_B) % L.tensor(_B),
+    lambda L: True % L.tensor(_B),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B), rounding_mode="floor"),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B), rounding_mode="trunc"),
+    lambda L: L.div(L.tensor(_B), L.tensor(_B)),
+    lambda L: L.tensor([1.0, 2.0]) & L.tensor([1.0, 2.0]),
+    lambda L: L.tensor([1.0, 2.0], dtype=L.float64) | L.tensor([1, 2]),
+    lambda L: L.tensor([1.0, 2.0]) ^ 1,
+    lambda L: L.tensor([1, 2]) | 1.5,
+    lambda L: L.tensor([1, 2]) & L.tensor([3, 1]),
+])
+def test_unsupported_dtypes_raise_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.maximum(L.tensor([1.0, 2.0]), 1),
+    lambda L: L.minimum(1.5, L.tensor([1.0, 2.0])),
+    lambda L: L.logical_and(L.tensor([1.0, 0.0]), 1),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), 1.0, 0.3),
+    lambda L: L.where(True, 1.0, L.tensor([1.0, 2.0])),
+    lambda L: L.where(L.tensor([True, False]), 1.0, L.tensor([3.0, 2.0])),
+    lambda L: L.maximum(L.tensor([1.0, 2.0]), L.tensor(1.5)),
+])
+def test_number_for_a_tensor_argument_raises_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([1.0, 2.0], dtype=L.float64), 0.3),
+    lambda L: L.lerp(L.tensor([1, 2]), L.tensor([3, 4]), 0.3),
+    lambda L: L.lerp(L.tensor([True]), L.tensor([False]), 0.3),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]), L.tensor(0.3, dtype=L.float64)),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]),
+                     L.tensor([0.3], dtype=L.float64)),
+    lambda L: L.lerp(L.tensor([1.0, 2.0]), L.tensor([3.0, 4.0]), 0.3),
+])
+def test_lerp_dtypes_as_pytorch(fn):
+    assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([True, False]).abs(),
+    lambda L: L.relu(L.tensor([True, False])),
+    lambda L: L.tensor([True, False]).floor(),
+    lambda L: -L.tensor([True, False]),
+    lambda L: L.tensor([True, False]).sign(),
+    lambda L: L.tensor([[True], [False]]).t().sign(),
+])
+def test_unary_ops_of_bool_tensors_as_pytorch(fn):
+    assert_same_outcome(fn)

@@ -209,6 +209,9 @@ class Tensor(TensorBase):
         return call_by_name("abs", self)
 
     def __invert__(self):
+        if self._dtype.is_floating_point:
+            raise TypeError("~ (operator.invert) is only implemented on integer and "
+                            "Boolean-type tensors")
         if self._dtype is bool_:
             return call_by_name("logical_not", self)
         return call_by_name("bitwise_not", self)

@@ -98,6 +98,20 @@ def _logical_samples(make):
             Sample(make(3, 4), make(4)), Sample(make(2, 3, dtype=int64), make(3, dtype=int64))]
 
 
+def _tensor_pair_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(2, 3), make(())), Sample(make(4, 3).t(), make(3, 4)),
+            Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1))]
+
+
+def _require_tensors(name, **arguments):
+    """PyTorch's TypeError for a Python number where the op takes only tensors."""
+    for position, (argument, value) in enumerate(arguments.items(), 1):
+        if not isinstance(value, TensorBase):
+            raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be "
+                            f"Tensor, not {type(value).__name__}")
+
+
 def _bitwise_samples(make):
     return [Sample(make(3, 4, dtype=int64), make(3, 4, dtype=int64)),
             Sample(make(3, 4, dtype=bool_), make(4, dtype=bool_)),
@@ -209,6 +223,7 @@ def div(self, other, *, rounding_mode=None, out=None):
     if rounding_mode is None:
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
     if rounding_mode in ("floor", "trunc"):
+        _check_not_bool(f"div_{rounding_mode}_cpu", self, other)
         _check_integer_divisor(self, other)
     if rounding_mode == "floor":
         return pointwise(np.floor_divide, self, other, out=out)
@@ -252,6 +267,7 @@ def floor_divide_(self, other):
 
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
+    _check_not_bool("remainder_cpu", self, other)
     _check_integer_divisor(self, other)
     return pointwise(np.remainder, self, other, out=out)
 
@@ -283,7 +299,42 @@ def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
             isinstance(exponent, int) and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if isinstance(self, TensorBase) and type(exponent) is int and \
+            not self._dtype.is_floating_point and self._dtype is not bool_:
+        check_scalar_fits(exponent, self._dtype)   # int32 ** 2**40: PyTorch refuses
+    if result_type(self, exponent) is bool_:
+        if isinstance(exponent, TensorBase) or not isinstance(self, TensorBase):
+            _check_not_bool("pow", self, exponent)
+        # bool ** True is the base, bool ** False ones, as PyTorch's
+        return pointwise(_bool_power, self, exponent, out=out)
+    if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
+            not result_type(self, exponent).is_floating_point:
+        return pointwise(_int_power, self, exponent, out=out)
     return pointwise(np.power, self, exponent, out=out)
+
+
+def _bool_power(base, exponent, *, out, dtype, casting):
+    return np.logical_or(base, np.logical_not(exponent), out=out)
+
+
+def _check_not_bool(kernel, *operands):
+    """PyTorch's error for integer-only kernels that have no bool version."""
+    if result_type(*operands) is bool_:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+
+
+def _int_power(base, exponent, *, out, dtype, casting):
+    """np.power for integers, with PyTorch's results for negative exponents (NumPy
+    raises): 0, but 1 for a base of 1 and +-1 for a base of -1."""
+    negative = np.asarray(exponent) < 0
+    if np.dtype(dtype).kind == "b" or not negative.any():
+        return np.power(base, exponent, out=out, dtype=dtype, casting=casting)
+    np.power(base, np.where(negative, 0, exponent), out=out, dtype=dtype, casting=casting)
+    base = np.asarray(base).astype(dtype, copy=False)
+    odd = np.asarray(exponent) % 2 != 0
+    small = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+    np.copyto(out, small, where=np.broadcast_to(negative, out.shape), casting="unsafe")
+    return out
 
 
 pow.inputs = ("self", "exponent")
@@ -316,9 +367,29 @@ def float_power(self, exponent):
 
 # --------------------------------------------------------------------------- unary math
 
+_BOOL_UNARY = {   # PyTorch's answers for bool tensors
+    "abs": (NotImplementedError, "\"abs_cpu\" not implemented for 'Bool'"),
+    "floor": (NotImplementedError, "\"floor_vml_cpu\" not implemented for 'Bool'"),
+    "relu": (RuntimeError, "Boolean inputs not supported for relu"),
+    "neg": (RuntimeError, "Negation, the `-` operator, on a bool tensor is not supported. If "
+                          "you are trying to invert a mask, use the `~` or `logical_not()` "
+                          "operator instead."),
+    "sign": (None, None),
+}
+
+
+def _bool_identity(a, *, out, dtype, casting):
+    return np.copyto(out, a, casting="unsafe")
+
+
 def _unary(name, ufunc, floating=True, samples=_unary_samples()):
     """Declare a one-input elementwise op and its in-place variant (kernel only)."""
     def kernel(self, *, out=None):
+        if self._dtype is bool_ and name in _BOOL_UNARY:
+            error, message = _BOOL_UNARY[name]
+            if error is None:           # sign of a bool is the bool
+                return pointwise(_bool_identity, self, out=out)
+            raise error(message)
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
@@ -494,8 +565,9 @@ def frac(grad):
 
 # --------------------------------------------------------------------------- two inputs
 
-@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
+@op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def maximum(self, other, *, out=None):
+    _require_tensors("maximum", input=self, other=other)
     return pointwise(np.maximum, self, other, out=out)
 
 
@@ -506,8 +578,9 @@ def maximum(grad, self, other):
     return grad * left, grad * (1 - left)
 
 
-@op(inputs=BINARY, family="pointwise", samples=_binary_samples())
+@op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def minimum(self, other, *, out=None):
+    _require_tensors("minimum", input=self, other=other)
     return pointwise(np.minimum, self, other, out=out)
 
 
@@ -569,6 +642,7 @@ def clamp_max(self, max):
 @op(inputs=("condition", "self", "other"), method=False, family="pointwise",
     samples=_where_samples)
 def where(condition, self, other):
+    _require_tensors("where", condition=condition)
     if condition._dtype is not bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor "
                            f"with dtype {condition._dtype.name.capitalize()}")
@@ -613,6 +687,18 @@ masked_fill_ = inplace_variant(masked_fill)
 
 @op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
+    _require_tensors("lerp", input=self, end=end)
+    names = {float32: "float"}
+    for argument, value in (("end", end), ("weight", weight)):
+        if isinstance(value, TensorBase) and value._dtype is not self._dtype and \
+                (argument == "end" or value.dim()):
+            raise RuntimeError(f"expected dtype {names.get(self._dtype, self._dtype.name)} "
+                               f"for `{argument}` but got dtype "
+                               f"{names.get(value._dtype, value._dtype.name)}")
+    if not self._dtype.is_floating_point:
+        kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
+        raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
+                                  f"'{self._dtype.name.capitalize()}'")
     return pointwise(lambda a, b, w, out, dtype, casting: np.add(
         a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
         self, end, weight, out=out)
@@ -660,6 +746,7 @@ greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 def _logical(name, ufunc, arity):
     if arity == 2:
         def kernel(self, other, *, out=None):
+            _require_tensors(name, input=self, other=other)
             return pointwise(ufunc, self, other, out=out, dtype=bool_, compute_dtype=bool_)
     else:
         def kernel(self, *, out=None):
@@ -681,7 +768,8 @@ def _bitwise(name, ufunc):
     def kernel(self, other, *, out=None):
         dt = result_type(self, other)
         if dt.is_floating_point:
-            raise RuntimeError(f"\"{name}_cpu\" not implemented for 'Float'")
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+                                      f"'{'Double' if dt.itemsize == 8 else 'Float'}'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
@@ -699,7 +787,7 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self):
     if self._dtype.is_floating_point:
-        raise RuntimeError("\"bitwise_not_cpu\" not implemented for 'Float'")
+        raise NotImplementedError("\"bitwise_not_cpu\" not implemented for 'Float'")
     return pointwise(np.invert, self)
 
 
