@@ -106,11 +106,11 @@ class _Conv(_ConvNd):
         return tuple(p for pair in reversed(pairs) for p in pair)
 
     def forward(self, input):
-        if self.padding_mode != "zeros":
+        padding = self.padding
+        if self.padding_mode != "zeros":   # padded here, so the convolution pads nothing
             input = F.pad(input, self._reversed_padding_repeated_twice(), self.padding_mode)
-            return self._function(input, self.weight, self.bias, self.stride, 0,
-                                  self.dilation, self.groups)
-        return self._function(input, self.weight, self.bias, self.stride, self.padding,
+            padding = 0
+        return self._function(input, self.weight, self.bias, self.stride, padding,
                               self.dilation, self.groups)
 
 
