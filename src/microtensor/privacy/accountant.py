@@ -63,6 +63,18 @@ def _epsilon_of(history, delta, accountant):
     return float(engine.get_epsilon(delta))
 
 
+def compute_rdp(*, noise_multiplier, sample_rate, steps, orders=RDP_ORDERS):
+    """The Rényi DP of ``steps`` steps of the Poisson-subsampled Gaussian mechanism at each
+    of ``orders`` (a list of floats), as Opacus's ``compute_rdp``."""
+    _check_step(noise_multiplier, sample_rate, steps)
+    dpa = _dp_accounting()
+    engine = dpa.rdp.RdpAccountant(orders=orders)
+    event = dpa.PoissonSampledDpEvent(sample_rate, dpa.GaussianDpEvent(noise_multiplier))
+    engine.compose(event, int(steps))
+    # dp-accounting keeps the curve in ``_rdp`` (its own tests read it there)
+    return [float(r) for r in engine._rdp]
+
+
 def get_epsilon(*, noise_multiplier, sample_rate, steps, delta, accountant="rdp"):
     """The ε of ``steps`` steps of DP-SGD, each adding Gaussian noise of std
     ``noise_multiplier`` × the clip norm to the clipped sum of a batch drawn by Poisson
