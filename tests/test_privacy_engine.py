@@ -182,13 +182,14 @@ def test_dp_data_loader_gives_empty_batches_their_structure():
 
 # -- the engine ----------------------------------------------------------------------------
 
-def make_setup(n=60, batch_size=10, seed=0, module=None):
-    mt.manual_seed(seed)
-    x = mt.randn(n, 4)
-    y = mt.randint(0, 3, (n,))
-    model = module or nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+def make_setup():
+    """An MLP, its SGD and a loader of 6 batches of 10 samples."""
+    mt.manual_seed(0)
+    x = mt.randn(60, 4)
+    y = mt.randint(0, 3, (60,))
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
     optimizer = mt.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
-    return model, optimizer, DataLoader(TensorDataset(x, y), batch_size=batch_size)
+    return model, optimizer, DataLoader(TensorDataset(x, y), batch_size=10)
 
 
 def _mode_available(mode):
@@ -254,8 +255,8 @@ class ZeroLoss(nn.Module):
 
 
 def test_noise_has_the_right_scale():
+    mt.manual_seed(0)
     model = nn.Linear(50, 40)
-    _, optimizer, loader = make_setup(n=200, batch_size=25, module=model)
     sigma, clip = 1.3, 0.7
     criterion = ZeroLoss()
     private, dp_optimizer, dp_loader = PrivacyEngine().make_private(
@@ -296,8 +297,7 @@ def test_an_empty_batch_steps_with_noise_only():
 
 @needs_opacus
 def test_a_private_step_without_noise_equals_opacus():
-    model, optimizer, loader = make_setup(module=nn.Sequential(nn.Linear(4, 8), nn.Tanh(),
-                                                               nn.Linear(8, 3)))
+    model, optimizer, loader = make_setup()
     tmodel = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
                                  torch.nn.Linear(8, 3))
     with torch.no_grad():

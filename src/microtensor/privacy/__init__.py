@@ -10,4 +10,5 @@ from microtensor.privacy.optimizer import DPOptimizer
 
 __all__ = ["DPDataLoader", "DPOptimizer", "GradSampleModule", "PRVAccountant",
            "PrivacyEngine", "RDPAccountant", "UniformWithReplacementSampler",
-           "UnsupportedModuleError", "clipped_grad_sum", "compute_rdp", "get_epsilon", "get_noise_multiplier"]
+           "UnsupportedModuleError", "clipped_grad_sum", "compute_rdp", "get_epsilon",
+           "get_noise_multiplier"]
