@@ -280,19 +280,20 @@ def test_noise_has_the_right_scale():
     assert ks < 1.63 / math.sqrt(n)                  # Kolmogorov-Smirnov at 1%
 
 
-def test_an_empty_batch_steps_with_noise_only():
+@pytest.mark.parametrize("loss_reduction, divisor", [("mean", 10), ("sum", 1)])
+def test_an_empty_batch_steps_with_noise_only(loss_reduction, divisor):
     model, optimizer, loader = make_setup()
-    criterion = nn.CrossEntropyLoss()
+    criterion = nn.CrossEntropyLoss(reduction=loss_reduction)
     private, dp_optimizer, _ = PrivacyEngine().make_private(
         module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0,
         max_grad_norm=1.0, grad_sample_mode="vmap", criterion=criterion,
-        noise_generator=mt.Generator().manual_seed(5))
+        noise_generator=mt.Generator().manual_seed(5), loss_reduction=loss_reduction)
     x, y = mt.zeros(0, 4), mt.zeros(0, dtype=mt.int64)
     criterion(private(x), y)
     dp_optimizer.step()
     noise = mt.Generator().manual_seed(5)
     for p in model.parameters():
-        mt.testing.assert_close(p.grad, mt.randn(p.shape, generator=noise) / 10)
+        mt.testing.assert_close(p.grad, mt.randn(p.shape, generator=noise) / divisor)
 
 
 @needs_opacus
@@ -376,6 +377,7 @@ def test_dp_optimizer_passes_through_to_the_wrapped_optimizer():
     (dict(noise_multiplier=-0.5), ValueError, "noise_multiplier"),
     (dict(noise_multiplier=float("nan")), ValueError, "noise_multiplier"),
     (dict(max_grad_norm=0.0), ValueError, "max_grad_norm"),
+    (dict(loss_reduction="none"), ValueError, "loss_reduction"),
     (dict(grad_sample_mode="hooks"), ValueError, "grad_sample_mode"),
     (dict(criterion=nn.functional.cross_entropy), TypeError, "criterion"),
     (dict(module=nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))),

@@ -159,7 +159,7 @@ class PrivacyEngine:
         if grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise ValueError(f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, but got "
                              f"{grad_sample_mode!r}")
-        check_privacy_settings(noise_multiplier, max_grad_norm)
+        check_privacy_settings(noise_multiplier, max_grad_norm, loss_reduction)
         criterion = nn.CrossEntropyLoss() if criterion is None else criterion
         if not isinstance(criterion, nn.Module):
             raise TypeError("criterion must be an nn.Module (its forward hook records the "

@@ -4,13 +4,16 @@ import microtensor as mt
 from microtensor.autograd.grad_mode import enable_grad, no_grad
 
 
-def check_privacy_settings(noise_multiplier, max_grad_norm):
-    """Raises ``ValueError`` for a noise multiplier below 0 (or NaN) or a clip norm that is
-    not positive."""
+def check_privacy_settings(noise_multiplier, max_grad_norm, loss_reduction):
+    """Raises ``ValueError`` for a noise multiplier below 0 (or NaN), a clip norm that is
+    not positive or a loss reduction other than ``"mean"`` and ``"sum"``."""
     if not noise_multiplier >= 0:
         raise ValueError(f"noise_multiplier must be >= 0, but got {noise_multiplier}")
     if not max_grad_norm > 0:
         raise ValueError(f"max_grad_norm must be > 0, but got {max_grad_norm}")
+    if loss_reduction not in ("mean", "sum"):
+        raise ValueError(f"Unexpected value for loss_reduction: {loss_reduction!r} "
+                         "(expected 'mean' or 'sum')")
 
 
 class DPOptimizer:
@@ -30,10 +33,7 @@ class DPOptimizer:
 
     def __init__(self, optimizer, *, noise_multiplier, max_grad_norm, expected_batch_size,
                  module, loss_reduction="mean", generator=None, grad_sample_mode="ghost"):
-        check_privacy_settings(noise_multiplier, max_grad_norm)
-        if loss_reduction not in ("mean", "sum"):
-            raise ValueError(f"Unexpected value for loss_reduction: {loss_reduction!r} "
-                             "(expected 'mean' or 'sum')")
+        check_privacy_settings(noise_multiplier, max_grad_norm, loss_reduction)
         if loss_reduction == "mean" and not expected_batch_size > 0:
             raise ValueError("expected_batch_size must be > 0 with loss_reduction='mean', "
                              f"but got {expected_batch_size}")
