@@ -6,7 +6,7 @@ masks and sums, but as one op it records one graph node (``NllLossBackward0``, a
 PyTorch) instead of a dozen, which is most of a small model's step.  The loss is linear
 in its input, so its derivative, ``nll_loss_backward``, does not read the input, and the
 derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
-differentiable to any order.  Their batching rules are in ``vmap.rules``.
+differentiable to any order.  Each one's batching rule follows its derivative.
 """
 import numpy as np
 

@@ -33,7 +33,7 @@ from microtensor.ops.reduction import EMPTY_DIM_REDUCES_NOTHING
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.batched import (BatchedTensor, active_levels, aligned, batch_size,
                                       to_front, unwrap, wrap)
-from microtensor.vmap.fallback import _no_fallback, fallback
+from microtensor.vmap.fallback import no_fallback, fallback
 
 call = dispatch.call
 RULES = {}
@@ -64,7 +64,9 @@ _resolved = {}
 def rule_for(op):
     found = _resolved.get(op)
     if found is None:
-        found = op.batch_rule or RULES.get(op.name) or FAMILY_RULES.get(op.family) or fallback
+        base = op.inplace_of
+        found = op.batch_rule or (base is not None and base.batch_rule) or \
+            RULES.get(op.name) or FAMILY_RULES.get(op.family) or fallback
         _resolved[op] = found
     return found
 
@@ -121,7 +123,7 @@ def pointwise(op, level, args, kwargs):
             if fast is not None:
                 return fast
     if kwargs and kwargs.get("out") is not None:
-        raise _no_fallback(op)
+        raise no_fallback(op)
     inplace = op.kind == "inplace"
     names = list(kwargs) if kwargs else []
     values = list(args) + [kwargs[k] for k in names]
@@ -883,7 +885,7 @@ def triangle(op, level, args, kwargs):
     if self.dim() < 2:
         raise RuntimeError(f"{op.name.rstrip('_')}: input tensor must have at least 2 dimensions")
     if bound.pop("out", None) is not None:
-        raise _no_fallback(op)
+        raise no_fallback(op)
     result = call(op, (to_front(self._value, self._bdim),), bound)
     return self if op.kind == "inplace" else wrap(result, 0, level)
 
@@ -939,7 +941,7 @@ def _check_indexed_write(op, bound, self, level):
     if op.kind == "inplace" and not _same_level(self, level):
         raise inplace_error(op.name)
     if bound.pop("out", None) is not None:
-        raise _no_fallback(op)
+        raise no_fallback(op)
 
 
 @rule("gather", "scatter", "scatter_", "scatter_add", "scatter_add_")
@@ -1244,10 +1246,3 @@ def index_put(op, level, args, kwargs):
 # Each sample may select a different number of elements, so there is no single physical
 # op; the loop is correct whenever the counts agree (and warns).
 RULES["masked_select"] = fallback
-from microtensor.vmap import rules_norm  # noqa: E402,F401
-from microtensor.vmap import rules_activation  # noqa: E402,F401
-from microtensor.vmap import rules_conv  # noqa: E402,F401
-from microtensor.vmap import rules_layout  # noqa: E402,F401
-from microtensor.vmap import rules_linalg  # noqa: E402,F401
-from microtensor.vmap import rules_contraction  # noqa: E402,F401
-from microtensor.vmap import rules_selection2  # noqa: E402,F401
