@@ -353,11 +353,52 @@ def test_op_matches_torch_vmap(name):
 
 
 def test_every_registered_op_has_a_rule():
-    from microtensor.vmap.rules import FAMILY_RULES, RULES
-    missing = [name for name, op in REGISTRY.items()
-               if op.kind != "composite" and not op.random and not op.batch_rule
-               and name not in RULES and op.family not in FAMILY_RULES]
-    assert missing == []
+    """Every op vmap batches resolves to the rule declared with it (its base op's for an
+    in-place variant), in the module of its kernel, or to its family's rule; only the ops
+    marked as taking the loop on purpose resolve to the fallback."""
+    from microtensor.vmap.fallback import fallback
+    from microtensor.vmap.rules import FAMILY_RULES, rule_for
+    missing, misplaced = [], []
+    for name, op in REGISTRY.items():
+        if op.kind == "composite" or op.random:
+            continue
+        base = op.inplace_of or op
+        declared = op.batch_rule or base.batch_rule
+        if name in FALLBACK_ON_PURPOSE:
+            assert declared is fallback and rule_for(op) is fallback, name
+            continue
+        expected = declared or FAMILY_RULES.get(op.family)
+        if expected is None or rule_for(op) is not expected:
+            missing.append(name)
+        elif declared and declared.__module__ != base.kernel.__module__:
+            misplaced.append(name)
+    assert missing == [] and misplaced == []
+
+
+def test_a_rule_declared_with_the_op_comes_first():
+    from microtensor.ops.registry import Op
+    from microtensor.vmap import rules
+
+    def kernel(self):
+        return self + 1
+
+    def batch_rule(op, level, args, kwargs):
+        seen.append(op.name)
+        return rules.FAMILY_RULES["pointwise"](op, level, args, kwargs)
+    seen = []
+    declared = Op("test_declared_rule", kernel, family="reduction", batch_rule=batch_rule)
+    decorated = Op("test_decorated_rule", kernel, family="reduction")
+    assert decorated.def_batch_rule(batch_rule) is decorated
+    x = mt.randn(3, 2)
+    try:
+        for op in (declared, decorated):
+            result = mt.vmap(lambda t: dispatch.call(op, (t,), None))(x)
+            assert_same(result, to_np(x) + 1)
+            assert rules.rule_for(op) is batch_rule
+    finally:
+        rules._resolved.pop(declared, None)
+        rules._resolved.pop(decorated, None)
+    assert seen == ["test_declared_rule", "test_decorated_rule"]
 
 
 def test_sweeps_batch_the_tensors_inside_lists():
