@@ -134,7 +134,22 @@ def _to_copy(grad, self_dtype, self_device):
 
 
 def _copy_with_format(op, level, self, memory_format, options):
-    """``clone``/``_to_copy`` of a batched tensor in ``memory_format``, per sample."""
+    """``clone``/``_to_copy`` of a batched tensor in ``memory_format``, per sample.
+
+    ``preserve_format`` keeps the physical layout, batch dim where it was.  Any other
+    format is about each *sample*: ``contiguous_format`` copies with the batch dim moved
+    outermost, and the channels-last formats lay each sample out in that format behind an
+    outermost batch dim (``empty_per_sample``).
+
+    Why outermost: a per-sample function asking for a contiguous copy then views or
+    strides into it by the per-sample contiguous strides (``CopySlices`` hands a
+    contiguous clone of a gradient region to a derivative that may ``view`` it).  With
+    the batch dim first, sample ``b`` is the block ``[b * numel, (b + 1) * numel)`` with
+    exactly the strides of a contiguous sample, so ``is_contiguous()`` is true per sample
+    and every view a sample may take is valid.  Left in place (say at dim 1), each
+    sample's elements would interleave with the others' and the per-sample strides would
+    not be contiguous.
+    """
     if memory_format is preserve_format:
         # the physical layout is kept, batch dim where it was
         options["memory_format"] = preserve_format
@@ -144,7 +159,7 @@ def _copy_with_format(op, level, self, memory_format, options):
         options["memory_format"] = contiguous_format
         return wrap(call(op, (value,), options), 0, level)
     out = empty_per_sample(value, self._sizes, memory_format, options.get("dtype"),
-                            options.get("device"))
+                           options.get("device"))
     return wrap(out.copy_(value), 0, level)
 
 

@@ -754,6 +754,17 @@ def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_g
 
 @new_empty_strided.def_batch_rule
 def new_empty_strided(op, level, args, kwargs):
+    """Each sample gets exactly ``stride``; the batch dim goes outermost with stride
+    ``extent = storage_size_for(size, stride)``, the number of cells one sample's strides
+    reach (1 + sum((size_i - 1) * stride_i), 0 for an empty sample).
+
+    Why that stride: sample ``b`` starts at ``b * extent`` and reaches the cells
+    ``[b * extent, b * extent + extent)``, so samples never share a cell (any smaller
+    batch stride would make sample ``b``'s last cell sample ``b + 1``'s first), and no
+    cell lies between them (a larger one would waste memory and make the physical tensor
+    non-dense).  Callers such as ``CopySlices`` then address each sample's memory with the
+    per-sample strides they asked for, exactly as without vmap.
+    """
     bound = op.bind(args, kwargs)
     value = bound.pop("self")._value
     sizes = parse_size((bound.pop("size"),))

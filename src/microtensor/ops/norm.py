@@ -284,9 +284,10 @@ RUNNING_STATS_ERROR = (
 @batch_norm.def_batch_rule
 def batch_norm(op, level, args, kwargs):
     """As torch.func: a batched input gets per-sample statistics, and a running-statistics
-    update of unbatched buffers from a batched input raises torch.func's error.  Eval mode (running statistics): per-sample broadcasting ops.  Batch statistics of a
-    batched input: (B, N, C, ...) seen as (N, B*C, ...), one call, per-sample buffers
-    updated through a flat copy."""
+    update of unbatched buffers from a batched input raises torch.func's error.  Eval mode
+    (running statistics): per-sample broadcasting ops.  Batch statistics of a batched
+    input: (B, N, C, ...) seen as (N, B*C, ...), one call, per-sample buffers updated
+    through a flat copy."""
     bound = op.bind(args, kwargs)
     x, weight, bias = bound["input"], bound["weight"], bound["bias"]
     mean, var = bound["running_mean"], bound["running_var"]

@@ -236,7 +236,7 @@ def permute(grad, dims):
 def permute(op, level, args, kwargs):
     self = args[0]
     wrapped = permutation(sizes_arg(args[1:] if not kwargs else (kwargs["dims"],)),
-                                   self.dim())
+                          self.dim())
     b = self._bdim
     order = [actual_dim(d, b) for d in wrapped]
     order.insert(b, b)
@@ -615,8 +615,19 @@ def as_strided(grad, self_shape, self_strides, self_offset, size, stride, storag
 
 @as_strided.def_batch_rule
 def as_strided(op, level, args, kwargs):
-    """Each sample gets ``size``/``stride``; ``storage_offset`` is read inside each sample's
-    own memory (sample ``i`` is shifted by its distance from sample 0)."""
+    """Each sample gets ``size``/``stride``; ``storage_offset`` is read inside each
+    sample's own memory.
+
+    Why: a function written for one sample computes ``size``, ``stride`` and
+    ``storage_offset`` from that sample's metadata (``CopySlices`` carves a view's region
+    out of its base's gradient that way).  Per sample, the tensor's offset is ``base``
+    (its physical offset), so sample ``i``'s request is its own memory shifted by
+    ``storage_offset - base``: physically, the batch dim keeps the input's batch stride
+    (sample ``i`` starts ``i * batch_stride`` further) and every sample shares the
+    offset, which is the request for sample 0.  The region must lie inside what one
+    sample's own geometry reaches (``_check_inside_sample``): beyond it, it would read
+    another sample's memory, and vmap refuses, as PyTorch does.
+    """
     bound = op.bind(args, kwargs)
     self = bound["self"]
     sizes = tuple(int(s) for s in bound["size"])
