@@ -271,6 +271,76 @@ def test_op_nested_vmap_matches_loop(name):
     assert_compared(name, compared)
 
 
+def list_argument_ops():
+    """Ops with a sample whose list (or tuple) argument holds two or more tensors (cat's
+    tensors, einsum's operands, index's indices)."""
+    def has_list(sample):
+        return any(isinstance(a, (list, tuple)) and
+                   sum(isinstance(x, mt.Tensor) for x in a) >= 2 for a in sample.args)
+    return sorted(name for name in sweep_names()
+                  if any(has_list(s) for s in REGISTRY[name].samples(maker(1))))
+
+
+def list_patterns(count):
+    """Which elements of a list of ``count`` tensors are batched, and at which in_dim
+    (an int: element j's dim j mod (rank + 1), negative for odd j; or "last")."""
+    patterns = [{j: j for j in range(count)}, {0: "last"}, {count - 1: 0}]
+    if count >= 3:
+        patterns.append({j: "last" for j in range(0, count, 2)})
+    return patterns
+
+
+def test_list_argument_ops_are_found():
+    assert {"cat", "stack", "hstack", "vstack", "_cat", "_einsum"} <= set(list_argument_ops())
+
+
+@pytest.mark.parametrize("name", list_argument_ops())
+def test_list_elements_batched_one_by_one_match_loop(name):
+    """The tensors inside a list argument batched element by element: all of them at
+    different in_dims, only the first, only the last, every other one; the other tensor
+    arguments unbatched (but an in-place op's ``self``, which must hold every sample).
+    Never the loop fallback."""
+    op = REGISTRY[name]
+    fn = op_function(op)
+    size = 3
+    compared = 0
+    for sample in op.samples(maker(len(name) + 2)):
+        args, kwargs = list(sample.args), dict(sample.kwargs)
+        try:
+            plain = fn(*clone_args(args), **kwargs)
+        except Exception:        # samples that only check errors
+            continue
+        if not returns_tensors(plain):
+            continue
+        for position, value in enumerate(args):
+            slots = [s for s in tensor_slots(args) if s[0] == position and s[1] is not None]
+            if not isinstance(value, (list, tuple)) or len(slots) < 2:
+                continue
+            for pattern in list_patterns(len(slots)):
+                batched, in_dims = list(args), no_dims(args)
+                if op.kind == "inplace":
+                    batched[0], in_dims[0] = sample_batch(args[0], size, random.Random(0))
+                for n, dim in pattern.items():
+                    slot = slots[n]
+                    element = slot_value(args, slot)
+                    physical = mt.from_numpy(np.ascontiguousarray(np.stack(
+                        [to_np(element) * (1 if not element.dtype.is_floating_point else
+                                           1 - 0.1 * i) for i in range(size)])))
+                    rank = element.dim()
+                    d = rank if dim == "last" else n % (rank + 1) - (rank + 1) * (n % 2)
+                    set_slot(batched, slot, physical.movedim(0, d))
+                    set_slot(in_dims, slot, d)
+                what = f"{name} {sample} in_dims={in_dims}"
+                expected = loop_reference(fn, clone_args(batched), kwargs, in_dims, size)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("error", message=FALLBACK)
+                    actual = mt.vmap(lambda *a: fn(*a, **kwargs), in_dims=tuple(in_dims))(
+                        *clone_args(batched))
+                assert_same(actual, expected, what)
+                compared += 1
+    assert_compared(name, compared)
+
+
 def to_torch(value):
     if isinstance(value, mt.Tensor):
         return torch.from_numpy(to_np(value).copy())

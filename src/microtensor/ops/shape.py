@@ -56,7 +56,7 @@ def _cat_samples(make):
             Sample([make(3), make(0), make(2)], -1), Sample([make(2, 2, 2)], dim=2)]
 
 
-@op(kind="composite", samples=_cat_samples)
+@op(kind="composite", inputs=("tensors",), samples=_cat_samples)
 def cat(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -152,7 +152,7 @@ def _stack_samples(make):
             Sample([make()], 0)]
 
 
-@op(kind="composite", samples=_stack_samples)
+@op(kind="composite", inputs=("tensors",), samples=_stack_samples)
 def stack(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -166,7 +166,12 @@ def stack(tensors, dim=0):
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
-@op(kind="composite", method=False)
+def _hstack_samples(make):
+    return [Sample([make(2), make(3)]), Sample([make(2, 3), make(2, 1), make(2, 2)]),
+            Sample([make(), make(2)])]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_hstack_samples)
 def hstack(tensors):
     tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]
     if not tensors:
@@ -174,7 +179,11 @@ def hstack(tensors):
     return cat(tensors, 0 if tensors[0].dim() == 1 else 1)
 
 
-@op(kind="composite", method=False)
+def _vstack_samples(make):
+    return [Sample([make(3), make(2, 3)]), Sample([make(2, 2), make(1, 2), make(2)])]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
 def vstack(tensors):
     tensors = [t.reshape(1, -1) if t.dim() < 2 else t for t in tensors]
     if not tensors:
