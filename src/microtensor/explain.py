@@ -84,6 +84,9 @@ def batching_rule(o):
     of its family."""
     from microtensor.vmap import rules
     from microtensor.vmap.fallback import fallback
+    if o.random:
+        return rules.random_rule, "every random op's: a draw per sample or one shared, as " \
+            "vmap's randomness says"
     rule = rules.rule_for(o)
     if rule is fallback:
         if o.batch_rule is fallback:
