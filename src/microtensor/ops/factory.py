@@ -648,6 +648,8 @@ def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
 
 
 def like_batch_rule(op, level, args, kwargs):
+    """``*_like``: the per-sample shape; ``preserve_format`` keeps the physical layout
+    (batch dim where it was), any other format is laid out per sample, batch dim first."""
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     fmt = bound.get("memory_format", preserve_format)
@@ -696,6 +698,7 @@ def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
 
 
 def new_sized_batch_rule(op, level, args, kwargs):
+    """``new_empty``/``new_zeros``/``new_ones``: the per-sample sizes behind a batch dim."""
     value = args[0]._value
     sizes = parse_size(args[1:])
     return wrap(call(op, (value, (batch_size(level),) + sizes), kwargs), 0, level)

@@ -6,7 +6,7 @@ must have one dtype), then hand zero-copy NumPy views to ``np.matmul``, which ca
 (transposed views included), writing into a fresh contiguous result.  Derivatives are
 products again, so they are differentiable; broadcast batch dims are summed back to the
 input shapes by the autograd engine.  These ops have no vmap family: their batching
-rules are written explicitly in ``vmap``.
+rules follow their derivatives (one rule serves every matrix product).
 """
 import math
 

@@ -330,6 +330,8 @@ def unbind(grad, self_shape, dim):
 
 
 def split_batch_rule(op, level, args, kwargs):
+    """``split``/``split_with_sizes``/``unbind``: the per-sample dim shifted past the batch
+    dim; every piece keeps it (``unbind`` removes a dim before it)."""
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     n, b = self.dim(), self._bdim
@@ -500,6 +502,8 @@ triu = _triangle("triu", np.triu)
 
 
 def triangle_batch_rule(op, level, args, kwargs):
+    """``tril``/``triu`` (and their in-place variants): with the batch dim first, the
+    physical last two dims are the sample's, so one physical call."""
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if not same_level(self, level):

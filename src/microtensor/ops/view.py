@@ -89,6 +89,8 @@ def _unsafe_view(grad, self_shape):
 
 
 def view_batch_rule(op, level, args, kwargs):
+    """``view``/``_unsafe_view``: the sizes are checked against the *sample's* strides (a
+    per-sample view must exist), then batch dim first and one physical view."""
     self, shape = args[0], args[1:]
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
         raise TypeError("view(dtype) is not supported; use .to(dtype)")
@@ -481,6 +483,7 @@ def slice(grad, self_shape, dim, start, end, step):
 
 
 def narrow_batch_rule(op, level, args, kwargs):
+    """``narrow``/``slice``: the per-sample dim shifted past the batch dim."""
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if op.name == "narrow" and self.dim() == 0:
@@ -726,6 +729,7 @@ def detach(self):
 
 
 def alias_batch_rule(op, level, args, kwargs):
+    """``alias``/``detach``: the same op on the physical tensor, batch dim kept."""
     self = args[0]
     return wrap(call(op, (self._value,), None), self._bdim, level)
 
