@@ -66,6 +66,18 @@ def test_explain_op_batching_rule_is_the_one_vmap_uses():
         assert f"batching rule  {rule.__qualname__}" in explain.op(name)
 
 
+def test_explain_op_says_where_the_batching_rule_is_declared():
+    def rule_row(name):
+        return next(line for line in explain.op(name).splitlines()
+                    if line.startswith("  batching rule"))
+    assert "ops/view.py:" in rule_row("transpose") and "(declared with the op)" in \
+        rule_row("transpose")
+    assert "ops/indexing.py:" in rule_row("index_put_") and "declared with index_put" in \
+        rule_row("index_put_")
+    assert "random_rule" in rule_row("randn") and "randomness" in rule_row("randn")
+    assert "family 'reduction'" in rule_row("sum")
+
+
 def test_explain_op_without_fast_path_or_rule():
     text = explain.op("masked_select")
     assert "C fast path    none" in text

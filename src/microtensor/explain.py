@@ -79,16 +79,23 @@ def _pyx_location(method):
 
 
 def batching_rule(o):
-    """The batching rule vmap applies to op ``o`` and where it comes from."""
+    """The batching rule vmap applies to op ``o`` and where it comes from: declared with
+    the op (``@o.def_batch_rule``), with its base op for an in-place variant, or the rule
+    of its family."""
     from microtensor.vmap import rules
     from microtensor.vmap.fallback import fallback
+    if o.random:
+        return rules.random_rule, "every random op's: a draw per sample or one shared, as " \
+            "vmap's randomness says"
     rule = rules.rule_for(o)
     if rule is fallback:
+        if o.batch_rule is fallback:
+            return rule, "declared with the op: the per-sample loop fallback, on purpose"
         return rule, "none: vmap runs the per-sample loop fallback (and warns once)"
-    if o.batch_rule is not None:
+    if o.batch_rule is rule:
         return rule, "declared with the op"
-    if getattr(rules, "RULES", {}).get(o.name) is rule:
-        return rule, f"registered for {o.name!r}"
+    if o.inplace_of is not None and o.inplace_of.batch_rule is rule:
+        return rule, f"declared with {o.inplace_of.name}, of which this is the in-place variant"
     return rule, f"the rule of family {o.family!r}"
 
 

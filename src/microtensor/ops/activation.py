@@ -20,6 +20,7 @@ from microtensor._dtype import result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+from microtensor.vmap.helpers import actual_dim, call, wrap
 
 _SQRT_2 = math.sqrt(2.0)
 _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -712,6 +713,16 @@ def glu(grad, self, dim):
     first, gate = self.narrow(dim, 0, half), self.narrow(dim, half, half).sigmoid()
     gated = grad * gate
     return cat([gated, gated * first * (1 - gate)], dim),
+
+
+@glu.def_batch_rule
+def glu(op, level, args, kwargs):
+    """The per-sample dim shifted past the batch dim; checks made on the sample's shape."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    dim, _ = glu_halves(self._sizes, bound["dim"])
+    b = self._bdim
+    return wrap(call(op, (self._value, actual_dim(dim, b)), None), b, level)
 
 
 def _prelu_samples(make):

@@ -6,7 +6,7 @@ must have one dtype), then hand zero-copy NumPy views to ``np.matmul``, which ca
 (transposed views included), writing into a fresh contiguous result.  Derivatives are
 products again, so they are differentiable; broadcast batch dims are summed back to the
 input shapes by the autograd engine.  These ops have no vmap family: their batching
-rules are written explicitly in ``vmap``.
+rules follow their derivatives (one rule serves every matrix product).
 """
 import math
 
@@ -16,6 +16,9 @@ from microtensor._C import kernels, meta
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY
+from microtensor.vmap.helpers import (aligned, batch_size, call, front_or_expanded, same_level,
+                                      to_front, unwrap, wrap)
 
 BINARY = ("self", "other")
 
@@ -285,6 +288,86 @@ def dot(grad, self, tensor):
             None if self is None else grad * self)
 
 
+_FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
+_RANK_ERRORS = {
+    "mm": lambda a, b: "self must be a matrix" if a != 2 else "mat2 must be a matrix",
+    "bmm": lambda a, b: "batch1 must be a 3D tensor" if a != 3 else "batch2 must be a 3D tensor",
+    "mv": lambda a, b: f"vector + matrix @ vector expected, got 1, {a}, {b}",
+    "dot": lambda a, b: f"1D tensors expected, but got {a}D and {b}D tensors",
+}
+
+
+def _check_product(op, a, b):
+    """The op's own errors, raised for one sample's shapes."""
+    ranks = _FIXED_RANKS.get(op.name)
+    if ranks is not None and (a.dim(), b.dim()) != ranks:
+        raise RuntimeError(_RANK_ERRORS[op.name](a.dim(), b.dim()))
+    if op.name == "bmm" and (a._sizes[0], a._sizes[2]) != (b._sizes[0], b._sizes[1]):
+        raise _batch_size_error(a._sizes[0], a._sizes[2], b._sizes[0], b._sizes[1])
+    _matmul_shape(a, b)
+    kind = "bmm" if op.name == "bmm" else "dot" if a.dim() == b.dim() == 1 else "mm"
+    _check_same_dtype(a, b, kind)
+
+
+def matmul_batch_rule(op, level, args, kwargs):
+    """Every matrix product as one physical ``matmul``: vectors become 1-row/1-column
+    matrices, batched operands get the batch dim first and equal per-sample ranks, and
+    unbatched operands broadcast over the batch."""
+    a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
+    _check_product(op, a, b)
+    ra, rb = a.dim(), b.dim()
+    folded = _fold_batch_into_rows(a, b, level)
+    if folded is not None:
+        return folded
+    rank = max(ra, rb, 2)
+    pa = _as_matrix_operand(a, level, rank, -2 if ra == 1 else None)
+    pb = _as_matrix_operand(b, level, rank, -1 if rb == 1 else None)
+    result = call(REGISTRY["matmul"], (pa, pb), None)
+    if rb == 1:
+        result = result.squeeze(-1)
+    if ra == 1:
+        result = result.squeeze(-1 if rb == 1 else -2)
+    return wrap(result, 0, level)
+
+
+def _fold_batch_into_rows(a, b, level):
+    """One big matrix product instead of a batch of small ones, when one operand is a
+    plain (unbatched) matrix: per-sample rows ``(B, ..., k) @ (k, m)`` are just more rows
+    (``x @ W.T`` in every per-sample linear layer), and ``W @ v`` per sample is
+    ``V @ W.T`` with the batch as rows."""
+    a_batched, b_batched = same_level(a, level), same_level(b, level)
+    if a_batched and not b_batched and b.dim() == 2:
+        rows = to_front(a._value, a._bdim)
+        count = 1
+        for size in rows.shape[:-1]:
+            count *= size
+        flat = rows.reshape(count, rows.shape[-1])
+        product = call(REGISTRY["matmul"], (flat, b), None)
+        return wrap(product.reshape(tuple(rows.shape[:-1]) + (b.shape[1],)), 0, level)
+    if b_batched and not a_batched and a.dim() == 2 and b.dim() == 1:
+        vectors = to_front(b._value, b._bdim)
+        return wrap(call(REGISTRY["matmul"], (vectors, a.mT), None), 0, level)
+    return None
+
+
+def _as_matrix_operand(t, level, rank, vector_dim):
+    value, bdim = unwrap(t, level)
+    if bdim is not None:
+        value = to_front(value, bdim)
+    if vector_dim is not None:
+        value = value.unsqueeze(vector_dim)
+    if bdim is None:
+        return value
+    return aligned(value, 0, 2 if vector_dim is not None else t.dim(), rank)
+
+
+matmul.def_batch_rule(matmul_batch_rule)
+mm.def_batch_rule(matmul_batch_rule)
+bmm.def_batch_rule(matmul_batch_rule)
+mv.def_batch_rule(matmul_batch_rule)
+dot.def_batch_rule(matmul_batch_rule)
+
+
 @op(kind="composite", samples=_outer_samples)
 def outer(self, vec2):
     """``self[i] * vec2[j]`` (with type promotion, as PyTorch's ``outer``)."""
@@ -390,6 +473,30 @@ def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
             grad_weight = grad.mT.matmul(input)
     stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
     return grad_input, grad_weight, grad.sum(-2) if stacked else grad
+
+
+@linear.def_batch_rule
+def linear(op, level, args, kwargs):
+    """Shared weights: the samples are just more rows of one call.  Per-sample weights: one
+    call on the stacked weights ``(B, ..., out, in)``, which the kernel broadcasts."""
+    bound = op.bind(args, kwargs)
+    x, w, b = bound["input"], bound["weight"], bound["bias"]
+    check_linear(x, w, b)
+    if not same_level(w, level) and not same_level(b, level):
+        return wrap(call(op, (to_front(x._value, x._bdim), w, b), None), 0, level)
+    if w.dim() == 1:       # per-sample weight vectors: a product and a sum, batched as such
+        out = call(REGISTRY["matmul"], (x, w), None)
+        return out if b is None else out + b
+    size = batch_size(level)
+    # per sample, the weights may already be stacked (..., out, in) by an outer level:
+    # inputs (rows of them), weights and bias are right-aligned behind the batch dim
+    rank = max(x.dim(), 2, w.dim())
+    inputs = aligned(front_or_expanded(x, level, size), 0, x.dim(), rank)
+    weights = aligned(front_or_expanded(w, level, size), 0, w.dim(), rank)
+    biases = None if b is None else aligned(front_or_expanded(b, level, size), 0, b.dim(),
+                                            rank - 1)   # stacked like the weights
+    out = call(op, (inputs, weights, biases), None)
+    return wrap(out.squeeze(-2) if x.dim() == 1 else out, 0, level)
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

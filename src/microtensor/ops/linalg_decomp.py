@@ -17,6 +17,7 @@ import numpy as np
 from microtensor._C.tensor import float32, float64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
 
 class LinAlgError(RuntimeError):
@@ -200,6 +201,19 @@ def linalg_solve(grad, A, B, left, result):
     return gA, gB.squeeze(-1) if vector else gB
 
 
+@linalg_solve.def_batch_rule
+def linalg_solve(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    A, B = bound["A"], bound["B"]
+    size = batch_size(level)
+    vector = _vector_rhs(A, B)
+    a = front_or_expanded(A, level, size)
+    # a vector right-hand side per sample stays one after the batch dim is added
+    b = front_or_expanded(B.unsqueeze(-1) if vector else B, level, size)
+    result = call(op, (a, b), {"left": bound["left"]})
+    return wrap(result.squeeze(-1) if vector else result, 0, level)
+
+
 # --------------------------------------------------------------------------- cholesky
 
 def _spd_samples(make):
@@ -371,6 +385,35 @@ def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
     else:
         gA = U @ gA @ Vh
     return gA,
+
+
+def _wrap_all(result, level):
+    if isinstance(result, tuple):
+        return tuple(wrap(r, 0, level) for r in result)
+    return wrap(result, 0, level)
+
+
+def one_matrix_batch_rule(op, level, args, kwargs):
+    """The kernels batch over leading dims: the vmap dim is one more leading dim of one
+    call."""
+    bound = op.bind(args, kwargs)
+    A = bound.pop("A")
+    physical = front_or_expanded(A, level, batch_size(level))
+    result = call(op, (physical,), bound)
+    if op.name == "linalg_qr" and bound["mode"] == "r":
+        # Q is an empty placeholder: one per sample
+        q, r = result
+        result = (q.new_empty((batch_size(level), 0)), r)
+    return _wrap_all(result, level)
+
+
+linalg_inv.def_batch_rule(one_matrix_batch_rule)
+linalg_det.def_batch_rule(one_matrix_batch_rule)
+linalg_slogdet.def_batch_rule(one_matrix_batch_rule)
+linalg_cholesky.def_batch_rule(one_matrix_batch_rule)
+linalg_eigh.def_batch_rule(one_matrix_batch_rule)
+linalg_qr.def_batch_rule(one_matrix_batch_rule)
+linalg_svd.def_batch_rule(one_matrix_batch_rule)
 
 
 __all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",

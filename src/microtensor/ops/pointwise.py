@@ -10,7 +10,9 @@ import numpy as np
 from microtensor._C.tensor import TensorBase, bool_, float32, int64
 from microtensor._dtype import check_scalar_fits, result_type
 from microtensor.ops.loops import float_dtype, pointwise
-from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+from microtensor.vmap.rules import pointwise as pointwise_family
+from microtensor.vmap.helpers import aligned, call, inplace_error, same_level, to_front
 
 BINARY = ("self", "other")
 
@@ -682,6 +684,21 @@ def masked_fill(grad, mask, value):
     return where(mask, grad.new_zeros(()), grad), None, g_value
 
 
+@masked_fill.def_batch_rule
+def masked_fill(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, mask, value = bound["self"], bound["mask"], bound["value"]
+    if not same_level(value, level):
+        return pointwise_family(op, level, args, kwargs)
+    if value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.dim()} dimension(s).")
+    filled = where(mask, value.to(self.dtype), self)
+    if op.kind == "inplace":
+        return self.copy_(filled)
+    return filled
+
+
 masked_fill_ = inplace_variant(masked_fill)
 
 
@@ -854,6 +871,23 @@ def fill_(self, value):
 @fill_.def_derivative
 def fill_(grad):
     return grad * 0,
+
+
+@fill_.def_batch_rule
+def fill_(op, level, args, kwargs):
+    self, value = args[0], (args[1] if len(args) > 1 else kwargs["value"])
+    if not same_level(self, level):
+        raise inplace_error("fill_")
+    if isinstance(value, TensorBase) and value.dim() != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{value.dim()} dimensions.")
+    if same_level(value, level):
+        target = to_front(self._value, self._bdim)
+        source = aligned(value._value, value._bdim, 0, self.dim())
+        call(REGISTRY["copy_"], (target, source), None)
+    else:
+        call(op, (self._value, value), None)
+    return self
 
 
 @op(inputs=("self",), kind="composite")

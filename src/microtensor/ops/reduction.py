@@ -24,6 +24,8 @@ from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_
                                    new_result, reduce, reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, where
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.rules import reduction as reduction_family
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
 
 # torch.return_types.max / min: a tuple whose fields are also attributes
 class _ValuesIndices:
@@ -374,6 +376,24 @@ argmax = _arg_extremum("argmax", np.argmax)
 argmin = _arg_extremum("argmin", np.argmin)
 
 
+def arg_extremum_batch_rule(op, level, args, kwargs):
+    """``dim=None`` indexes the flattened sample: flatten each sample, then reduce dim 1."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    if bound["dim"] is not None:
+        return reduction_family(op, level, args, kwargs)
+    value = to_front(self._value, self._bdim)
+    flat = value.reshape(value._sizes[0], -1)
+    index = call(op, (flat, 1, False), None)
+    if bound["keepdim"]:
+        index = index.view((value._sizes[0],) + (1,) * self.dim())
+    return wrap(index, 0, level)
+
+
+argmax.def_batch_rule(arg_extremum_batch_rule)
+argmin.def_batch_rule(arg_extremum_batch_rule)
+
+
 # --------------------------------------------------------------------------- var, std, norm
 
 def _check_var_input(self):
@@ -605,6 +625,23 @@ def _log_softmax_backward_data(ggrad, grad, output, dim):
             -(ggrad * p) * grad.sum(dim, keepdim=True))
 
 
+@_log_softmax_backward_data.def_batch_rule
+def _log_softmax_backward_data(op, level, args, kwargs):
+    """Both tensors with the batch dim first and ``dim`` shifted past it; per-sample
+    scalars get a size-1 dim to work along, removed afterwards."""
+    bound = op.bind(args, kwargs)
+    grad, output = bound["grad"], bound["output"]
+    size = batch_size(level)
+    grads = front_or_expanded(grad, level, size)
+    outputs = front_or_expanded(output, level, size)
+    if grad.dim() == 0:
+        meta.wrap_dim(bound["dim"], 0)
+        result = call(op, (grads.unsqueeze(1), outputs.unsqueeze(1), 1), None)
+        return wrap(result.squeeze(1), 0, level)
+    dim = meta.wrap_dim(bound["dim"], grad.dim()) + 1
+    return wrap(call(op, (grads, outputs, dim), None), 0, level)
+
+
 # --------------------------------------------------------------------------- scans
 
 @op(family="reduction", samples=_single_dim_samples)
@@ -626,10 +663,6 @@ def cumsum(grad, dim):
 
 
 # --------------------------------------------------------------------------- logical
-
-# Ops for which ``dim=()`` reduces over no dim (each element tested alone), as in PyTorch,
-# where the other reductions take it for every dim.
-EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
 
 
 def _logical_reduction(np_reduction, self, dim, keepdim):

@@ -9,9 +9,12 @@ An ``Op`` bundles what each layer needs to know about one operator:
   any forward argument by name, and ``result`` for the output (``result1`` for output 1
   alone of a multi-output op).  Autograd saves exactly
   those values (and checks their version counters), nothing more;
-* ``batch_rule``: how vmap runs the op on batched tensors; most ops instead name a
-  ``family`` ("pointwise", "reduction", "factory", "view", ...) whose shared rule vmap
-  applies;
+* ``batch_rule``: how vmap runs the op on batched tensors, declared next to the kernel
+  with ``@my_op.def_batch_rule`` (or ``op(..., batch_rule=...)``) and written with the
+  helpers of ``microtensor.vmap.helpers``.  Most ops instead name a ``family``
+  ("pointwise" or "reduction"): one word in the declaration, and vmap applies that
+  family's shared rule (``vmap.rules``).  An in-place variant takes its base op's rule
+  (or family); an op with neither takes vmap's per-sample loop, which warns;
 * ``samples``: sample inputs that the test suite runs through every check: a function
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
@@ -108,6 +111,20 @@ class Op:
         self.saved_names = names
         self.saved_plan = tuple(self._plan_saving(n) for n in names)
         self.saves_self = "self" in names
+        return self
+
+    def def_batch_rule(self, fn):
+        """Declare how vmap runs this op (``@my_op.def_batch_rule`` above a function named
+        like the op; the decorator returns the op, as ``def_derivative`` does).
+
+        A rule has the signature ``rule(op, level, args, kwargs)``: ``args`` and
+        ``kwargs`` as the op was called, some of them ``BatchedTensor``s of vmap level
+        ``level``.  It unwraps that level only, calls ops on the physical values (they
+        come back through the dispatcher: autograd records them, lower vmap levels batch
+        them) and wraps the result.  A rule shared by several ops is a plain function
+        declared for each, one line per op: ``other.def_batch_rule(shared_rule)``.
+        """
+        self.batch_rule = fn
         return self
 
     def _plan_saving(self, name):
