@@ -64,9 +64,14 @@ def copy_(self, src, non_blocking=False):
     return self
 
 
-@copy_.def_derivative
+@copy_.def_derivative("self")
+def copy_(grad):
+    return grad.new_zeros(grad.shape)
+
+
+@copy_.def_derivative("src")
 def copy_(grad, src_shape):
-    return grad.new_zeros(grad.shape), grad.sum_to_size(src_shape)
+    return grad.sum_to_size(src_shape)
 
 
 @op(samples=lambda make: [
@@ -82,9 +87,9 @@ def clone(self, *, memory_format=preserve_format):
     return out
 
 
-@clone.def_derivative
+@clone.def_derivative("self")
 def clone(grad):
-    return grad,
+    return grad
 
 
 @op(kind="composite")
@@ -111,9 +116,9 @@ def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
     return out
 
 
-@_to_copy.def_derivative
+@_to_copy.def_derivative("self")
 def _to_copy(grad, self_dtype, self_device):
-    return grad.to(dtype=self_dtype, device=self_device),
+    return grad.to(dtype=self_dtype, device=self_device)
 
 
 def _parse_to(args, kwargs):
