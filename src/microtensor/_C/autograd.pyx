@@ -24,6 +24,8 @@ The nodes with derivative formulas (``OpNode``, ``CopySlices``, ``AsStridedBackw
 and the engine's public API are Python, in ``microtensor.autograd``; this module imports
 nothing above ``_C`` (recording installs its node classes with ``install_nodes``).
 """
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
 import threading
 from heapq import heappop, heappush
@@ -344,21 +346,33 @@ cdef class Geometry:
         self.offset = tensor._offset
 
 
+cdef class Formulas:
+    """An op's derivative as the engine reads it (``ops.registry.Derivative`` plans it):
+    ``formulas``, per input of ``op.inputs``, ``(formula, reads)`` (``reads``: positions
+    in ``saved_names`` of the values it reads after the gradient) or None; or ``joint``,
+    one formula returning every input's gradient; ``saved_plan``, per saved value,
+    ``(name, source, read, needed_by)`` (see ``saved_values``)."""
+    cdef public tuple formulas
+    cdef public object joint
+    cdef public tuple saved_names
+    cdef public tuple saved_plan
+
+
 cdef class OpNode(Node):
     """The backward of one registered op: runs the op's derivative formulas.
 
     ``saved`` holds the values the formulas read, in the order of ``saved_names`` (the
-    op's ``Derivative``; ``SavedTensor``s for tensors, lists of them for list inputs,
-    None for what no formula that will run reads); ``slots`` says how the formulas'
-    results map onto the edges (per input: 0 for a non-tensor, n for a list input such as
+    op's ``Formulas``; ``SavedTensor``s for tensors, lists of them for list inputs, None
+    for what no formula that will run reads); ``slots`` says how the formulas' results
+    map onto the edges (per input: 0 for a non-tensor, n for a list input such as
     ``cat``'s; None when every input is one tensor); ``input_meta`` holds each edge's
-    input (sizes, dtype) for ``validate_outputs``.  A per-input formula runs only when
-    its input has an edge to send a gradient to (PyTorch's ``should_compute_output``).
+    input (sizes, dtype) for ``validate_outputs``.  A per-input formula runs only when its
+    input has an edge to send a gradient to (PyTorch's ``should_compute_output``).
     """
     cdef readonly object op
     cdef readonly list saved
     cdef readonly object slots
-    cdef object derivative
+    cdef Formulas derivative
 
     def __init__(self, op, list saved, next_functions, slots, input_meta,
                  Py_ssize_t num_outputs):
@@ -366,7 +380,7 @@ cdef class OpNode(Node):
         self.op = op
         self.saved = saved
         self.slots = slots
-        self.derivative = op.derivative          # add_ uses add's
+        self.derivative = op.derivative          # add_ shares add's
 
     @property
     def saved_names(self):
@@ -377,7 +391,6 @@ cdef class OpNode(Node):
 
     def apply(self, grads):
         cdef list values = []
-        cdef Py_ssize_t expected = len(self.op.inputs)
         for value in self.saved:
             if isinstance(value, SavedTensor):
                 value = (<SavedTensor>value).unpack(self)
@@ -385,14 +398,13 @@ cdef class OpNode(Node):
                 value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
             values.append(value)
         grad = grads[0] if self.num_outputs == 1 else tuple(grads)
-        joint = self.derivative.joint
-        if joint is not None:
-            results = joint(grad, *values)
-            if len(results) != expected:
-                raise RuntimeError(f"function {self.name()} returned an incorrect number of "
-                                   f"gradients (expected {expected}, got {len(results)})")
-        else:
-            results = self._per_input(grad, values)
+        if self.derivative.joint is None:
+            return self._per_input(grad, values)
+        results = self.derivative.joint(grad, *values)
+        cdef Py_ssize_t expected = len(self.op.inputs)
+        if len(results) != expected:
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of "
+                               f"gradients (expected {expected}, got {len(results)})")
         if self.slots is None:
             return results if type(results) is tuple else tuple(results)
         flat = []
@@ -404,25 +416,30 @@ cdef class OpNode(Node):
         return tuple(flat)
 
     cdef tuple _per_input(self, grad, list values):
-        """Each input's formula on the values it reads, for the inputs with an edge."""
+        """One gradient per edge: each input's formula on the values it reads, for the
+        inputs with an edge that wants it (a list input's gradient spread over its
+        edges)."""
         cdef list results = []
-        cdef Py_ssize_t edge = 0, count, k
         cdef tuple edges = self.next_functions
+        cdef tuple formulas = self.derivative.formulas
+        cdef Py_ssize_t i, k, edge = 0, count = 1
         cdef bint wanted
-        slots = self.slots
-        for i, entry in enumerate(self.derivative.formulas):
-            count = 1 if slots is None else slots[i]
+        for i in range(len(formulas)):
+            if self.slots is not None:
+                count = self.slots[i]
             wanted = False
             for k in range(edge, edge + count):
                 if (<tuple>edges[k])[0] is not None:
                     wanted = True
                     break
             edge += count
-            if wanted and entry is not None:
-                formula, reads = entry
-                results.append(formula(grad, *[values[k] for k in reads]))
-            else:
-                results.append(None)
+            entry = formulas[i]
+            result = _run_formula(<tuple>entry, grad, values) if wanted and entry is not None \
+                else None
+            if count == 1:
+                results.append(result)
+            elif count > 1:
+                results.extend(result if result is not None else [None] * count)
         return tuple(results)
 
     def release(self):
@@ -447,6 +464,20 @@ cdef class OpNode(Node):
             value = self.saved[names.index(key)] if key in names else None
             return value.unpack(self) if isinstance(value, SavedTensor) else value
         raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
+
+
+cdef object _run_formula(tuple entry, grad, list values):
+    """``formula(grad, *the saved values it reads)`` for ``entry = (formula, reads)``."""
+    cdef tuple reads = <tuple>entry[1]
+    cdef Py_ssize_t i, n = len(reads)
+    cdef tuple arguments = PyTuple_New(n + 1)
+    Py_INCREF(grad)
+    PyTuple_SET_ITEM(arguments, 0, grad)
+    for i in range(n):
+        value = values[<Py_ssize_t>reads[i]]
+        Py_INCREF(value)
+        PyTuple_SET_ITEM(arguments, i + 1, value)
+    return entry[0](*arguments)
 
 
 # --------------------------------------------------------------------------- recording

@@ -30,7 +30,7 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 import inspect
 import re
 
-from microtensor._C.autograd import bind_arguments
+from microtensor._C.autograd import Formulas, bind_arguments
 
 REGISTRY = {}
 
@@ -62,8 +62,9 @@ class Sample:
         return "Sample(" + ", ".join(parts) + ")"
 
 
-class Derivative:
-    """The backward formulas of one op and the saving plan they imply.
+class Derivative(Formulas):
+    """The backward formulas of one op and the saving plan they imply (the fields the
+    engine reads are ``Formulas``', in the Cython core).
 
     ``formulas``: per input of ``op.inputs``, ``(formula, reads)`` (``reads``: the
     positions in ``saved_names`` of the formula's parameters after ``grad``), or None
