@@ -178,11 +178,11 @@ def _details(node):
         grad = ", .grad set" if variable._grad is not None else ""
         return [f"leaf {_tensor_text(variable)}{grad}"]
     if isinstance(node, OpNode):
-        formula = node.op if node.op.derivative is not None else node.op.inplace_of
+        plan = node.op.derivative.saved_plan
         return [f"{name}: not saved (the gradient that reads it is not needed)"
-                if value is None and name in formula.inputs
+                if value is None and needed_by is not None
                 else f"saved {name}: {_saved_text(value)}"
-                for name, value in zip(formula.saved_names, node.saved)]
+                for (name, _, _, needed_by), value in zip(plan, node.saved)]
     if isinstance(node, (CopySlices, AsStridedBackward0)):
         lines = [f"view: {_geometry_text(node.view)}", f"base: {_geometry_text(node.base)}"]
         if isinstance(node, CopySlices) and node.fn is not None:

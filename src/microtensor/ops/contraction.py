@@ -224,7 +224,7 @@ def _fresh(value, like):
     return out
 
 
-@_einsum.def_derivative
+@_einsum.def_derivative("operands")
 def _einsum(grad, operands, equation):
     lhs, out = equation.split("->")
     subs = lhs.split(",")
@@ -263,7 +263,7 @@ def _einsum(grad, operands, equation):
                                 for i in range(len(full)))).expand(*shape)
         grads.append(g)
     # autograd takes a one-tensor list's gradient as that tensor alone
-    return (grads if len(grads) > 1 else grads[0]),
+    return grads if len(grads) > 1 else grads[0]
 
 
 @_einsum.def_batch_rule

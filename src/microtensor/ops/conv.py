@@ -355,36 +355,38 @@ def weight_gradient(input, grad, kernel, stride, padding, dilation, groups):
     return _cut_to(result, result.shape[:2] + tuple(kernel)).transpose(0, 1)
 
 
-@convolution.def_derivative(only_for={"input": "weight", "weight": "input"})
-def convolution(grad, input, weight, input_shape, weight_shape, bias_shape, stride, padding,
-                dilation, transposed, output_padding, groups):
-    stride, padding, dilation, output_padding = conv_params(len(weight_shape), stride,
-                                                            padding, dilation, output_padding)
+@convolution.def_derivative("input")
+def convolution(grad, weight, input_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight.shape), stride, padding, dilation,
+                                               output_padding)
+    kernel = weight.shape[2:]
+    if transposed:
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
+                                 (0,) * len(kernel), groups)
+    else:
+        # the rows past the last window, never read, need output padding to be reached
+        extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
+                      zip(input_shape[2:], grad.shape[2:], stride, padding, dilation, kernel))
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, True, extra,
+                                 groups)
+    return _cut_to(grad_input, input_shape)
+
+
+@convolution.def_derivative("weight")
+def convolution(grad, input, weight_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight_shape), stride, padding, dilation,
+                                               output_padding)
     kernel = weight_shape[2:]
-    dims = len(kernel)
-    grad_input = grad_weight = grad_bias = None
-    if weight is not None:
-        if transposed:
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
-                                     (0,) * dims, groups)
-        else:
-            # the rows past the last window, never read, need output padding to be reached
-            extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
-                          zip(input_shape[2:], grad.shape[2:], stride, padding, dilation,
-                              kernel))
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, True,
-                                     extra, groups)
-        grad_input = _cut_to(grad_input, input_shape)
-    if input is not None:
-        if transposed:
-            grad_weight = weight_gradient(grad, input, kernel, stride, padding, dilation,
-                                          groups)
-        else:
-            grad_weight = weight_gradient(input, grad, kernel, stride, padding, dilation,
-                                          groups)
-    if bias_shape is not None:
-        grad_bias = grad.sum((0,) + tuple(range(2, 2 + dims)))
-    return grad_input, grad_weight, grad_bias
+    if transposed:
+        return weight_gradient(grad, input, kernel, stride, padding, dilation, groups)
+    return weight_gradient(input, grad, kernel, stride, padding, dilation, groups)
+
+
+@convolution.def_derivative("bias")
+def convolution(grad):
+    return grad.sum((0,) + tuple(range(2, grad.dim())))
 
 
 @convolution.def_batch_rule

@@ -66,9 +66,14 @@ def copy_(self, src, non_blocking=False):
     return self
 
 
-@copy_.def_derivative
+@copy_.def_derivative("self")
+def copy_(grad):
+    return grad.new_zeros(grad.shape)
+
+
+@copy_.def_derivative("src")
 def copy_(grad, src_shape):
-    return grad.new_zeros(grad.shape), grad.sum_to_size(src_shape)
+    return grad.sum_to_size(src_shape)
 
 
 @copy_.def_batch_rule
@@ -99,9 +104,9 @@ def clone(self, *, memory_format=preserve_format):
     return out
 
 
-@clone.def_derivative
+@clone.def_derivative("self")
 def clone(grad):
-    return grad,
+    return grad
 
 
 @op(kind="composite")
@@ -128,9 +133,9 @@ def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
     return out
 
 
-@_to_copy.def_derivative
+@_to_copy.def_derivative("self")
 def _to_copy(grad, self_dtype, self_device):
-    return grad.to(dtype=self_dtype, device=self_device),
+    return grad.to(dtype=self_dtype, device=self_device)
 
 
 def _copy_with_format(op, level, self, memory_format, options):

@@ -353,9 +353,9 @@ def index(self, indices):
     return fresh_tensor(values if plan.has_tensor else values.copy())
 
 
-@index.def_derivative
+@index.def_derivative("self")
 def index(grad, self_shape, indices):
-    return grad.new_zeros(self_shape).index_put(indices, grad, accumulate=True),
+    return grad.new_zeros(self_shape).index_put(indices, grad, accumulate=True)
 
 
 def _index_result_bdim(indices):
@@ -469,10 +469,14 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     return out
 
 
-@index_put.def_derivative
-def index_put(grad, indices, values_shape, accumulate):
-    grad_self = grad if accumulate else grad.index_put(indices, grad.new_zeros(()))
-    return grad_self, index(grad, indices).sum_to_size(values_shape)
+@index_put.def_derivative("self")
+def index_put(grad, indices, accumulate):
+    return grad if accumulate else grad.index_put(indices, grad.new_zeros(()))
+
+
+@index_put.def_derivative("values")
+def index_put(grad, indices, values_shape):
+    return index(grad, indices).sum_to_size(values_shape)
 
 
 def _index_result_rank(self, indices):
@@ -556,9 +560,9 @@ def index_select(self, dim, index):
     return fresh_tensor(np.take(self._array(), positions, axis=d))
 
 
-@index_select.def_derivative
+@index_select.def_derivative("self")
 def index_select(grad, self_shape, dim, index):
-    return grad.new_zeros(self_shape).index_add(dim, index, grad),
+    return grad.new_zeros(self_shape).index_add(dim, index, grad)
 
 
 def _index_spread(index, like, d):
@@ -625,11 +629,11 @@ def gather(self, dim, index, *, sparse_grad=False):
     return fresh_tensor(source[_along(positions, d)].reshape(index._sizes))
 
 
-@gather.def_derivative
+@gather.def_derivative("self")
 def gather(grad, self, dim, index):
     # `self` is saved (not just its shape) as PyTorch does, so an in-place write into it
     # before backward fails the version check there too
-    return grad.new_zeros(self.shape).scatter_add(dim, index, grad),
+    return grad.new_zeros(self.shape).scatter_add(dim, index, grad)
 
 
 def _check_scatter(name, self, dim, index, src):
@@ -715,13 +719,22 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
     return _scatter_into(_target(self, out, (index, src)), self, d, positions, source, reduce)
 
 
-@scatter.def_derivative
-def scatter(grad, dim, index, src_shape, reduce):
+def _check_scatter_reduce(reduce):
     if reduce == "multiply":
         raise RuntimeError("the derivative of scatter with reduce='multiply' is not "
                            "implemented")
-    grad_src = None if src_shape is None else _padded(grad.gather(dim, index), src_shape)
-    return grad if reduce == "add" else grad.scatter(dim, index, 0), grad_src
+
+
+@scatter.def_derivative("self")
+def scatter(grad, dim, index, reduce):
+    _check_scatter_reduce(reduce)
+    return grad if reduce == "add" else grad.scatter(dim, index, 0)
+
+
+@scatter.def_derivative("src")
+def scatter(grad, dim, index, src_shape, reduce):
+    _check_scatter_reduce(reduce)
+    return _padded(grad.gather(dim, index), src_shape)
 
 
 scatter_ = inplace_variant(scatter)
@@ -744,9 +757,14 @@ def scatter_add(self, dim, index, src, *, out=None):
                          "add")
 
 
-@scatter_add.def_derivative
+@scatter_add.def_derivative("self")
+def scatter_add(grad):
+    return grad
+
+
+@scatter_add.def_derivative("src")
 def scatter_add(grad, dim, index, src_shape):
-    return grad, _padded(grad.gather(dim, index), src_shape)
+    return _padded(grad.gather(dim, index), src_shape)
 
 
 def dimwise_index_batch_rule(op, level, args, kwargs):
@@ -816,10 +834,15 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     return out
 
 
-@index_add.def_derivative
+@index_add.def_derivative("self")
+def index_add(grad):
+    return grad
+
+
+@index_add.def_derivative("source")
 def index_add(grad, dim, index, source_shape, alpha):
     grad_source = grad.index_select(dim, index).reshape(source_shape)
-    return grad, grad_source if alpha == 1 else grad_source * alpha
+    return grad_source if alpha == 1 else grad_source * alpha
 
 
 @index_add.def_batch_rule
@@ -879,10 +902,14 @@ def index_fill(self, dim, index, value, *, out=None):
     return out
 
 
-@index_fill.def_derivative
-def index_fill(grad, dim, index, value_shape):
-    grad_self = grad.index_fill(dim, index, 0)
-    return grad_self, None if value_shape is None else (grad - grad_self).sum()
+@index_fill.def_derivative("self")
+def index_fill(grad, dim, index):
+    return grad.index_fill(dim, index, 0)
+
+
+@index_fill.def_derivative("value")
+def index_fill(grad, dim, index):
+    return (grad - grad.index_fill(dim, index, 0)).sum()
 
 
 @index_fill.def_batch_rule
@@ -934,11 +961,11 @@ def masked_select(self, mask):
         np.broadcast_to(mask._array(), shape)])
 
 
-@masked_select.def_derivative
+@masked_select.def_derivative("self")
 def masked_select(grad, self, mask):
     # `self` is saved (not just its shape) as PyTorch does: see gather
     shape = tuple(meta.broadcast_shapes(self.shape, mask.shape))
-    return grad.new_zeros(shape).index_put((mask.expand(shape),), grad),
+    return grad.new_zeros(shape).index_put((mask.expand(shape),), grad)
 
 
 # Each sample may select a different number of elements, so there is no single physical
@@ -968,14 +995,14 @@ def take(self, index):
     return fresh_tensor(self._array().reshape(-1)[positions])
 
 
-@take.def_derivative
+@take.def_derivative("self")
 def take(grad, self_shape, index):
     count = 1
     for size in self_shape:
         count *= size
     flat = grad.new_zeros(count).index_put((index.reshape(-1),), grad.reshape(-1),
                                            accumulate=True)
-    return flat.reshape(self_shape),
+    return flat.reshape(self_shape)
 
 
 @take.def_batch_rule

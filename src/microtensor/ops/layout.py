@@ -113,12 +113,12 @@ def pad(self, pad, mode="constant", value=None):
     return from_numpy_result(out, self._dtype)
 
 
-@pad.def_derivative
+@pad.def_derivative("self")
 def pad(grad, self_shape, pad, mode):
     # ``pad`` the argument shadows ``pad`` the op here
     if mode == "constant":
-        return globals()["pad"](grad, tuple(-p for p in _pad_args(pad))),
-    return _pad_backward(grad, self_shape, pad, mode),
+        return globals()["pad"](grad, tuple(-p for p in _pad_args(pad)))
+    return _pad_backward(grad, self_shape, pad, mode)
 
 
 def _backward_samples(make):
@@ -145,9 +145,9 @@ def _pad_backward(grad, self_shape, pad, mode):
     return from_numpy_result(out, grad._dtype)
 
 
-@_pad_backward.def_derivative
+@_pad_backward.def_derivative("grad")
 def _pad_backward(grad, pad, mode):
-    return globals()["pad"](grad, pad, mode),
+    return globals()["pad"](grad, pad, mode)
 
 
 def pad_batch_rule(op, level, args, kwargs):

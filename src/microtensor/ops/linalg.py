@@ -190,27 +190,24 @@ def _product_grad(product, left, right, layout_shape, layout_strides):
     return product(left, right)
 
 
-@matmul.def_derivative(only_for={"self": "other", "other": "self"})
-def matmul(grad, self, other, self_shape, other_shape, self_strides, other_strides):
-    # each operand is saved only for the other's gradient: None means "not needed"
-    grad_self = grad_other = None
-    if len(self_shape) == 1 and len(other_shape) == 1:
-        grad_self = None if other is None else grad * other
-        grad_other = None if self is None else grad * self
-    elif len(other_shape) == 1:
-        # (..., n, k) @ (k,) -> (..., n)
-        grad_self = None if other is None else grad.unsqueeze(-1) * other
-        grad_other = None if self is None else matmul(grad.unsqueeze(-2), self).squeeze(-2)
-    elif len(self_shape) == 1:
+@matmul.def_derivative("self")
+def matmul(grad, other, self_shape, self_strides):
+    if len(other.shape) == 1:
+        # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
+        return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
+    if len(self_shape) == 1:
         # (k,) @ (..., k, m) -> (..., m)
-        grad_self = None if other is None else matmul(other, grad.unsqueeze(-1)).squeeze(-1)
-        grad_other = None if self is None else self.unsqueeze(-1) * grad.unsqueeze(-2)
-    else:
-        grad_self = None if other is None else \
-            _product_grad(matmul, grad, other.mT, self_shape, self_strides)
-        grad_other = None if self is None else \
-            _product_grad(matmul, self.mT, grad, other_shape, other_strides)
-    return grad_self, grad_other
+        return matmul(other, grad.unsqueeze(-1)).squeeze(-1)
+    return _product_grad(matmul, grad, other.mT, self_shape, self_strides)
+
+
+@matmul.def_derivative("other")
+def matmul(grad, self, other_shape, other_strides):
+    if len(self.shape) == 1:
+        return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
+    if len(other_shape) == 1:
+        return matmul(grad.unsqueeze(-2), self).squeeze(-2)
+    return _product_grad(matmul, self.mT, grad, other_shape, other_strides)
 
 
 # --------------------------------------------------------------------------- fixed ranks
@@ -228,10 +225,14 @@ def mm(self, mat2):
     return _product(np.matmul, (n, m), self, mat2)
 
 
-@mm.def_derivative(only_for={"self": "mat2", "mat2": "self"})
-def mm(grad, self, mat2, self_shape, self_strides, mat2_shape, mat2_strides):
-    return (None if mat2 is None else _product_grad(mm, grad, mat2.mT, self_shape, self_strides),
-            None if self is None else _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides))
+@mm.def_derivative("self")
+def mm(grad, mat2, self_shape, self_strides):
+    return _product_grad(mm, grad, mat2.mT, self_shape, self_strides)
+
+
+@mm.def_derivative("mat2")
+def mm(grad, self, mat2_shape, mat2_strides):
+    return _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides)
 
 
 @op(inputs=("self", "mat2"), samples=_bmm_samples)
@@ -247,10 +248,14 @@ def bmm(self, mat2):
     return _product(np.matmul, (b, n, m), self, mat2)
 
 
-@bmm.def_derivative(only_for={"self": "mat2", "mat2": "self"})
-def bmm(grad, self, mat2):
-    return (None if mat2 is None else bmm(grad, mat2.mT),
-            None if self is None else bmm(self.mT, grad))
+@bmm.def_derivative("self")
+def bmm(grad, mat2):
+    return bmm(grad, mat2.mT)
+
+
+@bmm.def_derivative("mat2")
+def bmm(grad, self):
+    return bmm(self.mT, grad)
 
 
 @op(inputs=("self", "vec"), samples=_mv_samples)
@@ -265,10 +270,14 @@ def mv(self, vec):
     return _product(np.matmul, (n,), self, vec)
 
 
-@mv.def_derivative(only_for={"self": "vec", "vec": "self"})
-def mv(grad, self, vec):
-    return (None if vec is None else grad.unsqueeze(-1) * vec,
-            None if self is None else mv(self.mT, grad))
+@mv.def_derivative("self")
+def mv(grad, vec):
+    return grad.unsqueeze(-1) * vec
+
+
+@mv.def_derivative("vec")
+def mv(grad, self):
+    return mv(self.mT, grad)
 
 
 @op(inputs=("self", "tensor"), samples=_dot_samples)
@@ -282,10 +291,14 @@ def dot(self, tensor):
     return _product(np.matmul, (), self, tensor)
 
 
-@dot.def_derivative(only_for={"self": "tensor", "tensor": "self"})
-def dot(grad, self, tensor):
-    return (None if tensor is None else grad * tensor,
-            None if self is None else grad * self)
+@dot.def_derivative("self")
+def dot(grad, tensor):
+    return grad * tensor
+
+
+@dot.def_derivative("tensor")
+def dot(grad, self):
+    return grad * self
 
 
 _FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
@@ -452,27 +465,28 @@ def _stacked_bias(weight_shape, bias_shape):
     return len(weight_shape) > 2 and len(bias_shape) == len(weight_shape) - 1
 
 
-@linear.def_derivative(only_for={"input": "weight", "weight": "input"})
-def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
-    # each of input and weight is saved only for the other's gradient (None: not needed);
-    # the bias's gradient is ``grad`` itself, summed to the bias's shape by the engine
-    # (a stacked bias: summed over each stack's rows here)
-    grad_input = grad_weight = None
-    if weight is not None:
-        grad_input = grad.unsqueeze(-1) * weight if len(weight_shape) == 1 else \
-            grad.matmul(weight)
-    if input is not None:
-        if len(weight_shape) == 1 or len(input_shape) == 1:
-            grad_weight = grad.unsqueeze(-1) * input
-        elif len(weight_shape) == 2:
-            rows = grad.reshape(-1, weight_shape[0])
-            grad_weight = rows.mT.matmul(input.reshape(-1, input_shape[-1]))
-        elif input_shape[-2] == 1:   # one row per stack: outer products, as a broadcast
-            grad_weight = grad.mT * input
-        else:
-            grad_weight = grad.mT.matmul(input)
-    stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
-    return grad_input, grad_weight, grad.sum(-2) if stacked else grad
+@linear.def_derivative("input")
+def linear(grad, weight):
+    return grad.unsqueeze(-1) * weight if weight.dim() == 1 else grad.matmul(weight)
+
+
+@linear.def_derivative("weight")
+def linear(grad, input, weight_shape):
+    if len(weight_shape) == 1 or input.dim() == 1:
+        return grad.unsqueeze(-1) * input
+    if len(weight_shape) == 2:
+        rows = grad.reshape(-1, weight_shape[0])
+        return rows.mT.matmul(input.reshape(-1, input.shape[-1]))
+    if input.shape[-2] == 1:   # one row per stack: outer products, as a broadcast
+        return grad.mT * input
+    return grad.mT.matmul(input)
+
+
+@linear.def_derivative("bias")
+def linear(grad, weight_shape, bias_shape):
+    # ``grad`` itself, summed to the bias's shape by the engine (a stacked bias: summed
+    # over each stack's rows here)
+    return grad.sum(-2) if _stacked_bias(weight_shape, bias_shape) else grad
 
 
 @linear.def_batch_rule

@@ -103,9 +103,9 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     return from_numpy_result(total, self._dtype)
 
 
-@nll_loss.def_derivative
+@nll_loss.def_derivative("self")
 def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
-    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index),
+    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index)
 
 
 def _backward_samples(make):
@@ -146,10 +146,10 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     return from_numpy_result(rows.reshape(self_shape), grad._dtype)
 
 
-@nll_loss_backward.def_derivative
+@nll_loss_backward.def_derivative("grad")
 def nll_loss_backward(grad, target, weight, reduction, ignore_index):
     # linear in its gradient argument, with nll_loss as the adjoint
-    return nll_loss(grad, target, weight, reduction, ignore_index),
+    return nll_loss(grad, target, weight, reduction, ignore_index)
 
 
 def _targets_and_weights(target, weight, ignore_index, level, size, dtype):
@@ -265,16 +265,17 @@ def _binary_cross_entropy(self, target):
     return pointwise(_bce_loop, self, target)
 
 
-@_binary_cross_entropy.def_derivative
+# PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays finite
+# where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
+@_binary_cross_entropy.def_derivative("self")
 def _binary_cross_entropy(grad, self, target):
-    # PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays
-    # finite where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
-    g_self = grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
-    if not target.requires_grad:   # the usual case: a target is data
-        return g_self, None
+    return grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
+
+
+@_binary_cross_entropy.def_derivative("target")
+def _binary_cross_entropy(grad, self):
     with np.errstate(divide="ignore", invalid="ignore"):
-        g_target = grad * ((-self).log1p() - self.log())
-    return g_self, g_target
+        return grad * ((-self).log1p() - self.log())
 
 
 __all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]

@@ -113,7 +113,7 @@ def normalized_input_gradient(grad, input, dims, eps, scale=None):
     return rstd * (g - g.mean(dims, True) - xhat * (g * xhat).mean(dims, True)), xhat
 
 
-@layer_norm.def_derivative
+@layer_norm.def_joint_derivative     # the gradients share the normalised input
 def layer_norm(grad, input, normalized_shape, weight, eps):
     if batching() is None and not is_grad_enabled():
         # no graph of the backward pass is being built, nor a vmap: one fused pass
@@ -258,7 +258,7 @@ def _update_running_stats(running_mean, running_var, mean, var, count, momentum)
         target += momentum * unbiased
 
 
-@batch_norm.def_derivative
+@batch_norm.def_joint_derivative     # the gradients share the normalised input
 def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
     ndim = input.dim()
     dims = (0,) + tuple(range(2, ndim))

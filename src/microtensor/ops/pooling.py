@@ -242,8 +242,8 @@ def _declare_max_pool(d):
     declared = op(name, method=False, samples=_max_pool_samples(d))(kernel)
 
     def derivative(grad, self_shape, result1):
-        return scatter_to_indices(grad[0], self_shape, result1, d),
-    declared.def_derivative(derivative)
+        return scatter_to_indices(grad[0], self_shape, result1, d)
+    declared.def_derivative("self")(derivative)
     return declared
 
 
@@ -311,9 +311,9 @@ def adaptive_max_pool2d(self, output_size):
             from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64))
 
 
-@adaptive_max_pool2d.def_derivative
+@adaptive_max_pool2d.def_derivative("self")
 def adaptive_max_pool2d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 2),
+    return scatter_to_indices(grad[0], self_shape, result1, 2)
 
 
 def max_pool_batch_rule(op, level, args, kwargs):

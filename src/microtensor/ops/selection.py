@@ -146,9 +146,9 @@ def _sort(self, dim=-1, descending=False):
     return _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
 
 
-@_sort.def_derivative
+@_sort.def_derivative("self")
 def _sort(grad, self_shape, dim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1),
+    return _to_positions(grad[0], self_shape, dim, result1)
 
 
 @op(kind="composite", samples=_sort_samples)
@@ -173,9 +173,9 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
                            np.take(order, array_module(arr).arange(k), axis=axis))
 
 
-@_topk.def_derivative
+@_topk.def_derivative("self")
 def _topk(grad, self_shape, dim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1),
+    return _to_positions(grad[0], self_shape, dim, result1)
 
 
 @op(kind="composite", samples=_topk_samples)
@@ -246,7 +246,7 @@ def _median_all(self, dim=None, keepdim=False):
 
 
 # as PyTorch, the gradient is shared evenly by the elements equal to the median
-_median_all.def_derivative(_evenly_to_extrema)
+_median_all.def_derivative("self")(_evenly_to_extrema)
 
 
 @op(kind="composite", samples=_median_samples)
@@ -295,12 +295,12 @@ def mode(self, dim=-1, keepdim=False):
 
 
 def _selected_derivative(grad, self_shape, dim, keepdim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1, keepdim),
+    return _to_positions(grad[0], self_shape, dim, result1, keepdim)
 
 
-_kthvalue.def_derivative(_selected_derivative)
-_median.def_derivative(_selected_derivative)
-_mode.def_derivative(_selected_derivative)
+_kthvalue.def_derivative("self")(_selected_derivative)
+_median.def_derivative("self")(_selected_derivative)
+_mode.def_derivative("self")(_selected_derivative)
 
 
 # --------------------------------------------------------------------------- cumulative
@@ -324,8 +324,8 @@ def _cum_extremum(name, accumulate):
                    samples=_cum_extremum_samples)(kernel)
 
     def derivative(grad, self_shape, dim, result1):
-        return _to_positions(grad[0], self_shape, dim, result1),
-    kernel_op.def_derivative(derivative)
+        return _to_positions(grad[0], self_shape, dim, result1)
+    kernel_op.def_derivative("self")(derivative)
     return kernel_op
 
 
@@ -355,13 +355,13 @@ def cumprod(self, dim, *, dtype=None):
     return result
 
 
-@cumprod.def_derivative
+@cumprod.def_derivative("self")
 def cumprod(grad, self, dim):
     # d out_i / d x_j (j <= i) is the product of x_0..x_i without x_j: the cumulative
     # product of x with x_j replaced by 1.  Written so, it holds where x has zeros too
     # (dividing out by x_j would not), at the cost of an n-by-n intermediate.
     if self.dim() == 0:
-        return grad,
+        return grad
     d = meta.wrap_dim(dim, self.dim())
     x = self.movedim(d, -1).to(grad.dtype)
     g = grad.movedim(d, -1)
@@ -370,7 +370,7 @@ def cumprod(grad, self, dim):
     cols = tensor(np.arange(n)).view(1, n)
     without_j = x.unsqueeze(-2).expand(*x.shape[:-1], n, n).masked_fill(rows == cols, 1.0)
     partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
-    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d),
+    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d)
 
 
 
@@ -594,7 +594,7 @@ def repeat_interleave(self, repeats, dim=None, *, output_size=None):
     return _fresh(result, self._dtype)
 
 
-@repeat_interleave.def_derivative
+@repeat_interleave.def_derivative("self")
 def repeat_interleave(grad, self, repeats, dim):
     # each block of copies sums back into the element it was copied from
     n_dims = self.dim()
@@ -607,7 +607,7 @@ def repeat_interleave(grad, self, repeats, dim):
     index = tensor(np.repeat(np.arange(size), counts)).to(grad.device)
     base_shape = (size,) if dim is None else (tuple(self.shape) or (1,))
     summed = grad.new_zeros(base_shape).index_add(d, index, grad)
-    return summed.reshape(self.shape),
+    return summed.reshape(self.shape)
 
 
 @repeat_interleave.def_batch_rule

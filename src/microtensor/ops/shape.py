@@ -124,7 +124,7 @@ def _cat(tensors, dim, sizes):
     return out
 
 
-@_cat.def_derivative
+@_cat.def_derivative("tensors")
 def _cat(grad, dim, sizes):
     grads, start = [], 0
     for size in sizes:
@@ -133,7 +133,7 @@ def _cat(grad, dim, sizes):
         else:
             grads.append(grad.narrow(dim, start, size))
             start += size
-    return grads,
+    return grads
 
 
 @_cat.def_batch_rule
@@ -265,10 +265,10 @@ def split(self, split_size_or_sections, dim=0):
     return _pieces(self, split_sizes(self._sizes, split_size_or_sections, dim), dim)
 
 
-@split.def_derivative
+@split.def_derivative("self")
 def split(grad, self_shape, split_size_or_sections, dim):
     sizes = split_sizes(self_shape, split_size_or_sections, dim)
-    return _joined_grads(grad, self_shape, dim, sizes),
+    return _joined_grads(grad, self_shape, dim, sizes)
 
 
 def _split_with_sizes_samples(make):
@@ -283,9 +283,9 @@ def split_with_sizes(self, split_sizes, dim=0):
     return _pieces(self, _checked_sections(self._sizes[d], d, split_sizes), d)
 
 
-@split_with_sizes.def_derivative
+@split_with_sizes.def_derivative("self")
 def split_with_sizes(grad, self_shape, split_sizes, dim):
-    return _joined_grads(grad, self_shape, dim, tuple(split_sizes)),
+    return _joined_grads(grad, self_shape, dim, tuple(split_sizes))
 
 
 def _chunk_samples(make):
@@ -320,13 +320,13 @@ def unbind(self, dim=0):
                  for i in range(self._sizes[d]))
 
 
-@unbind.def_derivative
+@unbind.def_derivative("self")
 def unbind(grad, self_shape, dim):
     d = meta.wrap_dim(dim, len(self_shape))
     grads = _as_grads(grad)
     present = next(g for g in grads if g is not None)
     piece_shape = self_shape[:d] + self_shape[d + 1:]
-    return stack([g if g is not None else present.new_zeros(piece_shape) for g in grads], d),
+    return stack([g if g is not None else present.new_zeros(piece_shape) for g in grads], d)
 
 
 def split_batch_rule(op, level, args, kwargs):
@@ -374,10 +374,10 @@ def roll(self, shifts, dims=None):
     return fresh_tensor(np.roll(self._array(), shifts, axis=axes))
 
 
-@roll.def_derivative
+@roll.def_derivative("self")
 def roll(grad, shifts, dims):
     shifts = (shifts,) if isinstance(shifts, Integral) else tuple(shifts)
-    return grad.roll(tuple(-s for s in shifts), dims),
+    return grad.roll(tuple(-s for s in shifts), dims)
 
 
 @roll.def_batch_rule
@@ -416,9 +416,9 @@ def flip(self, *dims):
     return out
 
 
-@flip.def_derivative
+@flip.def_derivative("self")
 def flip(grad, dims):
-    return grad.flip(_dims_arg(dims)),
+    return grad.flip(_dims_arg(dims))
 
 
 @flip.def_batch_rule
@@ -447,13 +447,13 @@ def repeat(self, *sizes):
     return fresh_tensor(np.tile(self._array().reshape(padded), sizes))
 
 
-@repeat.def_derivative
+@repeat.def_derivative("self")
 def repeat(grad, self_shape, sizes):
     sizes = _dims_arg(sizes)
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
-    return grad.reshape(interleaved).sum(repeated_dims).reshape(self_shape),
+    return grad.reshape(interleaved).sum(repeated_dims).reshape(self_shape)
 
 
 @repeat.def_batch_rule
@@ -493,8 +493,8 @@ def _triangle(name, np_triangle):
     declared = op(name, samples=_triangle_samples)(kernel)
 
     def derivative(grad, diagonal):
-        return declared(grad, diagonal),
-    return declared.def_derivative(derivative)
+        return declared(grad, diagonal)
+    return declared.def_derivative("self")(derivative)
 
 
 tril = _triangle("tril", np.tril)
@@ -546,10 +546,10 @@ def trace(self):
     return fresh_tensor(np.trace(self._array(), dtype=dtype.np))
 
 
-@trace.def_derivative
+@trace.def_derivative("self")
 def trace(grad, self_shape):
     rows, cols = _diagonal_positions(self_shape, 0, grad.device)
-    return grad.new_zeros(self_shape).index_put((rows, cols), grad.expand(rows.shape[0])),
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad.expand(rows.shape[0]))
 
 
 @trace.def_batch_rule
@@ -582,12 +582,12 @@ def diag(self, diagonal=0):
     return out
 
 
-@diag.def_derivative
+@diag.def_derivative("self")
 def diag(grad, self_shape, diagonal):
     if len(self_shape) == 1:
-        return grad.diagonal(diagonal),
+        return grad.diagonal(diagonal)
     rows, cols = _diagonal_positions(self_shape, diagonal, grad.device)
-    return grad.new_zeros(self_shape).index_put((rows, cols), grad),
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad)
 
 
 @diag.def_batch_rule
@@ -624,9 +624,9 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     return out
 
 
-@diag_embed.def_derivative
+@diag_embed.def_derivative("self")
 def diag_embed(grad, offset, dim1, dim2):
-    return grad.diagonal(offset, dim1, dim2),
+    return grad.diagonal(offset, dim1, dim2)
 
 
 @diag_embed.def_batch_rule

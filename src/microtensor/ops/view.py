@@ -59,9 +59,9 @@ def view(self, *shape):
     return self._make_view_unchecked(sizes, tuple(strides), self._offset)
 
 
-@view.def_derivative
+@view.def_derivative("self")
 def view(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
 
 
 @op(kind="composite")
@@ -83,9 +83,9 @@ def _unsafe_view(self, *shape):
     return self._make_alias_unchecked(sizes, tuple(strides), self._offset)
 
 
-@_unsafe_view.def_derivative
+@_unsafe_view.def_derivative("self")
 def _unsafe_view(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
 
 
 def view_batch_rule(op, level, args, kwargs):
@@ -167,9 +167,9 @@ def transpose(self, dim0, dim1):
     return self._make_view_unchecked(tuple(sizes), tuple(strides), self._offset)
 
 
-@transpose.def_derivative
+@transpose.def_derivative("self")
 def transpose(grad, dim0, dim1):
-    return grad.transpose(dim0, dim1),
+    return grad.transpose(dim0, dim1)
 
 
 def _logical_dim(dim, self):
@@ -224,14 +224,14 @@ def permute(self, *dims):
                                      tuple(self._strides[d] for d in wrapped), self._offset)
 
 
-@permute.def_derivative
+@permute.def_derivative("self")
 def permute(grad, dims):
     dims = _sizes_arg(dims)
     n = len(dims)
     inverse = [0] * n
     for i, d in enumerate(dims):
         inverse[meta.wrap_dim(d, n)] = i
-    return grad.permute(inverse),
+    return grad.permute(inverse)
 
 
 @permute.def_batch_rule
@@ -285,9 +285,9 @@ def unsqueeze(self, dim):
                                      self._offset)
 
 
-@unsqueeze.def_derivative
+@unsqueeze.def_derivative("self")
 def unsqueeze(grad, dim):
-    return grad.squeeze(dim),
+    return grad.squeeze(dim)
 
 
 @unsqueeze.def_batch_rule
@@ -317,9 +317,9 @@ def squeeze(self, dim=None):
                                      tuple(self._strides[i] for i in keep), self._offset)
 
 
-@squeeze.def_derivative
+@squeeze.def_derivative("self")
 def squeeze(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
 
 
 @squeeze.def_batch_rule
@@ -354,9 +354,9 @@ def expand(self, *sizes):
     return self._make_view_unchecked(final, tuple(strides), self._offset)
 
 
-@expand.def_derivative
+@expand.def_derivative("self")
 def expand(grad, self_shape):
-    return grad.sum_to_size(self_shape),
+    return grad.sum_to_size(self_shape)
 
 
 @expand.def_batch_rule
@@ -416,9 +416,9 @@ def select(self, dim, index):
                                      self._offset + index * self._strides[d])
 
 
-@select.def_derivative
+@select.def_derivative("self")
 def select(grad, self_shape, dim, index):
-    return _zeros_with(grad, self_shape, lambda t: t.select(dim, index)),
+    return _zeros_with(grad, self_shape, lambda t: t.select(dim, index))
 
 
 @select.def_batch_rule
@@ -453,9 +453,9 @@ def narrow(self, dim, start, length):
                                      self._strides, self._offset + start * self._strides[d])
 
 
-@narrow.def_derivative
+@narrow.def_derivative("self")
 def narrow(grad, self_shape, dim, start, length):
-    return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length)),
+    return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length))
 
 
 @op(kind="view",
@@ -477,9 +477,9 @@ def slice(self, dim=0, start=None, end=None, step=1):
         self._offset + begin * self._strides[d])
 
 
-@slice.def_derivative
+@slice.def_derivative("self")
 def slice(grad, self_shape, dim, start, end, step):
-    return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step)),
+    return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step))
 
 
 def narrow_batch_rule(op, level, args, kwargs):
@@ -521,9 +521,9 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
         tuple(self._strides[i] for i in keep) + (self._strides[a] + self._strides[b],), start)
 
 
-@diagonal.def_derivative
+@diagonal.def_derivative("self")
 def diagonal(grad, self_shape, offset, dim1, dim2):
-    return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2)),
+    return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2))
 
 
 @diagonal.def_batch_rule
@@ -567,13 +567,13 @@ def unfold(self, dimension, size, step):
     return self._make_view_unchecked(sizes, strides, self._offset)
 
 
-@unfold.def_derivative
+@unfold.def_derivative("self")
 def unfold(grad, self_shape, self_strides, self_offset, dimension, size, step):
     d = meta.wrap_dim(dimension, max(len(self_shape), 1))
     out_strides = self_strides[:d] + (step * self_strides[d],) + self_strides[d + 1:] + \
         (self_strides[d],) if self_shape else (1,)
     return as_strided_backward(grad, self_shape, self_strides, self_offset, grad.shape,
-                               out_strides, self_offset),
+                               out_strides, self_offset)
 
 
 @unfold.def_batch_rule
@@ -609,11 +609,11 @@ def as_strided(self, size, stride, storage_offset=None):
     return self._make_view(sizes, strides, offset)
 
 
-@as_strided.def_derivative
+@as_strided.def_derivative("self")
 def as_strided(grad, self_shape, self_strides, self_offset, size, stride, storage_offset):
     offset = self_offset if storage_offset is None else storage_offset
     return as_strided_backward(grad, self_shape, self_strides, self_offset, size, stride,
-                               offset),
+                               offset)
 
 
 @as_strided.def_batch_rule
@@ -715,9 +715,9 @@ def alias(self):
     return self._make_view_unchecked(self._sizes, self._strides, self._offset)  # same geometry
 
 
-@alias.def_derivative
+@alias.def_derivative("self")
 def alias(grad):
-    return grad,
+    return grad
 
 
 @op(kind="view", differentiable=False,
