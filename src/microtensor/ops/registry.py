@@ -93,28 +93,28 @@ class Derivative(Formulas):
         return [entry[0] for entry in self.formulas if entry is not None]
 
     def _set(self, formulas, joint):
-        """Record the formulas and plan the saving: names in the order formulas read them."""
-        readers = {}
-        parameters = [(joint, tuple(inspect.signature(joint).parameters)[1:])] if joint else [
-            (fn, tuple(inspect.signature(fn).parameters)[1:]) if fn else None for fn in formulas]
-        for entry, input_name in zip(parameters, self.op.inputs if joint is None else (None,)):
-            for name in entry[1] if entry else ():
-                readers.setdefault(name, []).append(input_name)
-        with_formulas = [n for n, entry in zip(self.op.inputs, parameters) if entry] \
-            if joint is None else [None]
+        """Store the formulas (per input, or one ``joint``) and plan the saving: every value
+        a formula reads, in the order first read, with the inputs whose formulas read it."""
+        served = [(None, joint)] if joint else \
+            [(name, fn) for name, fn in zip(self.op.inputs, formulas) if fn]
+        reads = {fn: tuple(inspect.signature(fn).parameters)[1:] for _, fn in served}
+        readers = {}                         # value -> the inputs whose formulas read it
+        for name, fn in served:
+            for value in reads[fn]:
+                readers.setdefault(value, []).append(name)
+        every = [name for name, _ in served]
         names = tuple(readers)
         self.saved_names = names
         # needed_by None when every formula reads it: saved whenever the op is recorded
         self.saved_plan = tuple(
-            self.op._plan_saving(name) +
-            (None if readers[name] == with_formulas else tuple(readers[name]),)
-            for name in names)
+            self.op._plan_saving(value) +
+            (None if readers[value] == every else tuple(readers[value]),) for value in names)
         entries = dict(zip(names, self.saved_plan))
         self.self_entry, self.result_entry = entries.get("self"), entries.get("result")
         self.joint = joint
-        self.formulas = tuple(
-            (entry[0], tuple(names.index(n) for n in entry[1])) if entry else None
-            for entry in parameters) if joint is None else (None,) * len(self.op.inputs)
+        self.formulas = (None,) * len(self.op.inputs) if joint else tuple(
+            (fn, tuple(names.index(value) for value in reads[fn])) if fn else None
+            for fn in formulas)
 
 
 class Op:
