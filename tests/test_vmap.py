@@ -445,6 +445,25 @@ def test_every_registered_op_has_a_rule():
     assert missing == [] and misplaced == []
 
 
+def test_the_rule_helpers_import_no_op_module():
+    """Ops modules import ``vmap.helpers`` (and the family rules) while ``microtensor.ops``
+    is being imported, so those modules may import from ``ops`` only what loads no ops
+    module with batching rules: the registry, the dispatcher (and ``factory``, for the
+    random-op rule, which declares no rule importing them back)."""
+    import ast
+    import os
+    folder = os.path.join(os.path.dirname(mt.__file__), "vmap")
+    allowed = {"microtensor.ops.dispatch", "microtensor.ops.registry", "microtensor.ops.factory"}
+    for name in ("batched.py", "helpers.py", "fallback.py", "rules.py"):
+        with open(os.path.join(folder, name)) as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("microtensor.ops"):
+                modules = {node.module} if node.module != "microtensor.ops" else \
+                    {f"microtensor.ops.{a.name}" for a in node.names}
+                assert modules <= allowed, (name, modules)
+
+
 def test_a_rule_declared_with_the_op_comes_first():
     from microtensor.ops.registry import Op
     from microtensor.vmap import rules

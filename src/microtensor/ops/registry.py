@@ -20,7 +20,8 @@ An ``Op`` bundles what each layer needs to know about one operator:
   helpers of ``microtensor.vmap.helpers``.  Most ops instead name a ``family``
   ("pointwise" or "reduction"): one word in the declaration, and vmap applies that
   family's shared rule (``vmap.rules``).  An in-place variant takes its base op's rule
-  (or family); an op with neither takes vmap's per-sample loop, which warns;
+  (or family); a random op (``random=True``) takes vmap's random-op rule; an op with
+  neither rule nor family takes vmap's per-sample loop, which warns;
 * ``samples``: sample inputs that the test suite runs through every check: a function
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
