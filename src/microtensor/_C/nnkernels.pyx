@@ -1,0 +1,224 @@
+"""C kernels of the layers: softmax / log_softmax along the last dim and their backward,
+layer_norm forward and backward, GELU forward and backward.
+
+Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
+returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
+``out`` of any strides too (a non-contiguous one is filled from a contiguous result).  The
+loops themselves are in ``nnmath.h``: one pass per quantity over rows that stay in cache,
+float32 with vectorised exp / erf.  Every other dtype is refused with a TypeError: the
+ops keep their NumPy path for those.
+"""
+import numpy as np
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from "nnmath.h" nogil:
+    void mt_softmax_f32(float* out, const float* x, Py_ssize_t rows, Py_ssize_t n, int log_of)
+    void mt_softmax_f64(double* out, const double* x, Py_ssize_t rows, Py_ssize_t n,
+                        int log_of)
+    void mt_softmax_backward_f32(float* out, const float* g, const float* y, Py_ssize_t rows,
+                                 Py_ssize_t n)
+    void mt_softmax_backward_f64(double* out, const double* g, const double* y,
+                                 Py_ssize_t rows, Py_ssize_t n)
+    void mt_log_softmax_backward_f32(float* out, const float* g, const float* y,
+                                     Py_ssize_t rows, Py_ssize_t n)
+    void mt_log_softmax_backward_f64(double* out, const double* g, const double* y,
+                                     Py_ssize_t rows, Py_ssize_t n)
+    void mt_layer_norm_f32(float* out, const float* x, const float* w, const float* b,
+                           Py_ssize_t rows, Py_ssize_t n, double eps)
+    void mt_layer_norm_f64(double* out, const double* x, const double* w, const double* b,
+                           Py_ssize_t rows, Py_ssize_t n, double eps)
+    void mt_layer_norm_backward_f32(float* gx, float* gw, float* gb, const float* g,
+                                    const float* x, const float* w, Py_ssize_t rows,
+                                    Py_ssize_t n, double eps)
+    void mt_layer_norm_backward_f64(double* gx, double* gw, double* gb, const double* g,
+                                    const double* x, const double* w, Py_ssize_t rows,
+                                    Py_ssize_t n, double eps)
+    void mt_gelu_f32(float* out, const float* x, Py_ssize_t n, int tanh_mode)
+    void mt_gelu_f64(double* out, const double* x, Py_ssize_t n, int tanh_mode)
+    void mt_gelu_backward_f32(float* out, const float* g, const float* x, Py_ssize_t n,
+                              int tanh_mode)
+    void mt_gelu_backward_f64(double* out, const double* g, const double* x, Py_ssize_t n,
+                              int tanh_mode)
+
+
+def supports(*arrays):
+    """Whether these kernels take ``arrays`` (None entries aside): NumPy arrays of one
+    dtype, float32 or float64."""
+    dtype = None
+    for a in arrays:
+        if a is None:
+            continue
+        if not isinstance(a, np.ndarray) or (dtype is not None and a.dtype != dtype):
+            return False
+        dtype = a.dtype
+    return dtype == np.float32 or dtype == np.float64
+
+
+cdef bint is_f32(object a, str kernel) except -1:
+    """True for float32, False for float64; TypeError for any other dtype."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{kernel}: NumPy arrays expected")
+    if a.dtype == np.float32:
+        return True
+    if a.dtype == np.float64:
+        return False
+    raise TypeError(f"{kernel}: float32 or float64 arrays expected, got {a.dtype}")
+
+
+cdef object operand(object a, object dtype, tuple shape, str kernel):
+    """``a`` as a C-contiguous array of ``dtype`` and ``shape`` (a copy only when strided)."""
+    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
+        raise TypeError(f"{kernel}: arrays of one dtype and shape expected")
+    return np.ascontiguousarray(a)
+
+
+cdef object target(object out, str kernel):
+    """Where to compute ``out``: itself when C-contiguous, else a scratch array copied to it
+    by ``finish``."""
+    if not out.flags.writeable:
+        raise ValueError(f"{kernel}: out is read-only")
+    return out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+
+
+cdef object finish(object out, object result):
+    if result is not out:
+        np.copyto(out, result)
+    return out
+
+
+cdef Py_ssize_t last(object a):
+    return a.shape[a.ndim - 1] if a.ndim else 1
+
+
+cdef void* data(cnp.ndarray a):
+    return cnp.PyArray_DATA(a)
+
+
+def softmax(out, x, bint log_of):
+    """softmax (``log_of``: log_softmax) of ``x`` along its last dim into ``out``."""
+    cdef bint f32 = is_f32(out, "softmax")
+    cdef object src = operand(x, out.dtype, out.shape, "softmax")
+    cdef object res = target(out, "softmax")
+    cdef Py_ssize_t n = last(src), rows = src.size // n if n else 0
+    if f32:
+        mt_softmax_f32(<float*>data(res), <const float*>data(src), rows, n, log_of)
+    else:
+        mt_softmax_f64(<double*>data(res), <const double*>data(src), rows, n, log_of)
+    return finish(out, res)
+
+
+def softmax_backward(out, grad, output, bint log_of):
+    """The gradient of softmax (``log_of``: log_softmax) along the last dim for the incoming
+    ``grad``, from the forward ``output``: ``output * (grad - sum(grad * output))``, or
+    ``grad - exp(output) * sum(grad)``."""
+    cdef bint f32 = is_f32(out, "softmax_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "softmax_backward")
+    cdef object y = operand(output, out.dtype, out.shape, "softmax_backward")
+    cdef object res = target(out, "softmax_backward")
+    cdef Py_ssize_t n = last(g), rows = g.size // n if n else 0
+    if f32 and log_of:
+        mt_log_softmax_backward_f32(<float*>data(res), <const float*>data(g),
+                                    <const float*>data(y), rows, n)
+    elif f32:
+        mt_softmax_backward_f32(<float*>data(res), <const float*>data(g),
+                                <const float*>data(y), rows, n)
+    elif log_of:
+        mt_log_softmax_backward_f64(<double*>data(res), <const double*>data(g),
+                                    <const double*>data(y), rows, n)
+    else:
+        mt_softmax_backward_f64(<double*>data(res), <const double*>data(g),
+                                <const double*>data(y), rows, n)
+    return finish(out, res)
+
+
+cdef tuple row_shape(object x, Py_ssize_t k, str kernel):
+    if not 0 < k <= x.ndim:
+        raise ValueError(f"{kernel}: normalise over 1 to {x.ndim} trailing dims, got {k}")
+    return tuple(x.shape[x.ndim - k:])
+
+
+cdef const void* optional(object a, object dtype, tuple shape, str kernel, list keep):
+    """The data of an optional parameter array (NULL for None), kept alive in ``keep``."""
+    if a is None:
+        return NULL
+    cdef object arr = operand(a, dtype, shape, kernel)
+    keep.append(arr)
+    return data(arr)
+
+
+def layer_norm(out, x, Py_ssize_t k, weight, bias, double eps):
+    """``layer_norm`` of ``x`` over its last ``k`` dims (biased variance), scaled by
+    ``weight`` and shifted by ``bias`` (each None or of those dims' shape), into ``out``."""
+    cdef bint f32 = is_f32(out, "layer_norm")
+    cdef object src = operand(x, out.dtype, out.shape, "layer_norm")
+    cdef tuple shape = row_shape(src, k, "layer_norm")
+    cdef list keep = []
+    cdef const void* w = optional(weight, out.dtype, shape, "layer_norm", keep)
+    cdef const void* b = optional(bias, out.dtype, shape, "layer_norm", keep)
+    cdef object res = target(out, "layer_norm")
+    cdef Py_ssize_t n = int(np.prod(shape)), rows = src.size // n if n else 0
+    if f32:
+        mt_layer_norm_f32(<float*>data(res), <const float*>data(src), <const float*>w,
+                          <const float*>b, rows, n, eps)
+    else:
+        mt_layer_norm_f64(<double*>data(res), <const double*>data(src), <const double*>w,
+                          <const double*>b, rows, n, eps)
+    return finish(out, res)
+
+
+def layer_norm_backward(grad, x, Py_ssize_t k, weight, double eps):
+    """``layer_norm``'s gradients for the incoming ``grad``: (input's, weight's (None
+    without a weight), bias's), fresh contiguous arrays."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError("layer_norm_backward: arrays expected")
+    cdef object src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "layer_norm_backward")
+    cdef object g = operand(grad, src.dtype, src.shape, "layer_norm_backward")
+    cdef tuple shape = row_shape(src, k, "layer_norm_backward")
+    cdef list keep = []
+    cdef const void* w = optional(weight, src.dtype, shape, "layer_norm_backward", keep)
+    cdef object grad_input = np.empty(src.shape, src.dtype)
+    cdef object grad_bias = np.zeros(shape, src.dtype)
+    grad_weight = None if weight is None else np.zeros(shape, src.dtype)
+    cdef void* gw = NULL if grad_weight is None else data(grad_weight)
+    cdef Py_ssize_t n = int(np.prod(shape)), rows = src.size // n if n else 0
+    if f32:
+        mt_layer_norm_backward_f32(<float*>data(grad_input), <float*>gw,
+                                   <float*>data(grad_bias), <const float*>data(g),
+                                   <const float*>data(src), <const float*>w, rows, n, eps)
+    else:
+        mt_layer_norm_backward_f64(<double*>data(grad_input), <double*>gw,
+                                   <double*>data(grad_bias), <const double*>data(g),
+                                   <const double*>data(src), <const double*>w, rows, n,
+                                   eps)
+    return grad_input, grad_weight, grad_bias
+
+
+def gelu(out, x, bint tanh_mode):
+    """GELU of ``x`` (``tanh_mode``: the tanh approximation) into ``out``."""
+    cdef bint f32 = is_f32(out, "gelu")
+    cdef object src = operand(x, out.dtype, out.shape, "gelu")
+    cdef object res = target(out, "gelu")
+    if f32:
+        mt_gelu_f32(<float*>data(res), <const float*>data(src), src.size, tanh_mode)
+    else:
+        mt_gelu_f64(<double*>data(res), <const double*>data(src), src.size, tanh_mode)
+    return finish(out, res)
+
+
+def gelu_backward(out, grad, x, bint tanh_mode):
+    """``grad`` times GELU's derivative at ``x`` into ``out``."""
+    cdef bint f32 = is_f32(out, "gelu_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "gelu_backward")
+    cdef object src = operand(x, out.dtype, out.shape, "gelu_backward")
+    cdef object res = target(out, "gelu_backward")
+    if f32:
+        mt_gelu_backward_f32(<float*>data(res), <const float*>data(g),
+                             <const float*>data(src), src.size, tanh_mode)
+    else:
+        mt_gelu_backward_f64(<double*>data(res), <const double*>data(g),
+                             <const double*>data(src), src.size, tanh_mode)
+    return finish(out, res)

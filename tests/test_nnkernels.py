@@ -1,0 +1,221 @@
+"""Tests for microtensor._C.nnkernels (the layers' C kernels) against NumPy formulas in
+float64: random shapes, strided and transposed inputs and outputs, float32 and float64,
+the special values of exp (overflow, underflow, infinities, NaN) and the refusals."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from microtensor._C import nnkernels
+
+DTYPES = [np.float32, np.float64]
+# float32 kernels use polynomial exp / erf (a few ulp); float64 calls libm
+TOLERANCE = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
+
+
+@st.composite
+def arrays(draw, dtype, shape, low=-6.0, high=6.0):
+    """A float array of ``shape``, C-contiguous, strided (steps in a larger buffer) or
+    transposed, as drawn."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    layout = draw(st.sampled_from(["contiguous", "strided", "transposed"]))
+    if layout == "strided":
+        steps = tuple(draw(st.integers(1, 3)) for _ in shape)
+        base = rng.uniform(low, high, [n * s for n, s in zip(shape, steps)]).astype(dtype)
+        return base[tuple(slice(None, None, s) for s in steps)]
+    if layout == "transposed" and len(shape) >= 2:
+        return rng.uniform(low, high, shape[::-1]).astype(dtype).T
+    return rng.uniform(low, high, shape).astype(dtype)
+
+
+shapes = st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple)
+
+
+def out_like(a, draw):
+    """An output array: C-contiguous or a transposed (non-contiguous) one."""
+    if a.ndim >= 2 and draw(st.booleans()):
+        return np.empty(a.shape[::-1], a.dtype).T
+    return np.empty(a.shape, a.dtype)
+
+
+def close(actual, expected, dtype, scale=1.0):
+    """Within the dtype's tolerance; ``scale``: the size of the terms that were summed (or
+    that cancel), which sets the absolute error."""
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(actual, expected, rtol=tol["rtol"], atol=tol["atol"] * scale)
+
+
+def softmax_ref(x, log_of):
+    x = x.astype(np.float64)
+    shifted = x - x.max(-1, keepdims=True)
+    total = np.exp(shifted).sum(-1, keepdims=True)
+    return shifted - np.log(total) if log_of else np.exp(shifted) / total
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans())
+def test_softmax_matches_numpy(data, dtype, shape, log_of):
+    x = data.draw(arrays(dtype, shape, -30, 30))
+    out = out_like(x, data.draw)
+    result = nnkernels.softmax(out, x, log_of)
+    assert result is out
+    close(out, softmax_ref(x, log_of), dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans())
+def test_softmax_backward_matches_numpy(data, dtype, shape, log_of):
+    g = data.draw(arrays(dtype, shape))
+    y = softmax_ref(data.draw(arrays(dtype, shape)), log_of).astype(dtype)
+    out = out_like(g, data.draw)
+    nnkernels.softmax_backward(out, g, y, log_of)
+    g64, y64 = g.astype(np.float64), y.astype(np.float64)
+    if log_of:
+        expected = g64 - np.exp(y64) * g64.sum(-1, keepdims=True)
+    else:
+        expected = y64 * (g64 - (g64 * y64).sum(-1, keepdims=True))
+    close(out, expected, dtype, scale=float(np.abs(g).sum(-1).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exp_over_its_whole_range(dtype):
+    """log_softmax's backward computes exp(output) for any output: checked from underflow
+    (denormals, then 0) to overflow (inf), with infinities and NaN."""
+    y = np.concatenate([np.linspace(-110, 95, 4001), [-np.inf, np.inf, np.nan]]).astype(dtype)
+    g = np.zeros_like(y)
+    g[0] = -1.0                                     # the row's sum is -1: out = g + exp(y)
+    out = np.empty_like(y)
+    with np.errstate(over="ignore"):
+        nnkernels.softmax_backward(out, g, y, True)
+        expected = np.exp(y.astype(np.float64)).astype(dtype)
+    expected[0] += -1.0
+    tiny = np.finfo(dtype).tiny
+    np.testing.assert_allclose(out, expected, rtol=TOLERANCE[dtype]["rtol"], atol=tiny)
+    assert np.isinf(out[-2]) and out[-3] == 0 and np.isnan(out[-1])
+
+
+def test_softmax_special_rows():
+    x = np.array([[0.0, -np.inf, 1.0], [np.nan, 1.0, 2.0], [-np.inf] * 3], np.float32)
+    out = nnkernels.softmax(np.empty_like(x), x, False)
+    close(out[0], softmax_ref(x[:1], False)[0], np.float32)
+    assert np.isnan(out[1]).all() and np.isnan(out[2]).all()   # as PyTorch
+
+
+def layer_norm_ref(x, k, w, b, eps):
+    x = x.astype(np.float64)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    xhat = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + eps)
+    return xhat * (1 if w is None else w) + (0 if b is None else b), xhat
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans(), st.booleans())
+def test_layer_norm_matches_numpy(data, dtype, shape, with_weight, with_bias):
+    x = data.draw(arrays(dtype, shape, -3, 5))
+    k = data.draw(st.integers(1, len(shape)))
+    w = data.draw(arrays(dtype, shape[len(shape) - k:])) if with_weight else None
+    b = data.draw(arrays(dtype, shape[len(shape) - k:])) if with_bias else None
+    out = out_like(x, data.draw)
+    nnkernels.layer_norm(out, x, k, w, b, 1e-5)
+    close(out, layer_norm_ref(x, k, w, b, 1e-5)[0], dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans())
+def test_layer_norm_backward_matches_numpy(data, dtype, shape, with_weight):
+    x = data.draw(arrays(dtype, shape, -3, 5))
+    g = data.draw(arrays(dtype, shape))
+    k = data.draw(st.integers(1, len(shape)))
+    w = data.draw(arrays(dtype, shape[len(shape) - k:])) if with_weight else None
+    grad_input, grad_weight, grad_bias = nnkernels.layer_norm_backward(g, x, k, w, 1e-5)
+    g64 = g.astype(np.float64)
+    _, xhat = layer_norm_ref(x, k, None, None, 1e-5)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    leading = tuple(range(x.ndim - k))
+    gw = g64 * (1 if w is None else w)
+    rstd = 1 / np.sqrt(x.astype(np.float64).var(axes, keepdims=True) + 1e-5)
+    expected = rstd * (gw - gw.mean(axes, keepdims=True)
+                       - xhat * (gw * xhat).mean(axes, keepdims=True))
+    # the input's gradient sums terms of size |g w| rstd that cancel
+    close(grad_input, expected, dtype, scale=float(np.abs(gw).max() * rstd.max()) * 10)
+    rows = max(1, int(np.prod([x.shape[d] for d in leading])))
+    close(grad_bias, g64.sum(leading), dtype, scale=rows * 6)
+    if w is None:
+        assert grad_weight is None
+    else:
+        close(grad_weight, (g64 * xhat).sum(leading), dtype, scale=rows * 20)
+
+
+def erf(x):
+    return np.vectorize(math.erf)(x)
+
+
+def gelu_ref(x, tanh_mode):
+    x = x.astype(np.float64)
+    if tanh_mode:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def gelu_derivative_ref(x, tanh_mode):
+    x = x.astype(np.float64)
+    if tanh_mode:
+        k = math.sqrt(2 / math.pi)
+        t = np.tanh(k * (x + 0.044715 * x ** 3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x)
+    return 0.5 * (1 + erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans())
+def test_gelu_matches_numpy(data, dtype, shape, tanh_mode):
+    x = data.draw(arrays(dtype, shape, -12, 12))
+    out = out_like(x, data.draw)
+    nnkernels.gelu(out, x, tanh_mode)
+    close(out, gelu_ref(x, tanh_mode), dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes, st.booleans())
+def test_gelu_backward_matches_numpy(data, dtype, shape, tanh_mode):
+    x = data.draw(arrays(dtype, shape, -12, 12))
+    g = data.draw(arrays(dtype, shape))
+    out = out_like(x, data.draw)
+    nnkernels.gelu_backward(out, g, x, tanh_mode)
+    # 0.5 * (1 + tanh) cancels for large negative x in float32 (as in PyTorch's kernel)
+    close(out, g.astype(np.float64) * gelu_derivative_ref(x, tanh_mode), dtype,
+          scale=float(np.abs(g).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tanh_mode", [False, True])
+def test_gelu_special_values_and_in_place(dtype, tanh_mode):
+    """PyTorch's values at the extremes (its float64 ones: its float32 erf GELU gives NaN at
+    +inf), computed in place."""
+    x = np.array([-np.inf, -50.0, 0.0, 50.0, np.inf, np.nan], dtype)
+    grad = nnkernels.gelu_backward(np.empty_like(x), np.ones_like(x), x, tanh_mode)
+    np.testing.assert_array_equal(grad, [np.nan, 0.0, 0.5, 1.0, np.nan, np.nan])
+    result = nnkernels.gelu(x, x, tanh_mode)
+    assert result is x
+    np.testing.assert_array_equal(x, [np.nan, -0.0, 0.0, 50.0, np.inf, np.nan])
+
+
+def test_refusals():
+    f32 = np.ones((2, 3), np.float32)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        nnkernels.gelu(np.ones((2, 3), np.int64), np.ones((2, 3), np.int64), False)
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.softmax(f32.copy(), f32.astype(np.float64), False)
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.gelu_backward(f32.copy(), f32, np.ones(3, np.float32), False)
+    with pytest.raises(ValueError, match="trailing dims"):
+        nnkernels.layer_norm(f32.copy(), f32, 3, None, None, 1e-5)
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.layer_norm(f32.copy(), f32, 1, np.ones(2, np.float32), None, 1e-5)
+    read_only = f32.copy()
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        nnkernels.softmax(read_only, f32, False)
+    assert nnkernels.supports(f32, None, f32) and not nnkernels.supports(f32, f32 > 0)
+    assert not nnkernels.supports(f32, f32.astype(np.float64))
