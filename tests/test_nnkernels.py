@@ -219,3 +219,87 @@ def test_refusals():
         nnkernels.softmax(read_only, f32, False)
     assert nnkernels.supports(f32, None, f32) and not nnkernels.supports(f32, f32 > 0)
     assert not nnkernels.supports(f32, f32.astype(np.float64))
+
+
+def max_pool_ref(x, kernel, stride, padding, dilation, out_size):
+    """Values and flat plane indices by brute force over the windows (first maximum)."""
+    h, w = x.shape[-2:]
+    lead = x.shape[:-2]
+    planes = x.reshape((-1, h, w)).astype(np.float64)
+    values = np.empty((planes.shape[0],) + out_size)
+    indices = np.empty((planes.shape[0],) + out_size, np.int64)
+    for i in range(out_size[0]):
+        for j in range(out_size[1]):
+            rows = [r for r in range(i * stride[0] - padding[0],
+                                     i * stride[0] - padding[0] + dilation[0] * kernel[0],
+                                     dilation[0]) if 0 <= r < h]
+            cols = [c for c in range(j * stride[1] - padding[1],
+                                     j * stride[1] - padding[1] + dilation[1] * kernel[1],
+                                     dilation[1]) if 0 <= c < w]
+            flat = np.array([r * w + c for r in rows for c in cols])
+            window = planes.reshape(planes.shape[0], -1)[:, flat]
+            values[:, i, j] = window.max(-1)
+            indices[:, i, j] = flat[window.argmax(-1)]
+    return values.reshape(lead + out_size), indices.reshape(lead + out_size)
+
+
+@st.composite
+def pool_geometries(draw):
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(2))
+    padding = tuple(draw(st.integers(0, k // 2)) for k in kernel)
+    size = tuple(draw(st.integers(e, e + 5)) for e in
+                 (d * (k - 1) + 1 for d, k in zip(dilation, kernel)))
+    out = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
+                for n, p, d, k, s in zip(size, padding, dilation, kernel, stride))
+    return kernel, stride, padding, dilation, size, out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), pool_geometries(),
+       st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple))
+def test_max_pool2d_matches_numpy(data, dtype, geometry, lead):
+    kernel, stride, padding, dilation, size, out = geometry
+    # distinct values: the first maximum is then the only one
+    x = data.draw(arrays(dtype, lead + size))
+    values, indices = nnkernels.max_pool2d(x, kernel, stride, padding, dilation, out)
+    expected_values, expected_indices = max_pool_ref(x, kernel, stride, padding, dilation, out)
+    np.testing.assert_array_equal(values, expected_values.astype(dtype))
+    np.testing.assert_array_equal(indices, expected_indices)
+    g = data.draw(arrays(dtype, values.shape))
+    grad_input = nnkernels.max_pool_backward(g, indices, x.shape, 2)
+    expected = np.zeros((int(np.prod(lead)), size[0] * size[1]))
+    for plane, (gs, idx) in enumerate(zip(g.reshape(len(expected), -1),
+                                          indices.reshape(len(expected), -1))):
+        np.add.at(expected[plane], idx, gs)
+    close(grad_input, expected.reshape(x.shape), dtype, scale=4)
+
+
+def test_max_pool2d_ties_nan_and_infinities():
+    """PyTorch's choices: the first of equal maxima, the last NaN, and a window of -inf
+    (padding aside) pointing at its first position inside the plane."""
+    x = np.array([[[1.0, 1.0, np.nan, np.nan], [-np.inf, -np.inf, 0.0, 2.0]]], np.float32)
+    values, indices = nnkernels.max_pool2d(x, (1, 2), (1, 2), (0, 0), (1, 1), (2, 2))
+    np.testing.assert_array_equal(indices, [[[0, 3], [4, 7]]])
+    np.testing.assert_array_equal(values, [[[1.0, np.nan], [-np.inf, 2.0]]])
+    values, indices = nnkernels.max_pool2d(x, (2, 2), (2, 2), (1, 1), (1, 1), (2, 3))
+    np.testing.assert_array_equal(indices, [[[0, 2, 3], [4, 6, 7]]])
+    x = np.array([[[-np.inf, -np.inf, 3.0], [-np.inf, -np.inf, 1.0]]])
+    values, indices = nnkernels.max_pool2d(x, (2, 2), (1, 1), (1, 1), (1, 1), (3, 4))
+    np.testing.assert_array_equal(indices, [[[0, 0, 2, 2], [0, 0, 2, 2], [3, 3, 5, 5]]])
+    assert values[0, 0, 0] == -np.inf and values[0, 2, 3] == 1.0
+
+
+def test_max_pool_refusals():
+    x = np.zeros((1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        nnkernels.max_pool2d(x, (2, 2), (1, 1), (2, 2), (1, 1), (4, 4))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        nnkernels.max_pool2d(x.astype(np.int64), (2, 2), (2, 2), (0, 0), (1, 1), (2, 2))
+    with pytest.raises(IndexError, match="outside the plane"):
+        nnkernels.max_pool_backward(np.ones((1, 2, 2), np.float32),
+                                    np.full((1, 2, 2), 16, np.int64), (1, 4, 4), 2)
+    with pytest.raises(TypeError, match="int64 indices"):
+        nnkernels.max_pool_backward(np.ones((1, 2, 2), np.float32),
+                                    np.zeros((1, 2, 2), np.int32), (1, 4, 4), 2)

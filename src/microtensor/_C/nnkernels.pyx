@@ -1,5 +1,6 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
-layer_norm forward and backward, GELU forward and backward.
+layer_norm forward and backward, GELU forward and backward, 2-d max pooling with indices
+and its backward.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
 returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
@@ -11,6 +12,7 @@ ops keep their NumPy path for those.
 import numpy as np
 
 cimport numpy as cnp
+from libc.stdint cimport int64_t
 
 cnp.import_array()
 
@@ -42,6 +44,19 @@ cdef extern from "nnmath.h" nogil:
                               int tanh_mode)
     void mt_gelu_backward_f64(double* out, const double* g, const double* x, Py_ssize_t n,
                               int tanh_mode)
+    void mt_max_pool2d_f32(float* out, int64_t* indices, const float* x, Py_ssize_t planes,
+                           Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
+                           Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                           Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_max_pool2d_f64(double* out, int64_t* indices, const double* x, Py_ssize_t planes,
+                           Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
+                           Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                           Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    int mt_max_pool_backward_f32(float* grad_input, const float* grad, const int64_t* indices,
+                                 Py_ssize_t planes, Py_ssize_t plane_size, Py_ssize_t per_plane)
+    int mt_max_pool_backward_f64(double* grad_input, const double* grad,
+                                 const int64_t* indices, Py_ssize_t planes,
+                                 Py_ssize_t plane_size, Py_ssize_t per_plane)
 
 
 def supports(*arrays):
@@ -222,3 +237,62 @@ def gelu_backward(out, grad, x, bint tanh_mode):
         mt_gelu_backward_f64(<double*>data(res), <const double*>data(g),
                              <const double*>data(src), src.size, tanh_mode)
     return finish(out, res)
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, out_size):
+    """2-d max pooling of the last two dims of ``x`` (float32/float64): (values, int64 flat
+    indices in each input plane), fresh arrays of the leading dims plus ``out_size``.
+    Positions in the padding are skipped (PyTorch's kernel: the first maximum, the last
+    NaN)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 2:
+        raise TypeError("max_pool2d: an array of at least 2 dims expected")
+    src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "max_pool2d")
+    cdef Py_ssize_t h = src.shape[src.ndim - 2], w = src.shape[src.ndim - 1]
+    cdef Py_ssize_t oh = out_size[0], ow = out_size[1]
+    cdef Py_ssize_t kh = kernel[0], kw = kernel[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1]
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw, oh, ow) < 0 or h < 1 or w < 1 or \
+            (oh - 1) * sh - ph >= h or (ow - 1) * sw - pw >= w or \
+            (kh - 1) * dh < ph or (kw - 1) * dw < pw:
+        raise ValueError("max_pool2d: every window must overlap the input")
+    shape = src.shape[:src.ndim - 2] + (oh, ow)
+    out = np.empty(shape, src.dtype)
+    indices = np.empty(shape, np.int64)
+    cdef Py_ssize_t planes = src.size // (h * w)
+    cdef int64_t* idx = <int64_t*>data(indices)
+    if f32:
+        mt_max_pool2d_f32(<float*>data(out), idx, <const float*>data(src), planes, h, w, oh,
+                          ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    else:
+        mt_max_pool2d_f64(<double*>data(out), idx, <const double*>data(src), planes, h, w,
+                          oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    return out, indices
+
+
+def max_pool_backward(grad, indices, tuple input_shape, Py_ssize_t d):
+    """Max pooling's gradient: ``grad`` added at its flat ``indices`` (int64, ``grad``'s
+    shape) in each plane of the last ``d`` dims of a fresh zero array of ``input_shape``."""
+    if not isinstance(indices, np.ndarray) or indices.dtype != np.int64 or \
+            not isinstance(grad, np.ndarray) or grad.shape != indices.shape or \
+            not 0 < d <= len(input_shape) or grad.ndim < d or \
+            grad.shape[:grad.ndim - d] != input_shape[:len(input_shape) - d]:
+        raise TypeError("max_pool_backward: grad and int64 indices of one shape, with the "
+                        "input's leading dims, expected")
+    g = np.ascontiguousarray(grad)
+    cdef bint f32 = is_f32(g, "max_pool_backward")
+    idx = np.ascontiguousarray(indices)
+    cdef Py_ssize_t plane = int(np.prod(input_shape[len(input_shape) - d:]))
+    cdef Py_ssize_t planes = int(np.prod(input_shape[:len(input_shape) - d]))
+    cdef Py_ssize_t per_plane = int(np.prod(g.shape[g.ndim - d:]))
+    grad_input = np.empty(input_shape, g.dtype)
+    cdef int bad
+    if f32:
+        bad = mt_max_pool_backward_f32(<float*>data(grad_input), <const float*>data(g),
+                                       <const int64_t*>data(idx), planes, plane, per_plane)
+    else:
+        bad = mt_max_pool_backward_f64(<double*>data(grad_input), <const double*>data(g),
+                                       <const int64_t*>data(idx), planes, plane, per_plane)
+    if bad:
+        raise IndexError(f"max_pool_backward: an index is outside the plane of {plane}")
+    return grad_input

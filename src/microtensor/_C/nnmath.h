@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define MT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
@@ -224,7 +225,60 @@ MT_CLONES static void mt_gelu_backward_##SFX(T* out, const T* g, const T* x, ptr
     }                                                                                       \
 }
 
+/* 2-d max pooling of `planes` planes (h, w) into (oh, ow): each window's maximum (the
+ * first, or the last NaN) and its flat index in the plane, positions outside the plane
+ * (padding) skipped, as PyTorch's kernel; a window of -inf only points at its first
+ * position inside the plane. */
+#define MT_MAX_POOL(T, SFX)                                                                 \
+static void mt_max_pool2d_##SFX(T* out, int64_t* indices, const T* x, ptrdiff_t planes,     \
+        ptrdiff_t h, ptrdiff_t w, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t kh, ptrdiff_t kw,   \
+        ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t dh, ptrdiff_t dw) { \
+    for (ptrdiff_t p = 0; p < planes; p++, x += h * w) {                                    \
+        for (ptrdiff_t i = 0; i < oh; i++) {                                                \
+            ptrdiff_t top = i * sh - ph;                                                    \
+            ptrdiff_t r0 = top, r1 = top + (kh - 1) * dh + 1;                               \
+            while (r0 < 0) r0 += dh;                                                        \
+            if (r1 > h) r1 = h;                                                             \
+            for (ptrdiff_t j = 0; j < ow; j++, out++, indices++) {                          \
+                ptrdiff_t left = j * sw - pw;                                               \
+                ptrdiff_t c0 = left, c1 = left + (kw - 1) * dw + 1;                         \
+                while (c0 < 0) c0 += dw;                                                    \
+                if (c1 > w) c1 = w;                                                         \
+                ptrdiff_t best_at = r0 * w + c0;                                            \
+                T best = -INFINITY;                                                         \
+                for (ptrdiff_t r = r0; r < r1; r += dh)                                     \
+                    for (ptrdiff_t c = c0; c < c1; c += dw) {                               \
+                        T v = x[r * w + c];                                                 \
+                        if (v > best || v != v) {                                           \
+                            best = v;                                                       \
+                            best_at = r * w + c;                                            \
+                        }                                                                   \
+                    }                                                                       \
+                *out = best;                                                                \
+                *indices = best_at;                                                         \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* max pooling's gradient: each plane of `grad_input` (zeroed here) gets the `per_plane`    \
+ * values of `grad` added at their `indices`; 0, or 1 (and nothing more written) at the    \
+ * first index outside the plane */                                                         \
+static int mt_max_pool_backward_##SFX(T* grad_input, const T* grad, const int64_t* indices, \
+        ptrdiff_t planes, ptrdiff_t plane_size, ptrdiff_t per_plane) {                      \
+    memset(grad_input, 0, sizeof(T) * planes * plane_size);                                 \
+    for (ptrdiff_t p = 0; p < planes; p++, grad_input += plane_size) {                      \
+        for (ptrdiff_t i = 0; i < per_plane; i++, grad++, indices++) {                      \
+            if (*indices < 0 || *indices >= plane_size) return 1;                           \
+            grad_input[*indices] += *grad;                                                  \
+        }                                                                                   \
+    }                                                                                       \
+    return 0;                                                                               \
+}
+
 MT_KERNELS(float, f32, mt_expf, mt_erff, mt_tanhf, logf)
+MT_MAX_POOL(float, f32)
 MT_KERNELS(double, f64, exp, erf, tanh, log)
+MT_MAX_POOL(double, f64)
 
 #endif
