@@ -303,3 +303,58 @@ def test_max_pool_refusals():
     with pytest.raises(TypeError, match="int64 indices"):
         nnkernels.max_pool_backward(np.ones((1, 2, 2), np.float32),
                                     np.zeros((1, 2, 2), np.int32), (1, 4, 4), 2)
+
+
+@st.composite
+def conv_geometries(draw):
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(2))
+    out = tuple(draw(st.integers(1, 4)) for _ in range(2))
+    size = tuple((o - 1) * s + d * (k - 1) + 1 + draw(st.integers(0, 2))
+                 for o, s, d, k in zip(out, stride, dilation, kernel))
+    return kernel, stride, dilation, size, out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), conv_geometries(), st.integers(1, 3),
+       st.integers(1, 3), st.booleans())
+def test_im2col2d_matches_numpy(data, dtype, geometry, n, c, positions_major):
+    kernel, stride, dilation, size, out = geometry
+    x = data.draw(arrays(dtype, (n, c) + size))
+    columns = nnkernels.im2col2d(x, kernel, stride, dilation, out, positions_major)
+    expected = np.empty((n, c, kernel[0], kernel[1], out[0], out[1]), dtype)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            expected[:, :, i, j] = x[:, :, i * dilation[0]::stride[0], j * dilation[1]::stride[1]][
+                :, :, :out[0], :out[1]]
+    if positions_major:
+        expected = expected.transpose(0, 4, 5, 1, 2, 3).reshape(n * out[0] * out[1], -1)
+    else:
+        expected = expected.reshape(n, c * kernel[0] * kernel[1], -1)
+    np.testing.assert_array_equal(columns, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), st.integers(1, 4), st.integers(1, 5),
+       st.integers(1, 6), st.integers(0, 5))
+def test_col2im_matches_numpy(data, dtype, planes, k, length, spare):
+    total = length + spare
+    starts = [data.draw(st.integers(0, spare)) for _ in range(k)]
+    blocks = data.draw(arrays(dtype, (planes, k, length)))
+    expected = np.zeros((planes, total))
+    for j, start in enumerate(starts):
+        expected[:, start:start + length] += blocks[:, j]
+    close(nnkernels.col2im(blocks, starts, total), expected, dtype, scale=k)
+
+
+def test_im2col_col2im_refusals():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="inside the input"):
+        nnkernels.im2col2d(x, (3, 3), (1, 1), (1, 1), (3, 2), False)
+    with pytest.raises(TypeError, match=r"\(N, C, H, W\)"):
+        nnkernels.im2col2d(x[0], (3, 3), (1, 1), (1, 1), (2, 2), False)
+    with pytest.raises(ValueError, match="starts in"):
+        nnkernels.col2im(np.zeros((1, 2, 3), np.float32), [0, 2], 4)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        nnkernels.col2im(np.zeros((1, 2, 3), np.int64), [0, 1], 4)

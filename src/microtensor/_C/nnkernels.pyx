@@ -1,6 +1,7 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
 layer_norm forward and backward, GELU forward and backward, 2-d max pooling with indices
-and its backward.
+and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
+transposed one.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
 returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
@@ -52,6 +53,18 @@ cdef extern from "nnmath.h" nogil:
                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
                            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                            Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_im2col_f32(float* out, const float* x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,
+                       Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,
+                       Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                       Py_ssize_t dw, int positions_major)
+    void mt_im2col_f64(double* out, const double* x, Py_ssize_t n, Py_ssize_t c,
+                       Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
+                       Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw,
+                       Py_ssize_t dh, Py_ssize_t dw, int positions_major)
+    void mt_col2im_f32(float* flat, const float* blocks, const int64_t* starts,
+                       Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
+    void mt_col2im_f64(double* flat, const double* blocks, const int64_t* starts,
+                       Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
     int mt_max_pool_backward_f32(float* grad_input, const float* grad, const int64_t* indices,
                                  Py_ssize_t planes, Py_ssize_t plane_size, Py_ssize_t per_plane)
     int mt_max_pool_backward_f64(double* grad_input, const double* grad,
@@ -296,3 +309,54 @@ def max_pool_backward(grad, indices, tuple input_shape, Py_ssize_t d):
     if bad:
         raise IndexError(f"max_pool_backward: an index is outside the plane of {plane}")
     return grad_input
+
+
+def col2im(blocks, starts, Py_ssize_t total):
+    """Rows of ``total`` (a fresh array (P, total)), row p the sum of the K blocks of
+    ``blocks`` (P, K, L), block j added at ``starts[j]``: one pass per row over its blocks,
+    while the row stays in cache."""
+    if not isinstance(blocks, np.ndarray) or blocks.ndim != 3:
+        raise TypeError("col2im: blocks (P, K, L) expected")
+    b = np.ascontiguousarray(blocks)
+    cdef bint f32 = is_f32(b, "col2im")
+    offsets = np.ascontiguousarray(starts, dtype=np.int64)
+    cdef Py_ssize_t planes = b.shape[0], k = b.shape[1], length = b.shape[2]
+    if offsets.shape != (k,) or (k and (offsets.min() < 0 or offsets.max() + length > total)):
+        raise ValueError(f"col2im: {k} starts in [0, {total - length}] expected")
+    flat = np.empty((planes, total), b.dtype)
+    if f32:
+        mt_col2im_f32(<float*>data(flat), <const float*>data(b),
+                      <const int64_t*>data(offsets), planes, total, k, length)
+    else:
+        mt_col2im_f64(<double*>data(flat), <const double*>data(b),
+                      <const int64_t*>data(offsets), planes, total, k, length)
+    return flat
+
+
+def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major):
+    """The columns of a 2-d convolution of ``x`` (N, C, H, W), already padded: a fresh
+    array (N, C * kh * kw, oh * ow), or (N * oh * ow, C * kh * kw) if
+    ``positions_major``; element (n, c, i, j, y, z) is
+    ``x[n, c, y * stride[0] + i * dilation[0], z * stride[1] + j * dilation[1]]``."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4:
+        raise TypeError("im2col2d: an array (N, C, H, W) expected")
+    src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "im2col2d")
+    cdef Py_ssize_t n = src.shape[0], c = src.shape[1], h = src.shape[2], w = src.shape[3]
+    cdef Py_ssize_t kh = kernel[0], kw = kernel[1], oh = out_size[0], ow = out_size[1]
+    cdef Py_ssize_t sh = stride[0], sw = stride[1], dh = dilation[0], dw = dilation[1]
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(oh, ow) < 0 or \
+            (oh and (oh - 1) * sh + (kh - 1) * dh >= h) or \
+            (ow and (ow - 1) * sw + (kw - 1) * dw >= w):
+        raise ValueError("im2col2d: the windows must lie inside the input")
+    if positions_major:
+        out = np.empty((n * oh * ow, c * kh * kw), src.dtype)
+    else:
+        out = np.empty((n, c * kh * kw, oh * ow), src.dtype)
+    if f32:
+        mt_im2col_f32(<float*>data(out), <const float*>data(src), n, c, h, w, kh, kw, oh, ow,
+                      sh, sw, dh, dw, positions_major)
+    else:
+        mt_im2col_f64(<double*>data(out), <const double*>data(src), n, c, h, w, kh, kw, oh,
+                      ow, sh, sw, dh, dw, positions_major)
+    return out

@@ -276,6 +276,56 @@ static int mt_max_pool_backward_##SFX(T* grad_input, const T* grad, const int64_
     return 0;                                                                               \
 }
 
+/* col2im of a unit-stride transposed convolution: each of `planes` rows of `flat`
+ * (`total` long, zeroed here) is the sum of its `k` blocks (`len` long) of `blocks`, block
+ * j added from position starts[j]. */
+#define MT_COL2IM(T, SFX)                                                                   \
+static void mt_col2im_##SFX(T* flat, const T* blocks, const int64_t* starts,                \
+        ptrdiff_t planes, ptrdiff_t total, ptrdiff_t k, ptrdiff_t len) {                    \
+    memset(flat, 0, sizeof(T) * planes * total);                                            \
+    for (ptrdiff_t p = 0; p < planes; p++, flat += total)                                   \
+        for (ptrdiff_t j = 0; j < k; j++, blocks += len) {                                  \
+            T* row = flat + starts[j];                                                      \
+            _Pragma("omp simd")                                                             \
+            for (ptrdiff_t i = 0; i < len; i++) row[i] += blocks[i];                        \
+        }                                                                                   \
+}
+
+/* im2col of a 2-d convolution of x (n, c, h, w): element (b, ch, i, j, y, z) of the
+ * columns is x[b, ch, y * sh + i * dh, z * sw + j * dw]; `positions_major` lays them out
+ * as (n * oh * ow, c * kh * kw), else as (n, c * kh * kw, oh * ow). */
+#define MT_IM2COL(T, SFX)                                                                   \
+static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdiff_t h,      \
+        ptrdiff_t w, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t sh,  \
+        ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw, int positions_major) {                    \
+    if (positions_major) {                                                                  \
+        for (ptrdiff_t b = 0; b < n; b++)                                                   \
+            for (ptrdiff_t y = 0; y < oh; y++)                                              \
+                for (ptrdiff_t z = 0; z < ow; z++)                                          \
+                    for (ptrdiff_t ch = 0; ch < c; ch++)                                    \
+                        for (ptrdiff_t i = 0; i < kh; i++) {                                \
+                            const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w     \
+                                + z * sw;                                                   \
+                            for (ptrdiff_t j = 0; j < kw; j++) *out++ = row[j * dw];        \
+                        }                                                                   \
+        return;                                                                             \
+    }                                                                                       \
+    for (ptrdiff_t b = 0; b < n; b++)                                                       \
+        for (ptrdiff_t ch = 0; ch < c; ch++)                                                \
+            for (ptrdiff_t i = 0; i < kh; i++)                                              \
+                for (ptrdiff_t j = 0; j < kw; j++)                                          \
+                    for (ptrdiff_t y = 0; y < oh; y++) {                                    \
+                        const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w         \
+                            + j * dw;                                                       \
+                        for (ptrdiff_t z = 0; z < ow; z++) *out++ = row[z * sw];            \
+                    }                                                                       \
+}
+
+MT_IM2COL(float, f32)
+MT_IM2COL(double, f64)
+MT_COL2IM(float, f32)
+MT_COL2IM(double, f64)
+
 MT_KERNELS(float, f32, mt_expf, mt_erff, mt_tanhf, logf)
 MT_MAX_POOL(float, f32)
 MT_KERNELS(double, f64, exp, erf, tanh, log)
