@@ -1,13 +1,20 @@
 """Tests for microtensor._C.nnkernels (the layers' C kernels) against NumPy formulas in
 float64: random shapes, strided and transposed inputs and outputs, float32 and float64,
-the special values of exp (overflow, underflow, infinities, NaN) and the refusals."""
+the special values of exp (overflow, underflow, infinities, NaN) and the refusals; and the
+ops that call them, in float32, against PyTorch."""
 import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import microtensor as mt
 from microtensor._C import nnkernels
+
+try:
+    import torch
+except ImportError:   # the op-level check against PyTorch is skipped
+    torch = None
 
 DTYPES = [np.float32, np.float64]
 # float32 kernels use polynomial exp / erf (a few ulp); float64 calls libm
@@ -358,3 +365,33 @@ def test_im2col_col2im_refusals():
         nnkernels.col2im(np.zeros((1, 2, 3), np.float32), [0, 2], 4)
     with pytest.raises(TypeError, match="float32 or float64"):
         nnkernels.col2im(np.zeros((1, 2, 3), np.int64), [0, 1], 4)
+
+
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "gelu", "gelu_tanh",
+                                  "max_pool2d", "conv2d"])
+def test_ops_on_the_c_kernels_match_torch_in_float32(name):
+    """The ops that call these kernels, float32 forward and backward against PyTorch."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 10, 12)).astype(np.float32)
+    weight = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    scale = rng.standard_normal(12).astype(np.float32)
+
+    def run(lib, f):
+        lib_x = lib.tensor(x, requires_grad=True)
+        lib_w = lib.tensor(weight, requires_grad=True)
+        lib_s = lib.tensor(scale, requires_grad=True)
+        out = f(lib, lib_x, lib_w, lib_s)
+        grads = lib.autograd.grad((out * out).sum(), (lib_x, lib_w, lib_s), allow_unused=True)
+        return [out.detach().numpy()] + [g.numpy() for g in grads if g is not None]
+    calls = {
+        "softmax": lambda lib, a, w, s: lib.nn.functional.softmax(a, -1) * s,
+        "log_softmax": lambda lib, a, w, s: lib.nn.functional.log_softmax(a, -1) * s,
+        "layer_norm": lambda lib, a, w, s: lib.nn.functional.layer_norm(a, (12,), s, s),
+        "gelu": lambda lib, a, w, s: lib.nn.functional.gelu(a) * s,
+        "gelu_tanh": lambda lib, a, w, s: lib.nn.functional.gelu(a, approximate="tanh") * s,
+        "max_pool2d": lambda lib, a, w, s: lib.nn.functional.max_pool2d(a, 3, 2, 1) * s[:6],
+        "conv2d": lambda lib, a, w, s: lib.nn.functional.conv2d(a, w) * s[:10],
+    }
+    for ours, theirs in zip(run(mt, calls[name]), run(torch, calls[name])):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
