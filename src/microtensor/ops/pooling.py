@@ -3,11 +3,11 @@
 
 Max pooling reads a zero-copy window view of the (padded) input (strides over its
 storage) and reduces it with a running maximum, one pass per kernel position (2-d pooling
-of float32/float64 NumPy arrays: one C pass, ``nnkernels.max_pool2d``); its
-indices are flat positions in each input plane, as PyTorch's, and its derivative
-scatters the gradient there with ``scatter_add`` (differentiable: its own derivative is
-a ``gather``), or in C when no graph of the backward is recorded.  Average pooling is a window view (``unfold``) and
-one sum over a divisor; adaptive average pooling is a product with averaging matrices
+of float32/float64 NumPy arrays: one C pass, ``nnkernels.max_pool2d``); its indices are
+flat positions in each input plane, as PyTorch's, and its derivative scatters the
+gradient there with ``scatter_add`` (differentiable: its own derivative is a
+``gather``), or in C when no graph of the backward is recorded.  Average pooling is a
+window view (``unfold``) and one sum over a divisor; adaptive average pooling is a product with averaging matrices
 per spatial dim.  Batching rules (the vmap batch folds into N) are in
 ``vmap.rules_norm``.
 """
