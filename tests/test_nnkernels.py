@@ -395,3 +395,28 @@ def test_ops_on_the_c_kernels_match_torch_in_float32(name):
     }
     for ours, theirs in zip(run(mt, calls[name]), run(torch, calls[name])):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_convolutions_reuse_their_scratch_buffers_safely():
+    """The columns and blocks live in per-thread buffers reused between calls: results
+    (forward, both gradients) never alias them, and a later call leaves earlier results
+    intact."""
+    rng = np.random.default_rng(1)
+    xs = [mt.tensor(rng.standard_normal((2, 3, 9, 8)).astype(np.float32), requires_grad=True)
+          for _ in range(2)]
+    ws = [mt.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
+          for _ in range(2)]
+    results = []
+    for x, w in zip(xs, ws):
+        out = mt.nn.functional.conv2d(x, w)
+        results.append([out.detach()] + list(mt.autograd.grad(out.sum(), (x, w))))
+    kept = [[t.numpy().copy() for t in r] for r in results]
+    for x, w, expected in zip(xs, ws, kept):     # recomputed: the same values
+        out = mt.nn.functional.conv2d(x, w)
+        again = [out.detach()] + list(mt.autograd.grad(out.sum(), (x, w)))
+        for a, b in zip(again, expected):
+            np.testing.assert_array_equal(a.numpy(), b)
+    for r, expected in zip(results, kept):       # and the first results were not touched
+        for a, b in zip(r, expected):
+            np.testing.assert_array_equal(a.numpy(), b)
+    assert not np.array_equal(kept[0][0], kept[1][0])

@@ -333,10 +333,10 @@ def col2im(blocks, starts, Py_ssize_t total):
     return flat
 
 
-def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major):
-    """The columns of a 2-d convolution of ``x`` (N, C, H, W), already padded: a fresh
-    array (N, C * kh * kw, oh * ow), or (N * oh * ow, C * kh * kw) if
-    ``positions_major``; element (n, c, i, j, y, z) is
+def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major, out=None):
+    """The columns of a 2-d convolution of ``x`` (N, C, H, W), already padded: an array
+    (N, C * kh * kw, oh * ow), or (N * oh * ow, C * kh * kw) if ``positions_major``
+    (``out`` if given, C-contiguous, else a fresh one); element (n, c, i, j, y, z) is
     ``x[n, c, y * stride[0] + i * dilation[0], z * stride[1] + j * dilation[1]]``."""
     if not isinstance(x, np.ndarray) or x.ndim != 4:
         raise TypeError("im2col2d: an array (N, C, H, W) expected")
@@ -349,10 +349,15 @@ def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major):
             (oh and (oh - 1) * sh + (kh - 1) * dh >= h) or \
             (ow and (ow - 1) * sw + (kw - 1) * dw >= w):
         raise ValueError("im2col2d: the windows must lie inside the input")
-    if positions_major:
-        out = np.empty((n * oh * ow, c * kh * kw), src.dtype)
-    else:
-        out = np.empty((n, c * kh * kw, oh * ow), src.dtype)
+    cdef tuple shape = (n * oh * ow, c * kh * kw)
+    if not positions_major:
+        shape = (n, c * kh * kw, oh * ow)
+    if out is None:
+        out = np.empty(shape, src.dtype)
+    elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != src.dtype or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise TypeError(f"im2col2d: out must be a writable C-contiguous {src.dtype} array of "
+                        f"shape {shape}")
     if f32:
         mt_im2col_f32(<float*>data(out), <const float*>data(src), n, c, h, w, kh, kw, oh, ow,
                       sh, sw, dh, dw, positions_major)

@@ -293,7 +293,8 @@ static void mt_col2im_##SFX(T* flat, const T* blocks, const int64_t* starts,    
 
 /* im2col of a 2-d convolution of x (n, c, h, w): element (b, ch, i, j, y, z) of the
  * columns is x[b, ch, y * sh + i * dh, z * sw + j * dw]; `positions_major` lays them out
- * as (n * oh * ow, c * kh * kw), else as (n, c * kh * kw, oh * ow). */
+ * as (n * oh * ow, c * kh * kw), else as (n, c * kh * kw, oh * ow).  Unit steps copy
+ * whole runs (memcpy). */
 #define MT_IM2COL(T, SFX)                                                                   \
 static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdiff_t h,      \
         ptrdiff_t w, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t sh,  \
@@ -306,7 +307,9 @@ static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdif
                         for (ptrdiff_t i = 0; i < kh; i++) {                                \
                             const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w     \
                                 + z * sw;                                                   \
-                            for (ptrdiff_t j = 0; j < kw; j++) *out++ = row[j * dw];        \
+                            if (dw == 1) memcpy(out, row, sizeof(T) * kw);                  \
+                            else for (ptrdiff_t j = 0; j < kw; j++) out[j] = row[j * dw];   \
+                            out += kw;                                                      \
                         }                                                                   \
         return;                                                                             \
     }                                                                                       \
@@ -317,7 +320,9 @@ static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdif
                     for (ptrdiff_t y = 0; y < oh; y++) {                                    \
                         const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w         \
                             + j * dw;                                                       \
-                        for (ptrdiff_t z = 0; z < ow; z++) *out++ = row[z * sw];            \
+                        if (sw == 1) memcpy(out, row, sizeof(T) * ow);                      \
+                        else for (ptrdiff_t z = 0; z < ow; z++) out[z] = row[z * sw];       \
+                        out += ow;                                                          \
                     }                                                                       \
 }
 

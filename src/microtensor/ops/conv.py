@@ -17,6 +17,7 @@ result, and the columns are gathered in that order (channels innermost), reading
 without transposing it.
 """
 import math
+import threading
 
 import numpy as np
 
@@ -159,6 +160,26 @@ def channels_last_result(input, weight):
 
 # --------------------------------------------------------------------------- kernel
 
+# Per-thread scratch buffers for the columns and blocks of the kernels, kept between calls:
+# fresh arrays of tens of MiB cost page faults on every call (a third of a 3x3 convolution
+# on 32 channels).  Buffers over the cap are not kept.
+_workspaces = threading.local()
+_WORKSPACE_CAP = 64 << 20
+
+
+def _workspace(name, shape, dtype):
+    """An uninitialised C-contiguous NumPy array of ``shape`` and ``dtype`` in this thread's
+    buffer ``name``, valid until the next call with that name."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > _WORKSPACE_CAP:
+        return np.empty(shape, dtype)
+    buffers = _workspaces.__dict__
+    buffer = buffers.get(name)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = buffers[name] = np.empty(nbytes, np.uint8)
+    return buffer[:nbytes].view(dtype).reshape(shape)
+
+
 def _padded(x, padding, channels_last):
     """``x`` (N, C, *spatial) with ``padding`` zeros on both sides of each spatial dim, in a
     fresh buffer laid out channels last if asked; ``x`` itself without padding."""
@@ -211,7 +232,9 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
         # side by side, (groups, N * positions, channels * kernel), copied along the
         # kernel's rows, and one product per group
         if dims == 2 and groups == 1 and nnkernels.supports(x):
-            columns = nnkernels.im2col2d(x, kernel, stride, dilation, spatial, True)[None]
+            columns = nnkernels.im2col2d(
+                x, kernel, stride, dilation, spatial, True,
+                _workspace("columns", (n * rows, channels * math.prod(kernel)), x.dtype))[None]
         else:
             columns = windows.transpose((1, 0) + position + (2,) + offset).reshape(
                 groups, n * rows, -1)
@@ -222,8 +245,10 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
     else:
         # columns (N, groups, channels * kernel, positions): weights @ columns per group
         if dims == 2 and nnkernels.supports(x):
-            columns = nnkernels.im2col2d(x, kernel, stride, dilation, spatial, False).reshape(
-                n, groups, -1, rows)
+            columns = nnkernels.im2col2d(
+                x, kernel, stride, dilation, spatial, False,
+                _workspace("columns", (n, channels * math.prod(kernel), rows), x.dtype)
+            ).reshape(n, groups, -1, rows)
         else:
             columns = windows.transpose((0, 1, 2) + offset + position).reshape(
                 n, groups, -1, rows)
@@ -250,7 +275,10 @@ def _transposed(x, w, stride, padding, dilation, groups, out):
         wide[(slice(None), slice(None)) + tuple(slice(0, i) for i in spatial)] = x
         x = wide
     weights = w.reshape(groups, c_in // groups, -1).transpose(0, 2, 1)
-    blocks = np.matmul(weights, x.reshape(n, groups, c_in // groups, -1))
+    x = x.reshape(n, groups, c_in // groups, -1)
+    blocks = np.matmul(weights, x, out=_workspace(
+        "blocks", (n, groups, weights.shape[1], x.shape[-1]), x.dtype)) \
+        if nnkernels.supports(x, w) else np.matmul(weights, x)
     if unit_stride:
         blocks = blocks.reshape((n, groups * o_per_group, math.prod(kernel), -1))
         steps = meta.contiguous_strides(room)
