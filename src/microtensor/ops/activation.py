@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from microtensor._C import meta
+from microtensor._C import meta, nnkernels
 from microtensor._C.tensor import bool_, float32, int64
 from microtensor._dtype import result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
@@ -435,10 +435,23 @@ def _gelu_samples(make):
                                      Sample(make(5, low=-6, high=6), approximate="tanh")]
 
 
+def _with_c_kernel(c_kernel, fallback, approximate):
+    """A ``pointwise`` loop calling ``c_kernel(out, *arrays, tanh_mode)`` on float32/float64
+    NumPy arrays of the result's dtype and shape, ``fallback``'s NumPy formulas on anything
+    else (other dtypes, broadcasting, CuPy)."""
+    numpy_loop = _store(lambda *arrays: fallback(*arrays, approximate))
+
+    def loop(*arrays, out, dtype, casting):
+        if nnkernels.supports(out, *arrays) and all(a.shape == out.shape for a in arrays):
+            return c_kernel(out, *arrays, approximate == "tanh")
+        return numpy_loop(*arrays, out=out, dtype=dtype, casting=casting)
+    return loop
+
+
 def gelu(self, *, approximate="none", out=None):
     _check_approximate(approximate)
     _float_only("GeluKernelImpl", self)   # PyTorch's kernel name in its error
-    return pointwise(_store(lambda a: _gelu(a, approximate)), self, out=out)
+    return pointwise(_with_c_kernel(nnkernels.gelu, _gelu, approximate), self, out=out)
 
 
 gelu = _activation(gelu, _gelu_samples)
@@ -467,8 +480,9 @@ def _gelu_backward_samples(make):
 def gelu_backward(grad_output, self, *, approximate="none"):
     """``grad_output`` times GELU's derivative at ``self``: one pass, as PyTorch's."""
     _check_approximate(approximate)
-    return pointwise(_store(lambda g, a: g * _gelu_derivative(a, approximate)),
-                     grad_output, self)
+    return pointwise(_with_c_kernel(nnkernels.gelu_backward,
+                                    lambda g, a, approx: g * _gelu_derivative(a, approx),
+                                    approximate), grad_output, self)
 
 
 @gelu_backward.def_derivative("grad_output")

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
@@ -93,6 +94,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     arr = input._array()
     if not input._numel:
         return from_numpy_result(arr.copy(), input._dtype)
+    w, b = (None if t is None else t._array() for t in (weight, bias))
+    if nnkernels.supports(arr, w, b):
+        return from_numpy_result(
+            nnkernels.layer_norm(np.empty(arr.shape, arr.dtype), arr, len(normalized_shape),
+                                 w, b, eps), input._dtype)
     axes = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     out, _, _ = _normalize_over(arr, axes, eps)
     if weight is not None:
@@ -160,6 +166,11 @@ def _sum_of_product(a, b, leading):
 def _fused_layer_norm_backward(grad, input, k, weight, eps):
     """``layer_norm``'s derivative on the arrays (the formula of
     ``normalized_input_gradient``), for a backward pass that records nothing."""
+    dtype = input._dtype
+    w = None if weight is None else weight._array()
+    if nnkernels.supports(grad._array(), input._array(), w):
+        return tuple(None if a is None else from_numpy_result(a, dtype) for a in
+                     nnkernels.layer_norm_backward(grad._array(), input._array(), k, w, eps))
     axes = tuple(range(input.dim() - k, input.dim()))
     leading = tuple(range(input.dim() - k))
     g = grad._array()
@@ -167,7 +178,6 @@ def _fused_layer_norm_backward(grad, input, k, weight, eps):
     # one fresh buffer, updated in place (fresh large arrays cost page faults)
     grad_input = g.copy() if weight is None else g * weight._array()
     projection = _mean_of_product(grad_input, xhat, axes)
-    dtype = input._dtype
     grad_weight = None if weight is None else \
         from_numpy_result(_sum_of_product(g, xhat, leading), dtype)
     grad_input -= _mean_over(grad_input, axes)

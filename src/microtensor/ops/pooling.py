@@ -2,19 +2,21 @@
 ``avg_pool{1,2,3}d`` and ``adaptive_avg_pool{1,2}d`` as composites.
 
 Max pooling reads a zero-copy window view of the (padded) input (strides over its
-storage) and reduces it with a running maximum, one pass per kernel position; its
-indices are flat positions in each input plane, as PyTorch's, and its derivative
-scatters the gradient there with ``scatter_add`` (differentiable: its own derivative is
-a ``gather``).  Average pooling is a window view (``unfold``) and
-one sum over a divisor; adaptive average pooling is a product with averaging matrices
-per spatial dim.  The max poolings share one batching rule (the vmap batch folds into
-N).
+storage) and reduces it with a running maximum, one pass per kernel position (2-d pooling
+of float32/float64 NumPy arrays: one C pass, ``nnkernels.max_pool2d``); its indices are
+flat positions in each input plane, as PyTorch's, and its derivative scatters the
+gradient there with ``scatter_add`` (differentiable: its own derivative is a
+``gather``), or in C when no graph of the backward is recorded.  Average pooling is a
+window view (``unfold``) and one sum over a divisor; adaptive average pooling is a
+product with averaging matrices per spatial dim.  The max poolings share one batching rule (the vmap batch folds into N).
 """
 import math
 
 import numpy as np
 
-from microtensor._C.tensor import empty_contiguous, int64
+from microtensor._C import nnkernels
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
 from microtensor.ops.loops import array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
@@ -180,6 +182,10 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
+    if d == 2 and nnkernels.supports(self._array()):
+        values, indices = nnkernels.max_pool2d(self._array(), kernel, stride, padding, dilation,
+                                               out)
+        return from_numpy_result(values, self._dtype), from_numpy_result(indices, int64)
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
     rows = _padded_rows(self, d, padding, extents, _lowest(self._dtype.np))
@@ -242,6 +248,11 @@ def _declare_max_pool(d):
     declared = op(name, method=False, samples=_max_pool_samples(d))(kernel)
 
     def derivative(grad, self_shape, result1):
+        if batching() is None and not is_grad_enabled() and \
+                nnkernels.supports(grad[0]._array()):
+            # no graph of the backward pass is being built, nor a vmap: one C pass
+            return from_numpy_result(nnkernels.max_pool_backward(
+                grad[0]._array(), result1._array(), tuple(self_shape), d), grad[0]._dtype)
         return scatter_to_indices(grad[0], self_shape, result1, d)
     declared.def_derivative("self")(derivative)
     return declared

@@ -17,8 +17,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from microtensor._C import kernels, meta
-from microtensor._C.tensor import TensorBase, bool_, int64
+from microtensor._C import kernels, meta, nnkernels
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import TensorBase, bool_, int64, is_grad_enabled
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result,
                                    new_result, reduce, reduced_shape)
@@ -105,6 +106,15 @@ def _along(self, dim):
     axis = _single_dim(dim, self.dim())
     arr = self._array()
     return (arr.reshape(1), 0) if self.dim() == 0 else (arr, axis)
+
+
+def _contiguous_rows(axis, *arrays):
+    """Whether ``nnkernels``' row kernels take ``arrays`` along ``axis``: float32/float64
+    NumPy arrays, C-contiguous, ``axis`` their last (elsewhere the strided kernels of
+    ``kernels`` avoid a copy)."""
+    if not nnkernels.supports(*arrays):
+        return False
+    return not [a for a in arrays if not a.flags.c_contiguous or axis != a.ndim - 1]
 
 
 # --------------------------------------------------------------------------- samples
@@ -560,6 +570,9 @@ def _normalised_exp(name, log):
             return result
         arr, axis = _along(self, dim)
         out = result._array().reshape(arr.shape)
+        if _contiguous_rows(axis, arr, out):
+            nnkernels.softmax(out, arr, log)
+            return result
         if isinstance(arr, np.ndarray):
             kernels.softmax_(out, arr, axis, log)
             return result
@@ -580,6 +593,12 @@ log_softmax = _normalised_exp("log_softmax", log=True)
 
 @softmax.def_derivative("self")
 def softmax(grad, dim, result):
+    if result.dim() and batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: one fused pass
+        g, y = grad._array(), result._array()
+        if _contiguous_rows(_single_dim(dim, result.dim()), g, y):
+            return from_numpy_result(nnkernels.softmax_backward(np.empty_like(y), g, y, False),
+                                     result._dtype)
     dim = _single_dim(dim, result.dim()) if result.dim() else ()
     return result * (grad - (grad * result).sum(dim, keepdim=True))
 
@@ -611,7 +630,9 @@ def _log_softmax_backward_data(grad, output, dim):
     g, axis = _along(grad, dim)
     y = output._array().reshape(g.shape)
     out = result._array().reshape(g.shape)
-    if isinstance(g, np.ndarray):
+    if _contiguous_rows(axis, g, y, out):
+        nnkernels.softmax_backward(out, g, y, True)
+    elif isinstance(g, np.ndarray):
         kernels.log_softmax_backward_(out, g, y, axis)
     else:
         np.subtract(g, np.exp(y) * g.sum(axis=axis, keepdims=True), out=out)
