@@ -24,6 +24,7 @@ from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.loops import _type_name, array_module, device_of
+from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 
 _INPUTS = ("input", "weight", "bias")
@@ -517,6 +518,45 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     """The transpose of ``conv3d`` (its gradient with respect to the input)."""
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                            dilation, 3, "conv_transpose3d")
+
+
+def unfolded_rows(input, kernel, stride, padding, dilation, groups):
+    """The patches a convolution reads, as rows: ``input`` [B, N, C, *spatial] ->
+    [B, groups, N * positions, C / groups * prod(kernel)] (im2col, per sample)."""
+    count, n, channels = input.shape[:3]
+    dims = len(kernel)
+    x = input.reshape((count * n, channels) + tuple(input.shape[3:]))
+    if any(padding):
+        x = x.pad(tuple(p for p in reversed(padding) for _ in range(2)))
+    for d, (k, s, dil) in enumerate(zip(kernel, stride, dilation)):
+        x = x.unfold(2 + d, dil * (k - 1) + 1, s)      # positions in place, window last
+    if any(dil != 1 for dil in dilation):
+        x = x[(Ellipsis,) + tuple(slice(None, None, dil) for dil in dilation)]
+    positions = tuple(x.shape[2:2 + dims])
+    # [B*N, C, *positions, *kernel] -> [B, N, *positions, C, *kernel]
+    x = x.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))
+    rows = x.reshape(count, n * math.prod(positions), groups, -1)
+    return rows.transpose(1, 2)
+
+
+@convolution.def_norm_rule
+def convolution(grad, input, weight, bias, stride, padding, dilation, transposed,
+                output_padding, groups):
+    # the weight's gradient is Σ over positions of the output gradient times the patch
+    # read there: a linear layer's over the unfolded input, one per group
+    if transposed:
+        return NotImplemented
+    stride, padding, dilation, _ = conv_params(weight.dim(), stride, padding, dilation,
+                                               output_padding)
+    count, n, outs = grad.shape[:3]
+    dims = weight.dim() - 2
+    rows = unfolded_rows(input, tuple(weight.shape[2:]), stride, padding, dilation, groups)
+    # [B, N, O, *positions] -> [B, groups, N * positions, O / groups]
+    grads = grad.movedim(2, -1).reshape(count, -1, groups, outs // groups).transpose(1, 2)
+    norms = {"weight": ghost.outer_product_norms(rows, grads)}
+    if bias is not None:
+        norms["bias"] = ghost.squared_norms(ghost.sum_except(grad, (2,)))
+    return norms
 
 
 __all__ = ["convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",

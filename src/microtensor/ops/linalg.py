@@ -15,6 +15,7 @@ import numpy as np
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor.ops.loops import _type_name, device_of
+from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 
 BINARY = ("self", "other")
@@ -390,6 +391,20 @@ def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
             grad_weight = grad.mT.matmul(input)
     stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
     return grad_input, grad_weight, grad.sum(-2) if stacked else grad
+
+
+@linear.def_norm_rule
+def linear(grad, input, weight, bias):
+    # each sample's leading dims are rows t: its weight gradient is Σ_t g_t a_tᵀ
+    if weight.dim() > 2:
+        return NotImplemented
+    count = input.shape[0]
+    rows = input.reshape(count, -1, input.shape[-1])
+    grads = grad.reshape(count, rows.shape[1], -1)
+    norms = {"weight": ghost.outer_product_norms(rows, grads)}
+    if bias is not None:
+        norms["bias"] = ghost.squared_norms(grads.sum(1) if bias.dim() else grads.sum((1, 2)))
+    return norms
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

@@ -12,6 +12,9 @@ An ``Op`` bundles what each layer needs to know about one operator:
 * ``batch_rule``: how vmap runs the op on batched tensors; most ops instead name a
   ``family`` ("pointwise", "reduction", "factory", "view", ...) whose shared rule vmap
   applies;
+* ``norm_rule``: optional, for ghost clipping (``microtensor.privacy``): how the norm of
+  each sample's gradient of the op's parameters follows from the sample's activation and
+  output gradient, without forming that gradient (``def_norm_rule``);
 * ``samples``: sample inputs that the test suite runs through every check: a function
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
@@ -56,6 +59,20 @@ class Sample:
         return "Sample(" + ", ".join(parts) + ")"
 
 
+class NormRule:
+    """An op's ghost-norm rule: the function, its activation argument and the parameter
+    arguments it gives norms for (see ``Op.def_norm_rule``)."""
+
+    def __init__(self, fn, activation, params):
+        self.fn = fn
+        self.activation = activation
+        self.params = params
+        self.names = tuple(inspect.signature(fn).parameters)[1:]
+
+    def __call__(self, grad, arguments):
+        return self.fn(grad, *(arguments[name] for name in self.names))
+
+
 class Op:
     """One operator.  See the module docstring for the fields."""
 
@@ -75,6 +92,7 @@ class Op:
         self.differentiable = differentiable
         self.random = random
         self.derivative = None
+        self.norm_rule = None
         self.only_for = {}
         self.saved_names = ()
         self.saved_plan = ()                 # see ``def_derivative``
@@ -108,6 +126,19 @@ class Op:
         self.saved_names = names
         self.saved_plan = tuple(self._plan_saving(n) for n in names)
         self.saves_self = "self" in names
+        return self
+
+    def def_norm_rule(self, fn=None, *, activation="input", params=("weight", "bias")):
+        """Declare the ghost-norm rule (``@my_op.def_norm_rule`` above a function named like
+        the op; returns the op).  The rule applies to a call under ghost clipping's vmap
+        whose ``activation`` argument is batched and whose ``params`` arguments are
+        unbatched; its parameters name what it needs: ``grad`` (the output's gradient)
+        first, then forward arguments by name, the activation and ``grad`` with the batch
+        first.  It returns ``{param: per-sample squared norms [B]}`` for the ``params``
+        given, or NotImplemented for a call it cannot serve."""
+        if fn is None:
+            return lambda f: self.def_norm_rule(f, activation=activation, params=params)
+        self.norm_rule = NormRule(fn, activation, tuple(params))
         return self
 
     def _plan_saving(self, name):
