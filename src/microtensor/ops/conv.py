@@ -24,7 +24,7 @@ from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.loops import _type_name, array_module, device_of
-from microtensor.ops import ghost
+from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
 
 _INPUTS = ("input", "weight", "bias")
@@ -527,7 +527,7 @@ def unfolded_rows(input, kernel, stride, padding, dilation, groups):
     dims = len(kernel)
     x = input.reshape((count * n, channels) + tuple(input.shape[3:]))
     if any(padding):
-        x = x.pad(tuple(p for p in reversed(padding) for _ in range(2)))
+        x = layout.pad(x, tuple(p for p in reversed(padding) for _ in range(2)))
     for d, (k, s, dil) in enumerate(zip(kernel, stride, dilation)):
         x = x.unfold(2 + d, dil * (k - 1) + 1, s)      # positions in place, window last
     if any(dil != 1 for dil in dilation):

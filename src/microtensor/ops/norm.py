@@ -320,7 +320,7 @@ def _affine_norms(grad, normalized, weight, bias, keep):
     return norms
 
 
-def _trailing(t, count):
+def _last_dims(t, count):
     return tuple(range(t.dim() - count, t.dim()))
 
 
@@ -328,7 +328,7 @@ def _trailing(t, count):
 def layer_norm(grad, input, normalized_shape, weight, bias, eps):
     normalized = layer_norm(input, normalized_shape, None, None, eps)
     return _affine_norms(grad, normalized, weight, bias,
-                         _trailing(grad, len(normalized_shape)))
+                         _last_dims(grad, len(normalized_shape)))
 
 
 @group_norm.def_norm_rule
@@ -343,7 +343,7 @@ def group_norm(grad, input, num_groups, weight, bias, eps):
 def rms_norm(grad, input, normalized_shape, weight, eps):
     normalized = rms_norm(input, normalized_shape, None, eps)
     return _affine_norms(grad, normalized, weight, None,
-                         _trailing(grad, len(normalized_shape)))
+                         _last_dims(grad, len(normalized_shape)))
 
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "rms_norm", "check_layer_norm",
