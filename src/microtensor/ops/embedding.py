@@ -1,0 +1,113 @@
+"""Embedding lookups: ``embedding`` (rows of a weight picked by indices, PyTorch's
+``torch.embedding``) and ``embedding_renorm_`` (``max_norm``: the rows looked up scaled
+down in place to a norm of at most ``max_norm``), with ``embedding``'s derivative and its
+ghost-norm rule (``microtensor.privacy``).
+"""
+from microtensor._C.tensor import is_grad_enabled
+from microtensor.ops import ghost
+from microtensor.ops.indexing import _is_integer_index, _out_of_range
+from microtensor.ops.loops import _type_name, array_module
+from microtensor.ops.registry import Sample, op
+from microtensor.ops.shape import fresh_tensor
+
+
+def _check_indices(indices, argument, name):
+    if not _is_integer_index(indices):
+        raise RuntimeError(f"Expected tensor for argument {argument} 'indices' to have one of "
+                           f"the following scalar types: Long, Int; but got "
+                           f"{_type_name(indices)} instead (while checking arguments for "
+                           f"{name})")
+
+
+def _positions(weight, indices):
+    positions = indices._array()
+    if _out_of_range(positions, 0, weight._sizes[0]) is not None:
+        raise IndexError("index out of range in self")
+    return positions
+
+
+def _embedding_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(5, 3), tensor([[0, 2, 2], [4, 1, 2]])),
+            Sample(make(4, 2), tensor([3, 1, 3]), 1),
+            Sample(make(4, 2), tensor([[3, 3, 0, 1]]), -1, True),
+            Sample(make(6, 3), tensor([[5, 2, 5], [2, 2, 0]]), 2, True),
+            Sample(make(3, 2), tensor(1))]
+
+
+@op(inputs=("weight",), method=False, samples=_embedding_samples)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """The rows of ``weight`` (num_embeddings, dim) that ``indices`` pick, shaped
+    ``indices.shape + (dim,)``.  In the gradient, the ``padding_idx`` row gets nothing (-1:
+    none) and, with ``scale_grad_by_freq``, each row's gradient is divided by how often
+    the call picked it.  ``sparse`` is accepted; the gradient is always dense."""
+    _check_indices(indices, "#1", "embedding")
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    positions = _positions(weight, indices)
+    rows = array_module(positions).take(weight._array(), positions.reshape(-1), axis=0)
+    return fresh_tensor(rows.reshape(tuple(indices._sizes) + (weight._sizes[1],)))
+
+
+def _row_gradients(grad, indices, padding_idx, scale_grad_by_freq):
+    """``grad``'s rows, one per index, as ``embedding``'s backward weighs them (the
+    padding row's zeroed, each divided by its index's count when scaling by frequency)."""
+    picked = indices.reshape(-1)
+    rows = grad.reshape(picked.shape[0], grad.shape[-1])
+    if padding_idx >= 0:
+        rows = rows * (picked != padding_idx).unsqueeze(-1).to(rows.dtype)
+    if scale_grad_by_freq:
+        counts = (picked.unsqueeze(-1) == picked.unsqueeze(0)).sum(-1)
+        rows = rows / counts.unsqueeze(-1).to(rows.dtype)
+    return picked, rows
+
+
+@embedding.def_derivative
+def embedding(grad, weight_shape, indices, padding_idx, scale_grad_by_freq):
+    picked, rows = _row_gradients(grad, indices, padding_idx, scale_grad_by_freq)
+    return grad.new_zeros(weight_shape).index_add(0, picked, rows),
+
+
+@embedding.def_norm_rule(activation="indices", params=("weight",))
+def embedding(grad, indices, padding_idx, scale_grad_by_freq):
+    # a row picked several times by one sample sums its gradients: a_t·a_s = [idx_t == idx_s]
+    if scale_grad_by_freq:
+        return NotImplemented
+    count = indices.shape[0]
+    picked = indices.reshape(count, -1)
+    rows = grad.reshape(count, picked.shape[1], grad.shape[-1])
+    if padding_idx >= 0:
+        rows = rows * (picked != padding_idx).unsqueeze(-1).to(rows.dtype)
+    return {"weight": ghost.index_gram_norms(picked, rows)}
+
+
+def _renorm_samples(make):
+    from microtensor.ops.factory import tensor
+    return [Sample(make(5, 3, low=-2, high=2), tensor([[0, 2], [4, 2]]), 1.0, 2.0),
+            Sample(make(4, 2, low=-2, high=2), tensor([3, 1]), 0.5, 1.0),
+            Sample(make(4, 2, low=-2, high=2), tensor([0, 1, 2]), 1.5, float("inf"))]
+
+
+@op(inputs=(), method=False, kind="inplace", differentiable=False, samples=_renorm_samples)
+def embedding_renorm_(self, indices, max_norm, norm_type):
+    """Each row of ``self`` that ``indices`` pick (once, however often picked) whose
+    ``norm_type``-norm exceeds ``max_norm`` is scaled to ``max_norm`` (PyTorch's
+    ``max_norm / (norm + 1e-7)``), in place; returns ``self``."""
+    _check_indices(indices, "#2", "embedding_renorm_")
+    if is_grad_enabled() and self.requires_grad and self.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+    if self.dim() != 2:
+        raise RuntimeError("embedding_renorm_(): 'self' must be 2-D")
+    positions = _positions(self, indices)
+    xp = array_module(positions)
+    rows = xp.unique(positions.reshape(-1))
+    target = self._array()
+    picked = target[rows]
+    norms = xp.linalg.norm(picked, ord=norm_type, axis=1, keepdims=True)
+    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    target[rows] = picked * scale.astype(picked.dtype)
+    return self
+
+
+__all__ = ["embedding", "embedding_renorm_"]
