@@ -15,8 +15,8 @@ def _check_indices(indices, argument, name):
     if not _is_integer_index(indices):
         raise RuntimeError(f"Expected tensor for argument {argument} 'indices' to have one of "
                            f"the following scalar types: Long, Int; but got "
-                           f"{_type_name(indices)} instead (while checking arguments for "
-                           f"{name})")
+                           f"torch.{_type_name(indices.dtype)}Tensor instead (while checking "
+                           f"arguments for {name})")
 
 
 def _positions(weight, indices):
