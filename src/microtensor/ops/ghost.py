@@ -13,8 +13,10 @@ _CHUNK_ELEMENTS = 1 << 20
 
 
 def squared_norms(t):
-    """``‖t_i‖²`` for each sample ``i`` of ``t`` ([B, ...] -> [B])."""
-    return (t * t).reshape(t.shape[0], -1).sum(1)
+    """``‖t_i‖²`` for each sample ``i`` of ``t`` ([B, ...] -> [B]), as one batched dot
+    product (no squared copy of ``t``)."""
+    rows = t.reshape(t.shape[0], -1)
+    return rows.unsqueeze(1).matmul(rows.unsqueeze(-1)).reshape(t.shape[0])
 
 
 def sum_except(t, keep):
