@@ -193,6 +193,17 @@ def test_tied_weights_fall_back_exactly():
     assert plan(model, shapes, batch) == {"emb": "vmap", "w": "linear", "b": "linear"}
 
 
+def test_output_modified_in_place_keeps_the_layers_gradient():
+    """An in-place activation moves the output tensor's graph edge: the rule must read the
+    gradient the layer's node received."""
+    def model(p, x, F):
+        h = F.relu(F.linear(x, p["w"], p["b"]), inplace=True)
+        return (F.linear(h, p["v"]) ** 2).sum()
+    shapes = {"w": (5, 3), "b": (5,), "v": (2, 5)}
+    check(model, shapes, [RNG.standard_normal((4, 3))], 0.7)
+    assert plan(model, shapes, [RNG.standard_normal((4, 3))]) == {k: "linear" for k in shapes}
+
+
 def test_layer_used_twice_falls_back():
     def model(p, x, F):
         return (F.linear(F.linear(x, p["w"]).tanh(), p["w"]) ** 2).sum()

@@ -24,6 +24,7 @@ from microtensor.autograd import engine
 from microtensor.autograd.grad_mode import no_grad
 from microtensor.func.autodiff import grad as func_grad
 from microtensor.ops import dispatch
+from microtensor.ops.factory import ones_like
 from microtensor.ops.ghost import squared_norms
 from microtensor.vmap import vmap
 from microtensor.vmap.batched import BatchedTensor, active_levels, to_front
@@ -129,15 +130,16 @@ def _weighted_sum(per_sample, factors):
 
 class _Use:
     """One recorded call of an op with a norm rule: its arguments (the activation
-    physical, batch first), its physical output and the parameters it uses, with the
-    number of graph edges into each parameter that the call made."""
+    physical, batch first), the graph edge of its physical output as it was made (an
+    in-place op on the output later moves the tensor's own edge), the output's batch dim,
+    and the parameters it uses, with the number of graph edges into each that it made."""
 
     __slots__ = ("op", "arguments", "output", "bdim", "params", "edges")
 
     def __init__(self, op, arguments, output, bdim, params, edges):
         self.op = op
         self.arguments = arguments
-        self.output = output
+        self.output = output          # (node, output number)
         self.bdim = bdim
         self.params = params          # argument name -> parameter key
         self.edges = edges            # parameter key -> edges into it made by this call
@@ -194,7 +196,8 @@ def _observe(op, args, kwargs):
     if type(result) is BatchedTensor and result._level == tape.level:
         arguments[rule.activation] = to_front(activation._value, activation._bdim)
         edges = _edges_into(tape, result._value.grad_fn, first_new)
-        tape.uses.append(_Use(op, arguments, result._value, result._bdim, params, edges))
+        tape.uses.append(_Use(op, arguments, gradient_edge(result._value), result._bdim,
+                              params, edges))
     return result
 
 
@@ -270,8 +273,9 @@ def _rule_norms(tape, losses, chosen):
     """Per-parameter squared norms [B] from the rules, for the parameters in ``chosen``
     whose rule serves the call (the others are left out)."""
     uses = list({id(u): u for u in chosen.values()}.values())
-    grads = engine.grad(losses.sum(), [u.output for u in uses], retain_graph=True,
-                        allow_unused=True)
+    total = losses.sum()
+    grads = engine.run_backward([gradient_edge(total)], [ones_like(total)], retain_graph=True,
+                                create_graph=False, capture=[u.output for u in uses])
     squares = {}
     with no_grad():
         for use, g in zip(uses, grads):
