@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import microtensor as mt
-from microtensor.ops import dispatch
 from microtensor.privacy import clipped_grad_sum, clipping, ghost_plan
 
 try:
