@@ -543,17 +543,22 @@ def unfolded_rows(input, kernel, stride, padding, dilation, groups):
 def convolution(grad, input, weight, bias, stride, padding, dilation, transposed,
                 output_padding, groups):
     # the weight's gradient is Σ over positions of the output gradient times the patch
-    # read there: a linear layer's over the unfolded input, one per group
+    # read there: a linear layer's over the unfolded input, one per group; the unfolded
+    # input is k times the input, so it is formed for a chunk of samples at a time
     if transposed:
         return NotImplemented
     stride, padding, dilation, _ = conv_params(weight.dim(), stride, padding, dilation,
                                                output_padding)
-    count, n, outs = grad.shape[:3]
-    dims = weight.dim() - 2
-    rows = unfolded_rows(input, tuple(weight.shape[2:]), stride, padding, dilation, groups)
-    # [B, N, O, *positions] -> [B, groups, N * positions, O / groups]
-    grads = grad.movedim(2, -1).reshape(count, -1, groups, outs // groups).transpose(1, 2)
-    norms = {"weight": ghost.outer_product_norms(rows, grads)}
+    kernel = tuple(weight.shape[2:])
+    outs = grad.shape[2]
+
+    def weight_norms(input, grad):
+        rows = unfolded_rows(input, kernel, stride, padding, dilation, groups)
+        # [b, N, O, *positions] -> [b, groups, N * positions, O / groups]
+        grads = grad.movedim(2, -1).reshape(grad.shape[0], -1, groups, outs // groups)
+        return ghost.outer_product_norms(rows, grads.transpose(1, 2))
+    unfolded = grad[0].numel() // outs * groups * weight[0].numel()     # per sample
+    norms = {"weight": ghost.by_chunks(weight_norms, unfolded, input.numel(), input, grad)}
     if bias is not None:
         norms["bias"] = ghost.squared_norms(ghost.sum_except(grad, (2,)))
     return norms

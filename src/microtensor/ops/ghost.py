@@ -38,11 +38,20 @@ def outer_product_norms(a, g):
     if rows * rows <= width * outs:
         grams = a.matmul(a.mT) * g.matmul(g.mT)
         return grams.reshape(grams.shape[0], -1).sum(1)
-    per_sample = math.prod(g.shape[1:-2]) * width * outs
-    chunk = max(1, max(_CHUNK_ELEMENTS, a.numel() + g.numel()) // per_sample)
-    parts = [squared_norms(g[i:i + chunk].mT.matmul(a[i:i + chunk]))
-             for i in range(0, a.shape[0], chunk)]
-    return parts[0] if len(parts) == 1 else REGISTRY["cat"](parts)
+    return by_chunks(lambda rows, grads: squared_norms(grads.mT.matmul(rows)),
+                     math.prod(g.shape[1:-2]) * width * outs, a.numel() + g.numel(), a, g)
+
+
+def by_chunks(fn, per_sample, budget, *tensors):
+    """``fn`` over chunks of samples of ``tensors``, the results ([chunk]) joined, each
+    chunk sized so that ``per_sample`` elements a sample stay within ``budget`` (or
+    ``_CHUNK_ELEMENTS``, if larger)."""
+    count = tensors[0].shape[0]
+    chunk = max(1, max(_CHUNK_ELEMENTS, budget) // max(per_sample, 1))
+    if chunk >= count:
+        return fn(*tensors)
+    return REGISTRY["cat"]([fn(*(t[i:i + chunk] for t in tensors))
+                            for i in range(0, count, chunk)])
 
 
 def index_gram_norms(indices, g):
@@ -53,4 +62,5 @@ def index_gram_norms(indices, g):
     return grams.reshape(grams.shape[0], -1).sum(1)
 
 
-__all__ = ["squared_norms", "sum_except", "outer_product_norms", "index_gram_norms"]
+__all__ = ["squared_norms", "sum_except", "outer_product_norms", "by_chunks",
+           "index_gram_norms"]
