@@ -159,6 +159,23 @@ def test_cnn_with_group_norm_matches_torch_func():
                                      "c2": "convolution", "fc": "linear", "fcb": "linear"}
 
 
+def test_chunked_rules_agree(monkeypatch):
+    """The unfolded input of a convolution, formed a few samples at a time when larger than
+    the input: one sample at a time here (the first layer's patches are 9 times its input),
+    the same results."""
+    from microtensor.ops import ghost
+    chunks = []
+    original = ghost.by_chunks
+
+    def counted(fn, per_sample, budget, *tensors):
+        chunks.append(max(1, max(ghost._CHUNK_ELEMENTS, budget) // per_sample))
+        return original(fn, per_sample, budget, *tensors)
+    monkeypatch.setattr(ghost, "_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(ghost, "by_chunks", counted)
+    check(cnn, CNN, [RNG.standard_normal((5, 1, 6, 6)), RNG.integers(0, 3, 5)], 0.5)
+    assert 1 in chunks
+
+
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")   # PyTorch's
 def test_conv1d_with_rms_norm_and_conv3d_match_torch_func():
     check(conv1d_model, {"w": (4, 2, 3), "b": (4,), "g": (4,)},
