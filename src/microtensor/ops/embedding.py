@@ -99,14 +99,20 @@ def embedding_renorm_(self, indices, max_norm, norm_type):
                            "operation.")
     if self.dim() != 2:
         raise RuntimeError("embedding_renorm_(): 'self' must be 2-D")
-    positions = _positions(self, indices)
-    xp = array_module(positions)
-    rows = xp.unique(positions.reshape(-1))
+    positions = _positions(self, indices).reshape(-1)
     target = self._array()
-    picked = target[rows]
-    norms = xp.linalg.norm(picked, ord=norm_type, axis=1, keepdims=True)
-    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
-    target[rows] = picked * scale.astype(picked.dtype)
+    # a row picked twice is scaled once: both writes carry the value computed from the
+    # original row
+    picked = target[positions]
+    magnitude = array_module(picked).abs(picked)
+    if norm_type == float("inf"):
+        norms = magnitude.max(axis=1, keepdims=True)
+    elif norm_type == 0:
+        norms = (magnitude != 0).sum(axis=1, keepdims=True)
+    else:
+        norms = (magnitude ** norm_type).sum(axis=1, keepdims=True) ** (1.0 / norm_type)
+    scale = array_module(picked).where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    target[positions] = picked * scale.astype(picked.dtype)
     return self
 
 
