@@ -296,6 +296,16 @@ def test_user_parameters_are_left_alone():
     assert params["w"].grad is None and not summed["w"].requires_grad
 
 
+def test_rules_are_declared_on_their_ops():
+    from microtensor import explain
+    with_rules = {name for name, op in mt.ops.REGISTRY.items() if op.norm_rule is not None}
+    assert with_rules >= {"linear", "convolution", "embedding", "layer_norm", "group_norm",
+                          "rms_norm"}
+    text = explain.op("embedding")
+    assert "norm rule      embedding  " in text and "ops/embedding.py:" in text
+    assert "activation indices, for weight" in text
+
+
 # --------------------------------------------------------------------------- errors
 
 def _loss(p, x):
