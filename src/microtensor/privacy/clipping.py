@@ -273,20 +273,19 @@ def _rule_norms(tape, losses, chosen):
     """Per-parameter squared norms [B] from the rules, for the parameters in ``chosen``
     whose rule serves the call (the others are left out)."""
     uses = list({id(u): u for u in chosen.values()}.values())
+    if not uses:
+        return {}
     total = losses.sum()
     grads = engine.run_backward([gradient_edge(total)], [ones_like(total)], retain_graph=True,
                                 create_graph=False, capture=[u.output for u in uses])
     squares = {}
     with no_grad():
         for use, g in zip(uses, grads):
-            g = to_front(g, use.bdim) if g is not None else None
-            wanted = {name: key for name, key in use.params.items() if chosen.get(key) is use}
-            if g is None:   # the output does not reach the loss: no gradient through it
-                squares.update({key: None for key in wanted.values()})
-                continue
-            norms = use.op.norm_rule(g, use.arguments)
+            norms = NotImplemented if g is None else \
+                use.op.norm_rule(to_front(g, use.bdim), use.arguments)
             if norms is NotImplemented:
                 continue
+            wanted = {name: key for name, key in use.params.items() if chosen.get(key) is use}
             squares.update({key: norms[name] for name, key in wanted.items()
                             if name in norms})
     return squares
@@ -323,8 +322,7 @@ def _by_ghost_norms(loss_fn, leaves, batch, max_grad_norm):
     if fallback:
         squares.update(_fallback_norms(loss_fn, leaves, batch, fallback))
     with no_grad():
-        present = [s for s in squares.values() if s is not None]
-        norms = _total_norms(present) if present else losses.detach() * 0
+        norms = _total_norms(list(squares.values()))
         factors = _clip_factors(norms, max_grad_norm)
     keys = list(leaves)
     grads = engine.grad(losses, [leaves[k] for k in keys], grad_outputs=factors,
