@@ -198,7 +198,8 @@ def test_parameter_outside_any_layer_falls_back_alone():
 
 
 def test_tied_weights_fall_back_exactly():
-    """An embedding tied to the output layer: two uses of one weight, no single rule."""
+    """An embedding tied to the output layer: two rules' calls, whose parts (the embedding's
+    norms, the linear layer's rows) do not combine."""
     def model(p, tokens, F):
         h = F.embedding(tokens, p["emb"]).tanh()
         logits = F.linear(F.linear(h, p["w"], p["b"]), p["emb"])
@@ -220,11 +221,42 @@ def test_output_modified_in_place_keeps_the_layers_gradient():
     assert plan(model, shapes, [RNG.standard_normal((4, 3))]) == {k: "linear" for k in shapes}
 
 
-def test_layer_used_twice_falls_back():
+def test_layer_used_twice_stacks_its_rows():
+    """Two calls of one linear layer: the weight's gradient is the sum of two outer-product
+    sums, one sum over both calls' rows."""
     def model(p, x, F):
-        return (F.linear(F.linear(x, p["w"]).tanh(), p["w"]) ** 2).sum()
-    check(model, {"w": (3, 3)}, [RNG.standard_normal((4, 3))], 0.7)
-    assert plan(model, {"w": (3, 3)}, [RNG.standard_normal((4, 3))]) == {"w": "vmap"}
+        return (F.linear(F.linear(x, p["w"], p["b"]).tanh(), p["w"], p["b"]) ** 2).sum()
+    shapes = {"w": (3, 3), "b": (3,)}
+    check(model, shapes, [RNG.standard_normal((4, 3))], 0.7)
+    assert plan(model, shapes, [RNG.standard_normal((4, 3))]) == {"w": "linear",
+                                                                   "b": "linear"}
+
+
+def recurrent(p, xs, F):
+    """A tanh RNN written as a loop: the recurrent weight serves every step."""
+    h = F.linear(xs[0], p["wx"], p["bx"]).tanh()
+    for x in xs[1:]:
+        h = (F.linear(x, p["wx"], p["bx"]) + F.linear(h, p["wh"], p["bh"])).tanh()
+    return (F.linear(h, p["out"]) ** 2).sum()
+
+
+RECURRENT = {"wx": (5, 3), "bx": (5,), "wh": (5, 5), "bh": (5,), "out": (2, 5)}
+
+
+def test_recurrent_loop_takes_rules():
+    batch = [RNG.standard_normal((4, 6, 3))]
+    check(recurrent, RECURRENT, batch, 0.5)
+    assert plan(recurrent, RECURRENT, batch) == {k: "linear" for k in RECURRENT}
+
+
+def test_parameter_used_through_a_view_falls_back():
+    """A weight that a convolution uses through a view and a linear layer directly: the
+    view's edge into it belongs to no rule's call."""
+    def model(p, x, F):
+        h = F.conv1d(x, p["w"].unsqueeze(-1))
+        return (F.linear(h.transpose(0, 1), p["w"]) ** 2).sum()
+    check(model, {"w": (3, 3)}, [RNG.standard_normal((4, 3, 5))], 0.7)
+    assert plan(model, {"w": (3, 3)}, [RNG.standard_normal((4, 3, 5))]) == {"w": "vmap"}
 
 
 def test_parameter_that_does_not_reach_the_loss_gets_zeros():

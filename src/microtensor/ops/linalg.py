@@ -395,16 +395,18 @@ def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
 
 @linear.def_norm_rule
 def linear(grad, input, weight, bias):
-    # each sample's leading dims are rows t: its weight gradient is Σ_t g_t a_tᵀ
+    # each sample's leading dims are rows t: its weight gradient is Σ_t g_t a_tᵀ, its bias
+    # gradient Σ_t g_t (rows of ones); as rows, several calls of one weight combine
     if weight.dim() > 2:
         return NotImplemented
     count = input.shape[0]
     rows = input.reshape(count, -1, input.shape[-1])
     grads = grad.reshape(count, rows.shape[1], -1)
-    norms = {"weight": ghost.outer_product_norms(rows, grads)}
+    found = {"weight": (rows, grads)}
     if bias is not None:
-        norms["bias"] = ghost.squared_norms(grads.sum(1) if bias.dim() else grads.sum((1, 2)))
-    return norms
+        ones = grads.new_ones((count, rows.shape[1], 1))
+        found["bias"] = (ones, grads if bias.dim() else grads.sum(-1, keepdim=True))
+    return found
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

@@ -134,8 +134,10 @@ class Op:
         whose ``activation`` argument is batched and whose ``params`` arguments are
         unbatched; its parameters name what it needs: ``grad`` (the output's gradient)
         first, then forward arguments by name, the activation and ``grad`` with the batch
-        first.  It returns ``{param: per-sample squared norms [B]}`` for the ``params``
-        given, or NotImplemented for a call it cannot serve."""
+        first.  It returns, for the ``params`` given, ``{param: per-sample squared norms
+        [B]}``, or ``{param: (a, g)}``: rows ``a`` [B, T, i] and ``g`` [B, T, o] whose
+        ``Σ_t g_t a_tᵀ`` is each sample's gradient (the rows of several calls that share
+        the parameter then combine); or NotImplemented for a call it cannot serve."""
         if fn is None:
             return lambda f: self.def_norm_rule(f, activation=activation, params=params)
         self.norm_rule = NormRule(fn, activation, tuple(params))

@@ -25,7 +25,8 @@ from microtensor.autograd.grad_mode import no_grad
 from microtensor.func.autodiff import grad as func_grad
 from microtensor.ops import dispatch
 from microtensor.ops.factory import ones_like
-from microtensor.ops.ghost import squared_norms
+from microtensor.ops.ghost import outer_product_norms, squared_norms
+from microtensor.ops.shape import cat
 from microtensor.vmap import vmap
 from microtensor.vmap.batched import BatchedTensor, active_levels, to_front
 
@@ -258,21 +259,22 @@ def _record(loss_fn, leaves, batch):
 
 
 def _rule_uses(tape, losses):
-    """Which parameters take their rule: ``{key: use}`` for each parameter that one
-    recorded call uses and nothing else (every edge into it comes from that call)."""
+    """Which parameters take their rules: ``{key: [uses]}`` for each parameter that the
+    recorded calls use and nothing else (every edge into it comes from those calls)."""
     total = _edges_into(tape, losses.grad_fn)
     uses_of = {}
     for use in tape.uses:
         for key in use.params.values():
             uses_of.setdefault(key, []).append(use)
-    return {key: found[0] for key, found in uses_of.items()
-            if len(found) == 1 and found[0].edges.get(key, 0) == total.get(key, 0) > 0}
+    return {key: found for key, found in uses_of.items()
+            if sum(u.edges.get(key, 0) for u in found) == total.get(key, 0) > 0}
 
 
 def _rule_norms(tape, losses, chosen):
     """Per-parameter squared norms [B] from the rules, for the parameters in ``chosen``
-    whose rule serves the call (the others are left out)."""
-    uses = list({id(u): u for u in chosen.values()}.values())
+    whose rules serve all their calls (the others are left out).  A parameter of several
+    calls needs rows from each (``Op.def_norm_rule``): stacked, they are one gradient's."""
+    uses = list({id(u): u for found in chosen.values() for u in found}.values())
     if not uses:
         return {}
     total = losses.sum()
@@ -280,15 +282,31 @@ def _rule_norms(tape, losses, chosen):
                                 create_graph=False, capture=[u.output for u in uses])
     squares = {}
     with no_grad():
-        for use, g in zip(uses, grads):
-            norms = NotImplemented if g is None else \
-                use.op.norm_rule(to_front(g, use.bdim), use.arguments)
-            if norms is NotImplemented:
-                continue
-            wanted = {name: key for name, key in use.params.items() if chosen.get(key) is use}
-            squares.update({key: norms[name] for name, key in wanted.items()
-                            if name in norms})
+        results = {id(use): NotImplemented if g is None else
+                   use.op.norm_rule(to_front(g, use.bdim), use.arguments)
+                   for use, g in zip(uses, grads)}
+        for key, found in chosen.items():
+            parts = [_part(results[id(u)], u, key) for u in found]
+            if len(parts) == 1 and isinstance(parts[0], TensorBase):
+                squares[key] = parts[0]
+            elif all(isinstance(p, tuple) for p in parts) and _stackable(parts):
+                squares[key] = outer_product_norms(cat([a for a, _ in parts], -2),
+                                                   cat([g for _, g in parts], -2))
     return squares
+
+
+def _stackable(rows):
+    return len({(tuple(a.shape[:-2]), a.shape[-1], g.shape[-1]) for a, g in rows}) == 1
+
+
+def _part(result, use, key):
+    """What a rule gave for parameter ``key`` of its call: norms, rows, or None."""
+    if result is NotImplemented:
+        return None
+    names = [name for name, k in use.params.items() if k == key]
+    if len(names) != 1 or names[0] not in result:   # passed twice to one call, or no rule
+        return None
+    return result[names[0]]
 
 
 def _fallback_norms(loss_fn, leaves, batch, keys):
@@ -312,7 +330,8 @@ def ghost_plan(loss_fn, params, *batch):
     losses, tape = _record(loss_fn, leaves, batch)
     chosen = _rule_uses(tape, losses)
     served = _rule_norms(tape, losses, chosen)
-    return {k: chosen[k].op.name if k in served else "vmap" for k in leaves}
+    return {k: "+".join(sorted({u.op.name for u in chosen[k]})) if k in served else "vmap"
+            for k in leaves}
 
 
 def _by_ghost_norms(loss_fn, leaves, batch, max_grad_norm):
