@@ -249,6 +249,26 @@ def test_recurrent_loop_takes_rules():
     assert plan(recurrent, RECURRENT, batch) == {k: "linear" for k in RECURRENT}
 
 
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+def test_recurrent_modules_take_rules(kind):
+    """The zero initial state is not batched: the observer batches it (every sample the
+    same), so the recurrent weights' first step is recorded per sample too."""
+    mt.manual_seed(0)
+    module = getattr(mt.nn, kind)(3, 4, batch_first=True)
+    params = {k: v.detach() for k, v in module.named_parameters()}
+
+    def loss(p, seq):
+        out = mt.func.functional_call(module, p, (seq.unsqueeze(0),))[0]
+        return out.pow(2).sum()
+    seqs = mt.randn(4, 5, 3, dtype=mt.float32)
+    assert ghost_plan(loss, params, seqs) == {k: "linear" for k in params}
+    ghost = clipped_grad_sum(loss, params, seqs, max_grad_norm=0.3)
+    reference = clipped_grad_sum(loss, params, seqs, max_grad_norm=0.3, method="vmap")
+    assert mt.allclose(ghost[1], reference[1], rtol=1e-5)
+    for k in params:
+        assert mt.allclose(ghost[0][k], reference[0][k], rtol=1e-4, atol=1e-6), k
+
+
 def test_parameter_used_through_a_view_falls_back():
     """A weight that a convolution uses through a view and a linear layer directly: the
     view's edge into it belongs to no rule's call."""

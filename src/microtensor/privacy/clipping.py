@@ -28,7 +28,8 @@ from microtensor.ops.factory import ones_like
 from microtensor.ops.ghost import outer_product_norms, squared_norms
 from microtensor.ops.shape import cat
 from microtensor.vmap import vmap
-from microtensor.vmap.batched import BatchedTensor, active_levels, to_front
+from microtensor.vmap.batched import (BatchedTensor, active_levels, batch_size, to_front,
+                                      wrap)
 
 METHODS = ("ghost", "vmap")
 EPSILON = 1e-6      # Opacus's: c_i = min(1, C / (‖g_i‖ + 1e-6))
@@ -168,15 +169,26 @@ _observers_lock = threading.Lock()
 
 
 def _observe(op, args, kwargs):
-    """The dispatcher's observer during pass 1: records calls a norm rule can serve."""
+    """The dispatcher's observer during pass 1: records calls a norm rule can serve.
+
+    An activation that is not batched (a recurrent layer's zero initial state, say) is
+    made batched first, every sample the same: per sample nothing changes, and the
+    output's gradient then comes out per sample, as the rule needs."""
     tape = _local.tape
-    if tape is None or tape.busy or tape.level is None:
+    if tape is None or tape.busy or tape.level is None or \
+            len(active_levels()) != tape.level:
         return NotImplemented
     rule = op.norm_rule
     arguments = op.bind(args, kwargs)
     activation = arguments.get(rule.activation)
-    if type(activation) is not BatchedTensor or activation._level != tape.level or \
-            len(active_levels()) != tape.level:
+    if type(activation) is BatchedTensor:
+        if activation._level != tape.level:
+            return NotImplemented
+    elif isinstance(activation, TensorBase):
+        size = batch_size(tape.level)
+        arguments[rule.activation] = activation = wrap(
+            activation.unsqueeze(0).expand((size,) + tuple(activation.shape)), 0, tape.level)
+    else:
         return NotImplemented
     params = {}
     for name in rule.params:
@@ -191,7 +203,8 @@ def _observe(op, args, kwargs):
     first_new = Node(()).sequence_nr
     tape.busy = True
     try:
-        result = dispatch.call(op, args, kwargs)
+        result = dispatch.call(op, tuple(arguments[n] for n in op.params),
+                               {k: v for k, v in arguments.items() if k not in op.params})
     finally:
         tape.busy = False
     if type(result) is BatchedTensor and result._level == tape.level:
