@@ -4,14 +4,14 @@ materialised per-sample gradients.
 Ghost clipping, in three steps (``docs/privacy.md`` explains the identities):
 
 1. The per-sample loss runs once under ``vmap`` with the parameters unbatched, on a tape:
-   an op that declares a norm rule (``Op.def_norm_rule``), called with a batched
-   activation and a parameter, is recorded with its physical output.  One backward pass of
+   a call of an op that declares a norm rule (``Op.def_norm_rule``) with a parameter is
+   recorded with its activation (made batched if it was not) and its physical output.  One backward pass of
    the summed loss gives every recorded output's gradient; samples never mix under vmap,
    so sample i's rows are ∂loss_i/∂out_i.
-2. Each parameter whose every use is one recorded call (checked on the autograd graph: the
-   edges into its ``AccumulateGrad`` all come from that call) gets its per-sample norms
-   from the op's rule; every other parameter from ``vmap(grad)`` of the loss with respect
-   to the fallback parameters alone.
+2. Each parameter whose every use is a recorded call (checked on the autograd graph: the
+   edges into its ``AccumulateGrad`` all come from those calls) gets its per-sample norms
+   from the op's rule (several calls: from their rows, stacked); every other parameter
+   from ``vmap(grad)`` of the loss with respect to the fallback parameters alone.
 3. A backward pass of ``Σ_i c_i · loss_i`` through the retained graph, with the clip
    factors ``c_i = min(1, C / (‖g_i‖ + 1e-6))``, gives the clipped sum.
 """
