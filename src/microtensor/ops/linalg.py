@@ -15,7 +15,6 @@ import numpy as np
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor.ops.loops import _type_name, device_of
-from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 
 BINARY = ("self", "other")

@@ -5,9 +5,9 @@ Ghost clipping, in three steps (``docs/privacy.md`` explains the identities):
 
 1. The per-sample loss runs once under ``vmap`` with the parameters unbatched, on a tape:
    a call of an op that declares a norm rule (``Op.def_norm_rule``) with a parameter is
-   recorded with its activation (made batched if it was not) and its physical output.  One backward pass of
-   the summed loss gives every recorded output's gradient; samples never mix under vmap,
-   so sample i's rows are ∂loss_i/∂out_i.
+   recorded with its activation (made batched if it was not) and its physical output.
+   One backward pass of the summed loss gives every recorded output's gradient; samples
+   never mix under vmap, so sample i's rows are ∂loss_i/∂out_i.
 2. Each parameter whose every use is a recorded call (checked on the autograd graph: the
    edges into its ``AccumulateGrad`` all come from those calls) gets its per-sample norms
    from the op's rule (several calls: from their rows, stacked); every other parameter
