@@ -12,9 +12,8 @@ Ghost clipping, in three steps (``docs/privacy.md`` explains the identities):
    edges into its ``AccumulateGrad`` all come from those calls) gets its per-sample norms
    from the op's rule (several calls: from their rows, stacked); every other parameter
    from ``vmap(grad)`` of the loss with respect to the fallback parameters alone.
-3. With the clip factors ``c_i = min(1, C / (‖g_i‖ + 1e-6))``, the clipped sum of a
-   parameter whose rule gave rows is ``Σ_i c_i Σ_t g_it a_itᵀ``, one product; the others'
-   is a backward pass of ``Σ_i c_i · loss_i`` through the retained graph.
+3. A backward pass of ``Σ_i c_i · loss_i`` through the retained graph, with the clip
+   factors ``c_i = min(1, C / (‖g_i‖ + 1e-6))``, gives the clipped sum.
 """
 import numbers
 import threading
@@ -286,16 +285,15 @@ def _rule_uses(tape, losses):
 
 def _rule_norms(tape, losses, chosen):
     """Per-parameter squared norms [B] from the rules, for the parameters in ``chosen``
-    whose rules serve all their calls (the others are left out), and the rows ``(a, g)``
-    of those whose rules gave rows.  A parameter of several calls needs rows from each
-    (``Op.def_norm_rule``): stacked, they are one gradient's."""
+    whose rules serve all their calls (the others are left out).  A parameter of several
+    calls needs rows from each (``Op.def_norm_rule``): stacked, they are one gradient's."""
     uses = list({id(u): u for found in chosen.values() for u in found}.values())
     if not uses:
-        return {}, {}
+        return {}
     total = losses.sum()
     grads = engine.run_backward([gradient_edge(total)], [ones_like(total)], retain_graph=True,
                                 create_graph=False, capture=[u.output for u in uses])
-    squares, rows = {}, {}
+    squares = {}
     with no_grad():
         results = {id(use): NotImplemented if g is None else
                    use.op.norm_rule(to_front(g, use.bdim), use.arguments)
@@ -305,9 +303,9 @@ def _rule_norms(tape, losses, chosen):
             if len(parts) == 1 and isinstance(parts[0], TensorBase):
                 squares[key] = parts[0]
             elif all(isinstance(p, tuple) for p in parts) and _stackable(parts):
-                rows[key] = (cat([a for a, _ in parts], -2), cat([g for _, g in parts], -2))
-                squares[key] = outer_product_norms(*rows[key])
-    return squares, rows
+                squares[key] = outer_product_norms(cat([a for a, _ in parts], -2),
+                                                   cat([g for _, g in parts], -2))
+    return squares
 
 
 def _stackable(rows):
@@ -344,35 +342,26 @@ def ghost_plan(loss_fn, params, *batch):
     leaves = {k: t.detach().requires_grad_() for k, t in params.items()}
     losses, tape = _record(loss_fn, leaves, batch)
     chosen = _rule_uses(tape, losses)
-    served, _ = _rule_norms(tape, losses, chosen)
+    served = _rule_norms(tape, losses, chosen)
     return {k: "+".join(sorted({u.op.name for u in chosen[k]})) if k in served else "vmap"
             for k in leaves}
 
 
 def _by_ghost_norms(loss_fn, leaves, batch, max_grad_norm):
     losses, tape = _record(loss_fn, leaves, batch)
-    squares, rows = _rule_norms(tape, losses, _rule_uses(tape, losses))
+    squares = _rule_norms(tape, losses, _rule_uses(tape, losses))
     fallback = [k for k in leaves if k not in squares]
     if fallback:
         squares.update(_fallback_norms(loss_fn, leaves, batch, fallback))
     with no_grad():
         norms = _total_norms(list(squares.values()))
         factors = _clip_factors(norms, max_grad_norm)
-        # from rows, Σ_i c_i Σ_t g_it a_itᵀ is one product: no backward pass for them
-        summed = {k: _weighted_rows(*rows[k], factors).reshape(leaves[k].shape) for k in rows}
-    rest = [k for k in leaves if k not in rows]
-    if rest:
-        grads = engine.grad(losses, [leaves[k] for k in rest], grad_outputs=factors,
-                            allow_unused=True)
-        summed.update({k: g if g is not None else leaves[k].detach().new_zeros(leaves[k].shape)
-                       for k, g in zip(rest, grads)})
-    return {k: summed[k] for k in leaves}, norms
-
-
-def _weighted_rows(a, g, factors):
-    """``Σ_i c_i Σ_t g_it a_itᵀ`` for rows ``a`` [B, T, i] and ``g`` [B, T, o]."""
-    weighted = g * factors.reshape((-1,) + (1,) * (g.dim() - 1))
-    return weighted.reshape(-1, g.shape[-1]).mT.matmul(a.reshape(-1, a.shape[-1]))
+    keys = list(leaves)
+    grads = engine.grad(losses, [leaves[k] for k in keys], grad_outputs=factors,
+                        allow_unused=True)
+    summed = {k: g if g is not None else leaves[k].detach().new_zeros(leaves[k].shape)
+              for k, g in zip(keys, grads)}
+    return summed, norms
 
 
 __all__ = ["clipped_grad_sum", "ghost_plan"]
