@@ -302,6 +302,8 @@ def _rule_norms(tape, losses, chosen):
             parts = [_part(results[id(u)], u, key) for u in found]
             if len(parts) == 1 and isinstance(parts[0], TensorBase):
                 squares[key] = parts[0]
+            elif len(parts) == 1 and isinstance(parts[0], tuple):
+                squares[key] = outer_product_norms(*parts[0])
             elif all(isinstance(p, tuple) for p in parts) and _stackable(parts):
                 squares[key] = outer_product_norms(cat([a for a, _ in parts], -2),
                                                    cat([g for _, g in parts], -2))
