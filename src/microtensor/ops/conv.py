@@ -9,8 +9,8 @@ convolution is one product too, whose blocks col2im adds into place.  The deriva
 written with
 ``convolution`` itself (the gradient of a convolution's input is a transposed convolution
 and vice versa; the weight's gradient is a convolution of the input with the incoming
-gradient, batch and channels swapped), so it is differentiable to any order; the batching
-rule is in ``vmap.rules_conv``.
+gradient, batch and channels swapped), so it is differentiable to any order; its batching
+rule follows the derivative.
 
 Memory format as PyTorch's: when the input or the weight is channels_last, so is the
 result, and the columns are gathered in that order (channels innermost), reading the input
@@ -26,6 +26,8 @@ from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, to_front,
+                                      wrap)
 
 _INPUTS = ("input", "weight", "bias")
 
@@ -354,36 +356,77 @@ def weight_gradient(input, grad, kernel, stride, padding, dilation, groups):
     return _cut_to(result, result.shape[:2] + tuple(kernel)).transpose(0, 1)
 
 
-@convolution.def_derivative(only_for={"input": "weight", "weight": "input"})
-def convolution(grad, input, weight, input_shape, weight_shape, bias_shape, stride, padding,
-                dilation, transposed, output_padding, groups):
-    stride, padding, dilation, output_padding = conv_params(len(weight_shape), stride,
-                                                            padding, dilation, output_padding)
+@convolution.def_derivative("input")
+def convolution(grad, weight, input_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight.shape), stride, padding, dilation,
+                                               output_padding)
+    kernel = weight.shape[2:]
+    if transposed:
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
+                                 (0,) * len(kernel), groups)
+    else:
+        # the rows past the last window, never read, need output padding to be reached
+        extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
+                      zip(input_shape[2:], grad.shape[2:], stride, padding, dilation, kernel))
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, True, extra,
+                                 groups)
+    return _cut_to(grad_input, input_shape)
+
+
+@convolution.def_derivative("weight")
+def convolution(grad, input, weight_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight_shape), stride, padding, dilation,
+                                               output_padding)
     kernel = weight_shape[2:]
-    dims = len(kernel)
-    grad_input = grad_weight = grad_bias = None
-    if weight is not None:
-        if transposed:
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
-                                     (0,) * dims, groups)
-        else:
-            # the rows past the last window, never read, need output padding to be reached
-            extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
-                          zip(input_shape[2:], grad.shape[2:], stride, padding, dilation,
-                              kernel))
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, True,
-                                     extra, groups)
-        grad_input = _cut_to(grad_input, input_shape)
-    if input is not None:
-        if transposed:
-            grad_weight = weight_gradient(grad, input, kernel, stride, padding, dilation,
-                                          groups)
-        else:
-            grad_weight = weight_gradient(input, grad, kernel, stride, padding, dilation,
-                                          groups)
-    if bias_shape is not None:
-        grad_bias = grad.sum((0,) + tuple(range(2, 2 + dims)))
-    return grad_input, grad_weight, grad_bias
+    if transposed:
+        return weight_gradient(grad, input, kernel, stride, padding, dilation, groups)
+    return weight_gradient(input, grad, kernel, stride, padding, dilation, groups)
+
+
+@convolution.def_derivative("bias")
+def convolution(grad):
+    return grad.sum((0,) + tuple(range(2, grad.dim())))
+
+
+@convolution.def_batch_rule
+def convolution(op, level, args, kwargs):
+    """One physical convolution for any mix of batched arguments, never a loop.
+
+    * Shared weight: the samples are more images of the batch (the vmap dim folded into N).
+    * Per-sample weights (model ensembles; under ``vmap(grad)`` the weight gradient, which
+      is a convolution of the input with the incoming gradient, both per sample): the
+      samples become groups, as torch.func does: input (B, N, C, ...) -> (N, B * C, ...),
+      weight (B, O, C / g, ...) -> (B * O, C / g, ...) with ``groups * B``; the result's
+      channels are (B, O) and unfold back.
+    """
+    bound = op.bind(args, kwargs)
+    x, w, b = bound["input"], bound["weight"], bound["bias"]
+    options = [bound[name] for name in ("stride", "padding", "dilation", "transposed",
+                                        "output_padding")]
+    groups = bound["groups"]
+    check_convolution(x, w, b, *options, groups)
+    if not same_level(w, level):
+        if same_level(b, level):   # a per-sample bias alone: added to the result
+            out = call(op, (x, w, None, *options, groups), None)
+            return out + b.reshape((-1,) + (1,) * (w.dim() - 2))
+        images = to_front(x._value, x._bdim)
+        size, n = images.shape[:2]
+        out = call(op, (images.reshape((size * n,) + tuple(images.shape[2:])), w, b,
+                        *options, groups), None)
+        return wrap(out.reshape((size, n) + tuple(out.shape[1:])), 0, level)
+    size = batch_size(level)
+    images = front_or_expanded(x, level, size).movedim(0, 1)
+    n = images.shape[0]
+    images = images.reshape((n, size * images.shape[2]) + tuple(images.shape[3:]))
+    weights = to_front(w._value, w._bdim)
+    weights = weights.reshape((size * weights.shape[1],) + tuple(weights.shape[2:]))
+    if b is not None:
+        b = front_or_expanded(b, level, size)
+        b = b.reshape(size * b.shape[1])
+    out = call(op, (images, weights, b, *options, groups * size), None)
+    return wrap(out.reshape((n, size, out.shape[1] // size) + tuple(out.shape[2:])), 1, level)
 
 
 # --------------------------------------------------------------------------- functions

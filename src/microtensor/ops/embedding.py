@@ -1,14 +1,22 @@
 """Embedding lookups: ``embedding`` (rows of a weight picked by indices, PyTorch's
 ``torch.embedding``) and ``embedding_renorm_`` (``max_norm``: the rows looked up scaled
 down in place to a norm of at most ``max_norm``), with ``embedding``'s derivative and its
-ghost-norm rule (``microtensor.privacy``).
+ghost-norm rule (``microtensor.privacy``), and both ops' batching rules.
+
+Batching: a shared weight with batched indices is one lookup over all samples' indices.
+Per-sample weights (and a frequency-scaled gradient, whose counts are per sample) use one
+lookup into the samples' weights stacked as rows ``(B * num_embeddings, dim)``, each
+sample's indices offset to its own block; the padding row is then kept out of the gradient
+by a mask, since it is a different row in each block.
 """
 from microtensor._C.tensor import is_grad_enabled
 from microtensor.ops import ghost
 from microtensor.ops.indexing import _is_integer_index, _out_of_range
 from microtensor.ops.loops import _type_name, array_module
+from microtensor.ops.factory import arange
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import fresh_tensor
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, same_level, wrap
 
 
 def _check_indices(indices, argument, name):
@@ -62,10 +70,38 @@ def _row_gradients(grad, indices, padding_idx, scale_grad_by_freq):
     return picked, rows
 
 
-@embedding.def_derivative
+@embedding.def_derivative("weight")
 def embedding(grad, weight_shape, indices, padding_idx, scale_grad_by_freq):
     picked, rows = _row_gradients(grad, indices, padding_idx, scale_grad_by_freq)
-    return grad.new_zeros(weight_shape).index_add(0, picked, rows),
+    return grad.new_zeros(weight_shape).index_add(0, picked, rows)
+
+
+def _offset(indices, size, rows):
+    """Each sample's indices (batch first) moved to its block of ``rows`` rows."""
+    shift = arange(size, dtype=indices.dtype, device=indices.device) * rows
+    return indices + shift.reshape((size,) + (1,) * (indices.dim() - 1))
+
+
+@embedding.def_batch_rule
+def embedding(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    weight, indices = bound["weight"], bound["indices"]
+    padding_idx, by_freq, sparse = (bound["padding_idx"], bound["scale_grad_by_freq"],
+                                    bound["sparse"])
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    size = batch_size(level)
+    indices = front_or_expanded(indices, level, size)
+    if not same_level(weight, level) and not by_freq:
+        return wrap(call(op, (weight, indices, padding_idx, False, sparse), None), 0, level)
+    weights = front_or_expanded(weight, level, size)
+    count = weights.shape[1]
+    flat = weights.reshape(size * count, weights.shape[2])
+    out = call(op, (flat, _offset(indices, size, count), -1, by_freq, sparse), None)
+    if padding_idx >= 0:
+        padding = (indices == padding_idx).unsqueeze(-1)
+        out = out.detach().where(padding, out)
+    return wrap(out, 0, level)
 
 
 @embedding.def_norm_rule(activation="indices", params=("weight",))
@@ -113,6 +149,27 @@ def embedding_renorm_(self, indices, max_norm, norm_type):
         norms = (magnitude ** norm_type).sum(axis=1, keepdims=True) ** (1.0 / norm_type)
     scale = array_module(picked).where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
     target[positions] = picked * scale.astype(picked.dtype)
+    return self
+
+
+@embedding_renorm_.def_batch_rule
+def embedding_renorm_(op, level, args, kwargs):
+    """Renorming a shared weight by every sample's indices is renorming it by each sample's
+    in turn (a renormed row is within ``max_norm`` and stays as it is)."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    size = batch_size(level)
+    indices = front_or_expanded(bound["indices"], level, size)
+    options = (bound["max_norm"], bound["norm_type"])
+    if not same_level(self, level):
+        call(op, (self, indices) + options, None)
+        return self
+    weights = front_or_expanded(self, level, size)
+    count = weights.shape[1]
+    flat = weights.reshape(size * count, weights.shape[2])
+    call(op, (flat, _offset(indices, size, count)) + options, None)
+    if flat._storage is not weights._storage:     # the stacked rows were a copy
+        weights.copy_(flat.view(weights.shape))
     return self
 
 
