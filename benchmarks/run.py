@@ -3,6 +3,7 @@
     python benchmarks/run.py            # full run (several minutes)
     python benchmarks/run.py --quick    # under a minute
     python benchmarks/run.py --only tiny,large
+    python benchmarks/run.py --only privacy      # clipping: ghost norms against vmap
 
 The machine is noisy, so every case of a section is timed in the same rounds (each round
 runs one repeat of every case, in rotating order) and each ratio is the median over
@@ -133,7 +134,7 @@ def machine_description():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter repeats")
-    keys = [s.key for s in sections.ALL] + ["func"]
+    keys = [s.key for s in sections.ALL] + ["func", "privacy"]
     parser.add_argument("--only", default="", help="comma-separated sections: " + ",".join(keys))
     args = parser.parse_args(argv)
     chosen = args.only.split(",") if args.only else keys
@@ -147,6 +148,10 @@ def main(argv=None):
         import bench_func
         print("\n## Function transforms (per-sample gradients, Jacobians, Hessians, memory)\n")
         bench_func.main(["--quick"] if args.quick else [])
+    if "privacy" in chosen:
+        import bench_privacy
+        print("\n## Per-sample clipping: ghost norms against per-sample gradients\n")
+        bench_privacy.main(["--quick"] if args.quick else [])
 
 
 if __name__ == "__main__":

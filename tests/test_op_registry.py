@@ -236,8 +236,19 @@ def _gradcheck_setup(name, index):
     return _as_function(op, args, kwargs, places), inputs
 
 
+def _gradient_by_convention(name, index):
+    """PyTorch's embedding gives the padding row no gradient and divides by frequencies:
+    conventions, not derivatives (tests/test_embedding.py compares them with PyTorch)."""
+    if name != "embedding":
+        return False
+    bound = REGISTRY[name].bind(*_sample(name, index))
+    return bound["padding_idx"] >= 0 or bound["scale_grad_by_freq"]
+
+
 @pytest.mark.parametrize("name, index", CASES)
 def test_gradcheck(name, index):
+    if _gradient_by_convention(name, index):
+        pytest.skip("the gradient is a convention here, not the derivative")
     f, inputs = _gradcheck_setup(name, index)
     assert gradcheck(f, inputs)
 

@@ -136,6 +136,10 @@ def op(name):
         rule, rule_source = batching_rule(o)
         lines.append(f"  batching rule  {rule.__qualname__}  {_location(rule)}  "
                      f"({rule_source})")
+    if o.norm_rule is not None:
+        rule = o.norm_rule
+        lines.append(f"  norm rule      {rule.fn.__qualname__}  {_location(rule.fn)}  (ghost "
+                     f"clipping: activation {rule.activation}, for {', '.join(rule.params)})")
     for method in FAST_PATHS.get(o.name, ()):
         lines.append(f"  C fast path    Tensor.{method}  {_pyx_location(method) or ''}")
     if o.name not in FAST_PATHS:

@@ -1,5 +1,7 @@
 """The dispatcher's hot path, in C: the route every op call takes to its kernel.
 
+0. While an observer is installed (``set_observer``: ghost clipping's tape, only for the
+   duration of one pass), a call of an op that declares a norm rule goes to it first.
 1. A composite op (written in other ops) runs its Python body.
 2. A call with a batched argument (or, while this thread is inside a vmap, one that draws
    random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
@@ -26,6 +28,7 @@ cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
+cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 
 # The number of vmap levels active in this thread (a C thread-local, so that threads
 # vmap independently and read it for free).
@@ -129,8 +132,20 @@ cpdef bint needs_recording(op, args) except -1:
     return False
 
 
+def set_observer(observer):
+    """Install ``observer(op, args, kwargs)`` (None: remove it), called first for every op
+    that declares a norm rule; it returns the result, or NotImplemented to let the call go
+    on as usual.  Other ops, and every op while none is installed, pay one pointer test."""
+    global _observer
+    _observer = observer
+
+
 cpdef object call(op, args, kwargs):
     """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None)."""
+    if _observer is not None and op.norm_rule is not None:
+        result = _observer(op, args, kwargs)
+        if result is not NotImplemented:
+            return result
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
     cdef Py_ssize_t level

@@ -174,16 +174,19 @@ def _padding_index(padding_idx, num_embeddings):
     return padding_idx
 
 
-def embedding(input, weight, padding_idx=None):
-    """Rows of ``weight`` picked by ``input``; the ``padding_idx`` row gets no gradient
-    (its rows in the result are detached, their values unchanged)."""
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` picked by ``input``: one op, ``ops.embedding.embedding``.  The
+    ``padding_idx`` row gets no gradient; ``max_norm`` first scales the rows looked up down
+    to that norm, in place (``embedding_renorm_``, under no_grad), as PyTorch does."""
     padding_idx = _padding_index(padding_idx, weight.shape[0])
-    out = weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) +
-                                                            (weight.shape[1],))
-    if padding_idx is not None:
-        keep = (input != padding_idx).unsqueeze(-1).to(out.dtype)
-        out = out * keep + out.detach() * (1 - keep)
-    return out
+    if max_norm is not None:
+        from microtensor.autograd.grad_mode import no_grad
+        input = input.contiguous()
+        with no_grad():
+            _op("embedding_renorm_", weight, input, max_norm, norm_type)
+    return _op("embedding", weight, input, -1 if padding_idx is None else padding_idx,
+               scale_grad_by_freq, sparse)
 
 
 def one_hot(tensor, num_classes=-1):

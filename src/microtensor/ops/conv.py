@@ -25,6 +25,7 @@ from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.loops import _type_name, array_module, device_of
+from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, to_front,
                                       wrap)
@@ -603,6 +604,50 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     """The transpose of ``conv3d`` (its gradient with respect to the input)."""
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                            dilation, 3, "conv_transpose3d")
+
+
+def unfolded_rows(input, kernel, stride, padding, dilation, groups):
+    """The patches a convolution reads, as rows: ``input`` [B, N, C, *spatial] ->
+    [B, groups, N * positions, C / groups * prod(kernel)] (im2col, per sample)."""
+    count, n, channels = input.shape[:3]
+    dims = len(kernel)
+    x = input.reshape((count * n, channels) + tuple(input.shape[3:]))
+    if any(padding):
+        x = layout.pad(x, tuple(p for p in reversed(padding) for _ in range(2)))
+    for d, (k, s, dil) in enumerate(zip(kernel, stride, dilation)):
+        x = x.unfold(2 + d, dil * (k - 1) + 1, s)      # positions in place, window last
+    if any(dil != 1 for dil in dilation):
+        x = x[(Ellipsis,) + tuple(slice(None, None, dil) for dil in dilation)]
+    positions = tuple(x.shape[2:2 + dims])
+    # [B*N, C, *positions, *kernel] -> [B, N, *positions, C, *kernel]
+    x = x.permute((0,) + tuple(range(2, 2 + dims)) + (1,) + tuple(range(2 + dims, 2 + 2 * dims)))
+    rows = x.reshape(count, n * math.prod(positions), groups, -1)
+    return rows.transpose(1, 2)
+
+
+@convolution.def_norm_rule
+def convolution(grad, input, weight, bias, stride, padding, dilation, transposed,
+                output_padding, groups):
+    # the weight's gradient is Σ over positions of the output gradient times the patch
+    # read there: a linear layer's over the unfolded input, one per group; the unfolded
+    # input is k times the input, so it is formed for a chunk of samples at a time
+    if transposed:
+        return NotImplemented
+    stride, padding, dilation, _ = conv_params(weight.dim(), stride, padding, dilation,
+                                               output_padding)
+    kernel = tuple(weight.shape[2:])
+    outs = grad.shape[2]
+
+    def weight_norms(input, grad):
+        rows = unfolded_rows(input, kernel, stride, padding, dilation, groups)
+        # [b, N, O, *positions] -> [b, groups, N * positions, O / groups]
+        grads = grad.movedim(2, -1).reshape(grad.shape[0], -1, groups, outs // groups)
+        return ghost.outer_product_norms(rows, grads.transpose(1, 2))
+    unfolded = grad[0].numel() // outs * groups * weight[0].numel()     # per sample
+    norms = {"weight": ghost.by_chunks(weight_norms, unfolded, input.numel(), input, grad)}
+    if bias is not None:
+        norms["bias"] = ghost.squared_norms(ghost.sum_except(grad, (2,)))
+    return norms
 
 
 __all__ = ["convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",

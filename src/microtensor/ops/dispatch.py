@@ -18,7 +18,8 @@ import warnings
 
 from microtensor._C import dispatch as _core
 from microtensor._C import meta
-from microtensor._C.dispatch import batching, call, run_kernel, set_batching, set_vmap_depth
+from microtensor._C.dispatch import (batching, call, run_kernel, set_batching, set_observer,
+                                     set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
 from microtensor._dtype import can_cast
 from microtensor.ops.loops import _type_name, check_writable

@@ -513,4 +513,20 @@ def linear(op, level, args, kwargs):
     return wrap(out.squeeze(-2) if x.dim() == 1 else out, 0, level)
 
 
+@linear.def_norm_rule
+def linear(grad, input, weight, bias):
+    # each sample's leading dims are rows t: its weight gradient is Σ_t g_t a_tᵀ, its bias
+    # gradient Σ_t g_t (rows of ones); as rows, several calls of one weight combine
+    if weight.dim() > 2:
+        return NotImplemented
+    count = input.shape[0]
+    rows = input.reshape(count, -1, input.shape[-1])
+    grads = grad.reshape(count, rows.shape[1], -1)
+    found = {"weight": (rows, grads)}
+    if bias is not None:
+        ones = grads.new_ones((count, rows.shape[1], 1))
+        found["bias"] = (ones, grads if bias.dim() else grads.sum(-1, keepdim=True))
+    return found
+
+
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

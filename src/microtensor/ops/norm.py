@@ -15,6 +15,7 @@ from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
                                       wrap)
@@ -388,6 +389,46 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     dims = tuple(range(-k, 0))
     out = input * ((input * input).mean(dims, True) + eps).rsqrt()
     return out if weight is None else out * weight
+
+
+# --------------------------------------------------------------------------- ghost norms
+# Each layer is ``normalized * weight + bias`` elementwise: a sample's weight gradient is
+# its output gradient times the normalised input, summed over its positions, a tensor of
+# the weight's size (as small as one row of the activation): formed directly.
+
+def _affine_norms(grad, normalized, weight, bias, keep):
+    norms = {}
+    if weight is not None:
+        norms["weight"] = ghost.squared_norms(ghost.sum_except(grad * normalized, keep))
+    if bias is not None:
+        norms["bias"] = ghost.squared_norms(ghost.sum_except(grad, keep))
+    return norms
+
+
+def _last_dims(t, count):
+    return tuple(range(t.dim() - count, t.dim()))
+
+
+@layer_norm.def_norm_rule
+def layer_norm(grad, input, normalized_shape, weight, bias, eps):
+    normalized = layer_norm(input, normalized_shape, None, None, eps)
+    return _affine_norms(grad, normalized, weight, bias,
+                         _last_dims(grad, len(normalized_shape)))
+
+
+@group_norm.def_norm_rule
+def group_norm(grad, input, num_groups, weight, bias, eps):
+    # per sample (N, C, *spatial): the channels are dim 2 here, behind the batch
+    folded = input.reshape((-1,) + tuple(input.shape[2:]))
+    normalized = group_norm(folded, num_groups, None, None, eps).reshape(input.shape)
+    return _affine_norms(grad, normalized, weight, bias, (2,))
+
+
+@rms_norm.def_norm_rule(params=("weight",))
+def rms_norm(grad, input, normalized_shape, weight, eps):
+    normalized = rms_norm(input, normalized_shape, None, eps)
+    return _affine_norms(grad, normalized, weight, None,
+                         _last_dims(grad, len(normalized_shape)))
 
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "rms_norm", "check_layer_norm",

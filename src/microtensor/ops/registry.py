@@ -22,6 +22,9 @@ An ``Op`` bundles what each layer needs to know about one operator:
   family's shared rule (``vmap.rules``).  An in-place variant takes its base op's rule
   (or family); a random op (``random=True``) takes vmap's random-op rule; an op with
   neither rule nor family takes vmap's per-sample loop, which warns;
+* ``norm_rule``: optional, for ghost clipping (``microtensor.privacy``): how the norm of
+  each sample's gradient of the op's parameters follows from the sample's activation and
+  output gradient, without forming that gradient (``def_norm_rule``);
 * ``samples``: sample inputs that the test suite runs through every check: a function
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
@@ -64,6 +67,20 @@ class Sample:
             return f"Tensor{tuple(a.shape)}" if hasattr(a, "_sizes") else repr(a)
         parts = [short(a) for a in self.args] + [f"{k}={short(v)}" for k, v in self.kwargs.items()]
         return "Sample(" + ", ".join(parts) + ")"
+
+
+class NormRule:
+    """An op's ghost-norm rule: the function, its activation argument and the parameter
+    arguments it gives norms for (see ``Op.def_norm_rule``)."""
+
+    def __init__(self, fn, activation, params):
+        self.fn = fn
+        self.activation = activation
+        self.params = params
+        self.names = tuple(inspect.signature(fn).parameters)[1:]
+
+    def __call__(self, grad, arguments):
+        return self.fn(grad, *(arguments[name] for name in self.names))
 
 
 class Derivative(Formulas):
@@ -139,6 +156,7 @@ class Op:
         # a ``Derivative`` once declared; an in-place variant shares its base op's (a plain
         # attribute: recording reads it for every op)
         self.derivative = inplace_of.derivative if inplace_of else None
+        self.norm_rule = None
         self.variants = []                   # in-place variants declared from this op
         if inplace_of is not None:
             inplace_of.variants.append(self)
@@ -187,6 +205,21 @@ class Op:
         if any(derivative.formulas):
             raise TypeError(f"{self.name} already has per-input derivatives")
         derivative._set(None, fn)
+        return self
+
+    def def_norm_rule(self, fn=None, *, activation="input", params=("weight", "bias")):
+        """Declare the ghost-norm rule (``@my_op.def_norm_rule`` above a function named like
+        the op; returns the op).  The rule applies to a call under ghost clipping's vmap
+        whose ``activation`` argument is batched and whose ``params`` arguments are
+        unbatched; its parameters name what it needs: ``grad`` (the output's gradient)
+        first, then forward arguments by name, the activation and ``grad`` with the batch
+        first.  It returns, for the ``params`` given, ``{param: per-sample squared norms
+        [B]}``, or ``{param: (a, g)}``: rows ``a`` [B, T, i] and ``g`` [B, T, o] whose
+        ``Σ_t g_t a_tᵀ`` is each sample's gradient (the rows of several calls that share
+        the parameter then combine); or NotImplemented for a call it cannot serve."""
+        if fn is None:
+            return lambda f: self.def_norm_rule(f, activation=activation, params=params)
+        self.norm_rule = NormRule(fn, activation, tuple(params))
         return self
 
     def def_batch_rule(self, fn):
