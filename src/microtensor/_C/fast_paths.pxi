@@ -4,7 +4,8 @@
 #
 # Each path serves a plain ``Tensor`` (or ``nn.Parameter``) in the common case and hands
 # anything else to the registered op through the dispatcher, which stays the reference
-# semantics (``microtensor.ops``).  The views, arithmetic and sums
+# semantics (``microtensor.ops``): tests/test_fast_paths.py checks that each path and its
+# op agree (values, layout, dtype, errors, recorded nodes).  The views, arithmetic and sums
 # also serve tensors that require grad, attaching the node the op would have recorded.
 
 
@@ -88,7 +89,7 @@ cdef object _fast_unsqueeze(TensorBase self, object dim):
 cdef object _reshaped_view(TensorBase self, tuple shape):
     """The view to ``shape`` (recorded as ``view``) when the strides allow one, else
     None."""
-    if not _served(self):
+    if not _served(self) or not shape:   # no shape: the op refuses the call
         return None
     sizes = _shape_arg(shape)
     if sizes is None:

@@ -106,7 +106,9 @@ def _select_checked(tensor, dim, item):
 
 def _sliced(tensor, dim, item):
     start, stop, step = item.start, item.stop, item.step
-    if step is not None and step <= 0:
+    if step == 0:
+        raise ValueError("slice step cannot be zero")   # Python's own message, as PyTorch's
+    if step is not None and step < 0:
         raise ValueError("step must be greater than zero")
     if start in (None, 0) and stop is None and step in (None, 1):
         return tensor
