@@ -3,9 +3,11 @@
 
 This is the only module that turns (storage, sizes, strides, storage offset) into memory
 access.  A ``TensorBase`` is pure metadata over a ``Storage`` (a flat 1-D array plus the
-version counter that every view of it shares).  ``_make_view`` is the one place a new
-geometry over an existing storage is created, and it refuses any geometry that would reach
-outside the storage, so no view can ever touch foreign memory.
+version counter that every view of it shares).  Every geometry over an existing storage
+is made here, so no view can ever touch foreign memory: ``_make_view``, ``wrap_storage``
+and ``_set_geometry`` refuse a geometry that would reach outside the storage; the
+``_unchecked`` variants (and ``without_dim``) take geometries derived from an in-bounds
+tensor's own, which reach only its elements, and refuse only values past int64.
 
 Everything an op *does* lives elsewhere: ``microtensor.ops`` declares the ops and
 ``microtensor.ops.dispatch`` routes a call through vmap and autograd to the op's kernel.
