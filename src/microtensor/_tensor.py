@@ -74,7 +74,7 @@ class Tensor(TensorBase):
 
     def __bool__(self):
         if self._numel != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __index__(self):

@@ -20,6 +20,7 @@ from microtensor._dtype import result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+from microtensor.ops.shape import cat
 
 _SQRT_2 = math.sqrt(2.0)
 _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -707,7 +708,6 @@ def glu(self, dim=-1):
 
 @glu.def_derivative
 def glu(grad, self, dim):
-    from microtensor.ops.shape import cat
     dim, half = glu_halves(self._sizes, dim)
     first, gate = self.narrow(dim, 0, half), self.narrow(dim, half, half).sigmoid()
     gated = grad * gate

@@ -9,6 +9,7 @@ from microtensor._C import kernels, meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unchecked, float64,
                                    int64)
+from microtensor.backends import cuda
 from microtensor.ops.loops import check_writable
 from microtensor.ops.registry import Sample, op
 
@@ -26,7 +27,6 @@ def strided_copy(dst, src):
     if dst.device.type == "cpu":
         kernels.copy_(dst._array(), src_arr)
     else:
-        from microtensor.backends import cuda
         cuda.copy_(dst, dst._array(), src_arr)
 
 
@@ -42,7 +42,6 @@ def check_broadcastable_to(src, dst):
 
 
 def _cross_device_copy(dst, src):
-    from microtensor.backends import cuda
     cuda.copy_between_devices(dst, src)
 
 

@@ -7,7 +7,6 @@ for the other modes ``_pad_backward``, which sums each padded position's gradien
 onto its source (one ``add.at`` per dim), and whose own derivative is ``pad`` again: both
 are differentiable to any order.  Their batching rule is in ``vmap.rules_layout``.
 """
-import numpy as np
 
 from microtensor.ops.loops import array_module, from_numpy_result, update_at
 from microtensor.ops.registry import Sample, op

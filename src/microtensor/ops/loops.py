@@ -8,8 +8,8 @@ sees views of microtensor storages, so results and in-place writes land where th
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
-                                   get_default_dtype, pointwise_fast)
+from microtensor._C.tensor import (TensorBase, cpu, empty_strided_unchecked, float32,
+                                   from_array, get_default_dtype, pointwise_fast)
 from microtensor._dtype import can_cast, result_type, wrap_scalar
 from microtensor.backends import cuda
 
@@ -62,12 +62,9 @@ def new_result(shape, dtype, operands=(), device=None):
     strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
         meta.contiguous_strides(shape)
     return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
-                                   device or device_of(*operands) or _cpu())
+                                   device or device_of(*operands) or cpu)
 
 
-def _cpu():
-    from microtensor._C.tensor import cpu
-    return cpu
 
 
 def check_out(out, shape, dtype):
@@ -90,6 +87,21 @@ def has_internal_overlap(t):
     An empty tensor has no elements (a batched gradient of an empty sample has batch
     stride 0)."""
     return t._numel and any(size > 1 and stride == 0 for size, stride in zip(t._sizes, t._strides))
+
+
+def may_overlap(sizes, strides):
+    """Whether two indices of a geometry may reach one memory location: False when, with
+    the stepped dims sorted by stride, each stride is beyond the reach of the smaller ones
+    (then every index has its own location); True otherwise, which may be a false alarm
+    (sizes (2, 2) with strides (3, 2) never meet).  No elements, no overlap."""
+    if 0 in sizes:
+        return False
+    reach = 0
+    for stride, size in sorted((abs(st), s) for s, st in zip(sizes, strides) if s > 1):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
 
 
 def check_no_internal_overlap(dst):
