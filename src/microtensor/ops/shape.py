@@ -360,7 +360,7 @@ def _repeat_samples(make):
 
 @op(samples=_repeat_samples)
 def repeat(self, *sizes):
-    sizes = size_arg(sizes, "sizes", required=False)
+    sizes = size_arg(sizes, "repeats", required=False)
     if len(sizes) < self.dim():
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")
@@ -371,7 +371,7 @@ def repeat(self, *sizes):
 
 @repeat.def_derivative
 def repeat(grad, self_shape, sizes):
-    sizes = size_arg(sizes, "sizes", required=False)
+    sizes = size_arg(sizes, "repeats", required=False)
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
