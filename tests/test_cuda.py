@@ -8,7 +8,6 @@ match the CPU results.  Device plumbing, errors and DLPack on the CPU need no de
 """
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import microtensor as mt
 from microtensor._C.tensor import TensorBase
 from microtensor.backends import cuda as backend
 from microtensor.ops import REGISTRY
-from microtensor.testing import maker
+from microtensor.testing import samples_of
 
 try:
     import torch
@@ -228,7 +227,7 @@ def _cases():
     for name in sorted(REGISTRY):
         op = REGISTRY[name]
         if op.samples is not None and not op.random:
-            count = len(op.samples(maker(zlib.crc32(name.encode()))))
+            count = len(samples_of(name))
             cases.extend(pytest.param(name, i, id=f"{name}-{i}") for i in range(count))
     return cases
 
@@ -254,7 +253,7 @@ def _assert_same(on_device, on_cpu, where):
 @pytest.mark.parametrize("name, index", _cases())
 def test_registry_samples_match_cpu(dev, name, index):
     op = REGISTRY[name]
-    sample = op.samples(maker(zlib.crc32(name.encode())))[index]
+    sample = samples_of(name)[index]
     args, kwargs = list(sample.args), dict(sample.kwargs)
     dev_args, dev_kwargs = _to_device(args, dev), _to_device(kwargs, dev)
     if op.kind == "factory" and "device" in REGISTRY[name].params and \

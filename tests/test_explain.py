@@ -98,22 +98,34 @@ def test_fast_path_table_names_real_methods_and_ops():
 
 def test_fast_path_table_covers_every_method_that_falls_back_to_an_op():
     """Each ``def method(`` of the core that names an op it falls back to or records
-    (``_dispatch_call("op"``, ``_binary(.., "op")``, ``_recorded_view("op"``) is listed."""
+    (``_dispatch_call("op"``, ``_binary(.., "op")``, ``_recorded_view(self, "op"``), itself
+    or through the fast-path functions it calls (``fast_paths.pxi``), is listed."""
     folder = os.path.join(os.path.dirname(mt.__file__), "_C")
-    found = set()
+    names_op, calls = set(), {}
     for name in os.listdir(folder):
-        if not name.endswith(".pyx"):
+        if not name.endswith((".pyx", ".pxi")):
             continue
-        method = None
+        function = None
         with open(os.path.join(folder, name)) as f:
             for line in f:
-                start = re.match(r"\s+(?:c?p?def)\s+(?:\w+\s+)?(\w+)\(", line)
+                start = re.match(r"\s*(?:c?p?def)\s+(?:[\w*]+\s+)*(\w+)\(", line)
                 if start:
-                    method = start.group(1)
-                for op_name in re.findall(r'(?:_dispatch_call|_recorded_view)\("(\w+)"'
+                    function = start.group(1)
+                    calls.setdefault(function, set())
+                    continue
+                code = re.sub(r"``.*?``", "", line)   # not the code quoted in docstrings
+                calls.get(function, set()).update(re.findall(r"(?<![\w.])(\w+)\(", code))
+                for op_name in re.findall(r'(?:_dispatch_call|_recorded_view)\((?:self, )?"(\w+)"'
                                           r'|_binary\(.*, "(\w+)"\)', line):
-                    found.add((method, next(n for n in op_name if n)))
-    public = {(m, o) for m, o in found if m in vars(TensorBase)}
+                    names_op.add((function, next(n for n in op_name if n)))
+
+    def ops_named(function, seen=()):
+        direct = {o for f, o in names_op if f == function}
+        for callee in calls.get(function, set()) - set(seen) - {function}:
+            direct |= ops_named(callee, seen + (function,))
+        return direct
+
+    public = {(m, o) for m in vars(TensorBase) if m in calls for o in ops_named(m)}
     assert len(public) >= 15
     for method, op_name in public:
         assert method in explain.FAST_PATHS.get(op_name, ()), (method, op_name)
@@ -416,7 +428,7 @@ def test_reference_engine_agrees_with_the_c_engine(build):
 
 # --------------------------------------------------------------------------- the tour
 
-_POINTER = re.compile(r"`(src/microtensor/[\w/]+\.pyx?)(?:::([\w.]+))?`")
+_POINTER = re.compile(r"`(src/microtensor/[\w/]+\.(?:pyx?|pxi))(?:::([\w.]+))?`")
 
 
 def _defines(source, name):

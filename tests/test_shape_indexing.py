@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import microtensor as mt
 from microtensor.ops.registry import REGISTRY
+from microtensor.testing import maker, sample_ids, samples_of, seed_for
 
 try:
     import torch
@@ -32,30 +33,6 @@ INPLACE = ["index_put_", "scatter_", "scatter_add_", "index_add_", "index_fill_"
 
 
 # ------------------------------------------------------------------------------ helpers
-
-def make_maker(seed):
-    rng = np.random.default_rng(seed)
-
-    def make(*shape, dtype=mt.float64, low=None, high=None):
-        if dtype is mt.bool:
-            values = rng.random(shape) < 0.5
-        elif dtype.is_floating_point:
-            values = rng.uniform(-3.0 if low is None else low, 3.0 if high is None else high,
-                                 size=shape)
-        else:
-            values = rng.integers(-9 if low is None else low, 10 if high is None else high,
-                                  size=shape)
-        return mt.from_numpy(np.array(values, dtype=dtype.np))
-    return make
-
-
-def samples_of(name, seed=0):
-    return REGISTRY[name].samples(make_maker(seed))
-
-
-def sample_ids(names):
-    return [(name, i) for name in names for i in range(len(samples_of(name)))]
-
 
 def to_torch(x, requires_grad=False):
     if isinstance(x, mt.Tensor):
@@ -151,7 +128,7 @@ def test_splits_are_views_of_the_input(name, i):
 
 
 def test_against_numpy():
-    make = make_maker(1)
+    make = maker(seed_for("test_against_numpy"))
     x = make(3, 4, 5)
     a = x.numpy()
     np.testing.assert_array_equal(mt.cat([x, x], 1).numpy(), np.concatenate([a, a], 1))
@@ -560,3 +537,48 @@ def test_a_second_ellipsis_takes_no_dims_as_in_pytorch(index, shape):
 def test_tensor_where_method_matches_pytorch_argument_order():
     x = mt.tensor([1.0, -2.0, 3.0])
     assert x.where(x > 0, mt.zeros(3)).tolist() == [1.0, 0.0, 3.0]
+
+
+# ------------------------------------------------------------------------------ arguments
+
+@requires_torch
+@pytest.mark.parametrize("call", [
+    lambda lib, x: x.flip(0.5), lambda lib, x: x.repeat(2.0), lambda lib, x: x.permute(0.0),
+    lambda lib, x: x.view(2, 1.5), lambda lib, x: lib.zeros(True), lambda lib, x: x.tile((1.0,)),
+    lambda lib, x: x.sum_to_size(3.0)])
+def test_integer_arguments_refuse_floats_and_bools_as_pytorch(call):
+    x, tx = mt.ones(3), torch.ones(3)
+    with pytest.raises(TypeError) as theirs:
+        call(torch, tx)
+    with pytest.raises(TypeError) as ours:
+        call(mt, x)
+    for name in ("dims", "repeats", "size"):   # the message names the argument, as PyTorch's
+        if f"'{name}'" in str(theirs.value):
+            assert f"'{name}'" in str(ours.value)
+
+
+@requires_torch
+def test_integer_arguments_accept_numpy_ints_and_integer_tensors():
+    x, tx = mt.ones(2, 3), torch.ones(2, 3)
+    for size in [(np.int64(3), 2), (mt.tensor(3), 2), [3, np.int32(2)]]:
+        torch_size = tuple(torch.tensor(int(s)) if isinstance(s, mt.Tensor) else s for s in size)
+        assert tuple(x.view(*size).shape) == tuple(tx.view(*torch_size).shape)
+        assert tuple(mt.zeros(size).shape) == tuple(torch.zeros(torch_size).shape)
+    assert x.flip(np.int64(1)).tolist() == tx.flip(1).tolist()
+
+
+def test_may_overlap_never_misses_an_overlap():
+    """The conservative self-overlap test: whenever two indices reach one location (found
+    by enumerating them), it says so."""
+    import itertools
+    from microtensor.ops.loops import may_overlap
+    for sizes in itertools.product(range(4), repeat=2):
+        for strides in itertools.product(range(5), repeat=2):
+            places = [sum(i * s for i, s in zip(index, strides))
+                      for index in itertools.product(*map(range, sizes))]
+            if len(set(places)) < len(places):
+                assert may_overlap(sizes, strides), (sizes, strides)
+            if 0 in sizes or len(places) == 1:
+                assert not may_overlap(sizes, strides)
+    assert not may_overlap((2, 3), (3, 1)) and not may_overlap((3, 2), (1, 3))
+    assert may_overlap((3, 2), (1, 1)) and may_overlap((2,), (0,))

@@ -10,7 +10,7 @@ import pytest
 
 import microtensor as mt
 from microtensor.ops import REGISTRY, dispatch
-from microtensor.testing import maker, noncontiguous
+from microtensor.testing import noncontiguous, samples_of
 from microtensor.vmap import BatchedTensor
 
 try:
@@ -184,7 +184,7 @@ def test_op_matches_loop(name):
     rng = random.Random(name)
     size = 3
     compared = 0
-    for sample in op.samples(maker(len(name))):
+    for sample in samples_of(name):
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
             plain = fn(*clone_args(args), **kwargs)
@@ -228,7 +228,7 @@ def test_op_nested_vmap_matches_loop(name):
     fn = op_function(op)
     outer, inner = 2, 3
     compared = 0
-    for sample in op.samples(maker(len(name) + 1))[:3]:
+    for sample in samples_of(name, salt=":vmap(grad)")[:3]:
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
             plain = fn(*clone_args(args), **kwargs)
@@ -278,7 +278,7 @@ def list_argument_ops():
         return any(isinstance(a, (list, tuple)) and
                    sum(isinstance(x, mt.Tensor) for x in a) >= 2 for a in sample.args)
     return sorted(name for name in sweep_names()
-                  if any(has_list(s) for s in REGISTRY[name].samples(maker(1))))
+                  if any(has_list(s) for s in samples_of(name, salt=":lists")))
 
 
 def list_patterns(count):
@@ -304,7 +304,7 @@ def test_list_elements_batched_one_by_one_match_loop(name):
     fn = op_function(op)
     size = 3
     compared = 0
-    for sample in op.samples(maker(len(name) + 2)):
+    for sample in samples_of(name, salt=":lists"):
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
             plain = fn(*clone_args(args), **kwargs)
@@ -380,7 +380,7 @@ def test_op_matches_torch_vmap(name):
         pytest.skip(f"torch has no {name}")
     rng = random.Random(name)
     compared = 0
-    for sample in op.samples(maker(len(name))):
+    for sample in samples_of(name):
         args, kwargs = list(sample.args), dict(sample.kwargs)
         try:
             plain = fn(*clone_args(args), **kwargs)

@@ -15,6 +15,7 @@ from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import Storage, TensorBase, bool_, float32, float64, int32, int64
 from microtensor.ops.dispatch import call, call_by_name
+from microtensor.ops.loops import scalar_tensor_like
 
 
 def _refuse_if_requires_grad(tensor):
@@ -74,7 +75,7 @@ class Tensor(TensorBase):
 
     def __bool__(self):
         if self._numel != 1:
-            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __index__(self):
@@ -220,21 +221,18 @@ class Tensor(TensorBase):
         return call_by_name("pow", self, exponent)
 
     def __rpow__(self, base):
-        from microtensor.ops.factory import scalar_tensor_like
         return call_by_name("pow", scalar_tensor_like(base, self), self)
 
     def __floordiv__(self, other):
         return call_by_name("div", self, other, rounding_mode="floor")
 
     def __rfloordiv__(self, other):
-        from microtensor.ops.factory import scalar_tensor_like
         return call_by_name("div", scalar_tensor_like(other, self), self, rounding_mode="floor")
 
     def __mod__(self, other):
         return call_by_name("remainder", self, other)
 
     def __rmod__(self, other):
-        from microtensor.ops.factory import scalar_tensor_like
         return call_by_name("remainder", scalar_tensor_like(other, self), self)
 
     # bitwise even for bools: bool & bool is bool, bool & int promotes to int as in PyTorch

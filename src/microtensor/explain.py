@@ -20,9 +20,9 @@ from microtensor._C.meta import channels_last, channels_last_3d, contiguous_form
 __all__ = ["batching_rule", "close_names", "evaluate", "layout", "layout_svg", "op", "reach"]
 
 # The Tensor methods and operators of the Cython core that serve an op without the
-# dispatcher for plain tensors (``_C/tensor.pyx``, "fast paths"); anything they do not
-# serve falls through to the registered op.  (A test reads the core's sources to check
-# that this table names every such method.)
+# dispatcher for plain tensors (slots in ``_C/tensor.pyx``, bodies in
+# ``_C/fast_paths.pxi``); anything they do not serve falls through to the registered op.
+# (A test reads the core's sources to check that this table names every such method.)
 FAST_PATHS = {
     "add": ("__add__", "__radd__"),
     "sub": ("__sub__", "__rsub__"),

@@ -82,8 +82,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     """The matrix ``ord``-norm of ``A`` over the two dims ``dim``: 'fro', 'nuc', inf,
     -inf, 1, -1, 2, -2."""
     if A.dim() < 2:
-        raise RuntimeError(f"linalg.matrix_norm: The input tensor A must have at least 2 "
-                           f"dimensions.")
+        raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 "
+                           "dimensions.")
     d0, d1 = _dims2(dim, A.dim())
     if dtype is not None:
         A = A.to(dtype)
@@ -168,7 +168,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
     vector = B.dim() == A.dim() - 1
     rhs = B.unsqueeze(-1) if vector else B
     if rhs.shape[-2] != A.shape[-2]:
-        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
     solution = pinv(A, rtol=rcond) @ rhs
     if vector:
         solution = solution.squeeze(-1)

@@ -19,10 +19,12 @@ PyTorch), incoming gradients for the same node input are summed, and
 ``validate_outputs`` is the single place where a gradient is summed back to the shape of
 a broadcast input and cast to the input's dtype.
 
-The nodes with derivative formulas (``OpNode``, ``CopySlices``, ``AsStridedBackward0``,
-``Function``'s node), the recording rules (rebasing history, installing ``CopySlices``)
-and the engine's public API are Python, in ``microtensor.autograd``; this module imports
-nothing above ``_C`` (recording installs its node classes with ``install_nodes``).
+``OpNode``, the node of every recorded op (it runs the op's derivative), is here, with
+``attach_node``, which makes one.  The other nodes with derivative formulas
+(``CopySlices``, ``AsStridedBackward0``, ``Function``'s node), the recording rules
+(rebasing history, installing ``CopySlices``) and the engine's public API are Python, in
+``microtensor.autograd``; this module imports nothing above ``_C`` (recording installs its
+node classes with ``install_nodes``).
 """
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM

@@ -1,5 +1,8 @@
-"""Typed, single-threaded loops over strided memory: copy with casting, fill, sum of all
-elements, and the raw-pointer fast paths that the Tensor's number slots call.
+"""Typed, single-threaded loops over strided memory, in nine groups (one section each):
+the Layout every strided kernel walks; copy with casting (and fill); the sum of all
+elements; the raw-pointer entry points of the tensor's fast paths (+ - * / with
+broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax and
+their backward; nll_loss and its backward; stacked outer products; small matrix products.
 
 Kernels take NumPy ndarrays (zero-copy views of storages), so they know nothing of Tensor.
 Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by the

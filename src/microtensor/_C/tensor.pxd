@@ -41,8 +41,6 @@ cdef class TensorBase:
     cdef public object _name
     cdef object __weakref__
     cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset)
-    cdef object _reshaped_view(self, tuple shape)
-    cdef object _recorded_view(self, str name, tuple args, tuple sizes, tuple strides)
 
 
 cdef bint grad_mode_enabled() noexcept

@@ -13,6 +13,7 @@ import numpy as np
 
 from microtensor._C.tensor import TensorBase, from_array
 from microtensor.autograd import engine
+from microtensor.ops.loops import may_overlap
 
 
 class GradcheckError(RuntimeError):
@@ -36,18 +37,6 @@ def _values(t):
     return np.array(t.detach()._array(), dtype=np.float64)
 
 
-def _overlaps(t):
-    if t._numel == 0:
-        return False
-    used = sorted((abs(st), s) for s, st in zip(t._sizes, t._strides) if s > 1)
-    reach = 0
-    for stride, size in used:
-        if stride <= reach:
-            return True
-        reach += (size - 1) * stride
-    return False
-
-
 def _check_inputs(inputs):
     diff_inputs = [x for x in inputs if isinstance(x, TensorBase) and x.requires_grad]
     if not diff_inputs:
@@ -60,7 +49,7 @@ def _check_inputs(inputs):
                               "floating point or complex. This check will likely fail if all "
                               "the inputs are not of double precision floating point or "
                               "complex.")
-            if _overlaps(x):
+            if may_overlap(x._sizes, x._strides):
                 raise RuntimeError(f"The {i}th input has a dimension with stride 0 (or "
                                    "overlapping memory). gradcheck only supports inputs that are "
                                    "non-overlapping to be able to compute the numerical gradients "

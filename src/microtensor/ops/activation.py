@@ -21,6 +21,7 @@ from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import actual_dim, call, wrap
+from microtensor.ops.shape import cat
 
 _SQRT_2 = math.sqrt(2.0)
 _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -744,7 +745,6 @@ def glu(self, dim=-1):
 
 @glu.def_derivative("self")
 def glu(grad, self, dim):
-    from microtensor.ops.shape import cat
     dim, half = glu_halves(self._sizes, dim)
     first, gate = self.narrow(dim, 0, half), self.narrow(dim, half, half).sigmoid()
     gated = grad * gate

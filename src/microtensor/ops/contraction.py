@@ -16,7 +16,8 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous
-from microtensor.ops.linalg import _check_same_dtype, bmm
+from microtensor.ops.linalg import bmm
+from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
@@ -465,7 +466,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, *, scale=None, enable_gqa=False):
     """``softmax(query @ key.mT * scale + mask) @ value``, PyTorch's reference math: a
     composite of products and ``softmax``, whose derivatives and batching rules it uses."""
-    from microtensor.ops.dispatch import call_by_name
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
                            "set when is_causal=True")

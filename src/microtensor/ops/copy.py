@@ -1,35 +1,17 @@
 """Copies: ``copy_`` between any two layouts, ``clone``, ``contiguous`` and dtype/device moves.
 
 ``copy_`` is the one strided copy of the library; its kernel (``_C.kernels.copy_``)
-coalesces dimensions and tiles when the source and destination orders differ.
+coalesces dimensions and tiles when the source and destination orders differ (the call
+itself is ``ops.loops.strided_copy``, which the factories share).
 """
-import numpy as np
-
-from microtensor._C import kernels, meta
+from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unchecked, float64,
                                    int64)
-from microtensor.ops.loops import check_writable
+from microtensor.ops.loops import check_writable, strided_copy
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (aligned, call, empty_per_sample, inplace_error, same_level,
                                       to_front, wrap)
-
-
-def strided_copy(dst, src):
-    """Copy ``src`` (broadcast to ``dst``'s shape) into ``dst``, casting the dtype."""
-    if dst._numel == 0:
-        return
-    if src.device != dst.device:
-        _cross_device_copy(dst, src)
-        return
-    src_arr = src._array()
-    if src._sizes != dst._sizes:
-        src_arr = np.broadcast_to(src_arr, dst._sizes)
-    if dst.device.type == "cpu":
-        kernels.copy_(dst._array(), src_arr)
-    else:
-        from microtensor.backends import cuda
-        cuda.copy_(dst, dst._array(), src_arr)
 
 
 def check_broadcastable_to(src, dst):
@@ -41,11 +23,6 @@ def check_broadcastable_to(src, dst):
                            f"must match the size of tensor b "
                            f"({src._sizes[-1] if src._sizes else 1}) at non-singleton dimension "
                            f"{max(dst.dim() - 1, 0)}") from None
-
-
-def _cross_device_copy(dst, src):
-    from microtensor.backends import cuda
-    cuda.copy_between_devices(dst, src)
 
 
 def _copy_samples(make):

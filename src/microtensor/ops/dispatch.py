@@ -3,14 +3,16 @@
 ``call``, ``needs_recording`` and ``run_kernel`` are in the Cython core
 (``microtensor._C.dispatch``) because every op call takes them; the steps are:
 
-1. A call with a batched argument, or a random op while this thread is inside a vmap
+1. A composite op (written in other ops) runs its Python body: the ops it calls are
+   dispatched in turn.
+2. A call with a batched argument, or a random op while this thread is inside a vmap
    (``set_batching``, ``set_vmap_depth``), goes to vmap's handler, which runs the op's
    batching rule: ops on physical tensors, which come back through here.
-2. A call with ``out=`` is ``call_with_out``'s: the same for every op.
-3. If grad mode is on and an input requires grad, autograd records the call: the kernel
+3. A call with ``out=`` is ``call_with_out``'s: the same for every op.
+4. If grad mode is on and an input requires grad, autograd records the call: the kernel
    runs with grad mode off and a node is attached to its outputs (in-place ops by the
    rules of ``autograd.recording``).
-4. Otherwise the kernel runs directly.
+5. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
@@ -22,8 +24,11 @@ from microtensor._C.dispatch import (batching, call, run_kernel, set_batching, s
                                      set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
 from microtensor._dtype import can_cast
-from microtensor.ops.loops import _type_name, check_writable
+from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
 from microtensor.ops.registry import REGISTRY
+
+__all__ = ["batching", "binary", "call", "call_by_name", "call_with_out",
+           "install_inplace_recording", "run_kernel", "set_batching", "set_vmap_depth"]
 
 # Installed by microtensor.autograd: how an in-place op is recorded.
 install_inplace_recording = _core.install_inplace_recording
@@ -35,7 +40,6 @@ def binary(name, a, b):
     if not isinstance(a, TensorBase):
         if not isinstance(b, TensorBase):
             return NotImplemented
-        from microtensor.ops.factory import scalar_tensor_like
         a = scalar_tensor_like(a, b)
     if not isinstance(b, TensorBase) and not isinstance(b, (int, float, bool)):
         return NotImplemented

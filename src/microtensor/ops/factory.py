@@ -16,40 +16,20 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64)
-from microtensor._dtype import check_scalar_fits, scalar_dtype
-from microtensor.ops.registry import Sample, op
+from microtensor._dtype import check_scalar_fits, promote_types, scalar_dtype
+from microtensor.backends import cuda
+from microtensor.ops.arguments import int_tuple, size_arg
 from microtensor.ops.dispatch import run_kernel
+from microtensor.ops.loops import strided_copy
+from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, empty_per_sample, to_front, wrap
 
 
 # --------------------------------------------------------------------------- arguments
 
-def int_tuple(values, name="size"):
-    """``values`` as a tuple of Python ints: as in PyTorch, NumPy integers and one-element
-    tensors are accepted, floats and bools are a TypeError, and so is anything past int64."""
-    result = []
-    for s in values:
-        if type(s) is not int:  # the common case skips the slower checks
-            if isinstance(s, TensorBase):
-                s = s.item()
-            if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral):
-                raise TypeError(f"{name} must be a tuple of ints, but got an element of type "
-                                f"{type(s).__name__}")
-            s = int(s)
-        if not -_INT64 <= s < _INT64:
-            raise TypeError(f"{name} must be a tuple of ints, but {s} does not fit in 64 bits")
-        result.append(s)
-    return tuple(result)
-
-
-_INT64 = 2 ** 63
-
-
 def parse_size(size):
     """``zeros(2, 3)``, ``zeros((2, 3))`` and ``zeros([2, 3])`` all mean sizes (2, 3)."""
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = size[0]
-    sizes = int_tuple(size)
+    sizes = size_arg(size, required=False)
     meta.check_size_nonnegative(sizes)
     return sizes
 
@@ -87,8 +67,7 @@ def get_default_device():
     current GPU's index, as the tensors made there report it."""
     if _default_device is not None and _default_device.type == "cuda" \
             and _default_device.index is None:
-        from microtensor.cuda import current_device
-        return device("cuda", current_device())
+        return cuda.resolve_device(device("cuda"))
     return _default_device or cpu
 
 
@@ -250,7 +229,6 @@ def _infer_dtype(data):
         else:
             raise TypeError(f"Could not infer dtype of {type(x).__name__}")
     visit(data)
-    from microtensor._dtype import promote_types
     result = None
     for k in kinds:
         result = k if result is None else promote_types(result, k)
@@ -373,20 +351,9 @@ def from_dlpack(ext_tensor):
     a PyTorch tensor, ...) on the CPU or a GPU: writes show through both ways."""
     if isinstance(ext_tensor, TensorBase):
         return ext_tensor.detach()
-    from microtensor.backends import cuda
     if ext_tensor.__dlpack_device__()[0] == cuda.DLPACK_CUDA:
         return cuda.from_dlpack(ext_tensor)
     return _alias_numpy(np.from_dlpack(ext_tensor))
-
-
-def scalar_tensor_like(value, other):
-    """A 0-d tensor for the Python number on the left of ``2 - t`` (it promotes as a scalar)."""
-    from microtensor._dtype import result_type, wrap_scalar
-    if not isinstance(value, TensorBase):
-        # a bool stays bool (it promotes alike), so that ``True - t`` is refused as PyTorch does
-        dt = bool_ if type(value) is bool else result_type(value, other)
-        value = from_array(np.array(wrap_scalar(value, dt), dtype=dt.np))
-    return value.to(other.device) if other.device.type != "cpu" else value
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
@@ -569,7 +536,6 @@ def _like_strides(self, memory_format):
 
 def _fill_from_host(t, values):
     """Write NumPy ``values`` into ``t``, which may live on a GPU."""
-    from microtensor.ops.copy import strided_copy
     strided_copy(t, from_array(np.asarray(values, dtype=t._dtype.np, order="C")))
 
 

@@ -20,7 +20,9 @@ from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
 from microtensor._dtype import check_scalar_fits
 from microtensor.backends import cuda
+from microtensor.ops.copy import clone
 from microtensor.ops.dispatch import call_by_name
+from microtensor.ops.factory import full, tensor
 from microtensor.ops.loops import _type_name as type_name
 from microtensor.ops.loops import (array_module, check_no_internal_overlap, check_no_overlap,
                                    has_internal_overlap, new_result, update_at)
@@ -67,7 +69,6 @@ def _target(self, out, reads, expanded_warning=None):
     memory with ``out``, nor do two elements of ``out`` (where PyTorch only deprecates that,
     ``expanded_warning`` names the op it warns for)."""
     if out is None:
-        from microtensor.ops.copy import clone
         return clone.kernel(self, memory_format=meta.contiguous_format)
     if expanded_warning is None:
         check_no_internal_overlap(out)
@@ -110,7 +111,9 @@ def _select_checked(tensor, dim, item):
 
 def _sliced(tensor, dim, item):
     start, stop, step = item.start, item.stop, item.step
-    if step is not None and step <= 0:
+    if step == 0:
+        raise ValueError("slice step cannot be zero")   # Python's own message, as PyTorch's
+    if step is not None and step < 0:
         raise ValueError("step must be greater than zero")
     if start in (None, 0) and stop is None and step in (None, 1):
         return tensor
@@ -138,7 +141,6 @@ def basic_index(self, index):
 def _as_index_tensor(item):
     """Lists, tuples and ndarrays in an index become CPU tensors (bool only when all bool),
     whatever the default device."""
-    from microtensor.ops.factory import tensor
     if isinstance(item, TensorBase):
         return item
     if isinstance(item, bool):
@@ -236,7 +238,6 @@ def setitem(self, index, value):
         return
     target, entries = _split_index(self, index)
     if not isinstance(value, TensorBase):
-        from microtensor.ops.factory import full
         value = full((), value, dtype=target.dtype, device=target.device)
     elif value._sizes[:1] == (1,):
         # PyTorch drops a value's leading size-1 dims, which broadcasting puts back
@@ -337,7 +338,6 @@ class _IndexPlan:
 
 
 def _index_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(4, 3), (tensor([0, 2, -1, 0]),)),
             Sample(make(3, 4, 2), (None, tensor([[1, 0]]), tensor([1, -1]))),
             Sample(make(3, 4, 2), (tensor([2, 0]), None, tensor([1]))),
@@ -429,7 +429,6 @@ def index(op, level, args, kwargs):
 
 
 def _index_put_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(4, 3), (tensor([0, 2]),), make(2, 3)),
             Sample(make(4, 3), (tensor([0, 2, 0]),), make(3), accumulate=True),
             Sample(make(3, 4), (None, tensor([[1], [3]])), make(3, 2, 1)),
@@ -536,7 +535,6 @@ index_put_ = inplace_variant(index_put)
 # --------------------------------------------------------------------------- along one dim
 
 def _index_select_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(4, 3), 0, tensor([3, 0, 0])), Sample(make(2, 5), -1, tensor([4, 1])),
             Sample(make(3), 0, tensor(2)), Sample(make(), 0, tensor([0])),
             Sample(make(3, 2), 1, tensor([], dtype=int64))]
@@ -593,7 +591,6 @@ def index_select(op, level, args, kwargs):
 
 
 def _gather_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [0, 0, 2, 1]])),
             Sample(make(3, 4), 1, tensor([[3], [0], [3]])),
             Sample(make(4), 0, tensor([1, 1, 3, 0, 2])), Sample(make(), 0, tensor(0))]
@@ -698,7 +695,6 @@ def _padded(grad, shape):
 
 
 def _scatter_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [1, 2, 0, 2]]), make(2, 4)),
             Sample(make(3, 4), 1, tensor([[3], [0]]), make(2, 1)),
             Sample(make(3, 4), 1, tensor([[3, 1], [0, 2]]), 2.5),
@@ -741,7 +737,6 @@ scatter_ = inplace_variant(scatter)
 
 
 def _scatter_add_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), 0, tensor([[2, 0, 2, 1], [2, 2, 0, 2]]), make(2, 4)),
             Sample(make(3, 4), 1, tensor([[3, 3], [0, 3]]), make(2, 2)),
             Sample(make(), 0, tensor([0, 0]), make(2))]
@@ -790,7 +785,6 @@ scatter_add_ = inplace_variant(scatter_add)
 
 
 def _index_add_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(4, 3), 0, tensor([0, 3, 0]), make(3, 3)),
             Sample(make(2, 5), 1, tensor([4, 4]), make(2, 2), alpha=-1.5),
             Sample(make(), 0, tensor([0]), make())]
@@ -873,7 +867,6 @@ index_add_ = inplace_variant(index_add)
 
 
 def _index_fill_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(4, 3), 0, tensor([0, -1, 0]), -2.0),
             Sample(make(2, 5), 1, tensor([4]), make()), Sample(make(), 0, tensor(0), 1.0)]
 
@@ -974,7 +967,6 @@ masked_select.def_batch_rule(fallback)
 
 
 def _take_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(3, 4), tensor([[0, 11], [-1, 5]])), Sample(make(5), tensor([4, 4, 0])),
             Sample(make(), tensor(0))]
 

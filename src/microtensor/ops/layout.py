@@ -9,8 +9,6 @@ are differentiable to any order.  They share one batching rule.
 """
 import math
 
-import numpy as np
-
 from microtensor.ops.loops import array_module, from_numpy_result, update_at
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap

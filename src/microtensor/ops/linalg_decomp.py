@@ -15,6 +15,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.tensor import float32, float64
+from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
@@ -77,7 +78,6 @@ def _lapack(fn, call, *arrays):
 
 
 def _eye_like(t, n):
-    from microtensor.ops.factory import eye
     return eye(n, dtype=t.dtype, device=t.device)
 
 

@@ -7,9 +7,9 @@ sees views of microtensor storages, so results and in-place writes land where th
 """
 import numpy as np
 
-from microtensor._C import meta
-from microtensor._C.tensor import (TensorBase, empty_strided_unchecked, float32, from_array,
-                                   get_default_dtype, pointwise_fast)
+from microtensor._C import kernels, meta
+from microtensor._C.tensor import (TensorBase, bool_, cpu, empty_strided_unchecked, float32,
+                                   from_array, get_default_dtype, pointwise_fast)
 from microtensor._dtype import can_cast, result_type, wrap_scalar
 from microtensor.backends import cuda
 
@@ -62,12 +62,9 @@ def new_result(shape, dtype, operands=(), device=None):
     strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
         meta.contiguous_strides(shape)
     return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
-                                   device or device_of(*operands) or _cpu())
+                                   device or device_of(*operands) or cpu)
 
 
-def _cpu():
-    from microtensor._C.tensor import cpu
-    return cpu
 
 
 def check_out(out, shape, dtype):
@@ -90,6 +87,21 @@ def has_internal_overlap(t):
     An empty tensor has no elements (a batched gradient of an empty sample has batch
     stride 0)."""
     return t._numel and any(size > 1 and stride == 0 for size, stride in zip(t._sizes, t._strides))
+
+
+def may_overlap(sizes, strides):
+    """Whether two indices of a geometry may reach one memory location: False when, with
+    the stepped dims sorted by stride, each stride is beyond the reach of the smaller ones
+    (then every index has its own location); True otherwise, which may be a false alarm
+    (sizes (2, 2) with strides (3, 2) never meet).  No elements, no overlap."""
+    if 0 in sizes:
+        return False
+    reach = 0
+    for stride, size in sorted((abs(st), s) for s, st in zip(sizes, strides) if s > 1):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
 
 
 def check_no_internal_overlap(dst):
@@ -224,3 +236,28 @@ def reduce(np_reduction, self, dim, keepdim, dtype, **np_kwargs):
 
 
 __all__ = ["pointwise", "reduce", "new_result", "from_numpy_result", "dims_of", "float32"]
+
+
+def strided_copy(dst, src):
+    """Copy ``src`` (broadcast to ``dst``'s shape) into ``dst``, casting the dtype."""
+    if dst._numel == 0:
+        return
+    if src.device != dst.device:
+        cuda.copy_between_devices(dst, src)
+        return
+    src_arr = src._array()
+    if src._sizes != dst._sizes:
+        src_arr = np.broadcast_to(src_arr, dst._sizes)
+    if dst.device.type == "cpu":
+        kernels.copy_(dst._array(), src_arr)
+    else:
+        cuda.copy_(dst, dst._array(), src_arr)
+
+
+def scalar_tensor_like(value, other):
+    """A 0-d tensor for the Python number on the left of ``2 - t`` (it promotes as a scalar)."""
+    if not isinstance(value, TensorBase):
+        # a bool stays bool (it promotes alike), so that ``True - t`` is refused as PyTorch does
+        dt = bool_ if type(value) is bool else result_type(value, other)
+        value = from_array(np.array(wrap_scalar(value, dt), dtype=dt.np))
+    return value.to(other.device) if other.device.type != "cpu" else value

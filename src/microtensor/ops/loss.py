@@ -12,6 +12,7 @@ import numpy as np
 
 from microtensor._C import kernels
 from microtensor._C.tensor import empty_contiguous, int64
+from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
@@ -20,7 +21,6 @@ REDUCTIONS = ("none", "mean", "sum")
 
 
 def _nll_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(3, 5), tensor([1, 4, 0])),
             Sample(make(3, 5), tensor([1, -100, 4]), reduction="sum"),
             Sample(make(4, 3), tensor([2, 0, 2, 1]), reduction="none"),
@@ -109,7 +109,6 @@ def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
 
 
 def _backward_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(), (3, 5), tensor([1, 4, 0])),
             Sample(make(4), (4, 3), tensor([2, -100, 2, 1]), reduction="none"),
             Sample(make(), (3, 4), tensor([3, 1, 3]), make(4, low=0.5, high=2.0),

@@ -7,6 +7,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import numpy as np
 
+from microtensor._C import kernels
 from microtensor._C.tensor import TensorBase, bool_, float32, int64
 from microtensor._dtype import check_scalar_fits, result_type
 from microtensor.ops.loops import float_dtype, pointwise
@@ -911,7 +912,6 @@ def fill_(self, value):
         if isinstance(value, int) and self._dtype.is_floating_point:
             value = float(value)   # NumPy would take an int past int64 as uint64, then wrap
     if self._numel:
-        from microtensor._C import kernels
         if self.device.type == "cpu":
             kernels.fill_(self._array(), value)
         else:

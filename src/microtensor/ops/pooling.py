@@ -17,6 +17,7 @@ import numpy as np
 from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
+from microtensor.ops.factory import tensor
 from microtensor.ops.loops import array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
@@ -227,7 +228,6 @@ def _max_pool_samples(d):
         def distinct(*shape):
             count = math.prod(shape)
             values = np.random.default_rng(count).permutation(count).astype(np.float64)
-            from microtensor.ops.factory import tensor
             return tensor(values.reshape(shape) / count)
         return [Sample(distinct(2, 3, *shaped(5, 4, 4)), 2),
                 Sample(distinct(2, *shaped(6, 5, 4)), (3,) * d, 2, 1, 1, True),
@@ -296,7 +296,6 @@ def _adaptive_max_samples(make):
     def distinct(*shape):
         count = math.prod(shape)
         values = np.random.default_rng(count).permutation(count).astype(np.float64)
-        from microtensor.ops.factory import tensor
         return tensor(values.reshape(shape) / count)
     return [Sample(distinct(2, 3, 5, 7), (3, 2)), Sample(distinct(2, 4, 4), 2),
             Sample(distinct(1, 2, 5, 3), (None, 2))]

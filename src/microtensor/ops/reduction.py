@@ -20,6 +20,7 @@ import numpy as np
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import TensorBase, bool_, int64, is_grad_enabled
+from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result,
                                    new_result, reduce, reduced_shape)
@@ -221,7 +222,7 @@ def sum(grad, self_shape, dim, keepdim):
 def sum_to_size(self, *size):
     """Sum ``self`` down to ``size`` (the inverse of broadcasting): how gradients of
     broadcast inputs are formed."""
-    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    size = size_arg(size, required=False)
     if tuple(self.shape) == tuple(size):
         return self
     lead = self.dim() - len(size)

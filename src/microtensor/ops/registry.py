@@ -38,6 +38,7 @@ import inspect
 import re
 
 from microtensor._C.autograd import Formulas, bind_arguments
+from microtensor._C.dispatch import call
 
 REGISTRY = {}
 
@@ -265,7 +266,6 @@ class Op:
         return bind_arguments(self.params, self.defaults, self.varargs, args, kwargs)
 
     def __call__(self, *args, **kwargs):
-        from microtensor.ops.dispatch import call
         return call(self, args, kwargs)
 
     def __repr__(self):

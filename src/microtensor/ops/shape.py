@@ -17,6 +17,7 @@ from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
 from microtensor._dtype import result_type
 from microtensor.backends import cuda
+from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange, tensor_of
 from microtensor.ops.loops import array_module, device_of, new_result
 from microtensor.ops.registry import Sample, inplace_variant, op
@@ -24,6 +25,7 @@ from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (actual_dim, aligned, batch_size, call, front_or_expanded,
                                       inplace_error, no_fallback, same_level, sizes_arg, to_front,
                                       wrap)
+from microtensor.ops.view import diagonal
 
 
 def fresh_tensor(values):
@@ -35,13 +37,6 @@ def fresh_tensor(values):
     if values.base is not None:
         values = values.copy()
     return tensor_of(values)
-
-
-def _dims_arg(dims):
-    """``f(0, 1)``, ``f((0, 1))`` and ``f([0, 1])`` all mean dims (0, 1)."""
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        dims = dims[0]
-    return tuple(int(d) for d in dims)
 
 
 # --------------------------------------------------------------------------- joining
@@ -404,7 +399,7 @@ def _flip_samples(make):
 
 @op(samples=_flip_samples)
 def flip(self, *dims):
-    axes = tuple(meta.wrap_dim(d, self.dim()) for d in _dims_arg(dims))
+    axes = tuple(meta.wrap_dim(d, self.dim()) for d in size_arg(dims, "dims", required=False))
     if len(set(axes)) != len(axes):
         duplicate = next(a for a in axes if axes.count(a) > 1)
         raise RuntimeError(f"dim {duplicate} appears multiple times in the list of dims")
@@ -418,7 +413,7 @@ def flip(self, *dims):
 
 @flip.def_derivative("self")
 def flip(grad, dims):
-    return grad.flip(_dims_arg(dims))
+    return grad.flip(size_arg(dims, "dims", required=False))
 
 
 @flip.def_batch_rule
@@ -438,7 +433,7 @@ def _repeat_samples(make):
 
 @op(samples=_repeat_samples)
 def repeat(self, *sizes):
-    sizes = _dims_arg(sizes)
+    sizes = size_arg(sizes, "repeats", required=False)
     if len(sizes) < self.dim():
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")
@@ -449,7 +444,7 @@ def repeat(self, *sizes):
 
 @repeat.def_derivative("self")
 def repeat(grad, self_shape, sizes):
-    sizes = _dims_arg(sizes)
+    sizes = size_arg(sizes, "repeats", required=False)
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
@@ -469,7 +464,7 @@ def repeat(op, level, args, kwargs):
 
 @op(kind="composite")
 def tile(self, *dims):
-    dims = _dims_arg(dims)
+    dims = size_arg(dims, "dims", required=False)
     return self.repeat((1,) * (self.dim() - len(dims)) + dims)
 
 
@@ -609,7 +604,6 @@ def _diag_embed_samples(make):
 
 @op(samples=_diag_embed_samples)
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
-    from microtensor.ops.view import diagonal
     ndim = self.dim() + 1
     d1, d2 = meta.wrap_dim(dim1, ndim), meta.wrap_dim(dim2, ndim)
     if d1 == d2:

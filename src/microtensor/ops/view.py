@@ -1,40 +1,23 @@
 """View ops: results that share their input's storage (no copy), with ``_base`` set.
 
 Each kernel only computes the new (sizes, strides, offset) — the stride math lives in
-``microtensor._C.meta`` — and asks the core for a bounds-checked view.  Derivatives map
+``microtensor._C.meta`` — and asks the core for the view.  A geometry derived from the
+input's own (a slice, a selected index, a permutation, a stride 0 for a broadcast dim)
+reaches only elements the input reaches, so it takes ``_make_view_unchecked``, which only
+refuses values past int64 (each call says why its geometry is safe); ``as_strided``, whose
+geometry the caller chooses, is checked against the storage's bounds (``_make_view``).  Derivatives map
 the gradient back to the input's shape with other view ops, or by writing it into a
 ``new_zeros`` buffer through the same view, so that they run under vmap too.
 """
 import builtins
-import operator
 from numbers import Integral
 
 from microtensor._C import meta
-from microtensor._C.tensor import TensorBase
+from microtensor.ops.arguments import int_arg, size_arg
+from microtensor.ops.factory import arange
+from microtensor.ops.loops import may_overlap
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import actual_dim, aligned, call, sizes_arg, to_front, wrap
-
-
-def _int_arg(value, name):
-    """An integer argument: like PyTorch, floats, bools and other non-integers are a
-    TypeError (NumPy integers are integers)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
-    if not -2 ** 63 <= value < 2 ** 63:
-        raise TypeError(f"argument '{name}' must fit in 64 bits, got {value}")
-    return value
-
-
-def _sizes_arg(shape, name="size"):
-    if not shape:
-        raise TypeError(f"missing 1 required positional argument: '{name}'")
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(_int_arg(s, name) for s in shape)
 
 
 # --------------------------------------------------------------------------- reshaping
@@ -48,7 +31,7 @@ def view(self, *shape):
             not hasattr(shape[0], "__index__"):
         raise TypeError(f"view(): argument 'size' must be tuple of ints, not "
                         f"{type(shape[0]).__name__} (view(dtype) is not supported; use .to)")
-    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    sizes = tuple(meta.infer_size(size_arg(shape), self._numel))
     strides = meta.view_strides(self._sizes, self._strides, sizes)
     if strides is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
@@ -67,7 +50,7 @@ def view(grad, self_shape):
 @op(kind="composite")
 def reshape(self, *shape):
     """A view when the strides allow one (PyTorch's rule), else a contiguous copy."""
-    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    sizes = tuple(meta.infer_size(size_arg(shape), self._numel))
     if meta.view_strides(self._sizes, self._strides, sizes) is not None:
         return self.view(sizes)
     return self.clone(memory_format=meta.contiguous_format)._unsafe_view(sizes)
@@ -77,7 +60,7 @@ def reshape(self, *shape):
 def _unsafe_view(self, *shape):
     """``view`` of a tensor nobody else sees (reshape's private copy): the result is not a
     view, as in PyTorch, so ``reshape`` gives ``_base`` None whenever it copies."""
-    sizes = tuple(meta.infer_size(_sizes_arg(shape), self._numel))
+    sizes = tuple(meta.infer_size(size_arg(shape), self._numel))
     strides = meta.view_strides(self._sizes, self._strides, sizes)
     # safe: as for view (reshape calls this only on a contiguous copy, which always views)
     return self._make_alias_unchecked(sizes, tuple(strides), self._offset)
@@ -121,8 +104,8 @@ def reshape_as(self, other):
 def flatten(self, start_dim=0, end_dim=-1):
     if self.dim() == 0:
         return self.reshape(1)
-    start = meta.wrap_dim(_int_arg(start_dim, "start_dim"), self.dim())
-    end = meta.wrap_dim(_int_arg(end_dim, "end_dim"), self.dim())
+    start = meta.wrap_dim(int_arg(start_dim, "start_dim"), self.dim())
+    end = meta.wrap_dim(int_arg(end_dim, "end_dim"), self.dim())
     if start > end:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     if start == end:
@@ -135,8 +118,8 @@ def flatten(self, start_dim=0, end_dim=-1):
 
 @op(kind="composite")
 def unflatten(self, dim, sizes):
-    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim())
-    requested = _sizes_arg((sizes,), "sizes")
+    d = meta.wrap_dim(int_arg(dim, "dim"), self.dim())
+    requested = size_arg((sizes,), "sizes")
     if not requested:
         raise RuntimeError("unflatten: sizes must be non-empty")
     try:
@@ -157,7 +140,7 @@ def unflatten(self, dim, sizes):
         Sample(make(2, 3, 4), 0, 2), Sample(make(3, 4), -1, 0), Sample(make(3), 0, 0)])
 def transpose(self, dim0, dim1):
     n = self.dim()
-    a, b = meta.wrap_dim(_int_arg(dim0, "dim0"), n), meta.wrap_dim(_int_arg(dim1, "dim1"), n)
+    a, b = meta.wrap_dim(int_arg(dim0, "dim0"), n), meta.wrap_dim(int_arg(dim1, "dim1"), n)
     if n == 0:
         return self._make_view_unchecked((), (), self._offset)
     sizes, strides = list(self._sizes), list(self._strides)
@@ -218,7 +201,7 @@ def permutation(dims, n):
     samples=lambda make: [
         Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(2, 3, 4), 1, 2, 0), Sample(make(()), ())])
 def permute(self, *dims):
-    wrapped = permutation(_sizes_arg(dims, "dims"), self.dim())
+    wrapped = permutation(size_arg(dims, "dims"), self.dim())
     # safe: permutation() checked this is a reordering of all dims (as for transpose)
     return self._make_view_unchecked(tuple(self._sizes[d] for d in wrapped),
                                      tuple(self._strides[d] for d in wrapped), self._offset)
@@ -226,7 +209,7 @@ def permute(self, *dims):
 
 @permute.def_derivative("self")
 def permute(grad, dims):
-    dims = _sizes_arg(dims)
+    dims = size_arg(dims)
     n = len(dims)
     inverse = [0] * n
     for i, d in enumerate(dims):
@@ -248,8 +231,8 @@ def permute(op, level, args, kwargs):
 @op(kind="composite")
 def movedim(self, source, destination):
     n = self.dim()
-    src = list(_sizes_arg((source,), "source"))
-    dst = list(_sizes_arg((destination,), "destination"))
+    src = list(size_arg((source,), "source"))
+    dst = list(size_arg((destination,), "destination"))
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
                            f"should contain the same number of dims as destination ({dst} dims)")
@@ -276,7 +259,7 @@ moveaxis = movedim
 @op(kind="view",
     samples=lambda make: [Sample(make(3, 4), 1), Sample(make(3, 4), -1), Sample(make(()), 0)])
 def unsqueeze(self, dim):
-    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim() + 1)
+    d = meta.wrap_dim(int_arg(dim, "dim"), self.dim() + 1)
     new_stride = self._sizes[d] * self._strides[d] if d < self.dim() else 1
     # safe: a size-1 dim is never stepped, so its stride reaches nothing (and it fits in
     # int64: size * stride is at most twice the extent of dim d when its size exceeds 1)
@@ -309,7 +292,7 @@ def squeeze(self, dim=None):
     if dim is None:
         dims = {i for i, s in enumerate(self._sizes) if s == 1}
     else:
-        dims = {meta.wrap_dim(d, n) for d in _sizes_arg((dim,), "dim")}
+        dims = {meta.wrap_dim(d, n) for d in size_arg((dim,), "dim")}
         dims = {d for d in dims if d < n and self._sizes[d] == 1}  # a 0-d tensor accepts 0, -1
     keep = [i for i in range(n) if i not in dims]
     # safe: only size-1 dims (never stepped) are dropped
@@ -345,13 +328,10 @@ def squeeze(op, level, args, kwargs):
         Sample(make(3, 1), 3, 4), Sample(make(3, 1), (2, 3, 4)), Sample(make(()), 4),
         Sample(make(3, 1), -1, 4)])
 def expand(self, *sizes):
-    sizes = _sizes_arg(sizes)
-    strides = meta.expand_strides(self._sizes, self._strides, sizes)
-    final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - self.dim())]
-                  for i, s in enumerate(sizes))
-    # safe: expand_strides gives every stretched or new dim stride 0 and keeps the others,
+    sizes, strides = meta.expand_geometry(self._sizes, self._strides, size_arg(sizes))
+    # safe: expand_geometry gives every stretched or new dim stride 0 and keeps the others,
     # so only this tensor's elements are reached; _new_tensor refuses an overflowing numel
-    return self._make_view_unchecked(final, tuple(strides), self._offset)
+    return self._make_view_unchecked(sizes, strides, self._offset)
 
 
 @expand.def_derivative("self")
@@ -408,7 +388,7 @@ def selected(self, dim, index):
     samples=lambda make: [
         Sample(make(3, 4), 0, 1), Sample(make(3, 4), 1, -1), Sample(make(2, 3, 4), 2, 3)])
 def select(self, dim, index):
-    dim, index = _int_arg(dim, "dim"), _int_arg(index, "index")
+    dim, index = int_arg(dim, "dim"), int_arg(index, "index")
     d, index = selected(self, dim, index)
     # safe: selected() checked 0 <= index < size, so every element is one of this tensor's
     return self._make_view_unchecked(self._sizes[:d] + self._sizes[d + 1:],
@@ -437,9 +417,9 @@ def select(op, level, args, kwargs):
 def narrow(self, dim, start, length):
     if self.dim() == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
-    d = meta.wrap_dim(_int_arg(dim, "dim"), self.dim())
+    d = meta.wrap_dim(int_arg(dim, "dim"), self.dim())
     size = self._sizes[d]
-    start, length = _int_arg(start, "start"), _int_arg(length, "length")
+    start, length = int_arg(start, "start"), int_arg(length, "length")
     if length < 0:
         raise RuntimeError("narrow(): length must be non-negative.")
     if not -size <= start <= size:
@@ -502,8 +482,8 @@ slice.def_batch_rule(narrow_batch_rule)
         Sample(make(2, 3, 4), 0, 1, 2), Sample(make(3, 3), 5)])
 def diagonal(self, offset=0, dim1=0, dim2=1):
     n = self.dim()
-    offset = _int_arg(offset, "offset")
-    a, b = meta.wrap_dim(_int_arg(dim1, "dim1"), n), meta.wrap_dim(_int_arg(dim2, "dim2"), n)
+    offset = int_arg(offset, "offset")
+    a, b = meta.wrap_dim(int_arg(dim1, "dim1"), n), meta.wrap_dim(int_arg(dim2, "dim2"), n)
     if a == b:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     if offset >= 0:
@@ -545,10 +525,10 @@ def diagonal(op, level, args, kwargs):
     samples=lambda make: [
         Sample(make(7), 0, 3, 2), Sample(make(3, 6), 1, 2, 2), Sample(make(3, 6), 1, 3, 1)])
 def unfold(self, dimension, size, step):
-    size, step = _int_arg(size, "size"), _int_arg(step, "step")
+    size, step = int_arg(size, "size"), int_arg(step, "step")
     if size < 0:
         raise RuntimeError(f"size is {size} but must be >= 0")
-    d = meta.wrap_dim(_int_arg(dimension, "dimension"), max(self.dim(), 1))
+    d = meta.wrap_dim(int_arg(dimension, "dimension"), max(self.dim(), 1))
     dim_size = self._sizes[d] if self.dim() else 1
     if size > dim_size:
         raise RuntimeError(f"maximum size for tensor at dimension {d} is {dim_size} but size "
@@ -600,11 +580,11 @@ def unfold(op, level, args, kwargs):
         Sample(make(3, 4), (2, 2), (1, 2)), Sample(make(12), (3, 3), (3, 1), 1),
         Sample(make(6), (3, 3), (1, 1))])
 def as_strided(self, size, stride, storage_offset=None):
-    sizes, strides = _sizes_arg((size,), "size"), _sizes_arg((stride,), "stride")
+    sizes, strides = size_arg((size,), "size"), size_arg((stride,), "stride")
     if len(sizes) != len(strides):
         raise RuntimeError(f"mismatch in length of strides and shape: size {list(sizes)} and "
                            f"stride {list(strides)}")
-    offset = self._offset if storage_offset is None else _int_arg(storage_offset,
+    offset = self._offset if storage_offset is None else int_arg(storage_offset,
                                                                   "storage_offset")
     return self._make_view(sizes, strides, offset)
 
@@ -679,32 +659,18 @@ def as_strided_backward(grad, in_sizes, in_strides, in_offset, sizes, strides, o
     extent = max(meta.storage_size_for(in_sizes, in_strides) + in_off,
                  meta.storage_size_for(sizes, strides) + out_off)
     buffer = grad.new_zeros(extent)
-    if meta.is_non_overlapping_and_dense(sizes, strides) or not _may_overlap(sizes, strides):
+    if meta.is_non_overlapping_and_dense(sizes, strides) or not may_overlap(sizes, strides):
         buffer.as_strided(sizes, strides, out_off).copy_(grad)
     else:
-        from microtensor.ops.factory import arange
         positions = arange(extent, device=grad.device).as_strided(sizes, strides, out_off)
         buffer = buffer.index_add(0, positions.reshape(-1), grad.reshape(-1))
     result = buffer.as_strided(in_sizes, in_strides, in_off)
-    if _may_overlap(in_sizes, in_strides):
-        ones = grad.new_zeros(extent)
-        ones.as_strided(in_sizes, in_strides, in_off).fill_(1)
-        from microtensor.ops.factory import arange
+    if may_overlap(in_sizes, in_strides):
         positions = arange(extent, device=grad.device).as_strided(in_sizes, in_strides, in_off)
         counts = grad.new_zeros(extent).index_add(
             0, positions.reshape(-1), grad.new_ones(positions.numel()))
         result = result / counts.as_strided(in_sizes, in_strides, in_off)
     return result
-
-
-def _may_overlap(sizes, strides):
-    dims = sorted((st, s) for s, st in zip(sizes, strides) if s > 1)
-    reach = 0
-    for stride, size in dims:
-        if stride <= reach:
-            return True
-        reach += (size - 1) * stride
-    return False
 
 
 # --------------------------------------------------------------------------- aliases

@@ -4,10 +4,37 @@ requires_grad=False, device=None)``, and the same values in other memory layouts
 Values are uniform in ``[low, high)`` (default ``[-3, 3)`` for floats, ``[-9, 10)`` for
 integers; bools are fair coin flips).  ``maker(seed)`` gives a ``make`` with its own
 random stream, so that an op's samples are the same in every test that asks for them.
+
+One seed convention: a seed is ``seed_for(text)``, a stable hash of a name (an op's name
+for its samples, ``samples_of(name)``; a test's node id for the global generators, which
+the test suite's conftest seeds before each test), so a draw never depends on which other
+tests ran before it.
 """
+import zlib
+
 import numpy as np
 
+from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import TensorBase, bool_, empty_contiguous, float64, from_array
+from microtensor.ops.arguments import size_arg
+from microtensor.ops.factory import zeros
+from microtensor.ops.registry import REGISTRY
+
+
+def seed_for(text):
+    """The seed for ``text`` (a name): the same in every run and on every platform."""
+    return zlib.crc32(text.encode())
+
+
+def samples_of(name, salt=""):
+    """Op ``name``'s registered samples, drawn from ``maker(seed_for(name + salt))``: the
+    same tensors in every test file that asks (a ``salt`` asks for another draw)."""
+    return REGISTRY[name].samples(maker(seed_for(name + salt)))
+
+
+def sample_ids(names, salt=""):
+    """``(name, index)`` for every sample of the ops ``names``: pytest parameters."""
+    return [(name, i) for name in names for i in range(len(samples_of(name, salt)))]
 
 
 def maker(seed=0):
@@ -15,8 +42,7 @@ def maker(seed=0):
     rng = np.random.default_rng(seed)
 
     def make(*shape, dtype=float64, low=None, high=None, requires_grad=False, device=None):
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
+        shape = size_arg(shape, required=False)
         if dtype is bool_:
             values = rng.random(shape) < 0.5
         elif dtype.is_floating_point:
@@ -46,7 +72,6 @@ def noncontiguous(t):
     ``t.requires_grad``)."""
     if t.dim() == 0:
         return t.detach().clone().requires_grad_(t.requires_grad)
-    from microtensor.ops.factory import zeros
     wide = zeros(tuple(t.shape[:-1]) + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
     result = wide[..., ::2]
     result.copy_(t.detach())
@@ -60,7 +85,7 @@ def transposed_layout(t):
     if t.dim() < 2:
         return noncontiguous(t)
     dims = tuple(range(t.dim() - 1, -1, -1))
-    result = t.detach().permute(dims).clone(memory_format=_contiguous()).permute(dims)
+    result = t.detach().permute(dims).clone(memory_format=contiguous_format).permute(dims)
     return result.detach().requires_grad_(t.requires_grad)
 
 
@@ -68,11 +93,6 @@ def variants(t):
     """``t`` and copies with the same values in other layouts: (name, tensor) pairs."""
     return [("contiguous", t), ("noncontiguous", noncontiguous(t)),
             ("transposed", transposed_layout(t))]
-
-
-def _contiguous():
-    from microtensor._C.meta import contiguous_format
-    return contiguous_format
 
 
 def differentiable_places(op, args, kwargs):

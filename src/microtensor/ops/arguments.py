@@ -1,0 +1,49 @@
+"""The integer arguments ops take (sizes, strides, dims, single ints), parsed once, with
+PyTorch's rules: NumPy integers and integer one-element tensors are integers; floats,
+bools and values past int64 are a TypeError naming the argument."""
+import operator
+
+_INT64 = 2 ** 63
+
+
+def int_arg(value, name):
+    """``value`` as a Python int."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
+    if not -_INT64 <= value < _INT64:
+        raise TypeError(f"argument '{name}' must fit in 64 bits, got {value}")
+    return value
+
+
+def int_tuple(values, name="size"):
+    """``values`` (a sequence) as a tuple of Python ints."""
+    result = []
+    for value in values:
+        if type(value) is not int:  # the common case skips the slower checks
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                value = operator.index(value)
+            except TypeError:
+                raise TypeError(f"argument '{name}' must be tuple of ints, but found element "
+                                f"of type {type(value).__name__}") from None
+        if not -_INT64 <= value < _INT64:
+            raise TypeError(f"argument '{name}' must be tuple of ints, but {value} does not "
+                            f"fit in 64 bits")
+        result.append(value)
+    return tuple(result)
+
+
+def size_arg(args, name="size", required=True):
+    """The sizes (or dims) of a call written either way: ``f(2, 3)``, ``f((2, 3))`` and
+    ``f([2, 3])`` all give ``args`` meaning (2, 3).  ``args`` is the ``*args`` tuple as
+    received; with ``required``, an empty one is PyTorch's missing-argument TypeError."""
+    if not args and required:
+        raise TypeError(f"missing 1 required positional argument: '{name}'")
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    return int_tuple(args, name)
