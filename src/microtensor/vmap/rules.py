@@ -1251,3 +1251,4 @@ from microtensor.vmap import rules_layout  # noqa: E402,F401
 from microtensor.vmap import rules_linalg  # noqa: E402,F401
 from microtensor.vmap import rules_contraction  # noqa: E402,F401
 from microtensor.vmap import rules_selection2  # noqa: E402,F401
+from microtensor.vmap import rules_scatter_reduce  # noqa: E402,F401
