@@ -796,3 +796,8 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return _op("pairwise_distance", x1, x2, p, eps, keepdim)
+
+
+# ------------------------------------------------------------------ bags of embeddings, resizing
+
+from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
