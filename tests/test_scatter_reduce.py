@@ -71,3 +71,21 @@ def test_per_sample_gradients_match_loop():
     batched = vmap(grad(loss), in_dims=(0, None))(src, self)
     for i in range(4):
         np.testing.assert_allclose(batched[i].numpy(), grad(loss)(src[i], self).numpy())
+
+
+@pytest.mark.parametrize("call", [
+    lambda src, index: mt.zeros(3, dtype=mt.float64).scatter_add(0, index, src=src),
+    lambda src, index: mt.zeros(3, dtype=mt.float64).scatter_add(dim=0, index=index, src=src),
+    lambda src, index: mt.ones(3, dtype=mt.float64).scatter_reduce(0, index, src=src,
+                                                                   reduce="prod")])
+def test_inputs_passed_by_name_are_differentiated(call):
+    """Autograd records an op whose differentiable input comes by keyword (as vmap's
+    batching rules pass them): per-sample gradients of ``src`` are not silently zero."""
+    index = mt.tensor([0, 2, 2, 1, 0])
+    src = mt.randn(4, 5, dtype=mt.float64)
+    batched = vmap(grad(lambda s: (call(s, index) ** 2).sum()))(src)
+    for i in range(4):
+        leaf = src[i].clone().requires_grad_()
+        expected, = mt.autograd.grad((call(leaf, index) ** 2).sum(), leaf)
+        assert expected.abs().sum().item() > 0
+        np.testing.assert_allclose(batched[i].numpy(), expected.numpy(), rtol=1e-12)
