@@ -143,9 +143,12 @@ class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return (2, 0)
 
 
-# CuPy's own ufuncs (``cupy.add.at`` is what the scatter kernels call on the GPU)
+# CuPy's own ufuncs (``cupy.add.at`` is what the scatter kernels call on the GPU; CuPy has
+# ``at`` for maximum and minimum too)
 add = np.add
 multiply = np.multiply
+maximum = np.maximum
+minimum = np.minimum
 
 
 def empty(shape, dtype=float):

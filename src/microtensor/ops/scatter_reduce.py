@@ -70,10 +70,11 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
     where = _along(positions, d)
     if not include_self:
         target[where] = _identity(reduce, target.dtype)
-    update_at(_UFUNCS[reduce], target, where, source)
+    _reduce_at(reduce, target, where, source)
     if reduce == "mean":
-        xp = array_module(target)
-        count = xp.full(target.shape, 1 if include_self else 0, dtype=np.int64)
+        count = array_module(target).zeros(target.shape, np.int64)
+        if include_self:
+            count += 1
         update_at("add", count, where, 1)
         np.maximum(count, 1, out=count)
         if np.issubdtype(target.dtype, np.floating):
@@ -81,6 +82,18 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
         else:
             np.floor_divide(target, count, out=target)
     return result
+
+
+def _reduce_at(reduce, target, where, source):
+    """``ufunc.at`` of the reduction.  CuPy has ``at`` for add, maximum and minimum but not
+    for multiply: a product on the GPU is taken on the host."""
+    xp = array_module(target)
+    if reduce != "prod" or xp is np:
+        update_at(_UFUNCS[reduce], target, where, source)
+        return
+    host = xp.asnumpy(target)
+    np.multiply.at(host, tuple(xp.asnumpy(w) for w in where), xp.asnumpy(source))
+    target[...] = xp.asarray(host)
 
 
 @scatter_reduce.def_derivative
