@@ -35,6 +35,17 @@ def test_gradients_with_ties_and_zeros_match_torch(reduce, include_self):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
 
 
+def test_double_backward_of_prod_with_two_zeros_in_a_position_raises_as_torch():
+    x = mt.tensor([1.0, 2.0], dtype=mt.float64, requires_grad=True)
+    src = mt.tensor([0.0, 0.0, 3.0], dtype=mt.float64, requires_grad=True)
+    out = x.scatter_reduce(0, mt.tensor([0, 0, 1]), src, "prod")
+    first, = mt.autograd.grad(out.sum(), src, create_graph=True)
+    assert first.tolist() == [0.0, 0.0, 2.0]
+    with pytest.raises(RuntimeError, match="Double backward is unsupported for src when >1 "
+                                           "zeros in src are scattered to the same position"):
+        mt.autograd.grad(first.sum(), src)
+
+
 def test_errors_match_torch():
     x, index, src = mt.zeros(3), mt.tensor([0, 1]), mt.ones(2)
     with pytest.raises(RuntimeError, match="reduce argument must be either sum, prod, mean, "

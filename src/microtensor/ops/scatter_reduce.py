@@ -9,6 +9,7 @@ equal to the result.  Its batching rule is gather/scatter's (``vmap.rules_scatte
 """
 import numpy as np
 
+from microtensor._C.autograd import Node, detached_alias, gradient_edge
 from microtensor._C.tensor import TensorBase, bool_, int64
 from microtensor.ops.indexing import _along, _check_scatter, _padded, _shape_or_vector, _target
 from microtensor.ops.loops import array_module, update_at
@@ -138,7 +139,33 @@ def _prod_backward(grad, self, dim, index, src, include_self, result):
                                  include_self=include_self)
     grad_src = (grad * others).gather(dim, index).where(
         single_zero, (grad * result).gather(dim, index) / src.masked_fill(src_zero, 1))
+    if grad_src.requires_grad and bool((zeros_there > 1).any()):
+        grad_src = _refusing_double_backward(grad_src)
     return grad_self, grad_src
+
+
+class _DoubleBackwardError(Node):
+    """PyTorch's refusal of the second derivative of a factor next to another zero, which
+    is not the derivative of the formula above (its ``DelayedError``); its edge keeps the
+    inputs reachable."""
+
+    def __init__(self, edge):
+        super().__init__((edge,), num_outputs=1)
+
+    def name(self):
+        return "Error"
+
+    def apply(self, grads):
+        raise RuntimeError("scatter_reduce(): Double backward is unsupported for src when >1 "
+                           "zeros in src are scattered to the same position in self")
+
+
+def _refusing_double_backward(t):
+    """``t``, whose own gradient raises ``_DoubleBackwardError``'s error."""
+    out = detached_alias(t)
+    out._grad_fn, out._output_nr, out._requires_grad = _DoubleBackwardError(gradient_edge(t)), \
+        0, True
+    return out
 
 
 scatter_reduce_ = inplace_variant(scatter_reduce)
