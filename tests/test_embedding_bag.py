@@ -106,7 +106,9 @@ def errors(lib, functional, make):
              lambda: functional.embedding_bag(i, w, o, padding_idx=-7),
              lambda: functional.embedding_bag(i, w[0], o),
              lambda: functional.embedding_bag(i, w, o, mode="max", scale_grad_by_freq=True),
-             lambda: functional.embedding_bag(i, w, o, mode="max", sparse=True)]
+             lambda: functional.embedding_bag(i, w, o, mode="max", sparse=True),
+             lambda: functional.embedding_bag(i, w, o, mode="sum",
+                                              per_sample_weights=make([1.0, 2.0, 3.0]).double())]
     found = []
     for call in calls:
         with pytest.raises(Exception) as info:
@@ -170,3 +172,18 @@ def test_per_sample_gradients_match_torch_func(mode):
     for name in ours:
         np.testing.assert_allclose(ours[name].numpy(), theirs[name].detach().numpy(),
                                    rtol=1e-10, atol=1e-12)
+
+
+def test_vmap_over_weights_indices_and_offsets_matches_a_loop():
+    """An ensemble: per-sample tables, bags and offsets, with no loop fallback."""
+    weight = mt.randn(3, 6, 2, dtype=mt.float64)
+    index = mt.tensor([[1, 2, 4, 5], [0, 0, 3, 1], [5, 4, 3, 2]])
+    offsets = mt.tensor([[0, 2], [0, 1], [0, 3]])
+    for mode in ("sum", "mean", "max"):
+        def bags(w, i, o):
+            return F.embedding_bag(i, w, o, mode=mode, padding_idx=0)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="Batching rule not implemented")
+            batched = vmap(bags)(weight, index, offsets)
+        looped = mt.stack([bags(weight[k], index[k], offsets[k]) for k in range(3)])
+        np.testing.assert_allclose(batched.numpy(), looped.numpy(), rtol=1e-12)

@@ -129,6 +129,12 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
                                   f"per_sample_weights is only supported for mode='sum' "
                                   f"(got mode='{mode}'). Please open a feature request on "
                                   f"GitHub.")
+    if per_sample_weights is not None and per_sample_weights._dtype is not weight._dtype:
+        raise RuntimeError(f"Expected tensor for argument #1 'weight' to have the same type as "
+                           f"tensor for argument #1 'per_sample_weights'; but type "
+                           f"{_legacy_type(weight)} does not equal "
+                           f"{_legacy_type(per_sample_weights)} (while checking arguments for "
+                           f"embedding_bag)")
     if sparse:
         raise NotImplementedError("embedding_bag: sparse=True needs sparse gradients, which "
                                   "microtensor does not have")
