@@ -5,13 +5,15 @@ own values included or not.
 The kernel is one ``ufunc.at`` over all of ``src`` (repeated positions all count); its
 derivative is PyTorch's (``scatter_reduce_backward``): prod divides the result by each
 factor, taking care of zeros, and amax/amin share the gradient evenly between the values
-equal to the result.  Its batching rule is gather/scatter's (``vmap.rules_scatter_reduce``).
+equal to the result, declared as one joint formula (the two gradients share the count,
+the shared extremum or the masked products).  Its batching rule is gather/scatter's.
 """
 import numpy as np
 
 from microtensor._C.autograd import Node, detached_alias, gradient_edge
 from microtensor._C.tensor import TensorBase, bool_, int64
-from microtensor.ops.indexing import _along, _check_scatter, _padded, _shape_or_vector, _target
+from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
+                                     dimwise_index_batch_rule)
 from microtensor.ops.loops import array_module, update_at
 from microtensor.ops.registry import Sample, inplace_variant, op
 
@@ -71,7 +73,7 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
     where = _along(positions, d)
     if not include_self:
         target[where] = _identity(reduce, target.dtype)
-    _reduce_at(reduce, target, where, source)
+    update_at(_UFUNCS[reduce], target, where, source)
     if reduce == "mean":
         count = array_module(target).zeros(target.shape, np.int64)
         if include_self:
@@ -85,19 +87,13 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
     return result
 
 
-def _reduce_at(reduce, target, where, source):
-    """``ufunc.at`` of the reduction.  CuPy has ``at`` for add, maximum and minimum but not
-    for multiply: a product on the GPU is taken on the host."""
-    xp = array_module(target)
-    if reduce != "prod" or xp is np:
-        update_at(_UFUNCS[reduce], target, where, source)
-        return
-    host = xp.asnumpy(target)
-    np.multiply.at(host, tuple(xp.asnumpy(w) for w in where), xp.asnumpy(source))
-    target[...] = xp.asarray(host)
+@scatter_reduce.def_batch_rule
+def scatter_reduce(op, level, args, kwargs):
+    """gather/scatter's rule: every tensor argument batched, ``dim`` shifted."""
+    return dimwise_index_batch_rule(op, level, args, kwargs)
 
 
-@scatter_reduce.def_derivative
+@scatter_reduce.def_joint_derivative
 def scatter_reduce(grad, self, dim, index, src, reduce, include_self, result):
     src_shape = src.shape
     if src.dim() and src.shape != index.shape:       # only the part the index covers counts
