@@ -143,9 +143,11 @@ class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801 - CuPy's name
         return (2, 0)
 
 
-# CuPy's own ufuncs (``cupy.add.at`` is what the scatter kernels call on the GPU)
+# CuPy's own ufuncs (``cupy.add.at`` is what the scatter kernels call on the GPU; CuPy has
+# ``at`` for maximum and minimum too, not for multiply: see ``multiply`` below)
 add = np.add
-multiply = np.multiply
+maximum = np.maximum
+minimum = np.minimum
 
 
 def empty(shape, dtype=float):
@@ -198,6 +200,7 @@ def _forwarded(name):
 
 abs, clip, moveaxis, pad, take = (_forwarded(name) for name in  # noqa: A001 - CuPy's names
                                   ("abs", "clip", "moveaxis", "pad", "take"))
+multiply = _forwarded("multiply")   # a plain function: CuPy's multiply has no ``at``
 
 
 class _Device:

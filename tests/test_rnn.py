@@ -213,8 +213,8 @@ def test_argument_checks_match_torch():
         nn.RNNCell(3, 4, nonlinearity="gelu")
     with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
         nn.LSTM(3, 4, proj_size=4)
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        nn.LSTM(3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+        nn.LSTM(3, 4, proj_size=-1)
     with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
         nn.LSTM(3, 4, dropout=0.5)
 

@@ -113,22 +113,31 @@ def install_out_call(call_with_out):
     _call_with_out = call_with_out
 
 
-cpdef bint needs_recording(op, args) except -1:
-    """Whether a differentiable positional input of ``op`` (lists looked into) requires
-    grad, with grad mode on."""
+cdef inline bint _any_needs_grad(a) except -1:
+    """Whether ``a``, a tensor or a list of them, has one that requires grad."""
+    if isinstance(a, TensorBase):
+        return needs_grad(<TensorBase>a)
+    if isinstance(a, (list, tuple)):
+        for t in a:
+            if isinstance(t, TensorBase) and needs_grad(<TensorBase>t):
+                return True
+    return False
+
+
+cpdef bint needs_recording(op, args, kwargs=None) except -1:
+    """Whether a differentiable input of ``op`` (lists looked into), passed by position or
+    by name, requires grad, with grad mode on."""
     cdef Py_ssize_t i, n = len(args)
     if not op.differentiable or not grad_mode_enabled():
         return False
     for i in op.input_positions:
-        if i < n:
-            a = args[i]
-            if isinstance(a, TensorBase):
-                if needs_grad(<TensorBase>a):
-                    return True
-            elif isinstance(a, (list, tuple)):
-                for t in a:
-                    if isinstance(t, TensorBase) and needs_grad(<TensorBase>t):
-                        return True
+        if i < n and _any_needs_grad(args[i]):
+            return True
+    if kwargs:
+        for name in op.inputs:
+            a = (<dict>kwargs).get(name)
+            if a is not None and _any_needs_grad(a):
+                return True
     return False
 
 
@@ -159,7 +168,7 @@ cpdef object call(op, args, kwargs):
                 return result
     if kwargs and (<dict>kwargs).get("out") is not None and op.kind != "inplace":
         return _call_with_out(op, args, kwargs)
-    if needs_recording(op, args):
+    if needs_recording(op, args, kwargs):
         return _record(op, args, kwargs)
     return run_kernel(op, args, kwargs)
 

@@ -31,3 +31,5 @@ __all__ += _losses
 from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  # noqa: E402
                                       TransformerEncoderLayer)
 __all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
+from microtensor.nn.upsampling import *  # noqa: E402,F401,F403

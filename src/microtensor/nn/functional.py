@@ -520,93 +520,6 @@ def pad(input, pad, mode="constant", value=None):
     return _op("pad", input, tuple(pad), mode, value)
 
 
-def _interpolation_matrix(n_in, n_out, scale, align_corners, dtype, device):
-    """The (n_out, n_in) matrix of linear interpolation weights along one dim, PyTorch's
-    source-coordinate rule (``scale`` is the user's scale factor, or None)."""
-    import numpy as np
-    from microtensor.ops.factory import tensor
-    j = np.arange(n_out, dtype=np.float64)
-    if align_corners:
-        src = j * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
-    else:
-        ratio = 1.0 / scale if scale is not None else n_in / n_out
-        src = np.maximum((j + 0.5) * ratio - 0.5, 0.0)
-    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = src - lo
-    m = np.zeros((n_out, n_in))
-    np.add.at(m, (np.arange(n_out), lo), 1.0 - frac)
-    np.add.at(m, (np.arange(n_out), hi), frac)
-    return tensor(m, dtype=dtype, device=device)
-
-
-def _nearest_index(n_in, n_out, scale, device):
-    import numpy as np
-    from microtensor.ops.factory import tensor
-    ratio = 1.0 / scale if scale is not None else n_in / n_out
-    src = np.minimum(np.floor(np.arange(n_out) * np.float32(ratio)).astype(np.int64), n_in - 1)
-    return tensor(src, device=device)
-
-
-_INTERPOLATION_DIMS = {"nearest": None, "linear": 1, "bilinear": 2}
-
-
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                recompute_scale_factor=None, antialias=False):
-    """Resize the spatial dims of (N, C, *spatial): "nearest" (an ``index_select`` per
-    dim), "linear"/"bilinear" (a product with an interpolation matrix per dim)."""
-    if mode not in _INTERPOLATION_DIMS:
-        raise NotImplementedError(f"Input Error: interpolation mode {mode!r} is not "
-                                  f"supported; use 'nearest', 'linear' or 'bilinear'")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
-    d = input.dim() - 2
-    if d < 1:
-        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported "
-                                  f"(got {input.dim()}D) for the modes: nearest | linear | "
-                                  f"bilinear | bicubic | trilinear | lanczos | area | "
-                                  f"nearest-exact (got {mode})")
-    needed = _INTERPOLATION_DIMS[mode]
-    if needed is not None and needed != d:
-        raise NotImplementedError(f"Got {input.dim()}D input, but {mode} mode needs "
-                                  f"{needed + 2}D input")
-    if mode == "nearest" and align_corners is not None:
-        raise ValueError("align_corners option can only be set with the interpolating modes: "
-                         "linear | bilinear | bicubic | trilinear")
-    if (size is None) == (scale_factor is None):
-        raise ValueError("only one of size or scale_factor should be defined")
-    spatial = tuple(input.shape[2:])
-    if size is not None:
-        size = (size,) * d if isinstance(size, int) else tuple(size)
-        if len(size) != d:
-            raise ValueError(f"Input and output must have the same number of spatial "
-                             f"dimensions, but got input with spatial dimensions of "
-                             f"{list(spatial)} and output size of {size}. Please provide "
-                             f"input tensor in (N, C, d1, d2, ...,dK) format and output size "
-                             f"in (o1, o2, ...,oK) format.")
-        scales = (None,) * d
-    else:
-        scales = (float(scale_factor),) * d if isinstance(scale_factor, (int, float)) \
-            else tuple(float(s) for s in scale_factor)
-        if len(scales) != d:
-            raise ValueError(f"Input and scale_factor must have the same number of spatial "
-                             f"dimensions, but got input with spatial dimensions of "
-                             f"{list(spatial)} and scale_factor of shape {list(scales)}.")
-        size = tuple(int(n * s) for n, s in zip(spatial, scales))
-        if recompute_scale_factor:
-            scales = (None,) * d
-    out = input
-    for i, (n_in, n_out, scale) in enumerate(zip(spatial, size, scales)):
-        dim = 2 + i
-        if mode == "nearest":
-            out = out.index_select(dim, _nearest_index(n_in, n_out, scale, input.device))
-        else:
-            m = _interpolation_matrix(n_in, n_out, scale, bool(align_corners), input.dtype,
-                                      input.device)
-            out = (out.movedim(dim, -1) @ m.T).movedim(-1, dim)
-    return out
-
-
 def pixel_shuffle(input, upscale_factor):
     """(*, C r², H, W) -> (*, C, H r, W r): a reshape and a permute."""
     r = upscale_factor
@@ -799,3 +712,10 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return _op("pairwise_distance", x1, x2, p, eps, keepdim)
+
+
+# ------------------------------------------------------------------ bags of embeddings, resizing
+
+from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
+from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F401
+                                          upsample_bilinear, upsample_nearest)

@@ -218,9 +218,6 @@ class RNNBase(Module):
                              "projections")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
-        if proj_size != 0:
-            raise NotImplementedError("LSTM with proj_size > 0 is not supported yet: only "
-                                      "proj_size=0")
         self.mode = mode
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -232,15 +229,18 @@ class RNNBase(Module):
         self.proj_size = proj_size
         num_directions = 2 if bidirectional else 1
         gate_size = _GATES[mode] * hidden_size
+        real_hidden_size = proj_size or hidden_size      # the size of h, projected or not
         kw = {"dtype": dtype, "device": device}
         self._flat_weights_names = []
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * num_directions
+            layer_input = input_size if layer == 0 else real_hidden_size * num_directions
             for suffix in ("", "_reverse")[:num_directions]:
                 params = [("weight_ih", (gate_size, layer_input)),
-                          ("weight_hh", (gate_size, hidden_size))]
+                          ("weight_hh", (gate_size, real_hidden_size))]
                 if bias:
                     params += [("bias_ih", (gate_size,)), ("bias_hh", (gate_size,))]
+                if proj_size:
+                    params.append(("weight_hr", (proj_size, hidden_size)))
                 for name, shape in params:
                     full = f"{name}_l{layer}{suffix}"
                     setattr(self, full, Parameter(empty(*shape, **kw)))
@@ -260,7 +260,7 @@ class RNNBase(Module):
 
     @property
     def all_weights(self):
-        per = 4 if self.bias else 2
+        per = (4 if self.bias else 2) + (1 if self.proj_size else 0)
         flat = self._flat_weights
         return [flat[i:i + per] for i in range(0, len(flat), per)]
 
@@ -282,8 +282,9 @@ class RNNBase(Module):
 
     def _prepare(self, input, hx):
         """Checks ``input`` and the initial states ``hx`` (a list, empty for zeros) as
-        PyTorch does; returns the input as (L, N, H_in), the states as (D*layers, N, H) and
-        whether the input was batched."""
+        PyTorch does; returns the input as (L, N, H_in), the states as (D*layers, N, H)
+        (h of size proj_size for an LSTM with projections) and whether the input was
+        batched."""
         from microtensor._tensor import Tensor
         name = type(self).__name__
         if not isinstance(input, Tensor):
@@ -315,14 +316,14 @@ class RNNBase(Module):
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {input.shape[-1]}")
-        expected = ((2 if self.bidirectional else 1) * self.num_layers, input.shape[1],
-                    self.hidden_size)
+        lead = ((2 if self.bidirectional else 1) * self.num_layers, input.shape[1])
+        expected = [lead + (self.proj_size or self.hidden_size,), lead + (self.hidden_size,)]
         names = ("hidden[0]", "hidden[1]") if self.mode == "LSTM" else ("hidden",)
         if not hx:
-            hx = [_zeros(expected, input)] * (2 if self.mode == "LSTM" else 1)
-        for which, h in zip(names, hx):
-            if tuple(h.shape) != expected:
-                raise RuntimeError(f"Expected {which} size {expected}, got {list(h.shape)}")
+            hx = [_zeros(shape, input) for shape in expected[:len(names)]]
+        for which, h, shape in zip(names, hx, expected):
+            if tuple(h.shape) != shape:
+                raise RuntimeError(f"Expected {which} size {shape}, got {list(h.shape)}")
         return input, hx, batched
 
     def _forward(self, input, hx):
@@ -341,11 +342,14 @@ class RNNBase(Module):
                 w_ih, w_hh = (getattr(self, f"weight_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
                 b_ih, b_hh = ((getattr(self, f"bias_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
                               if self.bias else (None, None))
+                w_hr = getattr(self, f"weight_hr_l{layer}{suffix}") if self.proj_size else None
                 state = tuple(h[k] for h in hx) if lstm else hx[0][k]
                 steps = F.linear(x, w_ih, b_ih).unbind(0)
                 seq = []
                 for x_proj in (reversed(steps) if direction else steps):
                     state = step(x_proj, state, w_hh, b_hh)
+                    if w_hr is not None:
+                        state = (F.linear(state[0], w_hr), state[1])
                     seq.append(state[0] if lstm else state)
                 if direction:
                     seq.reverse()
@@ -387,8 +391,9 @@ class RNN(RNNBase):
 
 
 class LSTM(RNNBase):
-    """LSTM over a sequence (gates i, f, g, o); returns ``(output, (h_n, c_n))``.  Only
-    ``proj_size=0`` is supported."""
+    """LSTM over a sequence (gates i, f, g, o); returns ``(output, (h_n, c_n))``.  With
+    ``proj_size > 0`` each step's h is projected by ``weight_hr_l{k}`` (proj_size,
+    hidden_size), so h, the output and the next layer's input have proj_size features."""
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):

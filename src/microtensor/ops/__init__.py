@@ -1,8 +1,9 @@
 """Every op of microtensor, declared once (see ``registry``).  Importing this package
 registers them all."""
 from microtensor.ops import (activation, contraction, conv, copy, embedding,  # noqa: F401
-                             factory, indexing, layout, linalg, linalg_decomp, loss, norm,
-                             pointwise, pooling, reduction, selection, shape, view)
+                             embedding_bag, factory, indexing, layout, linalg, linalg_decomp,
+                             loss, norm, pointwise, pooling, reduction, scatter_reduce,
+                             selection, shape, view)
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

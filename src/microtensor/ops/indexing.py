@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import TensorBase, bool_, int32, int64
+from microtensor._C.tensor import TensorBase, bool_, float32, int32, int64
 from microtensor._dtype import check_scalar_fits
 from microtensor.backends import cuda
 from microtensor.ops.copy import clone
@@ -698,7 +698,11 @@ def _scatter_samples(make):
     return [Sample(make(3, 4), 0, tensor([[2, 0, 1, 1], [1, 2, 0, 2]]), make(2, 4)),
             Sample(make(3, 4), 1, tensor([[3], [0]]), make(2, 1)),
             Sample(make(3, 4), 1, tensor([[3, 1], [0, 2]]), 2.5),
-            Sample(make(4), 0, tensor([1, 3]), make(2), reduce="add")]
+            # float32: no derivative to check (reduce= has none, as in PyTorch)
+            Sample(make(4, dtype=float32), 0, tensor([1, 3, 1]), make(3, dtype=float32),
+                   reduce="add"),
+            Sample(make(2, 3, dtype=float32), 1, tensor([[0, 0], [2, 1]]), 1.5,
+                   reduce="multiply")]
 
 
 @op(inputs=("self", "src"), samples=_scatter_samples)
@@ -711,20 +715,23 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
         raise RuntimeError("reduce argument must be either add or multiply.")
     d, positions = _check_scatter("scatter", self, dim, index, src)
     check_scalar_fits(value, self._dtype)
+    if reduce is not None and src is not None:
+        warnings.warn("The reduce argument of torch.scatter with Tensor src is deprecated and "
+                      "will be removed in a future PyTorch release. Use torch.scatter_reduce "
+                      "instead for more reduction options.", UserWarning, stacklevel=3)
     source = src._array() if src is not None else value
     return _scatter_into(_target(self, out, (index, src)), self, d, positions, source, reduce)
 
 
 def _check_scatter_reduce(reduce):
-    if reduce == "multiply":
-        raise RuntimeError("the derivative of scatter with reduce='multiply' is not "
-                           "implemented")
+    if reduce is not None:          # as in PyTorch: scatter_reduce has the derivatives
+        raise RuntimeError("derivative for aten::scatter is not implemented")
 
 
 @scatter.def_derivative("self")
 def scatter(grad, dim, index, reduce):
     _check_scatter_reduce(reduce)
-    return grad if reduce == "add" else grad.scatter(dim, index, 0)
+    return grad.scatter(dim, index, 0)
 
 
 @scatter.def_derivative("src")

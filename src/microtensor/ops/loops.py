@@ -31,8 +31,17 @@ def array_module(arr):
 
 def update_at(ufunc_name, target, where, source):
     """``np.<ufunc>.at``: an in-place update at ``where`` in which repeated positions all
-    count (CuPy has ``add.at``; its other ufuncs lack ``at``)."""
-    getattr(getattr(array_module(target), ufunc_name), "at")(target, where, source)
+    count.  CuPy has ``at`` for add, maximum and minimum but not for multiply: a product
+    on the GPU is taken on the host."""
+    xp = array_module(target)
+    ufunc = getattr(xp, ufunc_name)
+    if hasattr(ufunc, "at"):
+        ufunc.at(target, where, source)
+        return
+    host = xp.asnumpy(target)
+    getattr(np, ufunc_name).at(host, tuple(xp.asnumpy(w) for w in where),
+                               source if np.isscalar(source) else xp.asnumpy(source))
+    target[...] = xp.asarray(host)
 
 
 def device_of(*operands):
