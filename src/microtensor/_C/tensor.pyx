@@ -22,6 +22,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from microtensor import _dtype_table
 from microtensor._C cimport meta
 from microtensor._C.meta import contiguous_format, preserve_format
 
@@ -47,7 +48,7 @@ cdef class dtype:
         self.itemsize = self.np.itemsize
         self.kind = kind
         self.is_floating_point = kind == 2
-        self.is_signed = kind != 0
+        self.is_signed = kind != 0 and self.np.kind != "u"
         self.typenum = self.np.num
 
     def __repr__(self):
@@ -60,12 +61,19 @@ cdef class dtype:
         raise NotImplementedError("microtensor has no complex dtypes")
 
 
-float32 = dtype("float32", np.float32, 2)
-float64 = dtype("float64", np.float64, 2)
-int64 = dtype("int64", np.int64, 1)
-int32 = dtype("int32", np.int32, 1)
-bool_ = dtype("bool", np.bool_, 0)
-cdef dict _dtype_by_np = {d.np: d for d in (float32, float64, int64, int32, bool_)}
+# every dtype by name, in the order of the table (widest floating type first)
+DTYPES = {info.name: dtype(info.name, info.numpy, info.kind) for info in _dtype_table.DTYPES}
+float64 = DTYPES["float64"]
+float32 = DTYPES["float32"]
+float16 = DTYPES["float16"]
+bfloat16 = DTYPES["bfloat16"]
+int64 = DTYPES["int64"]
+int32 = DTYPES["int32"]
+int16 = DTYPES["int16"]
+int8 = DTYPES["int8"]
+uint8 = DTYPES["uint8"]
+bool_ = DTYPES["bool"]
+cdef dict _dtype_by_np = {d.np: d for d in DTYPES.values()}
 
 cdef dtype _default_float = float32
 
@@ -85,9 +93,18 @@ def dtype_from_numpy(npdtype):
     """The microtensor dtype storing ``npdtype``; TypeError for types microtensor lacks."""
     d = _dtype_by_np.get(np.dtype(npdtype))
     if d is None:
+        names = [name for name in DTYPES if name != "bool"]
         raise TypeError(f"can't convert np.ndarray of type {np.dtype(npdtype)}. The only "
-                        "supported types are: float64, float32, int64, int32, and bool.")
+                        f"supported types are: {', '.join(names)}, and bool.")
     return d
+
+
+cpdef object compute_numpy(dtype dt):
+    """The NumPy type elementwise kernels compute ``dt`` in: float16 and bfloat16 compute
+    in float32 and round once into the result, as PyTorch's CPU kernels do."""
+    if dt.is_floating_point and dt.itemsize == 2:
+        return float32.np
+    return dt.np
 
 
 # --------------------------------------------------------------------------- devices
@@ -683,7 +700,8 @@ cdef class TensorBase:
         if _plain(a) and _plain(b):
             ta, tb = <TensorBase>a, <TensorBase>b
             if len(ta._sizes) == 2 and len(tb._sizes) == 2 and ta._dtype is tb._dtype and \
-                    ta._dtype.is_floating_point and ta._sizes[1] == tb._sizes[0] and \
+                    (ta._dtype.typenum == cnp.NPY_FLOAT or ta._dtype.typenum == cnp.NPY_DOUBLE) \
+                    and ta._sizes[1] == tb._sizes[0] and \
                     ta._storage.device is cpu and tb._storage.device is cpu:
                 m, k, n = ta._sizes[0], ta._sizes[1], tb._sizes[1]
                 sizes = (m, n)
@@ -810,12 +828,6 @@ cdef bint needs_grad(TensorBase t) noexcept:
     return t._is_diff_view and needs_grad(<TensorBase>t._base)
 
 
-# PyTorch's C++ names of the dtypes, as its messages about ``.grad`` print them
-_CPP_TYPE_NAMES = {"float32": ("float", "Float"), "float64": ("double", "Double"),
-                   "int64": ("long int", "Long"), "int32": ("int", "Int"),
-                   "bool": ("bool", "Bool")}
-
-
 cdef _check_assigned_grad(TensorBase tensor, value):
     """PyTorch's checks of ``tensor.grad = value``: a tensor of the same dtype, device and
     size, not ``tensor`` itself."""
@@ -827,8 +839,9 @@ cdef _check_assigned_grad(TensorBase tensor, value):
         raise RuntimeError("can't assign Variable as its own grad")
     if grad._dtype is not tensor._dtype:
         raise RuntimeError(
-            f"attempting to assign a gradient with dtype '{_CPP_TYPE_NAMES[grad._dtype.name][0]}' "
-            f"to a tensor with grad_dtype '{_CPP_TYPE_NAMES[tensor._dtype.name][1]}'. The "
+            f"attempting to assign a gradient with dtype "
+            f"'{_dtype_table.BY_NAME[grad._dtype.name].cpp_name}' to a tensor with grad_dtype "
+            f"'{_dtype_table.BY_NAME[tensor._dtype.name].scalar_name}'. The "
             "gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).")
     if grad._storage.device != tensor._storage.device:
         raise RuntimeError(
@@ -879,11 +892,16 @@ cdef inline bint _int_fits(object x, dtype dt):
     """Whether NumPy takes the Python int ``x`` beside a ``dt`` tensor as PyTorch does:
     not for bool, nor beyond ``dt``'s range (PyTorch wraps there or refuses; the slow
     path decides)."""
-    cdef int overflow
+    cdef int overflow, bits
     cdef long long value = PyLong_AsLongLongAndOverflow(x, &overflow)
     if overflow or dt is bool_:
         return False
-    return dt is not int32 or -2147483648 <= value <= 2147483647
+    if dt.is_floating_point or dt.itemsize == 8:
+        return True
+    bits = 8 * dt.itemsize
+    if dt.is_signed:
+        return -(1LL << (bits - 1)) <= value < (1LL << (bits - 1))
+    return 0 <= value < (1LL << bits)
 
 
 cdef inline bint _exact_number(object x):
@@ -1054,9 +1072,10 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
         arrays = [_ndarray_view(<TensorBase>x) if isinstance(x, TensorBase) else x
                   for x in operands]
         ufunc(*arrays, out=_ndarray_view(out),
-              dtype=(compute_dtype if compute_dtype is not None else result_dtype).np,
+              dtype=compute_numpy(compute_dtype if compute_dtype is not None else result_dtype),
               casting="unsafe")
     return out
+
 
 
 # --------------------------------------------------------------------------- construction

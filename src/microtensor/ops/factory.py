@@ -234,10 +234,7 @@ def _infer_dtype(data):
                 visit(y, depth + 1)
         elif isinstance(x, TensorBase):
             kinds.add(x._dtype)
-        elif isinstance(x, np.ndarray):
-            kinds.add(from_array(np.ascontiguousarray(x))._dtype if x.dtype != np.float16
-                      else float32)
-        elif isinstance(x, np.generic) and x.dtype != np.float16:
+        elif isinstance(x, (np.ndarray, np.generic)):
             kinds.add(dtype_from_numpy(x.dtype))
         elif isinstance(x, (bool, np.bool_)):
             kinds.add(bool_)
@@ -303,7 +300,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         return finish(result.to(on_device(device) or data.device), requires_grad)
     pick_dtype(dtype, None)
     if isinstance(data, np.ndarray) and dtype is None:
-        dt = _infer_dtype(data) if data.dtype != np.float16 else float32
+        dt = _infer_dtype(data)
     else:
         dt = dtype if dtype is not None else _infer_dtype(data)
     nested = _to_nested(data)

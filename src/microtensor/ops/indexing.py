@@ -18,7 +18,7 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, int32, int64
-from microtensor._dtype import check_scalar_fits
+from microtensor._dtype import cast_scalar, check_scalar_fits
 from microtensor.backends import cuda
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import _type_name as type_name
@@ -509,6 +509,9 @@ def _check_scatter(name, self, dim, index, src):
     return d, positions
 
 
+_SCATTER_ADD_KERNEL_DTYPES = (np.float32, np.float64, np.int64, np.int32)
+
+
 def _scatter_into(out, self, d, positions, source, reduce):
     target = out._array().reshape(_shape_or_vector(self))
     if isinstance(source, np.ndarray) or cuda.is_device_array(source):
@@ -517,8 +520,8 @@ def _scatter_into(out, self, d, positions, source, reduce):
             source = source.copy()
     else:
         source = target.dtype.type(source)
-    if reduce == "add" and isinstance(target, np.ndarray) and target.dtype != np.bool_ and \
-            isinstance(source, np.ndarray):
+    if reduce == "add" and isinstance(target, np.ndarray) and \
+            target.dtype in _SCATTER_ADD_KERNEL_DTYPES and isinstance(source, np.ndarray):
         kernels.scatter_add_(target, positions.astype(np.int64, copy=False), source, d)
         return out
     where = _along(positions, d)
@@ -637,6 +640,7 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     out = _target(self, out, (index, source))
     target = np.moveaxis(out._array().reshape(self_shape), d, 0)
     addend = np.moveaxis(source._array().reshape(source_shape), d, 0)
+    alpha = cast_scalar(alpha, self._dtype)
     if alpha != 1:
         addend = (addend * alpha).astype(target.dtype, copy=False)
     elif np.may_share_memory(addend, target):   # the overlap PyTorch lets through

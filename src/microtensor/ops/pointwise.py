@@ -8,7 +8,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 import numpy as np
 
 from microtensor._C.tensor import TensorBase, bool_, float32, int64
-from microtensor._dtype import check_scalar_fits, result_type
+from microtensor._dtype import check_scalar_fits, info, result_type
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import Sample, inplace_variant, op
 
@@ -688,13 +688,11 @@ masked_fill_ = inplace_variant(masked_fill)
 @op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
     _require_tensors("lerp", input=self, end=end)
-    names = {float32: "float"}
     for argument, value in (("end", end), ("weight", weight)):
         if isinstance(value, TensorBase) and value._dtype is not self._dtype and \
                 (argument == "end" or value.dim()):
-            raise RuntimeError(f"expected dtype {names.get(self._dtype, self._dtype.name)} "
-                               f"for `{argument}` but got dtype "
-                               f"{names.get(value._dtype, value._dtype.name)}")
+            raise RuntimeError(f"expected dtype {info(self._dtype).cpp_name} for `{argument}` "
+                               f"but got dtype {info(value._dtype).cpp_name}")
     if not self._dtype.is_floating_point:
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
