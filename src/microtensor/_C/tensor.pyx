@@ -1077,7 +1077,6 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
     return out
 
 
-
 # --------------------------------------------------------------------------- construction
 
 cdef inline char* _ptr(TensorBase t):

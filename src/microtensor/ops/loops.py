@@ -213,13 +213,16 @@ def from_numpy_result(arr, dtype=None):
     return from_array(arr)
 
 
-def reduce(np_reduction, self, dim, keepdim, dtype, **np_kwargs):
+def reduce(np_reduction, self, dim, keepdim, dtype, *, round_each_step=False, **np_kwargs):
     """A reduction over ``dim`` (None = all dims) into a new contiguous tensor.  float16
-    and bfloat16 reduce in float32 and round the result once, as PyTorch's CPU does."""
+    and bfloat16 reduce in float32 and round the result once, as PyTorch's CPU does,
+    unless ``round_each_step``: then NumPy's loop of the dtype itself runs (PyTorch's
+    ``prod`` rounds after every product; ml_dtypes' bfloat16 loop does too, NumPy's
+    float16 loop rounds once)."""
     dims = dims_of(dim, self.dim())
     arr = self._array()
     result_dtype = dtype or self._dtype
-    compute = compute_numpy(result_dtype)
+    compute = result_dtype.np if round_each_step else compute_numpy(result_dtype)
     if compute != result_dtype.np:
         arr = arr.astype(compute)
     kw = dict(np_kwargs)

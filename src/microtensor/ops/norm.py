@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import is_grad_enabled
+from microtensor._C.tensor import compute_numpy, is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops.registry import Sample, op
 
@@ -91,6 +91,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     arr = input._array()
     if not input._numel:
         return from_numpy_result(arr.copy(), input._dtype)
+    arr = arr.astype(compute_numpy(input._dtype), copy=False)   # half types: in float32
     axes = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     out, _, _ = _normalize_over(arr, axes, eps)
     if weight is not None:

@@ -7,7 +7,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import numpy as np
 
-from microtensor._C.tensor import TensorBase, bool_, float32, int64
+from microtensor._C.tensor import TensorBase, bool_, int64
 from microtensor._dtype import check_scalar_fits, info, result_type
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import Sample, inplace_variant, op
@@ -767,7 +767,7 @@ def _bitwise(name, ufunc):
         dt = result_type(self, other)
         if dt.is_floating_point:
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
-                                      f"'{'Double' if dt.itemsize == 8 else 'Float'}'")
+                                      f"'{info(dt).scalar_name}'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
@@ -785,7 +785,8 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self):
     if self._dtype.is_floating_point:
-        raise NotImplementedError("\"bitwise_not_cpu\" not implemented for 'Float'")
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for "
+                                  f"'{info(self._dtype).scalar_name}'")
     return pointwise(np.invert, self)
 
 
@@ -861,4 +862,4 @@ def zero_(self):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
-            "TensorBase", "bool_", "float32", "int64", "BINARY", "Sample")]
+            "TensorBase", "bool_", "int64", "BINARY", "Sample", "info")]

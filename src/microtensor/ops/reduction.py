@@ -236,7 +236,8 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
 
 @op(family="reduction", samples=_prod_samples)
 def prod(self, dim=None, keepdim=False, *, dtype=None):
-    return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype))
+    return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype),
+                  round_each_step=True)
 
 
 @prod.def_derivative
@@ -443,11 +444,12 @@ def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @op(family="reduction", method=False, function=False)
 def _norm2(self, dim=None, keepdim=False):
-    squares = np.square(self._array())
+    # float16, bfloat16: in float32, rounded once (PyTorch's CPU)
+    squares = np.square(self._array().astype(compute_numpy(self._dtype), copy=False))
     if self.dim() == 0:
-        return from_numpy_result(np.sqrt(squares))
+        return from_numpy_result(np.sqrt(squares), self._dtype)
     return from_numpy_result(np.sqrt(np.sum(squares, axis=dims_of(dim, self.dim()),
-                                            keepdims=keepdim)))
+                                            keepdims=keepdim)), self._dtype)
 
 
 @_norm2.def_derivative
