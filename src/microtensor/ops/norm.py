@@ -200,7 +200,7 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     statistics.  Arguments in ``torch.batch_norm``'s order (``cudnn_enabled``: accepted
     for that signature, it changes nothing here)."""
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
-    arr = input._array()
+    arr = input._array().astype(compute_numpy(input._dtype), copy=False)   # half: float32
     ndim = input.dim()
     shape = (-1,) + (1,) * (ndim - 2)
     if training:
@@ -224,13 +224,11 @@ def _update_running_stats(running_mean, running_var, mean, var, count, momentum)
     unbiased (``count / (count - 1)``)."""
     if running_mean is not None:
         target = running_mean._array()
-        target *= 1 - momentum
-        target += momentum * mean.reshape(target.shape)
+        target[...] = target * (1 - momentum) + momentum * mean.reshape(target.shape)
     if running_var is not None:
         target = running_var._array()
         unbiased = var.reshape(target.shape) * (count / (count - 1) if count > 1 else math.inf)
-        target *= 1 - momentum
-        target += momentum * unbiased
+        target[...] = target * (1 - momentum) + momentum * unbiased
 
 
 @batch_norm.def_derivative

@@ -7,7 +7,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import numpy as np
 
-from microtensor._C.tensor import TensorBase, bool_, int64
+from microtensor._C.tensor import TensorBase, bool_, compute_numpy, int64
 from microtensor._dtype import check_scalar_fits, info, result_type
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import Sample, inplace_variant, op
@@ -310,6 +310,9 @@ def pow(self, exponent, *, out=None):
     if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
             not result_type(self, exponent).is_floating_point:
         return pointwise(_int_power, self, exponent, out=out)
+    if isinstance(self, TensorBase) and type(exponent) is float and \
+            compute_numpy(self._dtype) is not self._dtype.np:
+        exponent = float(self._dtype.np.type(exponent))   # PyTorch rounds it to half first
     return pointwise(np.power, self, exponent, out=out)
 
 
@@ -862,4 +865,4 @@ def zero_(self):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
-            "TensorBase", "bool_", "int64", "BINARY", "Sample", "info")]
+            "TensorBase", "bool_", "int64", "BINARY", "Sample", "info", "compute_numpy")]
