@@ -10,7 +10,9 @@ rounds of that round's ratio.  Absolute times are printed for orientation only.
 Everything runs single-threaded (BLAS and PyTorch pinned to one thread).
 """
 import argparse
+import glob
 import os
+import platform
 import statistics
 import sys
 import timeit
@@ -89,6 +91,45 @@ def run_section(section, quick):
     return rows
 
 
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cache_sizes():
+    """The first CPU's caches, as Linux reports them ("L1d 32K, L2 1024K, ...")."""
+    found = []
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            level, kind, size = (open(os.path.join(index, name)).read().strip()
+                                 for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            found.append(f"L{level}{'d' if kind == 'Data' else ''} {size}")
+    return ", ".join(found) or "unknown"
+
+
+def _blas():
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except (KeyError, TypeError):
+        return "unknown"
+
+
+def machine_description():
+    """What a figure was measured on: the ratios depend on the CPU, its caches and BLAS."""
+    return (f"CPU: {_cpu_model()}, {os.cpu_count()} logical CPUs; caches: {_cache_sizes()}; "
+            f"NumPy's BLAS: {_blas()}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, shorter repeats")
@@ -98,6 +139,7 @@ def main(argv=None):
     chosen = args.only.split(",") if args.only else keys
     print(f"microtensor {mt.__version__}, numpy {np.__version__}, "
           f"torch {torch.__version__ if torch else 'not installed'}; one thread")
+    print(machine_description())
     for section in sections.ALL:
         if section.key in chosen:
             run_section(section, args.quick)

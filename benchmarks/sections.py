@@ -242,4 +242,184 @@ class Vmap(Section):
               " (target <= 1.2)")
 
 
-ALL = [Tiny(), Large(), Autograd(), Vmap()]
+def _cnn(lib):
+    """The per-sample-gradients tutorial's CNN (28x28 inputs, 10 classes)."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 3, 1)
+            self.conv2 = nn.Conv2d(32, 64, 3, 1)
+            self.fc1 = nn.Linear(9216, 128)
+            self.fc2 = nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = F.relu(self.conv1(x))
+            x = F.relu(self.conv2(x))
+            x = F.max_pool2d(x, 2)
+            x = lib.flatten(x, 1)
+            x = F.relu(self.fc1(x))
+            return F.log_softmax(self.fc2(x), dim=1)
+    return CNN()
+
+
+def _transformer_block(lib, vocab=100, width=64, heads=4):
+    """Embedding, self-attention (nn.MultiheadAttention), LayerNorm and a GELU MLP, each
+    sub-layer residual, and a linear head on the mean over the sequence."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+            self.norm1 = nn.LayerNorm(width)
+            self.norm2 = nn.LayerNorm(width)
+            self.fc1 = nn.Linear(width, 4 * width)
+            self.fc2 = nn.Linear(4 * width, width)
+            self.head = nn.Linear(width, vocab)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            h = self.norm1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            x = x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+            return F.log_softmax(self.head(x.mean(-2)), dim=-1)
+    return Block()
+
+
+def _copy_parameters(source, target, mt):
+    """``target`` (a microtensor module) loaded with ``source``'s (a torch module's) values."""
+    target.load_state_dict({k: mt.from_numpy(v.detach().numpy().copy())
+                            for k, v in source.state_dict().items()})
+
+
+def _per_sample_grads(lib, func, model, loss_of_output):
+    """``vmap(grad(loss of one sample))`` over the batch, as in the tutorial."""
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+
+    def loss(p, b, sample, target):
+        out = func.functional_call(model, (p, b), (sample.unsqueeze(0),))
+        return loss_of_output(out, target.unsqueeze(0))
+    per_sample = func.vmap(func.grad(loss), in_dims=(None, None, 0, 0))
+    return lambda data, targets: per_sample(params, buffers, data, targets)
+
+
+class Layers(Section):
+    key = "layers"
+    title = "Layers: a CNN and a transformer block (training, per-sample gradients), " \
+            "normalisation, activations, attention"
+    rounds, rounds_quick = 7, 3
+    target, target_quick = 0.2, 0.05
+
+    TARGETS = {"CNN training step, batch 64": 1.5,
+               "CNN per-sample gradients, batch 32 (torch.func)": 1.0,
+               "CNN inference, channels_last batch 64": 1.5,
+               "layer_norm fwd+bwd (64, 128, 256)": 1.5,
+               "gelu fwd+bwd (64, 128, 256)": 1.5,
+               "softmax fwd+bwd (64, 128, 256)": 1.5,
+               "scaled_dot_product_attention fwd+bwd (64, 128, 256)": 1.5,
+               "transformer block per-sample gradients, batch 32 (torch.func)": 1.0}
+
+    def references(self, torch):
+        return ["torch"] if torch is not None else []
+
+    def cases(self, mt, np, torch):
+        if torch is None:
+            return []
+        import warnings
+
+        import torch.func as tfunc
+        # torch.func warns that its attention kernel has no batching rule (and loops)
+        warnings.filterwarnings("ignore", message="There is a performance drop")
+        F, tF = mt.nn.functional, torch.nn.functional
+        torch.manual_seed(0)
+        cases = []
+
+        # the CNN, same weights in both libraries
+        tcnn = _cnn(torch)
+        cnn = _cnn(mt)
+        _copy_parameters(tcnn, cnn, mt)
+        images = np.random.rand(64, 1, 28, 28).astype(np.float32)
+        labels = np.random.randint(0, 10, 64)
+        x, tx = mt.from_numpy(images), torch.from_numpy(images)
+        y, ty = mt.from_numpy(labels), torch.from_numpy(labels)
+
+        def train_step(lib, model, data, target):
+            def step():
+                model.zero_grad()
+                lib.nn.functional.nll_loss(model(data), target).backward()
+            return step
+        cases.append(Case("CNN training step, batch 64", microtensor=train_step(mt, cnn, x, y),
+                          torch=train_step(torch, tcnn, tx, ty)))
+        psg = _per_sample_grads(mt, mt.func, cnn, F.nll_loss)
+        tpsg = _per_sample_grads(torch, tfunc, tcnn, tF.nll_loss)
+        cases.append(Case("CNN per-sample gradients, batch 32 (torch.func)",
+                          microtensor=lambda: psg(x[:32], y[:32]),
+                          torch=lambda: tpsg(tx[:32], ty[:32])))
+        xcl = x.contiguous(memory_format=mt.channels_last)
+        txcl = tx.contiguous(memory_format=torch.channels_last)
+
+        def infer(lib, model, data):
+            def run():
+                with lib.no_grad():
+                    model(data)
+            return run
+        cases.append(Case("CNN inference, channels_last batch 64",
+                          microtensor=infer(mt, cnn, xcl), torch=infer(torch, tcnn, txcl)))
+
+        # single layers on (64, 128, 256) float32, forward + backward
+        shape = (64, 128, 256)
+        data = np.random.randn(*shape).astype(np.float32)
+        upstream = np.random.randn(*shape).astype(np.float32)
+        a = mt.from_numpy(data.copy()).requires_grad_()
+        ta = torch.from_numpy(data.copy()).requires_grad_()
+        g, tg = mt.from_numpy(upstream), torch.from_numpy(upstream)
+        w = mt.ones(256, requires_grad=True)
+        b = mt.zeros(256, requires_grad=True)
+        tw = torch.ones(256, requires_grad=True)
+        tb = torch.zeros(256, requires_grad=True)
+
+        def fwd_bwd(lib, fn, inputs, grad):
+            return lambda: lib.autograd.grad(fn(), inputs, grad)
+        layers = [
+            ("layer_norm", lambda: F.layer_norm(a, (256,), w, b), (a, w, b),
+             lambda: tF.layer_norm(ta, (256,), tw, tb), (ta, tw, tb)),
+            ("gelu", lambda: F.gelu(a), (a,), lambda: tF.gelu(ta), (ta,)),
+            ("softmax", lambda: F.softmax(a, -1), (a,), lambda: tF.softmax(ta, -1), (ta,)),
+            ("scaled_dot_product_attention",
+             lambda: F.scaled_dot_product_attention(a, a, a), (a,),
+             lambda: tF.scaled_dot_product_attention(ta, ta, ta), (ta,)),
+        ]
+        for name, fn, inputs, tfn, tinputs in layers:
+            cases.append(Case(f"{name} fwd+bwd (64, 128, 256)",
+                              microtensor=fwd_bwd(mt, fn, inputs, g),
+                              torch=fwd_bwd(torch, tfn, tinputs, tg)))
+
+        # per-sample gradients of a small transformer block
+        tblock = _transformer_block(torch)
+        block = _transformer_block(mt)
+        _copy_parameters(tblock, block, mt)
+        tokens = np.random.randint(0, 100, (32, 16))
+        targets = np.random.randint(0, 100, 32)
+        bpsg = _per_sample_grads(mt, mt.func, block, F.nll_loss)
+        tbpsg = _per_sample_grads(torch, tfunc, tblock, tF.nll_loss)
+        tok, ttok = mt.from_numpy(tokens), torch.from_numpy(tokens)
+        tgt, ttgt = mt.from_numpy(targets), torch.from_numpy(targets)
+        cases.append(Case("transformer block per-sample gradients, batch 32 (torch.func)",
+                          microtensor=lambda: bpsg(tok, tgt), torch=lambda: tbpsg(ttok, ttgt)))
+        return cases
+
+    def summary(self, rows):
+        if not rows:
+            return
+        print()
+        for case, ratios, _ in rows:
+            limit = self.TARGETS[case.name]
+            ok = "met" if ratios["torch"] <= limit else "MISSED"
+            print(f"{case.name}: {ratios['torch']:.2f}x (target <= {limit}) {ok}")
+
+
+ALL = [Tiny(), Large(), Autograd(), Vmap(), Layers()]

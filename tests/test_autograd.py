@@ -540,7 +540,7 @@ def test_training_loop_does_not_grow():
     assert after - before < 20
 
 
-def test_operand_saved_only_for_the_other_gradient_is_not_saved():
+def test_operand_read_only_by_the_other_gradient_is_not_saved():
     # ``x * 1.0`` needs no copy of ``x`` (the scalar gets no gradient), so modifying the
     # product in place afterwards is fine, as in PyTorch
     x = mt.randn(4, requires_grad=True)
@@ -553,6 +553,117 @@ def test_operand_saved_only_for_the_other_gradient_is_not_saved():
     v = mt.randn(3, requires_grad=True)
     y = a @ v
     assert y.grad_fn._saved_other is None and y.grad_fn._saved_self is not None
+
+
+def test_only_the_formulas_of_inputs_that_require_grad_run(monkeypatch):
+    # mul's formula for ``self`` must not run when only ``other`` requires grad
+    derivative = mt.ops.REGISTRY["mul"].derivative
+    calls = []
+    formulas = list(derivative.formulas)
+    for i, (formula, reads) in enumerate(formulas):
+        formulas[i] = (lambda *a, f=formula, i=i: calls.append(i) or f(*a)), reads
+    monkeypatch.setattr(derivative, "formulas", tuple(formulas))
+    x, w = make(3), leaf(3)
+    (x * w).sum().backward()
+    assert calls == [1]
+    np.testing.assert_allclose(values(w.grad), values(x))
+
+
+def _peak_bytes(fn):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_inplace_op_copies_self_only_when_a_formula_that_runs_reads_it():
+    n = 1 << 17
+    size = n * 4
+    x = leaf(n, dtype=mt.float32) * 1.0
+    storage = x.untyped_storage().data_ptr()
+    assert _peak_bytes(lambda: x.mul_(2.0)) < size // 8      # grad * 2.0: no copy of x
+    assert x.untyped_storage().data_ptr() == storage and x.grad_fn.name() == "MulBackward0"
+    assert x.grad_fn._saved_self is None and x.grad_fn._saved_other == 2.0
+    y = make(n, dtype=mt.float32)
+    assert _peak_bytes(lambda: x.mul_(y)) < size // 8        # grad * y: y saved, not copied
+    assert x.grad_fn._saved_self is None and x.grad_fn._saved_other is y
+    w = leaf(n, dtype=mt.float32)
+    assert _peak_bytes(lambda: x.mul_(w)) >= size            # w's gradient reads old x
+    assert x.grad_fn._saved_self is not None
+    x.sum().backward()
+    np.testing.assert_allclose(values(w.grad), values(x) / values(w), rtol=1e-5)
+
+
+def _modified_inplace_error(lib, program):
+    """Whether backward of ``program(lib, leaf_or_constant)`` fails PyTorch's version check
+    (``program`` modifies a saved tensor in place after using it)."""
+    try:
+        program(lib).sum().backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+        return True
+    return False
+
+
+def _pair(lib, grads):
+    """Two operands; those with ``grads[i]`` require grad (non-leaves, so that they may be
+    modified in place)."""
+    return tuple(lib.tensor(v, requires_grad=True) * 1.0 if g else lib.tensor(v)
+                 for v, g in zip(([1.5, -2.0, 3.0], [0.5, 4.0, -1.0]), grads))
+
+
+def _after(result, modified):
+    with_grad = result * 1.0
+    modified.add_(1.0)
+    return with_grad
+
+
+SAVED_VALUE_PROGRAMS = {
+    # out of place: which operand the formulas that run read
+    "mul_modify_x_w_grad": lambda lib: (lambda x, w: _after(x * w, x))(*_pair(lib, (False, True))),
+    "mul_modify_w_w_grad": lambda lib: (lambda x, w: _after(x * w, w))(*_pair(lib, (False, True))),
+    "div_modify_y_x_grad": lambda lib: (lambda x, y: _after(x.exp() / y, y))(
+        *_pair(lib, (True, False))),
+    "div_modify_num_x_grad": lambda lib: (lambda x, y: (lambda n: _after(n / y, n))(
+        x * 2))(*_pair(lib, (True, False))),
+    "div_modify_num_y_grad": lambda lib: (lambda x, y: (lambda n: _after(n / y, n))(
+        x * 2))(*_pair(lib, (False, True))),
+    "matmul_modify_a_v_grad": lambda lib: (lambda a, v: _after(a.reshape(3, 1) @ v.reshape(
+        1, 3), a))(*_pair(lib, (False, True))),
+    "matmul_modify_v_v_grad": lambda lib: (lambda a, v: _after(a.reshape(3, 1) @ v.reshape(
+        1, 3), v))(*_pair(lib, (False, True))),
+    "lerp_modify_end_weight_const": lambda lib: (lambda s, e: _after(
+        s.exp().lerp(e, 0.3), e))(*_pair(lib, (True, False))),
+    "lerp_modify_end_weight_tensor": lambda lib: (lambda s, e: (lambda w: _after(
+        s.lerp(e, w), e))(lib.tensor([0.2, 0.4, 0.6], requires_grad=True)))(
+        *_pair(lib, (False, False))),
+    # in place: the old ``self`` is copied only when read, the other operand saved when read
+    "mul__modify_y_self_grad": lambda lib: (lambda x, y: (lambda t: _after(t.mul_(y), y))(
+        x * 1.0))(*_pair(lib, (True, False))),
+    "mul__modify_y_y_grad": lambda lib: (lambda x, y: (lambda t: _after(t.mul_(y), y))(
+        x * 1.0))(*_pair(lib, (False, True))),
+    "mul__modify_self_y_grad": lambda lib: (lambda x, y: (lambda t: _after(t.mul_(y) * 1.0,
+                                                                         t))(
+        x * 1.0))(*_pair(lib, (False, True))),
+    "mul__then_exp_": lambda lib: (lambda x, y: (lambda t: _after(t.mul_(y).exp_(), t))(
+        x * 1.0))(*_pair(lib, (True, False))),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", sorted(SAVED_VALUE_PROGRAMS))
+def test_modified_by_inplace_error_exactly_when_pytorch_raises(name):
+    program = SAVED_VALUE_PROGRAMS[name]
+    assert _modified_inplace_error(mt, program) == _modified_inplace_error(torch, program)
+
+
+@needs_torch
+def test_saved_value_programs_cover_both_outcomes():
+    outcomes = {_modified_inplace_error(torch, p) for p in SAVED_VALUE_PROGRAMS.values()}
+    assert outcomes == {True, False}
 
 
 def test_leaf_grad_takes_the_parameter_layout():

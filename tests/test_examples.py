@@ -36,6 +36,17 @@ def test_demo_trains_and_checks_against_the_loop(capsys):
     assert accuracy > 0.6
     assert "equals the loop: yes" in out
     assert "Python loop" in out and "ms/step" in out
+    try:
+        import dp_accounting  # noqa: F401
+    except ImportError:
+        assert "pip install 'microtensor[privacy]'" in out
+    else:
+        # 40 steps of Poisson batches at 32 / 1024, noise x1.0 (the default)
+        expected = microtensor.privacy.get_epsilon(noise_multiplier=1.0, sample_rate=1 / 32,
+                                                   steps=40, delta=1e-5, accountant="prv")
+        assert float(out.split("epsilon =")[1].split()[0]) == pytest.approx(expected,
+                                                                             abs=0.006)
+        assert "delta = 1e-5" in out
 
 
 def test_demo_help_documents_its_options():
@@ -44,5 +55,6 @@ def test_demo_help_documents_its_options():
     result = subprocess.run([sys.executable, "-m", "microtensor", "demo", "--help"],
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0
-    for option in ("--steps", "--batch-size", "--noise-multiplier", "--clip-norm", "--seed"):
+    for option in ("--steps", "--batch-size", "--noise-multiplier", "--clip-norm", "--seed",
+                   "--clipping", "--accountant"):
         assert option in result.stdout

@@ -41,8 +41,9 @@ def test_explain_op_names_every_layer_with_file_and_line(capsys):
     code, out, _ = run(["mul"], capsys)
     assert code == 0
     rows = _locations(out)
-    assert [label for label, _, _ in rows] == ["kernel", "derivative", "batching rule",
-                                               "C fast path", "C fast path"]
+    # one derivative row per input's formula (self's, then other's)
+    assert [label for label, _, _ in rows] == ["kernel", "derivative", "derivative",
+                                               "batching rule", "C fast path", "C fast path"]
     for label, path, line in rows:
         with open(os.path.join(os.getcwd(), path)) as f:
             text = f.readlines()[line - 1]
@@ -64,6 +65,18 @@ def test_explain_op_batching_rule_is_the_one_vmap_uses():
         rule, _ = explain.batching_rule(REGISTRY[name])
         assert rule is rules.rule_for(REGISTRY[name])
         assert f"batching rule  {rule.__qualname__}" in explain.op(name)
+
+
+def test_explain_op_says_where_the_batching_rule_is_declared():
+    def rule_row(name):
+        return next(line for line in explain.op(name).splitlines()
+                    if line.startswith("  batching rule"))
+    assert "ops/view.py:" in rule_row("transpose") and "(declared with the op)" in \
+        rule_row("transpose")
+    assert "ops/indexing.py:" in rule_row("index_put_") and "declared with index_put" in \
+        rule_row("index_put_")
+    assert "random_rule" in rule_row("randn") and "randomness" in rule_row("randn")
+    assert "family 'reduction'" in rule_row("sum")
 
 
 def test_explain_op_without_fast_path_or_rule():

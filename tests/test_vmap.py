@@ -271,6 +271,76 @@ def test_op_nested_vmap_matches_loop(name):
     assert_compared(name, compared)
 
 
+def list_argument_ops():
+    """Ops with a sample whose list (or tuple) argument holds two or more tensors (cat's
+    tensors, einsum's operands, index's indices)."""
+    def has_list(sample):
+        return any(isinstance(a, (list, tuple)) and
+                   sum(isinstance(x, mt.Tensor) for x in a) >= 2 for a in sample.args)
+    return sorted(name for name in sweep_names()
+                  if any(has_list(s) for s in REGISTRY[name].samples(maker(1))))
+
+
+def list_patterns(count):
+    """Which elements of a list of ``count`` tensors are batched, and at which in_dim
+    (an int: element j's dim j mod (rank + 1), negative for odd j; or "last")."""
+    patterns = [{j: j for j in range(count)}, {0: "last"}, {count - 1: 0}]
+    if count >= 3:
+        patterns.append({j: "last" for j in range(0, count, 2)})
+    return patterns
+
+
+def test_list_argument_ops_are_found():
+    assert {"cat", "stack", "hstack", "vstack", "_cat", "_einsum"} <= set(list_argument_ops())
+
+
+@pytest.mark.parametrize("name", list_argument_ops())
+def test_list_elements_batched_one_by_one_match_loop(name):
+    """The tensors inside a list argument batched element by element: all of them at
+    different in_dims, only the first, only the last, every other one; the other tensor
+    arguments unbatched (but an in-place op's ``self``, which must hold every sample).
+    Never the loop fallback."""
+    op = REGISTRY[name]
+    fn = op_function(op)
+    size = 3
+    compared = 0
+    for sample in op.samples(maker(len(name) + 2)):
+        args, kwargs = list(sample.args), dict(sample.kwargs)
+        try:
+            plain = fn(*clone_args(args), **kwargs)
+        except Exception:        # samples that only check errors
+            continue
+        if not returns_tensors(plain):
+            continue
+        for position, value in enumerate(args):
+            slots = [s for s in tensor_slots(args) if s[0] == position and s[1] is not None]
+            if not isinstance(value, (list, tuple)) or len(slots) < 2:
+                continue
+            for pattern in list_patterns(len(slots)):
+                batched, in_dims = list(args), no_dims(args)
+                if op.kind == "inplace":
+                    batched[0], in_dims[0] = sample_batch(args[0], size, random.Random(0))
+                for n, dim in pattern.items():
+                    slot = slots[n]
+                    element = slot_value(args, slot)
+                    physical = mt.from_numpy(np.ascontiguousarray(np.stack(
+                        [to_np(element) * (1 if not element.dtype.is_floating_point else
+                                           1 - 0.1 * i) for i in range(size)])))
+                    rank = element.dim()
+                    d = rank if dim == "last" else n % (rank + 1) - (rank + 1) * (n % 2)
+                    set_slot(batched, slot, physical.movedim(0, d))
+                    set_slot(in_dims, slot, d)
+                what = f"{name} {sample} in_dims={in_dims}"
+                expected = loop_reference(fn, clone_args(batched), kwargs, in_dims, size)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("error", message=FALLBACK)
+                    actual = mt.vmap(lambda *a: fn(*a, **kwargs), in_dims=tuple(in_dims))(
+                        *clone_args(batched))
+                assert_same(actual, expected, what)
+                compared += 1
+    assert_compared(name, compared)
+
+
 def to_torch(value):
     if isinstance(value, mt.Tensor):
         return torch.from_numpy(to_np(value).copy())
@@ -353,11 +423,71 @@ def test_op_matches_torch_vmap(name):
 
 
 def test_every_registered_op_has_a_rule():
-    from microtensor.vmap.rules import FAMILY_RULES, RULES
-    missing = [name for name, op in REGISTRY.items()
-               if op.kind != "composite" and not op.random and not op.batch_rule
-               and name not in RULES and op.family not in FAMILY_RULES]
-    assert missing == []
+    """Every op vmap batches resolves to the rule declared with it (its base op's for an
+    in-place variant), in the module of its kernel, or to its family's rule; only the ops
+    marked as taking the loop on purpose resolve to the fallback."""
+    from microtensor.vmap.fallback import fallback
+    from microtensor.vmap.rules import FAMILY_RULES, rule_for
+    missing, misplaced = [], []
+    for name, op in REGISTRY.items():
+        if op.kind == "composite" or op.random:
+            continue
+        base = op.inplace_of or op
+        declared = op.batch_rule or base.batch_rule
+        if name in FALLBACK_ON_PURPOSE:
+            assert declared is fallback and rule_for(op) is fallback, name
+            continue
+        expected = declared or FAMILY_RULES.get(op.family)
+        if expected is None or rule_for(op) is not expected:
+            missing.append(name)
+        elif declared and declared.__module__ != base.kernel.__module__:
+            misplaced.append(name)
+    assert missing == [] and misplaced == []
+
+
+def test_the_rule_helpers_import_no_op_module():
+    """Ops modules import ``vmap.helpers`` (and the family rules) while ``microtensor.ops``
+    is being imported, so those modules may import from ``ops`` only what loads no ops
+    module with batching rules: the registry, the dispatcher (and ``factory``, for the
+    random-op rule, which declares no rule importing them back)."""
+    import ast
+    import os
+    folder = os.path.join(os.path.dirname(mt.__file__), "vmap")
+    allowed = {"microtensor.ops.dispatch", "microtensor.ops.registry", "microtensor.ops.factory"}
+    for name in ("batched.py", "helpers.py", "fallback.py", "rules.py"):
+        with open(os.path.join(folder, name)) as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("microtensor.ops"):
+                modules = {node.module} if node.module != "microtensor.ops" else \
+                    {f"microtensor.ops.{a.name}" for a in node.names}
+                assert modules <= allowed, (name, modules)
+
+
+def test_a_rule_declared_with_the_op_comes_first():
+    from microtensor.ops.registry import Op
+    from microtensor.vmap import rules
+
+    def kernel(self):
+        return self + 1
+
+    def batch_rule(op, level, args, kwargs):
+        seen.append(op.name)
+        return rules.FAMILY_RULES["pointwise"](op, level, args, kwargs)
+    seen = []
+    declared = Op("test_declared_rule", kernel, family="reduction", batch_rule=batch_rule)
+    decorated = Op("test_decorated_rule", kernel, family="reduction")
+    assert decorated.def_batch_rule(batch_rule) is decorated
+    x = mt.arange(6.0).reshape(3, 2)
+    try:
+        for op in (declared, decorated):
+            result = mt.vmap(lambda t: dispatch.call(op, (t,), None))(x)
+            assert_same(result, to_np(x) + 1)
+            assert rules.rule_for(op) is batch_rule
+    finally:
+        rules._resolved.pop(declared, None)
+        rules._resolved.pop(decorated, None)
+    assert seen == ["test_declared_rule", "test_decorated_rule"]
 
 
 def test_sweeps_batch_the_tensors_inside_lists():

@@ -41,8 +41,8 @@ install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)
 from microtensor.func import vmap  # noqa: E402  (also makes mt.func available)
 
-from microtensor import (cuda, explain, linalg, nn, optim, return_types, testing,  # noqa: E402
-                         utils)
+from microtensor import (cuda, explain, linalg, nn, optim, privacy,  # noqa: E402
+                         return_types, testing, utils)
 from microtensor.serialization import (load, load_safetensors, save,  # noqa: E402
                                        save_safetensors)
 from microtensor._legacy import TYPED_CONSTRUCTORS as _TYPED_CONSTRUCTORS  # noqa: E402

@@ -79,16 +79,23 @@ def _pyx_location(method):
 
 
 def batching_rule(o):
-    """The batching rule vmap applies to op ``o`` and where it comes from."""
+    """The batching rule vmap applies to op ``o`` and where it comes from: declared with
+    the op (``@o.def_batch_rule``), with its base op for an in-place variant, or the rule
+    of its family."""
     from microtensor.vmap import rules
     from microtensor.vmap.fallback import fallback
+    if o.random:
+        return rules.random_rule, "every random op's: a draw per sample or one shared, as " \
+            "vmap's randomness says"
     rule = rules.rule_for(o)
     if rule is fallback:
+        if o.batch_rule is fallback:
+            return rule, "declared with the op: the per-sample loop fallback, on purpose"
         return rule, "none: vmap runs the per-sample loop fallback (and warns once)"
-    if o.batch_rule is not None:
+    if o.batch_rule is rule:
         return rule, "declared with the op"
-    if getattr(rules, "RULES", {}).get(o.name) is rule:
-        return rule, f"registered for {o.name!r}"
+    if o.inplace_of is not None and o.inplace_of.batch_rule is rule:
+        return rule, f"declared with {o.inplace_of.name}, of which this is the in-place variant"
     return rule, f"the rule of family {o.family!r}"
 
 
@@ -113,16 +120,17 @@ def op(name):
         if o.inplace_of else ""
     lines = [f"op {o.name}: kind={o.kind}, family={o.family}, inputs={o.inputs}",
              f"  kernel         {kernel.__qualname__}  {_location(kernel)}{writes}"]
-    derivative = o.derivative or (o.inplace_of.derivative if o.inplace_of else None)
+    derivative = o.derivative
     if o.kind == "composite":
         lines += ["  derivative     none needed: a composite op runs other ops, which autograd "
                   "records",
                   "  batching rule  none needed: the ops it runs are batched"]
     else:
         if derivative is not None:
-            lines.append(f"  derivative     {derivative.__qualname__}  {_location(derivative)}"
-                         f"  (node {o.node_name}, saves "
-                         f"{', '.join(_saved_names(o)) or 'nothing'})")
+            lines += [f"  derivative     {_formula_text(o, derivative, i)}"
+                      for i in range(len(derivative.functions()))]
+            lines.append(f"                 (node {o.node_name}, may save "
+                         f"{', '.join(o.saved_names) or 'nothing'})")
         else:
             lines.append("  derivative     none (not differentiable)")
         rule, rule_source = batching_rule(o)
@@ -134,12 +142,19 @@ def op(name):
         lines.append("  C fast path    none")
     lines += ["", "kernel:", inspect.getsource(kernel)]
     if derivative is not None:
-        lines += ["derivative:", inspect.getsource(derivative)]
+        lines += ["derivative:"] + [inspect.getsource(f) for f in derivative.functions()]
     return "\n".join(lines)
 
 
-def _saved_names(o):
-    return (o.inplace_of or o).saved_names if o.derivative is None else o.saved_names
+def _formula_text(o, derivative, i):
+    """Line ``i`` of the derivative: which input the formula serves, and where it is."""
+    formula = derivative.functions()[i]
+    if derivative.joint is not None:
+        serves = "joint, every input"
+    else:
+        served = [name for name, entry in zip(o.inputs, derivative.formulas) if entry]
+        serves = f"for {served[i]}"
+    return f"{formula.__qualname__}  {_location(formula)}  ({serves})"
 
 
 # --------------------------------------------------------------------------- layouts

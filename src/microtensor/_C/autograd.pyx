@@ -9,8 +9,9 @@ version counter; ``Geometry`` remembers a tensor's layout without its data.
 
 Recording's per-op mechanics are here too: ``bind_arguments`` names a call's arguments
 (``Op.bind``), ``attach_node`` binds a call's edges
-(``gradient_edge``), the values its derivative asks for (by the op's ``saved_plan``) and
-the outputs' history.
+(``gradient_edge``), the values its derivative's formulas read (by the op's
+``Derivative.saved_plan``: only those of formulas whose input requires grad) and the
+outputs' history.
 
 ``execute`` runs a graph: nodes run in dependency order (a node runs once every node
 that feeds it gradient has run; ties go to the most recently created node, as in
@@ -23,11 +24,13 @@ The nodes with derivative formulas (``OpNode``, ``CopySlices``, ``AsStridedBackw
 and the engine's public API are Python, in ``microtensor.autograd``; this module imports
 nothing above ``_C`` (recording installs its node classes with ``install_nodes``).
 """
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
 import threading
 from heapq import heappop, heappush
 
-from microtensor._C.tensor cimport TensorBase, grad_mode_enabled
+from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
 from microtensor._C.tensor import set_grad_enabled
 from microtensor import _dtype_table
 
@@ -342,21 +345,33 @@ cdef class Geometry:
         self.offset = tensor._offset
 
 
-cdef class OpNode(Node):
-    """The backward of one registered op: calls the op's derivative formula.
+cdef class Formulas:
+    """An op's derivative as the engine reads it (``ops.registry.Derivative`` plans it):
+    ``formulas``, per input of ``op.inputs``, ``(formula, reads)`` (``reads``: positions
+    in ``saved_names`` of the values it reads after the gradient) or None; or ``joint``,
+    one formula returning every input's gradient; ``saved_plan``, per saved value,
+    ``(name, source, read, needed_by)`` (see ``saved_values``)."""
+    cdef public tuple formulas
+    cdef public object joint
+    cdef public tuple saved_names
+    cdef public tuple saved_plan
 
-    ``saved`` holds the values the formula asks for, in the order of its parameters
-    (``op.saved_names``; ``SavedTensor``s for tensors, lists of them for list inputs);
-    ``slots`` says how the formula's results map onto the edges (per input: 0 for a
-    non-tensor, n for a list input such as ``cat``'s; None when every input is one
-    tensor); ``input_meta`` holds each edge's input (sizes, dtype) for
-    ``validate_outputs``.
+
+cdef class OpNode(Node):
+    """The backward of one registered op: runs the op's derivative formulas.
+
+    ``saved`` holds the values the formulas read, in the order of ``saved_names`` (the
+    op's ``Formulas``; ``SavedTensor``s for tensors, lists of them for list inputs, None
+    for what no formula that will run reads); ``slots`` says how the formulas' results
+    map onto the edges (per input: 0 for a non-tensor, n for a list input such as
+    ``cat``'s; None when every input is one tensor); ``input_meta`` holds each edge's
+    input (sizes, dtype) for ``validate_outputs``.  A per-input formula runs only when its
+    input has an edge to send a gradient to (PyTorch's ``should_compute_output``).
     """
     cdef readonly object op
     cdef readonly list saved
     cdef readonly object slots
-    cdef object derivative
-    cdef tuple saved_names
+    cdef Formulas derivative
 
     def __init__(self, op, list saved, next_functions, slots, input_meta,
                  Py_ssize_t num_outputs):
@@ -364,24 +379,28 @@ cdef class OpNode(Node):
         self.op = op
         self.saved = saved
         self.slots = slots
-        formula_op = op if op.derivative is not None else op.inplace_of   # add_ uses add's
-        self.derivative = formula_op.derivative
-        self.saved_names = formula_op.saved_names
+        self.derivative = op.derivative          # add_ shares add's
+
+    @property
+    def saved_names(self):
+        return self.derivative.saved_names
 
     def name(self):
         return self.op.node_name
 
     def apply(self, grads):
         cdef list values = []
-        cdef Py_ssize_t expected = len(self.op.inputs)
         for value in self.saved:
             if isinstance(value, SavedTensor):
                 value = (<SavedTensor>value).unpack(self)
             elif type(value) is list:
                 value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
             values.append(value)
-        results = self.derivative(grads[0] if self.num_outputs == 1 else tuple(grads),
-                                  *values)
+        grad = grads[0] if self.num_outputs == 1 else tuple(grads)
+        if self.derivative.joint is None:
+            return self._per_input(grad, values)
+        results = self.derivative.joint(grad, *values)
+        cdef Py_ssize_t expected = len(self.op.inputs)
         if len(results) != expected:
             raise RuntimeError(f"function {self.name()} returned an incorrect number of "
                                f"gradients (expected {expected}, got {len(results)})")
@@ -395,6 +414,33 @@ cdef class OpNode(Node):
                 flat.extend(result if result is not None else [None] * slot)
         return tuple(flat)
 
+    cdef tuple _per_input(self, grad, list values):
+        """One gradient per edge: each input's formula on the values it reads, for the
+        inputs with an edge that wants it (a list input's gradient spread over its
+        edges)."""
+        cdef list results = []
+        cdef tuple edges = self.next_functions
+        cdef tuple formulas = self.derivative.formulas
+        cdef Py_ssize_t i, k, edge = 0, count = 1
+        cdef bint wanted
+        for i in range(len(formulas)):
+            if self.slots is not None:
+                count = self.slots[i]
+            wanted = False
+            for k in range(edge, edge + count):
+                if (<tuple>edges[k])[0] is not None:
+                    wanted = True
+                    break
+            edge += count
+            entry = formulas[i]
+            result = _run_formula(<tuple>entry, grad, values) if wanted and entry is not None \
+                else None
+            if count == 1:
+                results.append(result)
+            elif count > 1:
+                results.extend(result if result is not None else [None] * count)
+        return tuple(results)
+
     def release(self):
         for value in self.saved:
             if isinstance(value, SavedTensor):
@@ -407,15 +453,30 @@ cdef class OpNode(Node):
     def set_saved(self, str name, value):
         """Replace the saved value called ``name`` (an in-place op saves its result once
         history is rebased)."""
-        self.saved[self.saved_names.index(name)] = value
+        self.saved[self.derivative.saved_names.index(name)] = value
 
     def __getattr__(self, name):
         # PyTorch exposes saved values as ``grad_fn._saved_<name>``
         if name.startswith("_saved_"):
             key = name[len("_saved_"):]
-            value = self.saved[self.saved_names.index(key)] if key in self.saved_names else None
+            names = self.derivative.saved_names
+            value = self.saved[names.index(key)] if key in names else None
             return value.unpack(self) if isinstance(value, SavedTensor) else value
         raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
+
+
+cdef object _run_formula(tuple entry, grad, list values):
+    """``formula(grad, *the saved values it reads)`` for ``entry = (formula, reads)``."""
+    cdef tuple reads = <tuple>entry[1]
+    cdef Py_ssize_t i, n = len(reads)
+    cdef tuple arguments = PyTuple_New(n + 1)
+    Py_INCREF(grad)
+    PyTuple_SET_ITEM(arguments, 0, grad)
+    for i in range(n):
+        value = values[<Py_ssize_t>reads[i]]
+        Py_INCREF(value)
+        PyTuple_SET_ITEM(arguments, i + 1, value)
+    return entry[0](*arguments)
 
 
 # --------------------------------------------------------------------------- recording
@@ -450,14 +511,15 @@ cpdef dict bind_arguments(tuple params, dict defaults, varargs, args, dict kwarg
 
 def attach_node(op, args, kwargs, result):
     """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
-    saving what ``op.saved_plan`` asks for and an edge per tensor in ``op.inputs``."""
+    saving what its derivative's ``saved_plan`` asks for and an edge per tensor in
+    ``op.inputs``."""
     cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = input_edges(op.inputs, bound)
     cdef OpNode node = OpNode(op, [], edges, slots, metas, len(outputs))
     set_history(node, outputs, op.kind == "view")
     # saved once the outputs have their history: a pack hook sees them as in PyTorch
-    node.saved = saved_values(op.saved_plan, bound, outputs)
+    node.saved = saved_values(node.derivative.saved_plan, bound, outputs)
     return result
 
 
@@ -538,23 +600,40 @@ cdef inline SavedTensor _saved(TensorBase tensor, bint is_output=False, int outp
 
 
 cpdef list saved_values(tuple plan, dict bound, tuple outputs):
-    """The values a derivative asks for, in order, by ``plan`` (``Op.saved_plan``:
-    ``(name, source, read)`` per parameter) from the call's ``bound`` arguments and its
-    ``outputs`` (None: results are left None, as an in-place op saves its inputs before it
-    runs)."""
+    """The values the formulas read, in order, by ``plan`` (``Derivative.saved_plan``:
+    ``(name, source, read, needed_by)`` per value) from the call's ``bound`` arguments and
+    its ``outputs`` (None: results are left None, as an in-place op saves its inputs
+    before it runs); None for a value only formulas that will not run read."""
     cdef list saved = []
     for entry in plan:
-        saved.append(_saved_value(<tuple>entry, bound, outputs))
+        if is_needed(<tuple>entry, bound):
+            saved.append(_saved_value(<tuple>entry, bound, outputs))
+        else:
+            saved.append(None)
     return saved
 
 
+cpdef bint is_needed(tuple entry, dict bound) except -1:
+    """Whether a formula that will run reads the saved value ``entry`` (a ``saved_plan``
+    entry): one of the inputs whose formulas read it requires grad."""
+    needed_by = entry[3]
+    if needed_by is None:
+        return True
+    for name in <tuple>needed_by:
+        value = bound.get(name)
+        if isinstance(value, TensorBase):
+            if needs_grad(<TensorBase>value):
+                return True
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, TensorBase) and needs_grad(<TensorBase>v):
+                    return True
+    return False
+
+
 cdef object _saved_value(tuple entry, dict bound, tuple outputs):
-    name, source, read = entry
+    name, source, read, _ = entry
     if source == "argument":
-        if read is not None:
-            partner = bound.get(read)
-            if not (isinstance(partner, TensorBase) and partner.requires_grad):
-                return None
         value = bound[name]
         if isinstance(value, TensorBase):
             return _saved(value)

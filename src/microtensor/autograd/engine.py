@@ -30,10 +30,21 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
 
 def _can_steal(grad):
     """Whether ``grad`` may become a leaf's ``.grad`` as is: a fresh, dense tensor that no
-    one else refers to (beyond the engine's local variable, the two callers' parameters
-    and ``getrefcount``'s own argument).  A view qualifies when its base is referred to by
-    the view alone (``sum_to_size``'s reshaped sum, for instance); no other tensor may
-    share the storage either, so that no one else can reach the memory."""
+    one else refers to, so that no one else can see (or write) the memory ``.grad`` will
+    own.  A view qualifies when its base is referred to by the view alone
+    (``sum_to_size``'s reshaped sum, for instance).
+
+    The thresholds count the references this call path itself holds, so that anything
+    above them is someone else's:
+
+    * ``grad``, at most 4: the engine's local variable (``execute`` drops its own list of
+      the node's gradients before the call), ``_accumulate_into_leaf``'s parameter, this
+      function's parameter, and ``getrefcount``'s argument;
+    * its storage, at most 2 (no base): the tensor's own field and ``getrefcount``'s
+      argument; one more would be another tensor over the same memory;
+    * with a base, at most 3 each: the base is held by the view's ``_base``, the local
+      ``base`` and the argument; the storage by the base, the view and the argument.
+    """
     if not grad._is_contig or sys.getrefcount(grad) > 4:
         return False
     base = grad._base

@@ -68,9 +68,22 @@ class CopySlices(Node):
     """The base's new ``grad_fn`` after an in-place op ``fn`` wrote into a view of it.
 
     Backward: the base's gradient is the incoming gradient with the view's region
-    replaced by ``fn``'s gradient for the view's old value.  Buffers come from
-    ``grad.new_empty_strided`` and the slice is cloned with ``contiguous_format`` so that
-    the node runs unchanged on batched gradients under vmap.
+    replaced by ``fn``'s gradient for the view's old value.
+
+    Why ``fn`` gets a clone of the region (``grad_slice``) rather than the region itself:
+    right after ``fn`` runs, ``grad_slice.copy_(...)`` overwrites the region, and ``result``
+    (the base's gradient, holding the region) flows on to be summed into.  But ``fn`` may
+    keep its input: a derivative may return its incoming gradient as is (``add``'s does,
+    for ``self`` and ``other`` both), which would make ``other``'s gradient an alias of
+    the base's, changed by every later write; and with ``create_graph`` ``fn``'s own
+    recording may save it for the second derivative, which the overwrite would
+    invalidate.  A clone is memory no one else writes.
+
+    Why ``contiguous_format`` and the other batch-safe calls: buffers come from
+    ``grad.new_empty_strided`` and the clone is contiguous per sample, so that under vmap
+    (batched gradients) the node runs unchanged: each sample gets exactly the strides
+    asked for, and the batch dims stay outermost (see the batching rules of
+    ``new_empty_strided``, ``as_strided`` and ``clone``).
     """
 
     def __init__(self, base, view, fn, base_edge):
@@ -165,11 +178,11 @@ def _details(node):
         grad = ", .grad set" if variable._grad is not None else ""
         return [f"leaf {_tensor_text(variable)}{grad}"]
     if isinstance(node, OpNode):
-        formula = node.op if node.op.derivative is not None else node.op.inplace_of
+        plan = node.op.derivative.saved_plan
         return [f"{name}: not saved (the gradient that reads it is not needed)"
-                if value is None and name in formula.inputs
+                if value is None and needed_by is not None
                 else f"saved {name}: {_saved_text(value)}"
-                for name, value in zip(formula.saved_names, node.saved)]
+                for (name, _, _, needed_by), value in zip(plan, node.saved)]
     if isinstance(node, (CopySlices, AsStridedBackward0)):
         lines = [f"view: {_geometry_text(node.view)}", f"base: {_geometry_text(node.base)}"]
         if isinstance(node, CopySlices) and node.fn is not None:

@@ -8,11 +8,12 @@ modified tensor gets the new node as its ``grad_fn``; if it is a view, its base 
 ``CopySlices`` node instead and the view's ``grad_fn`` is regenerated from the base.
 
 The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
-``saved_values``) are in the Cython core (``microtensor._C.autograd``); the rules that
+``saved_values``, ``is_needed``) are in the Cython core (``microtensor._C.autograd``); the rules that
 decide which of them runs are here.
 """
 from microtensor._C.autograd import (OpNode, SavedTensor, current_grad_fn, gradient_edge,
-                                     input_edges, install_nodes, saved_values)
+                                     input_edges, install_nodes, is_needed,
+                                     saved_values)
 from microtensor._C.dispatch import NO_GRAD_VIEW_ERROR
 from microtensor._C.tensor import set_grad_enabled
 from microtensor.autograd.graph import AsStridedBackward0, CopySlices, SavedInplaceViewOutput
@@ -78,15 +79,18 @@ def move_retain_grad_hook(tensor):
 
 
 def record_inplace(op, args, kwargs):
+    """Record an in-place op: its formulas' values saved before the kernel overwrites
+    ``self`` (the old ``self`` copied only when a formula that will run reads it:
+    ``x.mul_(2.0)`` copies nothing), then ``self``'s history rebased onto the node."""
     self = args[0]
     check_inplace(self)
     bound = op.bind(args, kwargs)
-    base_op = op.inplace_of or op
-    edges, slots, metas = input_edges(base_op.inputs, bound)
-    if base_op.saves_self:
+    derivative = op.derivative
+    edges, slots, metas = input_edges(op.inputs, bound)
+    if derivative.self_entry is not None and is_needed(derivative.self_entry, bound):
         # recorded, so that a double backward differentiates through the old value too
         bound["self"] = self.clone()
-    saved = saved_values(base_op.saved_plan, bound, None)
+    saved = saved_values(derivative.saved_plan, bound, None)
     set_grad_enabled(False)
     try:
         result = dispatch.run_kernel(op, args, kwargs)
@@ -94,7 +98,7 @@ def record_inplace(op, args, kwargs):
         set_grad_enabled(True)
     node = OpNode(op, saved, edges, slots, metas, 1)
     rebase_history(self, node)
-    if "result" in base_op.saved_names:
+    if derivative.result_entry is not None and is_needed(derivative.result_entry, bound):
         node.set_saved("result", SavedInplaceViewOutput(self, self._base._grad_fn)
                        if self._is_diff_view else SavedTensor(self, True))
     return result

@@ -14,12 +14,13 @@ import math
 
 import numpy as np
 
-from microtensor._C import meta
+from microtensor._C import meta, nnkernels
 from microtensor._C.tensor import bool_, float32, int64
 from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+from microtensor.vmap.helpers import actual_dim, call, wrap
 
 _SQRT_2 = math.sqrt(2.0)
 _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -214,9 +215,9 @@ def erf(self, *, out=None):
     return _unary("erf", self, _erf, out, integers="promote")
 
 
-@erf.def_derivative
+@erf.def_derivative("self")
 def erf(grad, self):
-    return grad * (-self * self).exp() * _2_OVER_SQRT_PI,
+    return grad * (-self * self).exp() * _2_OVER_SQRT_PI
 
 
 @op(family="pointwise", samples=_float_samples(integers=True))
@@ -224,9 +225,9 @@ def erfc(self, *, out=None):
     return _unary("erfc", self, _erfc, out, integers="promote")
 
 
-@erfc.def_derivative
+@erfc.def_derivative("self")
 def erfc(grad, self):
-    return grad * (-self * self).exp() * -_2_OVER_SQRT_PI,
+    return grad * (-self * self).exp() * -_2_OVER_SQRT_PI
 
 
 @op(family="pointwise", samples=_float_samples(-0.95, 0.95))
@@ -234,9 +235,9 @@ def erfinv(self, *, out=None):
     return _unary("erfinv", self, _erfinv, out, integers="promote")
 
 
-@erfinv.def_derivative
+@erfinv.def_derivative("self")
 def erfinv(grad, result):
-    return grad * (result * result).exp() * _SQRT_PI_OVER_2,
+    return grad * (result * result).exp() * _SQRT_PI_OVER_2
 
 
 erf_ = inplace_variant(erf)
@@ -256,7 +257,7 @@ def atan2(self, other, *, out=None):
                      dtype=float_dtype(result_type(self, other)))
 
 
-@atan2.def_derivative
+@atan2.def_joint_derivative     # both gradients share the scale
 def atan2(grad, self, other):
     scale = grad / (self * self + other * other)
     return scale * other, scale * -self
@@ -302,11 +303,19 @@ def addcmul(self, tensor1, tensor2, *, value=1, out=None):
                      out=out)
 
 
-@addcmul.def_derivative(only_for={"tensor1": "tensor2", "tensor2": "tensor1"})
-def addcmul(grad, tensor1, tensor2, value):
-    scaled = grad * value
-    return (grad, None if tensor2 is None else scaled * tensor2,
-            None if tensor1 is None else scaled * tensor1)
+@addcmul.def_derivative("self")
+def addcmul(grad):
+    return grad
+
+
+@addcmul.def_derivative("tensor1")
+def addcmul(grad, tensor2, value):
+    return grad * value * tensor2
+
+
+@addcmul.def_derivative("tensor2")
+def addcmul(grad, tensor1, value):
+    return grad * value * tensor1
 
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(0.5))
@@ -323,10 +332,19 @@ def addcdiv(self, tensor1, tensor2, *, value=1, out=None):
                      out=out)
 
 
-@addcdiv.def_derivative
+@addcdiv.def_derivative("self")
+def addcdiv(grad):
+    return grad
+
+
+@addcdiv.def_derivative("tensor1")
+def addcdiv(grad, tensor2, value):
+    return grad * value / tensor2
+
+
+@addcdiv.def_derivative("tensor2")
 def addcdiv(grad, tensor1, tensor2, value):
-    scaled = grad * value / tensor2
-    return grad, scaled, -scaled * tensor1 / tensor2
+    return -(grad * value / tensor2) * tensor1 / tensor2
 
 
 addcmul_ = inplace_variant(addcmul)
@@ -356,9 +374,9 @@ def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
                      self, out=out)
 
 
-@nan_to_num.def_derivative
+@nan_to_num.def_derivative("self")
 def nan_to_num(grad, self):
-    return grad * self.isfinite(),
+    return grad * self.isfinite()
 
 
 nan_to_num_ = inplace_variant(nan_to_num)
@@ -416,18 +434,31 @@ def _gelu_samples(make):
                                      Sample(make(5, low=-6, high=6), approximate="tanh")]
 
 
+def _with_c_kernel(c_kernel, fallback, approximate):
+    """A ``pointwise`` loop calling ``c_kernel(out, *arrays, tanh_mode)`` on float32/float64
+    NumPy arrays of the result's dtype and shape, ``fallback``'s NumPy formulas on anything
+    else (other dtypes, broadcasting, CuPy)."""
+    numpy_loop = _store(lambda *arrays: fallback(*arrays, approximate))
+
+    def loop(*arrays, out, dtype, casting):
+        if nnkernels.supports(out, *arrays) and all(a.shape == out.shape for a in arrays):
+            return c_kernel(out, *arrays, approximate == "tanh")
+        return numpy_loop(*arrays, out=out, dtype=dtype, casting=casting)
+    return loop
+
+
 def gelu(self, *, approximate="none", out=None):
     _check_approximate(approximate)
     _float_only("GeluKernelImpl", self)   # PyTorch's kernel name in its error
-    return pointwise(_store(lambda a: _gelu(a, approximate)), self, out=out)
+    return pointwise(_with_c_kernel(nnkernels.gelu, _gelu, approximate), self, out=out)
 
 
 gelu = _activation(gelu, _gelu_samples)
 
 
-@gelu.def_derivative
+@gelu.def_derivative("self")
 def gelu(grad, self, approximate):
-    return gelu_backward(grad, self, approximate=approximate),
+    return gelu_backward(grad, self, approximate=approximate)
 
 
 def _gelu_derivative(x, approximate):
@@ -448,11 +479,17 @@ def _gelu_backward_samples(make):
 def gelu_backward(grad_output, self, *, approximate="none"):
     """``grad_output`` times GELU's derivative at ``self``: one pass, as PyTorch's."""
     _check_approximate(approximate)
-    return pointwise(_store(lambda g, a: g * _gelu_derivative(a, approximate)),
-                     grad_output, self)
+    return pointwise(_with_c_kernel(nnkernels.gelu_backward,
+                                    lambda g, a, approx: g * _gelu_derivative(a, approx),
+                                    approximate), grad_output, self)
 
 
-@gelu_backward.def_derivative
+@gelu_backward.def_derivative("grad_output")
+def gelu_backward(grad, self, approximate):
+    return gelu_backward(grad, self, approximate=approximate)
+
+
+@gelu_backward.def_derivative("self")
 def gelu_backward(grad, grad_output, self, approximate):
     if approximate == "tanh":
         x2 = self * self
@@ -461,7 +498,7 @@ def gelu_backward(grad, grad_output, self, approximate):
         second = (1 - t * t) * (du - self * t * du * du + 3 * _GELU_K * _GELU_C * x2)
     else:
         second = (-0.5 * self * self).exp() * _1_OVER_SQRT_2PI * (2 - self * self)
-    return gelu_backward(grad, self, approximate=approximate), grad * grad_output * second
+    return grad * grad_output * second
 
 
 def silu(self, *, out=None):
@@ -472,10 +509,10 @@ def silu(self, *, out=None):
 silu = _activation(silu, _float_samples())
 
 
-@silu.def_derivative
+@silu.def_derivative("self")
 def silu(grad, self):
     s = self.sigmoid()
-    return grad * s * (1 + self * (1 - s)),
+    return grad * s * (1 + self * (1 - s))
 
 
 def mish(self, *, out=None):
@@ -486,10 +523,10 @@ def mish(self, *, out=None):
 mish = _activation(mish, _float_samples())
 
 
-@mish.def_derivative
+@mish.def_derivative("self")
 def mish(grad, self):
     t = softplus(self).tanh()
-    return grad * (t + self * self.sigmoid() * (1 - t * t)),
+    return grad * (t + self * self.sigmoid() * (1 - t * t))
 
 
 def leaky_relu(self, negative_slope=0.01, *, out=None):
@@ -502,9 +539,9 @@ leaky_relu = _activation(leaky_relu, _with_params(_away_from((0,), _float_sample
                                                   {"negative_slope": 0.2}))
 
 
-@leaky_relu.def_derivative
+@leaky_relu.def_derivative("self")
 def leaky_relu(grad, self, negative_slope):
-    return where(self > 0, grad, grad * negative_slope),
+    return where(self > 0, grad, grad * negative_slope)
 
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
@@ -519,13 +556,13 @@ elu = _activation(elu, _with_params(_away_from((0,), _float_samples()), {"alpha"
 elu_ = REGISTRY["elu_"]
 
 
-@elu.def_derivative
+@elu.def_derivative("self")
 def elu(grad, self, alpha, scale, input_scale):
     # exp of the input with positives zeroed: no overflow where the other branch is taken,
     # and, as PyTorch's, no second derivative at 0 (the first takes the negative branch)
     below = where(self < 0, self, self.new_zeros(()))
     negative = (below * input_scale).exp() * (alpha * scale * input_scale)
-    return where(self <= 0, grad * negative, grad * scale),
+    return where(self <= 0, grad * negative, grad * scale)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -569,13 +606,13 @@ softplus = _activation(softplus, _with_params(_float_samples(), {"beta": 2.0},
                                               {"beta": 0.5, "threshold": 1.0}), inplace=False)
 
 
-@softplus.def_derivative
+@softplus.def_derivative("self")
 def softplus(grad, self, beta, threshold):
     scaled = self * beta
     # at the threshold itself the first derivative is the sigmoid's, the second (as
     # PyTorch's) zero: the sigmoid there reads the threshold, a constant
     below = where(scaled < threshold, scaled, scaled.new_full((), threshold))
-    return where(scaled > threshold, grad, grad * below.sigmoid()),
+    return where(scaled > threshold, grad, grad * below.sigmoid())
 
 
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
@@ -593,9 +630,9 @@ hardtanh = _activation(hardtanh, _hardtanh_samples)
 hardtanh_ = REGISTRY["hardtanh_"]
 
 
-@hardtanh.def_derivative
+@hardtanh.def_derivative("self")
 def hardtanh(grad, self, min_val, max_val):
-    return where((self > min_val) & (self < max_val), grad, grad.new_zeros(())),
+    return where((self > min_val) & (self < max_val), grad, grad.new_zeros(()))
 
 
 @op(kind="composite", method=False, samples=_away_from((0, 6), _float_samples(-2, 8)))
@@ -616,9 +653,9 @@ def hardsigmoid(self, *, out=None):
 hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)))
 
 
-@hardsigmoid.def_derivative
+@hardsigmoid.def_derivative("self")
 def hardsigmoid(grad, self):
-    return where((self > -3) & (self < 3), grad / 6, grad.new_zeros(())),
+    return where((self > -3) & (self < 3), grad / 6, grad.new_zeros(()))
 
 
 def hardswish(self, *, out=None):
@@ -629,10 +666,10 @@ def hardswish(self, *, out=None):
 hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)))
 
 
-@hardswish.def_derivative
+@hardswish.def_derivative("self")
 def hardswish(grad, self):
     zero = grad.new_zeros(())
-    return where(self <= -3, zero, where(self < 3, grad * (self / 3 + 0.5), grad)),
+    return where(self <= -3, zero, where(self < 3, grad * (self / 3 + 0.5), grad))
 
 
 def log_sigmoid(self):
@@ -643,9 +680,9 @@ def log_sigmoid(self):
 log_sigmoid = _activation(log_sigmoid, _float_samples(-30, 30), inplace=False)
 
 
-@log_sigmoid.def_derivative
+@log_sigmoid.def_derivative("self")
 def log_sigmoid(grad, self):
-    return grad * (-self).sigmoid(),
+    return grad * (-self).sigmoid()
 
 
 def threshold(self, threshold, value, *, out=None):
@@ -662,9 +699,9 @@ def _threshold_samples(make):
 threshold = _activation(threshold, _threshold_samples, function=True)
 
 
-@threshold.def_derivative
+@threshold.def_derivative("self")
 def threshold(grad, self, threshold):
-    return where(self > threshold, grad, grad.new_zeros(())),
+    return where(self > threshold, grad, grad.new_zeros(()))
 
 
 @op(kind="composite", method=False, function=False, samples=_float_samples())
@@ -704,13 +741,23 @@ def glu(self, dim=-1):
     return pointwise(_store(lambda a, b: a / (1.0 + np.exp(-b))), first, second)
 
 
-@glu.def_derivative
+@glu.def_derivative("self")
 def glu(grad, self, dim):
     from microtensor.ops.shape import cat
     dim, half = glu_halves(self._sizes, dim)
     first, gate = self.narrow(dim, 0, half), self.narrow(dim, half, half).sigmoid()
     gated = grad * gate
-    return cat([gated, gated * first * (1 - gate)], dim),
+    return cat([gated, gated * first * (1 - gate)], dim)
+
+
+@glu.def_batch_rule
+def glu(op, level, args, kwargs):
+    """The per-sample dim shifted past the batch dim; checks made on the sample's shape."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    dim, _ = glu_halves(self._sizes, bound["dim"])
+    b = self._bdim
+    return wrap(call(op, (self._value, actual_dim(dim, b)), None), b, level)
 
 
 def _prelu_samples(make):
@@ -727,11 +774,14 @@ def _prelu_kernel(self, weight):
     return pointwise(_store(lambda a, w: np.where(a > 0, a, w * a)), self, weight)
 
 
-@_prelu_kernel.def_derivative
+@_prelu_kernel.def_derivative("self")
 def _prelu_kernel(grad, self, weight):
-    positive = self > 0
-    return where(positive, grad, grad * weight), \
-        where(positive, grad.new_zeros(()), grad * self)
+    return where(self > 0, grad, grad * weight)
+
+
+@_prelu_kernel.def_derivative("weight")
+def _prelu_kernel(grad, self):
+    return where(self > 0, grad.new_zeros(()), grad * self)
 
 
 @op(kind="composite", inputs=("self", "weight"),

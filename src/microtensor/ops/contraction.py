@@ -22,6 +22,7 @@ from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
+from microtensor.vmap.helpers import call, same_level, to_front, wrap
 
 LETTERS = string.ascii_letters
 
@@ -226,7 +227,7 @@ def _fresh(value, like):
     return out
 
 
-@_einsum.def_derivative
+@_einsum.def_derivative("operands")
 def _einsum(grad, operands, equation):
     lhs, out = equation.split("->")
     subs = lhs.split(",")
@@ -265,7 +266,23 @@ def _einsum(grad, operands, equation):
                                 for i in range(len(full)))).expand(*shape)
         grads.append(g)
     # autograd takes a one-tensor list's gradient as that tensor alone
-    return (grads if len(grads) > 1 else grads[0]),
+    return grads if len(grads) > 1 else grads[0]
+
+
+@_einsum.def_batch_rule
+def _einsum(op, level, args, kwargs):
+    """The vmap dim becomes one more letter, in front of the batched operands' subscripts
+    and of the output: one physical einsum."""
+    bound = op.bind(args, kwargs)
+    operands, equation = list(bound["operands"]), bound["equation"]
+    lhs, out = equation.split("->")
+    subs = lhs.split(",")
+    fresh = next(c for c in string.ascii_letters if c not in equation)
+    for i, t in enumerate(operands):
+        if same_level(t, level):
+            operands[i] = to_front(t._value, t._bdim)
+            subs[i] = fresh + subs[i]
+    return wrap(call(op, (operands, ",".join(subs) + "->" + fresh + out), None), 0, level)
 
 
 def _eye_like(n, like):

@@ -9,23 +9,26 @@ convolution is one product too, whose blocks col2im adds into place.  The deriva
 written with
 ``convolution`` itself (the gradient of a convolution's input is a transposed convolution
 and vice versa; the weight's gradient is a convolution of the input with the incoming
-gradient, batch and channels swapped), so it is differentiable to any order; the batching
-rule is in ``vmap.rules_conv``.
+gradient, batch and channels swapped), so it is differentiable to any order; its batching
+rule follows the derivative.
 
 Memory format as PyTorch's: when the input or the weight is channels_last, so is the
 result, and the columns are gathered in that order (channels innermost), reading the input
 without transposing it.
 """
 import math
+import threading
 
 import numpy as np
 
-from microtensor._C import meta
+from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor._dtype import info
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, to_front,
+                                      wrap)
 
 _INPUTS = ("input", "weight", "bias")
 
@@ -156,6 +159,26 @@ def channels_last_result(input, weight):
 
 # --------------------------------------------------------------------------- kernel
 
+# Per-thread scratch buffers for the columns and blocks of the kernels, kept between calls:
+# fresh arrays of tens of MiB cost page faults on every call (a third of a 3x3 convolution
+# on 32 channels).  Buffers over the cap are not kept.
+_workspaces = threading.local()
+_WORKSPACE_CAP = 64 << 20
+
+
+def _workspace(name, shape, dtype):
+    """An uninitialised C-contiguous NumPy array of ``shape`` and ``dtype`` in this thread's
+    buffer ``name``, valid until the next call with that name."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > _WORKSPACE_CAP:
+        return np.empty(shape, dtype)
+    buffers = _workspaces.__dict__
+    buffer = buffers.get(name)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = buffers[name] = np.empty(nbytes, np.uint8)
+    return buffer[:nbytes].view(dtype).reshape(shape)
+
+
 def _padded(x, padding, channels_last):
     """``x`` (N, C, *spatial) with ``padding`` zeros on both sides of each spatial dim, in a
     fresh buffer laid out channels last if asked; ``x`` itself without padding."""
@@ -207,15 +230,27 @@ def _convolve(x, w, stride, dilation, groups, out, channels_last):
         # long kernel rows, few positions (a weight gradient): the columns of all images
         # side by side, (groups, N * positions, channels * kernel), copied along the
         # kernel's rows, and one product per group
-        columns = windows.transpose((1, 0) + position + (2,) + offset).reshape(
-            groups, n * rows, -1)
+        if dims == 2 and groups == 1 and nnkernels.supports(x):
+            columns = nnkernels.im2col2d(
+                x, kernel, stride, dilation, spatial, True,
+                _workspace("columns", (n * rows, channels * math.prod(kernel)), x.dtype))[None]
+        else:
+            columns = windows.transpose((1, 0) + position + (2,) + offset).reshape(
+                groups, n * rows, -1)
         products = np.matmul(weights.reshape(groups, o_per_group, -1),
                              columns.transpose(0, 2, 1))
         out.reshape(n, groups, o_per_group, rows)[...] = products.reshape(
             groups, o_per_group, n, rows).transpose(2, 0, 1, 3)
     else:
         # columns (N, groups, channels * kernel, positions): weights @ columns per group
-        columns = windows.transpose((0, 1, 2) + offset + position).reshape(n, groups, -1, rows)
+        if dims == 2 and nnkernels.supports(x):
+            columns = nnkernels.im2col2d(
+                x, kernel, stride, dilation, spatial, False,
+                _workspace("columns", (n, channels * math.prod(kernel), rows), x.dtype)
+            ).reshape(n, groups, -1, rows)
+        else:
+            columns = windows.transpose((0, 1, 2) + offset + position).reshape(
+                n, groups, -1, rows)
         np.matmul(weights.reshape(groups, o_per_group, -1), columns,
                   out=out.reshape(n, groups, o_per_group, rows))
 
@@ -224,7 +259,8 @@ def _transposed(x, w, stride, padding, dilation, groups, out):
     """A transposed convolution as one product and col2im: every input position times the
     weight gives a block of the output (N, groups, C_out/groups * kernel, positions), and
     each kernel offset's share is added at its place (a loop over the kernel's offsets, not
-    over elements); the padding is cut off at the end."""
+    over elements; in C plane by plane for float32/float64 NumPy arrays); the padding is
+    cut off at the end."""
     n, c_in = x.shape[:2]
     kernel, spatial = w.shape[2:], x.shape[2:]
     o_per_group = w.shape[1]
@@ -238,17 +274,26 @@ def _transposed(x, w, stride, padding, dilation, groups, out):
         wide[(slice(None), slice(None)) + tuple(slice(0, i) for i in spatial)] = x
         x = wide
     weights = w.reshape(groups, c_in // groups, -1).transpose(0, 2, 1)
-    blocks = np.matmul(weights, x.reshape(n, groups, c_in // groups, -1))
+    x = x.reshape(n, groups, c_in // groups, -1)
+    blocks = np.matmul(weights, x, out=_workspace(
+        "blocks", (n, groups, weights.shape[1], x.shape[-1]), x.dtype)) \
+        if nnkernels.supports(x, w) else np.matmul(weights, x)
     if unit_stride:
         blocks = blocks.reshape((n, groups * o_per_group, math.prod(kernel), -1))
         steps = meta.contiguous_strides(room)
         # the zeros of the last row's widening reach past the end: room for them
         tail = sum(d * (k - 1) * s for d, k, s in zip(dilation, kernel, steps))
-        flat = xp.zeros(out.shape[:2] + (math.prod(room) + tail,), x.dtype)
+        total = math.prod(room) + tail
         length = blocks.shape[-1]
-        for index, offset in enumerate(np.ndindex(*kernel)):
-            start = sum(k * d * s for k, d, s in zip(offset, dilation, steps))
-            flat[:, :, start:start + length] += blocks[:, :, index]
+        starts = [sum(k * d * s for k, d, s in zip(offset, dilation, steps))
+                  for offset in np.ndindex(*kernel)]
+        if nnkernels.supports(blocks):
+            flat = nnkernels.col2im(blocks.reshape((-1,) + blocks.shape[2:]), starts,
+                                    total).reshape(out.shape[:2] + (total,))
+        else:
+            flat = xp.zeros(out.shape[:2] + (total,), x.dtype)
+            for index, start in enumerate(starts):
+                flat[:, :, start:start + length] += blocks[:, :, index]
         padded = flat[:, :, :math.prod(room)].reshape(out.shape[:2] + room)
     else:
         blocks = blocks.reshape((n, groups * o_per_group) + tuple(kernel) + tuple(spatial))
@@ -350,36 +395,77 @@ def weight_gradient(input, grad, kernel, stride, padding, dilation, groups):
     return _cut_to(result, result.shape[:2] + tuple(kernel)).transpose(0, 1)
 
 
-@convolution.def_derivative(only_for={"input": "weight", "weight": "input"})
-def convolution(grad, input, weight, input_shape, weight_shape, bias_shape, stride, padding,
-                dilation, transposed, output_padding, groups):
-    stride, padding, dilation, output_padding = conv_params(len(weight_shape), stride,
-                                                            padding, dilation, output_padding)
+@convolution.def_derivative("input")
+def convolution(grad, weight, input_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight.shape), stride, padding, dilation,
+                                               output_padding)
+    kernel = weight.shape[2:]
+    if transposed:
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
+                                 (0,) * len(kernel), groups)
+    else:
+        # the rows past the last window, never read, need output padding to be reached
+        extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
+                      zip(input_shape[2:], grad.shape[2:], stride, padding, dilation, kernel))
+        grad_input = convolution(grad, weight, None, stride, padding, dilation, True, extra,
+                                 groups)
+    return _cut_to(grad_input, input_shape)
+
+
+@convolution.def_derivative("weight")
+def convolution(grad, input, weight_shape, stride, padding, dilation, transposed,
+                output_padding, groups):
+    stride, padding, dilation, _ = conv_params(len(weight_shape), stride, padding, dilation,
+                                               output_padding)
     kernel = weight_shape[2:]
-    dims = len(kernel)
-    grad_input = grad_weight = grad_bias = None
-    if weight is not None:
-        if transposed:
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
-                                     (0,) * dims, groups)
-        else:
-            # the rows past the last window, never read, need output padding to be reached
-            extra = tuple(i - ((o - 1) * s - 2 * p + d * (k - 1) + 1) for i, o, s, p, d, k in
-                          zip(input_shape[2:], grad.shape[2:], stride, padding, dilation,
-                              kernel))
-            grad_input = convolution(grad, weight, None, stride, padding, dilation, True,
-                                     extra, groups)
-        grad_input = _cut_to(grad_input, input_shape)
-    if input is not None:
-        if transposed:
-            grad_weight = weight_gradient(grad, input, kernel, stride, padding, dilation,
-                                          groups)
-        else:
-            grad_weight = weight_gradient(input, grad, kernel, stride, padding, dilation,
-                                          groups)
-    if bias_shape is not None:
-        grad_bias = grad.sum((0,) + tuple(range(2, 2 + dims)))
-    return grad_input, grad_weight, grad_bias
+    if transposed:
+        return weight_gradient(grad, input, kernel, stride, padding, dilation, groups)
+    return weight_gradient(input, grad, kernel, stride, padding, dilation, groups)
+
+
+@convolution.def_derivative("bias")
+def convolution(grad):
+    return grad.sum((0,) + tuple(range(2, grad.dim())))
+
+
+@convolution.def_batch_rule
+def convolution(op, level, args, kwargs):
+    """One physical convolution for any mix of batched arguments, never a loop.
+
+    * Shared weight: the samples are more images of the batch (the vmap dim folded into N).
+    * Per-sample weights (model ensembles; under ``vmap(grad)`` the weight gradient, which
+      is a convolution of the input with the incoming gradient, both per sample): the
+      samples become groups, as torch.func does: input (B, N, C, ...) -> (N, B * C, ...),
+      weight (B, O, C / g, ...) -> (B * O, C / g, ...) with ``groups * B``; the result's
+      channels are (B, O) and unfold back.
+    """
+    bound = op.bind(args, kwargs)
+    x, w, b = bound["input"], bound["weight"], bound["bias"]
+    options = [bound[name] for name in ("stride", "padding", "dilation", "transposed",
+                                        "output_padding")]
+    groups = bound["groups"]
+    check_convolution(x, w, b, *options, groups)
+    if not same_level(w, level):
+        if same_level(b, level):   # a per-sample bias alone: added to the result
+            out = call(op, (x, w, None, *options, groups), None)
+            return out + b.reshape((-1,) + (1,) * (w.dim() - 2))
+        images = to_front(x._value, x._bdim)
+        size, n = images.shape[:2]
+        out = call(op, (images.reshape((size * n,) + tuple(images.shape[2:])), w, b,
+                        *options, groups), None)
+        return wrap(out.reshape((size, n) + tuple(out.shape[1:])), 0, level)
+    size = batch_size(level)
+    images = front_or_expanded(x, level, size).movedim(0, 1)
+    n = images.shape[0]
+    images = images.reshape((n, size * images.shape[2]) + tuple(images.shape[3:]))
+    weights = to_front(w._value, w._bdim)
+    weights = weights.reshape((size * weights.shape[1],) + tuple(weights.shape[2:]))
+    if b is not None:
+        b = front_or_expanded(b, level, size)
+        b = b.reshape(size * b.shape[1])
+    out = call(op, (images, weights, b, *options, groups * size), None)
+    return wrap(out.reshape((n, size, out.shape[1] // size) + tuple(out.shape[2:])), 1, level)
 
 
 # --------------------------------------------------------------------------- functions

@@ -11,6 +11,8 @@ from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unch
                                    int64)
 from microtensor.ops.loops import check_writable
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import (aligned, call, empty_per_sample, inplace_error, same_level,
+                                      to_front, wrap)
 
 
 def strided_copy(dst, src):
@@ -64,9 +66,29 @@ def copy_(self, src, non_blocking=False):
     return self
 
 
-@copy_.def_derivative
+@copy_.def_derivative("self")
+def copy_(grad):
+    return grad.new_zeros(grad.shape)
+
+
+@copy_.def_derivative("src")
 def copy_(grad, src_shape):
-    return grad.new_zeros(grad.shape), grad.sum_to_size(src_shape)
+    return grad.sum_to_size(src_shape)
+
+
+@copy_.def_batch_rule
+def copy_(op, level, args, kwargs):
+    self, src = args[0], (args[1] if len(args) > 1 else kwargs["src"])
+    if not same_level(self, level):
+        raise inplace_error("copy_")
+    if isinstance(src, TensorBase):
+        check_broadcastable_to(src, self)
+    n = self.dim()
+    target = to_front(self._value, self._bdim)
+    if same_level(src, level):
+        src = aligned(src._value, src._bdim, src.dim(), n)
+    call(op, (target, src), None)
+    return self
 
 
 @op(samples=lambda make: [
@@ -82,9 +104,9 @@ def clone(self, *, memory_format=preserve_format):
     return out
 
 
-@clone.def_derivative
+@clone.def_derivative("self")
 def clone(grad):
-    return grad,
+    return grad
 
 
 @op(kind="composite")
@@ -111,9 +133,53 @@ def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
     return out
 
 
-@_to_copy.def_derivative
+@_to_copy.def_derivative("self")
 def _to_copy(grad, self_dtype, self_device):
-    return grad.to(dtype=self_dtype, device=self_device),
+    return grad.to(dtype=self_dtype, device=self_device)
+
+
+def _copy_with_format(op, level, self, memory_format, options):
+    """``clone``/``_to_copy`` of a batched tensor in ``memory_format``, per sample.
+
+    ``preserve_format`` keeps the physical layout, batch dim where it was.  Any other
+    format is about each *sample*: ``contiguous_format`` copies with the batch dim moved
+    outermost, and the channels-last formats lay each sample out in that format behind an
+    outermost batch dim (``empty_per_sample``).
+
+    Why outermost: a per-sample function asking for a contiguous copy then views or
+    strides into it by the per-sample contiguous strides (``CopySlices`` hands a
+    contiguous clone of a gradient region to a derivative that may ``view`` it).  With
+    the batch dim first, sample ``b`` is the block ``[b * numel, (b + 1) * numel)`` with
+    exactly the strides of a contiguous sample, so ``is_contiguous()`` is true per sample
+    and every view a sample may take is valid.  Left in place (say at dim 1), each
+    sample's elements would interleave with the others' and the per-sample strides would
+    not be contiguous.
+    """
+    if memory_format is preserve_format:
+        # the physical layout is kept, batch dim where it was
+        options["memory_format"] = preserve_format
+        return wrap(call(op, (self._value,), options), self._bdim, level)
+    value = to_front(self._value, self._bdim)
+    if memory_format is contiguous_format:
+        options["memory_format"] = contiguous_format
+        return wrap(call(op, (value,), options), 0, level)
+    out = empty_per_sample(value, self._sizes, memory_format, options.get("dtype"),
+                           options.get("device"))
+    return wrap(out.copy_(value), 0, level)
+
+
+@clone.def_batch_rule
+def clone(op, level, args, kwargs):
+    fmt = kwargs.get("memory_format", preserve_format) if kwargs else preserve_format
+    return _copy_with_format(op, level, args[0], fmt, {})
+
+
+@_to_copy.def_batch_rule
+def _to_copy(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    fmt = bound.pop("memory_format", preserve_format)
+    return _copy_with_format(op, level, self, fmt, bound)
 
 
 def _parse_to(args, kwargs):

@@ -18,6 +18,8 @@ from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_
                                    get_default_dtype, int64, uint8)
 from microtensor._dtype import check_scalar_fits, scalar_dtype
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.dispatch import run_kernel
+from microtensor.vmap.helpers import batch_size, call, empty_per_sample, to_front, wrap
 
 
 # --------------------------------------------------------------------------- arguments
@@ -637,6 +639,32 @@ def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
     return _filled_like(self, fill_value, dtype, device, requires_grad, memory_format)
 
 
+def like_batch_rule(op, level, args, kwargs):
+    """``*_like``: the per-sample shape; ``preserve_format`` keeps the physical layout
+    (batch dim where it was), any other format is laid out per sample, batch dim first."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    fmt = bound.get("memory_format", preserve_format)
+    if fmt is preserve_format:
+        return wrap(call(op, (self._value,), bound), self._bdim, level)
+    value = to_front(self._value, self._bdim)
+    if fmt is contiguous_format:
+        return wrap(call(op, (value,), bound), 0, level)
+    out = empty_per_sample(value, self._sizes, fmt, bound.get("dtype"), bound.get("device"))
+    fill = {"zeros_like": 0, "ones_like": 1}.get(op.name, bound.get("fill_value"))
+    if fill is not None:
+        out.fill_(fill)
+    if bound.get("requires_grad"):
+        out.requires_grad_()
+    return wrap(out, 0, level)
+
+
+empty_like.def_batch_rule(like_batch_rule)
+zeros_like.def_batch_rule(like_batch_rule)
+ones_like.def_batch_rule(like_batch_rule)
+full_like.def_batch_rule(like_batch_rule)
+
+
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=_new_samples)
@@ -661,6 +689,18 @@ def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
                     to_device(device) or self.device, 1, requires_grad)
 
 
+def new_sized_batch_rule(op, level, args, kwargs):
+    """``new_empty``/``new_zeros``/``new_ones``: the per-sample sizes behind a batch dim."""
+    value = args[0]._value
+    sizes = parse_size(args[1:])
+    return wrap(call(op, (value, (batch_size(level),) + sizes), kwargs), 0, level)
+
+
+new_empty.def_batch_rule(new_sized_batch_rule)
+new_zeros.def_batch_rule(new_sized_batch_rule)
+new_ones.def_batch_rule(new_sized_batch_rule)
+
+
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [
@@ -674,6 +714,14 @@ def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=F
                     to_device(device) or self.device, fill_value, requires_grad)
 
 
+@new_full.def_batch_rule
+def new_full(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    value = bound.pop("self")._value
+    size = (batch_size(level),) + parse_size((bound.pop("size"),))
+    return wrap(call(op, (value, size), bound), 0, level)
+
+
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [
@@ -684,6 +732,12 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
                   requires_grad=requires_grad)
 
 
+@new_tensor.def_batch_rule
+def new_tensor(op, level, args, kwargs):
+    # the data does not depend on the sample: an unbatched tensor, as in PyTorch
+    return run_kernel(op, args, kwargs)
+
+
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [
@@ -691,6 +745,32 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
     return empty_strided(size, stride, dtype=pick_dtype(dtype, self._dtype),
                          device=to_device(device) or self.device, requires_grad=requires_grad)
+
+
+@new_empty_strided.def_batch_rule
+def new_empty_strided(op, level, args, kwargs):
+    """Each sample gets exactly ``stride``; the batch dim goes outermost with stride
+    ``extent = storage_size_for(size, stride)``, the number of cells one sample's strides
+    reach (1 + sum((size_i - 1) * stride_i), 0 for an empty sample).
+
+    Why that stride: sample ``b`` starts at ``b * extent`` and reaches the cells
+    ``[b * extent, b * extent + extent)``, so samples never share a cell (any smaller
+    batch stride would make sample ``b``'s last cell sample ``b + 1``'s first), and no
+    cell lies between them (a larger one would waste memory and make the physical tensor
+    non-dense).  Callers such as ``CopySlices`` then address each sample's memory with the
+    per-sample strides they asked for, exactly as without vmap.
+    """
+    bound = op.bind(args, kwargs)
+    value = bound.pop("self")._value
+    sizes = parse_size((bound.pop("size"),))
+    strides = tuple(int(s) for s in bound.pop("stride"))
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"new_empty_strided(sizes, strides): dimensionality of sizes "
+                           f"({len(sizes)}) must match dimensionality of strides "
+                           f"({len(strides)})")
+    extent = meta.storage_size_for(sizes, strides)
+    physical = call(op, (value, (batch_size(level),) + sizes, (extent,) + strides), bound)
+    return wrap(physical, 0, level)
 
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "empty", "full",

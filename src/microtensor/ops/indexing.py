@@ -26,6 +26,10 @@ from microtensor.ops.loops import (array_module, check_no_internal_overlap, chec
                                    has_internal_overlap, new_result, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.shape import cat, fresh_tensor
+from microtensor.ops.factory import arange
+from microtensor.ops.registry import REGISTRY
+from microtensor.vmap.helpers import (aligned, batch_size, call, fallback, front_or_expanded,
+                                      inplace_error, no_fallback, same_level, to_front, wrap)
 
 
 # --------------------------------------------------------------------------- index checks
@@ -349,9 +353,79 @@ def index(self, indices):
     return fresh_tensor(values if plan.has_tensor else values.copy())
 
 
-@index.def_derivative
+@index.def_derivative("self")
 def index(grad, self_shape, indices):
-    return grad.new_zeros(self_shape).index_put(indices, grad, accumulate=True),
+    return grad.new_zeros(self_shape).index_put(indices, grad, accumulate=True)
+
+
+def _index_result_bdim(indices):
+    """Where NumPy's advanced indexing puts the batch dim (a leading full slice): first,
+    unless the index tensors are not adjacent, in which case their broadcast dims go first."""
+    positions = [i for i, e in enumerate(indices) if e is not None]
+    if not positions or positions[-1] - positions[0] + 1 == len(positions):
+        return 0
+    return max(1 if e._dtype is bool_ else e.dim() for e in indices if e is not None)
+
+
+def _per_sample_indices(indices, level, size):
+    """Physical indices for ``self[indices]`` per sample when some index tensors differ
+    per sample (``self`` physical with its batch dim first): a leading ``arange`` index
+    picks each sample, broadcast against the index tensors (the batched ones aligned after
+    their batch dim).  Also where the result's per-sample dims must move: NumPy puts the
+    broadcast dims first once the ``arange`` makes the index tensors non-adjacent, while
+    per sample they stay in place when adjacent.  Returns (indices, (from, to) or None)."""
+    rank = max(e.dim() for e in indices if e is not None)
+    physical = []
+    for e in indices:
+        if same_level(e, level):
+            e = aligned(e._value, e._bdim, e.dim(), rank)
+        physical.append(e)
+    first = next(e for e in physical if e is not None)
+    picks = arange(size, device=first.device).view((size,) + (1,) * rank)
+    positions = [i for i, e in enumerate(indices) if e is not None]
+    move = None
+    if positions[0] > 0 and positions == list(range(positions[0], positions[-1] + 1)):
+        move = (tuple(range(1, 1 + rank)),
+                tuple(range(1 + positions[0], 1 + positions[0] + rank)))
+    return (picks,) + tuple(physical), move
+
+
+def _per_sample_masks(indices, level):
+    """Boolean masks that differ per sample (each sample may select a different number of
+    elements, so no single physical op computes them), or 0-d masks beside index tensors
+    that do."""
+    masks = [e for e in indices if e is not None and e.dtype is bool_]
+    return any(same_level(e, level) for e in masks) or \
+        (any(e.dim() == 0 for e in masks) and any(same_level(e, level) for e in indices))
+
+
+def _masks_as_positions(indices):
+    """Boolean masks (the same for every sample) as the integer index tensors of their True
+    positions, as NumPy reads them, so that they broadcast with per-sample index tensors."""
+    out = []
+    for e in indices:
+        if e is None or e.dtype is not bool_:
+            out.append(e)
+            continue
+        for j, n in enumerate(e.shape):     # the j-th coordinate of each True, row-major
+            along = arange(n, device=e.device).view((n,) + (1,) * (e.dim() - 1 - j))
+            out.append(REGISTRY["masked_select"](along, e))
+    return tuple(out)
+
+
+@index.def_batch_rule
+def index(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, indices = bound["self"], tuple(bound["indices"])
+    if _per_sample_masks(indices, level):
+        return fallback(op, level, args, kwargs)
+    if not any(same_level(e, level) for e in indices):
+        result = call(op, (to_front(self._value, self._bdim), (None,) + indices), None)
+        return wrap(result, _index_result_bdim(indices), level)
+    size = batch_size(level)
+    physical, move = _per_sample_indices(_masks_as_positions(indices), level, size)
+    result = call(op, (front_or_expanded(self, level, size), physical), None)
+    return wrap(result if move is None else result.movedim(*move), 0, level)
 
 
 def _index_put_samples(make):
@@ -395,10 +469,65 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     return out
 
 
-@index_put.def_derivative
-def index_put(grad, indices, values_shape, accumulate):
-    grad_self = grad if accumulate else grad.index_put(indices, grad.new_zeros(()))
-    return grad_self, index(grad, indices).sum_to_size(values_shape)
+@index_put.def_derivative("self")
+def index_put(grad, indices, accumulate):
+    return grad if accumulate else grad.index_put(indices, grad.new_zeros(()))
+
+
+@index_put.def_derivative("values")
+def index_put(grad, indices, values_shape):
+    return index(grad, indices).sum_to_size(values_shape)
+
+
+def _index_result_rank(self, indices):
+    """The rank of ``self[indices]`` per sample, without reading the indices (they may be
+    batched at an outer level): a mask is one dim in place of the ``dim()`` it covers."""
+    tensors = [e for e in indices if e is not None]
+    covered = sum(e.dim() if e.dtype is bool_ else 1 for e in tensors)
+    rank = max((1 if e.dtype is bool_ else e.dim() for e in tensors), default=0)
+    return rank + self.dim() - covered
+
+
+def _prepared(bound, names, level, size):
+    """The named tensor arguments with the batch dim first (per-sample scalars as
+    1-element vectors, as the dim-wise index ops treat them)."""
+    for name in names:
+        t = bound.get(name)
+        if isinstance(t, TensorBase):
+            p = front_or_expanded(t, level, size)
+            bound[name] = p.unsqueeze(1) if t.dim() == 0 else p
+
+
+def _check_indexed_write(op, bound, self, level):
+    """An in-place variant needs ``self`` batched; ``out=`` has no batching rule."""
+    if op.kind == "inplace" and not same_level(self, level):
+        raise inplace_error(op.name)
+    if bound.pop("out", None) is not None:
+        raise no_fallback(op)
+
+
+@index_put.def_batch_rule
+def index_put(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, indices, values = bound["self"], tuple(bound["indices"]), bound["values"]
+    _check_indexed_write(op, bound, self, level)
+    if _per_sample_masks(indices, level):
+        raise RuntimeError(f"Batching rule not implemented for {op.name} with boolean masks "
+                           "that differ per sample; use where instead.")
+    size = batch_size(level)
+    target = front_or_expanded(self, level, size)
+    if not any(same_level(e, level) for e in indices):
+        physical, bdim, move = (None,) + indices, _index_result_bdim(indices), None
+    else:
+        indices = _masks_as_positions(indices)
+        (physical, move), bdim = _per_sample_indices(indices, level, size), 0
+    if isinstance(values, TensorBase):
+        values = front_or_expanded(values, level, size)
+        values = aligned(values, 0, values.dim() - 1, _index_result_rank(self, indices))
+        # the values' per-sample dims in the order NumPy's physical result has them
+        values = values.movedim(0, bdim) if move is None else values.movedim(move[1], move[0])
+    result = call(op, (target, physical, values, bound["accumulate"]), None)
+    return self if op.kind == "inplace" else wrap(result, 0, level)
 
 
 index_put_ = inplace_variant(index_put)
@@ -431,9 +560,36 @@ def index_select(self, dim, index):
     return fresh_tensor(np.take(self._array(), positions, axis=d))
 
 
-@index_select.def_derivative
+@index_select.def_derivative("self")
 def index_select(grad, self_shape, dim, index):
-    return grad.new_zeros(self_shape).index_add(dim, index, grad),
+    return grad.new_zeros(self_shape).index_add(dim, index, grad)
+
+
+def _index_spread(index, like, d):
+    """A per-sample 1-D ``index`` (physical ``(B, k)``) placed at dim ``d`` of ``like``'s
+    shape, for gather/scatter."""
+    shape = [index._sizes[0]] + [1] * (like.dim() - 1)
+    shape[d] = index._sizes[1]
+    sizes = list(like._sizes)
+    sizes[d] = index._sizes[1]
+    return index.view(shape).expand(sizes)
+
+
+@index_select.def_batch_rule
+def index_select(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index = bound["self"], bound["index"]
+    size = batch_size(level)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    value = front_or_expanded(self, level, size)
+    if self.dim() == 0:
+        value = value.unsqueeze(1)
+    if not same_level(index, level):
+        result = call(op, (value, d, index), None)
+    else:
+        positions = to_front(index._value, index._bdim).reshape(size, -1)
+        result = REGISTRY["gather"](value, d, _index_spread(positions, value, d))
+    return wrap(result.squeeze(1) if self.dim() == 0 else result, 0, level)
 
 
 def _gather_samples(make):
@@ -473,11 +629,11 @@ def gather(self, dim, index, *, sparse_grad=False):
     return fresh_tensor(source[_along(positions, d)].reshape(index._sizes))
 
 
-@gather.def_derivative
+@gather.def_derivative("self")
 def gather(grad, self, dim, index):
     # `self` is saved (not just its shape) as PyTorch does, so an in-place write into it
     # before backward fails the version check there too
-    return grad.new_zeros(self.shape).scatter_add(dim, index, grad),
+    return grad.new_zeros(self.shape).scatter_add(dim, index, grad)
 
 
 def _check_scatter(name, self, dim, index, src):
@@ -566,13 +722,22 @@ def scatter(self, dim, index, src=None, *, value=None, reduce=None, out=None):
     return _scatter_into(_target(self, out, (index, src)), self, d, positions, source, reduce)
 
 
-@scatter.def_derivative
-def scatter(grad, dim, index, src_shape, reduce):
+def _check_scatter_reduce(reduce):
     if reduce == "multiply":
         raise RuntimeError("the derivative of scatter with reduce='multiply' is not "
                            "implemented")
-    grad_src = None if src_shape is None else _padded(grad.gather(dim, index), src_shape)
-    return grad if reduce == "add" else grad.scatter(dim, index, 0), grad_src
+
+
+@scatter.def_derivative("self")
+def scatter(grad, dim, index, reduce):
+    _check_scatter_reduce(reduce)
+    return grad if reduce == "add" else grad.scatter(dim, index, 0)
+
+
+@scatter.def_derivative("src")
+def scatter(grad, dim, index, src_shape, reduce):
+    _check_scatter_reduce(reduce)
+    return _padded(grad.gather(dim, index), src_shape)
 
 
 scatter_ = inplace_variant(scatter)
@@ -595,9 +760,33 @@ def scatter_add(self, dim, index, src, *, out=None):
                          "add")
 
 
-@scatter_add.def_derivative
+@scatter_add.def_derivative("self")
+def scatter_add(grad):
+    return grad
+
+
+@scatter_add.def_derivative("src")
 def scatter_add(grad, dim, index, src_shape):
-    return grad, _padded(grad.gather(dim, index), src_shape)
+    return _padded(grad.gather(dim, index), src_shape)
+
+
+def dimwise_index_batch_rule(op, level, args, kwargs):
+    """Every tensor argument batched (unbatched ones expanded) and ``dim`` shifted."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    _check_indexed_write(op, bound, self, level)
+    result_rank = bound["index"].dim() if op.name == "gather" else self.dim()
+    bound["dim"] = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    _prepared(bound, ("self", "index", "src"), level, batch_size(level))
+    result = call(op, (bound.pop("self"),), bound)
+    if op.kind == "inplace":
+        return self
+    return wrap(result.squeeze(1) if result_rank == 0 else result, 0, level)
+
+
+gather.def_batch_rule(dimwise_index_batch_rule)
+scatter.def_batch_rule(dimwise_index_batch_rule)
+scatter_add.def_batch_rule(dimwise_index_batch_rule)
 
 
 scatter_add_ = inplace_variant(scatter_add)
@@ -649,10 +838,39 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     return out
 
 
-@index_add.def_derivative
+@index_add.def_derivative("self")
+def index_add(grad):
+    return grad
+
+
+@index_add.def_derivative("source")
 def index_add(grad, dim, index, source_shape, alpha):
     grad_source = grad.index_select(dim, index).reshape(source_shape)
-    return grad, grad_source if alpha == 1 else grad_source * alpha
+    return grad_source if alpha == 1 else grad_source * alpha
+
+
+@index_add.def_batch_rule
+def index_add(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index, source = bound["self"], bound["index"], bound["source"]
+    _check_indexed_write(op, bound, self, level)
+    size = batch_size(level)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1)) + 1
+    bound["self"], bound["source"] = self, source
+    _prepared(bound, ("self", "source"), level, size)
+    target, values = bound["self"], bound["source"]
+    if not same_level(index, level):
+        result = call(op, (target, d, index, values), {"alpha": bound["alpha"]})
+    else:
+        positions = _index_spread(to_front(index._value, index._bdim).reshape(size, -1),
+                                  values, d)
+        if bound["alpha"] != 1:
+            values = values * bound["alpha"]
+        scatter = REGISTRY["scatter_add_" if op.kind == "inplace" else "scatter_add"]
+        result = call(scatter, (target, d, positions, values), None)
+    if op.kind == "inplace":
+        return self
+    return wrap(result.squeeze(1) if self.dim() == 0 else result, 0, level)
 
 
 index_add_ = inplace_variant(index_add)
@@ -688,10 +906,44 @@ def index_fill(self, dim, index, value, *, out=None):
     return out
 
 
-@index_fill.def_derivative
-def index_fill(grad, dim, index, value_shape):
-    grad_self = grad.index_fill(dim, index, 0)
-    return grad_self, None if value_shape is None else (grad - grad_self).sum()
+@index_fill.def_derivative("self")
+def index_fill(grad, dim, index):
+    return grad.index_fill(dim, index, 0)
+
+
+@index_fill.def_derivative("value")
+def index_fill(grad, dim, index):
+    return (grad - grad.index_fill(dim, index, 0)).sum()
+
+
+@index_fill.def_batch_rule
+def index_fill(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index, value = bound["self"], bound["index"], bound["value"]
+    _check_indexed_write(op, bound, self, level)
+    d = meta.wrap_dim(bound["dim"], max(self.dim(), 1))
+    if self.dim() and same_level(self, level) and not same_level(index, level) \
+            and not same_level(value, level):
+        result = call(op, (to_front(self._value, self._bdim), d + 1, index, value), None)
+        return self if op.kind == "inplace" else wrap(result, 0, level)
+    # a per-sample value or index: fill through a mask of the chosen positions
+    mask = _index_mask(self, d, index, level)
+    filled = REGISTRY["where"](mask, value, self).to(self.dtype)
+    return self.copy_(filled) if op.kind == "inplace" else filled
+
+
+def _index_mask(self, d, index, level):
+    """True where ``index_fill(d, index)`` writes, per sample."""
+    shape = tuple(self.shape) or (1,)
+    if not same_level(index, level):
+        mask = index.new_zeros(shape, dtype=bool_).index_fill_(d, index, True)
+        return mask.view(tuple(self.shape))
+    size = batch_size(level)
+    mask = index._value.new_zeros((size,) + shape, dtype=bool_)
+    positions = to_front(index._value, index._bdim).reshape(size, -1)
+    positions = REGISTRY["where"](positions < 0, positions + shape[d], positions)
+    mask.scatter_(d + 1, _index_spread(positions, mask, d + 1), value=True)
+    return wrap(mask.view((size,) + tuple(self.shape)), 0, level)
 
 
 index_fill_ = inplace_variant(index_fill)
@@ -713,11 +965,16 @@ def masked_select(self, mask):
         np.broadcast_to(mask._array(), shape)])
 
 
-@masked_select.def_derivative
+@masked_select.def_derivative("self")
 def masked_select(grad, self, mask):
     # `self` is saved (not just its shape) as PyTorch does: see gather
     shape = tuple(meta.broadcast_shapes(self.shape, mask.shape))
-    return grad.new_zeros(shape).index_put((mask.expand(shape),), grad),
+    return grad.new_zeros(shape).index_put((mask.expand(shape),), grad)
+
+
+# Each sample may select a different number of elements, so there is no single physical
+# op; the loop is correct whenever the counts agree (and warns).
+masked_select.def_batch_rule(fallback)
 
 
 def _take_samples(make):
@@ -742,14 +999,26 @@ def take(self, index):
     return fresh_tensor(self._array().reshape(-1)[positions])
 
 
-@take.def_derivative
+@take.def_derivative("self")
 def take(grad, self_shape, index):
     count = 1
     for size in self_shape:
         count *= size
     flat = grad.new_zeros(count).index_put((index.reshape(-1),), grad.reshape(-1),
                                            accumulate=True)
-    return flat.reshape(self_shape),
+    return flat.reshape(self_shape)
+
+
+@take.def_batch_rule
+def take(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, index = bound["self"], bound["index"]
+    size = batch_size(level)
+    flat = front_or_expanded(self, level, size).reshape(size, -1)
+    positions = front_or_expanded(index, level, size).reshape(size, -1)
+    positions = REGISTRY["where"](positions < 0, positions + max(self.numel(), 1), positions)
+    picked = REGISTRY["gather"](flat, 1, positions)
+    return wrap(picked.view((size,) + tuple(index.shape)), 0, level)
 
 
 __all__ = ["getitem", "setitem", "basic_index", "index", "index_put", "index_put_",

@@ -5,12 +5,15 @@ padded dim's source positions with one ``take`` per dim.  Padding is linear, so 
 derivative is its adjoint: for constant mode a crop, i.e. ``pad`` with the pads negated;
 for the other modes ``_pad_backward``, which sums each padded position's gradient back
 onto its source (one ``add.at`` per dim), and whose own derivative is ``pad`` again: both
-are differentiable to any order.  Their batching rule is in ``vmap.rules_layout``.
+are differentiable to any order.  They share one batching rule.
 """
+import math
+
 import numpy as np
 
 from microtensor.ops.loops import array_module, from_numpy_result, update_at
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import call, to_front, wrap
 
 MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -110,12 +113,12 @@ def pad(self, pad, mode="constant", value=None):
     return from_numpy_result(out, self._dtype)
 
 
-@pad.def_derivative
+@pad.def_derivative("self")
 def pad(grad, self_shape, pad, mode):
     # ``pad`` the argument shadows ``pad`` the op here
     if mode == "constant":
-        return globals()["pad"](grad, tuple(-p for p in _pad_args(pad))),
-    return _pad_backward(grad, self_shape, pad, mode),
+        return globals()["pad"](grad, tuple(-p for p in _pad_args(pad)))
+    return _pad_backward(grad, self_shape, pad, mode)
 
 
 def _backward_samples(make):
@@ -142,9 +145,31 @@ def _pad_backward(grad, self_shape, pad, mode):
     return from_numpy_result(out, grad._dtype)
 
 
-@_pad_backward.def_derivative
+@_pad_backward.def_derivative("grad")
 def _pad_backward(grad, pad, mode):
-    return globals()["pad"](grad, pad, mode),
+    return globals()["pad"](grad, pad, mode)
+
+
+def pad_batch_rule(op, level, args, kwargs):
+    """``pad`` and ``_pad_backward``: the vmap batch and every dim before the padded ones
+    fold into one leading dim (a (C, *spatial) input), one call."""
+    bound = op.bind(args, kwargs)
+    x = bound.pop("self" if op.name == "pad" else "grad")
+    pads = tuple(int(p) for p in bound["pad"])
+    k = len(pads) // 2
+    shape = tuple(x.shape) if op.name == "pad" else tuple(bound["self_shape"])
+    check_pad(shape, pads, bound["mode"], bound.get("value"))
+    value = to_front(x._value, x._bdim)
+    lead = (value.shape[0],) + tuple(x.shape)[:len(x.shape) - k]
+    folded = value.reshape((math.prod(lead),) + tuple(x.shape)[len(x.shape) - k:])
+    if op.name == "_pad_backward":
+        bound["self_shape"] = (math.prod(lead),) + shape[len(shape) - k:]
+    out = call(op, (folded,), bound)
+    return wrap(out.reshape(lead + tuple(out.shape[1:])), 0, level)
+
+
+pad.def_batch_rule(pad_batch_rule)
+_pad_backward.def_batch_rule(pad_batch_rule)
 
 
 __all__ = ["check_pad", "pad"]

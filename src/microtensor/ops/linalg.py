@@ -6,7 +6,7 @@ must have one dtype), then hand zero-copy NumPy views to ``np.matmul``, which ca
 (transposed views included), writing into a fresh contiguous result.  Derivatives are
 products again, so they are differentiable; broadcast batch dims are summed back to the
 input shapes by the autograd engine.  These ops have no vmap family: their batching
-rules are written explicitly in ``vmap``.
+rules follow their derivatives (one rule serves every matrix product).
 """
 import math
 
@@ -17,6 +17,9 @@ from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY
+from microtensor.vmap.helpers import (aligned, batch_size, call, front_or_expanded, same_level,
+                                      to_front, unwrap, wrap)
 
 BINARY = ("self", "other")
 
@@ -188,27 +191,24 @@ def _product_grad(product, left, right, layout_shape, layout_strides):
     return product(left, right)
 
 
-@matmul.def_derivative(only_for={"self": "other", "other": "self"})
-def matmul(grad, self, other, self_shape, other_shape, self_strides, other_strides):
-    # each operand is saved only for the other's gradient: None means "not needed"
-    grad_self = grad_other = None
-    if len(self_shape) == 1 and len(other_shape) == 1:
-        grad_self = None if other is None else grad * other
-        grad_other = None if self is None else grad * self
-    elif len(other_shape) == 1:
-        # (..., n, k) @ (k,) -> (..., n)
-        grad_self = None if other is None else grad.unsqueeze(-1) * other
-        grad_other = None if self is None else matmul(grad.unsqueeze(-2), self).squeeze(-2)
-    elif len(self_shape) == 1:
+@matmul.def_derivative("self")
+def matmul(grad, other, self_shape, self_strides):
+    if len(other.shape) == 1:
+        # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
+        return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
+    if len(self_shape) == 1:
         # (k,) @ (..., k, m) -> (..., m)
-        grad_self = None if other is None else matmul(other, grad.unsqueeze(-1)).squeeze(-1)
-        grad_other = None if self is None else self.unsqueeze(-1) * grad.unsqueeze(-2)
-    else:
-        grad_self = None if other is None else \
-            _product_grad(matmul, grad, other.mT, self_shape, self_strides)
-        grad_other = None if self is None else \
-            _product_grad(matmul, self.mT, grad, other_shape, other_strides)
-    return grad_self, grad_other
+        return matmul(other, grad.unsqueeze(-1)).squeeze(-1)
+    return _product_grad(matmul, grad, other.mT, self_shape, self_strides)
+
+
+@matmul.def_derivative("other")
+def matmul(grad, self, other_shape, other_strides):
+    if len(self.shape) == 1:
+        return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
+    if len(other_shape) == 1:
+        return matmul(grad.unsqueeze(-2), self).squeeze(-2)
+    return _product_grad(matmul, self.mT, grad, other_shape, other_strides)
 
 
 # --------------------------------------------------------------------------- fixed ranks
@@ -226,10 +226,14 @@ def mm(self, mat2):
     return _product(np.matmul, (n, m), self, mat2)
 
 
-@mm.def_derivative(only_for={"self": "mat2", "mat2": "self"})
-def mm(grad, self, mat2, self_shape, self_strides, mat2_shape, mat2_strides):
-    return (None if mat2 is None else _product_grad(mm, grad, mat2.mT, self_shape, self_strides),
-            None if self is None else _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides))
+@mm.def_derivative("self")
+def mm(grad, mat2, self_shape, self_strides):
+    return _product_grad(mm, grad, mat2.mT, self_shape, self_strides)
+
+
+@mm.def_derivative("mat2")
+def mm(grad, self, mat2_shape, mat2_strides):
+    return _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides)
 
 
 @op(inputs=("self", "mat2"), samples=_bmm_samples)
@@ -245,10 +249,14 @@ def bmm(self, mat2):
     return _product(np.matmul, (b, n, m), self, mat2)
 
 
-@bmm.def_derivative(only_for={"self": "mat2", "mat2": "self"})
-def bmm(grad, self, mat2):
-    return (None if mat2 is None else bmm(grad, mat2.mT),
-            None if self is None else bmm(self.mT, grad))
+@bmm.def_derivative("self")
+def bmm(grad, mat2):
+    return bmm(grad, mat2.mT)
+
+
+@bmm.def_derivative("mat2")
+def bmm(grad, self):
+    return bmm(self.mT, grad)
 
 
 @op(inputs=("self", "vec"), samples=_mv_samples)
@@ -263,10 +271,14 @@ def mv(self, vec):
     return _product(np.matmul, (n,), self, vec)
 
 
-@mv.def_derivative(only_for={"self": "vec", "vec": "self"})
-def mv(grad, self, vec):
-    return (None if vec is None else grad.unsqueeze(-1) * vec,
-            None if self is None else mv(self.mT, grad))
+@mv.def_derivative("self")
+def mv(grad, vec):
+    return grad.unsqueeze(-1) * vec
+
+
+@mv.def_derivative("vec")
+def mv(grad, self):
+    return mv(self.mT, grad)
 
 
 @op(inputs=("self", "tensor"), samples=_dot_samples)
@@ -280,10 +292,94 @@ def dot(self, tensor):
     return _product(np.matmul, (), self, tensor)
 
 
-@dot.def_derivative(only_for={"self": "tensor", "tensor": "self"})
-def dot(grad, self, tensor):
-    return (None if tensor is None else grad * tensor,
-            None if self is None else grad * self)
+@dot.def_derivative("self")
+def dot(grad, tensor):
+    return grad * tensor
+
+
+@dot.def_derivative("tensor")
+def dot(grad, self):
+    return grad * self
+
+
+_FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
+_RANK_ERRORS = {
+    "mm": lambda a, b: "self must be a matrix" if a != 2 else "mat2 must be a matrix",
+    "bmm": lambda a, b: "batch1 must be a 3D tensor" if a != 3 else "batch2 must be a 3D tensor",
+    "mv": lambda a, b: f"vector + matrix @ vector expected, got 1, {a}, {b}",
+    "dot": lambda a, b: f"1D tensors expected, but got {a}D and {b}D tensors",
+}
+
+
+def _check_product(op, a, b):
+    """The op's own errors, raised for one sample's shapes."""
+    ranks = _FIXED_RANKS.get(op.name)
+    if ranks is not None and (a.dim(), b.dim()) != ranks:
+        raise RuntimeError(_RANK_ERRORS[op.name](a.dim(), b.dim()))
+    if op.name == "bmm" and (a._sizes[0], a._sizes[2]) != (b._sizes[0], b._sizes[1]):
+        raise _batch_size_error(a._sizes[0], a._sizes[2], b._sizes[0], b._sizes[1])
+    _matmul_shape(a, b)
+    kind = "bmm" if op.name == "bmm" else "dot" if a.dim() == b.dim() == 1 else "mm"
+    _check_same_dtype(a, b, kind)
+
+
+def matmul_batch_rule(op, level, args, kwargs):
+    """Every matrix product as one physical ``matmul``: vectors become 1-row/1-column
+    matrices, batched operands get the batch dim first and equal per-sample ranks, and
+    unbatched operands broadcast over the batch."""
+    a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
+    _check_product(op, a, b)
+    ra, rb = a.dim(), b.dim()
+    folded = _fold_batch_into_rows(a, b, level)
+    if folded is not None:
+        return folded
+    rank = max(ra, rb, 2)
+    pa = _as_matrix_operand(a, level, rank, -2 if ra == 1 else None)
+    pb = _as_matrix_operand(b, level, rank, -1 if rb == 1 else None)
+    result = call(REGISTRY["matmul"], (pa, pb), None)
+    if rb == 1:
+        result = result.squeeze(-1)
+    if ra == 1:
+        result = result.squeeze(-1 if rb == 1 else -2)
+    return wrap(result, 0, level)
+
+
+def _fold_batch_into_rows(a, b, level):
+    """One big matrix product instead of a batch of small ones, when one operand is a
+    plain (unbatched) matrix: per-sample rows ``(B, ..., k) @ (k, m)`` are just more rows
+    (``x @ W.T`` in every per-sample linear layer), and ``W @ v`` per sample is
+    ``V @ W.T`` with the batch as rows."""
+    a_batched, b_batched = same_level(a, level), same_level(b, level)
+    if a_batched and not b_batched and b.dim() == 2:
+        rows = to_front(a._value, a._bdim)
+        count = 1
+        for size in rows.shape[:-1]:
+            count *= size
+        flat = rows.reshape(count, rows.shape[-1])
+        product = call(REGISTRY["matmul"], (flat, b), None)
+        return wrap(product.reshape(tuple(rows.shape[:-1]) + (b.shape[1],)), 0, level)
+    if b_batched and not a_batched and a.dim() == 2 and b.dim() == 1:
+        vectors = to_front(b._value, b._bdim)
+        return wrap(call(REGISTRY["matmul"], (vectors, a.mT), None), 0, level)
+    return None
+
+
+def _as_matrix_operand(t, level, rank, vector_dim):
+    value, bdim = unwrap(t, level)
+    if bdim is not None:
+        value = to_front(value, bdim)
+    if vector_dim is not None:
+        value = value.unsqueeze(vector_dim)
+    if bdim is None:
+        return value
+    return aligned(value, 0, 2 if vector_dim is not None else t.dim(), rank)
+
+
+matmul.def_batch_rule(matmul_batch_rule)
+mm.def_batch_rule(matmul_batch_rule)
+bmm.def_batch_rule(matmul_batch_rule)
+mv.def_batch_rule(matmul_batch_rule)
+dot.def_batch_rule(matmul_batch_rule)
 
 
 @op(kind="composite", samples=_outer_samples)
@@ -372,27 +468,52 @@ def _stacked_bias(weight_shape, bias_shape):
     return len(weight_shape) > 2 and len(bias_shape) == len(weight_shape) - 1
 
 
-@linear.def_derivative(only_for={"input": "weight", "weight": "input"})
-def linear(grad, input, weight, weight_shape, input_shape, bias_shape):
-    # each of input and weight is saved only for the other's gradient (None: not needed);
-    # the bias's gradient is ``grad`` itself, summed to the bias's shape by the engine
-    # (a stacked bias: summed over each stack's rows here)
-    grad_input = grad_weight = None
-    if weight is not None:
-        grad_input = grad.unsqueeze(-1) * weight if len(weight_shape) == 1 else \
-            grad.matmul(weight)
-    if input is not None:
-        if len(weight_shape) == 1 or len(input_shape) == 1:
-            grad_weight = grad.unsqueeze(-1) * input
-        elif len(weight_shape) == 2:
-            rows = grad.reshape(-1, weight_shape[0])
-            grad_weight = rows.mT.matmul(input.reshape(-1, input_shape[-1]))
-        elif input_shape[-2] == 1:   # one row per stack: outer products, as a broadcast
-            grad_weight = grad.mT * input
-        else:
-            grad_weight = grad.mT.matmul(input)
-    stacked = bias_shape is not None and _stacked_bias(weight_shape, bias_shape)
-    return grad_input, grad_weight, grad.sum(-2) if stacked else grad
+@linear.def_derivative("input")
+def linear(grad, weight):
+    return grad.unsqueeze(-1) * weight if weight.dim() == 1 else grad.matmul(weight)
+
+
+@linear.def_derivative("weight")
+def linear(grad, input, weight_shape):
+    if len(weight_shape) == 1 or input.dim() == 1:
+        return grad.unsqueeze(-1) * input
+    if len(weight_shape) == 2:
+        rows = grad.reshape(-1, weight_shape[0])
+        return rows.mT.matmul(input.reshape(-1, input.shape[-1]))
+    if input.shape[-2] == 1:   # one row per stack: outer products, as a broadcast
+        return grad.mT * input
+    return grad.mT.matmul(input)
+
+
+@linear.def_derivative("bias")
+def linear(grad, weight_shape, bias_shape):
+    # ``grad`` itself, summed to the bias's shape by the engine (a stacked bias: summed
+    # over each stack's rows here)
+    return grad.sum(-2) if _stacked_bias(weight_shape, bias_shape) else grad
+
+
+@linear.def_batch_rule
+def linear(op, level, args, kwargs):
+    """Shared weights: the samples are just more rows of one call.  Per-sample weights: one
+    call on the stacked weights ``(B, ..., out, in)``, which the kernel broadcasts."""
+    bound = op.bind(args, kwargs)
+    x, w, b = bound["input"], bound["weight"], bound["bias"]
+    check_linear(x, w, b)
+    if not same_level(w, level) and not same_level(b, level):
+        return wrap(call(op, (to_front(x._value, x._bdim), w, b), None), 0, level)
+    if w.dim() == 1:       # per-sample weight vectors: a product and a sum, batched as such
+        out = call(REGISTRY["matmul"], (x, w), None)
+        return out if b is None else out + b
+    size = batch_size(level)
+    # per sample, the weights may already be stacked (..., out, in) by an outer level:
+    # inputs (rows of them), weights and bias are right-aligned behind the batch dim
+    rank = max(x.dim(), 2, w.dim())
+    inputs = aligned(front_or_expanded(x, level, size), 0, x.dim(), rank)
+    weights = aligned(front_or_expanded(w, level, size), 0, w.dim(), rank)
+    biases = None if b is None else aligned(front_or_expanded(b, level, size), 0, b.dim(),
+                                            rank - 1)   # stacked like the weights
+    out = call(op, (inputs, weights, biases), None)
+    return wrap(out.squeeze(-2) if x.dim() == 1 else out, 0, level)
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]

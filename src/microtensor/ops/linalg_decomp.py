@@ -17,6 +17,7 @@ import numpy as np
 from microtensor._C.tensor import float32, float64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
 
 class LinAlgError(RuntimeError):
@@ -113,9 +114,9 @@ def linalg_inv(A):
     return _result(_lapack("linalg.inv", np.linalg.inv, _array(A)), A)
 
 
-@linalg_inv.def_derivative
+@linalg_inv.def_derivative("A")
 def linalg_inv(grad, result):
-    return -(result.mT @ grad @ result.mT),
+    return -(result.mT @ grad @ result.mT)
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -125,9 +126,9 @@ def linalg_det(A):
     return _result(np.linalg.det(_array(A)), A)
 
 
-@linalg_det.def_derivative
+@linalg_det.def_derivative("A")
 def linalg_det(grad, A, result):
-    return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT,
+    return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -138,13 +139,13 @@ def linalg_slogdet(A):
     return _result(sign, A), _result(logabsdet, A)
 
 
-@linalg_slogdet.def_derivative
+@linalg_slogdet.def_derivative("A")
 def linalg_slogdet(grad, A):
     # the sign is piecewise constant: only logabsdet carries a gradient
     g = grad[1]
     if g is None:
-        return None,
-    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT,
+        return None
+    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
 
 
 # --------------------------------------------------------------------------- solve
@@ -187,7 +188,7 @@ def linalg_solve(A, B, *, left=True):
     return _result(x, A)
 
 
-@linalg_solve.def_derivative
+@linalg_solve.def_joint_derivative     # A's gradient is made from B's
 def linalg_solve(grad, A, B, left, result):
     vector = _vector_rhs(A, B)
     X, g = (result.unsqueeze(-1), grad.unsqueeze(-1)) if vector else (result, grad)
@@ -198,6 +199,19 @@ def linalg_solve(grad, A, B, left, result):
         gB = linalg_solve(A.mT, g, left=False)
         gA = -(X.mT @ gB)
     return gA, gB.squeeze(-1) if vector else gB
+
+
+@linalg_solve.def_batch_rule
+def linalg_solve(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    A, B = bound["A"], bound["B"]
+    size = batch_size(level)
+    vector = _vector_rhs(A, B)
+    a = front_or_expanded(A, level, size)
+    # a vector right-hand side per sample stays one after the batch dim is added
+    b = front_or_expanded(B.unsqueeze(-1) if vector else B, level, size)
+    result = call(op, (a, b), {"left": bound["left"]})
+    return wrap(result.squeeze(-1) if vector else result, 0, level)
 
 
 # --------------------------------------------------------------------------- cholesky
@@ -217,14 +231,14 @@ def linalg_cholesky(A, *, upper=False):
     return _result(np.swapaxes(L, -1, -2) if upper else L, A)
 
 
-@linalg_cholesky.def_derivative
+@linalg_cholesky.def_derivative("A")
 def linalg_cholesky(grad, upper, result):
     L, gL = (result.mT, grad.mT) if upper else (result, grad)
     gA = (L.mT @ gL).tril()
     gA = 0.5 * (gA + gA.tril(-1).mT)
     gA = linalg_solve(L.mT, gA)
     gA = linalg_solve(L, gA, left=False)
-    return _fold_lower(gA),
+    return _fold_lower(gA)
 
 
 # --------------------------------------------------------------------------- eigh
@@ -248,7 +262,7 @@ def linalg_eigh(A, UPLO="L"):
     return _result(w, A), _result(v, A)
 
 
-@linalg_eigh.def_derivative
+@linalg_eigh.def_derivative("A")
 def linalg_eigh(grad, UPLO, result0, result1):
     gL, gV = grad
     L, V = result0, result1
@@ -263,7 +277,7 @@ def linalg_eigh(grad, UPLO, result0, result1):
         inner = VhgV / E * (1 - eye)
         if gL is not None:
             inner = inner + _diag_embed(gL)
-    return _fold(V @ inner @ V.mT, UPLO == "U"),
+    return _fold(V @ inner @ V.mT, UPLO == "U")
 
 
 # --------------------------------------------------------------------------- qr
@@ -289,7 +303,7 @@ def linalg_qr(A, mode="reduced"):
     return _result(q, A), _result(r, A)
 
 
-@linalg_qr.def_derivative
+@linalg_qr.def_derivative("A")
 def linalg_qr(grad, A_shape, mode, result0, result1):
     gQ, gR = grad
     Q, R = result0, result1
@@ -314,7 +328,7 @@ def linalg_qr(grad, A_shape, mode, result0, result1):
     gA = Q @ (M + M.mT - _diag_embed(M.diagonal(0, -2, -1)))
     if gQ is not None:
         gA = gA + gQ
-    return linalg_solve(R.mT, gA, left=False),
+    return linalg_solve(R.mT, gA, left=False)
 
 
 # --------------------------------------------------------------------------- svd
@@ -332,7 +346,7 @@ def linalg_svd(A, full_matrices=True):
     return _result(u, A), _result(s, A), _result(vh, A)
 
 
-@linalg_svd.def_derivative
+@linalg_svd.def_derivative("A")
 def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
     gU, gS, gVh = grad
     U, S, Vh = result0, result1, result2
@@ -344,7 +358,7 @@ def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
         gU = None if gU is None else gU[..., :k]
         gVh = None if gVh is None else gVh[..., :k, :]
     if gU is None and gVh is None:
-        return U @ (gS.unsqueeze(-1) * Vh),
+        return U @ (gS.unsqueeze(-1) * Vh)
     eye = _eye_like(S, k)
     S2 = S * S
     E = S2.unsqueeze(-2) - S2.unsqueeze(-1) + eye
@@ -370,7 +384,36 @@ def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
         gA = U @ (gA + gVSinv.mT - (gVSinv.mT @ Vh.mT) @ Vh)
     else:
         gA = U @ gA @ Vh
-    return gA,
+    return gA
+
+
+def _wrap_all(result, level):
+    if isinstance(result, tuple):
+        return tuple(wrap(r, 0, level) for r in result)
+    return wrap(result, 0, level)
+
+
+def one_matrix_batch_rule(op, level, args, kwargs):
+    """The kernels batch over leading dims: the vmap dim is one more leading dim of one
+    call."""
+    bound = op.bind(args, kwargs)
+    A = bound.pop("A")
+    physical = front_or_expanded(A, level, batch_size(level))
+    result = call(op, (physical,), bound)
+    if op.name == "linalg_qr" and bound["mode"] == "r":
+        # Q is an empty placeholder: one per sample
+        q, r = result
+        result = (q.new_empty((batch_size(level), 0)), r)
+    return _wrap_all(result, level)
+
+
+linalg_inv.def_batch_rule(one_matrix_batch_rule)
+linalg_det.def_batch_rule(one_matrix_batch_rule)
+linalg_slogdet.def_batch_rule(one_matrix_batch_rule)
+linalg_cholesky.def_batch_rule(one_matrix_batch_rule)
+linalg_eigh.def_batch_rule(one_matrix_batch_rule)
+linalg_qr.def_batch_rule(one_matrix_batch_rule)
+linalg_svd.def_batch_rule(one_matrix_batch_rule)
 
 
 __all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",

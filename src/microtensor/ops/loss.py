@@ -6,7 +6,7 @@ masks and sums, but as one op it records one graph node (``NllLossBackward0``, a
 PyTorch) instead of a dozen, which is most of a small model's step.  The loss is linear
 in its input, so its derivative, ``nll_loss_backward``, does not read the input, and the
 derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
-differentiable to any order.  Their batching rules are in ``vmap.rules``.
+differentiable to any order.  Each one's batching rule follows its derivative.
 """
 import numpy as np
 
@@ -14,6 +14,7 @@ from microtensor._C import kernels
 from microtensor._C.tensor import compute_numpy, int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
 
 REDUCTIONS = ("none", "mean", "sum")
 
@@ -105,9 +106,9 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     return from_numpy_result(total, self._dtype)
 
 
-@nll_loss.def_derivative
+@nll_loss.def_derivative("self")
 def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
-    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index),
+    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index)
 
 
 def _backward_samples(make):
@@ -150,10 +151,96 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     return from_numpy_result(rows.reshape(self_shape), grad._dtype)
 
 
-@nll_loss_backward.def_derivative
+@nll_loss_backward.def_derivative("grad")
 def nll_loss_backward(grad, target, weight, reduction, ignore_index):
     # linear in its gradient argument, with nll_loss as the adjoint
-    return nll_loss(grad, target, weight, reduction, ignore_index),
+    return nll_loss(grad, target, weight, reduction, ignore_index)
+
+
+def _targets_and_weights(target, weight, ignore_index, level, size, dtype):
+    """Physical targets (batch dim first) and each row's class weight (0 where ignored),
+    or the targets as they are and None without class weights (the op itself then drops
+    ignored targets).  Class weights may be batched: ignored targets read class 0."""
+    targets = front_or_expanded(target, level, size)
+    if weight is None:
+        return targets, None
+    valid = targets != ignore_index
+    picked = targets.masked_fill(~valid, 0)
+    per_sample = front_or_expanded(weight, level, size)
+    weights = valid.to(dtype) * per_sample.gather(1, picked.reshape(size, -1)).reshape(
+        targets.shape)
+    return picked, weights
+
+
+def _total_weight(targets, weights, ignore_index, size):
+    """Each sample's total target weight, "mean"'s denominator: a number, the rows per
+    sample, when there are no class weights and no target is ignored (read from the
+    physical targets when they hold concrete values), else a tensor of totals."""
+    rows = targets._numel // size
+    if weights is None:
+        values = targets._array() if type(targets) is not BatchedTensor else None
+        if isinstance(values, np.ndarray) and not (values == ignore_index).any():
+            return rows
+        return (targets != ignore_index).reshape(size, rows).sum(1)
+    return weights.reshape(size, rows).sum(1)
+
+
+def _over(values, total):
+    """``values / total``, skipped for a total of exactly one row."""
+    return values if type(total) is int and total == 1 else values / total
+
+
+def _sample_sums(losses, size):
+    """Per-sample sums of the flat physical ``losses`` (the samples' rows in order)."""
+    rows = losses._numel // size
+    return losses if rows == 1 else losses.reshape(size, rows).sum(1)
+
+
+@nll_loss.def_batch_rule
+def nll_loss(op, level, args, kwargs):
+    """Every sample's rows in one unweighted call with reduction "none", then weighted and
+    reduced per sample (over the sample's own total weight for "mean")."""
+    bound = op.bind(args, kwargs)
+    self, target, weight = bound["self"], bound["target"], bound["weight"]
+    ignore_index = bound["ignore_index"]
+    check_arguments(self._sizes, self._dtype, target, weight, bound["reduction"])
+    size = batch_size(level)
+    inputs = front_or_expanded(self, level, size)
+    targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
+                                            inputs.dtype)
+    losses = call(op, (inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1)),
+                  {"reduction": "none", "ignore_index": ignore_index})
+    if weights is not None:
+        losses = losses * weights.reshape(-1)
+    if bound["reduction"] == "none":
+        return wrap(losses.reshape(targets.shape), 0, level)
+    losses = _sample_sums(losses, size)
+    if bound["reduction"] == "mean":
+        losses = _over(losses, _total_weight(targets, weights, ignore_index, size))
+    return wrap(losses, 0, level)
+
+
+@nll_loss_backward.def_batch_rule
+def nll_loss_backward(op, level, args, kwargs):
+    """A reduced loss's per-sample gradient spread over the sample's rows (over its total
+    weight for "mean"), weighted, then one unweighted call with reduction "none"."""
+    bound = op.bind(args, kwargs)
+    ignore_index = bound["ignore_index"]
+    size = batch_size(level)
+    grads = front_or_expanded(bound["grad"], level, size)
+    targets, weights = _targets_and_weights(bound["target"], bound["weight"], ignore_index,
+                                            level, size, grads.dtype)
+    if bound["reduction"] != "none":
+        if bound["reduction"] == "mean":
+            grads = _over(grads, _total_weight(targets, weights, ignore_index, size))
+        grads = grads.reshape((size,) + (1,) * (targets.dim() - 1)).expand(targets.shape)
+    if weights is not None:
+        grads = grads * weights
+    sample_shape = tuple(bound["self_shape"])
+    result = call(op, (grads.reshape(-1), (targets._numel, sample_shape[-1]),
+                       targets.reshape(-1)),
+                  {"reduction": "none", "ignore_index": ignore_index})
+    return wrap(result.reshape((size,) + sample_shape), 0, level)
 
 
 # --------------------------------------------------------------------------- binary cross-entropy
@@ -183,16 +270,17 @@ def _binary_cross_entropy(self, target):
     return pointwise(_bce_loop, self, target)
 
 
-@_binary_cross_entropy.def_derivative
+# PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays finite
+# where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
+@_binary_cross_entropy.def_derivative("self")
 def _binary_cross_entropy(grad, self, target):
-    # PyTorch's formulas: p (1 - p) is kept above 1e-12, so the input's gradient stays
-    # finite where the loss is clamped; the target's is -logit(p), infinite at 0 and 1
-    g_self = grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
-    if not target.requires_grad:   # the usual case: a target is data
-        return g_self, None
+    return grad * (self - target) / ((1 - self) * self).clamp(min=1e-12)
+
+
+@_binary_cross_entropy.def_derivative("target")
+def _binary_cross_entropy(grad, self):
     with np.errstate(divide="ignore", invalid="ignore"):
-        g_target = grad * ((-self).log1p() - self.log())
-    return g_self, g_target
+        return grad * ((-self).log1p() - self.log())
 
 
 __all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]

@@ -5,16 +5,19 @@
 The kernels are fused NumPy passes (mean, centred second moment, scale and shift) on
 zero-copy views of the input.  The derivatives recompute the statistics from the saved
 input in microtensor ops, so that they are themselves differentiable (gradgradcheck)
-and vmappable; the batching rules are in ``vmap.rules_norm``.
+and vmappable; each op's batching rule follows its derivative.
 """
 import math
 
 import numpy as np
 
+from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import compute_numpy, is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
+                                      wrap)
 
 
 def _shape_list(shape):
@@ -91,6 +94,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     arr = input._array()
     if not input._numel:
         return from_numpy_result(arr.copy(), input._dtype)
+    w, b = (None if t is None else t._array() for t in (weight, bias))
+    if nnkernels.supports(arr, w, b):
+        return from_numpy_result(
+            nnkernels.layer_norm(np.empty(arr.shape, arr.dtype), arr, len(normalized_shape),
+                                 w, b, eps), input._dtype)
     arr = arr.astype(compute_numpy(input._dtype), copy=False)   # half types: in float32
     axes = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     out, _, _ = _normalize_over(arr, axes, eps)
@@ -112,7 +120,7 @@ def normalized_input_gradient(grad, input, dims, eps, scale=None):
     return rstd * (g - g.mean(dims, True) - xhat * (g * xhat).mean(dims, True)), xhat
 
 
-@layer_norm.def_derivative
+@layer_norm.def_joint_derivative     # the gradients share the normalised input
 def layer_norm(grad, input, normalized_shape, weight, eps):
     if batching() is None and not is_grad_enabled():
         # no graph of the backward pass is being built, nor a vmap: one fused pass
@@ -121,6 +129,30 @@ def layer_norm(grad, input, normalized_shape, weight, eps):
     grad_input, xhat = normalized_input_gradient(grad, input, dims, eps, weight)
     # the parameters' gradients are summed over the leading dims by the engine
     return grad_input, None if weight is None else grad * xhat, grad
+
+
+def _affine(out, weight, bias, view=None):
+    """``out * weight + bias`` as per-sample ops (weights and biases batched or not)."""
+    if weight is not None:
+        out = out * (weight if view is None else view(weight))
+    if bias is not None:
+        out = out + (bias if view is None else view(bias))
+    return out
+
+
+@layer_norm.def_batch_rule
+def layer_norm(op, level, args, kwargs):
+    """The vmap batch is one more leading dim of one call; per-sample weights and biases
+    scale and shift its result by broadcasting."""
+    bound = op.bind(args, kwargs)
+    x, shape, weight, bias, eps = (bound["input"], bound["normalized_shape"],
+                                   bound["weight"], bound["bias"], bound["eps"])
+    check_layer_norm(x._sizes, shape, weight, bias)
+    inputs = front_or_expanded(x, level, batch_size(level))
+    if not same_level(weight, level) and not same_level(bias, level):
+        return wrap(call(op, (inputs, shape, weight, bias, eps), None), 0, level)
+    out = wrap(call(op, (inputs, shape, None, None, eps), None), 0, level)
+    return _affine(out, weight, bias)
 
 
 def _sum_of_product(a, b, leading):
@@ -135,6 +167,11 @@ def _sum_of_product(a, b, leading):
 def _fused_layer_norm_backward(grad, input, k, weight, eps):
     """``layer_norm``'s derivative on the arrays (the formula of
     ``normalized_input_gradient``), for a backward pass that records nothing."""
+    dtype = input._dtype
+    w = None if weight is None else weight._array()
+    if nnkernels.supports(grad._array(), input._array(), w):
+        return tuple(None if a is None else from_numpy_result(a, dtype) for a in
+                     nnkernels.layer_norm_backward(grad._array(), input._array(), k, w, eps))
     axes = tuple(range(input.dim() - k, input.dim()))
     leading = tuple(range(input.dim() - k))
     g = grad._array()
@@ -142,7 +179,6 @@ def _fused_layer_norm_backward(grad, input, k, weight, eps):
     # one fresh buffer, updated in place (fresh large arrays cost page faults)
     grad_input = g.copy() if weight is None else g * weight._array()
     projection = _mean_of_product(grad_input, xhat, axes)
-    dtype = input._dtype
     grad_weight = None if weight is None else \
         from_numpy_result(_sum_of_product(g, xhat, leading), dtype)
     grad_input -= _mean_over(grad_input, axes)
@@ -231,7 +267,7 @@ def _update_running_stats(running_mean, running_var, mean, var, count, momentum)
         target[...] = target * (1 - momentum) + momentum * unbiased
 
 
-@batch_norm.def_derivative
+@batch_norm.def_joint_derivative     # the gradients share the normalised input
 def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
     ndim = input.dim()
     dims = (0,) + tuple(range(2, ndim))
@@ -244,6 +280,55 @@ def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
         grad_input = grad * (rstd if scale is None else rstd * scale)
     grad_weight = None if weight is None else (grad * xhat).sum(dims)
     return grad_input, grad_weight, grad.sum(dims)
+
+
+RUNNING_STATS_ERROR = (
+    "Batch norm got a batched tensor as input while the running_mean or running_var, which "
+    "will be updated in place, were not batched.\nIf you are using a module and do not need "
+    "eval mode, please set `track_running_stats` to be False.If you are using a prebuilt "
+    "module and do not need eval mode, please see the functorch website for resources on how "
+    "to patch your module to work with vmap")
+
+
+@batch_norm.def_batch_rule
+def batch_norm(op, level, args, kwargs):
+    """As torch.func: a batched input gets per-sample statistics, and a running-statistics
+    update of unbatched buffers from a batched input raises torch.func's error.  Eval mode
+    (running statistics): per-sample broadcasting ops.  Batch statistics of a batched
+    input: (B, N, C, ...) seen as (N, B*C, ...), one call, per-sample buffers updated
+    through a flat copy."""
+    bound = op.bind(args, kwargs)
+    x, weight, bias = bound["input"], bound["weight"], bound["bias"]
+    mean, var = bound["running_mean"], bound["running_var"]
+    training, momentum, eps = bound["training"], bound["momentum"], bound["eps"]
+    check_batch_norm(x, weight, bias, mean, var, training)
+    n = x.dim()
+
+    def channels(t):
+        return channel_view(t, n)
+    if not training:
+        out = (x - channels(mean)) * channels((var + eps).rsqrt())
+        return _affine(out, weight, bias, channels)
+    buffers = [t for t in (mean, var) if t is not None]
+    if not same_level(x, level) and not any(same_level(t, level) for t in buffers):
+        out = call(op, (x, None, None, mean, var, training, momentum, eps), None)
+        return _affine(out, weight, bias, channels)
+    if not all(same_level(t, level) for t in buffers):
+        raise RuntimeError(RUNNING_STATS_ERROR)
+    size = batch_size(level)
+    inputs = front_or_expanded(x, level, size)
+    sizes = tuple(inputs.shape)
+    folded = inputs.transpose(0, 1).reshape((sizes[1], size * sizes[2]) + sizes[3:])
+    physical = [None if t is None else unwrap(t, level)[0].movedim(unwrap(t, level)[1], 0)
+                for t in (mean, var)]
+    flat = [None if p is None else p.reshape(-1).clone() for p in physical]
+    result = call(op, (folded, None, None, flat[0], flat[1], training, momentum, eps), None)
+    if training:
+        for p, f in zip(physical, flat):
+            if p is not None:
+                p.copy_(f.view(p.shape))
+    out = result.reshape((sizes[1], size, sizes[2]) + sizes[3:]).transpose(0, 1)
+    return _affine(wrap(out, 0, level), weight, bias, channels)
 
 
 # --------------------------------------------------------------------------- composites

@@ -10,7 +10,9 @@ import numpy as np
 from microtensor._C.tensor import TensorBase, bool_, compute_numpy, int64
 from microtensor._dtype import check_scalar_fits, info, result_type
 from microtensor.ops.loops import float_dtype, pointwise
-from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
+from microtensor.vmap.rules import pointwise as pointwise_family
+from microtensor.vmap.helpers import aligned, call, inplace_error, same_level, to_front
 
 BINARY = ("self", "other")
 
@@ -140,9 +142,14 @@ def add(self, other, *, alpha=1, out=None):
     return pointwise(np.add, self, other, out=out)
 
 
-@add.def_derivative
+@add.def_derivative("self")
+def add(grad):
+    return grad
+
+
+@add.def_derivative("other")
 def add(grad, alpha):
-    return grad, (grad if alpha == 1 else grad * alpha)
+    return grad if alpha == 1 else grad * alpha
 
 
 add_ = inplace_variant(add)
@@ -169,9 +176,14 @@ def sub(self, other, *, alpha=1, out=None):
     return pointwise(np.subtract, self, other, out=out)
 
 
-@sub.def_derivative
+@sub.def_derivative("self")
+def sub(grad):
+    return grad
+
+
+@sub.def_derivative("other")
 def sub(grad, alpha):
-    return grad, -grad if alpha == 1 else grad * -alpha
+    return -grad if alpha == 1 else grad * -alpha
 
 
 sub_ = inplace_variant(sub)
@@ -189,11 +201,14 @@ def mul(self, other, *, out=None):
     return pointwise(np.multiply, self, other, out=out)
 
 
-@mul.def_derivative(only_for={"self": "other", "other": "self"})
-def mul(grad, self, other):
-    # each operand is saved only for the other's gradient: None means "not needed"
-    return (None if other is None else grad * other,
-            None if self is None else grad * self)
+@mul.def_derivative("self")
+def mul(grad, other):
+    return grad * other
+
+
+@mul.def_derivative("other")
+def mul(grad, self):
+    return grad * self
 
 
 mul_ = inplace_variant(mul)
@@ -244,11 +259,14 @@ def _trunc_int_divide(a, b, out, dtype, casting):
     return out
 
 
-@div.def_derivative(only_for={"self": "other"})
+@div.def_derivative("self")
+def div(grad, other, rounding_mode):
+    return grad * 0 if rounding_mode is not None else grad / other
+
+
+@div.def_derivative("other")
 def div(grad, self, other, rounding_mode):
-    if rounding_mode is not None:
-        return grad * 0, None if self is None else grad * 0
-    return grad / other, None if self is None else -grad * self / (other * other)
+    return grad * 0 if rounding_mode is not None else -grad * self / (other * other)
 
 
 div_ = inplace_variant(div)
@@ -272,9 +290,14 @@ def remainder(self, other, *, out=None):
     return pointwise(np.remainder, self, other, out=out)
 
 
-@remainder.def_derivative
+@remainder.def_derivative("self")
+def remainder(grad):
+    return grad
+
+
+@remainder.def_derivative("other")
 def remainder(grad, self, other):
-    return grad, -grad * (self / other).floor()
+    return -grad * (self / other).floor()
 
 
 remainder_ = inplace_variant(remainder)
@@ -286,15 +309,20 @@ def fmod(self, other, *, out=None):
     return pointwise(np.fmod, self, other, out=out)
 
 
-@fmod.def_derivative
+@fmod.def_derivative("self")
+def fmod(grad):
+    return grad
+
+
+@fmod.def_derivative("other")
 def fmod(grad, self, other):
-    return grad, -grad * (self / other).trunc()
+    return -grad * (self / other).trunc()
 
 
 fmod_ = inplace_variant(fmod)
 
 
-@op(inputs=BINARY, family="pointwise", samples=_pow_samples)
+@op(inputs=("self", "exponent"), family="pointwise", samples=_pow_samples)
 def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and not self._dtype.is_floating_point and \
             isinstance(exponent, int) and exponent < 0:
@@ -340,23 +368,20 @@ def _int_power(base, exponent, *, out, dtype, casting):
     return out
 
 
-pow.inputs = ("self", "exponent")
-pow.input_positions = (0, 1)
-
-
-@pow.def_derivative
+@pow.def_derivative("self")
 def pow(grad, self, exponent):
-    if not isinstance(exponent, TensorBase):
-        if exponent == 0:
-            return grad * 0, None
-        return grad * exponent * self.pow(exponent - 1), None
-    base_grad = grad * exponent * self.pow(exponent - 1)
+    if not isinstance(exponent, TensorBase) and exponent == 0:
+        return grad * 0
+    return grad * exponent * self.pow(exponent - 1)
+
+
+@pow.def_derivative("exponent")
+def pow(grad, self, exponent):
     # d/de a**e = a**e * log(a); defined as 0 where a == 0 and the power is 0
-    log_self = self.log() if isinstance(self, TensorBase) else np.log(self)
-    exp_grad = grad * (self ** exponent) * log_self
-    exp_grad = exp_grad.masked_fill((self == 0) & (exponent >= 0), 0) \
-        if isinstance(self, TensorBase) else exp_grad
-    return base_grad, exp_grad
+    if not isinstance(self, TensorBase):
+        return grad * (self ** exponent) * np.log(self)
+    exp_grad = grad * (self ** exponent) * self.log()
+    return exp_grad.masked_fill((self == 0) & (exponent >= 0), 0)
 
 
 pow_ = inplace_variant(pow)
@@ -443,127 +468,127 @@ absolute = abs
 negative = neg
 
 
-@neg.def_derivative
+@neg.def_derivative("self")
 def neg(grad):
-    return -grad,
+    return -grad
 
 
-@exp.def_derivative
+@exp.def_derivative("self")
 def exp(grad, result):
-    return grad * result,
+    return grad * result
 
 
-@log.def_derivative
+@log.def_derivative("self")
 def log(grad, self):
-    return grad / self,
+    return grad / self
 
 
-@log1p.def_derivative
+@log1p.def_derivative("self")
 def log1p(grad, self):
-    return grad / (self + 1),
+    return grad / (self + 1)
 
 
-@expm1.def_derivative
+@expm1.def_derivative("self")
 def expm1(grad, result):
-    return grad * (result + 1),
+    return grad * (result + 1)
 
 
-@log2.def_derivative
+@log2.def_derivative("self")
 def log2(grad, self):
-    return grad / (self * 0.6931471805599453),
+    return grad / (self * 0.6931471805599453)
 
 
-@log10.def_derivative
+@log10.def_derivative("self")
 def log10(grad, self):
-    return grad / (self * 2.302585092994046),
+    return grad / (self * 2.302585092994046)
 
 
-@sin.def_derivative
+@sin.def_derivative("self")
 def sin(grad, self):
-    return grad * self.cos(),
+    return grad * self.cos()
 
 
-@cos.def_derivative
+@cos.def_derivative("self")
 def cos(grad, self):
-    return -grad * self.sin(),
+    return -grad * self.sin()
 
 
-@tan.def_derivative
+@tan.def_derivative("self")
 def tan(grad, result):
-    return grad * (1 + result * result),
+    return grad * (1 + result * result)
 
 
-@tanh.def_derivative
+@tanh.def_derivative("self")
 def tanh(grad, result):
-    return grad * (1 - result * result),
+    return grad * (1 - result * result)
 
 
-@sinh.def_derivative
+@sinh.def_derivative("self")
 def sinh(grad, self):
-    return grad * self.cosh(),
+    return grad * self.cosh()
 
 
-@cosh.def_derivative
+@cosh.def_derivative("self")
 def cosh(grad, self):
-    return grad * self.sinh(),
+    return grad * self.sinh()
 
 
-@asin.def_derivative
+@asin.def_derivative("self")
 def asin(grad, self):
-    return grad * (1 - self * self).rsqrt(),
+    return grad * (1 - self * self).rsqrt()
 
 
-@acos.def_derivative
+@acos.def_derivative("self")
 def acos(grad, self):
-    return -grad * (1 - self * self).rsqrt(),
+    return -grad * (1 - self * self).rsqrt()
 
 
-@atan.def_derivative
+@atan.def_derivative("self")
 def atan(grad, self):
-    return grad / (1 + self * self),
+    return grad / (1 + self * self)
 
 
-@sqrt.def_derivative
+@sqrt.def_derivative("self")
 def sqrt(grad, result):
-    return grad / (2 * result),
+    return grad / (2 * result)
 
 
-@rsqrt.def_derivative
+@rsqrt.def_derivative("self")
 def rsqrt(grad, result):
-    return grad * -0.5 * result * result * result,
+    return grad * -0.5 * result * result * result
 
 
-@reciprocal.def_derivative
+@reciprocal.def_derivative("self")
 def reciprocal(grad, result):
-    return -grad * result * result,
+    return -grad * result * result
 
 
-@sigmoid.def_derivative
+@sigmoid.def_derivative("self")
 def sigmoid(grad, result):
-    return grad * result * (1 - result),
+    return grad * result * (1 - result)
 
 
-@relu.def_derivative
+@relu.def_derivative("self")
 def relu(grad, result):
-    return grad * (result > 0),
+    return grad * (result > 0)
 
 
-@abs.def_derivative
+@abs.def_derivative("self")
 def abs(grad, self):
-    return grad * self.sign(),
+    return grad * self.sign()
 
 
 def _zero_grad(grad):
-    return grad * 0,
+    return grad * 0
 
 
 for _flat in (sign, floor, ceil, round, trunc):
-    _flat.def_derivative(_zero_grad)
+    _flat.def_derivative("self")(_zero_grad)
 
 
-@frac.def_derivative
+@frac.def_derivative("self")
 def frac(grad):
-    return grad,
+    return grad
 
 
 # --------------------------------------------------------------------------- two inputs
@@ -574,11 +599,15 @@ def maximum(self, other, *, out=None):
     return pointwise(np.maximum, self, other, out=out)
 
 
-@maximum.def_derivative
+# ties split the gradient evenly and a NaN sends it to both, as PyTorch does
+@maximum.def_derivative("self")
 def maximum(grad, self, other):
-    # ties split the gradient evenly, as PyTorch does
-    left = (self > other) + (self == other) * 0.5
-    return grad * left, grad * (1 - left)
+    return grad * (1 - ((self < other) + (self == other) * 0.5))
+
+
+@maximum.def_derivative("other")
+def maximum(grad, self, other):
+    return grad * (1 - ((self > other) + (self == other) * 0.5))
 
 
 @op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
@@ -587,10 +616,14 @@ def minimum(self, other, *, out=None):
     return pointwise(np.minimum, self, other, out=out)
 
 
-@minimum.def_derivative
+@minimum.def_derivative("self")
 def minimum(grad, self, other):
-    left = (self < other) + (self == other) * 0.5
-    return grad * left, grad * (1 - left)
+    return grad * (1 - ((self > other) + (self == other) * 0.5))
+
+
+@minimum.def_derivative("other")
+def minimum(grad, self, other):
+    return grad * (1 - ((self < other) + (self == other) * 0.5))
 
 
 @op(inputs=("self", "min", "max"), family="pointwise", samples=_clamp_samples)
@@ -611,21 +644,25 @@ def clamp(self, min=None, max=None, *, out=None):
     return result
 
 
-@clamp.def_derivative
+# PyTorch's rule: when min > max the result is max, so only max gets the gradient
+@clamp.def_derivative("self")
 def clamp(grad, self, min, max):
-    # PyTorch's rule: when min > max the result is max, so only max gets the gradient
-    zero = grad.new_zeros(())
     inside = None if min is None else self >= min
     if max is not None:
         inside = self <= max if inside is None else inside & (self <= max)
-    g_min = g_max = None
-    if isinstance(min, TensorBase):
-        below = self < min
-        g_min = where(below if max is None else below & (min < max), grad, zero)
-    if isinstance(max, TensorBase):
-        above = self > max
-        g_max = where(above if min is None else above | (max < min), grad, zero)
-    return where(inside, grad, zero), g_min, g_max
+    return where(inside, grad, grad.new_zeros(()))
+
+
+@clamp.def_derivative("min")
+def clamp(grad, self, min, max):
+    below = self < min
+    return where(below if max is None else below & (min < max), grad, grad.new_zeros(()))
+
+
+@clamp.def_derivative("max")
+def clamp(grad, self, min, max):
+    above = self > max
+    return where(above if min is None else above | (max < min), grad, grad.new_zeros(()))
 
 
 clamp_ = inplace_variant(clamp)
@@ -656,10 +693,14 @@ def where(condition, self, other):
         out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt)
 
 
-@where.def_derivative
+@where.def_derivative("self")
 def where(grad, condition):
-    zeros = grad.new_zeros(())
-    return None, where(condition, grad, zeros), where(condition, zeros, grad)
+    return where(condition, grad, grad.new_zeros(()))
+
+
+@where.def_derivative("other")
+def where(grad, condition):
+    return where(condition, grad.new_zeros(()), grad)
 
 
 @op(inputs=("self", "mask", "value"), family="pointwise", samples=_masked_fill_samples)
@@ -678,11 +719,29 @@ def masked_fill(self, mask, value, *, out=None):
         out, np.where(m, v, a), casting=casting) or out, self, mask, value, out=out, dtype=dt)
 
 
-@masked_fill.def_derivative
-def masked_fill(grad, mask, value):
-    g_value = where(mask, grad, grad.new_zeros(())).sum() if isinstance(value, TensorBase) \
-        else None
-    return where(mask, grad.new_zeros(()), grad), None, g_value
+@masked_fill.def_derivative("self")
+def masked_fill(grad, mask):
+    return where(mask, grad.new_zeros(()), grad)
+
+
+@masked_fill.def_derivative("value")
+def masked_fill(grad, mask):
+    return where(mask, grad, grad.new_zeros(())).sum()
+
+
+@masked_fill.def_batch_rule
+def masked_fill(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, mask, value = bound["self"], bound["mask"], bound["value"]
+    if not same_level(value, level):
+        return pointwise_family(op, level, args, kwargs)
+    if value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got "
+                           f"tensor with {value.dim()} dimension(s).")
+    filled = where(mask, value.to(self.dtype), self)
+    if op.kind == "inplace":
+        return self.copy_(filled)
+    return filled
 
 
 masked_fill_ = inplace_variant(masked_fill)
@@ -705,10 +764,19 @@ def lerp(self, end, weight, *, out=None):
         self, end, weight, out=out)
 
 
-@lerp.def_derivative(only_for={"self": "weight", "end": "weight"})
-def lerp(grad, self, end, weight):
-    g_weight = grad * (end - self) if self is not None else None
-    return grad * (1 - weight), grad * weight, g_weight
+@lerp.def_derivative("self")
+def lerp(grad, weight):
+    return grad * (1 - weight)
+
+
+@lerp.def_derivative("end")
+def lerp(grad, weight):
+    return grad * weight
+
+
+@lerp.def_derivative("weight")
+def lerp(grad, self, end):
+    return grad * (end - self)
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -853,9 +921,26 @@ def fill_(self, value):
     return self
 
 
-@fill_.def_derivative
+@fill_.def_derivative("self")
 def fill_(grad):
-    return grad * 0,
+    return grad * 0
+
+
+@fill_.def_batch_rule
+def fill_(op, level, args, kwargs):
+    self, value = args[0], (args[1] if len(args) > 1 else kwargs["value"])
+    if not same_level(self, level):
+        raise inplace_error("fill_")
+    if isinstance(value, TensorBase) and value.dim() != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                           f"{value.dim()} dimensions.")
+    if same_level(value, level):
+        target = to_front(self._value, self._bdim)
+        source = aligned(value._value, value._bdim, 0, self.dim())
+        call(REGISTRY["copy_"], (target, source), None)
+    else:
+        call(op, (self._value, value), None)
+    return self
 
 
 @op(inputs=("self",), kind="composite")

@@ -2,21 +2,24 @@
 ``avg_pool{1,2,3}d`` and ``adaptive_avg_pool{1,2}d`` as composites.
 
 Max pooling reads a zero-copy window view of the (padded) input (strides over its
-storage) and reduces it with a running maximum, one pass per kernel position; its
-indices are flat positions in each input plane, as PyTorch's, and its derivative
-scatters the gradient there with ``scatter_add`` (differentiable: its own derivative is
-a ``gather``).  Average pooling is a window view (``unfold``) and
-one sum over a divisor; adaptive average pooling is a product with averaging matrices
-per spatial dim.  Batching rules (the vmap batch folds into N) are in
-``vmap.rules_norm``.
+storage) and reduces it with a running maximum, one pass per kernel position (2-d pooling
+of float32/float64 NumPy arrays: one C pass, ``nnkernels.max_pool2d``); its indices are
+flat positions in each input plane, as PyTorch's, and its derivative scatters the
+gradient there with ``scatter_add`` (differentiable: its own derivative is a
+``gather``), or in C when no graph of the backward is recorded.  Average pooling is a
+window view (``unfold``) and one sum over a divisor; adaptive average pooling is a
+product with averaging matrices per spatial dim.  The max poolings share one batching rule (the vmap batch folds into N).
 """
 import math
 
 import numpy as np
 
-from microtensor._C.tensor import empty_contiguous, int64
+from microtensor._C import nnkernels
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
 from microtensor.ops.loops import array_module, from_numpy_result, is_floating_array
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import call, to_front, wrap
 
 _ORDINAL = {1: "", 2: "two ", 3: "three "}
 
@@ -179,6 +182,10 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
+    if d == 2 and nnkernels.supports(self._array()):
+        values, indices = nnkernels.max_pool2d(self._array(), kernel, stride, padding, dilation,
+                                               out)
+        return from_numpy_result(values, self._dtype), from_numpy_result(indices, int64)
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
     # narrow integers pool in int64, whose lowest value no element can tie with (a
@@ -244,8 +251,13 @@ def _declare_max_pool(d):
     declared = op(name, method=False, samples=_max_pool_samples(d))(kernel)
 
     def derivative(grad, self_shape, result1):
-        return scatter_to_indices(grad[0], self_shape, result1, d),
-    declared.def_derivative(derivative)
+        if batching() is None and not is_grad_enabled() and \
+                nnkernels.supports(grad[0]._array()):
+            # no graph of the backward pass is being built, nor a vmap: one C pass
+            return from_numpy_result(nnkernels.max_pool_backward(
+                grad[0]._array(), result1._array(), tuple(self_shape), d), grad[0]._dtype)
+        return scatter_to_indices(grad[0], self_shape, result1, d)
+    declared.def_derivative("self")(derivative)
     return declared
 
 
@@ -313,9 +325,33 @@ def adaptive_max_pool2d(self, output_size):
             from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64))
 
 
-@adaptive_max_pool2d.def_derivative
+@adaptive_max_pool2d.def_derivative("self")
 def adaptive_max_pool2d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 2),
+    return scatter_to_indices(grad[0], self_shape, result1, 2)
+
+
+def max_pool_batch_rule(op, level, args, kwargs):
+    """The vmap batch folded into N: (B, [N,] C, *spatial) as (B*N, C, *spatial), one
+    call; values and indices (flat positions in each plane) reshaped back."""
+    bound = op.bind(args, kwargs)
+    x = bound.pop("self")
+    d = MAX_POOL_DIMS[op.name]
+    if op.name.startswith("adaptive"):
+        check_adaptive_input(x._sizes, d, op.name)
+    else:
+        check_pool_input(x._sizes, d, op.name.replace("_with_indices", ""))
+    value = to_front(x._value, x._bdim)
+    sample = tuple(x.shape)
+    folded = value.reshape((-1,) + sample[-(d + 1):])
+    results = call(op, (folded,), bound)
+    lead = (value.shape[0],) + sample[:-(d + 1)]
+    return tuple(wrap(r.reshape(lead + tuple(r.shape[1:])), 0, level) for r in results)
+
+
+max_pool1d_with_indices.def_batch_rule(max_pool_batch_rule)
+max_pool2d_with_indices.def_batch_rule(max_pool_batch_rule)
+max_pool3d_with_indices.def_batch_rule(max_pool_batch_rule)
+adaptive_max_pool2d.def_batch_rule(max_pool_batch_rule)
 
 
 def _averaging_matrix(n, o, like):

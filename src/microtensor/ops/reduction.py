@@ -17,13 +17,17 @@ from collections import namedtuple
 
 import numpy as np
 
-from microtensor._C import kernels, meta
-from microtensor._C.tensor import TensorBase, bool_, compute_numpy, float32, int64, uint8
+from microtensor._C import kernels, meta, nnkernels
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, float32, int64,
+                                   is_grad_enabled, uint8)
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result,
                                    new_result, reduce, reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, where
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.rules import reduction as reduction_family
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
 
 # torch.return_types.max / min: a tuple whose fields are also attributes
 class _ValuesIndices:
@@ -103,6 +107,15 @@ def _along(self, dim):
     axis = _single_dim(dim, self.dim())
     arr = self._array()
     return (arr.reshape(1), 0) if self.dim() == 0 else (arr, axis)
+
+
+def _contiguous_rows(axis, *arrays):
+    """Whether ``nnkernels``' row kernels take ``arrays`` along ``axis``: float32/float64
+    NumPy arrays, C-contiguous, ``axis`` their last (elsewhere the strided kernels of
+    ``kernels`` avoid a copy)."""
+    if not nnkernels.supports(*arrays):
+        return False
+    return not [a for a in arrays if not a.flags.c_contiguous or axis != a.ndim - 1]
 
 
 # --------------------------------------------------------------------------- samples
@@ -199,11 +212,11 @@ def sum(self, dim=None, keepdim=False, *, dtype=None):
     return reduce(np.add.reduce, self, dim, keepdim, out_dtype)
 
 
-@sum.def_derivative
+@sum.def_derivative("self")
 def sum(grad, self_shape, dim, keepdim):
     if dim is not None:   # a full reduction's 0-d gradient expands as it is
         grad = unsqueeze_reduced(grad, self_shape, dim, keepdim)
-    return grad.expand(self_shape),
+    return grad.expand(self_shape)
 
 
 @op(kind="composite")
@@ -240,7 +253,7 @@ def prod(self, dim=None, keepdim=False, *, dtype=None):
                   round_each_step=True)
 
 
-@prod.def_derivative
+@prod.def_derivative("self")
 def prod(grad, self, dim, keepdim, result):
     # d prod / d x_i is the product of the other elements: result / x_i, except where a
     # slice holds zeros (one zero: only that position gets a gradient).  Saving `result`
@@ -253,7 +266,7 @@ def prod(grad, self, dim, keepdim, result):
     zeros_in_slice = is_zero.sum(reduce_dims, keepdim=True)
     at_zero = nonzero.prod(reduce_dims, keepdim=True) * (zeros_in_slice == 1)
     elsewhere = result / nonzero * (zeros_in_slice == 0)
-    return grad * where(is_zero, at_zero, elsewhere),
+    return grad * where(is_zero, at_zero, elsewhere)
 
 
 # --------------------------------------------------------------------------- extrema
@@ -275,11 +288,11 @@ def _evenly_to_extrema(grad, self, dim, keepdim, result):
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
     attains = self == unsqueeze_reduced(result, self._sizes, dim, keepdim)
     count = attains.sum(dims_of(dim, self.dim()), keepdim=True)
-    return where(attains, grad / count, 0.0),
+    return where(attains, grad / count, 0.0)
 
 
-amax.def_derivative(_evenly_to_extrema)
-amin.def_derivative(_evenly_to_extrema)
+amax.def_derivative("self")(_evenly_to_extrema)
+amin.def_derivative("self")(_evenly_to_extrema)
 
 
 def _value_and_index(np_arg, self, dim, keepdim):
@@ -309,7 +322,7 @@ def _to_selected(grad, self_shape, dim, keepdim, indices):
     """Put ``grad`` (of the values picked along ``dim``) at the picked positions."""
     grad = grad[0]
     if not self_shape:
-        return grad,
+        return grad
     d = _single_dim(dim, len(self_shape))
     grad = unsqueeze_reduced(grad, self_shape, d, keepdim)
     if not keepdim:
@@ -317,16 +330,16 @@ def _to_selected(grad, self_shape, dim, keepdim, indices):
     shape = [1] * len(self_shape)
     shape[d] = self_shape[d]
     positions = arange(self_shape[d], device=grad.device).view(shape)
-    return where(positions == indices, grad, 0.0),
+    return where(positions == indices, grad, 0.0)
 
 
-@_max_dim.def_derivative
+@_max_dim.def_derivative("self")
 def _max_dim(grad, self_shape, dim, keepdim, result1):
     # only the indices are saved (as PyTorch does), not the input
     return _to_selected(grad, self_shape, dim, keepdim, result1)
 
 
-@_min_dim.def_derivative
+@_min_dim.def_derivative("self")
 def _min_dim(grad, self_shape, dim, keepdim, result1):
     return _to_selected(grad, self_shape, dim, keepdim, result1)
 
@@ -379,6 +392,24 @@ argmax = _arg_extremum("argmax", np.argmax)
 argmin = _arg_extremum("argmin", np.argmin)
 
 
+def arg_extremum_batch_rule(op, level, args, kwargs):
+    """``dim=None`` indexes the flattened sample: flatten each sample, then reduce dim 1."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    if bound["dim"] is not None:
+        return reduction_family(op, level, args, kwargs)
+    value = to_front(self._value, self._bdim)
+    flat = value.reshape(value._sizes[0], -1)
+    index = call(op, (flat, 1, False), None)
+    if bound["keepdim"]:
+        index = index.view((value._sizes[0],) + (1,) * self.dim())
+    return wrap(index, 0, level)
+
+
+argmax.def_batch_rule(arg_extremum_batch_rule)
+argmin.def_batch_rule(arg_extremum_batch_rule)
+
+
 # --------------------------------------------------------------------------- var, std, norm
 
 def _check_var_input(self):
@@ -415,19 +446,21 @@ def _std(self, dim=None, correction=1, keepdim=False):
         return reduce(np.std, self, dim, keepdim, None, ddof=correction)
 
 
-@_var.def_derivative
-def _var(grad, self, dim, correction, keepdim):
+def _var_backward(grad, self, dim, correction, keepdim):
     degrees_of_freedom = _reduced_count(self._sizes, dim) - correction
     scale = 2.0 / degrees_of_freedom if degrees_of_freedom else math.inf
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
-    return grad * (self - self.mean(dims_of(dim, self.dim()), keepdim=True)) * scale,
+    return grad * (self - self.mean(dims_of(dim, self.dim()), keepdim=True)) * scale
 
 
-@_std.def_derivative
+_var.def_derivative("self")(_var_backward)
+
+
+@_std.def_derivative("self")
 def _std(grad, self, dim, correction, keepdim, result):
     # d std = d var / (2 std); zero where std is zero (a constant slice), as PyTorch does
     grad = (grad / (2 * result)).masked_fill(result == 0, 0)
-    return _var.derivative(grad, self, dim, correction, keepdim)
+    return _var_backward(grad, self, dim, correction, keepdim)
 
 
 @op(kind="composite", samples=_var_samples)
@@ -452,12 +485,12 @@ def _norm2(self, dim=None, keepdim=False):
                                             keepdims=keepdim)), self._dtype)
 
 
-@_norm2.def_derivative
+@_norm2.def_derivative("self")
 def _norm2(grad, self, dim, keepdim, result):
     # the subgradient 0 at the zero vector, as PyTorch does
     scale = (unsqueeze_reduced(grad, self._sizes, dim, keepdim) /
              unsqueeze_reduced(result, self._sizes, dim, keepdim))
-    return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0),
+    return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0)
 
 
 @op(family="reduction", method=False, function=False, samples=_norm0_samples)
@@ -470,10 +503,10 @@ def _norm0(self, dim=None, keepdim=False):
                              self._dtype)
 
 
-@_norm0.def_derivative
+@_norm0.def_derivative("self")
 def _norm0(grad):
     # a step function: PyTorch records the op but sends no gradient to the input
-    return None,
+    return None
 
 
 @op(kind="composite", samples=_norm_samples)
@@ -527,11 +560,11 @@ def logsumexp(self, dim, keepdim=False):
     return _fresh(result.reshape(shape), dtype)
 
 
-@logsumexp.def_derivative
+@logsumexp.def_derivative("self")
 def logsumexp(grad, self, dim, keepdim, result):
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
     result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
-    return grad * (self - result).exp(),
+    return grad * (self - result).exp()
 
 
 def _normalised_exp(name, log):
@@ -544,6 +577,9 @@ def _normalised_exp(name, log):
             return result
         arr, axis = _along(self, dim)
         out = result._array().reshape(arr.shape)
+        if _contiguous_rows(axis, arr, out):
+            nnkernels.softmax(out, arr, log)
+            return result
         if isinstance(arr, np.ndarray):
             compute = compute_numpy(self._dtype)
             if compute is self._dtype.np:
@@ -568,15 +604,21 @@ softmax = _normalised_exp("softmax", log=False)
 log_softmax = _normalised_exp("log_softmax", log=True)
 
 
-@softmax.def_derivative
+@softmax.def_derivative("self")
 def softmax(grad, dim, result):
+    if result.dim() and batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: one fused pass
+        g, y = grad._array(), result._array()
+        if _contiguous_rows(_single_dim(dim, result.dim()), g, y):
+            return from_numpy_result(nnkernels.softmax_backward(np.empty_like(y), g, y, False),
+                                     result._dtype)
     dim = _single_dim(dim, result.dim()) if result.dim() else ()
-    return result * (grad - (grad * result).sum(dim, keepdim=True)),
+    return result * (grad - (grad * result).sum(dim, keepdim=True))
 
 
-@log_softmax.def_derivative
+@log_softmax.def_derivative("self")
 def log_softmax(grad, dim, result):
-    return _log_softmax_backward_data(grad, result, dim),
+    return _log_softmax_backward_data(grad, result, dim)
 
 
 def _log_softmax_backward_samples(make):
@@ -601,7 +643,9 @@ def _log_softmax_backward_data(grad, output, dim):
     g, axis = _along(grad, dim)
     y = output._array().reshape(g.shape)
     out = result._array().reshape(g.shape)
-    if isinstance(g, np.ndarray):
+    if _contiguous_rows(axis, g, y, out):
+        nnkernels.softmax_backward(out, g, y, True)
+    elif isinstance(g, np.ndarray):
         compute = compute_numpy(grad._dtype)   # float16, bfloat16: in float32, rounded once
         wide = out if compute is grad._dtype.np else np.empty(g.shape, compute)
         kernels.log_softmax_backward_(wide, g.astype(compute, copy=False),
@@ -613,13 +657,36 @@ def _log_softmax_backward_data(grad, output, dim):
     return result
 
 
-@_log_softmax_backward_data.def_derivative
+def _softmax_dim(output, dim):
+    return _single_dim(dim, output.dim()) if output.dim() else ()
+
+
+@_log_softmax_backward_data.def_derivative("grad")
+def _log_softmax_backward_data(ggrad, output, dim):
+    # linear in grad: its adjoint is gg - sum(gg * p), with p = exp(output)
+    return ggrad - (ggrad * output.exp()).sum(_softmax_dim(output, dim), keepdim=True)
+
+
+@_log_softmax_backward_data.def_derivative("output")
 def _log_softmax_backward_data(ggrad, grad, output, dim):
-    # linear in grad (whose adjoint is gg - sum(gg * p)); through output, p = exp(output)
-    dim = _single_dim(dim, output.dim()) if output.dim() else ()
-    p = output.exp()
-    return (ggrad - (ggrad * p).sum(dim, keepdim=True),
-            -(ggrad * p) * grad.sum(dim, keepdim=True))
+    return -(ggrad * output.exp()) * grad.sum(_softmax_dim(output, dim), keepdim=True)
+
+
+@_log_softmax_backward_data.def_batch_rule
+def _log_softmax_backward_data(op, level, args, kwargs):
+    """Both tensors with the batch dim first and ``dim`` shifted past it; per-sample
+    scalars get a size-1 dim to work along, removed afterwards."""
+    bound = op.bind(args, kwargs)
+    grad, output = bound["grad"], bound["output"]
+    size = batch_size(level)
+    grads = front_or_expanded(grad, level, size)
+    outputs = front_or_expanded(output, level, size)
+    if grad.dim() == 0:
+        meta.wrap_dim(bound["dim"], 0)
+        result = call(op, (grads.unsqueeze(1), outputs.unsqueeze(1), 1), None)
+        return wrap(result.squeeze(1), 0, level)
+    dim = meta.wrap_dim(bound["dim"], grad.dim()) + 1
+    return wrap(call(op, (grads, outputs, dim), None), 0, level)
 
 
 # --------------------------------------------------------------------------- scans
@@ -635,20 +702,16 @@ def cumsum(self, dim, *, dtype=None):
     return result
 
 
-@cumsum.def_derivative
+@cumsum.def_derivative("self")
 def cumsum(grad, dim):
     # the reversed cumulative sum: total - (inclusive prefix sum) + own term
     if grad.dim() == 0:
-        return grad,
+        return grad
     d = _single_dim(dim, grad.dim())
-    return grad.sum(d, keepdim=True) - grad.cumsum(d) + grad,
+    return grad.sum(d, keepdim=True) - grad.cumsum(d) + grad
 
 
 # --------------------------------------------------------------------------- logical
-
-# Ops for which ``dim=()`` reduces over no dim (each element tested alone), as in PyTorch,
-# where the other reductions take it for every dim.
-EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
 
 
 def _logical_reduction(np_reduction, self, dim, keepdim):

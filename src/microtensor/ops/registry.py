@@ -4,14 +4,24 @@ An ``Op`` bundles what each layer needs to know about one operator:
 
 * ``kernel``: the computation on plain tensors (no autograd, no vmap), written with the
   Cython kernels or with NumPy on zero-copy views of the tensors' storage;
-* ``derivative``: the backward formula, written in microtensor ops so that it is itself
-  differentiable and vmappable.  Its parameters name what it needs: ``grad`` first, then
-  any forward argument by name, and ``result`` for the output (``result1`` for output 1
-  alone of a multi-output op).  Autograd saves exactly
-  those values (and checks their version counters), nothing more;
-* ``batch_rule``: how vmap runs the op on batched tensors; most ops instead name a
-  ``family`` ("pointwise", "reduction", "factory", "view", ...) whose shared rule vmap
-  applies;
+* ``derivative``: the backward formulas, written in microtensor ops so that they are
+  themselves differentiable and vmappable: one per differentiable input, as PyTorch's
+  ``derivatives.yaml`` and HIPS autograd's ``defvjp`` tables read
+  (``@mul.def_derivative("other")`` above ``def mul(grad, self): return grad * self``),
+  or one joint formula returning every input's gradient, for ops whose gradients share
+  work (``def_joint_derivative``).  A formula's parameters name what it reads: ``grad``
+  first (a tuple for a multi-output op), then any forward argument by name, ``result``
+  for the output (``result1`` for output 1 alone of a multi-output op) and
+  ``<argument>_shape`` etc. for metadata.  Autograd saves (and version-checks) exactly
+  what the formulas of the inputs that require grad read, and runs only those formulas;
+  see ``Derivative``;
+* ``batch_rule``: how vmap runs the op on batched tensors, declared next to the kernel
+  with ``@my_op.def_batch_rule`` (or ``op(..., batch_rule=...)``) and written with the
+  helpers of ``microtensor.vmap.helpers``.  Most ops instead name a ``family``
+  ("pointwise" or "reduction"): one word in the declaration, and vmap applies that
+  family's shared rule (``vmap.rules``).  An in-place variant takes its base op's rule
+  (or family); a random op (``random=True``) takes vmap's random-op rule; an op with
+  neither rule nor family takes vmap's per-sample loop, which warns;
 * ``samples``: sample inputs that the test suite runs through every check: a function
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
@@ -24,7 +34,7 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 import inspect
 import re
 
-from microtensor._C.autograd import bind_arguments
+from microtensor._C.autograd import Formulas, bind_arguments
 
 REGISTRY = {}
 
@@ -56,6 +66,58 @@ class Sample:
         return "Sample(" + ", ".join(parts) + ")"
 
 
+class Derivative(Formulas):
+    """The backward formulas of one op and the saving plan they imply (the fields the
+    engine reads are ``Formulas``', in the Cython core).
+
+    ``formulas``: per input of ``op.inputs``, ``(formula, reads)`` (``reads``: the
+    positions in ``saved_names`` of the formula's parameters after ``grad``), or None
+    for an input without a formula (its gradient is None); ``joint``: instead, one
+    formula returning every input's gradient.  ``saved_plan``: per saved name, ``(name,
+    source, read, needed_by)`` (see ``Op._plan_saving``), where ``needed_by`` names the
+    inputs whose formulas read it: recording saves it only when one of those requires
+    grad (None: always).
+    """
+
+    def __init__(self, op):
+        self.op = op
+        self.formulas = (None,) * len(op.inputs)
+        self.joint = None
+        self.saved_names = ()
+        self.saved_plan = ()
+        self.self_entry = self.result_entry = None   # their plan entries, for in-place ops
+
+    def functions(self):
+        """The formulas, in input order (the joint one alone for a joint derivative)."""
+        if self.joint is not None:
+            return [self.joint]
+        return [entry[0] for entry in self.formulas if entry is not None]
+
+    def _set(self, formulas, joint):
+        """Store the formulas (per input, or one ``joint``) and plan the saving: every value
+        a formula reads, in the order first read, with the inputs whose formulas read it."""
+        served = [(None, joint)] if joint else \
+            [(name, fn) for name, fn in zip(self.op.inputs, formulas) if fn]
+        reads = {fn: tuple(inspect.signature(fn).parameters)[1:] for _, fn in served}
+        readers = {}                         # value -> the inputs whose formulas read it
+        for name, fn in served:
+            for value in reads[fn]:
+                readers.setdefault(value, []).append(name)
+        every = [name for name, _ in served]
+        names = tuple(readers)
+        self.saved_names = names
+        # needed_by None when every formula reads it: saved whenever the op is recorded
+        self.saved_plan = tuple(
+            self.op._plan_saving(value) +
+            (None if readers[value] == every else tuple(readers[value]),) for value in names)
+        entries = dict(zip(names, self.saved_plan))
+        self.self_entry, self.result_entry = entries.get("self"), entries.get("result")
+        self.joint = joint
+        self.formulas = (None,) * len(self.op.inputs) if joint else tuple(
+            (fn, tuple(names.index(value) for value in reads[fn])) if fn else None
+            for fn in formulas)
+
+
 class Op:
     """One operator.  See the module docstring for the fields."""
 
@@ -74,11 +136,12 @@ class Op:
         self.inplace_of = inplace_of         # for ``add_``: the ``add`` Op
         self.differentiable = differentiable
         self.random = random
-        self.derivative = None
-        self.only_for = {}
-        self.saved_names = ()
-        self.saved_plan = ()                 # see ``def_derivative``
-        self.saves_self = False
+        # a ``Derivative`` once declared; an in-place variant shares its base op's (a plain
+        # attribute: recording reads it for every op)
+        self.derivative = inplace_of.derivative if inplace_of else None
+        self.variants = []                   # in-place variants declared from this op
+        if inplace_of is not None:
+            inplace_of.variants.append(self)
         self.node_name = _camel(inplace_of.name if inplace_of else name) + "Backward0"
         sig = inspect.signature(kernel)
         self.params = tuple(p.name for p in sig.parameters.values()
@@ -91,36 +154,73 @@ class Op:
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
 
-    def def_derivative(self, fn=None, *, only_for=None):
-        """Declare the backward formula (``@my_op.def_derivative`` above a function named
-        like the op; the decorator returns the op, so the name keeps meaning the op).
+    @property
+    def saved_names(self):
+        """What backward may keep alive: the union of the formulas' parameters."""
+        return self.derivative.saved_names if self.derivative else ()
 
-        ``only_for={"self": "other"}`` says that the formula reads ``self`` only for the
-        gradient of ``other``: when ``other`` needs no gradient, ``self`` is not saved (it
-        arrives as None, and the formula returns None for ``other``).  That spares memory,
-        false "modified by an inplace operation" errors and work, as PyTorch does.
-        """
-        if fn is None:
-            return lambda f: self.def_derivative(f, only_for=only_for)
-        names = tuple(inspect.signature(fn).parameters)[1:]
-        self.derivative = fn
-        self.only_for = dict(only_for or {})
-        self.saved_names = names
-        self.saved_plan = tuple(self._plan_saving(n) for n in names)
-        self.saves_self = "self" in names
+    def def_derivative(self, input):
+        """Declare the gradient formula for the input called ``input``:
+        ``@my_op.def_derivative("other")`` above a function named like the op (the
+        decorator returns the op, so the name keeps meaning the op).  The formula returns
+        that input's gradient; it runs, and what it reads is saved, only when that input
+        requires grad."""
+        if input not in self.inputs:
+            raise TypeError(f"{self.name} has no differentiable input '{input}' "
+                            f"(inputs: {self.inputs})")
+
+        def declare(fn):
+            derivative = self._own_derivative()
+            if derivative.joint is not None:
+                raise TypeError(f"{self.name} already has a joint derivative")
+            formulas = [entry[0] if entry else None for entry in derivative.formulas]
+            formulas[self.inputs.index(input)] = fn
+            derivative._set(formulas, None)
+            return self
+        return declare
+
+    def def_joint_derivative(self, fn):
+        """Declare one formula returning a tuple with every input's gradient, for ops whose
+        gradients share work (a decorator, like ``def_derivative``).  Everything it reads
+        is saved whichever inputs require grad, as PyTorch does for its joint formulas."""
+        derivative = self._own_derivative()
+        if any(derivative.formulas):
+            raise TypeError(f"{self.name} already has per-input derivatives")
+        derivative._set(None, fn)
         return self
+
+    def def_batch_rule(self, fn):
+        """Declare how vmap runs this op (``@my_op.def_batch_rule`` above a function named
+        like the op; the decorator returns the op, as ``def_derivative`` does).
+
+        A rule has the signature ``rule(op, level, args, kwargs)``: ``args`` and
+        ``kwargs`` as the op was called, some of them ``BatchedTensor``s of vmap level
+        ``level``.  It unwraps that level only, calls ops on the physical values (they
+        come back through the dispatcher: autograd records them, lower vmap levels batch
+        them) and wraps the result.  A rule shared by several ops is a plain function
+        declared for each, one line per op: ``other.def_batch_rule(shared_rule)``.
+        """
+        self.batch_rule = fn
+        return self
+
+    def _own_derivative(self):
+        if self.derivative is None:
+            self.derivative = Derivative(self)
+            for variant in self.variants:
+                variant.derivative = self.derivative
+        return self.derivative
 
     def _plan_saving(self, name):
         """How autograd gets a derivative parameter when recording: ``(name, source,
         read)`` with source "result" (``read``: None for all outputs, ``i`` for
-        ``result<i>``, output i alone), "argument" (``read``: the ``only_for`` input or
-        None) or "meta" (``read`` = (argument, getter))."""
+        ``result<i>``, output i alone), "argument" (``read`` unused) or "meta" (``read`` =
+        (argument, getter))."""
         if name == "result":
             return name, "result", None
         if name.startswith("result") and name[len("result"):].isdigit():
             return name, "result", int(name[len("result"):])
         if name in self.param_names:
-            return name, "argument", self.only_for.get(name)
+            return name, "argument", None
         for suffix, getter in _METADATA.items():
             argument = name[:-len(suffix)]
             if name.endswith(suffix) and argument in self.param_names:
@@ -153,8 +253,9 @@ def op(name=None, **options):
 def inplace_variant(base, name=None, **options):
     """Declare ``<base>_``: the same computation written into ``self``.
 
-    Its kernel is ``base.kernel(..., out=self)``; its derivative is the base op's, with the
-    old value of ``self`` saved when the formula needs it.
+    Its kernel is ``base.kernel(..., out=self)``; its derivative is the base op's (declared
+    before this), with the old value of ``self`` copied and saved only when a formula that
+    will run reads it.
     """
     def kernel(*args, **kwargs):
         return base.kernel(*args, out=args[0], **kwargs)

@@ -19,6 +19,7 @@ from microtensor.ops.loops import array_module, dims_of, is_floating_array, new_
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64)
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
 
 def _return_type(name):
@@ -145,9 +146,9 @@ def _sort(self, dim=-1, descending=False):
     return _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
 
 
-@_sort.def_derivative
+@_sort.def_derivative("self")
 def _sort(grad, self_shape, dim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1),
+    return _to_positions(grad[0], self_shape, dim, result1)
 
 
 @op(kind="composite", samples=_sort_samples)
@@ -172,9 +173,9 @@ def _topk(self, k, dim=-1, largest=True, sorted=True):
                            np.take(order, array_module(arr).arange(k), axis=axis))
 
 
-@_topk.def_derivative
+@_topk.def_derivative("self")
 def _topk(grad, self_shape, dim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1),
+    return _to_positions(grad[0], self_shape, dim, result1)
 
 
 @op(kind="composite", samples=_topk_samples)
@@ -245,7 +246,7 @@ def _median_all(self, dim=None, keepdim=False):
 
 
 # as PyTorch, the gradient is shared evenly by the elements equal to the median
-_median_all.def_derivative(_evenly_to_extrema)
+_median_all.def_derivative("self")(_evenly_to_extrema)
 
 
 @op(kind="composite", samples=_median_samples)
@@ -294,12 +295,12 @@ def mode(self, dim=-1, keepdim=False):
 
 
 def _selected_derivative(grad, self_shape, dim, keepdim, result1):
-    return _to_positions(grad[0], self_shape, dim, result1, keepdim),
+    return _to_positions(grad[0], self_shape, dim, result1, keepdim)
 
 
-_kthvalue.def_derivative(_selected_derivative)
-_median.def_derivative(_selected_derivative)
-_mode.def_derivative(_selected_derivative)
+_kthvalue.def_derivative("self")(_selected_derivative)
+_median.def_derivative("self")(_selected_derivative)
+_mode.def_derivative("self")(_selected_derivative)
 
 
 # --------------------------------------------------------------------------- cumulative
@@ -323,8 +324,8 @@ def _cum_extremum(name, accumulate):
                    samples=_cum_extremum_samples)(kernel)
 
     def derivative(grad, self_shape, dim, result1):
-        return _to_positions(grad[0], self_shape, dim, result1),
-    kernel_op.def_derivative(derivative)
+        return _to_positions(grad[0], self_shape, dim, result1)
+    kernel_op.def_derivative("self")(derivative)
     return kernel_op
 
 
@@ -354,13 +355,13 @@ def cumprod(self, dim, *, dtype=None):
     return result
 
 
-@cumprod.def_derivative
+@cumprod.def_derivative("self")
 def cumprod(grad, self, dim):
     # d out_i / d x_j (j <= i) is the product of x_0..x_i without x_j: the cumulative
     # product of x with x_j replaced by 1.  Written so, it holds where x has zeros too
     # (dividing out by x_j would not), at the cost of an n-by-n intermediate.
     if self.dim() == 0:
-        return grad,
+        return grad
     d = meta.wrap_dim(dim, self.dim())
     x = self.movedim(d, -1).to(grad.dtype)
     g = grad.movedim(d, -1)
@@ -369,7 +370,7 @@ def cumprod(grad, self, dim):
     cols = tensor(np.arange(n)).view(1, n)
     without_j = x.unsqueeze(-2).expand(*x.shape[:-1], n, n).masked_fill(rows == cols, 1.0)
     partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
-    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d),
+    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d)
 
 
 
@@ -426,6 +427,37 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
                   int32 if out_int32 else int64)
 
 
+def _front(value, bdim, size):
+    if bdim is None:
+        return value.unsqueeze(0).expand((size,) + tuple(value._sizes))
+    return to_front(value, bdim)
+
+
+@searchsorted.def_batch_rule
+def searchsorted(op, level, args, kwargs):
+    """A shared 1-D sequence: the values keep their batch dim.  Otherwise both (and the
+    sorter) get the batch dim first; a per-sample 1-D sequence then searches each sample's
+    values flattened into one row."""
+    bound = op.bind(args, kwargs)
+    seq, seq_b = unwrap(bound["sorted_sequence"], level)
+    values, val_b = unwrap(bound["self"], level)
+    sorter = bound.get("sorter")
+    sorter, sorter_b = unwrap(sorter, level) if sorter is not None else (None, None)
+    options = {k: bound[k] for k in ("out_int32", "right", "side")}
+    if seq_b is None and sorter_b is None and seq.dim() == 1:
+        result = call(op, (seq, values), dict(options, sorter=sorter))
+        return wrap(result, val_b, level)
+    size = batch_size(level)
+    seq = _front(seq, seq_b, size)
+    sorter = None if sorter is None else _front(sorter, sorter_b, size)
+    values = _front(values, val_b, size) if hasattr(values, "_sizes") else values
+    if seq.dim() == 2:
+        sample_shape = tuple(values._sizes[1:])
+        result = call(op, (seq, values.reshape(size, -1)), dict(options, sorter=sorter))
+        return wrap(result.reshape((size,) + sample_shape), 0, level)
+    return wrap(call(op, (seq, values), dict(options, sorter=sorter)), 0, level)
+
+
 def _bucketize_samples(make):
     return [Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0])),
             Sample(tensor([[0.5, -2.0, 3.0], [2.0, 0.0, 1.0]]), tensor([-1.0, 0.0, 1.0, 2.0]),
@@ -444,7 +476,7 @@ def bucketize(self, boundaries, *, out_int32=False, right=False):
 
 
 # --------------------------------------------------------------------------- nonzero, unique
-# Their result shape depends on the values: vmap refuses them (see vmap/rules_selection2).
+# Their result shape depends on the values: vmap refuses them (their batching rule).
 
 def _nonzero_samples(make):
     return [Sample(tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])),
@@ -502,6 +534,20 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
     return (result, *extra) if extra else result
 
 
+def dynamic_shape_batch_rule(op, level, args, kwargs):
+    """The result's shape depends on the values, so the samples' results would differ in
+    shape: refused with torch.func's error."""
+    aten = {"unique": "_unique2"}.get(op.name, op.name)
+    raise RuntimeError(
+        "vmap: We do not support batching operators that can output dynamic shape. "
+        f"Attempted to vmap over aten::{aten}. Please file an issue at "
+        "https://github.com/pytorch/pytorch/issues if you need this feature.")
+
+
+nonzero.def_batch_rule(dynamic_shape_batch_rule)
+unique.def_batch_rule(dynamic_shape_batch_rule)
+
+
 # --------------------------------------------------------------------------- repeat_interleave
 
 def _repeat_interleave_samples(make):
@@ -548,7 +594,7 @@ def repeat_interleave(self, repeats, dim=None, *, output_size=None):
     return _fresh(result, self._dtype)
 
 
-@repeat_interleave.def_derivative
+@repeat_interleave.def_derivative("self")
 def repeat_interleave(grad, self, repeats, dim):
     # each block of copies sums back into the element it was copied from
     n_dims = self.dim()
@@ -561,4 +607,31 @@ def repeat_interleave(grad, self, repeats, dim):
     index = tensor(np.repeat(np.arange(size), counts)).to(grad.device)
     base_shape = (size,) if dim is None else (tuple(self.shape) or (1,))
     summed = grad.new_zeros(base_shape).index_add(d, index, grad)
-    return summed.reshape(self.shape),
+    return summed.reshape(self.shape)
+
+
+@repeat_interleave.def_batch_rule
+def repeat_interleave(op, level, args, kwargs):
+    """Per-sample ``dim`` shifted past the batch dim (``dim=None``: each sample flattened).
+    Repeats that differ per sample would give samples of different sizes: refused."""
+    bound = op.bind(args, kwargs)
+    self, bdim = unwrap(bound["self"], level)
+    repeats, rbdim = unwrap(bound["repeats"], level)
+    if rbdim is not None:
+        raise RuntimeError(
+            "vmap: We do not support batching operators that can output dynamic shape. "
+            "Attempted to vmap over aten::repeat_interleave. Please file an issue at "
+            "https://github.com/pytorch/pytorch/issues if you need this feature.")
+    size = batch_size(level)
+    value = _front(self, bdim, size)
+    logical = bound["self"].dim()
+    dim = bound["dim"]
+    if dim is None:
+        value, dim = value.reshape(size, -1), 1
+    elif logical == 0:
+        value, dim = value.reshape(size, 1), 1
+    else:
+        from microtensor._C import meta
+        dim = meta.wrap_dim(dim, logical) + 1
+    result = call(op, (value, repeats, dim), {"output_size": bound["output_size"]})
+    return wrap(result, 0, level)

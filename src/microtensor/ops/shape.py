@@ -20,6 +20,10 @@ from microtensor.backends import cuda
 from microtensor.ops.factory import arange, tensor_of
 from microtensor.ops.loops import array_module, device_of, new_result
 from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.registry import REGISTRY
+from microtensor.vmap.helpers import (actual_dim, aligned, batch_size, call, front_or_expanded,
+                                      inplace_error, no_fallback, same_level, sizes_arg, to_front,
+                                      wrap)
 
 
 def fresh_tensor(values):
@@ -52,7 +56,7 @@ def _cat_samples(make):
             Sample([make(3), make(0), make(2)], -1), Sample([make(2, 2, 2)], dim=2)]
 
 
-@op(kind="composite", samples=_cat_samples)
+@op(kind="composite", inputs=("tensors",), samples=_cat_samples)
 def cat(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -120,7 +124,7 @@ def _cat(tensors, dim, sizes):
     return out
 
 
-@_cat.def_derivative
+@_cat.def_derivative("tensors")
 def _cat(grad, dim, sizes):
     grads, start = [], 0
     for size in sizes:
@@ -129,7 +133,18 @@ def _cat(grad, dim, sizes):
         else:
             grads.append(grad.narrow(dim, start, size))
             start += size
-    return grads,
+    return grads
+
+
+@_cat.def_batch_rule
+def _cat(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    size = batch_size(level)
+    # the samples' legacy empty tensors (skipped: size None) are left out of the physical
+    # call, where they are no longer 1-D and their gradient could not be an empty 1-D one
+    kept = [(t, n) for t, n in zip(bound["tensors"], bound["sizes"]) if n is not None]
+    tensors = [front_or_expanded(t, level, size) for t, _ in kept]
+    return wrap(call(op, (tensors, bound["dim"] + 1, [n for _, n in kept]), None), 0, level)
 
 
 def _stack_samples(make):
@@ -137,7 +152,7 @@ def _stack_samples(make):
             Sample([make()], 0)]
 
 
-@op(kind="composite", samples=_stack_samples)
+@op(kind="composite", inputs=("tensors",), samples=_stack_samples)
 def stack(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -151,7 +166,12 @@ def stack(tensors, dim=0):
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
-@op(kind="composite", method=False)
+def _hstack_samples(make):
+    return [Sample([make(2), make(3)]), Sample([make(2, 3), make(2, 1), make(2, 2)]),
+            Sample([make(), make(2)])]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_hstack_samples)
 def hstack(tensors):
     tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]
     if not tensors:
@@ -159,7 +179,11 @@ def hstack(tensors):
     return cat(tensors, 0 if tensors[0].dim() == 1 else 1)
 
 
-@op(kind="composite", method=False)
+def _vstack_samples(make):
+    return [Sample([make(3), make(2, 3)]), Sample([make(2, 2), make(1, 2), make(2)])]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
 def vstack(tensors):
     tensors = [t.reshape(1, -1) if t.dim() < 2 else t for t in tensors]
     if not tensors:
@@ -241,10 +265,10 @@ def split(self, split_size_or_sections, dim=0):
     return _pieces(self, split_sizes(self._sizes, split_size_or_sections, dim), dim)
 
 
-@split.def_derivative
+@split.def_derivative("self")
 def split(grad, self_shape, split_size_or_sections, dim):
     sizes = split_sizes(self_shape, split_size_or_sections, dim)
-    return _joined_grads(grad, self_shape, dim, sizes),
+    return _joined_grads(grad, self_shape, dim, sizes)
 
 
 def _split_with_sizes_samples(make):
@@ -259,9 +283,9 @@ def split_with_sizes(self, split_sizes, dim=0):
     return _pieces(self, _checked_sections(self._sizes[d], d, split_sizes), d)
 
 
-@split_with_sizes.def_derivative
+@split_with_sizes.def_derivative("self")
 def split_with_sizes(grad, self_shape, split_sizes, dim):
-    return _joined_grads(grad, self_shape, dim, tuple(split_sizes)),
+    return _joined_grads(grad, self_shape, dim, tuple(split_sizes))
 
 
 def _chunk_samples(make):
@@ -296,13 +320,35 @@ def unbind(self, dim=0):
                  for i in range(self._sizes[d]))
 
 
-@unbind.def_derivative
+@unbind.def_derivative("self")
 def unbind(grad, self_shape, dim):
     d = meta.wrap_dim(dim, len(self_shape))
     grads = _as_grads(grad)
     present = next(g for g in grads if g is not None)
     piece_shape = self_shape[:d] + self_shape[d + 1:]
-    return stack([g if g is not None else present.new_zeros(piece_shape) for g in grads], d),
+    return stack([g if g is not None else present.new_zeros(piece_shape) for g in grads], d)
+
+
+def split_batch_rule(op, level, args, kwargs):
+    """``split``/``split_with_sizes``/``unbind``: the per-sample dim shifted past the batch
+    dim; every piece keeps it (``unbind`` removes a dim before it)."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    n, b = self.dim(), self._bdim
+    if n == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor") \
+            if op.name != "unbind" else IndexError("Dimension specified as 0 but tensor has no "
+                                                   "dimensions")
+    p = actual_dim(meta.wrap_dim(bound["dim"], n), b)
+    bound["dim"] = p
+    pieces = call(op, (self._value,), bound)
+    new_bdim = b - 1 if op.name == "unbind" and p < b else b
+    return tuple(wrap(piece, new_bdim, level) for piece in pieces)
+
+
+split.def_batch_rule(split_batch_rule)
+split_with_sizes.def_batch_rule(split_batch_rule)
+unbind.def_batch_rule(split_batch_rule)
 
 
 # --------------------------------------------------------------------------- rearranging
@@ -328,10 +374,27 @@ def roll(self, shifts, dims=None):
     return fresh_tensor(np.roll(self._array(), shifts, axis=axes))
 
 
-@roll.def_derivative
+@roll.def_derivative("self")
 def roll(grad, shifts, dims):
     shifts = (shifts,) if isinstance(shifts, Integral) else tuple(shifts)
-    return grad.roll(tuple(-s for s in shifts), dims),
+    return grad.roll(tuple(-s for s in shifts), dims)
+
+
+@roll.def_batch_rule
+def roll(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, shifts, dims = bound["self"], bound["shifts"], bound["dims"]
+    value = to_front(self._value, self._bdim)
+    if dims is None or (not isinstance(dims, Integral) and len(dims) == 0):
+        flat = value.reshape(value._sizes[0], -1)
+        rolled = call(op, (flat, shifts, 1), None)
+        return wrap(rolled.view(value._sizes), 0, level)
+    dims = (dims,) if isinstance(dims, Integral) else tuple(dims)
+    n = max(self.dim(), 1)
+    if self.dim() == 0:
+        return wrap(value.clone(), 0, level)
+    return wrap(call(op, (value, shifts, tuple(meta.wrap_dim(d, n) + 1 for d in dims)), None),
+                0, level)
 
 
 def _flip_samples(make):
@@ -353,9 +416,19 @@ def flip(self, *dims):
     return out
 
 
-@flip.def_derivative
+@flip.def_derivative("self")
 def flip(grad, dims):
-    return grad.flip(_dims_arg(dims)),
+    return grad.flip(_dims_arg(dims))
+
+
+@flip.def_batch_rule
+def flip(op, level, args, kwargs):
+    self = args[0]
+    dims = sizes_arg(args[1:] if not kwargs else (kwargs["dims"],))
+    b = self._bdim
+    physical = tuple(actual_dim(meta.wrap_dim(d, self.dim()), b) for d in dims) if self.dim() \
+        else ()
+    return wrap(call(op, (self._value,) + physical, None), b, level)
 
 
 def _repeat_samples(make):
@@ -374,13 +447,24 @@ def repeat(self, *sizes):
     return fresh_tensor(np.tile(self._array().reshape(padded), sizes))
 
 
-@repeat.def_derivative
+@repeat.def_derivative("self")
 def repeat(grad, self_shape, sizes):
     sizes = _dims_arg(sizes)
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
-    return grad.reshape(interleaved).sum(repeated_dims).reshape(self_shape),
+    return grad.reshape(interleaved).sum(repeated_dims).reshape(self_shape)
+
+
+@repeat.def_batch_rule
+def repeat(op, level, args, kwargs):
+    self = args[0]
+    sizes = sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    if len(sizes) < self.dim():
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
+                           "of dimensions of tensor")
+    value = aligned(self._value, self._bdim, self.dim(), len(sizes))
+    return wrap(call(op, (value, (1,) + sizes), None), 0, level)
 
 
 @op(kind="composite")
@@ -409,12 +493,33 @@ def _triangle(name, np_triangle):
     declared = op(name, samples=_triangle_samples)(kernel)
 
     def derivative(grad, diagonal):
-        return declared(grad, diagonal),
-    return declared.def_derivative(derivative)
+        return declared(grad, diagonal)
+    return declared.def_derivative("self")(derivative)
 
 
 tril = _triangle("tril", np.tril)
 triu = _triangle("triu", np.triu)
+
+
+def triangle_batch_rule(op, level, args, kwargs):
+    """``tril``/``triu`` (and their in-place variants): with the batch dim first, the
+    physical last two dims are the sample's, so one physical call."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    if not same_level(self, level):
+        raise inplace_error(op.name)
+    if self.dim() < 2:
+        raise RuntimeError(f"{op.name.rstrip('_')}: input tensor must have at least 2 dimensions")
+    if bound.pop("out", None) is not None:
+        raise no_fallback(op)
+    result = call(op, (to_front(self._value, self._bdim),), bound)
+    return self if op.kind == "inplace" else wrap(result, 0, level)
+
+
+tril.def_batch_rule(triangle_batch_rule)
+triu.def_batch_rule(triangle_batch_rule)
+
+
 tril_ = inplace_variant(tril)
 triu_ = inplace_variant(triu)
 
@@ -441,10 +546,19 @@ def trace(self):
     return fresh_tensor(np.trace(self._array(), dtype=dtype.np))
 
 
-@trace.def_derivative
+@trace.def_derivative("self")
 def trace(grad, self_shape):
     rows, cols = _diagonal_positions(self_shape, 0, grad.device)
-    return grad.new_zeros(self_shape).index_put((rows, cols), grad.expand(rows.shape[0])),
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad.expand(rows.shape[0]))
+
+
+@trace.def_batch_rule
+def trace(op, level, args, kwargs):
+    self = args[0]
+    if self.dim() != 2:
+        raise RuntimeError("trace: expected a matrix, but got tensor with dim " f"{self.dim()}")
+    value = to_front(self._value, self._bdim)
+    return wrap(value.diagonal(0, 1, 2).sum(-1), 0, level)
 
 
 def _diag_samples(make):
@@ -468,12 +582,24 @@ def diag(self, diagonal=0):
     return out
 
 
-@diag.def_derivative
+@diag.def_derivative("self")
 def diag(grad, self_shape, diagonal):
     if len(self_shape) == 1:
-        return grad.diagonal(diagonal),
+        return grad.diagonal(diagonal)
     rows, cols = _diagonal_positions(self_shape, diagonal, grad.device)
-    return grad.new_zeros(self_shape).index_put((rows, cols), grad),
+    return grad.new_zeros(self_shape).index_put((rows, cols), grad)
+
+
+@diag.def_batch_rule
+def diag(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, offset = bound["self"], bound["diagonal"]
+    value = to_front(self._value, self._bdim)
+    if self.dim() == 1:
+        return wrap(REGISTRY["diag_embed"](value, offset, -2, -1), 0, level)
+    if self.dim() != 2:
+        raise RuntimeError("diag(): Supports 1D or 2D tensors. Got " f"{self.dim()}D")
+    return wrap(value.diagonal(offset, 1, 2).clone(), 0, level)
 
 
 def _diag_embed_samples(make):
@@ -498,9 +624,22 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     return out
 
 
-@diag_embed.def_derivative
+@diag_embed.def_derivative("self")
 def diag_embed(grad, offset, dim1, dim2):
-    return grad.diagonal(offset, dim1, dim2),
+    return grad.diagonal(offset, dim1, dim2)
+
+
+@diag_embed.def_batch_rule
+def diag_embed(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    n = self.dim() + 1
+    d1, d2 = meta.wrap_dim(bound["dim1"], n), meta.wrap_dim(bound["dim2"], n)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {bound['dim1']}, "
+                           f"{bound['dim2']}")
+    value = to_front(self._value, self._bdim)
+    return wrap(call(op, (value, bound["offset"], d1 + 1, d2 + 1), None), 0, level)
 
 
 __all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chunk", "unbind",

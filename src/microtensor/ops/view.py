@@ -7,10 +7,12 @@ the gradient back to the input's shape with other view ops, or by writing it int
 """
 import builtins
 import operator
+from numbers import Integral
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
 from microtensor.ops.registry import Sample, op
+from microtensor.vmap.helpers import actual_dim, aligned, call, sizes_arg, to_front, wrap
 
 
 def _int_arg(value, name):
@@ -57,9 +59,9 @@ def view(self, *shape):
     return self._make_view_unchecked(sizes, tuple(strides), self._offset)
 
 
-@view.def_derivative
+@view.def_derivative("self")
 def view(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
 
 
 @op(kind="composite")
@@ -81,9 +83,28 @@ def _unsafe_view(self, *shape):
     return self._make_alias_unchecked(sizes, tuple(strides), self._offset)
 
 
-@_unsafe_view.def_derivative
+@_unsafe_view.def_derivative("self")
 def _unsafe_view(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
+
+
+def view_batch_rule(op, level, args, kwargs):
+    """``view``/``_unsafe_view``: the sizes are checked against the *sample's* strides (a
+    per-sample view must exist), then batch dim first and one physical view."""
+    self, shape = args[0], args[1:]
+    if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
+        raise TypeError("view(dtype) is not supported; use .to(dtype)")
+    sizes = tuple(meta.infer_size(sizes_arg(shape), self._numel))
+    if meta.view_strides(self._sizes, self._strides, sizes) is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.")
+    value = to_front(self._value, self._bdim)
+    return wrap(call(op, (value, (value._sizes[0],) + sizes), None), 0, level)
+
+
+view.def_batch_rule(view_batch_rule)
+_unsafe_view.def_batch_rule(view_batch_rule)
 
 
 @op(kind="composite")
@@ -146,9 +167,26 @@ def transpose(self, dim0, dim1):
     return self._make_view_unchecked(tuple(sizes), tuple(strides), self._offset)
 
 
-@transpose.def_derivative
+@transpose.def_derivative("self")
 def transpose(grad, dim0, dim1):
-    return grad.transpose(dim0, dim1),
+    return grad.transpose(dim0, dim1)
+
+
+def _logical_dim(dim, self):
+    return meta.wrap_dim(dim, len(self._sizes))
+
+
+@transpose.def_batch_rule
+def transpose(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, dim0, dim1 = bound["self"], bound["dim0"], bound["dim1"]
+    if not self._sizes:
+        meta.wrap_dim(dim0, 0), meta.wrap_dim(dim1, 0)
+        return self
+    b = self._bdim
+    a0 = actual_dim(_logical_dim(dim0, self), b)
+    a1 = actual_dim(_logical_dim(dim1, self), b)
+    return wrap(call(op, (self._value, a0, a1), None), b, level)
 
 
 @op(kind="composite")
@@ -186,14 +224,25 @@ def permute(self, *dims):
                                      tuple(self._strides[d] for d in wrapped), self._offset)
 
 
-@permute.def_derivative
+@permute.def_derivative("self")
 def permute(grad, dims):
     dims = _sizes_arg(dims)
     n = len(dims)
     inverse = [0] * n
     for i, d in enumerate(dims):
         inverse[meta.wrap_dim(d, n)] = i
-    return grad.permute(inverse),
+    return grad.permute(inverse)
+
+
+@permute.def_batch_rule
+def permute(op, level, args, kwargs):
+    self = args[0]
+    wrapped = permutation(sizes_arg(args[1:] if not kwargs else (kwargs["dims"],)),
+                          self.dim())
+    b = self._bdim
+    order = [actual_dim(d, b) for d in wrapped]
+    order.insert(b, b)
+    return wrap(call(op, (self._value, tuple(order)), None), b, level)
 
 
 @op(kind="composite")
@@ -236,9 +285,19 @@ def unsqueeze(self, dim):
                                      self._offset)
 
 
-@unsqueeze.def_derivative
+@unsqueeze.def_derivative("self")
 def unsqueeze(grad, dim):
-    return grad.squeeze(dim),
+    return grad.squeeze(dim)
+
+
+@unsqueeze.def_batch_rule
+def unsqueeze(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    d = meta.wrap_dim(bound["dim"], self.dim() + 1)
+    b = self._bdim
+    p = d if d < b else d + 1
+    return wrap(call(op, (self._value, p), None), b + 1 if p <= b else b, level)
 
 
 @op(kind="view",
@@ -258,9 +317,25 @@ def squeeze(self, dim=None):
                                      tuple(self._strides[i] for i in keep), self._offset)
 
 
-@squeeze.def_derivative
+@squeeze.def_derivative("self")
 def squeeze(grad, self_shape):
-    return grad.reshape(self_shape),
+    return grad.reshape(self_shape)
+
+
+@squeeze.def_batch_rule
+def squeeze(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, dim = bound["self"], bound.get("dim")
+    n = self.dim()
+    if dim is None:
+        dims = [i for i, s in enumerate(self._sizes) if s == 1]
+    else:
+        dims = [meta.wrap_dim(d, n) for d in ((dim,) if isinstance(dim, Integral) else dim)]
+        dims = [d for d in dims if self._sizes[d] == 1]
+    b = self._bdim
+    physical = tuple(actual_dim(d, b) for d in dims)
+    new_bdim = b - sum(1 for p in physical if p < b)
+    return wrap(call(op, (self._value, physical), None), new_bdim, level)
 
 
 # --------------------------------------------------------------------------- broadcasting
@@ -279,9 +354,21 @@ def expand(self, *sizes):
     return self._make_view_unchecked(final, tuple(strides), self._offset)
 
 
-@expand.def_derivative
+@expand.def_derivative("self")
 def expand(grad, self_shape):
-    return grad.sum_to_size(self_shape),
+    return grad.sum_to_size(self_shape)
+
+
+@expand.def_batch_rule
+def expand(op, level, args, kwargs):
+    self = args[0]
+    sizes = sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    n = self.dim()
+    meta.expand_strides(self._sizes, self._strides, sizes)
+    final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - n)]
+                  for i, s in enumerate(sizes))
+    value = aligned(self._value, self._bdim, n, len(sizes))
+    return wrap(call(op, (value, (value._sizes[0],) + final), None), 0, level)
 
 
 @op(kind="composite")
@@ -329,9 +416,19 @@ def select(self, dim, index):
                                      self._offset + index * self._strides[d])
 
 
-@select.def_derivative
+@select.def_derivative("self")
 def select(grad, self_shape, dim, index):
-    return _zeros_with(grad, self_shape, lambda t: t.select(dim, index)),
+    return _zeros_with(grad, self_shape, lambda t: t.select(dim, index))
+
+
+@select.def_batch_rule
+def select(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    d, index = selected(self, bound["dim"], bound["index"])
+    b = self._bdim
+    p = actual_dim(d, b)
+    return wrap(call(op, (self._value, p, index), None), b if p > b else b - 1, level)
 
 
 @op(kind="view",
@@ -356,9 +453,9 @@ def narrow(self, dim, start, length):
                                      self._strides, self._offset + start * self._strides[d])
 
 
-@narrow.def_derivative
+@narrow.def_derivative("self")
 def narrow(grad, self_shape, dim, start, length):
-    return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length)),
+    return _zeros_with(grad, self_shape, lambda t: t.narrow(dim, start, length))
 
 
 @op(kind="view",
@@ -380,9 +477,23 @@ def slice(self, dim=0, start=None, end=None, step=1):
         self._offset + begin * self._strides[d])
 
 
-@slice.def_derivative
+@slice.def_derivative("self")
 def slice(grad, self_shape, dim, start, end, step):
-    return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step)),
+    return _zeros_with(grad, self_shape, lambda t: t.slice(dim, start, end, step))
+
+
+def narrow_batch_rule(op, level, args, kwargs):
+    """``narrow``/``slice``: the per-sample dim shifted past the batch dim."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    if op.name == "narrow" and self.dim() == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    bound["dim"] = actual_dim(_logical_dim(bound["dim"], self), self._bdim)
+    return wrap(call(op, (self._value,), bound), self._bdim, level)
+
+
+narrow.def_batch_rule(narrow_batch_rule)
+slice.def_batch_rule(narrow_batch_rule)
 
 
 @op(kind="view",
@@ -410,9 +521,24 @@ def diagonal(self, offset=0, dim1=0, dim2=1):
         tuple(self._strides[i] for i in keep) + (self._strides[a] + self._strides[b],), start)
 
 
-@diagonal.def_derivative
+@diagonal.def_derivative("self")
 def diagonal(grad, self_shape, offset, dim1, dim2):
-    return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2)),
+    return _zeros_with(grad, self_shape, lambda t: t.diagonal(offset, dim1, dim2))
+
+
+@diagonal.def_batch_rule
+def diagonal(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    n = self.dim()
+    d1, d2 = meta.wrap_dim(bound["dim1"], n), meta.wrap_dim(bound["dim2"], n)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {bound['dim1']}, "
+                           f"{bound['dim2']}")
+    b = self._bdim
+    p1, p2 = actual_dim(d1, b), actual_dim(d2, b)
+    new_bdim = b - (p1 < b) - (p2 < b)
+    return wrap(call(op, (self._value, bound["offset"], p1, p2), None), new_bdim, level)
 
 
 @op(kind="view",
@@ -441,13 +567,32 @@ def unfold(self, dimension, size, step):
     return self._make_view_unchecked(sizes, strides, self._offset)
 
 
-@unfold.def_derivative
+@unfold.def_derivative("self")
 def unfold(grad, self_shape, self_strides, self_offset, dimension, size, step):
     d = meta.wrap_dim(dimension, max(len(self_shape), 1))
     out_strides = self_strides[:d] + (step * self_strides[d],) + self_strides[d + 1:] + \
         (self_strides[d],) if self_shape else (1,)
     return as_strided_backward(grad, self_shape, self_strides, self_offset, grad.shape,
-                               out_strides, self_offset),
+                               out_strides, self_offset)
+
+
+@unfold.def_batch_rule
+def unfold(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    self, size, step = bound["self"], bound["size"], bound["step"]
+    n = self.dim()
+    d = meta.wrap_dim(bound["dimension"], max(n, 1))
+    dim_size = self._sizes[d] if n else 1
+    if size > dim_size:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {dim_size} but size "
+                           f"is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    b = self._bdim
+    if n == 0:
+        value = to_front(self._value, b).unsqueeze(1)
+        return wrap(call(op, (value, 1, size, step), None).squeeze(1), 0, level)
+    return wrap(call(op, (self._value, actual_dim(d, b), size, step), None), b, level)
 
 
 @op(kind="view",
@@ -464,11 +609,63 @@ def as_strided(self, size, stride, storage_offset=None):
     return self._make_view(sizes, strides, offset)
 
 
-@as_strided.def_derivative
+@as_strided.def_derivative("self")
 def as_strided(grad, self_shape, self_strides, self_offset, size, stride, storage_offset):
     offset = self_offset if storage_offset is None else storage_offset
     return as_strided_backward(grad, self_shape, self_strides, self_offset, size, stride,
-                               offset),
+                               offset)
+
+
+@as_strided.def_batch_rule
+def as_strided(op, level, args, kwargs):
+    """Each sample gets ``size``/``stride``; ``storage_offset`` is read inside each
+    sample's own memory.
+
+    Why: a function written for one sample computes ``size``, ``stride`` and
+    ``storage_offset`` from that sample's metadata (``CopySlices`` carves a view's region
+    out of its base's gradient that way).  Per sample, the tensor's offset is ``base``
+    (its physical offset), so sample ``i``'s request is its own memory shifted by
+    ``storage_offset - base``: physically, the batch dim keeps the input's batch stride
+    (sample ``i`` starts ``i * batch_stride`` further) and every sample shares the
+    offset, which is the request for sample 0.  The region must lie inside what one
+    sample's own geometry reaches (``_check_inside_sample``): beyond it, it would read
+    another sample's memory, and vmap refuses, as PyTorch does.
+    """
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    sizes = tuple(int(s) for s in bound["size"])
+    strides = tuple(int(s) for s in bound["stride"])
+    if len(sizes) != len(strides):
+        raise RuntimeError(f"Tensor.as_strided(size, stride, ...): size and stride must have "
+                           f"the same length! Got size {list(sizes)} and stride "
+                           f"{list(strides)}")
+    value = self._value
+    base = value._offset
+    offset = base if bound["storage_offset"] is None else int(bound["storage_offset"])
+    _check_inside_sample(self, sizes, strides, offset, base)
+    physical = call(op, (value, (value._sizes[self._bdim],) + sizes,
+                         (value._strides[self._bdim],) + strides, offset), None)
+    return wrap(physical, 0, level)
+
+
+def _check_inside_sample(self, sizes, strides, offset, base):
+    needed = meta.storage_size_for(sizes, strides)
+    if not needed:
+        return
+    request = f"result = tensor.as_strided({list(sizes)}, {list(strides)}, {offset}) "
+    available = meta.storage_size_for(self._sizes, self._strides)
+    if not available:
+        raise RuntimeError(
+            request + "can access memory outside of `tensor`. `tensor` has no storage but the "
+            "passed-in (size, stride, storage_offset) imply a result with some storage. This "
+            "is not supported inside of vmap, please try to rewrite the `as_strided` call as a "
+            "sequence of view operations")
+    if offset < base or offset + needed > base + available:
+        raise RuntimeError(
+            request + f"can access memory outside of `tensor`. `result` can access some memory "
+            f"in range [{offset}, {offset + needed}], but `tensor` can only access some memory "
+            f"in range [{base}, {base + available}]. This is not supported inside of vmap, "
+            "please try to rewrite the `as_strided` call as a sequence of view operations")
 
 
 def as_strided_backward(grad, in_sizes, in_strides, in_offset, sizes, strides, offset):
@@ -518,9 +715,9 @@ def alias(self):
     return self._make_view_unchecked(self._sizes, self._strides, self._offset)  # same geometry
 
 
-@alias.def_derivative
+@alias.def_derivative("self")
 def alias(grad):
-    return grad,
+    return grad
 
 
 @op(kind="view", differentiable=False,
@@ -529,3 +726,13 @@ def detach(self):
     """Shares storage and version counter but is cut from the graph; like PyTorch's, it is
     not a view (``_base`` is None)."""
     return self._make_alias_unchecked(self._sizes, self._strides, self._offset)  # same geometry
+
+
+def alias_batch_rule(op, level, args, kwargs):
+    """``alias``/``detach``: the same op on the physical tensor, batch dim kept."""
+    self = args[0]
+    return wrap(call(op, (self._value,), None), self._bdim, level)
+
+
+alias.def_batch_rule(alias_batch_rule)
+detach.def_batch_rule(alias_batch_rule)

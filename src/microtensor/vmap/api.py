@@ -1,8 +1,10 @@
 """The ``vmap`` transform: validate ``in_dims``/``out_dims``, wrap the inputs as
 ``BatchedTensor``s of a new level, call the function once, unwrap the outputs.
 
-Also installs vmap's two hooks into the autograd engine: the guard that refuses ``backward()`` (and
-``autograd.grad`` of batched outputs or inputs) inside vmap, and the implementation of
+Installs vmap's hook into the dispatcher (``rules.handle``), the batching of user
+``autograd.Function``s (``function.batched_apply``), and vmap's two hooks into the
+autograd engine: the guard that refuses ``backward()`` (and ``autograd.grad`` of batched
+outputs or inputs) inside vmap, and the implementation of
 ``autograd.grad(..., is_grads_batched=True)`` as a vmap over the grad_outputs.
 """
 import functools
@@ -10,7 +12,9 @@ import functools
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine
+from microtensor.autograd import function as _autograd_function
 from microtensor.ops import dispatch
+from microtensor.vmap import function as _function
 from microtensor.vmap import rules
 from microtensor.vmap.batched import BatchedTensor, Level, active_levels, unwrap, wrap
 
@@ -399,5 +403,6 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 
 dispatch.set_batching(rules.handle, BatchedTensor)
+_autograd_function.batched_apply = _function.batched_apply
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad

@@ -13,7 +13,7 @@ from microtensor.ops import dispatch
 from microtensor.vmap.batched import BatchedTensor, batch_size, wrap
 
 
-def _no_fallback(op):
+def no_fallback(op):
     return RuntimeError(f"Batching rule not implemented for {op.name}; the fallback path "
                         "doesn't work on out= or view ops.")
 
@@ -59,7 +59,7 @@ def _mixed_undefined():
 
 def fallback(op, level, args, kwargs):
     if op.kind in ("view", "inplace") or (kwargs and kwargs.get("out") is not None):
-        raise _no_fallback(op)
+        raise no_fallback(op)
     return loop_and_stack(op.name, lambda *a, **k: dispatch.call(op, a, k or None), level,
                           args, kwargs)
 

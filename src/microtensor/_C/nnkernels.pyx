@@ -1,0 +1,367 @@
+"""C kernels of the layers: softmax / log_softmax along the last dim and their backward,
+layer_norm forward and backward, GELU forward and backward, 2-d max pooling with indices
+and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
+transposed one.
+
+Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
+returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
+``out`` of any strides too (a non-contiguous one is filled from a contiguous result).  The
+loops themselves are in ``nnmath.h``: one pass per quantity over rows that stay in cache,
+float32 with vectorised exp / erf.  Every other dtype is refused with a TypeError: the
+ops keep their NumPy path for those.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+cnp.import_array()
+
+cdef extern from "nnmath.h" nogil:
+    void mt_softmax_f32(float* out, const float* x, Py_ssize_t rows, Py_ssize_t n, int log_of)
+    void mt_softmax_f64(double* out, const double* x, Py_ssize_t rows, Py_ssize_t n,
+                        int log_of)
+    void mt_softmax_backward_f32(float* out, const float* g, const float* y, Py_ssize_t rows,
+                                 Py_ssize_t n)
+    void mt_softmax_backward_f64(double* out, const double* g, const double* y,
+                                 Py_ssize_t rows, Py_ssize_t n)
+    void mt_log_softmax_backward_f32(float* out, const float* g, const float* y,
+                                     Py_ssize_t rows, Py_ssize_t n)
+    void mt_log_softmax_backward_f64(double* out, const double* g, const double* y,
+                                     Py_ssize_t rows, Py_ssize_t n)
+    void mt_layer_norm_f32(float* out, const float* x, const float* w, const float* b,
+                           Py_ssize_t rows, Py_ssize_t n, double eps)
+    void mt_layer_norm_f64(double* out, const double* x, const double* w, const double* b,
+                           Py_ssize_t rows, Py_ssize_t n, double eps)
+    void mt_layer_norm_backward_f32(float* gx, float* gw, float* gb, const float* g,
+                                    const float* x, const float* w, Py_ssize_t rows,
+                                    Py_ssize_t n, double eps)
+    void mt_layer_norm_backward_f64(double* gx, double* gw, double* gb, const double* g,
+                                    const double* x, const double* w, Py_ssize_t rows,
+                                    Py_ssize_t n, double eps)
+    void mt_gelu_f32(float* out, const float* x, Py_ssize_t n, int tanh_mode)
+    void mt_gelu_f64(double* out, const double* x, Py_ssize_t n, int tanh_mode)
+    void mt_gelu_backward_f32(float* out, const float* g, const float* x, Py_ssize_t n,
+                              int tanh_mode)
+    void mt_gelu_backward_f64(double* out, const double* g, const double* x, Py_ssize_t n,
+                              int tanh_mode)
+    void mt_max_pool2d_f32(float* out, int64_t* indices, const float* x, Py_ssize_t planes,
+                           Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
+                           Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                           Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_max_pool2d_f64(double* out, int64_t* indices, const double* x, Py_ssize_t planes,
+                           Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
+                           Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                           Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_im2col_f32(float* out, const float* x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,
+                       Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,
+                       Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                       Py_ssize_t dw, int positions_major)
+    void mt_im2col_f64(double* out, const double* x, Py_ssize_t n, Py_ssize_t c,
+                       Py_ssize_t h, Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw,
+                       Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw,
+                       Py_ssize_t dh, Py_ssize_t dw, int positions_major)
+    void mt_col2im_f32(float* flat, const float* blocks, const int64_t* starts,
+                       Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
+    void mt_col2im_f64(double* flat, const double* blocks, const int64_t* starts,
+                       Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
+    int mt_max_pool_backward_f32(float* grad_input, const float* grad, const int64_t* indices,
+                                 Py_ssize_t planes, Py_ssize_t plane_size, Py_ssize_t per_plane)
+    int mt_max_pool_backward_f64(double* grad_input, const double* grad,
+                                 const int64_t* indices, Py_ssize_t planes,
+                                 Py_ssize_t plane_size, Py_ssize_t per_plane)
+
+
+def supports(*arrays):
+    """Whether these kernels take ``arrays`` (None entries aside): NumPy arrays of one
+    dtype, float32 or float64."""
+    dtype = None
+    for a in arrays:
+        if a is None:
+            continue
+        if not isinstance(a, np.ndarray) or (dtype is not None and a.dtype != dtype):
+            return False
+        dtype = a.dtype
+    return dtype == np.float32 or dtype == np.float64
+
+
+cdef bint is_f32(object a, str kernel) except -1:
+    """True for float32, False for float64; TypeError for any other dtype."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{kernel}: NumPy arrays expected")
+    if a.dtype == np.float32:
+        return True
+    if a.dtype == np.float64:
+        return False
+    raise TypeError(f"{kernel}: float32 or float64 arrays expected, got {a.dtype}")
+
+
+cdef object operand(object a, object dtype, tuple shape, str kernel):
+    """``a`` as a C-contiguous array of ``dtype`` and ``shape`` (a copy only when strided)."""
+    if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != shape:
+        raise TypeError(f"{kernel}: arrays of one dtype and shape expected")
+    return np.ascontiguousarray(a)
+
+
+cdef object target(object out, str kernel):
+    """Where to compute ``out``: itself when C-contiguous, else a scratch array copied to it
+    by ``finish``."""
+    if not out.flags.writeable:
+        raise ValueError(f"{kernel}: out is read-only")
+    return out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+
+
+cdef object finish(object out, object result):
+    if result is not out:
+        np.copyto(out, result)
+    return out
+
+
+cdef Py_ssize_t last(object a):
+    return a.shape[a.ndim - 1] if a.ndim else 1
+
+
+cdef void* data(cnp.ndarray a):
+    return cnp.PyArray_DATA(a)
+
+
+def softmax(out, x, bint log_of):
+    """softmax (``log_of``: log_softmax) of ``x`` along its last dim into ``out``."""
+    cdef bint f32 = is_f32(out, "softmax")
+    cdef object src = operand(x, out.dtype, out.shape, "softmax")
+    cdef object res = target(out, "softmax")
+    cdef Py_ssize_t n = last(src), rows = src.size // n if n else 0
+    if f32:
+        mt_softmax_f32(<float*>data(res), <const float*>data(src), rows, n, log_of)
+    else:
+        mt_softmax_f64(<double*>data(res), <const double*>data(src), rows, n, log_of)
+    return finish(out, res)
+
+
+def softmax_backward(out, grad, output, bint log_of):
+    """The gradient of softmax (``log_of``: log_softmax) along the last dim for the incoming
+    ``grad``, from the forward ``output``: ``output * (grad - sum(grad * output))``, or
+    ``grad - exp(output) * sum(grad)``."""
+    cdef bint f32 = is_f32(out, "softmax_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "softmax_backward")
+    cdef object y = operand(output, out.dtype, out.shape, "softmax_backward")
+    cdef object res = target(out, "softmax_backward")
+    cdef Py_ssize_t n = last(g), rows = g.size // n if n else 0
+    if f32 and log_of:
+        mt_log_softmax_backward_f32(<float*>data(res), <const float*>data(g),
+                                    <const float*>data(y), rows, n)
+    elif f32:
+        mt_softmax_backward_f32(<float*>data(res), <const float*>data(g),
+                                <const float*>data(y), rows, n)
+    elif log_of:
+        mt_log_softmax_backward_f64(<double*>data(res), <const double*>data(g),
+                                    <const double*>data(y), rows, n)
+    else:
+        mt_softmax_backward_f64(<double*>data(res), <const double*>data(g),
+                                <const double*>data(y), rows, n)
+    return finish(out, res)
+
+
+cdef tuple row_shape(object x, Py_ssize_t k, str kernel):
+    if not 0 < k <= x.ndim:
+        raise ValueError(f"{kernel}: normalise over 1 to {x.ndim} trailing dims, got {k}")
+    return tuple(x.shape[x.ndim - k:])
+
+
+cdef const void* optional(object a, object dtype, tuple shape, str kernel, list keep):
+    """The data of an optional parameter array (NULL for None), kept alive in ``keep``."""
+    if a is None:
+        return NULL
+    cdef object arr = operand(a, dtype, shape, kernel)
+    keep.append(arr)
+    return data(arr)
+
+
+def layer_norm(out, x, Py_ssize_t k, weight, bias, double eps):
+    """``layer_norm`` of ``x`` over its last ``k`` dims (biased variance), scaled by
+    ``weight`` and shifted by ``bias`` (each None or of those dims' shape), into ``out``."""
+    cdef bint f32 = is_f32(out, "layer_norm")
+    cdef object src = operand(x, out.dtype, out.shape, "layer_norm")
+    cdef tuple shape = row_shape(src, k, "layer_norm")
+    cdef list keep = []
+    cdef const void* w = optional(weight, out.dtype, shape, "layer_norm", keep)
+    cdef const void* b = optional(bias, out.dtype, shape, "layer_norm", keep)
+    cdef object res = target(out, "layer_norm")
+    cdef Py_ssize_t n = int(np.prod(shape)), rows = src.size // n if n else 0
+    if f32:
+        mt_layer_norm_f32(<float*>data(res), <const float*>data(src), <const float*>w,
+                          <const float*>b, rows, n, eps)
+    else:
+        mt_layer_norm_f64(<double*>data(res), <const double*>data(src), <const double*>w,
+                          <const double*>b, rows, n, eps)
+    return finish(out, res)
+
+
+def layer_norm_backward(grad, x, Py_ssize_t k, weight, double eps):
+    """``layer_norm``'s gradients for the incoming ``grad``: (input's, weight's (None
+    without a weight), bias's), fresh contiguous arrays."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError("layer_norm_backward: arrays expected")
+    cdef object src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "layer_norm_backward")
+    cdef object g = operand(grad, src.dtype, src.shape, "layer_norm_backward")
+    cdef tuple shape = row_shape(src, k, "layer_norm_backward")
+    cdef list keep = []
+    cdef const void* w = optional(weight, src.dtype, shape, "layer_norm_backward", keep)
+    cdef object grad_input = np.empty(src.shape, src.dtype)
+    cdef object grad_bias = np.zeros(shape, src.dtype)
+    grad_weight = None if weight is None else np.zeros(shape, src.dtype)
+    cdef void* gw = NULL if grad_weight is None else data(grad_weight)
+    cdef Py_ssize_t n = int(np.prod(shape)), rows = src.size // n if n else 0
+    if f32:
+        mt_layer_norm_backward_f32(<float*>data(grad_input), <float*>gw,
+                                   <float*>data(grad_bias), <const float*>data(g),
+                                   <const float*>data(src), <const float*>w, rows, n, eps)
+    else:
+        mt_layer_norm_backward_f64(<double*>data(grad_input), <double*>gw,
+                                   <double*>data(grad_bias), <const double*>data(g),
+                                   <const double*>data(src), <const double*>w, rows, n,
+                                   eps)
+    return grad_input, grad_weight, grad_bias
+
+
+def gelu(out, x, bint tanh_mode):
+    """GELU of ``x`` (``tanh_mode``: the tanh approximation) into ``out``."""
+    cdef bint f32 = is_f32(out, "gelu")
+    cdef object src = operand(x, out.dtype, out.shape, "gelu")
+    cdef object res = target(out, "gelu")
+    if f32:
+        mt_gelu_f32(<float*>data(res), <const float*>data(src), src.size, tanh_mode)
+    else:
+        mt_gelu_f64(<double*>data(res), <const double*>data(src), src.size, tanh_mode)
+    return finish(out, res)
+
+
+def gelu_backward(out, grad, x, bint tanh_mode):
+    """``grad`` times GELU's derivative at ``x`` into ``out``."""
+    cdef bint f32 = is_f32(out, "gelu_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "gelu_backward")
+    cdef object src = operand(x, out.dtype, out.shape, "gelu_backward")
+    cdef object res = target(out, "gelu_backward")
+    if f32:
+        mt_gelu_backward_f32(<float*>data(res), <const float*>data(g),
+                             <const float*>data(src), src.size, tanh_mode)
+    else:
+        mt_gelu_backward_f64(<double*>data(res), <const double*>data(g),
+                             <const double*>data(src), src.size, tanh_mode)
+    return finish(out, res)
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, out_size):
+    """2-d max pooling of the last two dims of ``x`` (float32/float64): (values, int64 flat
+    indices in each input plane), fresh arrays of the leading dims plus ``out_size``.
+    Positions in the padding are skipped (PyTorch's kernel: the first maximum, the last
+    NaN)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 2:
+        raise TypeError("max_pool2d: an array of at least 2 dims expected")
+    src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "max_pool2d")
+    cdef Py_ssize_t h = src.shape[src.ndim - 2], w = src.shape[src.ndim - 1]
+    cdef Py_ssize_t oh = out_size[0], ow = out_size[1]
+    cdef Py_ssize_t kh = kernel[0], kw = kernel[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1]
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw, oh, ow) < 0 or h < 1 or w < 1 or \
+            (oh - 1) * sh - ph >= h or (ow - 1) * sw - pw >= w or \
+            (kh - 1) * dh < ph or (kw - 1) * dw < pw:
+        raise ValueError("max_pool2d: every window must overlap the input")
+    shape = src.shape[:src.ndim - 2] + (oh, ow)
+    out = np.empty(shape, src.dtype)
+    indices = np.empty(shape, np.int64)
+    cdef Py_ssize_t planes = src.size // (h * w)
+    cdef int64_t* idx = <int64_t*>data(indices)
+    if f32:
+        mt_max_pool2d_f32(<float*>data(out), idx, <const float*>data(src), planes, h, w, oh,
+                          ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    else:
+        mt_max_pool2d_f64(<double*>data(out), idx, <const double*>data(src), planes, h, w,
+                          oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    return out, indices
+
+
+def max_pool_backward(grad, indices, tuple input_shape, Py_ssize_t d):
+    """Max pooling's gradient: ``grad`` added at its flat ``indices`` (int64, ``grad``'s
+    shape) in each plane of the last ``d`` dims of a fresh zero array of ``input_shape``."""
+    if not isinstance(indices, np.ndarray) or indices.dtype != np.int64 or \
+            not isinstance(grad, np.ndarray) or grad.shape != indices.shape or \
+            not 0 < d <= len(input_shape) or grad.ndim < d or \
+            grad.shape[:grad.ndim - d] != input_shape[:len(input_shape) - d]:
+        raise TypeError("max_pool_backward: grad and int64 indices of one shape, with the "
+                        "input's leading dims, expected")
+    g = np.ascontiguousarray(grad)
+    cdef bint f32 = is_f32(g, "max_pool_backward")
+    idx = np.ascontiguousarray(indices)
+    cdef Py_ssize_t plane = int(np.prod(input_shape[len(input_shape) - d:]))
+    cdef Py_ssize_t planes = int(np.prod(input_shape[:len(input_shape) - d]))
+    cdef Py_ssize_t per_plane = int(np.prod(g.shape[g.ndim - d:]))
+    grad_input = np.empty(input_shape, g.dtype)
+    cdef int bad
+    if f32:
+        bad = mt_max_pool_backward_f32(<float*>data(grad_input), <const float*>data(g),
+                                       <const int64_t*>data(idx), planes, plane, per_plane)
+    else:
+        bad = mt_max_pool_backward_f64(<double*>data(grad_input), <const double*>data(g),
+                                       <const int64_t*>data(idx), planes, plane, per_plane)
+    if bad:
+        raise IndexError(f"max_pool_backward: an index is outside the plane of {plane}")
+    return grad_input
+
+
+def col2im(blocks, starts, Py_ssize_t total):
+    """Rows of ``total`` (a fresh array (P, total)), row p the sum of the K blocks of
+    ``blocks`` (P, K, L), block j added at ``starts[j]``: one pass per row over its blocks,
+    while the row stays in cache."""
+    if not isinstance(blocks, np.ndarray) or blocks.ndim != 3:
+        raise TypeError("col2im: blocks (P, K, L) expected")
+    b = np.ascontiguousarray(blocks)
+    cdef bint f32 = is_f32(b, "col2im")
+    offsets = np.ascontiguousarray(starts, dtype=np.int64)
+    cdef Py_ssize_t planes = b.shape[0], k = b.shape[1], length = b.shape[2]
+    if offsets.shape != (k,) or (k and (offsets.min() < 0 or offsets.max() + length > total)):
+        raise ValueError(f"col2im: {k} starts in [0, {total - length}] expected")
+    flat = np.empty((planes, total), b.dtype)
+    if f32:
+        mt_col2im_f32(<float*>data(flat), <const float*>data(b),
+                      <const int64_t*>data(offsets), planes, total, k, length)
+    else:
+        mt_col2im_f64(<double*>data(flat), <const double*>data(b),
+                      <const int64_t*>data(offsets), planes, total, k, length)
+    return flat
+
+
+def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major, out=None):
+    """The columns of a 2-d convolution of ``x`` (N, C, H, W), already padded: an array
+    (N, C * kh * kw, oh * ow), or (N * oh * ow, C * kh * kw) if ``positions_major``
+    (``out`` if given, C-contiguous, else a fresh one); element (n, c, i, j, y, z) is
+    ``x[n, c, y * stride[0] + i * dilation[0], z * stride[1] + j * dilation[1]]``."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4:
+        raise TypeError("im2col2d: an array (N, C, H, W) expected")
+    src = np.ascontiguousarray(x)
+    cdef bint f32 = is_f32(src, "im2col2d")
+    cdef Py_ssize_t n = src.shape[0], c = src.shape[1], h = src.shape[2], w = src.shape[3]
+    cdef Py_ssize_t kh = kernel[0], kw = kernel[1], oh = out_size[0], ow = out_size[1]
+    cdef Py_ssize_t sh = stride[0], sw = stride[1], dh = dilation[0], dw = dilation[1]
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(oh, ow) < 0 or \
+            (oh and (oh - 1) * sh + (kh - 1) * dh >= h) or \
+            (ow and (ow - 1) * sw + (kw - 1) * dw >= w):
+        raise ValueError("im2col2d: the windows must lie inside the input")
+    cdef tuple shape = (n * oh * ow, c * kh * kw)
+    if not positions_major:
+        shape = (n, c * kh * kw, oh * ow)
+    if out is None:
+        out = np.empty(shape, src.dtype)
+    elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != src.dtype or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise TypeError(f"im2col2d: out must be a writable C-contiguous {src.dtype} array of "
+                        f"shape {shape}")
+    if f32:
+        mt_im2col_f32(<float*>data(out), <const float*>data(src), n, c, h, w, kh, kw, oh, ow,
+                      sh, sw, dh, dw, positions_major)
+    else:
+        mt_im2col_f64(<double*>data(out), <const double*>data(src), n, c, h, w, kh, kw, oh,
+                      ow, sh, sw, dh, dw, positions_major)
+    return out

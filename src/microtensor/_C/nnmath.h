@@ -1,0 +1,339 @@
+/* Loops of the layer kernels (nnkernels.pyx) over contiguous rows, float and double.
+ *
+ * float32 uses vectorisable approximations of exp (Cephes' polynomial, about 1 ulp) and of
+ * erf (Eigen's rational function, as XLA's), so that GCC turns each loop into SIMD code;
+ * float64 calls libm for accuracy.  Each loop is compiled twice (target_clones): for
+ * x86-64-v3 (AVX2 + FMA) and for the baseline, the loader picking the one the CPU runs.
+ */
+#ifndef MICROTENSOR_NNMATH_H
+#define MICROTENSOR_NNMATH_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define MT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MT_CLONES
+#endif
+/* forced: GCC does not otherwise inline a baseline function into the AVX2 clone */
+#define MT_INLINE static inline __attribute__((always_inline))
+
+#define MT_SQRT1_2 0.70710678118654752440
+#define MT_1_OVER_SQRT_2PI 0.39894228040143267794
+#define MT_GELU_K 0.79788456080286535588   /* sqrt(2 / pi) */
+#define MT_GELU_C 0.044715
+
+/* exp for any float: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by Cephes' polynomial, 2^n as
+ * two exponent-field products so that n may reach the denormal and overflow range; below
+ * -104 the result is 0, above 89 inf; NaN stays NaN.  n is rounded by adding 1.5 * 2^23
+ * (its bits then hold n): GCC does not vectorise a float-to-int conversion after the
+ * clamp. */
+MT_INLINE float mt_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    union { int32_t i; float f; } k, s1, s2;
+    k.f = xc * 1.44269504088896341f + 12582912.0f;
+    float fn = k.f - 12582912.0f;
+    int32_t n = k.i - 0x4B400000;
+    float r = xc - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t half = n >> 1;
+    s1.i = (half + 127) << 23;
+    s2.i = (n - half + 127) << 23;
+    return x != x ? x : p * s1.f * s2.f;
+}
+
+/* erf in float: Eigen's rational approximation on [-4, 4], +-1 beyond. */
+MT_INLINE float mt_erff(float x) {
+    float xc = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+    float z = xc * xc;
+    float num = -2.72614225801306e-10f;
+    num = num * z + 2.77068142495902e-08f;
+    num = num * z + -2.10102402082508e-06f;
+    num = num * z + -5.69250639462346e-05f;
+    num = num * z + -7.34990630326855e-04f;
+    num = num * z + -2.95459980854025e-03f;
+    num = num * z + -1.60960333262415e-02f;
+    float den = -1.45660718464996e-05f;
+    den = den * z + -2.13374055278905e-04f;
+    den = den * z + -1.68282697438203e-03f;
+    den = den * z + -7.37332916720468e-03f;
+    den = den * z + -1.42647390514189e-02f;
+    return xc * num / den;
+}
+
+/* tanh from exp of a non-positive argument (no overflow, no cancellation of large values) */
+MT_INLINE float mt_tanhf(float x) {
+    float e = mt_expf(-2.0f * fabsf(x));
+    float t = (1.0f - e) / (1.0f + e);
+    return x < 0.0f ? -t : t;
+}
+
+#define MT_SIMD _Pragma("omp simd")
+
+/* Each kernel below is instantiated for (float, f32, mt_expf, mt_erff, mt_tanhf, logf)
+ * and (double, f64, exp, erf, tanh, log). */
+#define MT_KERNELS(T, SFX, EXP, ERF, TANH, LOG)                                             \
+                                                                                            \
+/* softmax (or log_softmax) of each of `rows` rows of `n` */                                \
+MT_CLONES static void mt_softmax_##SFX(T* out, const T* x, ptrdiff_t rows, ptrdiff_t n,     \
+                                       int log_of) {                                        \
+    for (ptrdiff_t r = 0; r < rows; r++, out += n, x += n) {                                \
+        T peak = x[0];                                                                      \
+        _Pragma("omp simd reduction(max:peak)")                                             \
+        for (ptrdiff_t i = 0; i < n; i++) peak = x[i] > peak ? x[i] : peak;                 \
+        T total = 0;                                                                        \
+        if (log_of) {                                                                       \
+            _Pragma("omp simd reduction(+:total)")                                          \
+            for (ptrdiff_t i = 0; i < n; i++) {                                             \
+                out[i] = x[i] - peak;                                                       \
+                total += EXP(out[i]);                                                       \
+            }                                                                               \
+            T shift = LOG(total);                                                           \
+            MT_SIMD                                                                         \
+            for (ptrdiff_t i = 0; i < n; i++) out[i] -= shift;                              \
+        } else {                                                                            \
+            _Pragma("omp simd reduction(+:total)")                                          \
+            for (ptrdiff_t i = 0; i < n; i++) {                                             \
+                out[i] = EXP(x[i] - peak);                                                  \
+                total += out[i];                                                            \
+            }                                                                               \
+            T scale = 1 / total;                                                            \
+            MT_SIMD                                                                         \
+            for (ptrdiff_t i = 0; i < n; i++) out[i] *= scale;                              \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* out = y * (g - sum(g * y)) per row: softmax's gradient from its output y */              \
+MT_CLONES static void mt_softmax_backward_##SFX(T* out, const T* g, const T* y,             \
+                                                ptrdiff_t rows, ptrdiff_t n) {              \
+    for (ptrdiff_t r = 0; r < rows; r++, out += n, g += n, y += n) {                        \
+        T dot = 0;                                                                          \
+        _Pragma("omp simd reduction(+:dot)")                                                \
+        for (ptrdiff_t i = 0; i < n; i++) dot += g[i] * y[i];                               \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) out[i] = y[i] * (g[i] - dot);                     \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* out = g - exp(y) * sum(g) per row: log_softmax's gradient from its output y */           \
+MT_CLONES static void mt_log_softmax_backward_##SFX(T* out, const T* g, const T* y,         \
+                                                    ptrdiff_t rows, ptrdiff_t n) {          \
+    for (ptrdiff_t r = 0; r < rows; r++, out += n, g += n, y += n) {                        \
+        T total = 0;                                                                        \
+        _Pragma("omp simd reduction(+:total)")                                              \
+        for (ptrdiff_t i = 0; i < n; i++) total += g[i];                                    \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) out[i] = g[i] - EXP(y[i]) * total;                \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* mean and 1 / sqrt(biased variance + eps) of one row (two passes: no cancellation) */     \
+static inline void mt_row_stats_##SFX(const T* x, ptrdiff_t n, double eps, T* mean,         \
+                                      T* rstd) {                                            \
+    T total = 0, squares = 0;                                                               \
+    _Pragma("omp simd reduction(+:total)")                                                  \
+    for (ptrdiff_t i = 0; i < n; i++) total += x[i];                                        \
+    T m = total / n;                                                                        \
+    _Pragma("omp simd reduction(+:squares)")                                                \
+    for (ptrdiff_t i = 0; i < n; i++) squares += (x[i] - m) * (x[i] - m);                   \
+    *mean = m;                                                                              \
+    *rstd = (T)(1.0 / sqrt((double)(squares / n) + eps));                                   \
+}                                                                                           \
+                                                                                            \
+/* layer_norm of rows of n: (x - mean) * rstd * w + b (w, b may be NULL) */                 \
+MT_CLONES static void mt_layer_norm_##SFX(T* out, const T* x, const T* w, const T* b,       \
+                                          ptrdiff_t rows, ptrdiff_t n, double eps) {        \
+    for (ptrdiff_t r = 0; r < rows; r++, out += n, x += n) {                                \
+        T mean, rstd;                                                                       \
+        mt_row_stats_##SFX(x, n, eps, &mean, &rstd);                                        \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++)                                                   \
+            out[i] = (x[i] - mean) * rstd * (w ? w[i] : (T)1) + (b ? b[i] : (T)0);          \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* layer_norm's gradients: gx = rstd (gw - mean(gw) - xhat mean(gw xhat)) with gw = g * w;  \
+ * gweight (if not NULL) and gbias accumulate sum over rows of g * xhat and of g. */        \
+MT_CLONES static void mt_layer_norm_backward_##SFX(T* gx, T* gweight, T* gbias,             \
+        const T* g, const T* x, const T* w, ptrdiff_t rows, ptrdiff_t n, double eps) {      \
+    for (ptrdiff_t r = 0; r < rows; r++, gx += n, g += n, x += n) {                         \
+        T mean, rstd, sum_gw = 0, sum_gw_xhat = 0;                                          \
+        mt_row_stats_##SFX(x, n, eps, &mean, &rstd);                                        \
+        _Pragma("omp simd reduction(+:sum_gw)")                                             \
+        for (ptrdiff_t i = 0; i < n; i++) sum_gw += g[i] * (w ? w[i] : (T)1);               \
+        _Pragma("omp simd reduction(+:sum_gw_xhat)")                                        \
+        for (ptrdiff_t i = 0; i < n; i++)                                                   \
+            sum_gw_xhat += g[i] * (w ? w[i] : (T)1) * ((x[i] - mean) * rstd);               \
+        T a = sum_gw / n, c = sum_gw_xhat / n;                                              \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) {                                                 \
+            T xhat = (x[i] - mean) * rstd;                                                  \
+            gx[i] = rstd * (g[i] * (w ? w[i] : (T)1) - a - xhat * c);                       \
+            gbias[i] += g[i];                                                               \
+        }                                                                                   \
+        if (gweight) {                                                                      \
+            MT_SIMD                                                                         \
+            for (ptrdiff_t i = 0; i < n; i++) gweight[i] += g[i] * ((x[i] - mean) * rstd);  \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* GELU, exact (erf) or with the tanh approximation */                                      \
+MT_CLONES static void mt_gelu_##SFX(T* out, const T* x, ptrdiff_t n, int tanh_mode) {       \
+    if (tanh_mode) {                                                                        \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) {                                                 \
+            T v = x[i];                                                                     \
+            out[i] = (T)0.5 * v * (1 + TANH((T)MT_GELU_K * (v + (T)MT_GELU_C * v * v * v))); \
+        }                                                                                   \
+    } else {                                                                                \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++)                                                   \
+            out[i] = (T)0.5 * x[i] * (1 + ERF(x[i] * (T)MT_SQRT1_2));                       \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* out = g * GELU'(x) */                                                                    \
+MT_CLONES static void mt_gelu_backward_##SFX(T* out, const T* g, const T* x, ptrdiff_t n,   \
+                                             int tanh_mode) {                               \
+    if (tanh_mode) {                                                                        \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) {                                                 \
+            T v = x[i], v2 = v * v;                                                         \
+            T t = TANH((T)MT_GELU_K * (v + (T)MT_GELU_C * v2 * v));                         \
+            T du = (T)MT_GELU_K * (1 + 3 * (T)MT_GELU_C * v2);                              \
+            out[i] = g[i] * ((T)0.5 * (1 + t) + (T)0.5 * v * (1 - t * t) * du);             \
+        }                                                                                   \
+    } else {                                                                                \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t i = 0; i < n; i++) {                                                 \
+            T v = x[i];                                                                     \
+            out[i] = g[i] * ((T)0.5 * (1 + ERF(v * (T)MT_SQRT1_2))                          \
+                             + v * (T)MT_1_OVER_SQRT_2PI * EXP((T)-0.5 * v * v));           \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+/* 2-d max pooling of `planes` planes (h, w) into (oh, ow): each window's maximum (the
+ * first, or the last NaN) and its flat index in the plane, positions outside the plane
+ * (padding) skipped, as PyTorch's kernel; a window of -inf only points at its first
+ * position inside the plane. */
+#define MT_MAX_POOL(T, SFX)                                                                 \
+static void mt_max_pool2d_##SFX(T* out, int64_t* indices, const T* x, ptrdiff_t planes,     \
+        ptrdiff_t h, ptrdiff_t w, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t kh, ptrdiff_t kw,   \
+        ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t dh, ptrdiff_t dw) { \
+    for (ptrdiff_t p = 0; p < planes; p++, x += h * w) {                                    \
+        for (ptrdiff_t i = 0; i < oh; i++) {                                                \
+            ptrdiff_t top = i * sh - ph;                                                    \
+            ptrdiff_t r0 = top, r1 = top + (kh - 1) * dh + 1;                               \
+            while (r0 < 0) r0 += dh;                                                        \
+            if (r1 > h) r1 = h;                                                             \
+            for (ptrdiff_t j = 0; j < ow; j++, out++, indices++) {                          \
+                ptrdiff_t left = j * sw - pw;                                               \
+                ptrdiff_t c0 = left, c1 = left + (kw - 1) * dw + 1;                         \
+                while (c0 < 0) c0 += dw;                                                    \
+                if (c1 > w) c1 = w;                                                         \
+                ptrdiff_t best_at = r0 * w + c0;                                            \
+                T best = -INFINITY;                                                         \
+                for (ptrdiff_t r = r0; r < r1; r += dh)                                     \
+                    for (ptrdiff_t c = c0; c < c1; c += dw) {                               \
+                        T v = x[r * w + c];                                                 \
+                        if (v > best || v != v) {                                           \
+                            best = v;                                                       \
+                            best_at = r * w + c;                                            \
+                        }                                                                   \
+                    }                                                                       \
+                *out = best;                                                                \
+                *indices = best_at;                                                         \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+/* max pooling's gradient: each plane of `grad_input` (zeroed here) gets the `per_plane`    \
+ * values of `grad` added at their `indices`; 0, or 1 (and nothing more written) at the    \
+ * first index outside the plane */                                                         \
+static int mt_max_pool_backward_##SFX(T* grad_input, const T* grad, const int64_t* indices, \
+        ptrdiff_t planes, ptrdiff_t plane_size, ptrdiff_t per_plane) {                      \
+    memset(grad_input, 0, sizeof(T) * planes * plane_size);                                 \
+    for (ptrdiff_t p = 0; p < planes; p++, grad_input += plane_size) {                      \
+        for (ptrdiff_t i = 0; i < per_plane; i++, grad++, indices++) {                      \
+            if (*indices < 0 || *indices >= plane_size) return 1;                           \
+            grad_input[*indices] += *grad;                                                  \
+        }                                                                                   \
+    }                                                                                       \
+    return 0;                                                                               \
+}
+
+/* col2im of a unit-stride transposed convolution: each of `planes` rows of `flat`
+ * (`total` long, zeroed here) is the sum of its `k` blocks (`len` long) of `blocks`, block
+ * j added from position starts[j]. */
+#define MT_COL2IM(T, SFX)                                                                   \
+static void mt_col2im_##SFX(T* flat, const T* blocks, const int64_t* starts,                \
+        ptrdiff_t planes, ptrdiff_t total, ptrdiff_t k, ptrdiff_t len) {                    \
+    memset(flat, 0, sizeof(T) * planes * total);                                            \
+    for (ptrdiff_t p = 0; p < planes; p++, flat += total)                                   \
+        for (ptrdiff_t j = 0; j < k; j++, blocks += len) {                                  \
+            T* row = flat + starts[j];                                                      \
+            _Pragma("omp simd")                                                             \
+            for (ptrdiff_t i = 0; i < len; i++) row[i] += blocks[i];                        \
+        }                                                                                   \
+}
+
+/* im2col of a 2-d convolution of x (n, c, h, w): element (b, ch, i, j, y, z) of the
+ * columns is x[b, ch, y * sh + i * dh, z * sw + j * dw]; `positions_major` lays them out
+ * as (n * oh * ow, c * kh * kw), else as (n, c * kh * kw, oh * ow).  Unit steps copy
+ * whole runs (memcpy). */
+#define MT_IM2COL(T, SFX)                                                                   \
+static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdiff_t h,      \
+        ptrdiff_t w, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t sh,  \
+        ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw, int positions_major) {                    \
+    if (positions_major) {                                                                  \
+        for (ptrdiff_t b = 0; b < n; b++)                                                   \
+            for (ptrdiff_t y = 0; y < oh; y++)                                              \
+                for (ptrdiff_t z = 0; z < ow; z++)                                          \
+                    for (ptrdiff_t ch = 0; ch < c; ch++)                                    \
+                        for (ptrdiff_t i = 0; i < kh; i++) {                                \
+                            const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w     \
+                                + z * sw;                                                   \
+                            if (dw == 1) memcpy(out, row, sizeof(T) * kw);                  \
+                            else for (ptrdiff_t j = 0; j < kw; j++) out[j] = row[j * dw];   \
+                            out += kw;                                                      \
+                        }                                                                   \
+        return;                                                                             \
+    }                                                                                       \
+    for (ptrdiff_t b = 0; b < n; b++)                                                       \
+        for (ptrdiff_t ch = 0; ch < c; ch++)                                                \
+            for (ptrdiff_t i = 0; i < kh; i++)                                              \
+                for (ptrdiff_t j = 0; j < kw; j++)                                          \
+                    for (ptrdiff_t y = 0; y < oh; y++) {                                    \
+                        const T* row = x + ((b * c + ch) * h + y * sh + i * dh) * w         \
+                            + j * dw;                                                       \
+                        if (sw == 1) memcpy(out, row, sizeof(T) * ow);                      \
+                        else for (ptrdiff_t z = 0; z < ow; z++) out[z] = row[z * sw];       \
+                        out += ow;                                                          \
+                    }                                                                       \
+}
+
+MT_IM2COL(float, f32)
+MT_IM2COL(double, f64)
+MT_COL2IM(float, f32)
+MT_COL2IM(double, f64)
+
+MT_KERNELS(float, f32, mt_expf, mt_erff, mt_tanhf, logf)
+MT_MAX_POOL(float, f32)
+MT_KERNELS(double, f64, exp, erf, tanh, log)
+MT_MAX_POOL(double, f64)
+
+#endif
