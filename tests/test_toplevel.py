@@ -307,8 +307,7 @@ def test_rng_state_round_trips():
     mt.manual_seed(11)
     mt.randn(3)
     state = mt.get_rng_state()
-    assert isinstance(state, mt.Tensor) and state.dtype is mt.int64 and state.dim() == 1
-    assert 0 <= state.min().item() and state.max().item() <= 255   # byte values
+    assert isinstance(state, mt.Tensor) and state.dtype is mt.uint8 and state.dim() == 1
     first = (mt.rand(5).tolist(), mt.randn(4).tolist(), mt.randint(0, 9, (3,)).tolist(),
              mt.randperm(6).tolist())
     mt.manual_seed(99)
@@ -342,14 +341,16 @@ def test_rng_state_errors_as_torch():
     before = mt.get_rng_state().tolist()
     for bad, error, pattern in (
             ([1, 2], TypeError, "but got list"),
-            (mt.zeros(3), TypeError, "RNG state must be"),
-            (mt.zeros(3, dtype=mt.int64), RuntimeError, "found the input RNG state size to be 3"),
-            (state * 300, RuntimeError, "byte values")):
+            (mt.zeros(3), TypeError, "RNG state must be a microtensor.ByteTensor"),
+            (state.long(), TypeError, "RNG state must be a microtensor.ByteTensor"),
+            (mt.zeros(3, dtype=mt.uint8), RuntimeError, "found the input RNG state size to be 3")):
         with pytest.raises(error, match=pattern):
             mt.set_rng_state(bad)
         assert mt.get_rng_state().tolist() == before   # a refused state changes nothing
     with pytest.raises(TypeError, match="but got list"):
         torch.set_rng_state([1, 2])
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        torch.set_rng_state(torch.zeros(3, dtype=torch.int64))
     with pytest.raises(RuntimeError, match="found the input RNG state size to be 3"):
         torch.set_rng_state(torch.zeros(3, dtype=torch.uint8))
 

@@ -11,7 +11,8 @@ from microtensor._C.meta import (channels_last, channels_last_3d, contiguous_for
 from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dtype,
                                    set_default_dtype)
 from microtensor._C.tensor import bool_ as bool
-from microtensor._C.tensor import float32, float64, int32, int64
+from microtensor._C.tensor import (bfloat16, float16, float32, float64, int8, int16, int32,
+                                   int64, uint8)
 from microtensor._dtype import can_cast, finfo, iinfo, promote_types, result_type
 from microtensor import autograd  # before ops: autograd installs its hook into the dispatcher
 from microtensor._tensor import Tensor, install_methods
@@ -44,8 +45,8 @@ from microtensor import (cuda, explain, linalg, nn, optim, privacy,  # noqa: E40
                          return_types, testing, utils)
 from microtensor.serialization import (load, load_safetensors, save,  # noqa: E402
                                        save_safetensors)
-from microtensor._legacy import (BoolTensor, DoubleTensor, FloatTensor,  # noqa: E402
-                                 IntTensor, LongTensor)
+from microtensor._legacy import TYPED_CONSTRUCTORS as _TYPED_CONSTRUCTORS  # noqa: E402
+globals().update(_TYPED_CONSTRUCTORS)   # FloatTensor, LongTensor ...
 from microtensor._printing import set_printoptions  # noqa: E402
 from microtensor._toplevel import is_floating_point, is_tensor, numel  # noqa: E402
 from microtensor import _composite  # noqa: E402
@@ -54,9 +55,9 @@ from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa:
                                      set_default_device, set_rng_state)
 from math import e, inf, nan, pi  # noqa: E402
 
-float = float32
-double = float64
-long = int64
-int = int32
+from microtensor import _dtype_table  # noqa: E402
+# microtensor.half, .float, .long ...: the table's other names of each dtype
+globals().update({alias: _core.DTYPES[info.name] for info in _dtype_table.DTYPES
+                  for alias in info.aliases})
 
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 ``broadcast_tensors``, and the random ops ``bernoulli``, ``normal``, ``multinomial``
 (with the in-place ``bernoulli_``, ``normal_``, ``uniform_``)."""
 from microtensor._C.tensor import TensorBase
+from microtensor.ops.loops import _type_name
 
 
 def _tensors(name, tensors):
@@ -93,7 +94,7 @@ def bernoulli(input, p=None, *, generator=None, out=None):
                         f"{type(input).__name__}")
     if not input.is_floating_point():
         raise NotImplementedError(f"\"bernoulli_tensor_cpu_p_\" not implemented for "
-                           f"'{_dtype_name(input.dtype)}'")
+                           f"'{_type_name(input.dtype)}'")
     with no_grad():
         if p is None:
             prob = input.detach()
@@ -107,11 +108,6 @@ def bernoulli(input, p=None, *, generator=None, out=None):
     if out is not None:
         return out.copy_(result)
     return result
-
-
-def _dtype_name(dt):
-    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
-            "bool": "Bool"}.get(str(dt).replace("microtensor.", ""), str(dt))
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
@@ -142,7 +138,7 @@ def uniform_(self, a=0.0, b=1.0, *, generator=None):
     from microtensor.autograd.grad_mode import no_grad
     if not self.is_floating_point():
         raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for "
-                           f"'{_dtype_name(self.dtype)}'")
+                           f"'{_type_name(self.dtype)}'")
     if a > b:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={a} "
                            f"> to={b}")
@@ -157,7 +153,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     from microtensor.ops.factory import randn_like
     if not self.is_floating_point():
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
-                           f"'{_dtype_name(self.dtype)}'")
+                           f"'{_type_name(self.dtype)}'")
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     with no_grad():
@@ -191,7 +187,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
         if mt_ and not mean.is_floating_point():
             raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for "
-                               f"'{_dtype_name(mean.dtype)}'")
+                               f"'{_type_name(mean.dtype)}'")
         if mt_ and st_:
             m, s = broadcast_tensors(mean, std)
             base = m
@@ -215,7 +211,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
         raise RuntimeError("prob_dist must be 1 or 2 dim")
     if not input.is_floating_point():
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
-                           f"{_dtype_name(input.dtype)}")
+                           f"{_type_name(input.dtype)}")
     if num_samples <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
     n_cat = input.shape[-1]

@@ -9,15 +9,25 @@ import numbers
 
 import numpy
 
-from microtensor._C.tensor import (TensorBase, bool_, dtype, float32, float64,
-                                   get_default_dtype, int32, int64)
-
-_RANK = {bool_: 0, int32: 1, int64: 2, float32: 3, float64: 4}
+from microtensor import _dtype_table
+from microtensor._C.tensor import (DTYPES, TensorBase, bool_, dtype, float32, float64,
+                                   get_default_dtype, int16, int64)
 
 
 def promote_types(a, b):
-    """The smallest dtype both ``a`` and ``b`` can be cast to without losing category."""
-    return a if _RANK[a] >= _RANK[b] else b
+    """The smallest dtype both ``a`` and ``b`` can be cast to without losing category
+    (PyTorch's table): the higher category wins; within one, the wider type, except that
+    float16 with bfloat16 needs float32 and uint8 with int8 needs int16."""
+    if a is b:
+        return a
+    if a.kind != b.kind:
+        return a if a.kind > b.kind else b
+    if a.is_floating_point and a.itemsize == b.itemsize:
+        return float32
+    if a.is_signed != b.is_signed:
+        signed = a if a.is_signed else b
+        return int16 if signed.itemsize == 1 else signed
+    return a if a.itemsize > b.itemsize else b
 
 
 def _combine_categories(higher, lower):
@@ -65,8 +75,14 @@ def can_cast(from_, to):
     return not (to is bool_ and from_ is not bool_)
 
 
-# what each dtype holds, by the C type PyTorch's messages name
-_INTEGER_RANGE = {int32: ("int", -2 ** 31, 2 ** 31 - 1), int64: ("int64_t", -2 ** 63, 2 ** 63 - 1)}
+def info(dt):
+    """The dtype table's row for ``dt``: its PyTorch names (``scalar_name``, ``cpp_name``...)."""
+    return _dtype_table.BY_NAME[dt.name]
+
+
+# what each integer dtype holds
+_INTEGER_RANGE = {dt: (int(numpy.iinfo(dt.np).min), int(numpy.iinfo(dt.np).max))
+                  for dt in DTYPES.values() if dt.kind == 1}
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -74,7 +90,9 @@ def check_scalar_fits(value, dt):
     """Refuse a Python number that a ``dt`` tensor cannot hold, before it is written (by
     ``fill_``, ``full``, ``x[i] = v``, ``masked_fill`` ...) where NumPy's cast would wrap:
     PyTorch's "value cannot be converted to type int without overflow".  Bool holds
-    anything (nonzero is True); NaN and infinities fit the floating dtypes."""
+    anything (nonzero is True); NaN and infinities fit the floating dtypes, and the
+    floating dtypes narrower than float64 take what float32 holds (float16 then rounds
+    to infinity, as PyTorch's)."""
     kind = type(value)
     if kind is not int and kind is not float:     # exact types first: factories call this
         if kind is bool or not isinstance(value, numbers.Real):
@@ -86,13 +104,13 @@ def check_scalar_fits(value, dt):
     if dt is bool_:
         return
     if dt.is_floating_point:
-        fits = dt is not float32 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
-        name = "float"
+        fits = dt is float64 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
     else:
-        name, low, high = _INTEGER_RANGE[dt]
+        low, high = _INTEGER_RANGE[dt]
         fits = low <= value <= high and (kind is int or not math.isnan(value))
     if not fits:
-        raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {info(dt).limit_name} without "
+                           "overflow")
 
 
 def wrap_scalar(value, dt):
@@ -106,9 +124,17 @@ def wrap_scalar(value, dt):
     if dt in _INTEGER_RANGE:
         bits = 8 * dt.itemsize
         value &= (1 << bits) - 1
-        if value >> (bits - 1):
+        if dt.is_signed and value >> (bits - 1):
             value -= 1 << bits
     return value
+
+
+def cast_scalar(value, dt):
+    """A Python number as an op computing in ``dt`` applies it (``alpha``, ``value``): an
+    integer dtype truncates a float and wraps beyond its range, as PyTorch converts."""
+    if dt.is_floating_point or dt is bool_ or isinstance(value, bool):
+        return value
+    return wrap_scalar(int(value), dt)
 
 
 def _check_dtype(fn, value):
@@ -165,4 +191,4 @@ class iinfo:
 
 
 __all__ = ["dtype", "finfo", "iinfo", "promote_types", "result_type", "can_cast", "scalar_dtype",
-           "check_scalar_fits", "wrap_scalar"]
+           "check_scalar_fits", "wrap_scalar", "cast_scalar", "info"]

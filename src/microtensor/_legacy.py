@@ -1,5 +1,7 @@
-"""PyTorch's legacy typed constructors: ``FloatTensor``, ``DoubleTensor``, ``LongTensor``,
-``IntTensor`` and ``BoolTensor``.
+"""PyTorch's legacy typed constructors, one per dtype and named after its scalar type
+(the dtype table's ``scalar_name``): ``FloatTensor``, ``DoubleTensor``, ``HalfTensor``,
+``BFloat16Tensor``, ``LongTensor``, ``IntTensor``, ``ShortTensor``, ``CharTensor``,
+``ByteTensor`` and ``BoolTensor``.
 
 Each is a CPU tensor type of one dtype: calling it makes a CPU tensor of that dtype
 (``LongTensor([1, 2])`` from data, ``FloatTensor(2, 3)`` uninitialized of those sizes), and
@@ -8,8 +10,8 @@ not subclasses of ``Tensor``: what they make is a plain ``Tensor``.
 """
 import numbers
 
-from microtensor._C.tensor import (Size, TensorBase, bool_, cpu, dtype, float32, float64, int32,
-                                   int64)
+from microtensor import _dtype_table
+from microtensor._C.tensor import DTYPES, Size, TensorBase, cpu, dtype
 from microtensor.ops.factory import empty, tensor, to_device
 
 
@@ -50,15 +52,11 @@ def _legacy_type(name, dt):
                                         "__doc__": f"A CPU tensor of dtype {dt.name}."})
 
 
-FloatTensor = _legacy_type("FloatTensor", float32)
-DoubleTensor = _legacy_type("DoubleTensor", float64)
-LongTensor = _legacy_type("LongTensor", int64)
-IntTensor = _legacy_type("IntTensor", int32)
-BoolTensor = _legacy_type("BoolTensor", bool_)
-
-_BY_NAME = {cls.__name__: cls for cls in (FloatTensor, DoubleTensor, LongTensor, IntTensor,
-                                          BoolTensor)}
-_NAME_OF_DTYPE = {cls.dtype: name for name, cls in _BY_NAME.items()}
+TYPED_CONSTRUCTORS = {f"{info.scalar_name}Tensor": _legacy_type(f"{info.scalar_name}Tensor",
+                                                                 DTYPES[info.name])
+                      for info in _dtype_table.DTYPES}
+globals().update(TYPED_CONSTRUCTORS)
+_NAME_OF_DTYPE = {cls.dtype: name for name, cls in TYPED_CONSTRUCTORS.items()}
 
 
 def type_name(t):
@@ -80,7 +78,7 @@ def convert_to_type(t, type, non_blocking=False):
         raise TypeError("dtype must be a type, str, or dtype object")
     prefix, _, rest = type.partition(".")
     on_cuda = rest.startswith("cuda.")
-    cls = _BY_NAME.get(rest[5:] if on_cuda else rest)
+    cls = TYPED_CONSTRUCTORS.get(rest[5:] if on_cuda else rest)
     if prefix not in ("microtensor", "torch") or cls is None:
         raise ValueError(f"invalid type: '{type}'")
     return t.to(device="cuda" if on_cuda else cpu, dtype=cls.dtype, non_blocking=non_blocking)

@@ -13,7 +13,8 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import Storage, TensorBase, bool_, float32, float64, int32, int64
+from microtensor._C.tensor import (Storage, TensorBase, bfloat16, bool_, float16, float32,
+                                   float64, int8, int16, int32, int64, uint8)
 from microtensor.ops.dispatch import call, call_by_name
 from microtensor.ops.loops import scalar_tensor_like
 
@@ -155,6 +156,21 @@ class Tensor(TensorBase):
 
     def bool(self):
         return self.to(bool_)
+
+    def half(self):
+        return self.to(float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
+
+    def byte(self):
+        return self.to(uint8)
+
+    def char(self):
+        return self.to(int8)
+
+    def short(self):
+        return self.to(int16)
 
     def type(self, dtype=None, non_blocking=False):
         from microtensor import _legacy

@@ -24,19 +24,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from microtensor import _dtype_table
 from microtensor._C.tensor import Size, Storage, device, dtype
 from microtensor._tensor import Tensor, _rebuild_tensor
 from microtensor.cuda import is_available as cuda_is_available
 from microtensor.nn.parameter import Parameter
 
-# PyTorch's storage classes by the dtype of their elements
-_STORAGE_CLASSES = {
-    "float64": "DoubleStorage", "float32": "FloatStorage", "float16": "HalfStorage",
-    "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage",
-    "int16": "ShortStorage", "int8": "CharStorage", "uint8": "ByteStorage",
-    "bool": "BoolStorage", "complex64": "ComplexFloatStorage",
-    "complex128": "ComplexDoubleStorage",
-}
+# PyTorch's storage classes by the dtype of their elements: microtensor's dtypes, and the
+# complex ones a checkpoint may name (refused by name when loaded)
+_STORAGE_CLASSES = {info.name: f"{info.scalar_name}Storage" for info in _dtype_table.DTYPES}
+_STORAGE_CLASSES.update(complex64="ComplexFloatStorage", complex128="ComplexDoubleStorage")
 
 _NOT_ALLOWED = ("microtensor.load loads only tensors, numbers, strings, bytes, dtypes, devices "
                 "and dicts, lists, tuples, sets and Counters of them, and never runs code from "

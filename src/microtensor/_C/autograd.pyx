@@ -34,6 +34,7 @@ from heapq import heappop, heappush
 
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
 from microtensor._C.tensor import set_grad_enabled
+from microtensor import _dtype_table
 
 RELEASED_ERROR = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -227,9 +228,7 @@ def detached_alias(TensorBase tensor):
 
 
 cdef str _type_name(TensorBase tensor):
-    return "microtensor." + {"float32": "FloatTensor", "float64": "DoubleTensor",
-                             "int64": "LongTensor", "int32": "IntTensor",
-                             "bool": "BoolTensor"}.get(tensor._dtype.name, tensor._dtype.name)
+    return f"microtensor.{_dtype_table.BY_NAME[tensor._dtype.name].scalar_name}Tensor"
 
 
 cdef class SavedTensor:

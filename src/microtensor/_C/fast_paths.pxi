@@ -203,7 +203,8 @@ cdef object _fast_matmul(object a, object b):
     if _plain(a) and _plain(b):
         ta, tb = <TensorBase>a, <TensorBase>b
         if len(ta._sizes) == 2 and len(tb._sizes) == 2 and ta._dtype is tb._dtype and \
-                ta._dtype.is_floating_point and ta._sizes[1] == tb._sizes[0] and \
+                (ta._dtype.typenum == cnp.NPY_FLOAT or ta._dtype.typenum == cnp.NPY_DOUBLE) \
+                and ta._sizes[1] == tb._sizes[0] and \
                 ta._storage.device is cpu and tb._storage.device is cpu:
             m, k, n = ta._sizes[0], ta._sizes[1], tb._sizes[1]
             sizes = (m, n)
@@ -305,11 +306,16 @@ cdef inline bint _int_fits(object x, dtype dt):
     """Whether NumPy takes the Python int ``x`` beside a ``dt`` tensor as PyTorch does:
     not for bool, nor beyond ``dt``'s range (PyTorch wraps there or refuses; the slow
     path decides)."""
-    cdef int overflow
+    cdef int overflow, bits
     cdef long long value = PyLong_AsLongLongAndOverflow(x, &overflow)
     if overflow or dt is bool_:
         return False
-    return dt is not int32 or -2147483648 <= value <= 2147483647
+    if dt.is_floating_point or dt.itemsize == 8:
+        return True
+    bits = 8 * dt.itemsize
+    if dt.is_signed:
+        return -(1LL << (bits - 1)) <= value < (1LL << (bits - 1))
+    return 0 <= value < (1LL << bits)
 
 
 cdef inline bint _exact_number(object x):
@@ -480,7 +486,7 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
         arrays = [_ndarray_view(<TensorBase>x) if isinstance(x, TensorBase) else x
                   for x in operands]
         ufunc(*arrays, out=_ndarray_view(out),
-              dtype=(compute_dtype if compute_dtype is not None else result_dtype).np,
+              dtype=compute_numpy(compute_dtype if compute_dtype is not None else result_dtype),
               casting="unsafe")
     return out
 

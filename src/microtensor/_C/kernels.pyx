@@ -8,7 +8,8 @@ Kernels take NumPy ndarrays (zero-copy views of storages), so they know nothing 
 Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by the
 destination's strides (outermost first), and neighbouring dims merged wherever they are
 contiguous with each other in every operand, so most calls reduce to one flat loop.
-Supported dtypes: float32, float64, int64, int32, bool.
+Supported dtypes: float32, float64, int64, int32, int16, int8, uint8, bool (float16 and
+bfloat16 are copied bit for bit by ``copy_raw``; NumPy casts them).
 
 Memory safety (the module is compiled with boundscheck=False and wraparound=False): every
 loop here is bounded by the shape of the array or tensor it walks, and never indexes past
@@ -24,7 +25,7 @@ returns before any product is formed.  Index kernels check every position first
 (``first_out_of_range``).
 """
 from cython cimport floating
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
@@ -46,26 +47,39 @@ cdef enum:
     MIN_TILED_EXTENT = 8
 
 cdef enum DtypeCode:
-    F32, F64, I64, I32, BOOL
+    F32, F64, I64, I32, I16, I8, U8, BOOL
+
+# NumPy's bool is an unsigned char, which uint8_t is too; the loops read bools as plain
+# ``char`` (0 or 1) so that the fused types below tell bool and uint8 apart.
+ctypedef char bool_byte
 
 ctypedef fused src_t:
     float
     double
     int64_t
     int32_t
-    cnp.npy_bool
+    int16_t
+    int8_t
+    uint8_t
+    bool_byte
 
 ctypedef fused dst_t:
     float
     double
     int64_t
     int32_t
-    cnp.npy_bool
+    int16_t
+    int8_t
+    uint8_t
+    bool_byte
 
 ctypedef fused integral:
     int64_t
     int32_t
-    cnp.npy_bool
+    int16_t
+    int8_t
+    uint8_t
+    bool_byte
 
 
 cdef struct Layout:
@@ -103,6 +117,12 @@ cdef int dtype_code(cnp.ndarray a):
         return I64
     if type_num in (cnp.NPY_INT, cnp.NPY_LONG) and itemsize == 4:
         return I32
+    if type_num == cnp.NPY_SHORT:
+        return I16
+    if type_num == cnp.NPY_BYTE:
+        return I8
+    if type_num == cnp.NPY_UBYTE:
+        return U8
     return -1
 
 
@@ -249,8 +269,11 @@ cdef void byte_extent(cnp.ndarray a, Py_ssize_t* lo, Py_ssize_t* hi):
 
 cdef inline dst_t convert(src_t value, dst_t* target_type) noexcept nogil:
     # NumPy's unsafe cast: C conversion, except that bool means "non-zero".
-    if dst_t is cnp.npy_bool:
+    if dst_t is bool_byte:
         return value != 0
+    elif (src_t is float or src_t is double) and (dst_t is int16_t or dst_t is int8_t or
+                                                  dst_t is uint8_t):
+        return <dst_t><int64_t>value   # through int64, as PyTorch: -1.0 to uint8 is 255
     else:
         return <dst_t>value
 
@@ -356,8 +379,14 @@ cdef void copy_from(dst_t* dst, int src_code, const char* src, Layout* layout,
         copy_layout(dst, <const int64_t*>src, layout, tiled)
     elif src_code == I32:
         copy_layout(dst, <const int32_t*>src, layout, tiled)
+    elif src_code == I16:
+        copy_layout(dst, <const int16_t*>src, layout, tiled)
+    elif src_code == I8:
+        copy_layout(dst, <const int8_t*>src, layout, tiled)
+    elif src_code == U8:
+        copy_layout(dst, <const uint8_t*>src, layout, tiled)
     else:
-        copy_layout(dst, <const cnp.npy_bool*>src, layout, tiled)
+        copy_layout(dst, <const bool_byte*>src, layout, tiled)
 
 
 cdef void run_copy(int dst_code, char* dst, int src_code, const char* src,
@@ -370,8 +399,14 @@ cdef void run_copy(int dst_code, char* dst, int src_code, const char* src,
         copy_from(<int64_t*>dst, src_code, src, layout, tiled)
     elif dst_code == I32:
         copy_from(<int32_t*>dst, src_code, src, layout, tiled)
+    elif dst_code == I16:
+        copy_from(<int16_t*>dst, src_code, src, layout, tiled)
+    elif dst_code == I8:
+        copy_from(<int8_t*>dst, src_code, src, layout, tiled)
+    elif dst_code == U8:
+        copy_from(<uint8_t*>dst, src_code, src, layout, tiled)
     else:
-        copy_from(<cnp.npy_bool*>dst, src_code, src, layout, tiled)
+        copy_from(<bool_byte*>dst, src_code, src, layout, tiled)
 
 
 cdef void copy_disjoint(cnp.ndarray dst, int dst_code, cnp.ndarray src, int src_code):
@@ -391,8 +426,9 @@ cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t*
                   const Py_ssize_t* src_strides, const Py_ssize_t* shape,
                   int ndim) noexcept nogil:
     """Same-dtype copy between disjoint strided buffers, from raw pointers (strides in
-    bytes): the tensor's fast paths use it without building arrays.  Returns -1 when the
-    dtype is not one of the kernel dtypes (nothing is copied then)."""
+    bytes): the tensor's fast paths use it without building arrays.  A same-dtype copy
+    only moves bits, so any other dtype (float16, bfloat16) is copied as the integer of
+    its width; -1 when there is none (nothing is copied then)."""
     cdef Layout layout
     cdef int code, dim
     if typenum == cnp.NPY_FLOAT:
@@ -405,6 +441,14 @@ cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t*
         code = I32
     elif typenum == cnp.NPY_BOOL:
         code = BOOL
+    elif itemsize == 8:
+        code = I64
+    elif itemsize == 4:
+        code = I32
+    elif itemsize == 2:
+        code = I16
+    elif itemsize == 1:
+        code = U8
     else:
         return -1
     layout.ndim = 0
@@ -455,6 +499,11 @@ def copy_(cnp.ndarray dst not None, cnp.ndarray src not None):
         return
     dst_code = dtype_code(dst)
     src_code = dtype_code(src)
+    if src_code < 0 and dst_code >= 0 and cnp.PyArray_ITEMSIZE(src) == 2:
+        # float16 and bfloat16 widen exactly to float32, whose conversion to the integer
+        # types is the kernels' (through int64, as PyTorch's: -2.0 to uint8 is 254)
+        src = src.astype(np.float32)
+        src_code = F32
     if dst_code < 0 or src_code < 0:
         np.copyto(dst, src, casting="unsafe")
         return
@@ -629,8 +678,14 @@ def sum_all(cnp.ndarray a not None):
             integer_total = integer_layout_sum(<const int64_t*>data, &layout)
         elif code == I32:
             integer_total = integer_layout_sum(<const int32_t*>data, &layout)
+        elif code == I16:
+            integer_total = integer_layout_sum(<const int16_t*>data, &layout)
+        elif code == I8:
+            integer_total = integer_layout_sum(<const int8_t*>data, &layout)
+        elif code == U8:
+            integer_total = integer_layout_sum(<const uint8_t*>data, &layout)
         else:
-            integer_total = integer_layout_sum(<const cnp.npy_bool*>data, &layout)
+            integer_total = integer_layout_sum(<const bool_byte*>data, &layout)
     if code in (F32, F64):
         return float_total
     return integer_total
@@ -959,7 +1014,7 @@ def scatter_add_(cnp.ndarray target not None, cnp.ndarray positions not None,
     cdef int64_t bad
     cdef int code = dtype_code(target)
     cdef Py_ssize_t dim_stride = along_layout(&layout, positions, src, target, dim)
-    if code < 0 or code == BOOL or not cnp.PyArray_ISWRITEABLE(target):
+    if code not in (F32, F64, I64, I32) or not cnp.PyArray_ISWRITEABLE(target):
         raise TypeError("scatter_add_: a writeable float32, float64, int64 or int32 target "
                         "expected")
     if layout.ndim == 0 and dim_stride == 0:

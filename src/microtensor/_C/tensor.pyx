@@ -25,6 +25,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from microtensor import _dtype_table
 from microtensor._C cimport meta
 from microtensor._C.meta import contiguous_format, preserve_format
 
@@ -50,7 +51,7 @@ cdef class dtype:
         self.itemsize = self.np.itemsize
         self.kind = kind
         self.is_floating_point = kind == 2
-        self.is_signed = kind != 0
+        self.is_signed = kind != 0 and self.np.kind != "u"
         self.typenum = self.np.num
 
     def __repr__(self):
@@ -63,12 +64,19 @@ cdef class dtype:
         raise NotImplementedError("microtensor has no complex dtypes")
 
 
-float32 = dtype("float32", np.float32, 2)
-float64 = dtype("float64", np.float64, 2)
-int64 = dtype("int64", np.int64, 1)
-int32 = dtype("int32", np.int32, 1)
-bool_ = dtype("bool", np.bool_, 0)
-cdef dict _dtype_by_np = {d.np: d for d in (float32, float64, int64, int32, bool_)}
+# every dtype by name, in the order of the table (widest floating type first)
+DTYPES = {info.name: dtype(info.name, info.numpy, info.kind) for info in _dtype_table.DTYPES}
+float64 = DTYPES["float64"]
+float32 = DTYPES["float32"]
+float16 = DTYPES["float16"]
+bfloat16 = DTYPES["bfloat16"]
+int64 = DTYPES["int64"]
+int32 = DTYPES["int32"]
+int16 = DTYPES["int16"]
+int8 = DTYPES["int8"]
+uint8 = DTYPES["uint8"]
+bool_ = DTYPES["bool"]
+cdef dict _dtype_by_np = {d.np: d for d in DTYPES.values()}
 
 cdef dtype _default_float = float32
 
@@ -88,9 +96,18 @@ def dtype_from_numpy(npdtype):
     """The microtensor dtype storing ``npdtype``; TypeError for types microtensor lacks."""
     d = _dtype_by_np.get(np.dtype(npdtype))
     if d is None:
+        names = [name for name in DTYPES if name != "bool"]
         raise TypeError(f"can't convert np.ndarray of type {np.dtype(npdtype)}. The only "
-                        "supported types are: float64, float32, int64, int32, and bool.")
+                        f"supported types are: {', '.join(names)}, and bool.")
     return d
+
+
+cpdef object compute_numpy(dtype dt):
+    """The NumPy type elementwise kernels compute ``dt`` in: float16 and bfloat16 compute
+    in float32 and round once into the result, as PyTorch's CPU kernels do."""
+    if dt.is_floating_point and dt.itemsize == 2:
+        return float32.np
+    return dt.np
 
 
 # --------------------------------------------------------------------------- devices
@@ -600,12 +617,6 @@ cdef bint needs_grad(TensorBase t) noexcept:
     return t._is_diff_view and needs_grad(<TensorBase>t._base)
 
 
-# PyTorch's C++ names of the dtypes, as its messages about ``.grad`` print them
-_CPP_TYPE_NAMES = {"float32": ("float", "Float"), "float64": ("double", "Double"),
-                   "int64": ("long int", "Long"), "int32": ("int", "Int"),
-                   "bool": ("bool", "Bool")}
-
-
 cdef _check_assigned_grad(TensorBase tensor, value):
     """PyTorch's checks of ``tensor.grad = value``: a tensor of the same dtype, device and
     size, not ``tensor`` itself."""
@@ -617,8 +628,9 @@ cdef _check_assigned_grad(TensorBase tensor, value):
         raise RuntimeError("can't assign Variable as its own grad")
     if grad._dtype is not tensor._dtype:
         raise RuntimeError(
-            f"attempting to assign a gradient with dtype '{_CPP_TYPE_NAMES[grad._dtype.name][0]}' "
-            f"to a tensor with grad_dtype '{_CPP_TYPE_NAMES[tensor._dtype.name][1]}'. The "
+            f"attempting to assign a gradient with dtype "
+            f"'{_dtype_table.BY_NAME[grad._dtype.name].cpp_name}' to a tensor with grad_dtype "
+            f"'{_dtype_table.BY_NAME[tensor._dtype.name].scalar_name}'. The "
             "gradient must match the tensor's grad_dtype (defaults to the tensor's dtype).")
     if grad._storage.device != tensor._storage.device:
         raise RuntimeError(

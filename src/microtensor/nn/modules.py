@@ -6,7 +6,7 @@ import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
-from microtensor._C.tensor import TensorBase, float32, float64
+from microtensor._C.tensor import TensorBase, bfloat16, float16, float32, float64
 from microtensor._C.tensor import device as device_cls
 from microtensor._C.tensor import dtype as dtype_cls
 from microtensor.nn import functional as F
@@ -52,16 +52,6 @@ def _add_hook(table, hook, prepend=False, extra_dict=None):
     if prepend:
         table.move_to_end(handle.id, last=False)
     return handle
-
-
-def _floating_dtype(name):
-    """``microtensor.<name>`` (``float16``, ``bfloat16``), or a TypeError naming it where
-    this build of microtensor lacks that dtype."""
-    import microtensor
-    dtype = getattr(microtensor, name, None)
-    if dtype is None:
-        raise TypeError(f"microtensor has no {name} dtype, so a module cannot be cast to it")
-    return dtype
 
 
 def _parse_to(*args, **kwargs):
@@ -380,10 +370,10 @@ class Module:
         return self._cast_floating(float64)
 
     def half(self):
-        return self._cast_floating(_floating_dtype("float16"))
+        return self._cast_floating(float16)
 
     def bfloat16(self):
-        return self._cast_floating(_floating_dtype("bfloat16"))
+        return self._cast_floating(bfloat16)
 
     # ------------------------------------------------------------ hooks
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from microtensor._C import meta, nnkernels
-from microtensor._C.tensor import bool_, float32, int64
-from microtensor._dtype import result_type
+from microtensor._C.tensor import float32, int64
+from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -293,9 +293,8 @@ def _addc_samples(divisor_low):
 
 def _scalar_value(self, tensor1, tensor2, value):
     """``value`` as PyTorch applies it: converted to the result's type (an integer result
-    truncates a float ``value``)."""
-    dt = result_type(self, tensor1, tensor2)
-    return value if dt.is_floating_point or dt is bool_ else int(value)
+    truncates a float ``value`` and wraps it to its range)."""
+    return cast_scalar(value, result_type(self, tensor1, tensor2))
 
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))

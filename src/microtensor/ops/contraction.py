@@ -15,10 +15,11 @@ import string
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import bool_, empty_contiguous
-from microtensor.ops.linalg import bmm
+from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
+from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye
+from microtensor.ops.linalg import bmm
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -160,8 +161,10 @@ def _private_einsum_samples(make):
 @op(inputs=("operands",), method=False, function=False, samples=_private_einsum_samples)
 def _einsum(operands, equation):
     """``einsum`` of an explicit equation: one letter per dim of each operand, sizes of a
-    letter equal (``einsum`` checks and expands them)."""
-    arrays = [t._array() for t in operands]
+    letter equal (``einsum`` checks and expands them).  float16 and bfloat16 multiply and
+    accumulate in float32, rounding the result once (PyTorch's CPU)."""
+    compute = compute_numpy(operands[0]._dtype)
+    arrays = [t._array().astype(compute, copy=False) for t in operands]
     lhs, out = equation.split("->")
     subs = lhs.split(",")
     if len(arrays) > 2:
@@ -337,6 +340,8 @@ def _baddbmm_samples(make):
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
     product = bmm(batch1, batch2)
+    dt = result_type(self, product)
+    alpha, beta = cast_scalar(alpha, dt), cast_scalar(beta, dt)
     if alpha != 1:
         product = product * alpha
     if beta == 0:

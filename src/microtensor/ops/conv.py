@@ -24,6 +24,7 @@ import numpy as np
 from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
+from microtensor._dtype import info
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
@@ -47,10 +48,6 @@ def expand_param(value, dims, name):
                            f"values to match the convolution dimensions, but got "
                            f"{name}={list(value)}")
     return value
-
-
-def _c_name(dtype):
-    return {"float32": "float", "float64": "double"}.get(dtype.name, dtype.name)
 
 
 def _sizes_text(sizes):
@@ -131,8 +128,8 @@ def check_convolution(input, weight, bias, stride, padding, dilation, transposed
                                f"1-dimensional with {out_channels} elements, but got bias of "
                                f"size {list(bias.shape)} instead")
         if bias.dtype is not input.dtype:
-            raise RuntimeError(f"Input type ({_c_name(input.dtype)}) and bias type "
-                               f"({_c_name(bias.dtype)}) should be the same")
+            raise RuntimeError(f"Input type ({info(input.dtype).cpp_name}) and bias type "
+                               f"({info(bias.dtype).cpp_name}) should be the same")
     kernel = w_shape[2:]
     spatial = x_shape[2:]
     extent = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))

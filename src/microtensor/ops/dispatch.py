@@ -20,10 +20,10 @@ import warnings
 
 from microtensor._C import dispatch as _core
 from microtensor._C import meta
-from microtensor._C.dispatch import (batching, call, run_kernel, set_batching, set_observer,
-                                     set_vmap_depth)
+from microtensor._C.dispatch import (batching, call, run_kernel, set_batching,  # noqa: F401
+                                     set_observer, set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
-from microtensor._dtype import can_cast
+from microtensor._dtype import can_cast, info
 from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
 from microtensor.ops.registry import REGISTRY
 
@@ -48,10 +48,6 @@ def binary(name, a, b):
 
 def call_by_name(name, *args, **kwargs):
     return call(REGISTRY[name], args, kwargs)
-
-
-_C_NAMES = {"float32": "float", "float64": "double", "int64": "long int", "int32": "int",
-            "bool": "bool"}
 
 
 def _tensors(values):
@@ -85,8 +81,8 @@ def call_with_out(op, args, kwargs):
     result = run_kernel(op, args, kwargs)
     if op.family != "pointwise" and result._dtype is not out._dtype:
         # only elementwise kernels cast their result (PyTorch's TensorIterator)
-        raise RuntimeError(f"Expected out tensor to have dtype {_C_NAMES[result._dtype.name]}, "
-                           f"but got {_C_NAMES[out._dtype.name]} instead")
+        raise RuntimeError(f"Expected out tensor to have dtype {info(result._dtype).cpp_name}, "
+                           f"but got {info(out._dtype).cpp_name} instead")
     if not can_cast(result._dtype, out._dtype):
         raise RuntimeError(f"result type {_type_name(result._dtype)} can't be cast to the "
                            f"desired output type {_type_name(out._dtype)}")

@@ -14,8 +14,8 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
-                                   empty_strided_unchecked, float32, float64, from_array,
-                                   get_default_dtype, int64)
+                                   empty_strided_unchecked, float64, from_array, get_default_dtype,
+                                   int64, uint8)
 from microtensor._dtype import check_scalar_fits, promote_types, scalar_dtype
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_tuple, size_arg
@@ -215,10 +215,7 @@ def _infer_dtype(data):
                 visit(y, depth + 1)
         elif isinstance(x, TensorBase):
             kinds.add(x._dtype)
-        elif isinstance(x, np.ndarray):
-            kinds.add(from_array(np.ascontiguousarray(x))._dtype if x.dtype != np.float16
-                      else float32)
-        elif isinstance(x, np.generic) and x.dtype != np.float16:
+        elif isinstance(x, (np.ndarray, np.generic)):
             kinds.add(dtype_from_numpy(x.dtype))
         elif isinstance(x, (bool, np.bool_)):
             kinds.add(bool_)
@@ -283,7 +280,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         return finish(result.to(on_device(device) or data.device), requires_grad)
     pick_dtype(dtype, None)
     if isinstance(data, np.ndarray) and dtype is None:
-        dt = _infer_dtype(data) if data.dtype != np.float16 else float32
+        dt = _infer_dtype(data)
     else:
         dt = dtype if dtype is not None else _infer_dtype(data)
     nested = _to_nested(data)
@@ -396,31 +393,27 @@ class Generator:
         return self._seed
 
     def get_state(self):
-        """The generator's state (its seed and NumPy PCG64 state) as a 1-D int64 tensor
-        of byte values 0-255, for ``set_state``.  PyTorch's state is a uint8 tensor;
-        microtensor has no uint8 dtype, so the same bytes come as int64."""
+        """The generator's state (its seed and NumPy PCG64 state) as a 1-D uint8 tensor,
+        for ``set_state``."""
         numpy_state = self._rng.bit_generator.state
         fields = dict(numpy_state["state"], has_uint32=numpy_state["has_uint32"],
                       uinteger=numpy_state["uinteger"], seed=self._seed)
         raw = b"".join(fields[name].to_bytes(size, "little", signed=signed)
                        for name, size, signed in _STATE_LAYOUT)
-        return from_array(np.frombuffer(raw, np.uint8).astype(np.int64))
+        return from_array(np.frombuffer(raw, np.uint8).copy())
 
     def set_state(self, new_state):
         """Restore a state from ``get_state``: the same random numbers come again."""
         if not isinstance(new_state, TensorBase):
-            raise TypeError(f"expected a microtensor int64 tensor of byte values (from "
-                            f"get_state), but got {type(new_state).__name__}")
-        if new_state.dtype is not int64:
-            raise TypeError(f"RNG state must be an int64 tensor of byte values (from "
-                            f"get_state), not {new_state.dtype}")
+            raise TypeError(f"expected a microtensor.ByteTensor, but got "
+                            f"{type(new_state).__name__}")
+        if new_state.dtype is not uint8:
+            raise TypeError("RNG state must be a microtensor.ByteTensor")
         values = new_state.detach().cpu().numpy().ravel()
         if values.size != _STATE_BYTES:
             raise RuntimeError(f"Expected a generator state of size {_STATE_BYTES} but found "
                                f"the input RNG state size to be {values.size}")
-        if values.min() < 0 or values.max() > 255:
-            raise RuntimeError("RNG state must hold byte values 0-255 (from get_state)")
-        raw, fields, start = values.astype(np.uint8).tobytes(), {}, 0
+        raw, fields, start = values.tobytes(), {}, 0
         for name, size, signed in _STATE_LAYOUT:
             fields[name] = int.from_bytes(raw[start:start + size], "little", signed=signed)
             start += size
@@ -453,8 +446,7 @@ def initial_seed():
 
 
 def get_rng_state():
-    """The default generator's state: a 1-D int64 tensor of byte values (PyTorch's is
-    uint8), for ``set_rng_state``."""
+    """The default generator's state: a 1-D uint8 tensor, for ``set_rng_state``."""
     return default_generator.get_state()
 
 

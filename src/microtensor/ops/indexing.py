@@ -18,18 +18,15 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import TensorBase, bool_, float32, int32, int64
-from microtensor._dtype import check_scalar_fits
+from microtensor._dtype import check_scalar_fits, cast_scalar
 from microtensor.backends import cuda
 from microtensor.ops.copy import clone
 from microtensor.ops.dispatch import call_by_name
-from microtensor.ops.factory import full, tensor
-from microtensor.ops.loops import _type_name as type_name
-from microtensor.ops.loops import (array_module, check_no_internal_overlap, check_no_overlap,
-                                   has_internal_overlap, new_result, update_at)
-from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.factory import full, tensor, arange
+from microtensor.ops.loops import (_type_name as type_name, array_module, check_no_internal_overlap,
+                                   check_no_overlap, has_internal_overlap, new_result, update_at)
+from microtensor.ops.registry import Sample, inplace_variant, op, REGISTRY
 from microtensor.ops.shape import cat, fresh_tensor
-from microtensor.ops.factory import arange
-from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (aligned, batch_size, call, fallback, front_or_expanded,
                                       inplace_error, no_fallback, same_level, to_front, wrap)
 
@@ -662,6 +659,9 @@ def _check_scatter(name, self, dim, index, src):
     return d, positions
 
 
+_SCATTER_ADD_KERNEL_DTYPES = (np.float32, np.float64, np.int64, np.int32)
+
+
 def _scatter_into(out, self, d, positions, source, reduce):
     target = out._array().reshape(_shape_or_vector(self))
     if isinstance(source, np.ndarray) or cuda.is_device_array(source):
@@ -670,8 +670,8 @@ def _scatter_into(out, self, d, positions, source, reduce):
             source = source.copy()
     else:
         source = target.dtype.type(source)
-    if reduce == "add" and isinstance(target, np.ndarray) and target.dtype != np.bool_ and \
-            isinstance(source, np.ndarray):
+    if reduce == "add" and isinstance(target, np.ndarray) and \
+            target.dtype in _SCATTER_ADD_KERNEL_DTYPES and isinstance(source, np.ndarray):
         kernels.scatter_add_(target, positions.astype(np.int64, copy=False), source, d)
         return out
     where = _along(positions, d)
@@ -827,6 +827,7 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     out = _target(self, out, (index, source))
     target = np.moveaxis(out._array().reshape(self_shape), d, 0)
     addend = np.moveaxis(source._array().reshape(source_shape), d, 0)
+    alpha = cast_scalar(alpha, self._dtype)
     if alpha != 1:
         addend = (addend * alpha).astype(target.dtype, copy=False)
     elif np.may_share_memory(addend, target):   # the overlap PyTorch lets through

@@ -14,6 +14,7 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import bool_, empty_contiguous
+from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
@@ -52,7 +53,7 @@ def _product(np_fn, shape, self, other):
             # these; on the CPU a C loop writes them (CuPy: a broadcast multiply)
             target = out._array()
             if isinstance(target, np.ndarray) and a.ndim == b.ndim and \
-                    self._dtype.is_floating_point:
+                    self._dtype.np in (np.float32, np.float64):
                 kernels.outer_products_(target, a, b)
             else:
                 np.multiply(a, b, out=target)
@@ -395,6 +396,8 @@ def outer(self, vec2):
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
     product = mm(mat1, mat2)
+    dt = result_type(self, product)
+    alpha, beta = cast_scalar(alpha, dt), cast_scalar(beta, dt)
     if alpha != 1:
         product = product * alpha
     if beta == 0:

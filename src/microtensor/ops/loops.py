@@ -9,8 +9,8 @@ import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.tensor import (TensorBase, bool_, cpu, empty_strided_unchecked, float32,
-                                   from_array, get_default_dtype, pointwise_fast)
-from microtensor._dtype import can_cast, result_type, wrap_scalar
+                                   from_array, get_default_dtype, pointwise_fast, compute_numpy)
+from microtensor._dtype import can_cast, result_type, wrap_scalar, info
 from microtensor.backends import cuda
 
 
@@ -22,6 +22,11 @@ def array_of(x, dev=None):
     if dev is not None and x.device != dev:
         return cuda.scalar_operand(x)
     return x._array()
+
+
+def is_floating_array(arr):
+    """Whether ``arr`` holds floating values (ml_dtypes' bfloat16 is no NumPy kind "f")."""
+    return arr.dtype.kind not in "biu"
 
 
 def array_module(arr):
@@ -87,8 +92,8 @@ def check_out(out, shape, dtype):
 
 
 def _type_name(dt):
-    return {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int",
-            "bool": "Bool"}[dt.name]
+    """PyTorch's ScalarType name of ``dt`` (``Float``), as its messages print it."""
+    return info(dt).scalar_name
 
 
 def has_internal_overlap(t):
@@ -195,7 +200,7 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
         check_writable(out, operands)
         dev = device_of(out, *operands)
     if out._numel:
-        compute = (compute_dtype or dtype).np
+        compute = compute_numpy(compute_dtype or dtype)
         ufunc(*[array_of(x, dev) for x in operands], out=out._array(), dtype=compute,
               casting="unsafe")
     return out
@@ -229,19 +234,26 @@ def from_numpy_result(arr, dtype=None):
     return from_array(arr)
 
 
-def reduce(np_reduction, self, dim, keepdim, dtype, **np_kwargs):
-    """A reduction over ``dim`` (None = all dims) into a new contiguous tensor."""
+def reduce(np_reduction, self, dim, keepdim, dtype, *, round_each_step=False, **np_kwargs):
+    """A reduction over ``dim`` (None = all dims) into a new contiguous tensor.  float16
+    and bfloat16 reduce in float32 and round the result once, as PyTorch's CPU does,
+    unless ``round_each_step``: then NumPy's loop of the dtype itself runs (PyTorch's
+    ``prod`` rounds after every product; ml_dtypes' bfloat16 loop does too, NumPy's
+    float16 loop rounds once)."""
     dims = dims_of(dim, self.dim())
     arr = self._array()
+    result_dtype = dtype or self._dtype
+    compute = result_dtype.np if round_each_step else compute_numpy(result_dtype)
+    if compute != result_dtype.np:
+        arr = arr.astype(compute)
+    kw = dict(np_kwargs)
+    if dtype is not None:
+        kw["dtype"] = compute
     if self.dim() == 0:
-        result = np_reduction(arr, axis=None, dtype=dtype.np, **np_kwargs) \
-            if dtype is not None else np_reduction(arr, axis=None, **np_kwargs)
+        result = np_reduction(arr, axis=None, **kw)
     else:
-        kw = dict(np_kwargs)
-        if dtype is not None:
-            kw["dtype"] = dtype.np
         result = np_reduction(arr, axis=dims, keepdims=keepdim, **kw)
-    return from_numpy_result(result, dtype or self._dtype)
+    return from_numpy_result(result, result_dtype)
 
 
 __all__ = ["pointwise", "reduce", "new_result", "from_numpy_result", "dims_of", "float32"]

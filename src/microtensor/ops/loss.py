@@ -11,7 +11,7 @@ differentiable to any order.  Each one's batching rule follows its derivative.
 import numpy as np
 
 from microtensor._C import kernels
-from microtensor._C.tensor import empty_contiguous, int64
+from microtensor._C.tensor import int64, compute_numpy
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
@@ -84,9 +84,12 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     rows = self._array().reshape(-1, self._sizes[-1])
     targets = target._array().reshape(-1)
     if isinstance(rows, np.ndarray):
-        losses = np.empty(len(rows), self._dtype.np)
-        weights = np.empty(len(rows), self._dtype.np)
-        bad = kernels.nll_forward_(rows, targets, None if weight is None else weight._array(),
+        compute = compute_numpy(self._dtype)   # float16, bfloat16: in float32, rounded once
+        losses = np.empty(len(rows), compute)
+        weights = np.empty(len(rows), compute)
+        bad = kernels.nll_forward_(rows.astype(compute, copy=False), targets,
+                                   None if weight is None else
+                                   weight._array().astype(compute, copy=False),
                                    ignore_index, losses, weights)
         if bad is not None:
             raise _out_of_bounds(bad)
@@ -127,13 +130,15 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     targets = target._array().reshape(-1)
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
-        out = empty_contiguous(self_shape, grad._dtype, grad.device)
-        bad = kernels.nll_backward_(out._array().reshape(target._numel, self_shape[-1]),
-                                    targets, None if weight is None else weight._array(),
-                                    ignore_index, grads, reduction == "mean")
+        compute = compute_numpy(grad._dtype)   # float16, bfloat16: in float32, rounded once
+        out = np.empty((target._numel, self_shape[-1]), compute)
+        bad = kernels.nll_backward_(out, targets, None if weight is None else
+                                    weight._array().astype(compute, copy=False),
+                                    ignore_index, grads.astype(compute, copy=False),
+                                    reduction == "mean")
         if bad is not None:
             raise _out_of_bounds(bad)
-        return out
+        return from_numpy_result(out.reshape(self_shape), grad._dtype)
     picked, weights, xp = _row_weights(targets, self_shape[-1], weight, ignore_index,
                                        grad._dtype)
     scale = -weights * grads

@@ -13,7 +13,7 @@ import numpy as np
 
 from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import is_grad_enabled
+from microtensor._C.tensor import compute_numpy, is_grad_enabled
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
@@ -100,6 +100,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         return from_numpy_result(
             nnkernels.layer_norm(np.empty(arr.shape, arr.dtype), arr, len(normalized_shape),
                                  w, b, eps), input._dtype)
+    arr = arr.astype(compute_numpy(input._dtype), copy=False)   # half types: in float32
     axes = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     out, _, _ = _normalize_over(arr, axes, eps)
     if weight is not None:
@@ -236,7 +237,7 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     statistics.  Arguments in ``torch.batch_norm``'s order (``cudnn_enabled``: accepted
     for that signature, it changes nothing here)."""
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
-    arr = input._array()
+    arr = input._array().astype(compute_numpy(input._dtype), copy=False)   # half: float32
     ndim = input.dim()
     shape = (-1,) + (1,) * (ndim - 2)
     if training:
@@ -260,13 +261,11 @@ def _update_running_stats(running_mean, running_var, mean, var, count, momentum)
     unbiased (``count / (count - 1)``)."""
     if running_mean is not None:
         target = running_mean._array()
-        target *= 1 - momentum
-        target += momentum * mean.reshape(target.shape)
+        target[...] = target * (1 - momentum) + momentum * mean.reshape(target.shape)
     if running_var is not None:
         target = running_var._array()
         unbiased = var.reshape(target.shape) * (count / (count - 1) if count > 1 else math.inf)
-        target *= 1 - momentum
-        target += momentum * unbiased
+        target[...] = target * (1 - momentum) + momentum * unbiased
 
 
 @batch_norm.def_joint_derivative     # the gradients share the normalised input

@@ -8,12 +8,12 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 import numpy as np
 
 from microtensor._C import kernels
-from microtensor._C.tensor import TensorBase, bool_, float32, int64
-from microtensor._dtype import check_scalar_fits, result_type
+from microtensor._C.tensor import TensorBase, bool_, int64, compute_numpy
+from microtensor._dtype import check_scalar_fits, result_type, info
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
-from microtensor.vmap.rules import pointwise as pointwise_family
 from microtensor.vmap.helpers import aligned, call, inplace_error, same_level, to_front
+from microtensor.vmap.rules import pointwise as pointwise_family
 
 BINARY = ("self", "other")
 
@@ -339,6 +339,9 @@ def pow(self, exponent, *, out=None):
     if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
             not result_type(self, exponent).is_floating_point:
         return pointwise(_int_power, self, exponent, out=out)
+    if isinstance(self, TensorBase) and type(exponent) is float and \
+            compute_numpy(self._dtype) is not self._dtype.np:
+        exponent = float(self._dtype.np.type(exponent))   # PyTorch rounds it to half first
     return pointwise(np.power, self, exponent, out=out)
 
 
@@ -748,13 +751,11 @@ masked_fill_ = inplace_variant(masked_fill)
 @op(inputs=("self", "end", "weight"), family="pointwise", samples=_lerp_samples)
 def lerp(self, end, weight, *, out=None):
     _require_tensors("lerp", input=self, end=end)
-    names = {float32: "float"}
     for argument, value in (("end", end), ("weight", weight)):
         if isinstance(value, TensorBase) and value._dtype is not self._dtype and \
                 (argument == "end" or value.dim()):
-            raise RuntimeError(f"expected dtype {names.get(self._dtype, self._dtype.name)} "
-                               f"for `{argument}` but got dtype "
-                               f"{names.get(value._dtype, value._dtype.name)}")
+            raise RuntimeError(f"expected dtype {info(self._dtype).cpp_name} for `{argument}` "
+                               f"but got dtype {info(value._dtype).cpp_name}")
     if not self._dtype.is_floating_point:
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
@@ -838,7 +839,7 @@ def _bitwise(name, ufunc):
         dt = result_type(self, other)
         if dt.is_floating_point:
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
-                                      f"'{'Double' if dt.itemsize == 8 else 'Float'}'")
+                                      f"'{info(dt).scalar_name}'")
         return pointwise(ufunc, self, other, out=out)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
@@ -856,7 +857,8 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self):
     if self._dtype.is_floating_point:
-        raise NotImplementedError("\"bitwise_not_cpu\" not implemented for 'Float'")
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for "
+                                  f"'{info(self._dtype).scalar_name}'")
     return pointwise(np.invert, self)
 
 
@@ -948,4 +950,4 @@ def zero_(self):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
-            "TensorBase", "bool_", "float32", "int64", "BINARY", "Sample")]
+            "TensorBase", "bool_", "int64", "BINARY", "Sample", "info", "compute_numpy")]

@@ -18,7 +18,7 @@ from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import array_module, from_numpy_result
+from microtensor.ops.loops import array_module, from_numpy_result, is_floating_array
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
 
@@ -111,7 +111,7 @@ def _padded_rows(self, d, padding, extents, fill):
 
 
 def _lowest(dtype):
-    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
 
 
 def _running_max(windows, kernel, offsets):
@@ -125,7 +125,7 @@ def _running_max(windows, kernel, offsets):
         return _running_max_select(windows, positions, offsets, best)
     for position in positions[1:]:
         np.maximum(best, windows[(Ellipsis,) + position], out=best)
-    if best.dtype.kind == "f" and np.isnan(best).any():
+    if is_floating_array(best) and np.isnan(best).any():
         return _running_max_select(windows, positions, offsets,
                                    windows[(Ellipsis,) + positions[0]].copy())
     # the first position holding the maximum, by arithmetic (masked selects are slow)
@@ -189,7 +189,10 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
         return from_numpy_result(values, self._dtype), from_numpy_result(indices, int64)
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
-    rows = _padded_rows(self, d, padding, extents, _lowest(self._dtype.np))
+    # narrow integers pool in int64, whose lowest value no element can tie with (a
+    # padded uint8 zero must not beat a real one)
+    wide = self if self._dtype.is_floating_point or self._dtype is int64 else self.to(int64)
+    rows = _padded_rows(wide, d, padding, extents, _lowest(wide._dtype.np))
     # the windows as a zero-copy view: (rows, *out, *kernel)
     steps = rows._strides[1:]
     # safe: every window lies inside ``rows`` (extents fit its spatial sizes)

@@ -12,22 +12,23 @@ Every single-tensor op here whose ``dim`` parameter names the dims it works on h
 ``var``/``std`` and ``norm`` are composites that sort out PyTorch's overloads and call
 the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2`` with a clean ``dim``.
 """
-import math
 from collections import namedtuple
+import math
 
 import numpy as np
 
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import TensorBase, bool_, int64, is_grad_enabled
+from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
+                                   float32, uint8)
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
-from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result,
-                                   new_result, reduce, reduced_shape)
+from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result, new_result,
+                                   reduce, reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, where
 from microtensor.ops.registry import Sample, op
-from microtensor.vmap.rules import reduction as reduction_family
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
+from microtensor.vmap.rules import reduction as reduction_family
 
 # torch.return_types.max / min: a tuple whose fields are also attributes
 class _ValuesIndices:
@@ -205,7 +206,8 @@ def _count_samples(make):
 @op(family="reduction", samples=_reduction_samples)
 def sum(self, dim=None, keepdim=False, *, dtype=None):
     out_dtype = _integer_to_int64(self, dtype)
-    if dim is None and not keepdim and self.device.type == "cpu":
+    if dim is None and not keepdim and self.device.type == "cpu" and \
+            compute_numpy(self._dtype) is self._dtype.np:    # not the half types
         value = kernels.sum_all(self._array())
         return from_numpy_result(np.asarray(value, dtype=out_dtype.np))
     return reduce(np.add.reduce, self, dim, keepdim, out_dtype)
@@ -238,6 +240,9 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
                            "floating point or complex dtype. Got: "
                            f"{_type_name(dtype or self._dtype)}")
+    if dtype is None and compute_numpy(self._dtype) is not self._dtype.np:
+        # float16, bfloat16: the float32 mean rounded once, as PyTorch's CPU
+        return mean(self, dim, keepdim, dtype=float32).to(self._dtype)
     total = self.sum(dim, keepdim, dtype=dtype)
     count = _reduced_count(self._sizes, dim)
     return total / count if count else total * math.nan
@@ -245,7 +250,8 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
 
 @op(family="reduction", samples=_prod_samples)
 def prod(self, dim=None, keepdim=False, *, dtype=None):
-    return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype))
+    return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype),
+                  round_each_step=True)
 
 
 @prod.def_derivative("self")
@@ -472,11 +478,12 @@ def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 @op(family="reduction", method=False, function=False)
 def _norm2(self, dim=None, keepdim=False):
-    squares = np.square(self._array())
+    # float16, bfloat16: in float32, rounded once (PyTorch's CPU)
+    squares = np.square(self._array().astype(compute_numpy(self._dtype), copy=False))
     if self.dim() == 0:
-        return from_numpy_result(np.sqrt(squares))
+        return from_numpy_result(np.sqrt(squares), self._dtype)
     return from_numpy_result(np.sqrt(np.sum(squares, axis=dims_of(dim, self.dim()),
-                                            keepdims=keepdim)))
+                                            keepdims=keepdim)), self._dtype)
 
 
 @_norm2.def_derivative("self")
@@ -545,7 +552,7 @@ def logsumexp(self, dim, keepdim=False):
         arr, dims = self._array().reshape(1), 0
     else:
         arr, dims = self._array(), dims_of(dim, self.dim())
-    arr = arr.astype(dtype.np, copy=False)
+    arr = arr.astype(compute_numpy(dtype), copy=False)
     shift = np.amax(arr, axis=dims, keepdims=True)
     np.copyto(shift, 0, where=~np.isfinite(shift))   # all-infinite slices: no shift needed
     total = np.sum(np.exp(arr - shift), axis=dims, keepdims=True)
@@ -575,7 +582,13 @@ def _normalised_exp(name, log):
             nnkernels.softmax(out, arr, log)
             return result
         if isinstance(arr, np.ndarray):
-            kernels.softmax_(out, arr, axis, log)
+            compute = compute_numpy(self._dtype)
+            if compute is self._dtype.np:
+                kernels.softmax_(out, arr, axis, log)
+            else:    # float16, bfloat16: in float32, rounded once (PyTorch's CPU)
+                wide = np.empty(arr.shape, compute)
+                kernels.softmax_(wide, arr.astype(compute), axis, log)
+                out[...] = wide
             return result
         np.subtract(arr, np.amax(arr, axis=axis, keepdims=True), out=out)
         if log:
@@ -634,7 +647,12 @@ def _log_softmax_backward_data(grad, output, dim):
     if _contiguous_rows(axis, g, y, out):
         nnkernels.softmax_backward(out, g, y, True)
     elif isinstance(g, np.ndarray):
-        kernels.log_softmax_backward_(out, g, y, axis)
+        compute = compute_numpy(grad._dtype)   # float16, bfloat16: in float32, rounded once
+        wide = out if compute is grad._dtype.np else np.empty(g.shape, compute)
+        kernels.log_softmax_backward_(wide, g.astype(compute, copy=False),
+                                      y.astype(compute, copy=False), axis)
+        if wide is not out:
+            out[...] = wide
     else:
         np.subtract(g, np.exp(y) * g.sum(axis=axis, keepdims=True), out=out)
     return result
@@ -679,7 +697,9 @@ def cumsum(self, dim, *, dtype=None):
     result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
     if self._numel:
-        np.cumsum(arr, axis=axis, dtype=result._dtype.np, out=result._array().reshape(arr.shape))
+        # the half types accumulate in float32, each output rounded once (PyTorch's CPU)
+        result._array().reshape(arr.shape)[...] = np.cumsum(
+            arr, axis=axis, dtype=compute_numpy(result._dtype))
     return result
 
 
@@ -696,12 +716,14 @@ def cumsum(grad, dim):
 
 
 def _logical_reduction(np_reduction, self, dim, keepdim):
-    """``all``/``any``: unlike ``sum``'s, their ``dim=()`` reduces no dim."""
+    """``all``/``any``: unlike ``sum``'s, their ``dim=()`` reduces no dim; a uint8 input
+    gives a uint8 result (PyTorch's exception), any other a bool one."""
     arr = self._array()
     dims = () if isinstance(dim, (tuple, list)) and len(dim) == 0 else dims_of(dim, self.dim())
+    result_dtype = uint8 if self._dtype is uint8 else bool_
     if self.dim() == 0:   # dims checked: a 0-d tensor takes dim 0 or -1 only
-        return from_numpy_result(np_reduction(arr), bool_)
-    return from_numpy_result(np_reduction(arr, axis=dims, keepdims=keepdim), bool_)
+        return from_numpy_result(np_reduction(arr), result_dtype)
+    return from_numpy_result(np_reduction(arr, axis=dims, keepdims=keepdim), result_dtype)
 
 
 @op(family="reduction", differentiable=False, samples=_bool_samples)

@@ -14,7 +14,7 @@ from microtensor._C.autograd import Node, detached_alias, gradient_edge
 from microtensor._C.tensor import TensorBase, bool_, int64
 from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
                                      dimwise_index_batch_rule)
-from microtensor.ops.loops import array_module, update_at
+from microtensor.ops.loops import array_module, is_floating_array, update_at
 from microtensor.ops.registry import Sample, inplace_variant, op
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -28,7 +28,7 @@ def _identity(reduce, dtype):
         return 0
     if reduce == "prod":
         return 1
-    if np.issubdtype(dtype, np.floating):
+    if dtype.kind not in "biu":         # floating, ml_dtypes' bfloat16 included
         return -np.inf if reduce == "amax" else np.inf
     if dtype == np.bool_:
         return reduce == "amin"
@@ -80,10 +80,8 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
             count += 1
         update_at("add", count, where, 1)
         np.maximum(count, 1, out=count)
-        if np.issubdtype(target.dtype, np.floating):
-            target /= count
-        else:
-            np.floor_divide(target, count, out=target)
+        divide = np.divide if is_floating_array(target) else np.floor_divide
+        divide(target, count, out=target, casting="unsafe")
     return result
 
 

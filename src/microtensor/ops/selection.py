@@ -15,7 +15,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import int32, int64
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import array_module, dims_of, new_result
+from microtensor.ops.loops import array_module, dims_of, is_floating_array, new_result
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64)
 from microtensor.ops.registry import Sample, op
@@ -192,7 +192,7 @@ def _select_kth(self, k, dim, keepdim, nan_first=False):
     arr, axis = _along(self, dim)
     order = np.take(np.argsort(arr, axis=axis, kind="stable"),
                     array_module(arr).asarray([k]), axis=axis)
-    if nan_first and arr.dtype.kind == "f":
+    if nan_first and is_floating_array(arr):
         nans = np.isnan(arr)
         order = np.where(nans.any(axis=axis, keepdims=True),
                          np.argmax(nans, axis=axis, keepdims=True), order)
@@ -238,7 +238,7 @@ def _median_all(self, dim=None, keepdim=False):
         # NumPy sorts NaN last, so a row with NaN has it at its end
         ordered = np.sort(rows, axis=-1)
         values = ordered[..., (rows.shape[-1] - 1) // 2]
-        if ordered.dtype.kind == "f":
+        if is_floating_array(ordered):
             values = np.where(np.isnan(ordered[..., -1]), ordered[..., -1], values)
     if keepdim:
         values = np.expand_dims(values, dims)
@@ -314,7 +314,7 @@ def _cum_extremum(name, accumulate):
         shape[axis] = arr.shape[axis]
         positions = array_module(arr).arange(arr.shape[axis]).reshape(shape)
         # a new running extremum (ties included, as PyTorch) moves the index forward
-        reached = (arr == values) | np.isnan(arr) if arr.dtype.kind == "f" else arr == values
+        reached = (arr == values) | np.isnan(arr) if is_floating_array(arr) else arr == values
         indices = np.maximum.accumulate(np.where(reached, positions, 0), axis=axis) \
             if arr.size else array_module(arr).zeros(arr.shape, np.int64)
         return _fresh(values.reshape(self._sizes), self._dtype), \
