@@ -23,7 +23,7 @@ from microtensor.ops.loops import array_module, device_of, new_result
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (actual_dim, aligned, batch_size, call, front_or_expanded,
-                                      inplace_error, no_fallback, same_level, sizes_arg, to_front,
+                                      inplace_error, no_fallback, same_level, to_front,
                                       wrap)
 from microtensor.ops.view import diagonal
 
@@ -419,7 +419,7 @@ def flip(grad, dims):
 @flip.def_batch_rule
 def flip(op, level, args, kwargs):
     self = args[0]
-    dims = sizes_arg(args[1:] if not kwargs else (kwargs["dims"],))
+    dims = size_arg(args[1:] if not kwargs else (kwargs["dims"],), "dims", required=False)
     b = self._bdim
     physical = tuple(actual_dim(meta.wrap_dim(d, self.dim()), b) for d in dims) if self.dim() \
         else ()
@@ -454,7 +454,7 @@ def repeat(grad, self_shape, sizes):
 @repeat.def_batch_rule
 def repeat(op, level, args, kwargs):
     self = args[0]
-    sizes = sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    sizes = size_arg(args[1:] if not kwargs else (kwargs["sizes"],), "repeats", required=False)
     if len(sizes) < self.dim():
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")

@@ -17,7 +17,7 @@ from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import may_overlap
 from microtensor.ops.registry import Sample, op
-from microtensor.vmap.helpers import actual_dim, aligned, call, sizes_arg, to_front, wrap
+from microtensor.vmap.helpers import actual_dim, aligned, call, to_front, wrap
 
 
 # --------------------------------------------------------------------------- reshaping
@@ -77,7 +77,7 @@ def view_batch_rule(op, level, args, kwargs):
     self, shape = args[0], args[1:]
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
         raise TypeError("view(dtype) is not supported; use .to(dtype)")
-    sizes = tuple(meta.infer_size(sizes_arg(shape), self._numel))
+    sizes = tuple(meta.infer_size(size_arg(shape), self._numel))
     if meta.view_strides(self._sizes, self._strides, sizes) is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
@@ -220,7 +220,7 @@ def permute(grad, dims):
 @permute.def_batch_rule
 def permute(op, level, args, kwargs):
     self = args[0]
-    wrapped = permutation(sizes_arg(args[1:] if not kwargs else (kwargs["dims"],)),
+    wrapped = permutation(size_arg(args[1:] if not kwargs else (kwargs["dims"],)),
                           self.dim())
     b = self._bdim
     order = [actual_dim(d, b) for d in wrapped]
@@ -342,12 +342,9 @@ def expand(grad, self_shape):
 @expand.def_batch_rule
 def expand(op, level, args, kwargs):
     self = args[0]
-    sizes = sizes_arg(args[1:] if not kwargs else (kwargs["sizes"],))
-    n = self.dim()
-    meta.expand_strides(self._sizes, self._strides, sizes)
-    final = tuple(s if s != -1 else self._sizes[i - (len(sizes) - n)]
-                  for i, s in enumerate(sizes))
-    value = aligned(self._value, self._bdim, n, len(sizes))
+    sizes = size_arg(args[1:] if not kwargs else (kwargs["sizes"],))
+    final, _ = meta.expand_geometry(self._sizes, self._strides, sizes)
+    value = aligned(self._value, self._bdim, self.dim(), len(sizes))
     return wrap(call(op, (value, (value._sizes[0],) + final), None), 0, level)
 
 

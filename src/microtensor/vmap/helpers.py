@@ -20,7 +20,7 @@ from microtensor.vmap.fallback import fallback, no_fallback
 
 __all__ = ["BatchedTensor", "actual_dim", "aligned", "batch_size", "call", "empty_per_sample",
            "fallback", "front_or_expanded", "inplace_error", "no_fallback", "same_level",
-           "sizes_arg", "to_front", "unwrap", "wrap", "wrap_result"]
+           "to_front", "unwrap", "wrap", "wrap_result"]
 
 
 def same_level(a, level):
@@ -60,13 +60,6 @@ def inplace_error(name):
         "`other` being vmapped over but `self` not being vmapped over in a vmap. Please try "
         f"to use out-of-place operators instead of {name}. If said operator is being called "
         "inside the microtensor framework, please file a bug report instead.")
-
-
-def sizes_arg(shape):
-    """A sizes argument given as ``*sizes`` or as one sequence, as a tuple of ints."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(int(s) for s in shape)
 
 
 def empty_per_sample(value, sample_sizes, memory_format, dtype=None, device=None):
