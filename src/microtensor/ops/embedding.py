@@ -11,9 +11,10 @@ by a mask, since it is a different row in each block.
 """
 from microtensor._C.tensor import is_grad_enabled
 from microtensor.ops import ghost
+from microtensor.ops.factory import arange
+from microtensor.ops.factory import tensor
 from microtensor.ops.indexing import _is_integer_index, _out_of_range
 from microtensor.ops.loops import _type_name, array_module
-from microtensor.ops.factory import arange
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import fresh_tensor
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, same_level, wrap
@@ -35,7 +36,6 @@ def _positions(weight, indices):
 
 
 def _embedding_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(5, 3), tensor([[0, 2, 2], [4, 1, 2]])),
             Sample(make(4, 2), tensor([3, 1, 3]), 1),
             Sample(make(4, 2), tensor([[3, 3, 0, 1]]), -1, True),
@@ -118,7 +118,6 @@ def embedding(grad, indices, padding_idx, scale_grad_by_freq):
 
 
 def _renorm_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(5, 3, low=-2, high=2), tensor([[0, 2], [4, 2]]), 1.0, 2.0),
             Sample(make(4, 2, low=-2, high=2), tensor([3, 1]), 0.5, 1.0),
             Sample(make(4, 2, low=-2, high=2), tensor([0, 1, 2]), 1.5, float("inf"))]

@@ -15,7 +15,11 @@ import warnings
 import numpy as np
 
 from microtensor._C.tensor import TensorBase, int32, int64
+from microtensor.autograd.grad_mode import no_grad
+from microtensor.ops.factory import arange, tensor, zeros
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.selection import searchsorted
+from microtensor.vmap.batched import BatchedTensor
 
 MODES = ("sum", "mean", "max")
 
@@ -23,7 +27,6 @@ MODES = ("sum", "mean", "max")
 def _values(t):
     """The values of an integer tensor as an ndarray, or None when they are not at hand
     (a per-sample tensor inside vmap)."""
-    from microtensor.vmap.batched import BatchedTensor
     return None if isinstance(t, BatchedTensor) else np.asarray(t._array())
 
 
@@ -34,7 +37,6 @@ def _gradient_scaled(t, scale):
 
 
 def _samples(make):
-    from microtensor.ops.factory import tensor
     index = tensor([1, 2, 4, 5, 4, 3, 2, 0, 4])
     offsets = tensor([0, 2, 2, 5])
     return [Sample(make(6, 3), index, offsets, mode)
@@ -53,8 +55,6 @@ def _embedding_bag_output(weight, input, offsets, mode="mean", per_sample_weight
                           scale_grad_by_freq=False):
     """The bags' reductions for a 1-D ``input`` cut into bags at ``offsets`` (checked by
     ``embedding_bag``); ``padding_idx`` already wrapped to a row number."""
-    from microtensor.ops.factory import arange, zeros
-    from microtensor.ops.selection import searchsorted
     bags = offsets.shape[0] - (1 if include_last_offset else 0)
     n, width = input.shape[0], weight.shape[1]
     bag = searchsorted(offsets, arange(n, dtype=offsets.dtype, device=input.device),
@@ -103,7 +103,6 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2,
             raise ValueError(f"if input is 2D, then offsets has to be None, as input is "
                              f"treated is a mini-batch of fixed length sequences. However, "
                              f"found offsets of type {_type_str(offsets)}")
-        from microtensor.ops.factory import arange
         offsets = arange(0, input.numel(), input.shape[1], dtype=input.dtype,
                          device=input.device)
         input = input.reshape(-1)
@@ -198,7 +197,6 @@ def _padding_row(padding_idx, rows):
 def _renorm_rows(weight, input, max_norm, norm_type):
     """PyTorch's ``embedding_renorm_``: in place and unrecorded, each row ``input`` uses
     whose ``norm_type``-norm exceeds ``max_norm`` is scaled down to it."""
-    from microtensor.autograd import no_grad
     with no_grad():
         used = input.unique()
         rows = weight.index_select(0, used)

@@ -12,6 +12,7 @@ import numpy as np
 
 from microtensor._C.autograd import Node, detached_alias, gradient_edge
 from microtensor._C.tensor import TensorBase, bool_, int64
+from microtensor.ops.factory import tensor
 from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
                                      dimwise_index_batch_rule)
 from microtensor.ops.loops import array_module, is_floating_array, update_at
@@ -37,7 +38,6 @@ def _identity(reduce, dtype):
 
 
 def _samples(make):
-    from microtensor.ops.factory import tensor
     index = tensor([[2, 0, 2, 1], [2, 2, 0, 2]])
     cases = [Sample(make(3, 4), 0, index, make(2, 4), reduce, include_self=include)
              for reduce in REDUCTIONS for include in (True, False)]

@@ -631,7 +631,6 @@ def repeat_interleave(op, level, args, kwargs):
     elif logical == 0:
         value, dim = value.reshape(size, 1), 1
     else:
-        from microtensor._C import meta
         dim = meta.wrap_dim(dim, logical) + 1
     result = call(op, (value, repeats, dim), {"output_size": bound["output_size"]})
     return wrap(result, 0, level)
