@@ -321,6 +321,7 @@ class Layers(Section):
                "gelu fwd+bwd (64, 128, 256)": 1.5,
                "softmax fwd+bwd (64, 128, 256)": 1.5,
                "scaled_dot_product_attention fwd+bwd (64, 128, 256)": 1.5,
+               "avg_pool2d fwd+bwd (64, 32, 28, 28), kernel 3, stride 2, padding 1": 1.5,
                "transformer block per-sample gradients, batch 32 (torch.func)": 1.0}
 
     def references(self, torch):
@@ -397,6 +398,17 @@ class Layers(Section):
             cases.append(Case(f"{name} fwd+bwd (64, 128, 256)",
                               microtensor=fwd_bwd(mt, fn, inputs, g),
                               torch=fwd_bwd(torch, tfn, tinputs, tg)))
+
+        # average pooling of feature maps, forward + backward
+        maps = np.random.randn(64, 32, 28, 28).astype(np.float32)
+        pooled = np.random.randn(64, 32, 14, 14).astype(np.float32)
+        m = mt.from_numpy(maps.copy()).requires_grad_()
+        tm = torch.from_numpy(maps.copy()).requires_grad_()
+        cases.append(Case("avg_pool2d fwd+bwd (64, 32, 28, 28), kernel 3, stride 2, padding 1",
+                          microtensor=fwd_bwd(mt, lambda: F.avg_pool2d(m, 3, 2, 1), (m,),
+                                              mt.from_numpy(pooled)),
+                          torch=fwd_bwd(torch, lambda: tF.avg_pool2d(tm, 3, 2, 1), (tm,),
+                                        torch.from_numpy(pooled))))
 
         # per-sample gradients of a small transformer block
         tblock = _transformer_block(torch)

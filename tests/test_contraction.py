@@ -187,6 +187,31 @@ def test_multihead_attention_matches_torch(kwargs, call):
                                    err_msg=name)
 
 
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_self_attention_with_a_3d_mask_matches_torch(batch_first):
+    """One tensor as query, key and value (the packed in-projection), a per-head 3-d mask
+    and key padding, in both layouts: outputs, per-head weights and gradients."""
+    ours, theirs = _mha_pair(batch_first=batch_first)
+    x, tx = pair(2, 3, 4) if batch_first else pair(3, 2, 4)
+    x.requires_grad_()
+    tx.requires_grad_()
+    mask = rng.standard_normal((2 * 2, 3, 3))
+    padding = np.array([[False, False, True], [False] * 3])
+    out, weights = ours(x, x, x, attn_mask=mt.tensor(mask), key_padding_mask=mt.tensor(padding),
+                        average_attn_weights=False)
+    tout, tweights = theirs(tx, tx, tx, attn_mask=torch.tensor(mask),
+                            key_padding_mask=torch.zeros(2, 3, dtype=torch.float64).masked_fill(
+                                torch.tensor(padding), -np.inf), average_attn_weights=False)
+    np.testing.assert_allclose(arr(out), tout.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(arr(weights), tweights.detach().numpy(), rtol=1e-10, atol=1e-15)
+    (out * out).sum().backward()
+    (tout * tout).sum().backward()
+    for (name, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(arr(p.grad), tp.grad.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=name)
+    np.testing.assert_allclose(arr(x.grad), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
 def test_multihead_attention_unbatched_and_causal_hint():
     ours, theirs = _mha_pair()
     (q, tq), = [pair(3, 4)]

@@ -313,6 +313,69 @@ def test_max_pool_refusals():
 
 
 @st.composite
+def avg_pool_geometries(draw):
+    kernel = tuple(draw(st.integers(1, 4)) for _ in range(2))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    padding = tuple(draw(st.integers(0, k // 2)) for k in kernel)
+    size = tuple(draw(st.integers(k, k + 5)) for k in kernel)
+    ceil_mode = draw(st.booleans())
+    out = []
+    for n, p, k, s in zip(size, padding, kernel, stride):
+        o = (n + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+        out.append(o - 1 if ceil_mode and (o - 1) * s >= n + p else o)
+    return kernel, stride, padding, size, tuple(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), avg_pool_geometries(),
+       st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple), st.booleans(),
+       st.sampled_from([None, 1, 3, -2]))
+def test_avg_pool2d_matches_numpy(data, dtype, geometry, lead, count_include_pad, divisor):
+    """Each window's sum over the plane, over the divisor PyTorch uses: the override, else
+    the window clipped to the padded plane (count_include_pad) or to the plane; and the
+    gradient, each value over that divisor spread over its window."""
+    kernel, stride, padding, size, out = geometry
+    x = data.draw(arrays(dtype, lead + size))
+    values = nnkernels.avg_pool2d(x, kernel, stride, padding, out, count_include_pad, divisor)
+    planes = x.reshape((-1,) + size).astype(np.float64)
+    g = data.draw(arrays(dtype, values.shape))
+    grad_input = nnkernels.avg_pool2d_backward(g, x.shape, kernel, stride, padding,
+                                               count_include_pad, divisor)
+    grads = g.reshape((-1,) + out).astype(np.float64)
+    expected = np.empty((planes.shape[0],) + out)
+    expected_grad = np.zeros(planes.shape)
+    h, w = size
+    for i in range(out[0]):
+        for j in range(out[1]):
+            r0, c0 = i * stride[0] - padding[0], j * stride[1] - padding[1]
+            r1, c1 = min(r0 + kernel[0], h + padding[0]), min(c0 + kernel[1], w + padding[1])
+            inside = (slice(None), slice(max(r0, 0), min(r1, h)), slice(max(c0, 0), min(c1, w)))
+            window = planes[inside]
+            count = divisor or ((r1 - r0) * (c1 - c0) if count_include_pad else
+                                window.shape[1] * window.shape[2])
+            expected[:, i, j] = window.sum((1, 2)) / count
+            expected_grad[inside] += (grads[:, i, j] / count)[:, None, None]
+    close(values, expected.reshape(lead + out), dtype, scale=4)
+    close(grad_input, expected_grad.reshape(x.shape), dtype, scale=4)
+
+
+def test_avg_pool2d_refusals():
+    x = np.zeros((1, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        nnkernels.avg_pool2d(x, (2, 2), (2, 2), (0, 0), (3, 2), True, None)
+    with pytest.raises(ValueError, match="not be zero"):
+        nnkernels.avg_pool2d(x, (2, 2), (2, 2), (0, 0), (2, 2), True, 0)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        nnkernels.avg_pool2d(x.astype(np.int64), (2, 2), (2, 2), (0, 0), (2, 2), True, None)
+    with pytest.raises(TypeError, match="leading dims"):
+        nnkernels.avg_pool2d_backward(np.ones((2, 2, 2), np.float32), (1, 4, 4), (2, 2),
+                                      (2, 2), (0, 0), True, None)
+    with pytest.raises(ValueError, match="overlap"):
+        nnkernels.avg_pool2d_backward(np.ones((1, 3, 2), np.float32), (1, 4, 4), (2, 2),
+                                      (2, 2), (0, 0), True, None)
+
+
+@st.composite
 def conv_geometries(draw):
     kernel = tuple(draw(st.integers(1, 3)) for _ in range(2))
     stride = tuple(draw(st.integers(1, 3)) for _ in range(2))
@@ -369,7 +432,7 @@ def test_im2col_col2im_refusals():
 
 @pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "gelu", "gelu_tanh",
-                                  "max_pool2d", "conv2d"])
+                                  "max_pool2d", "avg_pool2d", "conv2d"])
 def test_ops_on_the_c_kernels_match_torch_in_float32(name):
     """The ops that call these kernels, float32 forward and backward against PyTorch."""
     rng = np.random.default_rng(0)
@@ -391,6 +454,8 @@ def test_ops_on_the_c_kernels_match_torch_in_float32(name):
         "gelu": lambda lib, a, w, s: lib.nn.functional.gelu(a) * s,
         "gelu_tanh": lambda lib, a, w, s: lib.nn.functional.gelu(a, approximate="tanh") * s,
         "max_pool2d": lambda lib, a, w, s: lib.nn.functional.max_pool2d(a, 3, 2, 1) * s[:6],
+        "avg_pool2d": lambda lib, a, w, s: lib.nn.functional.avg_pool2d(
+            a, 3, 2, 1, ceil_mode=True, count_include_pad=False) * s[:7],
         "conv2d": lambda lib, a, w, s: lib.nn.functional.conv2d(a, w) * s[:10],
     }
     for ours, theirs in zip(run(mt, calls[name]), run(torch, calls[name])):

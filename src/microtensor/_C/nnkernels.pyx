@@ -1,6 +1,6 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
 layer_norm forward and backward, GELU forward and backward, 2-d max pooling with indices
-and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
+and its backward, 2-d average pooling and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
 transposed one.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
@@ -65,6 +65,14 @@ cdef extern from "nnmath.h" nogil:
                        Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
     void mt_col2im_f64(double* flat, const double* blocks, const int64_t* starts,
                        Py_ssize_t planes, Py_ssize_t total, Py_ssize_t k, Py_ssize_t length)
+    void mt_avg_pool2d_f32(float* out, float* x, Py_ssize_t planes, Py_ssize_t h,
+                           Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t kh,
+                           Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                           Py_ssize_t pw, int count_pad, Py_ssize_t divisor, int backward)
+    void mt_avg_pool2d_f64(double* out, double* x, Py_ssize_t planes, Py_ssize_t h,
+                           Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t kh,
+                           Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                           Py_ssize_t pw, int count_pad, Py_ssize_t divisor, int backward)
     int mt_max_pool_backward_f32(float* grad_input, const float* grad, const int64_t* indices,
                                  Py_ssize_t planes, Py_ssize_t plane_size, Py_ssize_t per_plane)
     int mt_max_pool_backward_f64(double* grad_input, const double* grad,
@@ -281,6 +289,63 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_size):
         mt_max_pool2d_f64(<double*>data(out), idx, <const double*>data(src), planes, h, w,
                           oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
     return out, indices
+
+
+def avg_pool2d(x, kernel, stride, padding, out_size, bint count_include_pad,
+               divisor_override):
+    """2-d average pooling of the last two dims of ``x`` (float32/float64): a fresh array of
+    the leading dims plus ``out_size``.  Each window's sum over its positions inside the
+    plane, over ``divisor_override`` (an int, or None: the window's size clipped to the
+    padded plane, or to the plane itself without ``count_include_pad``)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 2:
+        raise TypeError("avg_pool2d: an array of at least 2 dims expected")
+    src = np.ascontiguousarray(x)    # only read: the forward never writes the plane
+    out = np.empty(src.shape[:src.ndim - 2] + tuple(out_size), src.dtype)
+    return _avg_pool2d(out, src, kernel, stride, padding, count_include_pad,
+                       divisor_override, False, "avg_pool2d")
+
+
+def avg_pool2d_backward(grad, tuple input_shape, kernel, stride, padding,
+                        bint count_include_pad, divisor_override):
+    """The gradient of ``avg_pool2d`` for ``grad`` (float32/float64, the pooled shape): a
+    fresh array of ``input_shape``, each value of ``grad`` over its window's divisor added
+    to the window's positions inside the plane."""
+    if not isinstance(grad, np.ndarray) or grad.ndim < 2 or len(input_shape) != grad.ndim or \
+            grad.shape[:grad.ndim - 2] != input_shape[:grad.ndim - 2]:
+        raise TypeError("avg_pool2d_backward: grad with the input's leading dims expected")
+    g = np.ascontiguousarray(grad)
+    grad_input = np.empty(input_shape, g.dtype)
+    _avg_pool2d(g, grad_input, kernel, stride, padding, count_include_pad, divisor_override,
+                True, "avg_pool2d_backward")
+    return grad_input
+
+
+cdef object _avg_pool2d(pooled, plane, kernel, stride, padding, bint count_include_pad,
+                        divisor_override, bint backward, str name):
+    """Checks, then the C kernel: ``pooled`` from ``plane`` (or, ``backward``, the other way);
+    both C-contiguous of one dtype, the leading dims checked by the callers."""
+    cdef bint f32 = is_f32(plane, name)
+    if pooled.dtype != plane.dtype:
+        raise TypeError(f"{name}: arrays of one dtype expected")
+    cdef Py_ssize_t h = plane.shape[plane.ndim - 2], w = plane.shape[plane.ndim - 1]
+    cdef Py_ssize_t oh = pooled.shape[pooled.ndim - 2], ow = pooled.shape[pooled.ndim - 1]
+    cdef Py_ssize_t kh = kernel[0], kw = kernel[1], sh = stride[0], sw = stride[1]
+    cdef Py_ssize_t ph = padding[0], pw = padding[1]
+    cdef Py_ssize_t divisor = 0 if divisor_override is None else divisor_override
+    if min(kh, kw, sh, sw) < 1 or min(ph, pw, oh, ow) < 0 or h < 1 or w < 1 or \
+            (oh - 1) * sh - ph >= h or (ow - 1) * sw - pw >= w or 2 * ph > kh or \
+            2 * pw > kw:
+        raise ValueError(f"{name}: every window must overlap the input")
+    if divisor_override is not None and divisor == 0:
+        raise ValueError(f"{name}: divisor_override must not be zero")
+    cdef Py_ssize_t planes = plane.size // (h * w)
+    if f32:
+        mt_avg_pool2d_f32(<float*>data(pooled), <float*>data(plane), planes, h, w, oh, ow,
+                          kh, kw, sh, sw, ph, pw, count_include_pad, divisor, backward)
+    else:
+        mt_avg_pool2d_f64(<double*>data(pooled), <double*>data(plane), planes, h, w, oh,
+                          ow, kh, kw, sh, sw, ph, pw, count_include_pad, divisor, backward)
+    return plane if backward else pooled
 
 
 def max_pool_backward(grad, indices, tuple input_shape, Py_ssize_t d):

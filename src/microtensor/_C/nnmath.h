@@ -326,6 +326,48 @@ static void mt_im2col_##SFX(T* out, const T* x, ptrdiff_t n, ptrdiff_t c, ptrdif
                     }                                                                       \
 }
 
+/* 2-d average pooling of `planes` planes (h, w) into (oh, ow), as PyTorch's kernel: each
+ * window's sum over its positions inside the plane, divided by `divisor` when not 0,
+ * else by the window's size clipped to the padded plane (`count_pad`) or to the plane.
+ * `backward`: instead, each (oh, ow) value of `out` over that divisor added to its
+ * window's positions in the (h, w) plane of `x` (zeroed here). */
+#define MT_AVG_POOL(T, SFX)                                                                 \
+static void mt_avg_pool2d_##SFX(T* out, T* x, ptrdiff_t planes, ptrdiff_t h, ptrdiff_t w,   \
+        ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, \
+        ptrdiff_t ph, ptrdiff_t pw, int count_pad, ptrdiff_t divisor, int backward) {       \
+    if (backward) memset(x, 0, sizeof(T) * planes * h * w);                                 \
+    for (ptrdiff_t p = 0; p < planes; p++, x += h * w) {                                    \
+        for (ptrdiff_t i = 0; i < oh; i++) {                                                \
+            ptrdiff_t r0 = i * sh - ph, r1 = r0 + kh;                                       \
+            if (r1 > h + ph) r1 = h + ph;                                                   \
+            ptrdiff_t padded_rows = r1 - r0;                                                \
+            if (r0 < 0) r0 = 0;                                                             \
+            if (r1 > h) r1 = h;                                                             \
+            for (ptrdiff_t j = 0; j < ow; j++, out++) {                                     \
+                ptrdiff_t c0 = j * sw - pw, c1 = c0 + kw;                                   \
+                if (c1 > w + pw) c1 = w + pw;                                               \
+                ptrdiff_t count = padded_rows * (c1 - c0);                                  \
+                if (c0 < 0) c0 = 0;                                                         \
+                if (c1 > w) c1 = w;                                                         \
+                if (divisor != 0) count = divisor;                                          \
+                else if (!count_pad) count = (r1 - r0) * (c1 - c0);                        \
+                if (backward) {                                                             \
+                    T share = *out / (T)count;                                              \
+                    for (ptrdiff_t r = r0; r < r1; r++)                                     \
+                        for (ptrdiff_t c = c0; c < c1; c++) x[r * w + c] += share;          \
+                } else {                                                                    \
+                    T sum = 0;                                                              \
+                    for (ptrdiff_t r = r0; r < r1; r++)                                     \
+                        for (ptrdiff_t c = c0; c < c1; c++) sum += x[r * w + c];            \
+                    *out = sum / (T)count;                                                  \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+MT_AVG_POOL(float, f32)
+MT_AVG_POOL(double, f64)
 MT_IM2COL(float, f32)
 MT_IM2COL(double, f64)
 MT_COL2IM(float, f32)

@@ -95,35 +95,44 @@ class MultiheadAttention(Module):
                                "the Transformer module method `generate_square_subsequent_mask`"
                                " to create this mask.")
         batched = query.dim() == 3
-        if batched and self.batch_first:
+        # one packed in-projection for self-attention, as PyTorch's ``in_projection_packed``
+        packed = query is key is value and self._qkv_same_embed_dim
+        # the math runs batch-first, (N, L, E): each sample's rows are then contiguous
+        # blocks, so that under vmap a projection is one product per sample
+        if batched and not self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
         if not batched:
-            query, key, value = (x.unsqueeze(1) for x in (query, key, value))
+            query, key, value = (x.unsqueeze(0) for x in (query, key, value))
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        length, n, embed = query.shape
-        source = key.shape[0]
+        n, length, embed = query.shape
+        source = key.shape[1]
         heads, head_dim = self.num_heads, self.head_dim
         if embed != self.embed_dim:
             raise AssertionError(f"was expecting embedding dimension of {self.embed_dim}, but "
                                  f"got {embed}")
-        (wq, wk, wv), (bq, bk, bv) = self._projections()
-        q = F.linear(query, wq, bq).reshape(length, n * heads, head_dim).transpose(0, 1)
-        k = F.linear(key, wk, bk).reshape(source, n * heads, head_dim).transpose(0, 1)
-        v = F.linear(value, wv, bv).reshape(source, n * heads, head_dim).transpose(0, 1)
+        if packed:
+            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, -1)
+        else:
+            (wq, wk, wv), (bq, bk, bv) = self._projections()
+            q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        # heads: (N, H, L, head_dim), views of the projections
+        q = q.reshape(n, length, heads, head_dim).transpose(1, 2)
+        k = k.reshape(n, source, heads, head_dim).transpose(1, 2)
+        v = v.reshape(n, source, heads, head_dim).transpose(1, 2)
         mask = _additive(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 3:
             expected = (n * heads, length, source)
             if tuple(mask.shape) != expected:
                 raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
                                    f"but should be {expected}.")
+            mask = mask.reshape(n, heads, length, source)
         elif mask is not None and tuple(mask.shape) != (length, source):
             raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, but "
                                f"should be {(length, source)}.")
         padding = _additive(key_padding_mask, q.dtype)
         if padding is not None:
-            padding = padding.reshape(n, 1, 1, source).expand(n, heads, 1, source) \
-                .reshape(n * heads, 1, source)
+            padding = padding.reshape(n, 1, 1, source)
             mask = padding if mask is None else mask + padding
         scores = (q * (1.0 / math.sqrt(head_dim))).matmul(k.mT)
         if mask is not None:
@@ -131,15 +140,13 @@ class MultiheadAttention(Module):
         weights = scores.softmax(-1)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, self.dropout)
-        out = weights.matmul(v).transpose(0, 1).reshape(length * n, embed)
-        out = self.out_proj(out).reshape(length, n, embed)
-        if batched and self.batch_first:
+        out = self.out_proj(weights.matmul(v).transpose(1, 2).reshape(n, length, embed))
+        if batched and not self.batch_first:
             out = out.transpose(0, 1)
         elif not batched:
-            out = out.squeeze(1)
+            out = out.squeeze(0)
         if not need_weights:
             return out, None
-        weights = weights.reshape(n, heads, length, source)
         if average_attn_weights:
             weights = weights.mean(1)
         return out, weights if batched else weights.squeeze(0)

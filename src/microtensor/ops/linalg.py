@@ -63,8 +63,18 @@ def _product(np_fn, shape, self, other):
             np.matmul(a.reshape(-1, a.shape[-1]), b[(0,) * (b.ndim - 2)],
                       out=out._array().reshape(-1, b.shape[-1]))
         else:
-            np_fn(a, b, out=out._array())
+            np_fn(_blas_ready(a), _blas_ready(b), out=out._array())
     return out
+
+
+def _blas_ready(a):
+    """``a``, copied when its matrices repeat a row or column (a zero stride in the last two
+    dims: an expanded gradient): NumPy's matmul leaves BLAS for those, and the copy costs
+    less than the slower loop."""
+    if isinstance(a, np.ndarray) and a.ndim >= 2 and \
+            ((a.strides[-1] == 0 and a.shape[-1] > 1) or (a.strides[-2] == 0 and a.shape[-2] > 1)):
+        return np.ascontiguousarray(a)
+    return a
 
 
 def _shared_matrix(a, b, shape):

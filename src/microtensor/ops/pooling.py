@@ -1,14 +1,18 @@
 """Pooling: ``max_pool{1,2,3}d_with_indices`` and ``adaptive_max_pool2d`` as single ops,
-``avg_pool{1,2,3}d`` and ``adaptive_avg_pool{1,2}d`` as composites.
+``avg_pool{1,2,3}d`` as single ops, ``adaptive_avg_pool{1,2}d`` as composites.
 
 Max pooling reads a zero-copy window view of the (padded) input (strides over its
 storage) and reduces it with a running maximum, one pass per kernel position (2-d pooling
 of float32/float64 NumPy arrays: one C pass, ``nnkernels.max_pool2d``); its indices are
 flat positions in each input plane, as PyTorch's, and its derivative scatters the
 gradient there with ``scatter_add`` (differentiable: its own derivative is a
-``gather``), or in C when no graph of the backward is recorded.  Average pooling is a
-window view (``unfold``) and one sum over a divisor; adaptive average pooling is a
-product with averaging matrices per spatial dim.  The max poolings share one batching rule (the vmap batch folds into N).
+``gather``), or in C when no graph of the backward is recorded.  Average pooling is one
+C pass in 1-d and 2-d (float32/float64, ``nnkernels.avg_pool2d``), else one sum of
+strided views of the zero-padded input per kernel position, over a divisor; its
+derivative is a transposed convolution with a kernel of ones, or one C pass in 2-d when
+no graph of the backward is recorded.  Adaptive average pooling
+is a product with averaging matrices per spatial dim.  The max poolings share one
+batching rule, the average poolings another (the vmap batch folds into N).
 """
 import math
 
@@ -409,9 +413,9 @@ def _divisor(sizes, kernel, stride, padding, out, count_include_pad):
     return total
 
 
-def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_include_pad,
-              divisor_override):
-    shape = tuple(self.shape)
+def _avg_pool_geometry(shape, d, name, kernel_size, stride, padding, ceil_mode,
+                       divisor_override):
+    """Checked ``(kernel, stride, padding, output sizes)`` of a ``d``-dim average pool."""
     if len(shape) not in (d + 1, d + 2) and d == 1:
         raise RuntimeError(f"Expected 2 to 3 dimensions, but got {len(shape)}-dimensional "
                            f"tensor for argument #1 'self' (while checking arguments for "
@@ -420,33 +424,109 @@ def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_incl
                                                     1, ceil_mode, name)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
-    sizes = shape[-d:]
-    lead = len(shape) - d
-    extents = [(o - 1) * s + k for o, s, k in zip(out, stride, kernel)]
-    after = [max(0, x - n - p) for x, n, p in zip(extents, sizes, padding)]
-    x = self
-    if any(padding) or any(after):
-        x = self.new_zeros(shape[:lead] + tuple(n + p + a for n, p, a in
-                                                zip(sizes, padding, after)))
-        x[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))] = self
-    for i in range(d):   # padded to exactly ``out`` windows per dim
-        x = x.unfold(lead + i, kernel[i], stride[i])
-    summed = x.sum(tuple(range(-d, 0)))
-    if divisor_override is not None:
-        return summed / divisor_override
+    return kernel, stride, padding, out
+
+
+def _divisor_tensor(sizes, kernel, stride, padding, out, count_include_pad, like):
     divisor = _divisor(sizes, kernel, stride, padding, out, count_include_pad)
-    return summed / from_numpy_result(divisor.astype(self.dtype.np)).to(self.device)
+    return from_numpy_result(divisor.astype(like.dtype.np)).to(like.device)
+
+
+def _avg_pool_arrays(x, d, kernel, stride, padding, out, count_include_pad,
+                     divisor_override):
+    """Average pooling of the last ``d`` dims of the array ``x`` (any dtype, any array
+    module): the zero-padded input summed over one strided view per kernel position."""
+    xp = array_module(x)
+    lead, sizes = x.shape[:-d], x.shape[-d:]
+    extents = [(o - 1) * s + k for o, s, k in zip(out, stride, kernel)]
+    padded = xp.zeros(lead + tuple(max(n + p, e) for n, p, e in zip(sizes, padding, extents)),
+                      dtype=x.dtype)
+    padded[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))] = x
+    total = xp.zeros(lead + out, dtype=np.float64 if x.dtype.kind in "iub" else x.dtype)
+    for position in np.ndindex(*kernel):
+        total += padded[(Ellipsis,) + tuple(slice(q, q + (o - 1) * s + 1, s)
+                                            for q, o, s in zip(position, out, stride))]
+    if divisor_override is not None:
+        return total / divisor_override
+    return total / xp.asarray(_divisor(sizes, kernel, stride, padding, out, count_include_pad))
+
+
+def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+    kernel, stride, padding, out = _avg_pool_geometry(
+        self._sizes, d, name, kernel_size, stride, padding, ceil_mode, divisor_override)
+    x = self._array()
+    if d < 3 and nnkernels.supports(x):
+        # 1-d pooling is 2-d pooling of planes one row high
+        values = nnkernels.avg_pool2d(
+            x if d == 2 else x[..., None, :], (1,) * (2 - d) + kernel,
+            (1,) * (2 - d) + stride, (0,) * (2 - d) + padding, (1,) * (2 - d) + out,
+            count_include_pad, divisor_override)
+        values = values if d == 2 else values[..., 0, :]
+    else:
+        values = _avg_pool_arrays(x, d, kernel, stride, padding, out, count_include_pad,
+                                  divisor_override)
+    return from_numpy_result(values, self._dtype)
+
+
+def _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride, padding, ceil_mode,
+                         count_include_pad, divisor_override):
+    """Each output's gradient over its divisor, added back to every input position of its
+    window: a transposed convolution of those with a kernel of ones (the windows' extent
+    past the padded input, or short of it, made up by cropping or output padding)."""
+    from microtensor.ops.conv import convolution
+    from microtensor.ops.factory import ones
+    kernel, stride, padding, out = _avg_pool_geometry(
+        tuple(self_shape), d, name, kernel_size, stride, padding, ceil_mode, divisor_override)
+    if d == 2 and batching() is None and not is_grad_enabled() and \
+            nnkernels.supports(grad._array()):
+        # no graph of the backward pass is being built, nor a vmap: one C pass
+        return from_numpy_result(nnkernels.avg_pool2d_backward(
+            grad._array(), tuple(self_shape), kernel, stride, padding, count_include_pad,
+            divisor_override), grad._dtype)
+    sizes = tuple(self_shape[-d:])
+    if divisor_override is not None:
+        scaled = grad / divisor_override
+    else:
+        scaled = grad / _divisor_tensor(sizes, kernel, stride, padding, out,
+                                        count_include_pad, grad)
+    extents = [(o - 1) * s + k for o, s, k in zip(out, stride, kernel)]
+    output_padding = tuple(max(0, p + n - e) for p, n, e in zip(padding, sizes, extents))
+    spread = convolution(scaled.reshape((-1, 1) + out),
+                         ones((1, 1) + kernel, dtype=grad.dtype, device=grad.device), None,
+                         stride, (0,) * d, (1,) * d, True, output_padding, 1)
+    crop = spread[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(padding, sizes))]
+    return crop.reshape(tuple(self_shape))
+
+
+def avg_pool_batch_rule(op, level, args, kwargs):
+    """The vmap batch folded into N: (B, [N,] C, *spatial) as (B*N, C, *spatial), one
+    call, reshaped back."""
+    bound = op.bind(args, kwargs)
+    x = bound.pop("self")
+    d = AVG_POOL_DIMS[op.name]
+    sample = tuple(x.shape)
+    _avg_pool_geometry(sample, d, op.name, bound["kernel_size"], bound["stride"],
+                       bound["padding"], bound["ceil_mode"], bound.get("divisor_override"))
+    value = to_front(x._value, x._bdim)
+    result = call(op, (value.reshape((-1,) + sample[-(d + 1):]),), bound)
+    lead = (value.shape[0],) + sample[:-(d + 1)]
+    return wrap(result.reshape(lead + tuple(result.shape[1:])), 0, level)
 
 
 def _avg_pool_samples(d):
     def samples(make):
         def shaped(*spatial):   # smaller volumes in 3-d: the sweeps stay fast
             return spatial[:d] if d < 3 else tuple(max(3, n - 2) for n in spatial)
+        divisor = (3,) if d > 1 else ()
         return [Sample(make(2, 3, *shaped(5, 4, 4)), (2,) * d),
                 Sample(make(2, *shaped(6, 5, 4)), (3,) * d, (2,) * d, (1,) * d, True),
                 Sample(make(1, 2, *shaped(7, 6, 5)), (3,) * d, (2,) * d, (1,) * d, True, False),
                 Sample(make(2, 1, *shaped(5, 5, 3)), (2,) * d, (1,) * d, (1,) * d, False,
-                       True, *((3,) if d > 1 else ()))]
+                       True, *divisor),
+                Sample(make(1, 2, *shaped(6, 7, 5)), (3, 2, 2)[:d], (2, 3, 2)[:d],
+                       (1, 0, 1)[:d], True, False, *((-2,) if d > 1 else ())),
+                Sample(make(2, *shaped(4, 5, 4)), (2,) * d, (2,) * d, 0, True)]
     return samples
 
 
@@ -457,21 +537,36 @@ def _declare_avg_pool(d):
                    count_include_pad=True):
             return _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, None)
+
+        def derivative(grad, self_shape, kernel_size, stride, padding, ceil_mode,
+                       count_include_pad):
+            return _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
+                                        padding, ceil_mode, count_include_pad, None)
     else:
         def kernel(self, kernel_size, stride=(), padding=0, ceil_mode=False,
                    count_include_pad=True, divisor_override=None):
             return _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, divisor_override)
+
+        def derivative(grad, self_shape, kernel_size, stride, padding, ceil_mode,
+                       count_include_pad, divisor_override):
+            return _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
+                                        padding, ceil_mode, count_include_pad,
+                                        divisor_override)
     kernel.__name__ = name
-    kernel.__doc__ = (f"The mean of each window of a {d}-d pooling: a window view "
-                      f"(``unfold``) of the zero-padded input and one sum.")
-    return op(name, kind="composite", method=False, samples=_avg_pool_samples(d))(kernel)
+    kernel.__doc__ = (f"The mean of each window of a {d}-d pooling, positions in the padding "
+                      f"counted as zeros (or not at all without ``count_include_pad``).")
+    declared = op(name, method=False, samples=_avg_pool_samples(d))(kernel)
+    declared.def_derivative("self")(derivative)
+    declared.def_batch_rule(avg_pool_batch_rule)
+    return declared
 
 
 avg_pool1d = _declare_avg_pool(1)
 avg_pool2d = _declare_avg_pool(2)
 avg_pool3d = _declare_avg_pool(3)
 
+AVG_POOL_DIMS = {"avg_pool1d": 1, "avg_pool2d": 2, "avg_pool3d": 3}
 MAX_POOL_DIMS = {"max_pool1d_with_indices": 1, "max_pool2d_with_indices": 2,
                  "max_pool3d_with_indices": 3, "adaptive_max_pool2d": 2}
 
