@@ -21,7 +21,8 @@ import numpy as np
 from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
-from microtensor.ops.factory import tensor
+from microtensor.ops.conv import convolution
+from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import array_module, from_numpy_result, is_floating_array
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
@@ -474,8 +475,6 @@ def _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride, padding
     """Each output's gradient over its divisor, added back to every input position of its
     window: a transposed convolution of those with a kernel of ones (the windows' extent
     past the padded input, or short of it, made up by cropping or output padding)."""
-    from microtensor.ops.conv import convolution
-    from microtensor.ops.factory import ones
     kernel, stride, padding, out = _avg_pool_geometry(
         tuple(self_shape), d, name, kernel_size, stride, padding, ceil_mode, divisor_override)
     if d == 2 and batching() is None and not is_grad_enabled() and \
