@@ -238,3 +238,29 @@ def test_per_sample_gradients_of_the_tutorial_cnn_pooling_layer():
         tparams, tx, torch.tensor(y))
     for key in expected:
         close(grads[key], expected[key], 1e-6)
+
+
+@pytest.mark.parametrize("case", ["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+                                  "adaptive_max_pool2d", "max_pool3d", "avg_pool3d"])
+def test_pools_keep_a_channels_last_input_layout_as_torch(case):
+    """2-d pools (and 3-d max pooling) of a channels_last input return channels_last
+    results, indices included; 3-d average pooling returns a contiguous one."""
+    three_d = case.endswith("3d")
+    shape = (2, 3, 4, 4, 4) if three_d else (2, 3, 8, 8)
+    x = np.random.default_rng(0).random(shape)
+    calls = {"max_pool2d": lambda F, x: F.max_pool2d(x, 2, return_indices=True),
+             "avg_pool2d": lambda F, x: F.avg_pool2d(x, 2),
+             "adaptive_avg_pool2d": lambda F, x: F.adaptive_avg_pool2d(x, 3),
+             "adaptive_max_pool2d": lambda F, x: F.adaptive_max_pool2d(x, 3, return_indices=True),
+             "max_pool3d": lambda F, x: F.max_pool3d(x, 2, return_indices=True),
+             "avg_pool3d": lambda F, x: F.avg_pool3d(x, 2)}
+    t_format = torch.channels_last_3d if three_d else torch.channels_last
+    m_format = mt.channels_last_3d if three_d else mt.channels_last
+    expected = calls[case](torch.nn.functional,
+                           torch.tensor(x).contiguous(memory_format=t_format))
+    got = calls[case](mt.nn.functional, mt.tensor(x).contiguous(memory_format=m_format))
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    for e, g in zip(expected, got):
+        assert g.stride() == e.stride()
+        np.testing.assert_allclose(g.numpy(), e.numpy())

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from microtensor._C import nnkernels
+from microtensor._C.meta import channels_last, channels_last_3d
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
 from microtensor.ops.conv import convolution
@@ -184,7 +185,21 @@ def _flat_indices(coords, sizes):
 
 # --------------------------------------------------------------------------- max pooling
 
+def in_layout_of(self, results, d):
+    """``results`` laid out as PyTorch's pools leave them: channels_last (channels_last_3d)
+    when ``self`` is in that format and not plain contiguous, else as they are."""
+    fmt = channels_last if d == 2 else channels_last_3d
+    if self.dim() == d + 2 and not self.is_contiguous() and self.is_contiguous(memory_format=fmt):
+        return tuple(r.contiguous(memory_format=fmt) for r in results)
+    return results
+
+
 def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
+    return in_layout_of(self, _max_pool_values(self, d, op_name, kernel_size, stride, padding,
+                                               dilation, ceil_mode), d)
+
+
+def _max_pool_values(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
@@ -325,8 +340,9 @@ def adaptive_max_pool2d(self, output_size):
     jh, jw = _unravel(picked, (rows.shape[1], cols.shape[1]))
     indices = rows[xp.arange(oh)[:, None], jh] * w + cols[xp.arange(ow)[None, :], jw]
     lead = self._sizes[:-2]
-    return (from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype),
-            from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64))
+    return in_layout_of(self, (
+        from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype),
+        from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64)), 2)
 
 
 @adaptive_max_pool2d.def_derivative("self")
@@ -381,7 +397,8 @@ def _adaptive_avg_pool(self, output_size, d, name):
     result = self
     if d == 2:   # rows: (oh, h) @ (..., h, w)
         result = _averaging_matrix(sizes[0], out[0], self).matmul(result)
-    return result.matmul(_averaging_matrix(sizes[-1], out[-1], self).mT)
+    result = result.matmul(_averaging_matrix(sizes[-1], out[-1], self).mT)
+    return in_layout_of(self, (result,), d)[0] if d == 2 else result
 
 
 @op(kind="composite", method=False, samples=_adaptive_avg_samples(1))
@@ -467,7 +484,9 @@ def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_incl
     else:
         values = _avg_pool_arrays(x, d, kernel, stride, padding, out, count_include_pad,
                                   divisor_override)
-    return from_numpy_result(values, self._dtype)
+    result = from_numpy_result(values, self._dtype)
+    # PyTorch keeps channels_last for 2-d average pooling only
+    return in_layout_of(self, (result,), d)[0] if d == 2 else result
 
 
 def _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride, padding, ceil_mode,
