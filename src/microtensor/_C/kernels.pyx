@@ -386,35 +386,38 @@ cdef void copy_line_tile(dst_t* d, Py_ssize_t d_rs, Py_ssize_t d_cs,
                          Py_ssize_t rows, Py_ssize_t cols, dst_t* scratch) noexcept nogil:
     # One tile of at most a source line (rows) by a destination line (cols): each source
     # run is read once into the scratch tile, then each destination run written once.
-    cdef Py_ssize_t r, c, stride = CACHE_LINE_BYTES // sizeof(dst_t)
+    cdef Py_ssize_t r, c, stride = CACHE_LINE_BYTES // sizeof(src_t)
     cdef dst_t* out
     cdef const src_t* run
     for c in range(cols):
         run = s + c * s_cs
-        out = scratch + c
+        out = scratch + c * stride
         for r in range(rows):
-            out[r * stride] = convert(run[r * s_rs], out)
+            out[r] = convert(run[r * s_rs], out)
     for r in range(rows):
         out = d + r * d_rs
         for c in range(cols):
-            out[c * d_cs] = scratch[r * stride + c]
+            out[c * d_cs] = scratch[c * stride + r]
 
 
 cdef inline void copy_full_line_tile(dst_t* d, Py_ssize_t d_rs, const src_t* s,
                                      Py_ssize_t s_cs, dst_t* scratch) noexcept nogil:
-    # copy_line_tile for a whole tile of unit inner strides: constant trip counts, so the
-    # compiler unrolls and vectorises both passes.
+    # copy_line_tile for a whole tile of unit inner strides, with constant trip counts.
+    # The scratch tile is filled along source lines, vectorised: the destination pass
+    # reads it element by element, which store forwarding serves (it does not serve a
+    # vector load of several scalar stores still in flight).
     cdef Py_ssize_t r, c
     cdef dst_t* out
     cdef const src_t* run
     for c in range(CACHE_LINE_BYTES // sizeof(dst_t)):
         run = s + c * s_cs
+        out = scratch + c * (CACHE_LINE_BYTES // sizeof(src_t))
         for r in range(CACHE_LINE_BYTES // sizeof(src_t)):
-            scratch[r * (CACHE_LINE_BYTES // sizeof(dst_t)) + c] = convert(run[r], scratch)
+            out[r] = convert(run[r], out)
     for r in range(CACHE_LINE_BYTES // sizeof(src_t)):
         out = d + r * d_rs
         for c in range(CACHE_LINE_BYTES // sizeof(dst_t)):
-            out[c] = scratch[r * (CACHE_LINE_BYTES // sizeof(dst_t)) + c]
+            out[c] = scratch[c * (CACHE_LINE_BYTES // sizeof(src_t)) + r]
 
 
 cdef void copy_tiled_2d(dst_t* d, Py_ssize_t d_rs, Py_ssize_t d_cs,
