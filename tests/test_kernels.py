@@ -151,8 +151,8 @@ def test_copy_transposes_across_tile_edges_steps_and_offsets(rows, cols, dst_dty
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.bool_])
 def test_copy_transposes_across_bands(dtype):
-    # Source rows 4400 bytes apart: more than a page, so a band is at most 512 rows (fewer
-    # with a small L2); 600 source rows cross a band boundary off a line boundary.
+    # Source rows 4400 bytes apart: more than a page, so a band is at most 256 rows (fewer
+    # with a small L2); 600 source rows cross band boundaries off line boundaries.
     band = kernels.copy_band_rows(4400)
     assert band < 600
     rng = np.random.default_rng(3)
@@ -176,13 +176,13 @@ def test_copy_band_fits_the_tlb_and_half_the_l2(row_stride, page, l2):
     pages = min(band, -(-band * abs(row_stride) // page) + 1)
     assert band >= 64                                    # a line of the narrowest dtype
     if band > 64:
-        assert pages <= 512 + 1 and band * 64 <= l2 // 2
+        assert pages <= 256 + 1 and band * 64 <= l2 // 2
 
 
 def test_copy_band_for_known_machines():
-    # 4096-wide float32 rows (16 KiB apart), 4 KiB pages: one page per row, 512 pages.
-    assert kernels.copy_band_rows(16384, 4096, 1 << 20) == 512
-    assert kernels.copy_band_rows(16384, 4096, 4 << 20) == 512
+    # 4096-wide float32 rows (16 KiB apart), 4 KiB pages: one page per row, 256 pages.
+    assert kernels.copy_band_rows(16384, 4096, 1 << 20) == 256
+    assert kernels.copy_band_rows(16384, 4096, 4 << 20) == 256
     # Rows 256 bytes apart share pages: the L2 bound (half of 256 KiB in lines) decides.
     assert kernels.copy_band_rows(256, 4096, 256 << 10) == 2048
     assert kernels.copy_band_rows(-256, 4096, 256 << 10) == 2048

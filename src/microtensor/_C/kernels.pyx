@@ -251,27 +251,31 @@ cdef void byte_extent(cnp.ndarray a, Py_ssize_t* lo, Py_ssize_t* hi):
 # lie 16 KiB apart, and an L2 of S bytes and W ways puts lines 16 KiB apart into only
 # S / W / 16 KiB set groups: 8 groups x 8 ways = 64 lines on a 1 MiB 8-way L2, 16 x 16 =
 # 256 on a 4 MiB 16-way L2, both too few for 256 lines plus the destination's, so each
-# tile re-read its source from L3 (fast on some CPUs, 2x PyTorch's time on others).
+# tile re-read its source from L3 (fast on some CPUs, 1.8x PyTorch's time on others).
 #
 # Here a tile is one cache line of the source by one line of the destination (16 x 16
 # float32, 8 x 8 float64): each source line is read whole into a contiguous scratch tile
-# (at most 64 lines of 64 bytes = 4 KiB, in L1 on any CPU: L1d is >= 32 KiB), and each
+# (at most 64 lines of 64 bytes = 4 KiB, in L1 on any current CPU: L1d >= 32 KiB), and each
 # destination line written whole from it.  With rows aligned to lines (the first tile of
-# each side stops at a line boundary), no line is used by two tiles, so no line has to
+# each side stops at a line boundary: exact when the row strides are whole lines, as for
+# 4000- or 4096-wide float32), no line is used by two tiles, so no line has to
 # stay cached between tiles and the sets and ways of L1 and L2 play no part.
 #
 # What is left is the TLB: tiles walk a band of source rows down the destination's rows
 # before moving on, and the next band re-reads the following line of the same source
 # rows, on the same pages.  A band of B rows touches B * stride / page pages (at least
-# one per row): COPY_BAND_PAGES = 512 pages, a third of the smallest second-level TLB of
+# one per row), at most COPY_BAND_PAGES = 256: a sixth of the smallest second-level TLB of
 # current x86 cores (1536 entries), so a band's pages are still mapped when the next band
-# needs them; and B lines (the next line of each row, fetched with its neighbour by the
-# adjacent-line prefetcher) fit in half the L2.  4096^2 float32, 4 KiB pages, 1 MiB L2:
-# one row per page, B = min(512, 1 MiB / 2 / 64 = 8192) = 512 rows.
+# needs them, with room for the destination's (one line tile writes 16 float32 rows).
+# (512 pages measured up to 1.4x slower for 8192^2 float32 with 4 KiB pages.)  And B
+# lines (the next line of each row, fetched with its neighbour by the adjacent-line
+# prefetcher) fit in half the L2.  4096^2 float32, 4 KiB pages, 1 MiB L2: one row per
+# page, B = min(256, 1 MiB / 2 / 64 = 8192) = 256 rows.  A tile touches 16 source and 16
+# destination pages (the 256 x 256 tiles touched 256 of each).
 # ---------------------------------------------------------------------------------------
 
 cdef enum:
-    COPY_BAND_PAGES = 512
+    COPY_BAND_PAGES = 256
 
 cdef Py_ssize_t page_bytes = 4096, l2_bytes = 1 << 20     # replaced at import when readable
 
