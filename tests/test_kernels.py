@@ -119,6 +119,93 @@ def test_copy_large_transpose_and_contiguous():
     np.testing.assert_array_equal(wide, np.broadcast_to(src, (4, 173, 150)))
 
 
+# Transposing copies work in tiles of one cache line (64 bytes) of the source by one line
+# of the destination, the first tile of each side cut short at a line boundary, in bands
+# of kernels.copy_band_rows(row stride) source rows: sizes and offsets around all three.
+TILE_EDGES = [1, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 130]
+
+
+@settings(max_examples=120, deadline=None)
+@given(rows=st.sampled_from(TILE_EDGES), cols=st.sampled_from(TILE_EDGES),
+       dst_dtype=st.sampled_from(DTYPES), src_dtype=st.sampled_from(DTYPES),
+       src_steps=st.tuples(st.sampled_from([-3, -2, -1, 1, 2, 3]),
+                           st.sampled_from([-2, -1, 1, 3])),
+       dst_step=st.sampled_from([-2, -1, 1, 2]),
+       offsets=st.tuples(st.integers(0, 17), st.integers(0, 17)),
+       seed=st.integers(0, 2**32 - 1))
+def test_copy_transposes_across_tile_edges_steps_and_offsets(rows, cols, dst_dtype, src_dtype,
+                                                             src_steps, dst_step, offsets, seed):
+    rng = np.random.default_rng(seed)
+    row_step, col_step = src_steps
+    # The source runs fastest along the destination's rows: a transposed, sliced buffer.
+    src_size = cols * abs(col_step) * rows * abs(row_step)
+    src_base = random_values(rng, src_dtype, offsets[0] + src_size)
+    src = src_base[offsets[0]:].reshape(cols * abs(col_step), rows * abs(row_step))
+    src = src[::col_step, ::row_step].T
+    dst_buffer = np.zeros(offsets[1] + rows * cols * abs(dst_step), dst_dtype)
+    dst = dst_buffer[offsets[1]:].reshape(rows, cols * abs(dst_step))[:, ::dst_step]
+    expected = expected_copy(dst_buffer, dst, src)
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst_buffer, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.bool_])
+def test_copy_transposes_across_bands(dtype):
+    # Source rows 4400 bytes apart: more than a page, so a band is at most 256 rows (fewer
+    # with a small L2); 600 source rows cross band boundaries off line boundaries.
+    band = kernels.copy_band_rows(4400)
+    assert band < 600
+    rng = np.random.default_rng(3)
+    base = random_values(rng, dtype, 600 * 4400 // np.dtype(dtype).itemsize)
+    src = base.reshape(600, -1)[:, 3:43].T
+    assert src.strides[1] == 4400
+    dst = np.zeros((40, 600), dtype)
+    kernels.copy_(dst, src)
+    np.testing.assert_array_equal(dst, src)
+    dst3 = np.zeros((2, 40, 600), np.float64)
+    kernels.copy_(dst3, np.broadcast_to(src, (2, 40, 600)))
+    np.testing.assert_array_equal(dst3[1], src.astype(np.float64))
+
+
+@given(row_stride=st.integers(-(1 << 24), 1 << 24),
+       page=st.sampled_from([4096, 16384, 65536, 2 << 20]),
+       l2=st.integers(64 << 10, 64 << 20))
+def test_copy_band_fits_the_tlb_and_half_the_l2(row_stride, page, l2):
+    band = kernels.copy_band_rows(row_stride, page, l2)
+    # Pages holding the band's lines: one per row at most, else the span of the rows.
+    pages = min(band, -(-band * abs(row_stride) // page) + 1)
+    assert band >= 64                                    # a line of the narrowest dtype
+    if band > 64:
+        assert pages <= 256 + 1 and band * 64 <= l2 // 2
+
+
+def test_copy_band_for_known_machines():
+    # 4096-wide float32 rows (16 KiB apart), 4 KiB pages: one page per row, 256 pages.
+    assert kernels.copy_band_rows(16384, 4096, 1 << 20) == 256
+    assert kernels.copy_band_rows(16384, 4096, 4 << 20) == 256
+    # Rows 256 bytes apart share pages: the L2 bound (half of 256 KiB in lines) decides.
+    assert kernels.copy_band_rows(256, 4096, 256 << 10) == 2048
+    assert kernels.copy_band_rows(-256, 4096, 256 << 10) == 2048
+
+
+def test_copy_geometry_reads_the_machine_or_falls_back(monkeypatch):
+    import os
+    assert kernels.copy_geometry(read=False) == {"page": 4096, "l2": 1 << 20}
+    sizes = kernels.copy_geometry()
+    assert sizes["page"] == os.sysconf("SC_PAGESIZE")
+    assert 4096 <= sizes["l2"] <= 1 << 30
+
+    def broken_sysconf(name):
+        if name == "SC_PAGESIZE":
+            return 1                                 # implausible: ignored
+        raise ValueError(name)                       # unknown name on this libc
+    monkeypatch.setattr(os, "sysconf", broken_sysconf)
+    monkeypatch.setattr(kernels, "_sysfs_cache_bytes", lambda level: None)
+    assert kernels.copy_geometry() == {"page": 4096, "l2": 1 << 20}
+    monkeypatch.setattr(kernels, "_sysfs_cache_bytes", lambda level: 2 << 20)
+    assert kernels.copy_geometry()["l2"] == 2 << 20
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
 def test_copy_between_overlapping_views(dtype):
     rng = np.random.default_rng(2)

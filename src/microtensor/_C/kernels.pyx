@@ -39,10 +39,11 @@ cdef enum:
     # blocks are combined pairwise, which bounds the rounding error like NumPy's pairwise sum.
     SUM_LANES = 16
     SUM_BLOCK = 256
-    # Tiled copies walk TILE_BLOCK_BYTES-wide blocks in MICRO_TILE x MICRO_TILE pieces
-    # (measured best for a transposed 4096 x 4096 float32 source).
-    TILE_BLOCK_BYTES = 1024
-    MICRO_TILE = 8
+    # Transposing copies move one cache line by one line at a time through a scratch tile
+    # of SCRATCH_WORDS 8-byte words (see "Geometry of transposing copies").  64-byte lines:
+    # every x86 core and most ARM server cores.
+    CACHE_LINE_BYTES = 64
+    SCRATCH_WORDS = CACHE_LINE_BYTES * CACHE_LINE_BYTES // 8
     # Below this many elements along either tiled dim, tiling costs more than it saves.
     MIN_TILED_EXTENT = 8
 
@@ -264,6 +265,109 @@ cdef void byte_extent(cnp.ndarray a, Py_ssize_t* lo, Py_ssize_t* hi):
 
 
 # ---------------------------------------------------------------------------------------
+# Geometry of transposing copies
+#
+# A copy whose source runs fastest along another dim than the destination (a.t().clone())
+# reads one side across its rows.  Tiles that keep lines cached between visits depend on
+# the cache's associativity: the former 256 x 256 float32 tiles (8 x 8 pieces) came back
+# to each of 256 source lines after 32 pieces; for a 4096-wide float32 source those lines
+# lie 16 KiB apart, and an L2 of S bytes and W ways puts lines 16 KiB apart into only
+# S / W / 16 KiB set groups: 8 groups x 8 ways = 64 lines on a 1 MiB 8-way L2, 16 x 16 =
+# 256 on a 4 MiB 16-way L2, both too few for 256 lines plus the destination's, so each
+# tile re-read its source from L3 (fast on some CPUs, 1.8x PyTorch's time on others).
+#
+# Here a tile is one cache line of the source by one line of the destination (16 x 16
+# float32, 8 x 8 float64): each source line is read whole into a contiguous scratch tile
+# (at most 64 lines of 64 bytes = 4 KiB, in L1 on any current CPU: L1d >= 32 KiB), and each
+# destination line written whole from it.  With rows aligned to lines (the first tile of
+# each side stops at a line boundary: exact when the row strides are whole lines, as for
+# 4000- or 4096-wide float32), no line is used by two tiles, so no line has to
+# stay cached between tiles and the sets and ways of L1 and L2 play no part.
+#
+# What is left is the TLB: tiles walk a band of source rows down the destination's rows
+# before moving on, and the next band re-reads the following line of the same source
+# rows, on the same pages.  A band of B rows touches B * stride / page pages (at least
+# one per row), at most COPY_BAND_PAGES = 256: a sixth of the smallest second-level TLB of
+# current x86 cores (1536 entries), so a band's pages are still mapped when the next band
+# needs them, with room for the destination's (one line tile writes 16 float32 rows).
+# (512 pages measured up to 1.4x slower for 8192^2 float32 with 4 KiB pages.)  And B
+# lines (the next line of each row, fetched with its neighbour by the adjacent-line
+# prefetcher) fit in half the L2.  4096^2 float32, 4 KiB pages, 1 MiB L2: one row per
+# page, B = min(256, 1 MiB / 2 / 64 = 8192) = 256 rows.  A tile touches 16 source and 16
+# destination pages (the 256 x 256 tiles touched 256 of each).
+# ---------------------------------------------------------------------------------------
+
+cdef enum:
+    COPY_BAND_PAGES = 256
+
+cdef Py_ssize_t page_bytes = 4096, l2_bytes = 1 << 20     # replaced at import when readable
+
+
+cdef inline Py_ssize_t band_rows(Py_ssize_t row_stride, Py_ssize_t page,
+                                 Py_ssize_t l2) noexcept nogil:
+    cdef Py_ssize_t rows_per_page = max(<Py_ssize_t>1, page // max(row_stride, <Py_ssize_t>1))
+    return max(<Py_ssize_t>CACHE_LINE_BYTES,
+               min(COPY_BAND_PAGES * rows_per_page, l2 // (2 * CACHE_LINE_BYTES)))
+
+
+def copy_band_rows(Py_ssize_t row_stride_bytes, page=None, l2=None):
+    """How many source rows (`row_stride_bytes` apart) a transposing copy walks per band,
+    for this machine's page and L2 sizes or the given ones."""
+    return band_rows(abs(row_stride_bytes), page_bytes if page is None else page,
+                     l2_bytes if l2 is None else l2)
+
+
+def _sysfs_cache_bytes(level):
+    """The size of CPU 0's level-`level` data (or unified) cache from sysfs, or None."""
+    import glob, os
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                found = int(f.read())
+            with open(os.path.join(index, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(index, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if found == level and kind != "Instruction":
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            try:
+                return int(text.rstrip("KMG")) * scale
+            except ValueError:
+                return None
+    return None
+
+
+def copy_geometry(read=True):
+    """The page and L2 sizes (bytes) transposing copies are tiled for: read from sysconf,
+    else sysfs, else common defaults (4 KiB pages, 1 MiB L2); implausible readings count
+    as unreadable.  `read=False` gives the defaults."""
+    import os
+    sizes = {"page": 4096, "l2": 1 << 20}
+    sources = {"page": ("SC_PAGESIZE", None), "l2": ("SC_LEVEL2_CACHE_SIZE", 2)}
+    for key, (name, level) in sources.items() if read else ():
+        try:
+            value = os.sysconf(name)
+        except (ValueError, OSError):
+            value = None
+        if (value is None or value <= 0) and level is not None:
+            value = _sysfs_cache_bytes(level)
+        if value is not None and 4096 <= value <= 1 << 30:
+            sizes[key] = value
+    return sizes
+
+
+def _load_geometry():
+    global page_bytes, l2_bytes
+    sizes = copy_geometry()
+    page_bytes, l2_bytes = sizes["page"], sizes["l2"]
+
+
+_load_geometry()
+
+
+# ---------------------------------------------------------------------------------------
 # Copy with casting
 # ---------------------------------------------------------------------------------------
 
@@ -301,51 +405,90 @@ cdef inline void copy_row(dst_t* d, Py_ssize_t ds, const src_t* s, Py_ssize_t ss
             d[i * ds] = convert(s[i * ss], d)
 
 
-cdef inline void copy_micro_tile(dst_t* d, Py_ssize_t d_rs, Py_ssize_t d_cs,
-                                 const src_t* s, Py_ssize_t s_rs, Py_ssize_t s_cs,
-                                 Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
-    cdef Py_ssize_t r, c
+cdef inline Py_ssize_t to_line_boundary(const void* p, Py_ssize_t itemsize,
+                                       Py_ssize_t line_items) noexcept nogil:
+    """Elements from `p` to the next cache-line boundary (a whole line when on one)."""
+    return line_items - (<size_t>p % CACHE_LINE_BYTES) // itemsize
+
+
+cdef void copy_line_tile(dst_t* d, Py_ssize_t d_rs, Py_ssize_t d_cs,
+                         const src_t* s, Py_ssize_t s_rs, Py_ssize_t s_cs,
+                         Py_ssize_t rows, Py_ssize_t cols, dst_t* scratch) noexcept nogil:
+    # One tile of at most a source line (rows) by a destination line (cols): each source
+    # run is read once into the scratch tile, then each destination run written once.
+    cdef Py_ssize_t r, c, stride = CACHE_LINE_BYTES // sizeof(src_t)
+    cdef dst_t* out
+    cdef const src_t* run
+    for c in range(cols):
+        run = s + c * s_cs
+        out = scratch + c * stride
+        for r in range(rows):
+            out[r] = convert(run[r * s_rs], out)
     for r in range(rows):
+        out = d + r * d_rs
         for c in range(cols):
-            d[r * d_rs + c * d_cs] = convert(s[r * s_rs + c * s_cs], d)
+            out[c * d_cs] = scratch[c * stride + r]
+
+
+cdef inline void copy_full_line_tile(dst_t* d, Py_ssize_t d_rs, const src_t* s,
+                                     Py_ssize_t s_cs, dst_t* scratch) noexcept nogil:
+    # copy_line_tile for a whole tile of unit inner strides, with constant trip counts.
+    # The scratch tile is filled along source lines, vectorised: the destination pass
+    # reads it element by element, which store forwarding serves (it does not serve a
+    # vector load of several scalar stores still in flight).
+    cdef Py_ssize_t r, c
+    cdef dst_t* out
+    cdef const src_t* run
+    for c in range(CACHE_LINE_BYTES // sizeof(dst_t)):
+        run = s + c * s_cs
+        out = scratch + c * (CACHE_LINE_BYTES // sizeof(src_t))
+        for r in range(CACHE_LINE_BYTES // sizeof(src_t)):
+            out[r] = convert(run[r], out)
+    for r in range(CACHE_LINE_BYTES // sizeof(src_t)):
+        out = d + r * d_rs
+        for c in range(CACHE_LINE_BYTES // sizeof(dst_t)):
+            out[c] = scratch[c * (CACHE_LINE_BYTES // sizeof(src_t)) + r]
 
 
 cdef void copy_tiled_2d(dst_t* d, Py_ssize_t d_rs, Py_ssize_t d_cs,
                         const src_t* s, Py_ssize_t s_rs, Py_ssize_t s_cs,
-                        Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t block) noexcept nogil:
-    # Rows follow the source's fastest dim, columns the destination's. Two levels of
-    # tiling: a block x block tile stays in L2 while it is walked in MICRO_TILE x MICRO_TILE
-    # pieces whose few cache lines fit the L1 ways that power-of-two strides all map to.
-    cdef Py_ssize_t r_block, c_block, r, c, r_block_end, c_block_end, micro_rows, micro_cols
+                        Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t band) noexcept nogil:
+    # Rows follow the source's fastest dim, columns the destination's.
+    cdef double scratch_words[SCRATCH_WORDS]
+    cdef dst_t* scratch = <dst_t*>scratch_words
+    cdef Py_ssize_t line_rows = CACHE_LINE_BYTES // sizeof(src_t)
+    cdef Py_ssize_t line_cols = CACHE_LINE_BYTES // sizeof(dst_t)
+    cdef Py_ssize_t r, c, c_band, band_end, tile_rows, tile_cols, head_cols
     cdef bint unit_strides = d_cs == 1 and s_rs == 1
-    c_block = 0
-    while c_block < cols:
-        c_block_end = min(c_block + block, cols)
-        r_block = 0
-        while r_block < rows:
-            r_block_end = min(r_block + block, rows)
-            r = r_block
-            while r < r_block_end:
-                micro_rows = min(<Py_ssize_t>MICRO_TILE, r_block_end - r)
-                c = c_block
-                while c < c_block_end:
-                    micro_cols = min(<Py_ssize_t>MICRO_TILE, c_block_end - c)
-                    if unit_strides:
-                        copy_micro_tile(d + r * d_rs + c, d_rs, 1, s + r + c * s_cs, 1, s_cs,
-                                        micro_rows, micro_cols)
-                    else:
-                        copy_micro_tile(d + r * d_rs + c * d_cs, d_rs, d_cs,
-                                        s + r * s_rs + c * s_cs, s_rs, s_cs,
-                                        micro_rows, micro_cols)
-                    c += micro_cols
-                r += micro_rows
-            r_block = r_block_end
-        c_block = c_block_end
+    head_cols = to_line_boundary(d, sizeof(dst_t), line_cols) if d_cs == 1 else line_cols
+    c_band = 0
+    while c_band < cols:
+        band_end = min(c_band + band, cols)
+        if band_end < cols and band_end > head_cols:       # end the band on a line boundary
+            band_end -= (band_end - head_cols) % line_cols
+        r = 0
+        tile_rows = to_line_boundary(s, sizeof(src_t), line_rows) if s_rs == 1 else line_rows
+        while r < rows:
+            tile_rows = min(tile_rows, rows - r)
+            c = c_band
+            tile_cols = head_cols if c == 0 else line_cols
+            while c < band_end:
+                tile_cols = min(tile_cols, band_end - c)
+                if unit_strides and tile_rows == line_rows and tile_cols == line_cols:
+                    copy_full_line_tile(d + r * d_rs + c, d_rs, s + r + c * s_cs, s_cs, scratch)
+                else:
+                    copy_line_tile(d + r * d_rs + c * d_cs, d_rs, d_cs, s + r * s_rs + c * s_cs,
+                                   s_rs, s_cs, tile_rows, tile_cols, scratch)
+                c += tile_cols
+                tile_cols = line_cols
+            r += tile_rows
+            tile_rows = line_rows
+        c_band = band_end
 
 
 cdef void copy_layout(dst_t* dst, const src_t* src, Layout* layout, bint tiled) noexcept nogil:
     cdef int inner = layout.ndim - 1
-    cdef Py_ssize_t ds, ss, d_rs = 0, s_rs = 0, block = 0
+    cdef Py_ssize_t ds, ss, d_rs = 0, s_rs = 0, band = 0
     cdef OuterIter it
     if layout.ndim == 0:
         dst[0] = convert(src[0], dst)
@@ -355,13 +498,13 @@ cdef void copy_layout(dst_t* dst, const src_t* src, Layout* layout, bint tiled) 
     if tiled:
         d_rs = layout.strides[0][inner - 1] // <Py_ssize_t>sizeof(dst_t)
         s_rs = layout.strides[1][inner - 1] // <Py_ssize_t>sizeof(src_t)
-        block = TILE_BLOCK_BYTES // max(sizeof(dst_t), sizeof(src_t), 4)
+        band = band_rows(magnitude(layout.strides[1][inner]), page_bytes, l2_bytes)
     start_outer(&it, layout.ndim - 2 if tiled else layout.ndim - 1, 2)
     while True:
         if tiled:
             copy_tiled_2d(<dst_t*>(<char*>dst + it.offset[0]), d_rs, ds,
                           <const src_t*>(<const char*>src + it.offset[1]), s_rs, ss,
-                          layout.shape[inner - 1], layout.shape[inner], block)
+                          layout.shape[inner - 1], layout.shape[inner], band)
         else:
             copy_row(<dst_t*>(<char*>dst + it.offset[0]), ds,
                      <const src_t*>(<const char*>src + it.offset[1]), ss, layout.shape[inner])
