@@ -3,7 +3,6 @@ pairs of dtypes and every kind of operand, integer wrap-around, the half types' 
 and the registry's op samples cast to float16, bfloat16, int8, uint8 and int16."""
 import zlib
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -20,7 +19,21 @@ except ImportError:
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (optional "
                                                        "test oracle)")
 
-ALL = list(DTYPES.values())
+try:
+    HAS_BFLOAT16 = mt.bfloat16.np is not None
+except ImportError:     # the optional 'bfloat16' extra is not installed
+    HAS_BFLOAT16 = False
+NO_BFLOAT16 = "the optional 'bfloat16' extra (ml_dtypes) is not installed: this file's " \
+              "sweeps over the dtypes leave bfloat16 out"
+
+
+def made(names):
+    """``names`` less the dtypes whose tensors cannot be made here (bfloat16 without its
+    extra: ``test_bfloat16_is_swept`` reports that as a skip)."""
+    return [name for name in names if HAS_BFLOAT16 or name != "bfloat16"]
+
+
+ALL = [DTYPES[name] for name in made(DTYPES)]
 NAMES = [dt.name for dt in ALL]
 
 
@@ -47,8 +60,8 @@ def as_numpy(t):
     else:
         t = t.detach()
         arr = (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
-    return arr.astype(np.float64) if arr.dtype.kind == "f" or arr.dtype == ml_dtypes.bfloat16 \
-        else arr.astype(np.int64)
+    # ml_dtypes' bfloat16 is no NumPy kind "f"
+    return arr.astype(np.int64) if arr.dtype.kind in "biu" else arr.astype(np.float64)
 
 
 # ------------------------------------------------------------------ names and conversions
@@ -76,8 +89,8 @@ def test_tensor_conversions_and_repr(name):
     assert ours.element_size() == ours.itemsize == theirs.element_size()
     assert ours.type() == theirs.type().replace("torch.", "microtensor.")
     assert getattr(mt, theirs.type().split(".")[-1])(data).dtype is dt   # legacy constructor
-    for method in ("half", "bfloat16", "byte", "char", "short", "int", "long", "float",
-                   "double", "bool"):
+    for method in made(("half", "bfloat16", "byte", "char", "short", "int", "long", "float",
+                        "double", "bool")):
         a, b = getattr(ours, method)(), getattr(theirs, method)()
         assert a.dtype.name == str(b.dtype).split(".")[-1], method
         np.testing.assert_array_equal(as_numpy(a), as_numpy(b), err_msg=method)
@@ -197,7 +210,7 @@ def test_integer_arithmetic_wraps_as_torch():
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", made(["float16", "bfloat16"]))
 def test_half_types_round_once_per_op_as_torch(name):
     """Each op computes in float32 and rounds its result once, so the values are
     PyTorch's bit for bit (rounding in the half type between steps would differ)."""
@@ -221,7 +234,7 @@ def test_half_types_round_once_per_op_as_torch(name):
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", made(["float16", "bfloat16"]))
 def test_autograd_on_half_types(name):
     dt = DTYPES[name]
     x = mt.tensor([[0.5, -1.25], [2.0, 3.0]], dtype=dt, requires_grad=True)
@@ -244,7 +257,7 @@ def test_integer_tensors_refuse_requires_grad(name):
 
 # ------------------------------------------------------------------ the registry, cast
 
-SWEPT = ["float16", "bfloat16", "int8", "uint8", "int16"]
+SWEPT = made(["float16", "bfloat16", "int8", "uint8", "int16"])
 TOLERANCE = {"float16": (4e-3, 2e-3), "bfloat16": (3e-2, 2e-2)}
 # ops whose results are not defined by their inputs' values alone
 UNCOMPARABLE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
@@ -375,3 +388,109 @@ def test_safetensors_of_every_dtype_round_trip_with_torch(name, tmp_path):
     with open(tmp_path / "ours.safetensors", "rb") as f:   # the header names the dtype
         assert f'"dtype":"{mt._dtype.info(DTYPES[name]).safetensors}"' in f.read(200).decode(
             errors="ignore")
+
+
+# ------------------------------------------------------------------ bfloat16 is an extra
+
+@pytest.mark.skipif(not HAS_BFLOAT16, reason=NO_BFLOAT16)
+def test_bfloat16_is_swept():
+    assert mt.bfloat16 in ALL and "bfloat16" in SWEPT
+    assert mt.ones(2, dtype=mt.bfloat16).numpy().dtype == mt.bfloat16.np
+
+# Run in a child interpreter in which every import of ml_dtypes fails as if it were not
+# installed, and each attempt records the file that made it.
+_WITHOUT_ML_DTYPES = r'''
+import sys, traceback
+sys.modules.pop("ml_dtypes", None)
+importers = []
+
+class HideMlDtypes:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "ml_dtypes":
+            callers = reversed(traceback.extract_stack()[:-1])      # this frame left out
+            importers.append(next(frame.filename for frame in callers
+                                  if not frame.filename.startswith("<frozen")))
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, HideMlDtypes())
+
+import importlib, pkgutil
+import numpy as np
+import microtensor as mt
+from microtensor import _dtype_table
+for module in pkgutil.walk_packages(mt.__path__, "microtensor."):
+    if module.name != "microtensor.__main__":
+        importlib.import_module(module.name)
+
+# every other dtype works
+assert (mt.ones(2, dtype=mt.float16) * 3).tolist() == [3.0, 3.0]
+assert (mt.tensor([100], dtype=mt.int8) + 100).tolist() == [-56]
+assert mt.arange(3.).half().dtype is mt.float16 and mt.ones(2).to(mt.uint8).tolist() == [1, 1]
+assert mt.from_numpy(np.ones(2, np.int16)).dtype is mt.int16
+# bfloat16 is still a dtype
+assert mt.bfloat16.is_floating_point and mt.bfloat16.itemsize == 2 and mt.bfloat16.is_signed
+assert mt.promote_types(mt.bfloat16, mt.float16) is mt.float32
+
+x, model = mt.ones(3), mt.nn.Linear(2, 2)
+refused = {
+    "ones": lambda: mt.ones(2, dtype=mt.bfloat16),
+    "empty": lambda: mt.empty(2, 3, dtype=mt.bfloat16),
+    "randn": lambda: mt.randn(2, dtype=mt.bfloat16),
+    "arange": lambda: mt.arange(3, dtype=mt.bfloat16),
+    "tensor": lambda: mt.tensor([1.0], dtype=mt.bfloat16),
+    "zeros_like": lambda: mt.zeros_like(x, dtype=mt.bfloat16),
+    "to": lambda: x.to(mt.bfloat16),
+    "bfloat16()": lambda: x.bfloat16(),
+    "type": lambda: x.type(mt.bfloat16),
+    "sum(dtype=)": lambda: x.sum(dtype=mt.bfloat16),
+    "BFloat16Tensor": lambda: mt.BFloat16Tensor(2),
+    "set_default_dtype": lambda: mt.set_default_dtype(mt.bfloat16),
+    "Module.bfloat16": lambda: model.bfloat16(),
+}
+refused.update({f"load {path}": (lambda load=load, path=path: load(path))
+                for load, path in ((mt.load, sys.argv[1]), (mt.load_safetensors, sys.argv[2]))
+                if path})
+for what, make in refused.items():
+    try:
+        make()
+    except ImportError as error:
+        assert 'pip install "microtensor[bfloat16]"' in str(error), (what, error)
+        assert error.name == "ml_dtypes", what
+    else:
+        raise AssertionError(f"{what} made a bfloat16 tensor without ml_dtypes")
+# the refusals changed nothing
+assert mt.get_default_dtype() is mt.float32 and x.dtype is mt.float32
+assert all(p.dtype is mt.float32 for p in model.parameters())
+assert importers == [_dtype_table.__file__], importers
+print("checked", len(refused))
+'''
+
+
+def test_bfloat16_needs_the_extra_and_nothing_else_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+    checkpoint = safetensors_file = ""
+    try:   # BF16 files to load, written where this process can write them
+        bf16 = mt.ones(2, dtype=mt.bfloat16)
+        checkpoint = str(tmp_path / "bf16.pt")
+        mt.save({"w": bf16}, checkpoint)
+        safetensors_file = str(tmp_path / "bf16.safetensors")
+        mt.save_safetensors({"w": bf16}, safetensors_file)
+    except ImportError:
+        safetensors_file = ""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.run([sys.executable, "-c", _WITHOUT_ML_DTYPES, checkpoint,
+                            safetensors_file], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["checked", str(13 + bool(checkpoint) + bool(safetensors_file))]
+
+
+def test_numpy_is_the_only_required_dependency():
+    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+    from pathlib import Path
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    project = project["project"]
+    assert [d.split(">")[0] for d in project["dependencies"]] == ["numpy"]
+    for extra in ("bfloat16", "test"):
+        assert any(d.startswith("ml_dtypes") for d in project["optional-dependencies"][extra])

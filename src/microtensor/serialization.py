@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from microtensor import _dtype_table
-from microtensor._C.tensor import Size, Storage, device, dtype
+from microtensor._C.tensor import DTYPES, Size, Storage, device, dtype
 from microtensor._tensor import Tensor, _rebuild_tensor
 from microtensor.cuda import is_available as cuda_is_available
 from microtensor.nn.parameter import Parameter
@@ -34,6 +34,7 @@ from microtensor.nn.parameter import Parameter
 # complex ones a checkpoint may name (refused by name when loaded)
 _STORAGE_CLASSES = {info.name: f"{info.scalar_name}Storage" for info in _dtype_table.DTYPES}
 _STORAGE_CLASSES.update(complex64="ComplexFloatStorage", complex128="ComplexDoubleStorage")
+_DTYPE_OF_SAFETENSORS_CODE = {info.safetensors: DTYPES[info.name] for info in _dtype_table.DTYPES}
 
 _NOT_ALLOWED = ("microtensor.load loads only tensors, numbers, strings, bytes, dtypes, devices "
                 "and dicts, lists, tuples, sets and Counters of them, and never runs code from "
@@ -379,8 +380,18 @@ def save_safetensors(tensors, filename, metadata=None):
 
 
 def load_safetensors(filename, device="cpu"):
-    """The dict of name -> tensor saved in a safetensors file, on ``device``."""
+    """The dict of name -> tensor saved in a safetensors file, on ``device``.  The header's
+    dtypes are checked first, so a dtype whose optional package is missing (bfloat16)
+    refuses with microtensor's message before any tensor is read."""
     from microtensor.ops.factory import from_numpy
-    arrays = _safetensors_numpy().load_file(os.fspath(filename))
+    st = _safetensors_numpy()
+    from safetensors import safe_open
+    filename = os.fspath(filename)
+    with safe_open(filename, framework="np") as f:
+        for name in f.keys():
+            dt = _DTYPE_OF_SAFETENSORS_CODE.get(f.get_slice(name).get_dtype())
+            if dt is not None:
+                dt.np       # raises for a dtype whose package is missing
+    arrays = st.load_file(filename)
     return {name: from_numpy(a if a.flags.writeable else a.copy()).to(device)
             for name, a in arrays.items()}

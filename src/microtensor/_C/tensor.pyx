@@ -47,12 +47,24 @@ cdef class dtype:
 
     def __init__(self, name, npdtype, kind):
         self.name = name
-        self.np = np.dtype(npdtype)
-        self.itemsize = self.np.itemsize
         self.kind = kind
         self.is_floating_point = kind == 2
-        self.is_signed = kind != 0 and self.np.kind != "u"
-        self.typenum = self.np.num
+        if isinstance(npdtype, _dtype_table.MissingStorage):
+            self._missing = npdtype
+            self.itemsize = npdtype.itemsize
+            self.is_signed = kind != 0
+            self.typenum = cnp.NPY_NOTYPE
+            return
+        self._np = np.dtype(npdtype)
+        self.itemsize = self._np.itemsize
+        self.is_signed = kind != 0 and self._np.kind != "u"
+        self.typenum = self._np.num
+
+    @property
+    def np(self):
+        """The NumPy type of the storage: every array of this dtype is made with it, so
+        this is where a dtype whose package is not installed refuses (``storage_numpy``)."""
+        return storage_numpy(self)
 
     def __repr__(self):
         return "microtensor." + self.name
@@ -76,7 +88,25 @@ int16 = DTYPES["int16"]
 int8 = DTYPES["int8"]
 uint8 = DTYPES["uint8"]
 bool_ = DTYPES["bool"]
-cdef dict _dtype_by_np = {d.np: d for d in DTYPES.values()}
+cdef dict _dtype_by_np = {(<dtype>d)._np: d for d in DTYPES.values()
+                          if (<dtype>d)._missing is None}
+
+
+cpdef object storage_numpy(dtype dt):
+    """``dt``'s NumPy storage type, for making its arrays.  A dtype whose optional package
+    is missing (bfloat16 without ``ml_dtypes``) raises ImportError here, before anything
+    is allocated: the failure is a missing package, as for microtensor's other optional
+    extras (``save_safetensors`` without ``safetensors``), so code that handles absent
+    extras catches one exception type; the dtype object itself exists regardless, so code
+    that merely names it imports."""
+    if dt._missing is not None:
+        missing = dt._missing
+        raise ImportError(
+            f"microtensor.{dt.name} tensors need the '{missing.package}' package, which "
+            f"provides NumPy's {dt.name} type (NumPy has none) and is an optional extra: "
+            f'pip install "microtensor[{missing.extra}]"',
+            name=missing.package) from missing.reason
+    return dt._np
 
 cdef dtype _default_float = float32
 
@@ -89,6 +119,7 @@ def set_default_dtype(dtype d):
     global _default_float
     if not d.is_floating_point:
         raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    storage_numpy(d)     # refuse a default whose tensors could not be made, changing nothing
     _default_float = d
 
 
@@ -106,8 +137,8 @@ cpdef object compute_numpy(dtype dt):
     """The NumPy type elementwise kernels compute ``dt`` in: float16 and bfloat16 compute
     in float32 and round once into the result, as PyTorch's CPU kernels do."""
     if dt.is_floating_point and dt.itemsize == 2:
-        return float32.np
-    return dt.np
+        return (<dtype>float32)._np
+    return storage_numpy(dt)
 
 
 # --------------------------------------------------------------------------- devices
@@ -670,6 +701,7 @@ cdef object _cpu_buffer(Py_ssize_t numel, dtype dt):
     """A fresh 1-D array of ``numel`` elements; ``numel * itemsize`` must be known to fit in
     int64 (checked by the caller), so NumPy can only fail for want of memory."""
     cdef cnp.npy_intp n = numel
+    storage_numpy(dt)     # a dtype whose package is missing refuses here
     try:
         return cnp.PyArray_EMPTY(1, &n, dt.typenum, 0)
     except MemoryError:
