@@ -66,6 +66,10 @@ def test_meta_randn_draws_nothing():
     lambda L: L.empty_strided((2, 3), (1, 2), device="meta"),
     lambda L: L.zeros_like(L.zeros(4, 1), device="meta"),
     lambda L: L.zeros(2, 3).to("meta"),
+    lambda L: L.eye(3, device="meta"),
+    lambda L: L.arange(5, device="meta"),
+    lambda L: L.tensor([1.0, 2.0], device="meta"),
+    lambda L: L.full_like(L.empty(2, device="meta"), 3),
 ])
 def test_factories_repr_and_storage_as_pytorch(make):
     t, ref = both(make)

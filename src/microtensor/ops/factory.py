@@ -162,7 +162,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
             raise RuntimeError(f"{name} must be greater or equal to 0, got {value}")
     sizes = parse_size((n, m))
     t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), on_device(device), 0)
-    if t._numel:
+    if t._numel and not t.is_meta:
         np.fill_diagonal(t._array(), 1)
     return finish(t, requires_grad)
 
