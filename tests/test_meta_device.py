@@ -161,6 +161,22 @@ def test_reading_data_raises_as_pytorch(fn):
     assert outcome(lambda: fn(mt, t)) == outcome(lambda: fn(torch, ref))
 
 
+@pytest.mark.parametrize("fn, error", [
+    (lambda t: t.nonzero(), NotImplementedError),
+    (lambda t: t.unique(), NotImplementedError),
+    (lambda t: t.masked_select(t > 0), NotImplementedError),
+    (lambda t: t.flatten().repeat_interleave(t.flatten().long()), RuntimeError),
+])
+def test_ops_sized_by_values_are_refused(fn, error):
+    """PyTorch's exception types; the message names the op."""
+    t, ref = both(lambda L: L.empty(2, 3, device="meta"))
+    with pytest.raises(error, match="meta"):
+        fn(t)
+    if ref is not None:
+        with pytest.raises(error):
+            fn(ref)
+
+
 def test_copy_into_meta_writes_nothing():
     t = mt.empty(2, 3, device="meta")
     assert t.copy_(mt.ones(2, 3)) is t and t.is_meta

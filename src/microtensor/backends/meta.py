@@ -52,6 +52,12 @@ def run_shape_only(op, args, kwargs):
     that hold one value per input (every element reads the same 1, through stride 0), so
     only the result's sizes, strides and dtype are kept, on meta.  An in-place op's target
     stands in densely (a write needs distinct elements) and is returned itself."""
+    if op.name == "repeat_interleave" and _has_meta(args[1:]):
+        raise RuntimeError("cannot repeat_interleave a meta tensor without output_size")
+    if op.name in _DYNAMIC_SHAPE:
+        raise NotImplementedError(f"aten::{op.name}: attempted to run this operator with Meta "
+                                  "tensors, but the size of its result depends on their "
+                                  "values, which meta tensors do not have")
     inplace = op.kind == "inplace"
     stand_ins = tuple(_stand_in(x, dense=inplace and i == 0) for i, x in enumerate(args))
     kw = {k: _stand_in(v) for k, v in kwargs.items()} if kwargs else {}
@@ -59,6 +65,14 @@ def run_shape_only(op, args, kwargs):
     if inplace:
         return args[0]
     return _on_meta(op, result)
+
+
+# ops whose result size depends on the values: stand-ins would give a meaningless size
+_DYNAMIC_SHAPE = frozenset({"nonzero", "unique", "masked_select"})
+
+
+def _has_meta(values):
+    return any(isinstance(v, TensorBase) and v.is_meta for v in values)
 
 
 def _stand_in(x, dense=False):
