@@ -12,6 +12,9 @@ from microtensor._C.tensor import (NoDataError, Storage, TensorBase, cpu, device
                                    empty_strided_unchecked, wrap_storage)
 
 NO_DATA_MESSAGE = "Cannot copy out of meta tensor; no data!"
+META = device("meta")
+# ops whose result size depends on the values: stand-ins would give a meaningless size
+_DYNAMIC_SHAPE = frozenset({"nonzero", "unique", "masked_select"})
 
 
 class NoData:
@@ -67,10 +70,6 @@ def run_shape_only(op, args, kwargs):
     return _on_meta(op, result)
 
 
-# ops whose result size depends on the values: stand-ins would give a meaningless size
-_DYNAMIC_SHAPE = frozenset({"nonzero", "unique", "masked_select"})
-
-
 def _has_meta(values):
     return any(isinstance(v, TensorBase) and v.is_meta for v in values)
 
@@ -95,5 +94,4 @@ def _on_meta(op, result):
     return empty_strided_unchecked(result._sizes, result._strides, result._dtype, META)
 
 
-META = device("meta")
 set_shape_only(run_shape_only)
