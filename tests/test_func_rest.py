@@ -826,7 +826,9 @@ def test_model_ensembling_tutorial():
     loop_each = mt.stack([model(mb) for model, mb in zip(models, minibatches)])
     minibatch = data[0]
     loop_same = mt.stack([model(minibatch) for model in models])
-    base_model = copy.deepcopy(models[0])     # the tutorial moves it to 'meta'; no such device
+    base_model = copy.deepcopy(models[0])
+    base_model = base_model.to("meta")        # as the tutorial: a stateless skeleton
+    assert all(p.is_meta and isinstance(p, mt.nn.Parameter) for p in base_model.parameters())
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # no per-sample fallback on the way
         params, each, same = ensemble(mt, models, minibatches, minibatch, base_model)

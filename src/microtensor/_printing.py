@@ -150,10 +150,15 @@ def _with_suffixes(text, suffixes, indent):
 
 def tensor_repr(t):
     prefix = "tensor("
-    values = t.detach().cpu()
     suffixes = []
     if t.device.type != "cpu":
         suffixes.append(f"device='{t.device}'")
+    if t.is_meta:   # no values to print: PyTorch prints the size instead
+        suffixes.append(f"size={tuple(t.shape)}")
+        if t.dtype is not get_default_dtype():   # no values show an integer dtype
+            suffixes.append(f"dtype={t.dtype!r}")
+        return _with_suffixes(prefix + "...", suffixes + _grad_suffixes(t), len(prefix))
+    values = t.detach().cpu()
     if t._numel == 0:
         if t.dim() != 1:
             suffixes.append(f"size={tuple(t.shape)}")
@@ -164,9 +169,11 @@ def tensor_repr(t):
         if t.dtype not in (get_default_dtype(), int64, bool_):
             suffixes.append(f"dtype={t.dtype!r}")
         body = _body(values, len(prefix))
+    return _with_suffixes(prefix + body, suffixes + _grad_suffixes(t), len(prefix))
+
+
+def _grad_suffixes(t):
     fn = t.grad_fn
     if fn is not None:
-        suffixes.append(f"grad_fn=<{fn.name()}>")
-    elif t.requires_grad:
-        suffixes.append("requires_grad=True")
-    return _with_suffixes(prefix + body, suffixes, len(prefix))
+        return [f"grad_fn=<{fn.name()}>"]
+    return ["requires_grad=True"] if t.requires_grad else []

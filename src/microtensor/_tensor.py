@@ -40,7 +40,8 @@ class Tensor(TensorBase):
     # ------------------------------------------------------------ conversions
     def numpy(self, *, force=False):
         if self.device.type != "cpu":
-            raise TypeError(f"can't convert {self.device.type}:{self.device.index or 0} device "
+            where = "meta" if self.is_meta else f"{self.device.type}:{self.device.index or 0}"
+            raise TypeError(f"can't convert {where} device "
                             "type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
                             "memory first.")
         if not force:
@@ -58,6 +59,8 @@ class Tensor(TensorBase):
         if self._numel != 1:
             raise RuntimeError(f"a Tensor with {self._numel} elements cannot be converted to "
                                "Scalar")
+        if self.is_meta:
+            raise RuntimeError("Tensor.item() cannot be called on meta tensors")
         return self.detach().cpu()._array().reshape(()).item()
 
     def tolist(self):

@@ -23,6 +23,7 @@ layering); nothing here imports above ``_C``.
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad, set_grad_enabled
 
 from microtensor._C.autograd import attach_node
+from microtensor._C.tensor import NoDataError
 
 cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
@@ -184,15 +185,29 @@ cdef object _record(op, args, kwargs):
     return attach_node(op, args, kwargs, result)
 
 
+def set_shape_only(runner):
+    """Install ``runner(op, args, kwargs)``, which gives an op's result on meta tensors
+    (``backends.meta.run_shape_only``)."""
+    global _shape_only
+    _shape_only = runner
+
+
+cdef object _shape_only = None
+
+
 cpdef object run_kernel(op, args, kwargs):
-    """Run the kernel; an in-place op then bumps its target's version counter."""
+    """Run the kernel; an in-place op then bumps its target's version counter.  A kernel
+    that reached a meta tensor's (absent) data gets its result from the meta backend."""
     cdef bint inplace = op.kind == "inplace"
     if inplace and grad_mode_enabled():
         _refuse_no_grad_view(<TensorBase?>args[0])
-    if kwargs:
-        result = op.kernel(*args, **kwargs)
-    else:
-        result = op.kernel(*args)
+    try:
+        if kwargs:
+            result = op.kernel(*args, **kwargs)
+        else:
+            result = op.kernel(*args)
+    except NoDataError:
+        return _shape_only(op, args, kwargs)
     if inplace:
         (<TensorBase?>args[0])._storage.version += 1
     return result

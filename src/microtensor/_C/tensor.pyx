@@ -144,7 +144,8 @@ cpdef object compute_numpy(dtype dt):
 # --------------------------------------------------------------------------- devices
 
 cdef class device:
-    """Where a tensor's storage lives: ``device("cpu")`` or ``device("cuda", 0)``."""
+    """Where a tensor's storage lives: ``device("cpu")``, ``device("cuda", 0)`` or
+    ``device("meta")`` (sizes and strides without data, ``backends.meta``)."""
 
     def __init__(self, type_or_str, index=None):
         if isinstance(type_or_str, device):
@@ -157,9 +158,9 @@ cdef class device:
             if not idx.isdigit():
                 raise RuntimeError(f"Invalid device string: '{type_or_str}'")
             index = int(idx)
-        if text not in ("cpu", "cuda"):
-            raise RuntimeError(
-                f"Expected one of cpu, cuda device type at start of device string: {type_or_str}")
+        if text not in ("cpu", "cuda", "meta"):
+            raise RuntimeError(f"Expected one of cpu, cuda, meta device type at start of "
+                               f"device string: {type_or_str}")
         if index is not None and index < 0:
             raise RuntimeError(f"Device index must not be negative, got {index}")
         self.type = text
@@ -187,6 +188,11 @@ cdef class device:
 cpu = device("cpu")
 
 
+class NoDataError(NotImplementedError):
+    """A kernel asked for the elements of a meta tensor (``backends.meta``), which has none;
+    the dispatcher answers it with the result's geometry alone."""
+
+
 # --------------------------------------------------------------------------- storage
 
 @cython.auto_pickle(False)  # no __setstate_cython__: nothing may set the fields to None
@@ -212,6 +218,8 @@ cdef class Storage:
     def data_ptr(self):
         if self.device.type == "cpu":
             return self.data.ctypes.data
+        if self.device.type == "meta":
+            return 0   # as PyTorch: a meta storage has no memory
         return self.data.data.ptr
 
     def __len__(self):
@@ -418,6 +426,10 @@ cdef class TensorBase:
     @property
     def is_cpu(self):
         return self._storage.device.type == "cpu"
+
+    @property
+    def is_meta(self):
+        return self._storage.device.type == "meta"
 
     def untyped_storage(self):
         return self._storage
@@ -752,6 +764,9 @@ def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu
     cdef Py_ssize_t n = meta.storage_size_for(sizes, strides, dt.itemsize)
     if dev.type == "cpu":
         data = _cpu_buffer(n, dt)
+    elif dev.type == "meta":
+        from microtensor.backends import meta as meta_backend
+        data = meta_backend.empty_buffer(n, dt.np)
     else:
         from microtensor.backends import cuda
         dev = cuda.resolve_device(dev)
@@ -811,8 +826,12 @@ cdef object _cuda_array_view = None
 
 
 cdef object _device_view(TensorBase t):
-    """The backend's strided array over a GPU tensor (``backends.cuda.array_view``)."""
+    """The backend's strided array over a GPU tensor (``backends.cuda.array_view``); a
+    meta tensor has none (``backends.meta.array_view`` raises)."""
     global _cuda_array_view
+    if t._storage.device.type == "meta":
+        from microtensor.backends.meta import array_view
+        return array_view(t)
     if _cuda_array_view is None:
         from microtensor.backends.cuda import array_view
         _cuda_array_view = array_view

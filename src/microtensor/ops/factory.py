@@ -95,11 +95,16 @@ def tensor_of(values):
     return from_array(values)
 
 
+def fill(t, value):
+    """Set every element of the fresh tensor ``t`` to ``value`` (a meta tensor has none)."""
+    if t._numel and not t.is_meta:
+        t._array().fill(value)
+
+
 def fill_new(sizes, dt, dev, value, requires_grad=False):
     check_scalar_fits(value, dt)
     t = empty_contiguous(sizes, dt, dev)
-    if t._numel:
-        t._array().fill(value)
+    fill(t, value)
     return finish(t, requires_grad)
 
 
@@ -157,7 +162,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
             raise RuntimeError(f"{name} must be greater or equal to 0, got {value}")
     sizes = parse_size((n, m))
     t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), on_device(device), 0)
-    if t._numel:
+    if t._numel and not t.is_meta:
         np.fill_diagonal(t._array(), 1)
     return finish(t, requires_grad)
 
@@ -464,6 +469,8 @@ def floating_only(dt, name):
 def _random(sample, size, dtype, dev, generator, requires_grad):
     sizes = parse_size(size)
     meta.check_storage_nbytes(sizes, dtype.itemsize)
+    if dev is not None and dev.type == "meta":   # no values, so no draw from the generator
+        return finish(empty_contiguous(sizes, dtype, dev), requires_grad)
     rng = (generator or default_generator)._rng
     try:
         arr = np.asarray(sample(rng, sizes), dtype=dtype.np)
@@ -527,7 +534,8 @@ def _like_strides(self, memory_format):
 
 
 def _fill_from_host(t, values):
-    """Write NumPy ``values`` into ``t``, which may live on a GPU."""
+    """Write NumPy ``values`` into ``t``, which may live on a GPU (or on meta: nothing to
+    write)."""
     strided_copy(t, from_array(np.asarray(values, dtype=t._dtype.np, order="C")))
 
 
@@ -566,8 +574,8 @@ def randn_like(self, *, dtype=None, device=None, requires_grad=False,
 def _filled_like(self, value, dtype, device, requires_grad, memory_format):
     t = _new_like(self, dtype, device, memory_format)
     check_scalar_fits(value, t._dtype)
-    if t._numel and value is not None:
-        t._array().fill(value)
+    if value is not None:
+        fill(t, value)
     return finish(t, requires_grad)
 
 

@@ -12,6 +12,7 @@ from microtensor._C.tensor import (TensorBase, bool_, cpu, empty_strided_uncheck
                                    from_array, get_default_dtype, pointwise_fast, compute_numpy)
 from microtensor._dtype import can_cast, result_type, wrap_scalar, info
 from microtensor.backends import cuda
+from microtensor.backends import meta as meta_backend
 
 
 def array_of(x, dev=None):
@@ -263,8 +264,11 @@ def strided_copy(dst, src):
     """Copy ``src`` (broadcast to ``dst``'s shape) into ``dst``, casting the dtype."""
     if dst._numel == 0:
         return
-    if src.device != dst.device:
-        cuda.copy_between_devices(dst, src)
+    if src.device != dst.device or dst.is_meta:
+        if src.is_meta or dst.is_meta:
+            meta_backend.copy_(dst, src)
+        else:
+            cuda.copy_between_devices(dst, src)
         return
     src_arr = src._array()
     if src._sizes != dst._sizes:
