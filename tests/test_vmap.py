@@ -177,6 +177,20 @@ def returns_tensors(value):
 
 # --------------------------------------------------------------------------- every op
 
+def samples_returning_tensors(name, salt=""):
+    """``(sample, args, kwargs)`` for each sample of op ``name`` that runs unbatched and
+    returns tensors (the samples that only check errors are left out)."""
+    fn = op_function(REGISTRY[name])
+    for sample in samples_of(name, salt=salt):
+        args, kwargs = list(sample.args), dict(sample.kwargs)
+        try:
+            plain = fn(*clone_args(args), **kwargs)
+        except Exception:        # samples that only check errors
+            continue
+        if returns_tensors(plain):
+            yield sample, args, kwargs
+
+
 @pytest.mark.parametrize("name", sweep_names())
 def test_op_matches_loop(name):
     op = REGISTRY[name]
@@ -184,14 +198,7 @@ def test_op_matches_loop(name):
     rng = random.Random(name)
     size = 3
     compared = 0
-    for sample in samples_of(name):
-        args, kwargs = list(sample.args), dict(sample.kwargs)
-        try:
-            plain = fn(*clone_args(args), **kwargs)
-        except Exception:        # samples that only check errors
-            continue
-        if not returns_tensors(plain):
-            continue
+    for sample, args, kwargs in samples_returning_tensors(name):
         slots = tensor_slots(args)
         for trial in range(2):
             in_dims = no_dims(args)
@@ -304,14 +311,7 @@ def test_list_elements_batched_one_by_one_match_loop(name):
     fn = op_function(op)
     size = 3
     compared = 0
-    for sample in samples_of(name, salt=":lists"):
-        args, kwargs = list(sample.args), dict(sample.kwargs)
-        try:
-            plain = fn(*clone_args(args), **kwargs)
-        except Exception:        # samples that only check errors
-            continue
-        if not returns_tensors(plain):
-            continue
+    for sample, args, kwargs in samples_returning_tensors(name, salt=":lists"):
         for position, value in enumerate(args):
             slots = [s for s in tensor_slots(args) if s[0] == position and s[1] is not None]
             if not isinstance(value, (list, tuple)) or len(slots) < 2:
