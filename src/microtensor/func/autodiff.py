@@ -224,6 +224,12 @@ def vjp(func, *primals, has_aux=False):
     aux = None
     if has_aux:
         out, aux = _split_aux(out, "vjp(f, *primals)")
+    return _vjp_of_call(diff, spec, out, has_aux, aux)
+
+
+def _vjp_of_call(diff, spec, out, has_aux, aux):
+    """``vjp``'s result once ``func`` has run on ``diff``'s inputs (``spec``: the primals'
+    structure) and returned ``out`` (and ``aux``)."""
     outputs, out_spec = tree_flatten(out)
     for o in outputs:
         if not isinstance(o, TensorBase):
@@ -358,13 +364,23 @@ def _restricted(func, args, positions):
     return restricted
 
 
+def _identity(n, dtype, device):
+    """A new ``n x n`` identity matrix (filled in place: ``eye``'s argument checks are not
+    needed here)."""
+    identity = empty_contiguous((n, n), dtype, device)
+    if not identity.is_meta:
+        values = identity._array()
+        values.fill(0)
+        values.reshape(-1)[::n + 1] = 1
+    return identity
+
+
 def _basis(leaves, dtype):
     """Rows of the identity over all elements of ``leaves``, cut into one batched tensor per
     leaf (``[total, *leaf.shape]``)."""
-    from microtensor.ops.factory import eye
     numels = [leaf.numel() for leaf in leaves]
     total = sum(numels)
-    identity = eye(total, dtype=dtype)
+    identity = _identity(total, dtype, leaves[0].device)
     pieces, start = [], 0
     for leaf, n in zip(leaves, numels):
         pieces.append(identity[:, start:start + n].reshape((total,) + tuple(leaf.shape)))
@@ -381,35 +397,78 @@ def _rows(batched_result, numels):
     return blocks
 
 
+def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
+    """``jacrev`` with respect to one tensor argument (the common call), without the pytree
+    path: one ``_Differentiation``, and for a tensor output one backward vmapped over the
+    rows of the identity viewed as ``[n, *out.shape]``.  Other outputs (pytrees) take
+    ``vjp``'s general path from the recorded graph."""
+    x = args[position]
+    diff = _Differentiation((x,))
+    out = diff.call(func, args[:position] + (diff.inputs[0],) + args[position + 1:], kwargs)
+    aux = None
+    if has_aux:
+        out, aux = _split_aux(out, "vjp(f, *primals)")
+    if isinstance(out, TensorBase):
+        ((root, layout),) = diff.roots([out])
+        create_graph = grad_state.enabled and diff.connected
+        rank = root.dim()
+
+        def one_row(row):
+            # with no older levels the row is already the cotangent of the physical root
+            ct = with_layout(row, layout, rank, diff.sizes) if layout else row
+            return diff.backward([root], [ct], create_graph, True)[0]
+        n = out.numel()
+        basis = _identity(n, out.dtype, out.device).reshape((n,) + tuple(out.shape))
+        if n == 1:
+            rows = one_row(basis[0]).unsqueeze(0)
+        else:
+            rows = vmap(one_row, chunk_size=chunk_size)(basis)
+        jac = rows.reshape(tuple(out.shape) + tuple(x.shape))
+        if has_aux:
+            aux_leaves, aux_spec = tree_flatten(aux)
+            return jac, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
+        return jac
+    spec = tree_flatten((x,))[1]
+    return _jacobian(_vjp_of_call(diff, spec, out, has_aux, aux), [x], spec, True, has_aux,
+                     chunk_size)
+
+
 def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
     """The Jacobian of ``func`` by reverse mode: ``vmap`` of its vjp over the rows of the
     identity (``chunk_size`` rows at a time).  ``jac[out][arg]`` has shape
     ``out.shape + arg.shape``."""
     def wrapper(*args, **kwargs):
         positions, single = _argnums(argnums, len(args))
+        if single and isinstance(args[positions[0]], TensorBase):
+            return _jacrev_of_tensor(func, args, kwargs, positions[0], has_aux, chunk_size)
         result = vjp(_restricted(lambda *a: func(*a, **kwargs), args, positions),
                      *(args[p] for p in positions), has_aux=has_aux)
-        out, vjp_fn = result[0], result[1]
-        outputs, out_spec = tree_flatten(out)
         inputs, in_spec = tree_flatten(tuple(args[p] for p in positions))
-        pieces, numels = _basis(outputs, outputs[0].dtype)
-
-        def one_row(*row):
-            return tree_flatten(vjp_fn(tree_unflatten(list(row), out_spec)))[0]
-        if sum(numels) == 1:
-            # one row (a scalar function): no vmap level needed
-            grads = [g.unsqueeze(0) for g in one_row(*(p[0] for p in pieces))]
-        else:
-            grads = vmap(one_row, chunk_size=chunk_size)(*pieces)
-        per_output = []
-        for i, o in enumerate(outputs):
-            blocks = [_rows(g, numels)[i].reshape(tuple(o.shape) + tuple(x.shape))
-                      for g, x in zip(grads, inputs)]
-            jac = tree_unflatten(blocks, in_spec)
-            per_output.append(jac[0] if single else jac)
-        jac = tree_unflatten(per_output, out_spec)
-        return (jac, result[2]) if has_aux else jac
+        return _jacobian(result, inputs, in_spec, single, has_aux, chunk_size)
     return _named(wrapper, func)
+
+
+def _jacobian(result, inputs, in_spec, single, has_aux, chunk_size):
+    """``jacrev``'s result from ``vjp``'s: its ``vjp_fn`` vmapped over the identity's rows."""
+    out, vjp_fn = result[0], result[1]
+    outputs, out_spec = tree_flatten(out)
+    pieces, numels = _basis(outputs, outputs[0].dtype)
+
+    def one_row(*row):
+        return tree_flatten(vjp_fn(tree_unflatten(list(row), out_spec)))[0]
+    if sum(numels) == 1:
+        # one row (a scalar function): no vmap level needed
+        grads = [g.unsqueeze(0) for g in one_row(*(p[0] for p in pieces))]
+    else:
+        grads = vmap(one_row, chunk_size=chunk_size)(*pieces)
+    per_output = []
+    for i, o in enumerate(outputs):
+        blocks = [_rows(g, numels)[i].reshape(tuple(o.shape) + tuple(x.shape))
+                  for g, x in zip(grads, inputs)]
+        jac = tree_unflatten(blocks, in_spec)
+        per_output.append(jac[0] if single else jac)
+    jac = tree_unflatten(per_output, out_spec)
+    return (jac, result[2]) if has_aux else jac
 
 
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
