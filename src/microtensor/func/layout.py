@@ -44,7 +44,10 @@ def batched(value, layout):
 def expand_to_levels(value, layout, sizes):
     """``value`` given a batch dim (in front, expanded: no copy) for every level of
     ``sizes`` (level -> batch size) that ``layout`` lacks, and the new layout."""
-    missing = [level for level in sizes if level not in layout]
+    missing = []                  # a loop, not a comprehension: no frame of its own
+    for level in sizes:
+        if level not in layout:
+            missing.append(level)
     if not missing:
         return value, layout
     if not layout and len(missing) == 1:     # an unbatched input under one vmap
