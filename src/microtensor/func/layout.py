@@ -85,9 +85,9 @@ def merge(g, layout):
     """A gradient ``g`` of a physical tensor whose levels were ``layout`` back in logical
     form: its own (newer) levels stay, and ``layout``'s levels are read from the dims
     they occupy in the physical tensor."""
+    if type(g) is not BatchedTensor:       # the common case, without physical's frame
+        return batched(g, layout)
     value, own = physical(g)
-    if not own:
-        return batched(value, layout)
     taken = set(own.values())
     free = [d for d in range(len(value._sizes)) if d not in taken]
     combined = dict(own)

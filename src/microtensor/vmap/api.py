@@ -291,10 +291,16 @@ def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
     if type(out_dims) is int:
         if isinstance(outputs, TensorBase):
             return _unwrap_output(None, outputs, out_dims, level, size, False)
-        if type(outputs) is dict and all(isinstance(v, TensorBase) for v in outputs.values()):
-            # a dict of tensors (per-sample gradients of named parameters): no pytree
-            return {k: _unwrap_output(None, v, out_dims, level, size, False)
-                    for k, v in outputs.items()}
+        if type(outputs) is dict:
+            # a dict of tensors (per-sample gradients of named parameters): no pytree, and
+            # a loop rather than comprehensions (no frame of their own)
+            unwrapped = {}
+            for k, v in outputs.items():
+                if not isinstance(v, TensorBase):
+                    break
+                unwrapped[k] = _unwrap_output(None, v, out_dims, level, size, False)
+            else:
+                return unwrapped
     flat_outputs, spec = tree_flatten(outputs)
     if isinstance(outputs, TensorBase):
         if isinstance(out_dims, int) or out_dims is None:
