@@ -61,7 +61,9 @@ class _Differentiation:
                 if self.outer_grad and value.requires_grad:
                     handle = value.alias()
                 else:
-                    handle = detached_alias(value).requires_grad_()
+                    # a fresh floating-point leaf: requires_grad_()'s checks cannot fail
+                    handle = detached_alias(value)
+                    handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
                 self.inputs.append(merge(handle, layout))
