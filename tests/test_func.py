@@ -487,6 +487,34 @@ def test_functional_call_tied_weights_and_buffers():
         functional_call(model, ({"scale": mt_(5.0)}, {"scale": mt_(1.0)}), x)
 
 
+def test_functional_call_follows_changes_to_the_module_between_calls():
+    # functional_call reuses its walk of the module tree: every change between calls
+    # (ties made or broken, members registered, replaced or deleted) must be seen
+    model = mt.nn.Sequential(mt.nn.Linear(2, 2, dtype=mt.float64),
+                             mt.nn.Linear(2, 2, dtype=mt.float64))
+    x = mt_([[1.0, 2.0]])
+    zero = mt.zeros(2, 2, dtype=mt.float64)
+    untied = functional_call(model, {"0.weight": zero}, x)
+    close(untied, arr(model[1](model[0].bias.unsqueeze(0))))
+    model[1].weight = model[0].weight                       # tie after a first call
+    close(functional_call(model, {"0.weight": zero}, x), arr(model[1].bias)[None])
+    model[1].weight = mt.nn.Parameter(mt.ones(2, 2, dtype=mt.float64))   # untie again
+    close(functional_call(model, {"0.weight": zero}, x),
+          arr(model[1](model[0].bias.unsqueeze(0))))
+    model.register_buffer("scale", mt_(3.0))                # a new buffer is a known key
+    functional_call(model, {"scale": mt_(5.0)}, x, strict=False)
+    full = dict(model.named_parameters()) | dict(model.named_buffers())
+    functional_call(model, full, x, strict=True)
+    del model.scale                                         # and a deleted one unknown
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        functional_call(model, full, x, strict=True)
+    model[1] = mt.nn.Linear(2, 2, dtype=mt.float64)         # a replaced sub-module
+    out = functional_call(model, {"1.bias": mt.ones(2, dtype=mt.float64)}, x)
+    expected = model(x).detach() - model[1].bias.detach() + 1
+    close(out, arr(expected))
+    assert model[1].bias is not None and model[1].bias.shape == (2,)
+
+
 def test_per_sample_gradients_of_a_model_equal_single_sample_backward():
     model = _mlp()
     params = {k: v.detach() for k, v in model.named_parameters()}

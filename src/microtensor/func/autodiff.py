@@ -25,9 +25,10 @@ map ``u -> J^T u`` is linear, so its vjp with cotangent ``t`` is ``J t``.  It co
 two backward passes instead of one forward-mode pass and gives exact values.
 """
 from microtensor._C.autograd import detached_alias, reaches_other_leaves
-from microtensor._C.tensor import TensorBase, empty_contiguous
+# grad mode read and set in the core directly: the transforms check it several times a call
+from microtensor._C.tensor import (TensorBase, empty_contiguous, is_grad_enabled,
+                                  set_grad_enabled)
 from microtensor.autograd.engine import run_backward
-from microtensor.autograd.grad_mode import state as grad_state
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
@@ -44,11 +45,13 @@ class _Differentiation:
     passes from its outputs to them."""
 
     def __init__(self, inputs):
-        self.outer_grad = grad_state.enabled
-        self.sizes = {lv.number: lv.size for lv in active_levels()}
+        self.outer_grad = is_grad_enabled()
+        self.sizes = sizes = {}
+        for lv in active_levels():
+            sizes[lv.number] = lv.size
         self.handles, self.layouts, self.inputs = [], [], []
-        prev = grad_state.enabled
-        grad_state.enabled = True
+        prev = is_grad_enabled()
+        set_grad_enabled(True)
         try:
             for x in inputs:
                 value, layout = expand_to_levels(*physical(x), self.sizes)
@@ -58,27 +61,31 @@ class _Differentiation:
                 if self.outer_grad and value.requires_grad:
                     handle = value.alias()
                 else:
-                    handle = detached_alias(value).requires_grad_()
+                    # a fresh floating-point leaf: requires_grad_()'s checks cannot fail
+                    handle = detached_alias(value)
+                    handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
                 self.inputs.append(merge(handle, layout))
         finally:
-            grad_state.enabled = prev
+            set_grad_enabled(prev)
         self.connected = False
 
     def call(self, func, args, kwargs):
-        prev = grad_state.enabled
-        grad_state.enabled = True
+        prev = is_grad_enabled()
+        set_grad_enabled(True)
         try:
             return func(*args, **kwargs)
         finally:
-            grad_state.enabled = prev
+            set_grad_enabled(prev)
 
     def roots(self, outputs):
         """The physical outputs, expanded across every level active at this call (so that
         a cotangent batched there has somewhere to go); notes whether the graph reaches
         tensors other than the handles (then an outer transform wants it recorded)."""
-        roots = [expand_to_levels(*physical(o), self.sizes) for o in outputs]
+        roots = []
+        for o in outputs:
+            roots.append(expand_to_levels(*physical(o), self.sizes))
         if self.outer_grad:
             self.connected = reaches_other_leaves([r for r, _ in roots], self.handles)
         return roots
@@ -91,12 +98,12 @@ class _Differentiation:
         return t.detach()
 
     def backward(self, root_values, root_grads, create_graph, retain_graph):
-        prev = grad_state.enabled
-        grad_state.enabled = True
+        prev = is_grad_enabled()
+        set_grad_enabled(True)
         try:
-            captured = run_backward([gradient_edge(r) for r in root_values], root_grads,
+            captured = run_backward(list(map(gradient_edge, root_values)), root_grads,
                                     retain_graph=retain_graph, create_graph=create_graph,
-                                    capture=[gradient_edge(h) for h in self.handles])
+                                    capture=list(map(gradient_edge, self.handles)))
             grads = []
             for handle, layout, g in zip(self.handles, self.layouts, captured):
                 if g is None:
@@ -106,7 +113,7 @@ class _Differentiation:
                 grads.append(merge(g, layout))
             return grads
         finally:
-            grad_state.enabled = prev
+            set_grad_enabled(prev)
 
 
 def _tensor_leaves(tree):
@@ -155,7 +162,7 @@ def _replace(args, positions, values):
 def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     """One call of ``grad``/``grad_and_value``: ``(gradients, value or None, aux)``."""
     positions, single = _argnums(argnums, len(args))
-    leaves, spec = _tensor_leaves(tuple(args[p] for p in positions))
+    leaves, spec = _tensor_leaves(tuple(map(args.__getitem__, positions)))
     diff = _Differentiation(leaves)
     chosen = tree_unflatten(diff.inputs, spec)
     out = diff.call(func, _replace(args, positions, chosen), kwargs)
@@ -253,7 +260,7 @@ def _vjp_of_call(diff, spec, out, has_aux, aux):
                                    f"{ct.shape} and output[{i}] has a shape of {shape}.")
             root_grads.append(with_layout(ct, layout, root.dim(), diff.sizes))
         if create_graph is None:
-            create_graph = grad_state.enabled and (
+            create_graph = is_grad_enabled() and (
                 diff.connected or any(ct.requires_grad for ct in cts))
         grads = diff.backward([r for r, _ in roots], root_grads, create_graph,
                               retain_graph or create_graph)

@@ -5,7 +5,9 @@
 This is how a model becomes a function of its parameters, the form ``grad`` and ``vmap``
 need: ``grad(lambda p, x: loss(functional_call(model, p, (x,))))(params, x)``.
 """
+import weakref
 from collections.abc import Sequence
+from operator import is_
 
 from microtensor.ops.shape import stack
 
@@ -46,14 +48,13 @@ def _all_names(module):
     return named
 
 
-def _untied(module, replacements):
-    """``replacements`` with each given tied tensor also given under its other names; a
-    ValueError when different values are given for names of one tied tensor."""
-    names_of = {}
-    for name, tensor in _all_names(module).items():
-        names_of.setdefault(id(tensor), set()).add(name)
-    tied = {name: names for names in names_of.values() if len(names) > 1 for name in names}
+def _untied(tied, replacements):
+    """``replacements`` with each given tied tensor also given under its other names
+    (``tied``: name -> all names of its tensor); a ValueError when different values are
+    given for names of one tied tensor."""
     given = [name for name in replacements if name in tied]
+    if not given:
+        return replacements
     for name in given:
         names = tied[name]
         values = {id(replacements[n]) for n in names if n in replacements}
@@ -67,8 +68,50 @@ def _untied(module, replacements):
     return untied
 
 
-def _check_keys(module, replacements):
-    valid = set(_all_names(module))
+class _Plan:
+    """What ``functional_call`` needs to know of a module's tree, walked once and reused
+    while no parameter, buffer or sub-module table of the tree changes: ``snapshot`` holds
+    each such table with its keys and values at walk time; ``names`` every dotted name of a
+    parameter or buffer; ``tied`` name -> all names of its tensor, for tensors registered
+    under several names; ``spots`` name -> (the table holding it, its last part)."""
+    __slots__ = ("snapshot", "names", "tied", "spots")
+
+    def __init__(self, module):
+        self.snapshot = [(table, tuple(table), tuple(table.values()))
+                         for m in module.modules()
+                         for table in (m._parameters, m._buffers, m._modules)]
+        named = _all_names(module)
+        self.names = frozenset(named)
+        names_of = {}
+        for name, tensor in named.items():
+            names_of.setdefault(id(tensor), set()).add(name)
+        self.tied = {name: names for names in names_of.values() if len(names) > 1
+                     for name in names}
+        self.spots = {}
+        for name in named:
+            owner, leaf = _owner(module, name)
+            self.spots[name] = (_table(owner, leaf), leaf)
+
+    def current(self):
+        """Whether every table still holds the same keys and the same objects."""
+        for table, keys, values in self.snapshot:
+            if (len(table) != len(keys) or tuple(table) != keys
+                    or not all(map(is_, table.values(), values))):
+                return False
+        return True
+
+
+_plans = weakref.WeakKeyDictionary()
+
+
+def _plan(module):
+    plan = _plans.get(module)
+    if plan is None or not plan.current():
+        plan = _plans[module] = _Plan(module)
+    return plan
+
+
+def _check_keys(module, valid, replacements):
     missing = sorted(valid - set(replacements))
     unexpected = sorted(set(replacements) - valid)
     errors = []
@@ -102,18 +145,24 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     under all of them when one is given (different values for them: ValueError).
     ``strict``: every parameter and buffer must be given, and nothing else."""
     given = _merged(parameter_and_buffer_dicts)
-    replacements = _untied(module, given) if tie_weights else given
+    plan = _plan(module)
+    replacements = _untied(plan.tied, given) if tie_weights else given
     if strict:
-        _check_keys(module, replacements)
+        _check_keys(module, plan.names, replacements)
     if args is None:
         args = ()
     elif not isinstance(args, tuple):
         args = (args,)
-    places = [(name, *_owner(module, name), value) for name, value in replacements.items()]
+    places = []
+    for name, value in replacements.items():
+        spot = plan.spots.get(name)
+        if spot is None:        # not a parameter or buffer: a plain attribute, or a new name
+            owner, leaf = _owner(module, name)
+            spot = (_table(owner, leaf), leaf)
+        places.append((name, *spot, value))
     saved = []
     try:
-        for name, owner, leaf, value in places:
-            table = _table(owner, leaf)
+        for name, table, leaf, value in places:
             saved.append((name, table, leaf, table.get(leaf, _ABSENT)))
             table[leaf] = value
         return module(*args, **(kwargs or {}))

@@ -44,7 +44,10 @@ def batched(value, layout):
 def expand_to_levels(value, layout, sizes):
     """``value`` given a batch dim (in front, expanded: no copy) for every level of
     ``sizes`` (level -> batch size) that ``layout`` lacks, and the new layout."""
-    missing = [level for level in sizes if level not in layout]
+    missing = []                  # a loop, not a comprehension: no frame of its own
+    for level in sizes:
+        if level not in layout:
+            missing.append(level)
     if not missing:
         return value, layout
     if not layout and len(missing) == 1:     # an unbatched input under one vmap
@@ -82,9 +85,9 @@ def merge(g, layout):
     """A gradient ``g`` of a physical tensor whose levels were ``layout`` back in logical
     form: its own (newer) levels stay, and ``layout``'s levels are read from the dims
     they occupy in the physical tensor."""
+    if type(g) is not BatchedTensor:       # the common case, without physical's frame
+        return batched(g, layout)
     value, own = physical(g)
-    if not own:
-        return batched(value, layout)
     taken = set(own.values())
     free = [d for d in range(len(value._sizes)) if d not in taken]
     combined = dict(own)

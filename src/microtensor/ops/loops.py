@@ -213,7 +213,7 @@ def dims_of(dim, ndim):
         return tuple(range(ndim))
     if not isinstance(dim, (tuple, list)):
         dim = (dim,)  # an int, or an integer scalar such as a NumPy int
-    wrapped = tuple(meta.wrap_dim(d, ndim) for d in dim)
+    wrapped = tuple(map(meta.wrap_dim, dim, (ndim,) * len(dim)))   # no generator frame
     if len(set(wrapped)) != len(wrapped):
         raise RuntimeError(f"dim {wrapped[0]} appears multiple times in the list of dims")
     return tuple(sorted(wrapped)) if wrapped else tuple(range(ndim))

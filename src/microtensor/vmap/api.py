@@ -60,14 +60,26 @@ def tree_flatten(tree):
 def _flatten_into(x, leaves):
     # module-level recursion: a recursive closure would be a reference cycle that keeps
     # every leaf (large gradients, say) alive until the garbage collector runs
+    # loops rather than comprehensions, and leaves handled in place: a Python frame fewer
+    # per node and per leaf, on the path every transform call takes
     kind = type(x)
     if kind is dict:
         keys = list(x)
-        return TreeSpec(dict, keys, [_flatten_into(x[k], leaves) for k in keys])
-    if kind is tuple or kind is list or _is_node(x):
-        return TreeSpec(kind, None, [_flatten_into(c, leaves) for c in x])
-    leaves.append(x)
-    return LEAF
+        children = [x[k] for k in keys]
+    elif kind is tuple or kind is list or (isinstance(x, tuple) and hasattr(x, "_fields")):
+        keys = None
+        children = x
+    else:
+        leaves.append(x)
+        return LEAF
+    specs = []
+    for c in children:
+        if isinstance(c, TensorBase):
+            leaves.append(c)
+            specs.append(LEAF)
+        else:
+            specs.append(_flatten_into(c, leaves))
+    return TreeSpec(kind, keys, specs)
 
 
 def tree_unflatten(leaves, spec):
@@ -77,7 +89,9 @@ def tree_unflatten(leaves, spec):
 def _build(spec, leaves):
     if spec.kind is None:
         return next(leaves)
-    children = [_build(c, leaves) for c in spec.children]
+    children = []
+    for c in spec.children:
+        children.append(next(leaves) if c.kind is None else _build(c, leaves))
     if spec.kind is dict:
         return dict(zip(spec.context, children))
     if spec.kind in (tuple, list):
@@ -159,8 +173,11 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
 
 def vmap_call(func, in_dims, out_dims, randomness, chunk_size, args, kwargs,
               allow_none_outputs=False):
-    _check_out_dims(func, out_dims)
-    size, flat_in_dims, flat_args, spec = _process_inputs(func, in_dims, args)
+    if type(out_dims) is not int:
+        _check_out_dims(func, out_dims)
+    simple = _simple_inputs(in_dims, args) if args else None
+    size, flat_in_dims, flat_args, spec = (simple if simple is not None
+                                           else _process_inputs(func, in_dims, args))
     if chunk_size is not None and chunk_size < size:
         return _chunked(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims,
                         randomness, chunk_size, allow_none_outputs)
@@ -172,7 +189,9 @@ def _run(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims, randomness
          allow_none_outputs):
     level = _push(size, randomness)
     try:
-        batched = [a if d is None else wrap(a, d, level) for a, d in zip(flat_args, flat_in_dims)]
+        batched = []
+        for a, d in zip(flat_args, flat_in_dims):
+            batched.append(a if d is None else wrap(a, d, level))
         outputs = func(*(batched if spec is None else tree_unflatten(batched, spec)), **kwargs)
         return _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs)
     finally:
@@ -180,10 +199,8 @@ def _run(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims, randomness
 
 
 def _process_inputs(func, in_dims, args):
-    if args:
-        simple = _simple_inputs(in_dims, args)
-        if simple is not None:
-            return simple
+    """The general path of the inputs (pytrees), with every check and error; the common
+    calls take ``_simple_inputs``."""
     if not isinstance(in_dims, (int, tuple)):
         raise ValueError(f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): expected "
                          f"`in_dims` to be int or a (potentially nested) tuple matching the "
@@ -274,10 +291,16 @@ def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
     if type(out_dims) is int:
         if isinstance(outputs, TensorBase):
             return _unwrap_output(None, outputs, out_dims, level, size, False)
-        if type(outputs) is dict and all(isinstance(v, TensorBase) for v in outputs.values()):
-            # a dict of tensors (per-sample gradients of named parameters): no pytree
-            return {k: _unwrap_output(None, v, out_dims, level, size, False)
-                    for k, v in outputs.items()}
+        if type(outputs) is dict:
+            # a dict of tensors (per-sample gradients of named parameters): no pytree, and
+            # a loop rather than comprehensions (no frame of their own)
+            unwrapped = {}
+            for k, v in outputs.items():
+                if not isinstance(v, TensorBase):
+                    break
+                unwrapped[k] = _unwrap_output(None, v, out_dims, level, size, False)
+            else:
+                return unwrapped
     flat_outputs, spec = tree_flatten(outputs)
     if isinstance(outputs, TensorBase):
         if isinstance(out_dims, int) or out_dims is None:
