@@ -417,7 +417,7 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
         out, aux = _split_aux(out, "vjp(f, *primals)")
     if isinstance(out, TensorBase):
         ((root, layout),) = diff.roots([out])
-        create_graph = grad_state.enabled and diff.connected
+        create_graph = is_grad_enabled() and diff.connected
         rank = root.dim()
 
         def one_row(row):
