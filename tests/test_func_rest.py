@@ -14,18 +14,7 @@ from microtensor import nn
 from microtensor.func import (functional_call, grad, linearize, replace_all_batch_norm_modules_,
                               stack_module_state, vmap)
 
-try:
-    import torch
-    import torch.func as tfunc
-except ImportError:
-    torch = tfunc = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (optional "
-                                                       "test oracle)")
-
-
-def arr(t):
-    return np.array(t.detach()._array())
+from test_func import arr, needs_torch, tfunc, torch  # the shared oracle and helpers
 
 
 def close(actual, expected, rtol=1e-6, atol=1e-8):

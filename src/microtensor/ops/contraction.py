@@ -16,10 +16,9 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
-from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye
-from microtensor.ops.linalg import bmm
+from microtensor.ops.linalg import bmm, scaled_sum
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -339,14 +338,7 @@ def _baddbmm_samples(make):
 @op(kind="composite", inputs=("self", "batch1", "batch2"), samples=_baddbmm_samples)
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
-    product = bmm(batch1, batch2)
-    dt = result_type(self, product)
-    alpha, beta = cast_scalar(alpha, dt), cast_scalar(beta, dt)
-    if alpha != 1:
-        product = product * alpha
-    if beta == 0:
-        return product
-    return product + (self if beta == 1 else self * beta)
+    return scaled_sum(self, bmm(batch1, batch2), beta, alpha)
 
 
 def _kron_samples(make):

@@ -405,7 +405,12 @@ def outer(self, vec2):
 @op(kind="composite", samples=_addmm_samples)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
-    product = mm(mat1, mat2)
+    return scaled_sum(self, mm(mat1, mat2), beta, alpha)
+
+
+def scaled_sum(self, product, beta, alpha):
+    """``beta * self + alpha * product``, as the ``add*mm`` family computes it: no
+    multiplication by 1, and ``self`` ignored (NaNs included) when ``beta`` is 0."""
     dt = result_type(self, product)
     alpha, beta = cast_scalar(alpha, dt), cast_scalar(beta, dt)
     if alpha != 1:
