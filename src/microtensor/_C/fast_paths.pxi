@@ -42,8 +42,9 @@ cdef object _fast_getitem(TensorBase self, object index):
                 if not (mt_tensor_mul_overflow(self._strides[0], step, &new_stride) or
                         mt_tensor_mul_overflow(start, self._strides[0], &offset) or
                         mt_tensor_add_overflow(self._offset, offset, &offset)):
-                    return self._view_fast((length,) + self._sizes[1:],
-                                           (new_stride,) + self._strides[1:], offset)
+                    return self._view_fast(_with_first(self._sizes, length),
+                                           _with_first(self._strides, new_stride), offset,
+                                           self._numel // size * length if self._numel else 0)
         elif type(index) is int and -size <= <object>index < size:
             i = index
             if i < 0:
@@ -51,15 +52,16 @@ cdef object _fast_getitem(TensorBase self, object index):
             # 0 <= i < size: offset + i * stride is an element of this (in-bounds)
             # tensor, so it lies in the storage and cannot overflow
             return self._view_fast(self._sizes[1:], self._strides[1:],
-                                   self._offset + i * <Py_ssize_t>self._strides[0])
+                                   self._offset + i * <Py_ssize_t>self._strides[0],
+                                   self._numel // size)
     return _getitem(self, index)
 
 
 cdef object _fast_t(TensorBase self):
     if _served(self) and len(self._sizes) == 2:
-        return _recorded_view(self, "transpose", (self, 0, 1),
-                              (self._sizes[1], self._sizes[0]),
-                              (self._strides[1], self._strides[0]))
+        out = self._view_fast((self._sizes[1], self._sizes[0]),
+                              (self._strides[1], self._strides[0]), self._offset, self._numel)
+        return _record("transpose", (self, 0, 1), out) if _records(self) else out
     return _dispatch_call("t", self)
 
 
@@ -71,8 +73,8 @@ cdef object _fast_transpose(TensorBase self, object dim0, object dim1):
     sizes, strides = list(self._sizes), list(self._strides)
     sizes[a], sizes[b] = sizes[b], sizes[a]
     strides[a], strides[b] = strides[b], strides[a]
-    return _recorded_view(self, "transpose", (self, dim0, dim1), tuple(sizes),
-                          tuple(strides))
+    out = self._view_fast(tuple(sizes), tuple(strides), self._offset, self._numel)
+    return _record("transpose", (self, dim0, dim1), out) if _records(self) else out
 
 
 cdef object _fast_unsqueeze(TensorBase self, object dim):
@@ -81,9 +83,10 @@ cdef object _fast_unsqueeze(TensorBase self, object dim):
         return _dispatch_call("unsqueeze", self, dim)
     d = _wrap_dim(dim, n + 1)
     stride = <Py_ssize_t>self._sizes[d] * <Py_ssize_t>self._strides[d] if d < n else 1
-    return _recorded_view(self, "unsqueeze", (self, dim),
-                          self._sizes[:d] + (1,) + self._sizes[d:],
-                          self._strides[:d] + (stride,) + self._strides[d:])
+    out = self._view_fast(self._sizes[:d] + (1,) + self._sizes[d:],
+                          self._strides[:d] + (stride,) + self._strides[d:], self._offset,
+                          self._numel)
+    return _record("unsqueeze", (self, dim), out) if _records(self) else out
 
 
 cdef object _reshaped_view(TensorBase self, tuple shape):
@@ -96,17 +99,33 @@ cdef object _reshaped_view(TensorBase self, tuple shape):
         return None
     sizes = meta.infer_size(sizes, self._numel)
     strides = meta.view_strides(self._sizes, self._strides, sizes)
-    return None if strides is None else \
-        _recorded_view(self, "view", (self, sizes), sizes, strides)
+    if strides is None:
+        return None
+    out = self._view_fast(sizes, strides, self._offset, self._numel)
+    return _record("view", (self, sizes), out) if _records(self) else out
 
 
-cdef object _recorded_view(TensorBase self, str name, tuple args, tuple sizes,
-                           tuple strides):
-    """A view in C; when autograd records it, the node of op ``name`` called on
-    ``args`` is attached in C too."""
-    out = self._view_fast(sizes, strides, self._offset)
-    if not mt_grad_disabled and needs_grad(self):
-        return _attach_node(_recorded_ops[name], args, None, out)
+cdef inline bint _records(TensorBase self) noexcept:
+    """Whether autograd records an op on ``self`` now.  The fast paths ask first and
+    build the recorded call's arguments only when it does."""
+    return not mt_grad_disabled and needs_grad(self)
+
+
+cdef object _record(str name, tuple args, out):
+    """``out`` with the node of op ``name`` called on ``args`` attached."""
+    return _attach_node(_recorded_ops[name], args, None, out)
+
+
+cdef tuple _with_first(tuple values, object first):
+    """``values`` with its first item replaced: ``(first,) + values[1:]`` in one tuple."""
+    cdef Py_ssize_t i, n = len(values)
+    cdef tuple out = PyTuple_New(n)
+    Py_INCREF(first)
+    PyTuple_SET_ITEM(out, 0, first)
+    for i in range(1, n):
+        item = values[i]
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(out, i, item)
     return out
 
 
@@ -120,7 +139,7 @@ cdef object _fast_as_strided(TensorBase self, object size, object stride,
             raise RuntimeError(f"mismatch in length of strides and shape: size "
                                f"{list(size)} and stride {list(stride)}")
         _check_geometry(self._storage, size, stride, offset, self._dtype.itemsize)
-        return self._view_fast(size, stride, offset)
+        return self._view_fast(size, stride, offset, _numel(size))
     return _dispatch_call("as_strided", self, size, stride, storage_offset)
 
 
@@ -194,7 +213,8 @@ cdef object _fast_expand(TensorBase self, tuple sizes):
     if shape is None or not _served(self):
         return _dispatch_call("expand", self, *sizes)
     expanded, strides = meta.expand_geometry(self._sizes, self._strides, shape)
-    return _recorded_view(self, "expand", (self, shape), expanded, strides)
+    out = self._view_fast(expanded, strides, self._offset, _numel(expanded))
+    return _record("expand", (self, shape), out) if _records(self) else out
 
 
 cdef object _fast_matmul(object a, object b):

@@ -41,7 +41,8 @@ cdef class TensorBase:
     cdef public object _grad_accumulator
     cdef public object _name
     cdef object __weakref__
-    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset)
+    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset,
+                               Py_ssize_t numel)
 
 
 cdef bint grad_mode_enabled() noexcept

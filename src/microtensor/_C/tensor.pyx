@@ -20,6 +20,7 @@ cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject, newfunc
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport INT64_MAX
 from libc.string cimport memcpy, memset
 
@@ -504,7 +505,7 @@ cdef class TensorBase:
         What a derivation can still break is int64 itself (a huge slice step or unfold
         step multiplies a stride, a huge offset or a size product overflows): that is
         refused here and in ``_new_tensor``, before any tensor exists."""
-        return self._view_fast(sizes, strides, _int64_geometry(strides, offset))
+        return self._view_fast(sizes, strides, _int64_geometry(strides, offset), _numel(sizes))
 
     def _make_alias_unchecked(self, tuple sizes, tuple strides, offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
@@ -597,9 +598,12 @@ cdef class TensorBase:
     def sum(self, *args, **kwargs):
         return _fast_sum(self, args, kwargs)
 
-    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset):
-        cdef TensorBase t = _new_tensor(_tensor_cls, self._storage, sizes, strides, offset,
-                                        self._dtype)
+    cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset,
+                               Py_ssize_t numel):
+        """A view of this tensor's storage with ``numel`` (the product of ``sizes``, which
+        the caller knows: most views keep their base's) elements."""
+        cdef TensorBase t = _tensor_with_numel(_tensor_cls, self._storage, sizes, strides,
+                                               offset, self._dtype, numel)
         cdef TensorBase base = self if self._base is None else self._base
         t._base = base
         # a view of a view made in no_grad mode is not differentiable either (PyTorch's
@@ -693,18 +697,30 @@ cdef inline char* _ptr(TensorBase t):
     return <char*>cnp.PyArray_DATA(<cnp.ndarray>t._storage.data) + t._offset * t._dtype.itemsize
 
 
-cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple strides,
-                            Py_ssize_t offset, dtype dt):
-    cdef TensorBase t
+cdef inline int _check_ndim(tuple sizes) except -1:
     if len(sizes) > MAX_DIMS:
         raise RuntimeError(f"tensors may have at most {MAX_DIMS} dimensions, got {len(sizes)}")
+    return 0
+
+
+cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple strides,
+                            Py_ssize_t offset, dtype dt):
+    _check_ndim(sizes)
+    return _tensor_with_numel(cls, storage, sizes, strides, offset, dt, _numel(sizes))
+
+
+cdef TensorBase _tensor_with_numel(object cls, Storage storage, tuple sizes, tuple strides,
+                                   Py_ssize_t offset, dtype dt, Py_ssize_t numel):
+    """``_new_tensor`` for a caller that already knows the product of ``sizes``."""
+    cdef TensorBase t
+    _check_ndim(sizes)
     t = <TensorBase>_alloc_tensor(cls, <PyObject*>_NO_ARGS, NULL)
     t._storage = storage
     t._sizes = sizes
     t._strides = strides
     t._offset = offset
     t._dtype = dt
-    t._numel = _numel(sizes)
+    t._numel = numel
     t._is_contig = _contiguous(sizes, strides)
     return t
 
