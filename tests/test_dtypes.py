@@ -466,8 +466,14 @@ print("checked", len(refused))
 '''
 
 
-def test_bfloat16_needs_the_extra_and_nothing_else_does(tmp_path):
+def _child_env():
+    """This interpreter's environment, with its import path, for a child interpreter."""
     import os
+    import sys
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def test_bfloat16_needs_the_extra_and_nothing_else_does(tmp_path):
     import subprocess
     import sys
     checkpoint = safetensors_file = ""
@@ -479,11 +485,26 @@ def test_bfloat16_needs_the_extra_and_nothing_else_does(tmp_path):
         mt.save_safetensors({"w": bf16}, safetensors_file)
     except ImportError:
         safetensors_file = ""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     child = subprocess.run([sys.executable, "-c", _WITHOUT_ML_DTYPES, checkpoint,
-                            safetensors_file], capture_output=True, text=True, env=env)
+                            safetensors_file], capture_output=True, text=True,
+                           env=_child_env())
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["checked", str(13 + bool(checkpoint) + bool(safetensors_file))]
+
+
+@pytest.mark.skipif(not HAS_BFLOAT16, reason=NO_BFLOAT16)
+def test_ml_dtypes_is_imported_with_the_first_bfloat16_tensor():
+    # importing ml_dtypes takes seconds: microtensor's own import must not pay for it
+    import subprocess
+    import sys
+    code = ("import sys, microtensor as mt; before = 'ml_dtypes' in sys.modules; "
+            "x = mt.ones(2, dtype=mt.bfloat16); "
+            "print(before, 'ml_dtypes' in sys.modules, x.dtype is mt.bfloat16, "
+            "mt.from_numpy(x.numpy()).dtype is mt.bfloat16)")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=_child_env())
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["False", "True", "True", "True"]
 
 
 def test_numpy_is_the_only_required_dependency():

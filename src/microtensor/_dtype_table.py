@@ -4,33 +4,49 @@
 (``microtensor.half``, ``HalfTensor``, ``HalfStorage``, ``c10::Half`` in messages, the
 safetensors code ``F16``) looks it up here instead of keeping its own list.
 bfloat16 is stored as the ``ml_dtypes`` package's NumPy type (the one JAX uses).  That
-package is an optional extra (NumPy is microtensor's only required dependency): without
-it the table holds a ``MissingStorage`` for bfloat16, so ``microtensor.bfloat16`` still
-exists but making one of its tensors raises (``dtype.np``).
+package is an optional extra (NumPy is microtensor's only required dependency), and
+importing it takes seconds (it registers hundreds of ufunc loops), so the table holds an
+``OptionalStorage`` for bfloat16: ``microtensor.bfloat16`` exists from the start, and the
+package is imported when the first bfloat16 tensor is made; without it that raises
+(``dtype.np``).
 """
 from typing import NamedTuple
 
 import numpy as np
 
 
-class MissingStorage(NamedTuple):
-    """The storage type of a dtype whose package is not installed: what the dtype object
-    needs without it (its size) and what to install to get it."""
-    itemsize: int
-    package: str
-    extra: str                 # microtensor's pip extra that installs ``package``
-    reason: ImportError        # why importing it failed (not installed, or broken)
+class OptionalStorage:
+    """The storage type of a dtype that an optional package provides: what the dtype
+    object needs before loading it (its size), how to load it, and what to install."""
+
+    def __init__(self, name, itemsize, package, extra, load):
+        self.name, self.itemsize, self.package, self.extra = name, itemsize, package, extra
+        self._load = load
+        self._failure = None   # the ImportError of the one failed attempt
+
+    def load(self):
+        """The NumPy type, or an ImportError that says what to install (the import is
+        attempted once)."""
+        if self._failure is None:
+            try:
+                return self._load()
+            except ImportError as error:
+                self._failure = error
+        raise ImportError(
+            f"microtensor.{self.name} tensors need the '{self.package}' package, which "
+            f"provides NumPy's {self.name} type (NumPy has none) and is an optional extra: "
+            f'pip install "microtensor[{self.extra}]"',
+            name=self.package) from self._failure
 
 
-try:
-    from ml_dtypes import bfloat16 as _bfloat16_storage
-except ImportError as error:
-    _bfloat16_storage = MissingStorage(2, "ml_dtypes", "bfloat16", error)
+def _load_bfloat16():
+    from ml_dtypes import bfloat16
+    return bfloat16
 
 
 class DtypeInfo(NamedTuple):
     name: str            # microtensor.<name>, as torch.<name>
-    numpy: object        # the NumPy type of the storage (or a MissingStorage)
+    numpy: object        # the NumPy type of the storage (or an OptionalStorage)
     kind: int            # promotion category: 0 bool, 1 integer, 2 floating
     scalar_name: str     # PyTorch's ScalarType ("Float"): FloatTensor, FloatStorage, messages
     cpp_name: str        # the C++ type PyTorch's messages print ("long int", "c10::Half")
@@ -43,7 +59,7 @@ DTYPES = (
     DtypeInfo("float64", np.float64, 2, "Double", "double", "double", "F64", ("double",)),
     DtypeInfo("float32", np.float32, 2, "Float", "float", "float", "F32", ("float",)),
     DtypeInfo("float16", np.float16, 2, "Half", "c10::Half", "c10::Half", "F16", ("half",)),
-    DtypeInfo("bfloat16", _bfloat16_storage, 2, "BFloat16", "c10::BFloat16", "c10::BFloat16",
+    DtypeInfo("bfloat16", OptionalStorage("bfloat16", 2, "ml_dtypes", "bfloat16", _load_bfloat16), 2, "BFloat16", "c10::BFloat16", "c10::BFloat16",
               "BF16"),
     DtypeInfo("int64", np.int64, 1, "Long", "long int", "int64_t", "I64", ("long",)),
     DtypeInfo("int32", np.int32, 1, "Int", "int", "int", "I32", ("int",)),

@@ -7,8 +7,8 @@ cdef class dtype:
     cdef readonly bint is_floating_point
     cdef readonly bint is_signed
     cdef readonly int kind          # 0 bool, 1 integer, 2 floating: the promotion category
-    cdef object _np                 # the numpy dtype used for storage (None: see _missing)
-    cdef object _missing            # the table's MissingStorage when its package is absent
+    cdef object _np                 # the numpy dtype used for storage (None: see _optional)
+    cdef object _optional           # the table's OptionalStorage until its package is loaded
     cdef readonly int typenum       # numpy's type number, for building ndarray views
 
 cdef class device:

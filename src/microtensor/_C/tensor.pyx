@@ -50,16 +50,13 @@ cdef class dtype:
         self.name = name
         self.kind = kind
         self.is_floating_point = kind == 2
-        if isinstance(npdtype, _dtype_table.MissingStorage):
-            self._missing = npdtype
+        self.is_signed = kind != 0
+        if isinstance(npdtype, _dtype_table.OptionalStorage):
+            self._optional = npdtype
             self.itemsize = npdtype.itemsize
-            self.is_signed = kind != 0
             self.typenum = cnp.NPY_NOTYPE
-            return
-        self._np = np.dtype(npdtype)
-        self.itemsize = self._np.itemsize
-        self.is_signed = kind != 0 and self._np.kind != "u"
-        self.typenum = self._np.num
+        else:
+            _store_as(self, npdtype)
 
     @property
     def np(self):
@@ -90,23 +87,29 @@ int8 = DTYPES["int8"]
 uint8 = DTYPES["uint8"]
 bool_ = DTYPES["bool"]
 cdef dict _dtype_by_np = {(<dtype>d)._np: d for d in DTYPES.values()
-                          if (<dtype>d)._missing is None}
+                          if (<dtype>d)._np is not None}
+
+
+cdef _store_as(dtype dt, npdtype):
+    """Give ``dt`` its NumPy storage type."""
+    dt._np = np.dtype(npdtype)
+    dt.itemsize = dt._np.itemsize
+    dt.is_signed = dt.kind != 0 and dt._np.kind != "u"
+    dt.typenum = dt._np.num
 
 
 cpdef object storage_numpy(dtype dt):
-    """``dt``'s NumPy storage type, for making its arrays.  A dtype whose optional package
-    is missing (bfloat16 without ``ml_dtypes``) raises ImportError here, before anything
-    is allocated: the failure is a missing package, as for microtensor's other optional
-    extras (``save_safetensors`` without ``safetensors``), so code that handles absent
-    extras catches one exception type; the dtype object itself exists regardless, so code
-    that merely names it imports."""
-    if dt._missing is not None:
-        missing = dt._missing
-        raise ImportError(
-            f"microtensor.{dt.name} tensors need the '{missing.package}' package, which "
-            f"provides NumPy's {dt.name} type (NumPy has none) and is an optional extra: "
-            f'pip install "microtensor[{missing.extra}]"',
-            name=missing.package) from missing.reason
+    """``dt``'s NumPy storage type, for making its arrays.  A dtype from an optional package
+    (bfloat16 from ``ml_dtypes``) imports it here, when its first array is made; if the
+    package is missing this raises ImportError, before anything is allocated: the failure
+    is a missing package, as for microtensor's other optional extras (``save_safetensors``
+    without ``safetensors``), so code that handles absent extras catches one exception
+    type; the dtype object itself exists regardless, so code that merely names it
+    imports."""
+    if dt._np is None:
+        _store_as(dt, dt._optional.load())
+        dt._optional = None
+        _dtype_by_np[dt._np] = dt
     return dt._np
 
 cdef dtype _default_float = float32
@@ -126,7 +129,13 @@ def set_default_dtype(dtype d):
 
 def dtype_from_numpy(npdtype):
     """The microtensor dtype storing ``npdtype``; TypeError for types microtensor lacks."""
-    d = _dtype_by_np.get(np.dtype(npdtype))
+    npdtype = np.dtype(npdtype)
+    d = _dtype_by_np.get(npdtype)
+    if d is None:
+        optional = DTYPES.get(npdtype.name)
+        if optional is not None and (<dtype>optional)._np is None:
+            storage_numpy(optional)   # an array of its type exists: its package is there
+            d = _dtype_by_np.get(npdtype)
     if d is None:
         names = [name for name in DTYPES if name != "bool"]
         raise TypeError(f"can't convert np.ndarray of type {np.dtype(npdtype)}. The only "
