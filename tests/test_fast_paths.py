@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import microtensor as mt
+from microtensor._C.meta import is_contiguous
 from microtensor.ops.dispatch import binary, call_by_name
 from microtensor.ops.indexing import getitem
 
@@ -100,6 +101,8 @@ def outcome(fn, recipes_, grad_enabled, seed):
     state = {
         "type": type(out), "dtype": out.dtype, "sizes": tuple(out.shape),
         "strides": _stepped_strides(out), "offset": out.storage_offset(),
+        # the flag a path sets must be what the geometry says (fast paths may pass it on)
+        "contiguous": (out.is_contiguous(), is_contiguous(out.shape, out.stride())),
         "is self": [out is a for a in args], "is view": out._is_view(),
         "base": [out._base is (a._base if a._base is not None else a)
                  for a in args if isinstance(a, mt.Tensor)],

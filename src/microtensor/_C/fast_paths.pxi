@@ -44,7 +44,8 @@ cdef object _fast_getitem(TensorBase self, object index):
                         mt_tensor_add_overflow(self._offset, offset, &offset)):
                     return self._view_fast(_with_first(self._sizes, length),
                                            _with_first(self._strides, new_stride), offset,
-                                           self._numel // size * length if self._numel else 0)
+                                           self._numel // size * length if self._numel else 0,
+                                           1 if self._is_contig and step == 1 else -1)
         elif type(index) is int and -size <= <object>index < size:
             i = index
             if i < 0:
@@ -53,14 +54,15 @@ cdef object _fast_getitem(TensorBase self, object index):
             # tensor, so it lies in the storage and cannot overflow
             return self._view_fast(self._sizes[1:], self._strides[1:],
                                    self._offset + i * <Py_ssize_t>self._strides[0],
-                                   self._numel // size)
+                                   self._numel // size, 1 if self._is_contig else -1)
     return _getitem(self, index)
 
 
 cdef object _fast_t(TensorBase self):
     if _served(self) and len(self._sizes) == 2:
         out = self._view_fast((self._sizes[1], self._sizes[0]),
-                              (self._strides[1], self._strides[0]), self._offset, self._numel)
+                              (self._strides[1], self._strides[0]), self._offset, self._numel,
+                              -1)
         return _record("transpose", (self, 0, 1), out) if _records(self) else out
     return _dispatch_call("t", self)
 
@@ -73,7 +75,7 @@ cdef object _fast_transpose(TensorBase self, object dim0, object dim1):
     sizes, strides = list(self._sizes), list(self._strides)
     sizes[a], sizes[b] = sizes[b], sizes[a]
     strides[a], strides[b] = strides[b], strides[a]
-    out = self._view_fast(tuple(sizes), tuple(strides), self._offset, self._numel)
+    out = self._view_fast(tuple(sizes), tuple(strides), self._offset, self._numel, -1)
     return _record("transpose", (self, dim0, dim1), out) if _records(self) else out
 
 
@@ -85,7 +87,7 @@ cdef object _fast_unsqueeze(TensorBase self, object dim):
     stride = <Py_ssize_t>self._sizes[d] * <Py_ssize_t>self._strides[d] if d < n else 1
     out = self._view_fast(self._sizes[:d] + (1,) + self._sizes[d:],
                           self._strides[:d] + (stride,) + self._strides[d:], self._offset,
-                          self._numel)
+                          self._numel, 1 if self._is_contig else -1)
     return _record("unsqueeze", (self, dim), out) if _records(self) else out
 
 
@@ -101,7 +103,8 @@ cdef object _reshaped_view(TensorBase self, tuple shape):
     strides = meta.view_strides(self._sizes, self._strides, sizes)
     if strides is None:
         return None
-    out = self._view_fast(sizes, strides, self._offset, self._numel)
+    out = self._view_fast(sizes, strides, self._offset, self._numel,
+                          1 if self._is_contig else -1)
     return _record("view", (self, sizes), out) if _records(self) else out
 
 
@@ -139,7 +142,7 @@ cdef object _fast_as_strided(TensorBase self, object size, object stride,
             raise RuntimeError(f"mismatch in length of strides and shape: size "
                                f"{list(size)} and stride {list(stride)}")
         _check_geometry(self._storage, size, stride, offset, self._dtype.itemsize)
-        return self._view_fast(size, stride, offset, _numel(size))
+        return self._view_fast(size, stride, offset, _numel(size), -1)
     return _dispatch_call("as_strided", self, size, stride, storage_offset)
 
 
@@ -213,7 +216,7 @@ cdef object _fast_expand(TensorBase self, tuple sizes):
     if shape is None or not _served(self):
         return _dispatch_call("expand", self, *sizes)
     expanded, strides = meta.expand_geometry(self._sizes, self._strides, shape)
-    out = self._view_fast(expanded, strides, self._offset, _numel(expanded))
+    out = self._view_fast(expanded, strides, self._offset, _numel(expanded), -1)
     return _record("expand", (self, shape), out) if _records(self) else out
 
 

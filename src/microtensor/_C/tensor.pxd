@@ -42,7 +42,7 @@ cdef class TensorBase:
     cdef public object _name
     cdef object __weakref__
     cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset,
-                               Py_ssize_t numel)
+                               Py_ssize_t numel, int contiguous)
 
 
 cdef bint grad_mode_enabled() noexcept

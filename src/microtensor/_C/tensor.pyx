@@ -514,7 +514,8 @@ cdef class TensorBase:
         What a derivation can still break is int64 itself (a huge slice step or unfold
         step multiplies a stride, a huge offset or a size product overflows): that is
         refused here and in ``_new_tensor``, before any tensor exists."""
-        return self._view_fast(sizes, strides, _int64_geometry(strides, offset), _numel(sizes))
+        return self._view_fast(sizes, strides, _int64_geometry(strides, offset), _numel(sizes),
+                               -1)
 
     def _make_alias_unchecked(self, tuple sizes, tuple strides, offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
@@ -608,11 +609,12 @@ cdef class TensorBase:
         return _fast_sum(self, args, kwargs)
 
     cdef TensorBase _view_fast(self, tuple sizes, tuple strides, Py_ssize_t offset,
-                               Py_ssize_t numel):
-        """A view of this tensor's storage with ``numel`` (the product of ``sizes``, which
-        the caller knows: most views keep their base's) elements."""
+                               Py_ssize_t numel, int contiguous):
+        """A view of this tensor's storage with ``numel`` elements (the product of
+        ``sizes``, which the caller knows: most views keep their base's); ``contiguous`` is
+        1 or 0 when the caller knows whether the view is contiguous, -1 to compute it."""
         cdef TensorBase t = _tensor_with_numel(_tensor_cls, self._storage, sizes, strides,
-                                               offset, self._dtype, numel)
+                                               offset, self._dtype, numel, contiguous)
         cdef TensorBase base = self if self._base is None else self._base
         t._base = base
         # a view of a view made in no_grad mode is not differentiable either (PyTorch's
@@ -715,12 +717,14 @@ cdef inline int _check_ndim(tuple sizes) except -1:
 cdef TensorBase _new_tensor(object cls, Storage storage, tuple sizes, tuple strides,
                             Py_ssize_t offset, dtype dt):
     _check_ndim(sizes)
-    return _tensor_with_numel(cls, storage, sizes, strides, offset, dt, _numel(sizes))
+    return _tensor_with_numel(cls, storage, sizes, strides, offset, dt, _numel(sizes), -1)
 
 
 cdef TensorBase _tensor_with_numel(object cls, Storage storage, tuple sizes, tuple strides,
-                                   Py_ssize_t offset, dtype dt, Py_ssize_t numel):
-    """``_new_tensor`` for a caller that already knows the product of ``sizes``."""
+                                   Py_ssize_t offset, dtype dt, Py_ssize_t numel,
+                                   int contiguous):
+    """``_new_tensor`` for a caller that already knows the product of ``sizes`` (and
+    whether the strides are contiguous, when ``contiguous`` is not -1)."""
     cdef TensorBase t
     _check_ndim(sizes)
     t = <TensorBase>_alloc_tensor(cls, <PyObject*>_NO_ARGS, NULL)
@@ -730,7 +734,7 @@ cdef TensorBase _tensor_with_numel(object cls, Storage storage, tuple sizes, tup
     t._offset = offset
     t._dtype = dt
     t._numel = numel
-    t._is_contig = _contiguous(sizes, strides)
+    t._is_contig = _contiguous(sizes, strides) if contiguous < 0 else contiguous
     return t
 
 
