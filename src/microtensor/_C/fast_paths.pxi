@@ -152,8 +152,9 @@ cdef object _fast_clone(TensorBase self, object memory_format):
             (memory_format is None or memory_format is preserve_format or
              memory_format is contiguous_format):
         # a contiguous tensor is dense, so preserve_format keeps its strides exactly
-        out = _empty_with_strides(self, self._strides if memory_format is not
-                                  contiguous_format else _contiguous_strides(self._sizes))
+        out = _fresh_tensor(self._sizes, self._strides if memory_format is not
+                            contiguous_format else _contiguous_strides(self._sizes),
+                            self._dtype, 1)
         memcpy(_ptr(out), _ptr(self), self._numel * self._dtype.itemsize)
         return out
     if memory_format is None:
@@ -167,8 +168,7 @@ cdef object _fast_contiguous(TensorBase self, object memory_format):
         if self._is_contig and type(self) is _tensor_cls:
             return self
         if _plain(self) and self._storage.device is cpu:
-            out = _new_tensor(_tensor_cls, _cpu_storage(self._sizes, self._dtype),
-                              self._sizes, _contiguous_strides(self._sizes), 0, self._dtype)
+            out = _fresh_tensor(self._sizes, _contiguous_strides(self._sizes), self._dtype, 1)
             _copy_disjoint(out, self)
             return out
         return _dispatch_call("contiguous", self)
@@ -190,7 +190,7 @@ cdef object _fast_sum(TensorBase self, tuple args, dict kwargs):
     _load_geometry(self, ndim, shape, strides)
     if dim is None and not keepdim:
         total = kernels.sum_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides)
-        out = _new_tensor(_tensor_cls, _cpu_storage((), self._dtype), (), (), 0, self._dtype)
+        out = _fresh_tensor((), (), self._dtype, 1)
         if self._dtype.typenum == cnp.NPY_FLOAT:
             (<float*>_ptr(out))[0] = <float>total
         else:
@@ -202,8 +202,7 @@ cdef object _fast_sum(TensorBase self, tuple args, dict kwargs):
             return _dispatch_call("sum", self, *args, **kwargs)
         sizes = tuple([1 if reduced[d] else self._sizes[d] for d in range(ndim)
                        if keepdim or not reduced[d]])
-        out = _new_tensor(_tensor_cls, _cpu_storage(sizes, self._dtype), sizes,
-                          _contiguous_strides(sizes), 0, self._dtype)
+        out = _fresh_tensor(sizes, _contiguous_strides(sizes), self._dtype, 1)
         kernels.sum_dims_raw(self._dtype.typenum, _ptr(self), ndim, shape, strides,
                              reduced, _ptr(out))
     if not mt_grad_disabled and needs_grad(self):
@@ -233,8 +232,7 @@ cdef object _fast_matmul(object a, object b):
             sizes = (m, n)
             # the result's sizes are checked here, so m * n fits; m * n * k may not
             # (then it is no small product either)
-            out = _new_tensor(_tensor_cls, _cpu_storage(sizes, ta._dtype), sizes,
-                              _contiguous_strides(sizes), 0, ta._dtype)
+            out = _fresh_tensor(sizes, _contiguous_strides(sizes), ta._dtype, 1)
             if mt_tensor_mul_overflow(m * n, k, &work) or work > _SMALL_MATMUL:
                 _np_matmul(_ndarray_view(ta), _ndarray_view(tb), out=_ndarray_view(out))
                 return out
@@ -415,8 +413,7 @@ cdef object _binary(object left, object right, char opcode, str name):
         out_strides[0] = a_strides[0] = b_strides[0] = 1
     else:
         ndim = len(sizes)
-    out = _new_tensor(_tensor_cls, _cpu_storage(sizes, ta._dtype), sizes, strides, 0,
-                      ta._dtype)
+    out = _fresh_tensor(sizes, strides, ta._dtype, -1)
     if not flat:
         _load_geometry(out, ndim, shape, out_strides)
     number_f64[0] = 0
@@ -503,8 +500,7 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
         strides = meta.elementwise_output_strides(sizes, layouts)
     if result_dtype is None:
         result_dtype = first._dtype
-    out = _new_tensor(_tensor_cls, _cpu_storage(sizes, result_dtype), sizes, strides,
-                      0, result_dtype)
+    out = _fresh_tensor(sizes, strides, result_dtype, -1)
     if out._numel:
         arrays = [_ndarray_view(<TensorBase>x) if isinstance(x, TensorBase) else x
                   for x in operands]
@@ -512,12 +508,6 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
               dtype=compute_numpy(compute_dtype if compute_dtype is not None else result_dtype),
               casting="unsafe")
     return out
-
-
-cdef TensorBase _empty_with_strides(TensorBase t, tuple strides):
-    """A fresh CPU tensor with ``t``'s sizes and dtype and the given dense strides."""
-    return _new_tensor(_tensor_cls, _cpu_storage(t._sizes, t._dtype), t._sizes, strides, 0,
-                       t._dtype)
 
 
 cdef inline bint _canonical(tuple sizes, tuple strides):

@@ -750,13 +750,16 @@ cdef object _cpu_buffer(Py_ssize_t numel, dtype dt):
                            f"allocate {numel * dt.itemsize} bytes.") from None
 
 
-cdef Storage _cpu_storage(tuple sizes, dtype dt):
-    """A fresh CPU storage for a contiguous tensor of ``sizes``: the one product of the
-    sizes and the itemsize is checked before anything is allocated."""
+cdef TensorBase _fresh_tensor(tuple sizes, tuple strides, dtype dt, int contiguous):
+    """A tensor of ``sizes`` with dense ``strides`` over a fresh CPU storage of exactly its
+    elements: the one product of the sizes and the itemsize is checked before anything is
+    allocated, and gives the tensor its numel.  ``contiguous`` as for
+    ``_tensor_with_numel``."""
+    cdef Py_ssize_t numel = meta.check_storage_nbytes(sizes, dt.itemsize) // dt.itemsize
     cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
-    storage.data = _cpu_buffer(meta.check_storage_nbytes(sizes, dt.itemsize) // dt.itemsize, dt)
+    storage.data = _cpu_buffer(numel, dt)
     storage.device = cpu
-    return storage
+    return _tensor_with_numel(_tensor_cls, storage, sizes, strides, 0, dt, numel, contiguous)
 
 
 def wrap_storage(Storage storage, tuple sizes, tuple strides, Py_ssize_t offset, dtype dt,
