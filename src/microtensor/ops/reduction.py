@@ -696,10 +696,17 @@ def _log_softmax_backward_data(op, level, args, kwargs):
 def cumsum(self, dim, *, dtype=None):
     result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
-    if self._numel:
+    if not self._numel:
+        return result
+    out = result._array().reshape(arr.shape)
+    if isinstance(arr, np.ndarray) and arr.dtype == out.dtype and \
+            arr.dtype in (np.float32, np.float64):
+        # accumulated in double, row by row along a strided dim (PyTorch's CPU sums float32
+        # in double too; NumPy's in float32, and walking down each column)
+        kernels.cumsum_(out, arr, axis)
+    else:
         # the half types accumulate in float32, each output rounded once (PyTorch's CPU)
-        result._array().reshape(arr.shape)[...] = np.cumsum(
-            arr, axis=axis, dtype=compute_numpy(result._dtype))
+        out[...] = np.cumsum(arr, axis=axis, dtype=compute_numpy(result._dtype))
     return result
 
 
