@@ -1265,9 +1265,13 @@ cdef extern from "<math.h>" nogil:
     float logf(float)
 
 
+cdef extern from "nnmath.h" nogil:
+    float mt_expf(float)     # vectorisable, about 1 ulp (the layer kernels' exp)
+
+
 cdef inline floating exp_of(floating x) noexcept nogil:
     if floating is float:
-        return expf(x)
+        return mt_expf(x)
     else:
         return exp(x)
 
@@ -1319,39 +1323,109 @@ cdef void cumsum_row(floating* out, Py_ssize_t so, const floating* src, Py_ssize
 # arrays; each pass reads every element of the band once, in runs of COLUMN_BAND.  Same
 # arithmetic, in the same order per line, as the row kernels above.
 
-cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
-                          Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
-                          bint log_of) noexcept nogil:
-    cdef floating peak[COLUMN_BAND]
-    cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width, i, j
-    cdef const floating* x
-    cdef floating* o
-    cdef floating value, shifted
-    while start < count:
-        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
-        x = src + start * sv
-        o = out + start * ov
+cdef inline void softmax_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const floating* x,
+                              Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width,
+                              bint log_of, floating* peak, double* total) noexcept nogil:
+    # The loops over j are kept free of branches (selects, `|`), so that with unit steps
+    # the compiler vectorises them.  softmax keeps exp(x - peak) in `o` for the last pass.
+    cdef Py_ssize_t i, j
+    cdef const floating* row
+    cdef floating* out_row
+    cdef floating value, e
+    for j in range(width):
+        peak[j] = x[j * sv]
+        total[j] = 0
+    for i in range(1, n):
+        row = x + i * ss
         for j in range(width):
-            peak[j] = x[j * sv]
-            total[j] = 0
-        for i in range(1, n):
-            for j in range(width):
-                value = x[i * ss + j * sv]
-                if value > peak[j] or value != value:        # NaN wins, as in amax
-                    peak[j] = value
-        for i in range(n):
-            for j in range(width):
-                total[j] += exp_of(<floating>(x[i * ss + j * sv] - peak[j]))
+            value = row[j * sv]
+            peak[j] = value if (value > peak[j]) | (value != value) else peak[j]  # NaN wins
+    for i in range(n):
+        row = x + i * ss
+        out_row = o + i * so
         if log_of:
             for j in range(width):
-                total[j] = log(total[j])
-        for i in range(n):
+                total[j] += exp_of(<floating>(row[j * sv] - peak[j]))
+        else:
             for j in range(width):
-                shifted = x[i * ss + j * sv] - peak[j]
-                o[i * so + j * ov] = <floating>(shifted - total[j]) if log_of else \
-                    <floating>(exp_of(shifted) / total[j])
+                e = exp_of(<floating>(row[j * sv] - peak[j]))
+                out_row[j * ov] = e
+                total[j] += e
+    for j in range(width):
+        total[j] = log(total[j]) if log_of else 1 / total[j]
+    for i in range(n):
+        row = x + i * ss
+        out_row = o + i * so
+        if log_of:
+            for j in range(width):
+                out_row[j * ov] = <floating>((row[j * sv] - peak[j]) - total[j])
+        else:
+            for j in range(width):
+                out_row[j * ov] = <floating>(out_row[j * ov] * total[j])
+
+
+cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
+                          Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
+                          bint log_of, floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
+    """Bands of lines; with a `scratch` (room for `scratch_band` lines), each band is first
+    copied into it, densely, and the result copied out (see `softmax_scratch_band`)."""
+    cdef floating peak[COLUMN_BAND]
+    cdef double total[COLUMN_BAND]
+    cdef Py_ssize_t start = 0, width, i
+    while start < count:
+        if scratch != NULL:
+            width = min(scratch_band, count - start)
+            for i in range(n):
+                copy_row(scratch + i * width, 1, src + start * sv + i * ss, sv, width)
+            softmax_band(scratch, 1, width, scratch, 1, width, n, width, log_of, peak, total)
+            for i in range(n):
+                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
+                         1, width)
+        else:
+            width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+            if sv == 1 and ov == 1:     # unit steps as constants: vectorised loops
+                softmax_band(out + start, 1, so, src + start, 1, ss, n, width, log_of, peak,
+                             total)
+            else:
+                softmax_band(out + start * ov, ov, so, src + start * sv, sv, ss, n, width,
+                             log_of, peak, total)
         start += width
+
+
+cdef Py_ssize_t softmax_scratch_band(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
+                                     Py_ssize_t item) noexcept nogil:
+    """How many of `count` neighbouring lines of `n` elements (`axis_stride` bytes apart
+    along the axis) softmax copies into a scratch band at a time, or 0 to work in place.
+    Its three passes re-read a band.  In place, a band that spans more than half the L2
+    (4096 lines of 16 KiB rows: 64 MiB for 8 MiB of data) comes back from L3 or memory
+    each pass, and its rows, when a power of two apart, share a few cache sets: 8 ways of
+    a set hold 8 rows' pieces.  A dense copy of at most half the L2 (at least a line per
+    row) has neither problem.  A band that is dense already (its rows no further apart
+    than twice its width, say 65536 x 64) gains nothing from the copy."""
+    cdef Py_ssize_t line_items = CACHE_LINE_BYTES // item, band
+    if n * magnitude(axis_stride) <= l2_bytes // 2 or \
+            magnitude(axis_stride) <= 2 * min(<Py_ssize_t>COLUMN_BAND, count) * item:
+        return 0
+    band = (l2_bytes // 2) // (n * item)
+    band -= band % line_items
+    return min(<Py_ssize_t>COLUMN_BAND, max(line_items, band))
+
+
+cdef inline void log_softmax_backward_band(floating* o, Py_ssize_t ov, Py_ssize_t so,
+                                           const floating* g, Py_ssize_t gv, Py_ssize_t sg,
+                                           const floating* y, Py_ssize_t yv, Py_ssize_t sy,
+                                           Py_ssize_t n, Py_ssize_t width,
+                                           double* total) noexcept nogil:
+    cdef Py_ssize_t i, j
+    for j in range(width):
+        total[j] = 0
+    for i in range(n):
+        for j in range(width):
+            total[j] += g[i * sg + j * gv]
+    for i in range(n):
+        for j in range(width):
+            o[i * so + j * ov] = <floating>(g[i * sg + j * gv] -
+                                            exp_of(y[i * sy + j * yv]) * total[j])
 
 
 cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t so,
@@ -1359,35 +1433,41 @@ cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t 
                                        const floating* output, Py_ssize_t yv, Py_ssize_t sy,
                                        Py_ssize_t n, Py_ssize_t count) noexcept nogil:
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width, i, j
+    cdef Py_ssize_t start = 0, width
     while start < count:
         width = min(<Py_ssize_t>COLUMN_BAND, count - start)
-        for j in range(width):
-            total[j] = 0
-        for i in range(n):
-            for j in range(width):
-                total[j] += grad[i * sg + (start + j) * gv]
-        for i in range(n):
-            for j in range(width):
-                out[i * so + (start + j) * ov] = <floating>(
-                    grad[i * sg + (start + j) * gv] -
-                    exp_of(output[i * sy + (start + j) * yv]) * total[j])
+        if ov == 1 and gv == 1 and yv == 1:
+            log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg, output + start,
+                                      1, sy, n, width, total)
+        else:
+            log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
+                                      output + start * yv, yv, sy, n, width, total)
         start += width
+
+
+cdef inline void cumsum_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const floating* x,
+                             Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width,
+                             double* total) noexcept nogil:
+    cdef Py_ssize_t i, j
+    for j in range(width):
+        total[j] = 0
+    for i in range(n):
+        for j in range(width):
+            total[j] += x[i * ss + j * sv]
+            o[i * so + j * ov] = <floating>total[j]
 
 
 cdef void cumsum_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
                          Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n,
                          Py_ssize_t count) noexcept nogil:
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width, i, j
+    cdef Py_ssize_t start = 0, width
     while start < count:
         width = min(<Py_ssize_t>COLUMN_BAND, count - start)
-        for j in range(width):
-            total[j] = 0
-        for i in range(n):
-            for j in range(width):
-                total[j] += src[i * ss + (start + j) * sv]
-                out[i * so + (start + j) * ov] = <floating>total[j]
+        if sv == 1 and ov == 1:
+            cumsum_band(out + start, 1, so, src + start, 1, ss, n, width, total)
+        else:
+            cumsum_band(out + start * ov, ov, so, src + start * sv, sv, ss, n, width, total)
         start += width
 
 
@@ -1397,10 +1477,11 @@ cdef enum AlongKind:
 
 cdef void along_lines(int kind, floating* out, Py_ssize_t ov, Py_ssize_t so,
                       const floating* x, Py_ssize_t xv, Py_ssize_t sx, const floating* y,
-                      Py_ssize_t yv, Py_ssize_t sy, Py_ssize_t n,
-                      Py_ssize_t count) noexcept nogil:
+                      Py_ssize_t yv, Py_ssize_t sy, Py_ssize_t n, Py_ssize_t count,
+                      floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
     """`count` lines of `n` elements along the axis (steps so, sx, sy), neighbouring lines
-    ov, xv, yv apart; `y` is log_softmax's output for its backward, else unused."""
+    ov, xv, yv apart; `y` is log_softmax's output for its backward, else unused; softmax
+    goes through `scratch` when not NULL."""
     if count == 1:
         if kind == CUMSUM:
             cumsum_row(out, so, x, sx, n)
@@ -1413,7 +1494,8 @@ cdef void along_lines(int kind, floating* out, Py_ssize_t ov, Py_ssize_t so,
     elif kind == LOG_SOFTMAX_BACKWARD:
         log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count)
     else:
-        softmax_columns(out, ov, so, x, xv, sx, n, count, kind == LOG_SOFTMAX)
+        softmax_columns(out, ov, so, x, xv, sx, n, count, kind == LOG_SOFTMAX, scratch,
+                        scratch_band)
 
 
 cdef bint fastest_dim_last(Layout* layout, Py_ssize_t axis_stride) noexcept nogil:
@@ -1433,12 +1515,12 @@ cdef bint fastest_dim_last(Layout* layout, Py_ssize_t axis_stride) noexcept nogi
     return True
 
 
-cdef void run_along(int kind, int code, Layout* layout, char* out, const char* x,
+cdef void run_along(int kind, int code, Layout* layout, bint bands, char* out, const char* x,
                     const char* y, const Py_ssize_t* axis_strides, Py_ssize_t n,
-                    Py_ssize_t item) noexcept nogil:
+                    Py_ssize_t item, char* scratch, Py_ssize_t scratch_band) noexcept nogil:
     """Every line along the axis (strides in bytes: `axis_strides` for out, x, y), the
-    other dims in `layout` (operands out, x, y)."""
-    cdef bint bands = fastest_dim_last(layout, axis_strides[1])
+    other dims in `layout` (operands out, x, y); by `bands` of neighbouring lines along
+    layout's last dim (`fastest_dim_last`) or line by line."""
     cdef int last = layout.ndim - 1
     cdef Py_ssize_t count = layout.shape[last] if bands else 1
     cdef Py_ssize_t ov = layout.strides[0][last] // item if bands else 0
@@ -1452,11 +1534,13 @@ cdef void run_along(int kind, int code, Layout* layout, char* out, const char* x
         if code == F32:
             along_lines(kind, <float*>(out + it.offset[0]), ov, so,
                         <const float*>(x + it.offset[1]), xv, sx,
-                        <const float*>(y + it.offset[2]), yv, sy, n, count)
+                        <const float*>(y + it.offset[2]), yv, sy, n, count,
+                        <float*>scratch, scratch_band)
         else:
             along_lines(kind, <double*>(out + it.offset[0]), ov, so,
                         <const double*>(x + it.offset[1]), xv, sx,
-                        <const double*>(y + it.offset[2]), yv, sy, n, count)
+                        <const double*>(y + it.offset[2]), yv, sy, n, count,
+                        <double*>scratch, scratch_band)
         if not advance_outer(&it, layout):
             return
 
@@ -1516,8 +1600,18 @@ cdef void along_axis(int kind, cnp.ndarray out, cnp.ndarray x, cnp.ndarray y, in
     cdef const char* yd = NULL if y is None else <const char*>cnp.PyArray_DATA(y)
     cdef int code = dtype_code(x)
     cdef Py_ssize_t n = cnp.PyArray_DIM(x, axis), item = cnp.PyArray_ITEMSIZE(x)
+    cdef bint bands = fastest_dim_last(&layout, axis_strides[1])
+    cdef Py_ssize_t scratch_band = 0
+    cdef char* scratch = NULL
+    if bands and (kind == SOFTMAX or kind == LOG_SOFTMAX):
+        scratch_band = softmax_scratch_band(n, axis_strides[1], layout.shape[layout.ndim - 1],
+                                            item)
+    if scratch_band:
+        scratch_array = np.empty(scratch_band * n, x.dtype)
+        scratch = <char*>cnp.PyArray_DATA(scratch_array)
     with nogil:
-        run_along(kind, code, &layout, o, xd, yd, axis_strides, n, item)
+        run_along(kind, code, &layout, bands, o, xd, yd, axis_strides, n, item, scratch,
+                  scratch_band)
 
 
 cdef bint same_float_arrays(cnp.ndarray out, cnp.ndarray first, cnp.ndarray second, int axis):
