@@ -8,11 +8,15 @@ strides (4096, 8192 floats), odd sizes, transposed views, and large and small le
 dims.  Rounds time every side of every case once, in turn; each side keeps its best time
 (the machine is shared and noisy; the best of many runs is the kernel's own cost).
 Printed per case: ns per element for each side, mt / PyTorch, mt / NumPy, and mt's time
-per element over the family's best (its geometry spread: 1.0 at the best geometry).
+per element over the best of the same op (the first word of the case) at the same size
+class (its number of elements rounded to a power of two): its geometry spread, 1.0 at the best
+geometry.  Sizes are kept apart because a case that fits the caches is faster per
+element for reasons that have nothing to do with its geometry.
 Run: OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/bench_robust.py [--rounds N]
      [--only outer,sum,cumsum,softmax,im2col,pool]
 """
 import argparse
+import math
 import os
 import time
 
@@ -49,7 +53,7 @@ def outer_cases():
         else:
             a_np, b_np = _floats(batch, m), _floats(batch, n)
         (a, at), (b, bt) = _pair(a_np), _pair(b_np)
-        name = f"({batch}, {m}, {n}){' from transposed views' if transposed else ''}"
+        name = f"outer ({batch}, {m}, {n}){' from transposed views' if transposed else ''}"
         yield (name, batch * m * n,
                lambda a=a, b=b: mt.matmul(a.unsqueeze(-1), b.unsqueeze(-2)),
                lambda a=at, b=bt: torch.matmul(a.unsqueeze(-1), b.unsqueeze(-2)),
@@ -172,10 +176,12 @@ def run_family(title, cases, rounds):
     cases = list(cases)
     print(f"\n### {title}\n")
     print("| case | mt ns/elt | PyTorch ns/elt | NumPy ns/elt | mt / PyTorch | mt / NumPy "
-          "| mt / family best |")
+          "| mt / best of op and size |")
     print("|---|---|---|---|---|---|---|")
     results = []
+    elements_of = {}
     for name, elements, mt_fn, torch_fn, np_fn in cases:
+        elements_of[name] = elements
         sides = {"mt": mt_fn, "torch": torch_fn}
         if np_fn is not None:
             sides["np"] = np_fn
@@ -188,13 +194,16 @@ def run_family(title, cases, rounds):
             for side, fn in sides.items():
                 best[side] = min(best[side], best_of(fn, repeats))
         results.append((name, {side: t / elements * 1e9 for side, t in best.items()}))
-    family_best = min(per["mt"] for _, per in results)
     for name, per in results:
+        size = round(math.log2(elements_of[name]))
+        peers = [other["mt"] for other_name, other in results
+                 if other_name.split()[0] == name.split()[0]
+                 and round(math.log2(elements_of[other_name])) == size]
         numpy = f"{per['np']:.2f}" if "np" in per else "-"
         vs_numpy = f"{per['mt'] / per['np']:.2f}" if "np" in per else "-"
-        spread = per["mt"] / family_best
         print(f"| {name} | {per['mt']:.2f} | {per['torch']:.2f} | {numpy} | "
-              f"{per['mt'] / per['torch']:.2f} | {vs_numpy} | {spread:.2f} |", flush=True)
+              f"{per['mt'] / per['torch']:.2f} | {vs_numpy} | {per['mt'] / min(peers):.2f} |",
+              flush=True)
 
 
 def main(argv=None):

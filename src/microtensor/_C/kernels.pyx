@@ -1,8 +1,9 @@
 """Typed, single-threaded loops over strided memory, in nine groups (one section each):
 the Layout every strided kernel walks; copy with casting (and fill); the sum of all
 elements; the raw-pointer entry points of the tensor's fast paths (+ - * / with
-broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax and
-their backward; nll_loss and its backward; stacked outer products; small matrix products.
+broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax, its
+backward and cumulative sums along a dim; nll_loss and its backward; stacked outer
+products; small matrix products.
 
 Kernels take NumPy ndarrays (zero-copy views of storages), so they know nothing of Tensor.
 Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by the
@@ -1254,8 +1255,9 @@ def scatter_add_(cnp.ndarray target not None, cnp.ndarray positions not None,
 
 
 # ---------------------------------------------------------------------------------------
-# softmax / log_softmax along one axis: each row is shifted by its maximum before exp, so
-# that no exp overflows; the sum of a row is accumulated in double.
+# softmax / log_softmax, log_softmax's backward and cumsum along one axis: each row is
+# shifted by its maximum before exp, so that no exp overflows; sums are accumulated in
+# double.
 # ---------------------------------------------------------------------------------------
 
 cdef extern from "<math.h>" nogil:

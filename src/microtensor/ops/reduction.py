@@ -243,7 +243,8 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
     if dtype is None and compute_numpy(self._dtype) is not self._dtype.np:
         # float16, bfloat16: the float32 mean rounded once, as PyTorch's CPU
         return mean(self, dim, keepdim, dtype=float32).to(self._dtype)
-    total = self.sum(dim, keepdim, dtype=dtype)
+    # without dtype, the tensor's C sum (by whole rows along a strided dim) serves it
+    total = self.sum(dim, keepdim) if dtype is None else self.sum(dim, keepdim, dtype=dtype)
     count = _reduced_count(self._sizes, dim)
     return total / count if count else total * math.nan
 
