@@ -3,17 +3,18 @@ PyTorch and NumPy, on whatever machine runs it.
 
 Families: stacked outer products (per-sample weight gradients), sums / means / maxima
 along a strided dim, cumulative sums, softmax along a strided dim, im2col (``unfold``, a
-convolution's weight gradient) and pooling.  Each family runs at power-of-two row
-strides (4096, 8192 floats), odd sizes, transposed views, and large and small leading
-dims.  Rounds time every side of every case once, in turn; each side keeps its best time
-(the machine is shared and noisy; the best of many runs is the kernel's own cost).
-Printed per case: ns per element for each side, mt / PyTorch, mt / NumPy, and mt's time
-per element over the best of the same op (the first word of the case) at the same size
-class (its number of elements rounded to a power of two): its geometry spread, 1.0 at the best
-geometry.  Sizes are kept apart because a case that fits the caches is faster per
-element for reasons that have nothing to do with its geometry.
+convolution's weight gradient), pooling, and elementwise ops with a transposed operand.
+Each family runs at power-of-two row strides (4096, 8192 floats), odd sizes, transposed
+views, and large and small leading dims.  Rounds time every side of every case once, in
+turn; each side keeps its best time (the machine is shared and noisy; the best of many
+runs is the kernel's own cost).  Printed per case: ns per element for each side,
+mt / PyTorch, mt / NumPy, and mt's time per element over the best of the same op (the
+first word of the case) at the same size class (its number of elements rounded to a
+power of two): its geometry spread, 1.0 at the best geometry.  Sizes are kept apart
+because a case that fits the caches is faster per element for reasons that have nothing
+to do with its geometry.
 Run: OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/bench_robust.py [--rounds N]
-     [--only outer,sum,cumsum,softmax,im2col,pool]
+     [--only outer,sum,cumsum,softmax,im2col,pool,binary]
 """
 import argparse
 import math
@@ -135,6 +136,18 @@ def _weight_grad_torch(x, g, weight):
     return w.grad
 
 
+def binary_cases():
+    """a + b with b a transposed view (the result runs along a's rows); a + b as the
+    reference."""
+    for n in (1024, 2048, 2000, 4096, 4000):
+        a_np, b_np = _floats(n, n), _floats(n, n)
+        (a, at), (b, bt) = _pair(a_np), _pair(b_np)
+        yield (f"add {n}² a + b", n * n, lambda a=a, b=b: a + b, lambda a=at, b=bt: a + b,
+               lambda a=a_np, b=b_np: a + b)
+        yield (f"add {n}² a + b.t()", n * n, lambda a=a, b=b: a + b.t(),
+               lambda a=at, b=bt: a + b.t(), lambda a=a_np, b=b_np: a + b.T)
+
+
 def pool_cases():
     for n, c, h, w in ((8, 32, 64, 64), (8, 32, 63, 65), (1, 4, 1024, 1024),
                        (1, 4, 1023, 1025), (256, 64, 8, 8)):
@@ -160,7 +173,8 @@ FAMILIES = {"outer": ("stacked outer products", outer_cases),
             "cumsum": ("cumulative sums", cumsum_cases),
             "softmax": ("softmax along a dim", softmax_cases),
             "im2col": ("im2col (unfold, convolution weight gradient)", im2col_cases),
-            "pool": ("pooling", pool_cases)}
+            "pool": ("pooling", pool_cases),
+            "binary": ("elementwise add with a transposed operand", binary_cases)}
 
 
 def best_of(fn, repeats):

@@ -154,3 +154,22 @@ def test_outer_products_of_strided_vectors(dtype, data):
     # the same products through matmul, as per-sample gradients take them
     product = mt.matmul(mt.from_numpy(a), mt.from_numpy(b))
     np.testing.assert_array_equal(product.numpy(), a * b)
+
+
+@settings(max_examples=12, deadline=None)
+@given(FLOATS, st.sampled_from(["+", "-", "*", "/"]), st.data())
+def test_binary_ops_with_a_transposed_operand_above_half_the_l2(dtype, opcode, data):
+    """The tensor's C arithmetic first copies, in the result's order, an operand that runs
+    along the other dim and spans more than half the L2 (at least 600 KB here: staged
+    wherever the L2 is at most 1 MiB); either side, rows of power-of-two strides or not."""
+    import operator
+    rows = data.draw(st.integers(300, 400))
+    cols = data.draw(st.sampled_from([512, 700, 1024]))
+    stride = data.draw(st.sampled_from([rows, rows + 3, 1024]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    other = rng.uniform(1, 4, (rows, cols)).astype(dtype)
+    transposed = rng.uniform(1, 4, (cols, stride)).astype(dtype)[:, :rows].T
+    fn = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}[opcode]
+    left, right = (transposed, other) if data.draw(st.booleans()) else (other, transposed)
+    result = fn(mt.from_numpy(left), mt.from_numpy(right))
+    np.testing.assert_array_equal(result.numpy(), fn(left, right))
