@@ -6,9 +6,11 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# nnkernels' loops carry `omp simd` reductions (vectorised without OpenMP's runtime) and
-# selects that GCC if-converts only when comparisons are taken not to trap
-NNKERNELS_FLAGS = ["-fopenmp-simd", "-fno-trapping-math"]
+# nnkernels' loops carry `omp simd` reductions (vectorised without OpenMP's runtime), and
+# they and the kernels' softmax along a strided dim have selects (and nnmath.h's exp) that
+# GCC if-converts only when comparisons are taken not to trap
+SIMD_FLAGS = ["-fopenmp-simd", "-fno-trapping-math"]
+SIMD_MODULES = ("nnkernels.pyx", "kernels.pyx")
 
 extensions = [
     Extension(
@@ -16,7 +18,7 @@ extensions = [
         [path],
         include_dirs=[numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3"] + (NNKERNELS_FLAGS if path.endswith("nnkernels.pyx") else []),
+        extra_compile_args=["-O3"] + (SIMD_FLAGS if path.endswith(SIMD_MODULES) else []),
     )
     for path in sorted(glob.glob("src/microtensor/_C/*.pyx"))
 ]

@@ -1,8 +1,9 @@
 """Typed, single-threaded loops over strided memory, in nine groups (one section each):
 the Layout every strided kernel walks; copy with casting (and fill); the sum of all
 elements; the raw-pointer entry points of the tensor's fast paths (+ - * / with
-broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax and
-their backward; nll_loss and its backward; stacked outer products; small matrix products.
+broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax, its
+backward and cumulative sums along a dim; nll_loss and its backward; stacked outer
+products; small matrix products.
 
 Kernels take NumPy ndarrays (zero-copy views of storages), so they know nothing of Tensor.
 Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by the
@@ -26,6 +27,7 @@ returns before any product is formed.  Index kernels check every position first
 """
 from cython cimport floating
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
@@ -886,6 +888,77 @@ cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shap
     return float_layout_sum(<const double*>a, &layout)
 
 
+# Sums along strided dims.  When a kept dim runs faster in the source than every reduced
+# dim (x.sum(0) of a matrix, x.t().sum(1)), summing one output at a time would walk down a
+# column: one element per source line, lines a row stride apart, whose reuse by the next
+# column depends on the cache's sets and ways (a 16 x 4096 float32 sum(0) took 20x
+# NumPy's time).  Instead whole rows are added into a band of COLUMN_BAND accumulators:
+# each source element is read once, in runs of COLUMN_BAND elements (at least 32 lines,
+# so one TLB entry and one prefetch stream serve many lines), and the accumulators (4 KiB
+# of doubles) stay in L1 on any current CPU (L1d >= 32 KiB).  Accumulation is in double,
+# row after row: float32 gets its sums in double, float64 NumPy's row-wise order.
+cdef enum:
+    COLUMN_BAND = 512
+
+
+cdef void add_rows(double* acc, const floating* src, Py_ssize_t step, Py_ssize_t width,
+                   Layout* rows) noexcept nogil:
+    """acc[j] = the sum over every position of `rows` (byte strides, at least one dim) of
+    src[j * step]."""
+    cdef OuterIter it
+    cdef const floating* row
+    cdef int inner = rows.ndim - 1
+    cdef Py_ssize_t i, j, row_step = rows.strides[0][inner] // <Py_ssize_t>sizeof(floating)
+    for j in range(width):
+        acc[j] = 0
+    start_outer(&it, inner, 1)
+    while True:
+        for i in range(rows.shape[inner]):
+            row = <const floating*>(<const char*>src + it.offset[0]) + i * row_step
+            if step == 1:
+                for j in range(width):
+                    acc[j] += row[j]
+            else:
+                for j in range(width):
+                    acc[j] += row[j * step]
+        if not advance_outer(&it, rows):
+            return
+
+
+cdef void sum_columns(floating* out, Py_ssize_t out_step, const floating* src,
+                      Py_ssize_t step, Py_ssize_t count, Layout* rows) noexcept nogil:
+    """out[j * out_step] = the sum of src[j * step] over `rows`, for j < count."""
+    cdef double acc[COLUMN_BAND]
+    cdef Py_ssize_t start = 0, j, width
+    while start < count:
+        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+        add_rows(acc, src + start * step, step, width, rows)
+        for j in range(width):
+            out[(start + j) * out_step] = <floating>acc[j]
+        start += width
+
+
+cdef void sum_columns_layout(int typenum, char* out, const char* src, Layout* kept,
+                             Layout* rows) noexcept nogil:
+    """`sum_dims_raw` along whole rows: kept's innermost dim (the source's fastest) is
+    summed a band at a time, for every position of kept's other dims."""
+    cdef int inner = kept.ndim - 1
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
+    cdef Py_ssize_t out_step = kept.strides[0][inner] // itemsize
+    cdef Py_ssize_t step = kept.strides[1][inner] // itemsize
+    cdef OuterIter it
+    start_outer(&it, inner, 2)
+    while True:
+        if typenum == cnp.NPY_FLOAT:
+            sum_columns(<float*>(out + it.offset[0]), out_step,
+                        <const float*>(src + it.offset[1]), step, kept.shape[inner], rows)
+        else:
+            sum_columns(<double*>(out + it.offset[0]), out_step,
+                        <const double*>(src + it.offset[1]), step, kept.shape[inner], rows)
+        if not advance_outer(&it, kept):
+            return
+
+
 cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
                        const Py_ssize_t* strides, const bint* reduced,
                        char* out) noexcept nogil:
@@ -916,6 +989,10 @@ cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t*
             kept.ndim += 1
     order_and_coalesce(&inner)
     order_and_coalesce(&kept)
+    if kept.ndim and inner.ndim and magnitude(kept.strides[1][kept.ndim - 1]) < \
+            magnitude(inner.strides[0][inner.ndim - 1]):
+        sum_columns_layout(typenum, out, src, &kept, &inner)
+        return
     start_outer(&it, kept.ndim, 2)
     while True:
         if typenum == cnp.NPY_FLOAT:
@@ -1019,6 +1096,51 @@ cdef void binary_layout(char opcode, floating* out, const floating* a, const flo
             return
 
 
+# An operand that runs fastest along another dim than the result (a + b.t()) is read down
+# its columns, one element per line, each line needed again for the next row of the
+# result: with rows a power of two apart too few of those lines stay cached (a 4096²
+# float32 a + b.t() took 2.9x the time of 4000²).  Above half the L2 such an operand is
+# first copied in the result's dim order by the transposing copy (tiled for any
+# geometry, see "Geometry of transposing copies"), then added as a contiguous one.
+
+cdef char* staged_operand(Layout* layout, int op, const char* data, int code,
+                          Py_ssize_t itemsize) noexcept nogil:
+    """A dense copy, in operand 0's dim order, of operand `op` of `layout` (ordered and
+    coalesced) when it runs fastest along another dim than the innermost, has no
+    broadcast dim and spans more than half the L2; its strides in `layout` then become the
+    copy's.  NULL (nothing changed) otherwise, or when there is no memory for it."""
+    cdef int inner = layout.ndim - 1, dim
+    cdef Py_ssize_t numel = 1, stride, fastest
+    cdef Layout copy
+    cdef char* buffer
+    if layout.ndim < 2:
+        return NULL
+    fastest = magnitude(layout.strides[op][inner])
+    for dim in range(layout.ndim):
+        stride = magnitude(layout.strides[op][dim])
+        if stride == 0:
+            return NULL
+        fastest = min(fastest, stride)
+        numel *= layout.shape[dim]
+    if fastest == magnitude(layout.strides[op][inner]) or numel * itemsize <= l2_bytes // 2:
+        return NULL
+    buffer = <char*>malloc(numel * itemsize)
+    if buffer == NULL:
+        return NULL
+    copy.nops = 2
+    copy.ndim = layout.ndim
+    stride = itemsize
+    for dim in range(inner, -1, -1):
+        copy.shape[dim] = layout.shape[dim]
+        copy.strides[0][dim] = stride
+        copy.strides[1][dim] = layout.strides[op][dim]
+        layout.strides[op][dim] = stride
+        stride *= layout.shape[dim]
+    order_and_coalesce(&copy)
+    run_copy(code, buffer, code, data, &copy, move_tile_dim(&copy, itemsize))
+    return buffer
+
+
 cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape,
                      char* out, const Py_ssize_t* out_strides, const char* a,
                      const Py_ssize_t* a_strides, const char* b,
@@ -1027,6 +1149,9 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     strides in elements, 0 where an operand is broadcast.  `out` must not overlap a or b."""
     cdef Layout layout
     cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
+    cdef int code = F32 if typenum == cnp.NPY_FLOAT else F64
+    cdef char* staged_a
+    cdef char* staged_b
     layout.nops = 3
     if not load_shape(&layout, ndim, shape):
         return
@@ -1035,10 +1160,20 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     load_raw(&layout, 2, ndim, b_strides, itemsize)
     compact_shape(&layout)
     order_and_coalesce(&layout)
+    staged_a = staged_operand(&layout, 1, a, code, itemsize)
+    staged_b = staged_operand(&layout, 2, b, code, itemsize)
+    if staged_a != NULL or staged_b != NULL:
+        order_and_coalesce(&layout)
+    if staged_a != NULL:
+        a = staged_a
+    if staged_b != NULL:
+        b = staged_b
     if typenum == cnp.NPY_FLOAT:
         binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, &layout)
     else:
         binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, &layout)
+    free(staged_a)
+    free(staged_b)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1179,8 +1314,9 @@ def scatter_add_(cnp.ndarray target not None, cnp.ndarray positions not None,
 
 
 # ---------------------------------------------------------------------------------------
-# softmax / log_softmax along one axis: each row is shifted by its maximum before exp, so
-# that no exp overflows; the sum of a row is accumulated in double.
+# softmax / log_softmax, log_softmax's backward and cumsum along one axis: each row is
+# shifted by its maximum before exp, so that no exp overflows; sums are accumulated in
+# double.
 # ---------------------------------------------------------------------------------------
 
 cdef extern from "<math.h>" nogil:
@@ -1190,9 +1326,13 @@ cdef extern from "<math.h>" nogil:
     float logf(float)
 
 
+cdef extern from "nnmath.h" nogil:
+    float mt_expf(float)     # vectorisable, about 1 ulp (the layer kernels' exp)
+
+
 cdef inline floating exp_of(floating x) noexcept nogil:
     if floating is float:
-        return expf(x)
+        return mt_expf(x)
     else:
         return exp(x)
 
@@ -1228,6 +1368,244 @@ cdef void log_softmax_backward_row(floating* out, Py_ssize_t so, const floating*
         out[i * so] = <floating>(grad[i * sg] - exp_of(output[i * sy]) * total)
 
 
+cdef void cumsum_row(floating* out, Py_ssize_t so, const floating* src, Py_ssize_t ss,
+                     Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef double total = 0
+    for i in range(n):
+        total += src[i * ss]
+        out[i * so] = <floating>total
+
+
+# Along a strided axis (softmax(0) of a matrix, or of a transposed view), one line at a
+# time would step down a column, one element per source line: the cliff of `sum_columns`
+# (8-18x the contiguous time).  The column kernels sweep whole rows instead, a band of
+# COLUMN_BAND neighbouring lines at a time, with that band's running maxima and sums in
+# arrays; each pass reads every element of the band once, in runs of COLUMN_BAND.  Same
+# arithmetic, in the same order per line, as the row kernels above.
+
+cdef inline void softmax_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const floating* x,
+                              Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width,
+                              bint log_of, floating* peak, double* total) noexcept nogil:
+    # The loops over j are kept free of branches (selects, `|`), so that with unit steps
+    # the compiler vectorises them.  softmax keeps exp(x - peak) in `o` for the last pass.
+    cdef Py_ssize_t i, j
+    cdef const floating* row
+    cdef floating* out_row
+    cdef floating value, e
+    for j in range(width):
+        peak[j] = x[j * sv]
+        total[j] = 0
+    for i in range(1, n):
+        row = x + i * ss
+        for j in range(width):
+            value = row[j * sv]
+            peak[j] = value if (value > peak[j]) | (value != value) else peak[j]  # NaN wins
+    for i in range(n):
+        row = x + i * ss
+        out_row = o + i * so
+        if log_of:
+            for j in range(width):
+                total[j] += exp_of(<floating>(row[j * sv] - peak[j]))
+        else:
+            for j in range(width):
+                e = exp_of(<floating>(row[j * sv] - peak[j]))
+                out_row[j * ov] = e
+                total[j] += e
+    for j in range(width):
+        total[j] = log(total[j]) if log_of else 1 / total[j]
+    for i in range(n):
+        row = x + i * ss
+        out_row = o + i * so
+        if log_of:
+            for j in range(width):
+                out_row[j * ov] = <floating>((row[j * sv] - peak[j]) - total[j])
+        else:
+            for j in range(width):
+                out_row[j * ov] = <floating>(out_row[j * ov] * total[j])
+
+
+cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
+                          Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
+                          bint log_of, floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
+    """Bands of lines; with a `scratch` (room for `scratch_band` lines), each band is first
+    copied into it, densely, and the result copied out (see `softmax_scratch_band`)."""
+    cdef floating peak[COLUMN_BAND]
+    cdef double total[COLUMN_BAND]
+    cdef Py_ssize_t start = 0, width, i
+    while start < count:
+        if scratch != NULL:
+            width = min(scratch_band, count - start)
+            for i in range(n):
+                copy_row(scratch + i * width, 1, src + start * sv + i * ss, sv, width)
+            softmax_band(scratch, 1, width, scratch, 1, width, n, width, log_of, peak, total)
+            for i in range(n):
+                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
+                         1, width)
+        else:
+            width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+            if sv == 1 and ov == 1:     # unit steps as constants: vectorised loops
+                softmax_band(out + start, 1, so, src + start, 1, ss, n, width, log_of, peak,
+                             total)
+            else:
+                softmax_band(out + start * ov, ov, so, src + start * sv, sv, ss, n, width,
+                             log_of, peak, total)
+        start += width
+
+
+cdef Py_ssize_t softmax_scratch_band(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
+                                     Py_ssize_t item) noexcept nogil:
+    """How many of `count` neighbouring lines of `n` elements (`axis_stride` bytes apart
+    along the axis) softmax copies into a scratch band at a time, or 0 to work in place.
+    Its three passes re-read a band.  In place, a band that spans more than half the L2
+    (4096 lines of 16 KiB rows: 64 MiB for 8 MiB of data) comes back from L3 or memory
+    each pass, and its rows, when a power of two apart, share a few cache sets: 8 ways of
+    a set hold 8 rows' pieces.  A dense copy of at most half the L2 (at least a line per
+    row) has neither problem.  A band that is dense already (its rows no further apart
+    than twice its width, say 65536 x 64) gains nothing from the copy."""
+    cdef Py_ssize_t line_items = CACHE_LINE_BYTES // item, band
+    if n * magnitude(axis_stride) <= l2_bytes // 2 or \
+            magnitude(axis_stride) <= 2 * min(<Py_ssize_t>COLUMN_BAND, count) * item:
+        return 0
+    band = (l2_bytes // 2) // (n * item)
+    band -= band % line_items
+    return min(<Py_ssize_t>COLUMN_BAND, max(line_items, band))
+
+
+cdef inline void log_softmax_backward_band(floating* o, Py_ssize_t ov, Py_ssize_t so,
+                                           const floating* g, Py_ssize_t gv, Py_ssize_t sg,
+                                           const floating* y, Py_ssize_t yv, Py_ssize_t sy,
+                                           Py_ssize_t n, Py_ssize_t width,
+                                           double* total) noexcept nogil:
+    cdef Py_ssize_t i, j
+    for j in range(width):
+        total[j] = 0
+    for i in range(n):
+        for j in range(width):
+            total[j] += g[i * sg + j * gv]
+    for i in range(n):
+        for j in range(width):
+            o[i * so + j * ov] = <floating>(g[i * sg + j * gv] -
+                                            exp_of(y[i * sy + j * yv]) * total[j])
+
+
+cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t so,
+                                       const floating* grad, Py_ssize_t gv, Py_ssize_t sg,
+                                       const floating* output, Py_ssize_t yv, Py_ssize_t sy,
+                                       Py_ssize_t n, Py_ssize_t count) noexcept nogil:
+    cdef double total[COLUMN_BAND]
+    cdef Py_ssize_t start = 0, width
+    while start < count:
+        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+        if ov == 1 and gv == 1 and yv == 1:
+            log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg, output + start,
+                                      1, sy, n, width, total)
+        else:
+            log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
+                                      output + start * yv, yv, sy, n, width, total)
+        start += width
+
+
+cdef inline void cumsum_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const floating* x,
+                             Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width,
+                             double* total) noexcept nogil:
+    cdef Py_ssize_t i, j
+    for j in range(width):
+        total[j] = 0
+    for i in range(n):
+        for j in range(width):
+            total[j] += x[i * ss + j * sv]
+            o[i * so + j * ov] = <floating>total[j]
+
+
+cdef void cumsum_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
+                         Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n,
+                         Py_ssize_t count) noexcept nogil:
+    cdef double total[COLUMN_BAND]
+    cdef Py_ssize_t start = 0, width
+    while start < count:
+        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+        if sv == 1 and ov == 1:
+            cumsum_band(out + start, 1, so, src + start, 1, ss, n, width, total)
+        else:
+            cumsum_band(out + start * ov, ov, so, src + start * sv, sv, ss, n, width, total)
+        start += width
+
+
+cdef enum AlongKind:
+    SOFTMAX, LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, CUMSUM
+
+
+cdef void along_lines(int kind, floating* out, Py_ssize_t ov, Py_ssize_t so,
+                      const floating* x, Py_ssize_t xv, Py_ssize_t sx, const floating* y,
+                      Py_ssize_t yv, Py_ssize_t sy, Py_ssize_t n, Py_ssize_t count,
+                      floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
+    """`count` lines of `n` elements along the axis (steps so, sx, sy), neighbouring lines
+    ov, xv, yv apart; `y` is log_softmax's output for its backward, else unused; softmax
+    goes through `scratch` when not NULL."""
+    if count == 1:
+        if kind == CUMSUM:
+            cumsum_row(out, so, x, sx, n)
+        elif kind == LOG_SOFTMAX_BACKWARD:
+            log_softmax_backward_row(out, so, x, sx, y, sy, n)
+        else:
+            softmax_row(out, so, x, sx, n, kind == LOG_SOFTMAX)
+    elif kind == CUMSUM:
+        cumsum_columns(out, ov, so, x, xv, sx, n, count)
+    elif kind == LOG_SOFTMAX_BACKWARD:
+        log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count)
+    else:
+        softmax_columns(out, ov, so, x, xv, sx, n, count, kind == LOG_SOFTMAX, scratch,
+                        scratch_band)
+
+
+cdef bint fastest_dim_last(Layout* layout, Py_ssize_t axis_stride) noexcept nogil:
+    """Move the dim along which operand 1 runs fastest to the end of `layout`; True when
+    it runs faster than along the axis (`axis_stride` bytes), so lines go by bands."""
+    cdef int dim, best = 0
+    if layout.ndim == 0:
+        return False
+    for dim in range(1, layout.ndim):
+        if magnitude(layout.strides[1][dim]) < magnitude(layout.strides[1][best]):
+            best = dim
+    if magnitude(layout.strides[1][best]) >= magnitude(axis_stride):
+        return False
+    while best < layout.ndim - 1:
+        swap_dims(layout, best, best + 1)
+        best += 1
+    return True
+
+
+cdef void run_along(int kind, int code, Layout* layout, bint bands, char* out, const char* x,
+                    const char* y, const Py_ssize_t* axis_strides, Py_ssize_t n,
+                    Py_ssize_t item, char* scratch, Py_ssize_t scratch_band) noexcept nogil:
+    """Every line along the axis (strides in bytes: `axis_strides` for out, x, y), the
+    other dims in `layout` (operands out, x, y); by `bands` of neighbouring lines along
+    layout's last dim (`fastest_dim_last`) or line by line."""
+    cdef int last = layout.ndim - 1
+    cdef Py_ssize_t count = layout.shape[last] if bands else 1
+    cdef Py_ssize_t ov = layout.strides[0][last] // item if bands else 0
+    cdef Py_ssize_t xv = layout.strides[1][last] // item if bands else 0
+    cdef Py_ssize_t yv = layout.strides[2][last] // item if bands and layout.nops == 3 else 0
+    cdef Py_ssize_t so = axis_strides[0] // item, sx = axis_strides[1] // item
+    cdef Py_ssize_t sy = axis_strides[2] // item
+    cdef OuterIter it
+    start_outer(&it, last if bands else layout.ndim, layout.nops)
+    while True:
+        if code == F32:
+            along_lines(kind, <float*>(out + it.offset[0]), ov, so,
+                        <const float*>(x + it.offset[1]), xv, sx,
+                        <const float*>(y + it.offset[2]), yv, sy, n, count,
+                        <float*>scratch, scratch_band)
+        else:
+            along_lines(kind, <double*>(out + it.offset[0]), ov, so,
+                        <const double*>(x + it.offset[1]), xv, sx,
+                        <const double*>(y + it.offset[2]), yv, sy, n, count,
+                        <double*>scratch, scratch_band)
+        if not advance_outer(&it, layout):
+            return
+
+
 cdef bint rows_layout(Layout* layout, cnp.ndarray first, cnp.ndarray second,
                       cnp.ndarray third, int axis):
     """`layout` over every dim but `axis` of up to three same-shape arrays (`third` may be
@@ -1248,76 +1626,91 @@ cdef bint rows_layout(Layout* layout, cnp.ndarray first, cnp.ndarray second,
     return True
 
 
+cdef bint crosses(cnp.ndarray out, cnp.ndarray x, int axis):
+    """Whether `x` runs fastest along some dim but `axis` and `out` along `axis` (a
+    transposing pass: x.t().softmax(1) into a contiguous result)."""
+    cdef int d, fastest = -1
+    for d in range(cnp.PyArray_NDIM(x)):
+        if d != axis and cnp.PyArray_DIM(x, d) > 1 and (fastest < 0 or magnitude(
+                cnp.PyArray_STRIDE(x, d)) < magnitude(cnp.PyArray_STRIDE(x, fastest))):
+            fastest = d
+    return fastest >= 0 and \
+        magnitude(cnp.PyArray_STRIDE(x, fastest)) < magnitude(cnp.PyArray_STRIDE(x, axis)) and \
+        magnitude(cnp.PyArray_STRIDE(out, axis)) < magnitude(cnp.PyArray_STRIDE(out, fastest))
+
+
+cdef void along_axis(int kind, cnp.ndarray out, cnp.ndarray x, cnp.ndarray y, int axis):
+    """`run_along` over arrays of one shape (`y` may be None), checked by the caller.  A
+    transposing pass writes into an array of x's dim order, then one transposing copy
+    (tiled for any geometry, see "Geometry of transposing copies") moves it to `out`:
+    bands of lines would otherwise write one element per line of `out`."""
+    cdef Layout layout
+    cdef Py_ssize_t axis_strides[3]
+    if crosses(out, x, axis):
+        staged = np.empty_like(x, order="K")
+        along_axis(kind, staged, x, y, axis)
+        copy_disjoint(out, dtype_code(out), staged, dtype_code(staged))
+        return
+    if not rows_layout(&layout, out, x, y, axis):
+        return
+    axis_strides[0] = cnp.PyArray_STRIDE(out, axis)
+    axis_strides[1] = cnp.PyArray_STRIDE(x, axis)
+    axis_strides[2] = 0 if y is None else cnp.PyArray_STRIDE(y, axis)
+    cdef char* o = <char*>cnp.PyArray_DATA(out)
+    cdef const char* xd = <const char*>cnp.PyArray_DATA(x)
+    cdef const char* yd = NULL if y is None else <const char*>cnp.PyArray_DATA(y)
+    cdef int code = dtype_code(x)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(x, axis), item = cnp.PyArray_ITEMSIZE(x)
+    cdef bint bands = fastest_dim_last(&layout, axis_strides[1])
+    cdef Py_ssize_t scratch_band = 0
+    cdef char* scratch = NULL
+    if bands and (kind == SOFTMAX or kind == LOG_SOFTMAX):
+        scratch_band = softmax_scratch_band(n, axis_strides[1], layout.shape[layout.ndim - 1],
+                                            item)
+    if scratch_band:
+        scratch_array = np.empty(scratch_band * n, x.dtype)
+        scratch = <char*>cnp.PyArray_DATA(scratch_array)
+    with nogil:
+        run_along(kind, code, &layout, bands, o, xd, yd, axis_strides, n, item, scratch,
+                  scratch_band)
+
+
+cdef bint same_float_arrays(cnp.ndarray out, cnp.ndarray first, cnp.ndarray second, int axis):
+    """Whether the arrays suit the along-axis kernels: float32/float64 of one shape and
+    dtype (`second` may be None), a writeable `out`, `axis` one of their dims."""
+    cdef int code = dtype_code(first)
+    return (code == F32 or code == F64) and dtype_code(out) == code and \
+        same_shape(out, first, False) and 0 <= axis < cnp.PyArray_NDIM(first) and \
+        cnp.PyArray_ISWRITEABLE(out) and \
+        (second is None or (dtype_code(second) == code and same_shape(out, second, False)))
+
+
 def log_softmax_backward_(cnp.ndarray out not None, cnp.ndarray grad not None,
                           cnp.ndarray output not None, int axis):
     """out = grad - exp(output) * (grad summed along `axis`): the gradient of log_softmax
     (`output`) for the incoming `grad`; float32/float64 arrays of one shape and dtype,
     `out` not overlapping the others."""
-    cdef Layout layout
-    cdef OuterIter it
-    cdef int code = dtype_code(grad)
-    cdef Py_ssize_t n, item
-    if (code != F32 and code != F64) or dtype_code(out) != code or \
-            dtype_code(output) != code or not same_shape(out, grad, False) or \
-            not same_shape(out, output, False) or not 0 <= axis < cnp.PyArray_NDIM(grad) or \
-            not cnp.PyArray_ISWRITEABLE(out):
+    if not same_float_arrays(out, grad, output, axis):
         raise TypeError("log_softmax_backward_: float32/float64 arrays of one shape and dtype "
                         "expected")
-    if not rows_layout(&layout, out, grad, output, axis):
-        return
-    n = cnp.PyArray_DIM(grad, axis)
-    item = cnp.PyArray_ITEMSIZE(grad)
-    cdef Py_ssize_t so = cnp.PyArray_STRIDE(out, axis) // item
-    cdef Py_ssize_t sg = cnp.PyArray_STRIDE(grad, axis) // item
-    cdef Py_ssize_t sy = cnp.PyArray_STRIDE(output, axis) // item
-    cdef char* o = <char*>cnp.PyArray_DATA(out)
-    cdef const char* g = <const char*>cnp.PyArray_DATA(grad)
-    cdef const char* y = <const char*>cnp.PyArray_DATA(output)
-    start_outer(&it, layout.ndim, 3)
-    with nogil:
-        while True:
-            if code == F32:
-                log_softmax_backward_row(<float*>(o + it.offset[0]), so,
-                                         <const float*>(g + it.offset[1]), sg,
-                                         <const float*>(y + it.offset[2]), sy, n)
-            else:
-                log_softmax_backward_row(<double*>(o + it.offset[0]), so,
-                                         <const double*>(g + it.offset[1]), sg,
-                                         <const double*>(y + it.offset[2]), sy, n)
-            if not advance_outer(&it, &layout):
-                break
+    along_axis(LOG_SOFTMAX_BACKWARD, out, grad, output, axis)
 
 
 def softmax_(cnp.ndarray out not None, cnp.ndarray src not None, int axis, bint log_of):
     """out = softmax (or log_softmax) of src along `axis`: float32/float64 arrays of one
     shape and dtype that do not overlap."""
-    cdef Layout layout
-    cdef OuterIter it
-    cdef int ndim = cnp.PyArray_NDIM(src)
-    cdef int code = dtype_code(src)
-    cdef Py_ssize_t n
-    if (code != F32 and code != F64) or dtype_code(out) != code or \
-            not same_shape(out, src, False) or not 0 <= axis < ndim or \
-            not cnp.PyArray_ISWRITEABLE(out):
+    if not same_float_arrays(out, src, None, axis):
         raise TypeError("softmax_: float32/float64 arrays of one shape and dtype expected")
-    n = cnp.PyArray_DIM(src, axis)
-    if not rows_layout(&layout, out, src, None, axis):
-        return
-    cdef char* o = <char*>cnp.PyArray_DATA(out)
-    cdef const char* x = <const char*>cnp.PyArray_DATA(src)
-    cdef Py_ssize_t so = cnp.PyArray_STRIDE(out, axis) // cnp.PyArray_ITEMSIZE(src)
-    cdef Py_ssize_t ss = cnp.PyArray_STRIDE(src, axis) // cnp.PyArray_ITEMSIZE(src)
-    start_outer(&it, layout.ndim, 2)
-    with nogil:
-        while True:
-            if code == F32:
-                softmax_row(<float*>(o + it.offset[0]), so, <const float*>(x + it.offset[1]),
-                            ss, n, log_of)
-            else:
-                softmax_row(<double*>(o + it.offset[0]), so,
-                            <const double*>(x + it.offset[1]), ss, n, log_of)
-            if not advance_outer(&it, &layout):
-                break
+    along_axis(LOG_SOFTMAX if log_of else SOFTMAX, out, src, None, axis)
+
+
+def cumsum_(cnp.ndarray out not None, cnp.ndarray src not None, int axis):
+    """out = the inclusive cumulative sum of src along `axis`, accumulated in double (as
+    PyTorch's CPU kernel), each element rounded once: float32/float64 arrays of one shape
+    and dtype that do not overlap."""
+    if not same_float_arrays(out, src, None, axis):
+        raise TypeError("cumsum_: float32/float64 arrays of one shape and dtype expected")
+    along_axis(CUMSUM, out, src, None, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1476,7 +1869,18 @@ def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, 
 # ---------------------------------------------------------------------------------------
 # Stacked outer products, (..., m, 1) @ (..., 1, n): every per-sample weight gradient of a
 # linear layer.  BLAS is slow on these and einsum costs microseconds to set up.
+#
+# An operand whose vectors are strided (a view of a (m, batch) array: per-sample vectors
+# down its columns) would be read m (or n) times per block, one element per line, lines a
+# row stride apart: a cliff at power-of-two strides (6x NumPy at 4096 x 64 x 64), as in
+# the transposing copies.  Such an operand is staged instead: the vectors of OUTER_CHUNK
+# consecutive samples (one cache line's worth along the batch dim) are copied into a
+# contiguous buffer, reading each source line once, then the blocks read the buffer.
 # ---------------------------------------------------------------------------------------
+
+cdef enum:
+    OUTER_CHUNK_BYTES = CACHE_LINE_BYTES
+
 
 cdef void outer_block(floating* out, const floating* a, Py_ssize_t sa, const floating* b,
                       Py_ssize_t sb, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
@@ -1490,6 +1894,42 @@ cdef void outer_block(floating* out, const floating* a, Py_ssize_t sa, const flo
         else:
             for j in range(n):
                 out[i * n + j] = ai * b[j * sb]
+
+
+cdef void stage_vectors(floating* buffer, const floating* src, Py_ssize_t sample_step,
+                        Py_ssize_t step, Py_ssize_t samples, Py_ssize_t length) noexcept nogil:
+    """buffer[k * length + i] = src[k * sample_step + i * step], read along whichever of the
+    two source steps is shorter (along its lines)."""
+    cdef Py_ssize_t k, i
+    if magnitude(sample_step) < magnitude(step):
+        for i in range(length):
+            for k in range(samples):
+                buffer[k * length + i] = src[k * sample_step + i * step]
+    else:
+        for k in range(samples):
+            for i in range(length):
+                buffer[k * length + i] = src[k * sample_step + i * step]
+
+
+cdef void outer_run(floating* out, Py_ssize_t out_step, const floating* a,
+                    Py_ssize_t a_step, Py_ssize_t sa, const floating* b, Py_ssize_t b_step,
+                    Py_ssize_t sb, Py_ssize_t samples, Py_ssize_t m, Py_ssize_t n,
+                    floating* staged_a, floating* staged_b) noexcept nogil:
+    """`samples` blocks along one batch dim (steps in elements), strided vectors staged
+    (`staged_a`, `staged_b`: room for a chunk of vectors) a chunk at a time."""
+    cdef Py_ssize_t chunk = OUTER_CHUNK_BYTES // sizeof(floating)
+    cdef Py_ssize_t start = 0, k, count
+    while start < samples:
+        count = min(chunk, samples - start)
+        if sa != 1:
+            stage_vectors(staged_a, a + start * a_step, a_step, sa, count, m)
+        if sb != 1:
+            stage_vectors(staged_b, b + start * b_step, b_step, sb, count, n)
+        for k in range(count):
+            outer_block(out + (start + k) * out_step,
+                        staged_a + k * m if sa != 1 else a + (start + k) * a_step, 1,
+                        staged_b + k * n if sb != 1 else b + (start + k) * b_step, 1, m, n)
+        start += count
 
 
 def outer_products_(cnp.ndarray out not None, cnp.ndarray a not None, cnp.ndarray b not None):
@@ -1531,17 +1971,36 @@ def outer_products_(cnp.ndarray out not None, cnp.ndarray a not None, cnp.ndarra
     cdef const char* x = <const char*>cnp.PyArray_DATA(a)
     cdef const char* y = <const char*>cnp.PyArray_DATA(b)
     cdef Py_ssize_t item = cnp.PyArray_ITEMSIZE(out)
-    cdef Py_ssize_t sa = cnp.PyArray_STRIDE(a, ndim - 2) // item
-    cdef Py_ssize_t sb = cnp.PyArray_STRIDE(b, ndim - 1) // item
-    start_outer(&it, layout.ndim, 3)
+    # a vector of one element is contiguous whatever its stride
+    cdef Py_ssize_t sa = cnp.PyArray_STRIDE(a, ndim - 2) // item if m > 1 else 1
+    cdef Py_ssize_t sb = cnp.PyArray_STRIDE(b, ndim - 1) // item if n > 1 else 1
+    # the innermost batch dim is walked by outer_run (a single block when there is none)
+    cdef int inner = layout.ndim - 1
+    cdef Py_ssize_t samples = layout.shape[inner] if layout.ndim else 1
+    cdef Py_ssize_t o_step = layout.strides[0][inner] // item if layout.ndim else 0
+    cdef Py_ssize_t a_step = layout.strides[1][inner] // item if layout.ndim else 0
+    cdef Py_ssize_t b_step = layout.strides[2][inner] // item if layout.ndim else 0
+    cdef Py_ssize_t chunk = OUTER_CHUNK_BYTES // item
+    cdef Py_ssize_t staged = chunk * ((m if sa != 1 else 0) + (n if sb != 1 else 0))
+    cdef char* staged_a = NULL
+    cdef char* staged_b = NULL
+    if staged:
+        staging = np.empty(staged, out.dtype)
+        staged_a = <char*>cnp.PyArray_DATA(staging)
+        staged_b = staged_a + (chunk * m * item if sa != 1 else 0)
+    start_outer(&it, max(inner, 0), 3)
     with nogil:
         while True:
             if code == F32:
-                outer_block(<float*>(o + it.offset[0]), <const float*>(x + it.offset[1]), sa,
-                            <const float*>(y + it.offset[2]), sb, m, n)
+                outer_run(<float*>(o + it.offset[0]), o_step,
+                          <const float*>(x + it.offset[1]), a_step, sa,
+                          <const float*>(y + it.offset[2]), b_step, sb, samples, m, n,
+                          <float*>staged_a, <float*>staged_b)
             else:
-                outer_block(<double*>(o + it.offset[0]), <const double*>(x + it.offset[1]),
-                            sa, <const double*>(y + it.offset[2]), sb, m, n)
+                outer_run(<double*>(o + it.offset[0]), o_step,
+                          <const double*>(x + it.offset[1]), a_step, sa,
+                          <const double*>(y + it.offset[2]), b_step, sb, samples, m, n,
+                          <double*>staged_a, <double*>staged_b)
             if not advance_outer(&it, &layout):
                 break
 

@@ -243,7 +243,8 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
     if dtype is None and compute_numpy(self._dtype) is not self._dtype.np:
         # float16, bfloat16: the float32 mean rounded once, as PyTorch's CPU
         return mean(self, dim, keepdim, dtype=float32).to(self._dtype)
-    total = self.sum(dim, keepdim, dtype=dtype)
+    # without dtype, the tensor's C sum (by whole rows along a strided dim) serves it
+    total = self.sum(dim, keepdim) if dtype is None else self.sum(dim, keepdim, dtype=dtype)
     count = _reduced_count(self._sizes, dim)
     return total / count if count else total * math.nan
 
@@ -696,10 +697,17 @@ def _log_softmax_backward_data(op, level, args, kwargs):
 def cumsum(self, dim, *, dtype=None):
     result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
-    if self._numel:
+    if not self._numel:
+        return result
+    out = result._array().reshape(arr.shape)
+    if isinstance(arr, np.ndarray) and arr.dtype == out.dtype and \
+            arr.dtype in (np.float32, np.float64):
+        # accumulated in double, row by row along a strided dim (PyTorch's CPU sums float32
+        # in double too; NumPy's in float32, and walking down each column)
+        kernels.cumsum_(out, arr, axis)
+    else:
         # the half types accumulate in float32, each output rounded once (PyTorch's CPU)
-        result._array().reshape(arr.shape)[...] = np.cumsum(
-            arr, axis=axis, dtype=compute_numpy(result._dtype))
+        out[...] = np.cumsum(arr, axis=axis, dtype=compute_numpy(result._dtype))
     return result
 
 
