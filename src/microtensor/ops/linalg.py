@@ -207,7 +207,10 @@ def matmul(grad, other, self_shape, self_strides):
         # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
         return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
     if len(self_shape) == 1:
-        # (k,) @ (..., k, m) -> (..., m)
+        # (k,) @ (..., k, m) -> (..., m); for one matrix a matrix-vector product (under
+        # vmap: one product with the batch as rows, no unsqueeze/squeeze to batch)
+        if len(other.shape) == 2:
+            return matmul(other, grad)
         return matmul(other, grad.unsqueeze(-1)).squeeze(-1)
     return _product_grad(matmul, grad, other.mT, self_shape, self_strides)
 
@@ -217,6 +220,9 @@ def matmul(grad, self, other_shape, other_strides):
     if len(self.shape) == 1:
         return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
     if len(other_shape) == 1:
+        # (..., n, k) @ (k,) -> (..., n); for one matrix ``self.mT @ grad`` (as above)
+        if len(self.shape) == 2:
+            return matmul(self.mT, grad)
         return matmul(grad.unsqueeze(-2), self).squeeze(-2)
     return _product_grad(matmul, self.mT, grad, other_shape, other_strides)
 
