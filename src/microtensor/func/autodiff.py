@@ -31,7 +31,7 @@ from microtensor._C.tensor import (TensorBase, empty_contiguous, is_grad_enabled
 from microtensor.autograd.engine import run_backward
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
-from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
+from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap, vmap_call
 from microtensor.vmap.batched import active_levels
 
 _NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
@@ -110,7 +110,8 @@ class _Differentiation:
                     g = handle.new_zeros(handle._sizes)
                 elif g._sizes != handle._sizes:
                     g = g.sum_to_size(handle._sizes)
-                grads.append(merge(g, layout))
+                # no layout (no older vmap level): ``g`` is already in logical form
+                grads.append(merge(g, layout) if layout else g)
             return grads
         finally:
             set_grad_enabled(prev)
@@ -429,7 +430,7 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
         if n == 1:
             rows = one_row(basis[0]).unsqueeze(0)
         else:
-            rows = vmap(one_row, chunk_size=chunk_size)(basis)
+            rows = vmap_call(one_row, 0, 0, "error", chunk_size, (basis,), {})
         jac = rows.reshape(tuple(out.shape) + tuple(x.shape))
         if has_aux:
             aux_leaves, aux_spec = tree_flatten(aux)
@@ -444,6 +445,9 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
     """The Jacobian of ``func`` by reverse mode: ``vmap`` of its vjp over the rows of the
     identity (``chunk_size`` rows at a time).  ``jac[out][arg]`` has shape
     ``out.shape + arg.shape``."""
+    if chunk_size is not None and chunk_size <= 0:
+        raise ValueError("jacrev: `chunk_size` should be greater than 0.")
+
     def wrapper(*args, **kwargs):
         positions, single = _argnums(argnums, len(args))
         if single and isinstance(args[positions[0]], TensorBase):

@@ -343,7 +343,10 @@ def matmul_batch_rule(op, level, args, kwargs):
     """Every matrix product as one physical ``matmul``: vectors become 1-row/1-column
     matrices, batched operands get the batch dim first and equal per-sample ranks, and
     unbatched operands broadcast over the batch."""
-    a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
+    if kwargs or len(args) != 2:
+        bound = op.bind(args, kwargs)
+        args = (bound[op.params[0]], bound[op.params[1]])
+    a, b = args
     _check_product(op, a, b)
     ra, rb = a.dim(), b.dim()
     folded = _fold_batch_into_rows(a, b, level)
