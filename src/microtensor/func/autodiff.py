@@ -66,7 +66,7 @@ class _Differentiation:
                     handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
-                self.inputs.append(merge(handle, layout))
+                self.inputs.append(merge(handle, layout) if layout else handle)
         finally:
             set_grad_enabled(prev)
         self.connected = False
@@ -87,7 +87,10 @@ class _Differentiation:
         for o in outputs:
             roots.append(expand_to_levels(*physical(o), self.sizes))
         if self.outer_grad:
-            self.connected = reaches_other_leaves([r for r, _ in roots], self.handles)
+            values = []               # a loop, not a comprehension: no frame of its own
+            for r, _ in roots:
+                values.append(r)
+            self.connected = reaches_other_leaves(values, self.handles)
         return roots
 
     def result(self, t):

@@ -220,9 +220,10 @@ def matmul(grad, self, other_shape, other_strides):
     if len(self.shape) == 1:
         return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
     if len(other_shape) == 1:
-        # (..., n, k) @ (k,) -> (..., n); for one matrix ``self.mT @ grad`` (as above)
+        # (..., n, k) @ (k,) -> (..., n); for one matrix the vector-matrix product
+        # ``grad @ self`` (as above)
         if len(self.shape) == 2:
-            return matmul(self.mT, grad)
+            return matmul(grad, self)
         return matmul(grad.unsqueeze(-2), self).squeeze(-2)
     return _product_grad(matmul, self.mT, grad, other_shape, other_strides)
 
