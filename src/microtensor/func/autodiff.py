@@ -430,11 +430,16 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
             return diff.backward([root], [ct], create_graph, True)[0]
         n = out.numel()
         basis = _identity(n, out.dtype, out.device).reshape((n,) + tuple(out.shape))
+        # one row needs no vmap level; the rows are reshaped only when their shape is not
+        # already the Jacobian's (no view recorded for an outer transform, as hessian's,
+        # to differentiate)
         if n == 1:
-            rows = one_row(basis[0]).unsqueeze(0)
+            jac = one_row(basis[0])
         else:
-            rows = vmap_call(one_row, 0, 0, "error", chunk_size, (basis,), {})
-        jac = rows.reshape(tuple(out.shape) + tuple(x.shape))
+            jac = vmap_call(one_row, 0, 0, "error", chunk_size, (basis,), {})
+        shape = tuple(out.shape) + tuple(x.shape)
+        if tuple(jac.shape) != shape:
+            jac = jac.reshape(shape)
         if has_aux:
             aux_leaves, aux_spec = tree_flatten(aux)
             return jac, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
