@@ -372,6 +372,8 @@ def _fold_batch_into_rows(a, b, level):
     a_batched, b_batched = same_level(a, level), same_level(b, level)
     if a_batched and not b_batched and b.dim() == 2:
         rows = to_front(a._value, a._bdim)
+        if rows.dim() == 2:      # one vector per sample: already the rows
+            return wrap(call(REGISTRY["matmul"], (rows, b), None), 0, level)
         count = 1
         for size in rows.shape[:-1]:
             count *= size
