@@ -279,6 +279,9 @@ def test_jacobian_structures():
 
 def test_jacrev_chunk_size():
     close(jacrev(h_vector, chunk_size=2)(mt_(W)), arr(jacrev(h_vector)(mt_(W))))
+    for bad in (0, -1):   # refused when the transform is made, as torch.func does
+        with pytest.raises(ValueError, match=r"jacrev: `chunk_size` should be greater than 0"):
+            jacrev(h_vector, chunk_size=bad)
 
 
 def test_hessian_matches_finite_differences():

@@ -31,7 +31,7 @@ from microtensor._C.tensor import (TensorBase, empty_contiguous, is_grad_enabled
 from microtensor.autograd.engine import run_backward
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
-from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
+from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap, vmap_call
 from microtensor.vmap.batched import active_levels
 
 _NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
@@ -66,7 +66,7 @@ class _Differentiation:
                     handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
-                self.inputs.append(merge(handle, layout))
+                self.inputs.append(merge(handle, layout) if layout else handle)
         finally:
             set_grad_enabled(prev)
         self.connected = False
@@ -87,7 +87,10 @@ class _Differentiation:
         for o in outputs:
             roots.append(expand_to_levels(*physical(o), self.sizes))
         if self.outer_grad:
-            self.connected = reaches_other_leaves([r for r, _ in roots], self.handles)
+            values = []               # a loop, not a comprehension: no frame of its own
+            for r, _ in roots:
+                values.append(r)
+            self.connected = reaches_other_leaves(values, self.handles)
         return roots
 
     def result(self, t):
@@ -110,7 +113,8 @@ class _Differentiation:
                     g = handle.new_zeros(handle._sizes)
                 elif g._sizes != handle._sizes:
                     g = g.sum_to_size(handle._sizes)
-                grads.append(merge(g, layout))
+                # no layout (no older vmap level): ``g`` is already in logical form
+                grads.append(merge(g, layout) if layout else g)
             return grads
         finally:
             set_grad_enabled(prev)
@@ -426,11 +430,16 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
             return diff.backward([root], [ct], create_graph, True)[0]
         n = out.numel()
         basis = _identity(n, out.dtype, out.device).reshape((n,) + tuple(out.shape))
+        # one row needs no vmap level; the rows are reshaped only when their shape is not
+        # already the Jacobian's (no view recorded for an outer transform, as hessian's,
+        # to differentiate)
         if n == 1:
-            rows = one_row(basis[0]).unsqueeze(0)
+            jac = one_row(basis[0])
         else:
-            rows = vmap(one_row, chunk_size=chunk_size)(basis)
-        jac = rows.reshape(tuple(out.shape) + tuple(x.shape))
+            jac = vmap_call(one_row, 0, 0, "error", chunk_size, (basis,), {})
+        shape = tuple(out.shape) + tuple(x.shape)
+        if tuple(jac.shape) != shape:
+            jac = jac.reshape(shape)
         if has_aux:
             aux_leaves, aux_spec = tree_flatten(aux)
             return jac, tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
@@ -444,6 +453,9 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):
     """The Jacobian of ``func`` by reverse mode: ``vmap`` of its vjp over the rows of the
     identity (``chunk_size`` rows at a time).  ``jac[out][arg]`` has shape
     ``out.shape + arg.shape``."""
+    if chunk_size is not None and chunk_size <= 0:
+        raise ValueError("jacrev: `chunk_size` should be greater than 0.")
+
     def wrapper(*args, **kwargs):
         positions, single = _argnums(argnums, len(args))
         if single and isinstance(args[positions[0]], TensorBase):

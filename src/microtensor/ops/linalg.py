@@ -207,7 +207,10 @@ def matmul(grad, other, self_shape, self_strides):
         # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
         return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
     if len(self_shape) == 1:
-        # (k,) @ (..., k, m) -> (..., m)
+        # (k,) @ (..., k, m) -> (..., m); for one matrix a matrix-vector product (under
+        # vmap: one product with the batch as rows, no unsqueeze/squeeze to batch)
+        if len(other.shape) == 2:
+            return matmul(other, grad)
         return matmul(other, grad.unsqueeze(-1)).squeeze(-1)
     return _product_grad(matmul, grad, other.mT, self_shape, self_strides)
 
@@ -217,6 +220,10 @@ def matmul(grad, self, other_shape, other_strides):
     if len(self.shape) == 1:
         return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
     if len(other_shape) == 1:
+        # (..., n, k) @ (k,) -> (..., n); for one matrix the vector-matrix product
+        # ``grad @ self`` (as above)
+        if len(self.shape) == 2:
+            return matmul(grad, self)
         return matmul(grad.unsqueeze(-2), self).squeeze(-2)
     return _product_grad(matmul, self.mT, grad, other_shape, other_strides)
 
@@ -337,7 +344,10 @@ def matmul_batch_rule(op, level, args, kwargs):
     """Every matrix product as one physical ``matmul``: vectors become 1-row/1-column
     matrices, batched operands get the batch dim first and equal per-sample ranks, and
     unbatched operands broadcast over the batch."""
-    a, b = op.bind(args, kwargs)[op.params[0]], op.bind(args, kwargs)[op.params[1]]
+    if kwargs or len(args) != 2:
+        bound = op.bind(args, kwargs)
+        args = (bound[op.params[0]], bound[op.params[1]])
+    a, b = args
     _check_product(op, a, b)
     ra, rb = a.dim(), b.dim()
     folded = _fold_batch_into_rows(a, b, level)
@@ -362,6 +372,8 @@ def _fold_batch_into_rows(a, b, level):
     a_batched, b_batched = same_level(a, level), same_level(b, level)
     if a_batched and not b_batched and b.dim() == 2:
         rows = to_front(a._value, a._bdim)
+        if rows.dim() == 2:      # one vector per sample: already the rows
+            return wrap(call(REGISTRY["matmul"], (rows, b), None), 0, level)
         count = 1
         for size in rows.shape[:-1]:
             count *= size
