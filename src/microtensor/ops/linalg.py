@@ -472,8 +472,10 @@ def linear(input, weight, bias=None):
         # no shape rules to run again)
         out = _fresh((input._sizes[0], weight._sizes[0]), input, weight)
         if out._numel:
-            np.matmul(_blas_ready(input._array()), _blas_ready(weight._array()).T,
-                      out=out._array())
+            rows, weights = input._array(), weight._array()
+            if 0 in rows.strides or 0 in weights.strides:
+                rows, weights = _blas_ready(rows), _blas_ready(weights)
+            np.matmul(rows, weights.T, out=out._array())
     else:
         out = _checked_product(input, weight.mT)
     if bias is not None:

@@ -35,6 +35,7 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 ``Tensor.<name>``.
 """
 import inspect
+from operator import attrgetter
 import re
 
 from microtensor._C.autograd import Formulas, bind_arguments
@@ -42,13 +43,14 @@ from microtensor._C.dispatch import call
 
 REGISTRY = {}
 
-# ``<input>_shape`` etc. in a derivative's parameters: metadata read at record time
+# ``<input>_shape`` etc. in a derivative's parameters: metadata read at record time (by
+# attrgetters, which run no Python frame)
 _METADATA = {
-    "_shape": lambda t: t._sizes,
-    "_strides": lambda t: t._strides,
-    "_offset": lambda t: t._offset,
-    "_dtype": lambda t: t._dtype,
-    "_device": lambda t: t.device,
+    "_shape": attrgetter("_sizes"),
+    "_strides": attrgetter("_strides"),
+    "_offset": attrgetter("_offset"),
+    "_dtype": attrgetter("_dtype"),
+    "_device": attrgetter("device"),
 }
 
 
