@@ -20,7 +20,7 @@ import numpy as np
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
-                                   float32, uint8)
+                                   cpu, empty_contiguous, float32, uint8)
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result, new_result,
@@ -573,6 +573,14 @@ def _normalised_exp(name, log):
         if dtype is not None:
             self = self.to(dtype)
         _float_only(f"{name}_kernel_impl", self)
+        ndim = len(self._sizes)
+        if ndim and self._is_contig and meta.wrap_dim(dim, ndim) == ndim - 1 and \
+                nnkernels.supports(self._array()):
+            # the common case (rows of a contiguous float tensor): straight to the C kernel
+            result = empty_contiguous(self._sizes, self._dtype, cpu)
+            if self._numel:
+                nnkernels.softmax(result._array(), self._array(), log)
+            return result
         result = new_result(self._sizes, self._dtype, device=self.device)
         if not self._numel:
             return result
