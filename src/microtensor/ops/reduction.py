@@ -110,6 +110,22 @@ def _along(self, dim):
     return (arr.reshape(1), 0) if self.dim() == 0 else (arr, axis)
 
 
+def _last_dim_rows(dim, *tensors):
+    """Whether ``nnkernels``' row kernels take ``tensors`` as they are: contiguous float32
+    or float64 CPU tensors of one shape and dtype, with at least one dim, ``dim`` their
+    last."""
+    first = tensors[0]
+    ndim = len(first._sizes)
+    if not ndim or meta.wrap_dim(dim, ndim) != ndim - 1:
+        return False
+    arrays = []
+    for t in tensors:
+        if not t._is_contig or t._sizes != first._sizes:
+            return False
+        arrays.append(t._array())
+    return nnkernels.supports(*arrays)
+
+
 def _contiguous_rows(axis, *arrays):
     """Whether ``nnkernels``' row kernels take ``arrays`` along ``axis``: float32/float64
     NumPy arrays, C-contiguous, ``axis`` their last (elsewhere the strided kernels of
@@ -573,10 +589,7 @@ def _normalised_exp(name, log):
         if dtype is not None:
             self = self.to(dtype)
         _float_only(f"{name}_kernel_impl", self)
-        ndim = len(self._sizes)
-        if ndim and self._is_contig and meta.wrap_dim(dim, ndim) == ndim - 1 and \
-                nnkernels.supports(self._array()):
-            # the common case (rows of a contiguous float tensor): straight to the C kernel
+        if _last_dim_rows(dim, self):   # the common case: straight to the C kernel
             result = empty_contiguous(self._sizes, self._dtype, cpu)
             if self._numel:
                 nnkernels.softmax(result._array(), self._array(), log)
@@ -646,6 +659,11 @@ def _log_softmax_backward_data(grad, output, dim):
         raise RuntimeError("_log_softmax_backward_data: grad and output must have one shape "
                            "and dtype")
     _float_only("log_softmax_backward", grad)
+    if _last_dim_rows(dim, grad, output):   # the common case: straight to the C kernel
+        result = empty_contiguous(grad._sizes, grad._dtype, cpu)
+        if grad._numel:
+            nnkernels.softmax_backward(result._array(), grad._array(), output._array(), True)
+        return result
     result = new_result(grad._sizes, grad._dtype, device=grad.device)
     if not grad._numel:
         return result
