@@ -2,10 +2,11 @@
 
 When a backward pass builds no graph (grad mode off, no vmap), ``linear``'s derivative
 works on NumPy arrays directly (one BLAS call per product, the bias's gradient as one row
-sum) and ``tanh``'s is one C pass (``nnkernels.tanh_backward``).  With ``create_graph=True`` the same derivatives run as differentiable ops.  Both
-must give the same gradients, with the same shapes, dtypes and strides (the strides decide
-whether ``.grad`` takes the gradient without a copy), for every layout Hypothesis draws:
-leading dims, a transposed or expanded weight, biases that broadcast.
+sum) and ``tanh``'s is one C pass (``nnkernels.tanh_backward``).  With
+``create_graph=True`` the same derivatives run as differentiable ops.  Both must give the
+same gradients, with the same shapes, dtypes and strides (the strides decide whether
+``.grad`` takes the gradient without a copy), for every layout Hypothesis draws: leading
+dims, a transposed or expanded weight, biases that broadcast.
 """
 import numpy as np
 from hypothesis import HealthCheck, given, settings

@@ -1,7 +1,7 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
 layer_norm forward and backward, tanh's backward, GELU forward and backward, 2-d max
-pooling with indices and its backward, 2-d average pooling and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
-transposed one.
+pooling with indices and its backward, 2-d average pooling and its backward, the im2col
+of a 2-d convolution and the col2im of a unit-stride transposed one.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
 returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
