@@ -8,6 +8,7 @@ import cProfile
 import os
 import pstats
 import sys
+import time
 import timeit
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -23,12 +24,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_func  # noqa: E402
 
 
-def best_seconds(fn, repeat=7, number=None):
+def best_seconds(fn, repeat=7, number=None, timer=time.perf_counter):
     if number is None:
         number = 1
-        while timeit.timeit(fn, number=number) < 0.05:
+        while timeit.timeit(fn, number=number, timer=timer) < 0.05:
             number *= 2
-    return min(timeit.repeat(fn, repeat=repeat, number=number)) / number
+    return min(timeit.repeat(fn, repeat=repeat, number=number, timer=timer)) / number
 
 
 def python_calls(fn):
@@ -128,42 +129,75 @@ def jac():
         profile(name, f, 200)
 
 
-def mlp():
+def _mlp_steps(sizes, torch):
+    """One training step (``zero_grad``, forward, ``cross_entropy``, ``backward``) of an
+    MLP in-hidden-out at a batch, in microtensor and (when importable) PyTorch."""
+    batch, n_in, hidden, n_out = sizes
     mt.manual_seed(0)
-    model = mt.nn.Sequential(mt.nn.Linear(256, 256), mt.nn.Tanh(), mt.nn.Linear(256, 10))
-    data, target = mt.randn(64, 256), mt.randint(0, 10, (64,))
+    model = mt.nn.Sequential(mt.nn.Linear(n_in, hidden), mt.nn.Tanh(),
+                             mt.nn.Linear(hidden, n_out))
+    data, target = mt.randn(batch, n_in), mt.randint(0, n_out, (batch,))
 
     def step():
         model.zero_grad()
         mt.nn.functional.cross_entropy(model(data), target).backward()
-    t_step = best_seconds(step)
-    # the five matrix products of the step, in NumPy (same BLAS): forward x W1^T, h W2^T;
-    # backward dW2 = g^T h, dh = g W2, dW1 = g1^T x (the input needs no gradient)
+    if torch is None:
+        return step, None
+    tm = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.Tanh(),
+                             torch.nn.Linear(hidden, n_out))
+    td, tt = torch.randn(batch, n_in), torch.randint(0, n_out, (batch,))
+
+    def tstep():
+        tm.zero_grad()
+        torch.nn.functional.cross_entropy(tm(td), tt).backward()
+    return step, tstep
+
+
+def mlp():
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+    # CPU time of this thread: on a loaded machine, time spent descheduled is left out
+    cpu = time.thread_time
+    step, tstep = _mlp_steps((64, 256, 256, 10), torch)
+    # rounds alternate the two libraries; the ratio is the median of same-round ratios
+    rounds = [(best_seconds(step, timer=cpu), best_seconds(tstep, timer=cpu) if tstep else 0)
+              for _ in range(5)]
+    t_step = min(r[0] for r in rounds)
+    # the five matrix products of the step (forward x W1^T, h W2^T; backward dW2 = g^T h,
+    # dh = g W2, dW1 = g1^T x; the input needs no gradient), in NumPy (same BLAS)
     r = np.random.default_rng(0)
     x, w1 = r.random((64, 256), np.float32), r.random((256, 256), np.float32)
     h, w2 = r.random((64, 256), np.float32), r.random((10, 256), np.float32)
     g, g1 = r.random((64, 10), np.float32), r.random((64, 256), np.float32)
-    products = [lambda: x @ w1.T, lambda: h @ w2.T, lambda: g.T @ h,
-                lambda: g @ w2, lambda: g1.T @ x]
-    t_blas = sum(best_seconds(p) for p in products)
-    t_tanh = best_seconds(lambda: np.tanh(x))
-    print(f"MLP step: {t_step * 1e6:.0f} us; the 5 products in NumPy {t_blas * 1e6:.0f} us "
-          f"({t_blas / t_step:.0%}); one tanh (64,256) {t_tanh * 1e6:.0f} us; "
-          f"{python_calls(step)} Python calls")
-    try:
-        import torch
-        torch.set_num_threads(1)
-        tm = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(),
-                                 torch.nn.Linear(256, 10))
-        td, tt = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    arrays = (x, w1, h, w2, g, g1)
 
-        def tstep():
-            tm.zero_grad()
-            torch.nn.functional.cross_entropy(tm(td), tt).backward()
-        t_t = best_seconds(tstep)
-        print(f"PyTorch step {t_t * 1e6:.0f} us, ratio {t_step / t_t:.2f}")
-    except ImportError:
-        pass
+    def products(x, w1, h, w2, g, g1):
+        return [lambda: x @ w1.T, lambda: h @ w2.T, lambda: g.T @ h, lambda: g @ w2,
+                lambda: g1.T @ x]
+    t_blas = sum(best_seconds(p, timer=cpu) for p in products(*arrays))
+    t_tanh = best_seconds(lambda: np.tanh(x), timer=cpu)
+    print(f"MLP step (CPU time): {t_step * 1e6:.0f} us; the 5 products in NumPy "
+          f"{t_blas * 1e6:.0f} us ({t_blas / t_step:.0%}); one tanh (64,256) "
+          f"{t_tanh * 1e6:.0f} us; {python_calls(step)} Python calls")
+    tiny, ttiny = _mlp_steps((2, 4, 4, 3), torch)
+    t_tiny = best_seconds(tiny, timer=cpu)
+    if torch is not None:
+        t_t = min(r[1] for r in rounds)
+        ratios = sorted(a / b for a, b in rounds)
+        t_tblas = sum(best_seconds(p, timer=cpu)
+                      for p in products(*(torch.from_numpy(a) for a in arrays)))
+        t_ttiny = best_seconds(ttiny, timer=cpu)
+        print(f"PyTorch step {t_t * 1e6:.0f} us, ratio {ratios[2]:.2f} (rounds "
+              f"{ratios[0]:.2f}-{ratios[-1]:.2f}); its 5 products "
+              f"{t_tblas * 1e6:.0f} us; the NumPy products alone would be "
+              f"{t_blas / t_t:.2f}x PyTorch's step")
+        print(f"fixed cost (the same step, MLP 4-4-3 at batch 2): {t_tiny * 1e6:.0f} us, "
+              f"PyTorch {t_ttiny * 1e6:.0f} us")
+    else:
+        print(f"fixed cost (the same step, MLP 4-4-3 at batch 2): {t_tiny * 1e6:.0f} us")
     profile("MLP 256-256-10 step, batch 64", step, 300)
 
 

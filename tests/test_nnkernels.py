@@ -195,6 +195,26 @@ def test_gelu_backward_matches_numpy(data, dtype, shape, tanh_mode):
           scale=float(np.abs(g).max()))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes)
+def test_tanh_backward_matches_numpy(data, dtype, shape):
+    y = np.tanh(data.draw(arrays(dtype, shape, -4, 4)))
+    g = data.draw(arrays(dtype, shape))
+    out = out_like(y, data.draw)
+    assert nnkernels.tanh_backward(out, g, y) is out
+    close(out, g.astype(np.float64) * (1 - y.astype(np.float64) ** 2), dtype,
+          scale=float(np.abs(g).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tanh_backward_special_values_and_in_place(dtype):
+    y = np.array([-1.0, 0.0, 1.0, np.nan, 0.5, -0.0], dtype)
+    g = np.array([2.0, 3.0, np.inf, 1.0, np.nan, -1.0], dtype)
+    result = nnkernels.tanh_backward(g, g, y)   # written over the gradient it reads
+    assert result is g
+    np.testing.assert_array_equal(g, [0.0, 3.0, np.nan, np.nan, np.nan, -1.0])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tanh_mode", [False, True])
 def test_gelu_special_values_and_in_place(dtype, tanh_mode):
@@ -216,6 +236,8 @@ def test_refusals():
         nnkernels.softmax(f32.copy(), f32.astype(np.float64), False)
     with pytest.raises(TypeError, match="one dtype and shape"):
         nnkernels.gelu_backward(f32.copy(), f32, np.ones(3, np.float32), False)
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.tanh_backward(f32.copy(), f32, f32.astype(np.float64))
     with pytest.raises(ValueError, match="trailing dims"):
         nnkernels.layer_norm(f32.copy(), f32, 3, None, None, 1e-5)
     with pytest.raises(TypeError, match="one dtype and shape"):

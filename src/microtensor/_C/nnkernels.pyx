@@ -1,7 +1,7 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
-layer_norm forward and backward, GELU forward and backward, 2-d max pooling with indices
-and its backward, 2-d average pooling and its backward, the im2col of a 2-d convolution and the col2im of a unit-stride
-transposed one.
+layer_norm forward and backward, tanh's backward, GELU forward and backward, 2-d max
+pooling with indices and its backward, 2-d average pooling and its backward, the im2col
+of a 2-d convolution and the col2im of a unit-stride transposed one.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
 returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
@@ -39,6 +39,8 @@ cdef extern from "nnmath.h" nogil:
     void mt_layer_norm_backward_f64(double* gx, double* gw, double* gb, const double* g,
                                     const double* x, const double* w, Py_ssize_t rows,
                                     Py_ssize_t n, double eps)
+    void mt_tanh_backward_f32(float* out, const float* g, const float* y, Py_ssize_t n)
+    void mt_tanh_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
     void mt_gelu_f32(float* out, const float* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_f64(double* out, const double* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_backward_f32(float* out, const float* g, const float* x, Py_ssize_t n,
@@ -231,6 +233,21 @@ def layer_norm_backward(grad, x, Py_ssize_t k, weight, double eps):
                                    <const double*>data(src), <const double*>w, rows, n,
                                    eps)
     return grad_input, grad_weight, grad_bias
+
+
+def tanh_backward(out, grad, output):
+    """``grad * (1 - output ** 2)`` (tanh's gradient from its ``output``) into ``out``."""
+    cdef bint f32 = is_f32(out, "tanh_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "tanh_backward")
+    cdef object y = operand(output, out.dtype, out.shape, "tanh_backward")
+    cdef object res = target(out, "tanh_backward")
+    if f32:
+        mt_tanh_backward_f32(<float*>data(res), <const float*>data(g), <const float*>data(y),
+                             g.size)
+    else:
+        mt_tanh_backward_f64(<double*>data(res), <const double*>data(g),
+                             <const double*>data(y), g.size)
+    return finish(out, res)
 
 
 def gelu(out, x, bint tanh_mode):

@@ -189,6 +189,12 @@ MT_CLONES static void mt_layer_norm_backward_##SFX(T* gx, T* gweight, T* gbias, 
     }                                                                                       \
 }                                                                                           \
                                                                                             \
+/* out = g * (1 - y * y): tanh's gradient from its output y */                              \
+MT_CLONES static void mt_tanh_backward_##SFX(T* out, const T* g, const T* y, ptrdiff_t n) { \
+    MT_SIMD                                                                                 \
+    for (ptrdiff_t i = 0; i < n; i++) out[i] = g[i] * (1 - y[i] * y[i]);                    \
+}                                                                                           \
+                                                                                            \
 /* GELU, exact (erf) or with the tanh approximation */                                      \
 MT_CLONES static void mt_gelu_##SFX(T* out, const T* x, ptrdiff_t n, int tanh_mode) {       \
     if (tanh_mode) {                                                                        \

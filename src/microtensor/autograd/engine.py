@@ -69,7 +69,7 @@ def _accumulate_into_leaf(variable, grad, create_graph):
         if variable._grad is None:
             stealable = (create_graph or not grad._requires_grad) and _can_steal(grad) and \
                 _obeys_layout(grad, variable)
-            if not create_graph:
+            if not create_graph and grad._requires_grad:
                 grad = grad.detach()
             variable._grad = grad if stealable else _clone_in_layout_of(grad, variable)
         elif create_graph or variable._grad._requires_grad:

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import bool_, empty_contiguous
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import bool_, empty_contiguous, is_grad_enabled
 from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
@@ -41,11 +42,16 @@ def _check_same_dtype(self, other, kind="mm"):
         raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
 
 
+def _fresh(shape, self, other):
+    """A fresh contiguous result of ``shape`` for an op on ``self`` and ``other``."""
+    dev = self._storage.device
+    return empty_contiguous(shape, self._dtype,
+                            dev if other._storage.device is dev else device_of(self, other))
+
+
 def _product(np_fn, shape, self, other):
     """``np_fn(self, other)`` into a fresh contiguous tensor of ``shape``."""
-    dev = self._storage.device
-    out = empty_contiguous(tuple(shape), self._dtype,
-                           dev if other._storage.device is dev else device_of(self, other))
+    out = _fresh(tuple(shape), self, other)
     if out._numel:
         a, b = self._array(), other._array()
         if np_fn is np.matmul and a.ndim > 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
@@ -473,6 +479,15 @@ def linear(input, weight, bias=None):
         sizes = input._sizes[:-1] + weight._sizes[:1]
         # safe: rows is a fresh contiguous (rows, out) result with exactly these elements
         out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
+    elif input.dim() == 2:
+        # matrices: NumPy hands the weight's transpose to BLAS as a flag (no ``mT`` view,
+        # no shape rules to run again)
+        out = _fresh((input._sizes[0], weight._sizes[0]), input, weight)
+        if out._numel:
+            rows, weights = input._array(), weight._array()
+            if 0 in rows.strides or 0 in weights.strides:
+                rows, weights = _blas_ready(rows), _blas_ready(weights)
+            np.matmul(rows, weights.T, out=out._array())
     else:
         out = _checked_product(input, weight.mT)
     if bias is not None:
@@ -495,9 +510,29 @@ def _stacked_bias(weight_shape, bias_shape):
     return len(weight_shape) > 2 and len(bias_shape) == len(weight_shape) - 1
 
 
+def _plain_rows(grad, other):
+    """``grad`` as a NumPy matrix of rows when this backward records nothing (grad mode
+    off, no vmap) and ``grad`` and ``other`` (a 2-D weight, or an input) are NumPy arrays
+    of one dtype: then the gradients below are computed on the arrays directly, with no
+    op dispatch, no views and the bias's row sum as one reduction; else None."""
+    if is_grad_enabled() or batching() is not None or grad._dtype is not other._dtype:
+        return None
+    rows = grad._array()
+    if not isinstance(rows, np.ndarray) or not isinstance(other._array(), np.ndarray):
+        return None
+    return rows.reshape(-1, rows.shape[-1]) if rows.ndim != 2 else rows
+
+
 @linear.def_derivative("input")
 def linear(grad, weight):
-    return grad.unsqueeze(-1) * weight if weight.dim() == 1 else grad.matmul(weight)
+    if weight.dim() == 1:
+        return grad.unsqueeze(-1) * weight
+    rows = _plain_rows(grad, weight) if weight.dim() == 2 else None
+    if rows is not None and grad._numel:
+        out = _fresh(grad._sizes[:-1] + weight._sizes[1:], grad, weight)
+        np.matmul(rows, _blas_ready(weight._array()), out=out._array().reshape(len(rows), -1))
+        return out
+    return grad.matmul(weight)
 
 
 @linear.def_derivative("weight")
@@ -505,6 +540,13 @@ def linear(grad, input, weight_shape):
     if len(weight_shape) == 1 or input.dim() == 1:
         return grad.unsqueeze(-1) * input
     if len(weight_shape) == 2:
+        rows = _plain_rows(grad, input)
+        if rows is not None and len(rows):
+            out = _fresh(tuple(weight_shape), grad, input)
+            inputs = input._array()
+            np.matmul(rows.T, _blas_ready(inputs.reshape(-1, inputs.shape[-1])),
+                      out=out._array())
+            return out
         rows = grad.reshape(-1, weight_shape[0])
         return rows.mT.matmul(input.reshape(-1, input.shape[-1]))
     if input.shape[-2] == 1:   # one row per stack: outer products, as a broadcast
@@ -514,9 +556,16 @@ def linear(grad, input, weight_shape):
 
 @linear.def_derivative("bias")
 def linear(grad, weight_shape, bias_shape):
-    # ``grad`` itself, summed to the bias's shape by the engine (a stacked bias: summed
-    # over each stack's rows here)
-    return grad.sum(-2) if _stacked_bias(weight_shape, bias_shape) else grad
+    if _stacked_bias(weight_shape, bias_shape):   # summed over each stack's rows
+        return grad.sum(-2)
+    if len(bias_shape) == 1 and grad.dim() > 1 and bias_shape[0] == grad._sizes[-1]:
+        rows = _plain_rows(grad, grad)
+        if rows is not None:
+            out = _fresh(tuple(bias_shape), grad, grad)
+            np.add.reduce(rows, axis=0, out=out._array())
+            return out
+    # ``grad`` itself, summed to the bias's shape by the engine
+    return grad
 
 
 @linear.def_batch_rule

@@ -8,6 +8,8 @@ in its input, so its derivative, ``nll_loss_backward``, does not read the input,
 derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
 differentiable to any order.  Each one's batching rule follows its derivative.
 """
+from operator import methodcaller
+
 import numpy as np
 
 from microtensor._C import kernels
@@ -93,16 +95,22 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
                                    ignore_index, losses, weights)
         if bad is not None:
             raise _out_of_bounds(bad)
+        sum_of = np.add.reduce   # the ufunc's own (ndarray.sum is a Python function)
     else:
         picked, weights, xp = _row_weights(targets, self._sizes[-1], weight, ignore_index,
                                            self._dtype)
         losses = -rows[xp.arange(len(picked)), picked] * weights
+        sum_of = methodcaller("sum")
     if reduction == "none":
         return from_numpy_result(losses.reshape(target.shape), self._dtype)
-    total = losses.sum()
+    total = sum_of(losses)
     if reduction == "mean":
-        with np.errstate(invalid="ignore"):   # every target ignored: nan, as in PyTorch
-            total = total / weights.sum()
+        weight_sum = sum_of(weights)
+        if weight_sum:
+            total = total / weight_sum
+        else:
+            with np.errstate(invalid="ignore"):   # every target ignored: nan, as in PyTorch
+                total = total / weight_sum
     return from_numpy_result(total, self._dtype)
 
 

@@ -7,8 +7,10 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import numpy as np
 
-from microtensor._C import kernels
-from microtensor._C.tensor import TensorBase, bool_, int64, compute_numpy
+from microtensor._C import kernels, nnkernels
+from microtensor._C.dispatch import batching
+from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous, int64,
+                                    is_grad_enabled)
 from microtensor._dtype import check_scalar_fits, result_type, info
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -521,6 +523,14 @@ def tan(grad, result):
 
 @tanh.def_derivative("self")
 def tanh(grad, result):
+    if batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: one fused pass
+        g, y = grad._array(), result._array()
+        if grad._is_contig and result._is_contig and grad._sizes == result._sizes and \
+                nnkernels.supports(g, y):
+            out = empty_contiguous(result._sizes, result._dtype, cpu)
+            nnkernels.tanh_backward(out._array(), g, y)
+            return out
     return grad * (1 - result * result)
 
 
