@@ -1099,46 +1099,82 @@ cdef void binary_layout(char opcode, floating* out, const floating* a, const flo
 # An operand that runs fastest along another dim than the result (a + b.t()) is read down
 # its columns, one element per line, each line needed again for the next row of the
 # result: with rows a power of two apart too few of those lines stay cached (a 4096²
-# float32 a + b.t() took 2.9x the time of 4000²).  Above half the L2 such an operand is
-# first copied in the result's dim order by the transposing copy (tiled for any
-# geometry, see "Geometry of transposing copies"), then added as a contiguous one.
+# float32 a + b.t() took 2.9x the time of 4000²).  When the operands span more than half
+# the L2, the result is made a block of outer rows at a time: such an operand's block,
+# at most half the L2, is first copied densely in the result's order by the transposing
+# copy (tiled for any geometry, see "Geometry of transposing copies"), then combined
+# while it is still in L2.
 
-cdef char* staged_operand(Layout* layout, int op, const char* data, int code,
-                          Py_ssize_t itemsize) noexcept nogil:
-    """A dense copy, in operand 0's dim order, of operand `op` of `layout` (ordered and
-    coalesced) when it runs fastest along another dim than the innermost, has no
-    broadcast dim and spans more than half the L2; its strides in `layout` then become the
-    copy's.  NULL (nothing changed) otherwise, or when there is no memory for it."""
-    cdef int inner = layout.ndim - 1, dim
-    cdef Py_ssize_t numel = 1, stride, fastest
-    cdef Layout copy
-    cdef char* buffer
-    if layout.ndim < 2:
-        return NULL
-    fastest = magnitude(layout.strides[op][inner])
+cdef bint runs_across(Layout* layout, int op) noexcept nogil:
+    """Whether operand `op` of `layout` (ordered, coalesced) runs fastest along another dim
+    than the innermost, with no broadcast dim."""
+    cdef int dim
+    cdef Py_ssize_t inner_stride = magnitude(layout.strides[op][layout.ndim - 1])
+    cdef bint across = False
     for dim in range(layout.ndim):
-        stride = magnitude(layout.strides[op][dim])
-        if stride == 0:
-            return NULL
-        fastest = min(fastest, stride)
-        numel *= layout.shape[dim]
-    if fastest == magnitude(layout.strides[op][inner]) or numel * itemsize <= l2_bytes // 2:
-        return NULL
-    buffer = <char*>malloc(numel * itemsize)
-    if buffer == NULL:
-        return NULL
-    copy.nops = 2
-    copy.ndim = layout.ndim
-    stride = itemsize
-    for dim in range(inner, -1, -1):
-        copy.shape[dim] = layout.shape[dim]
-        copy.strides[0][dim] = stride
-        copy.strides[1][dim] = layout.strides[op][dim]
-        layout.strides[op][dim] = stride
-        stride *= layout.shape[dim]
-    order_and_coalesce(&copy)
-    run_copy(code, buffer, code, data, &copy, move_tile_dim(&copy, itemsize))
-    return buffer
+        if layout.strides[op][dim] == 0:
+            return False
+        across = across or magnitude(layout.strides[op][dim]) < inner_stride
+    return across
+
+
+cdef void binary_typed(char opcode, int code, char* out, const char* a, const char* b,
+                       Layout* layout) noexcept nogil:
+    if code == F32:
+        binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, layout)
+    else:
+        binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, layout)
+
+
+cdef bint binary_by_blocks(char opcode, int code, Layout* layout, char* out,
+                           const char* a, const char* b, Py_ssize_t itemsize) noexcept nogil:
+    """`binary_raw` a block of layout's outer dim at a time, operands that run across
+    staged (see above); False (nothing done) when there is no memory for the blocks."""
+    cdef Py_ssize_t slice_items = 1, rows, start, count, stride
+    cdef Layout block, copy
+    cdef char* staged[3]
+    cdef const char* data[3]
+    cdef int op, dim, inner = layout.ndim - 1
+    cdef bint ok = True
+    for dim in range(1, layout.ndim):
+        slice_items *= layout.shape[dim]
+    rows = min(layout.shape[0], max(<Py_ssize_t>1, (l2_bytes // 2) // (slice_items * itemsize)))
+    data[1] = a
+    data[2] = b
+    for op in range(1, 3):
+        staged[op] = NULL
+        if runs_across(layout, op):
+            staged[op] = <char*>malloc(rows * slice_items * itemsize)
+            ok = ok and staged[op] != NULL
+    start = 0
+    while ok and start < layout.shape[0]:
+        count = min(rows, layout.shape[0] - start)
+        block = layout[0]
+        block.shape[0] = count
+        for op in range(1, 3):
+            if staged[op] == NULL:
+                continue
+            copy.nops = 2
+            copy.ndim = layout.ndim
+            stride = itemsize
+            for dim in range(inner, -1, -1):
+                copy.shape[dim] = block.shape[dim]
+                copy.strides[0][dim] = stride
+                copy.strides[1][dim] = layout.strides[op][dim]
+                block.strides[op][dim] = stride
+                stride *= block.shape[dim]
+            order_and_coalesce(&copy)
+            run_copy(code, staged[op], code, data[op] + start * layout.strides[op][0], &copy,
+                     move_tile_dim(&copy, itemsize))
+        order_and_coalesce(&block)
+        binary_typed(opcode, code, out + start * layout.strides[0][0],
+                     staged[1] if staged[1] != NULL else a + start * layout.strides[1][0],
+                     staged[2] if staged[2] != NULL else b + start * layout.strides[2][0],
+                     &block)
+        start += count
+    free(staged[1])
+    free(staged[2])
+    return ok
 
 
 cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape,
@@ -1148,10 +1184,8 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     """out = a `opcode` b (one of + - * /) over `shape` for float32 or float64 (`typenum`),
     strides in elements, 0 where an operand is broadcast.  `out` must not overlap a or b."""
     cdef Layout layout
-    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
-    cdef int code = F32 if typenum == cnp.NPY_FLOAT else F64
-    cdef char* staged_a
-    cdef char* staged_b
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8, numel = 1
+    cdef int code = F32 if typenum == cnp.NPY_FLOAT else F64, dim
     layout.nops = 3
     if not load_shape(&layout, ndim, shape):
         return
@@ -1160,20 +1194,13 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     load_raw(&layout, 2, ndim, b_strides, itemsize)
     compact_shape(&layout)
     order_and_coalesce(&layout)
-    staged_a = staged_operand(&layout, 1, a, code, itemsize)
-    staged_b = staged_operand(&layout, 2, b, code, itemsize)
-    if staged_a != NULL or staged_b != NULL:
-        order_and_coalesce(&layout)
-    if staged_a != NULL:
-        a = staged_a
-    if staged_b != NULL:
-        b = staged_b
-    if typenum == cnp.NPY_FLOAT:
-        binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, &layout)
-    else:
-        binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, &layout)
-    free(staged_a)
-    free(staged_b)
+    for dim in range(layout.ndim):
+        numel *= layout.shape[dim]
+    if layout.ndim >= 2 and numel * itemsize > l2_bytes // 2 and \
+            (runs_across(&layout, 1) or runs_across(&layout, 2)) and \
+            binary_by_blocks(opcode, code, &layout, out, a, b, itemsize):
+        return
+    binary_typed(opcode, code, out, a, b, &layout)
 
 
 # ---------------------------------------------------------------------------------------
