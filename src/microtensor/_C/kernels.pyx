@@ -1456,7 +1456,7 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
                           Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
                           bint log_of, floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
     """Bands of lines; with a `scratch` (room for `scratch_band` lines), each band is first
-    copied into it, densely, and the result copied out (see `softmax_scratch_band`)."""
+    copied into it, densely, and the result copied out (see `scratch_band_lines`)."""
     cdef floating peak[COLUMN_BAND]
     cdef double total[COLUMN_BAND]
     cdef Py_ssize_t start = 0, width, i
@@ -1480,21 +1480,22 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
         start += width
 
 
-cdef Py_ssize_t softmax_scratch_band(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
-                                     Py_ssize_t item) noexcept nogil:
+cdef Py_ssize_t scratch_band_lines(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
+                                   Py_ssize_t item, int arrays) noexcept nogil:
     """How many of `count` neighbouring lines of `n` elements (`axis_stride` bytes apart
-    along the axis) softmax copies into a scratch band at a time, or 0 to work in place.
-    Its three passes re-read a band.  In place, a band that spans more than half the L2
-    (4096 lines of 16 KiB rows: 64 MiB for 8 MiB of data) comes back from L3 or memory
-    each pass, and its rows, when a power of two apart, share a few cache sets: 8 ways of
-    a set hold 8 rows' pieces.  A dense copy of at most half the L2 (at least a line per
-    row) has neither problem.  A band that is dense already (its rows no further apart
-    than twice its width, say 65536 x 64) gains nothing from the copy."""
+    along the axis) softmax (or log_softmax's backward, `arrays` = 2 inputs) copies into
+    a scratch band at a time, or 0 to work in place.  Its passes re-read a band.  In
+    place, a band that spans more than half the L2 (4096 lines of 16 KiB rows: 64 MiB for
+    8 MiB of data) comes back from L3 or memory each pass, and its rows, when a power of
+    two apart, share a few cache sets: 8 ways of a set hold 8 rows' pieces.  A dense copy
+    of at most half the L2 (at least a line per row) has neither problem.  A band that is
+    dense already (its rows no further apart than twice its width, say 65536 x 64) gains
+    nothing from the copy."""
     cdef Py_ssize_t line_items = CACHE_LINE_BYTES // item, band
     if n * magnitude(axis_stride) <= l2_bytes // 2 or \
             magnitude(axis_stride) <= 2 * min(<Py_ssize_t>COLUMN_BAND, count) * item:
         return 0
-    band = (l2_bytes // 2) // (n * item)
+    band = (l2_bytes // 2) // (n * item * arrays)
     band -= band % line_items
     return min(<Py_ssize_t>COLUMN_BAND, max(line_items, band))
 
@@ -1519,17 +1520,33 @@ cdef inline void log_softmax_backward_band(floating* o, Py_ssize_t ov, Py_ssize_
 cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t so,
                                        const floating* grad, Py_ssize_t gv, Py_ssize_t sg,
                                        const floating* output, Py_ssize_t yv, Py_ssize_t sy,
-                                       Py_ssize_t n, Py_ssize_t count) noexcept nogil:
+                                       Py_ssize_t n, Py_ssize_t count, floating* scratch,
+                                       Py_ssize_t scratch_band) noexcept nogil:
+    """Bands of lines; with a `scratch` (room for `scratch_band` lines of grad and as many
+    of output), each band of both is first copied into it, as in `softmax_columns`."""
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width
+    cdef Py_ssize_t start = 0, width, i
+    cdef floating* staged_y
     while start < count:
-        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
-        if ov == 1 and gv == 1 and yv == 1:
-            log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg, output + start,
-                                      1, sy, n, width, total)
+        if scratch != NULL:
+            width = min(scratch_band, count - start)
+            staged_y = scratch + n * width
+            for i in range(n):
+                copy_row(scratch + i * width, 1, grad + start * gv + i * sg, gv, width)
+                copy_row(staged_y + i * width, 1, output + start * yv + i * sy, yv, width)
+            log_softmax_backward_band(scratch, 1, width, scratch, 1, width, staged_y, 1, width,
+                                      n, width, total)
+            for i in range(n):
+                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
+                         1, width)
         else:
-            log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
-                                      output + start * yv, yv, sy, n, width, total)
+            width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+            if ov == 1 and gv == 1 and yv == 1:
+                log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg,
+                                          output + start, 1, sy, n, width, total)
+            else:
+                log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
+                                          output + start * yv, yv, sy, n, width, total)
         start += width
 
 
@@ -1580,7 +1597,8 @@ cdef void along_lines(int kind, floating* out, Py_ssize_t ov, Py_ssize_t so,
     elif kind == CUMSUM:
         cumsum_columns(out, ov, so, x, xv, sx, n, count)
     elif kind == LOG_SOFTMAX_BACKWARD:
-        log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count)
+        log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count, scratch,
+                                     scratch_band)
     else:
         softmax_columns(out, ov, so, x, xv, sx, n, count, kind == LOG_SOFTMAX, scratch,
                         scratch_band)
@@ -1691,11 +1709,12 @@ cdef void along_axis(int kind, cnp.ndarray out, cnp.ndarray x, cnp.ndarray y, in
     cdef bint bands = fastest_dim_last(&layout, axis_strides[1])
     cdef Py_ssize_t scratch_band = 0
     cdef char* scratch = NULL
-    if bands and (kind == SOFTMAX or kind == LOG_SOFTMAX):
-        scratch_band = softmax_scratch_band(n, axis_strides[1], layout.shape[layout.ndim - 1],
-                                            item)
+    cdef int arrays = 2 if kind == LOG_SOFTMAX_BACKWARD else 1
+    if bands and kind != CUMSUM:     # cumsum makes a single pass
+        scratch_band = scratch_band_lines(n, axis_strides[1], layout.shape[layout.ndim - 1],
+                                          item, arrays)
     if scratch_band:
-        scratch_array = np.empty(scratch_band * n, x.dtype)
+        scratch_array = np.empty(arrays * scratch_band * n, x.dtype)
         scratch = <char*>cnp.PyArray_DATA(scratch_array)
     with nogil:
         run_along(kind, code, &layout, bands, o, xd, yd, axis_strides, n, item, scratch,
