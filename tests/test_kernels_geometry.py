@@ -99,6 +99,26 @@ def test_log_softmax_backward_on_strided_rows(dtype, data):
     np.testing.assert_allclose(out, expected, **tolerance(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_along_a_dim_through_the_scratch_band(dtype):
+    """Rows 8192 elements apart, 96 of them (more than half of any L2 up to 4 MiB): softmax
+    and log_softmax's backward copy bands of lines into a dense scratch and back."""
+    rng = np.random.default_rng(5)
+    rows = rng.uniform(-4, 4, (96, 8192)).astype(dtype)
+    view = rows[:, 3:703]
+    out = np.empty(view.shape, dtype)
+    for log_of in (False, True):
+        kernels.softmax_(out, view, 0, log_of)
+        kind = "log_softmax" if log_of else "softmax"
+        np.testing.assert_allclose(out, along_reference(kind, view, 0), **tolerance(dtype))
+    output = along_reference("log_softmax", view, 0).astype(dtype)
+    grad = rng.uniform(-4, 4, (96, 8192)).astype(dtype)[:, 5:705]
+    kernels.log_softmax_backward_(out, grad, output, 0)
+    expected = grad - np.exp(output.astype(np.float64)) * \
+        grad.astype(np.float64).sum(axis=0, keepdims=True)
+    np.testing.assert_allclose(out, expected, **tolerance(dtype))
+
+
 def test_along_a_dim_keeps_nan_and_infinity_per_line():
     """A NaN poisons only its own line; a line of -inf gives NaN (as PyTorch), in bands."""
     x = np.zeros((5, 600), np.float32)

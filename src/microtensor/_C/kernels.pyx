@@ -1099,46 +1099,82 @@ cdef void binary_layout(char opcode, floating* out, const floating* a, const flo
 # An operand that runs fastest along another dim than the result (a + b.t()) is read down
 # its columns, one element per line, each line needed again for the next row of the
 # result: with rows a power of two apart too few of those lines stay cached (a 4096²
-# float32 a + b.t() took 2.9x the time of 4000²).  Above half the L2 such an operand is
-# first copied in the result's dim order by the transposing copy (tiled for any
-# geometry, see "Geometry of transposing copies"), then added as a contiguous one.
+# float32 a + b.t() took 2.9x the time of 4000²).  When the operands span more than half
+# the L2, the result is made a block of outer rows at a time: such an operand's block,
+# at most half the L2, is first copied densely in the result's order by the transposing
+# copy (tiled for any geometry, see "Geometry of transposing copies"), then combined
+# while it is still in L2.
 
-cdef char* staged_operand(Layout* layout, int op, const char* data, int code,
-                          Py_ssize_t itemsize) noexcept nogil:
-    """A dense copy, in operand 0's dim order, of operand `op` of `layout` (ordered and
-    coalesced) when it runs fastest along another dim than the innermost, has no
-    broadcast dim and spans more than half the L2; its strides in `layout` then become the
-    copy's.  NULL (nothing changed) otherwise, or when there is no memory for it."""
-    cdef int inner = layout.ndim - 1, dim
-    cdef Py_ssize_t numel = 1, stride, fastest
-    cdef Layout copy
-    cdef char* buffer
-    if layout.ndim < 2:
-        return NULL
-    fastest = magnitude(layout.strides[op][inner])
+cdef bint runs_across(Layout* layout, int op) noexcept nogil:
+    """Whether operand `op` of `layout` (ordered, coalesced) runs fastest along another dim
+    than the innermost, with no broadcast dim."""
+    cdef int dim
+    cdef Py_ssize_t inner_stride = magnitude(layout.strides[op][layout.ndim - 1])
+    cdef bint across = False
     for dim in range(layout.ndim):
-        stride = magnitude(layout.strides[op][dim])
-        if stride == 0:
-            return NULL
-        fastest = min(fastest, stride)
-        numel *= layout.shape[dim]
-    if fastest == magnitude(layout.strides[op][inner]) or numel * itemsize <= l2_bytes // 2:
-        return NULL
-    buffer = <char*>malloc(numel * itemsize)
-    if buffer == NULL:
-        return NULL
-    copy.nops = 2
-    copy.ndim = layout.ndim
-    stride = itemsize
-    for dim in range(inner, -1, -1):
-        copy.shape[dim] = layout.shape[dim]
-        copy.strides[0][dim] = stride
-        copy.strides[1][dim] = layout.strides[op][dim]
-        layout.strides[op][dim] = stride
-        stride *= layout.shape[dim]
-    order_and_coalesce(&copy)
-    run_copy(code, buffer, code, data, &copy, move_tile_dim(&copy, itemsize))
-    return buffer
+        if layout.strides[op][dim] == 0:
+            return False
+        across = across or magnitude(layout.strides[op][dim]) < inner_stride
+    return across
+
+
+cdef void binary_typed(char opcode, int code, char* out, const char* a, const char* b,
+                       Layout* layout) noexcept nogil:
+    if code == F32:
+        binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, layout)
+    else:
+        binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, layout)
+
+
+cdef bint binary_by_blocks(char opcode, int code, Layout* layout, char* out,
+                           const char* a, const char* b, Py_ssize_t itemsize) noexcept nogil:
+    """`binary_raw` a block of layout's outer dim at a time, operands that run across
+    staged (see above); False (nothing done) when there is no memory for the blocks."""
+    cdef Py_ssize_t slice_items = 1, rows, start, count, stride
+    cdef Layout block, copy
+    cdef char* staged[3]
+    cdef const char* data[3]
+    cdef int op, dim, inner = layout.ndim - 1
+    cdef bint ok = True
+    for dim in range(1, layout.ndim):
+        slice_items *= layout.shape[dim]
+    rows = min(layout.shape[0], max(<Py_ssize_t>1, (l2_bytes // 2) // (slice_items * itemsize)))
+    data[1] = a
+    data[2] = b
+    for op in range(1, 3):
+        staged[op] = NULL
+        if runs_across(layout, op):
+            staged[op] = <char*>malloc(rows * slice_items * itemsize)
+            ok = ok and staged[op] != NULL
+    start = 0
+    while ok and start < layout.shape[0]:
+        count = min(rows, layout.shape[0] - start)
+        block = layout[0]
+        block.shape[0] = count
+        for op in range(1, 3):
+            if staged[op] == NULL:
+                continue
+            copy.nops = 2
+            copy.ndim = layout.ndim
+            stride = itemsize
+            for dim in range(inner, -1, -1):
+                copy.shape[dim] = block.shape[dim]
+                copy.strides[0][dim] = stride
+                copy.strides[1][dim] = layout.strides[op][dim]
+                block.strides[op][dim] = stride
+                stride *= block.shape[dim]
+            order_and_coalesce(&copy)
+            run_copy(code, staged[op], code, data[op] + start * layout.strides[op][0], &copy,
+                     move_tile_dim(&copy, itemsize))
+        order_and_coalesce(&block)
+        binary_typed(opcode, code, out + start * layout.strides[0][0],
+                     staged[1] if staged[1] != NULL else a + start * layout.strides[1][0],
+                     staged[2] if staged[2] != NULL else b + start * layout.strides[2][0],
+                     &block)
+        start += count
+    free(staged[1])
+    free(staged[2])
+    return ok
 
 
 cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape,
@@ -1148,10 +1184,8 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     """out = a `opcode` b (one of + - * /) over `shape` for float32 or float64 (`typenum`),
     strides in elements, 0 where an operand is broadcast.  `out` must not overlap a or b."""
     cdef Layout layout
-    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
-    cdef int code = F32 if typenum == cnp.NPY_FLOAT else F64
-    cdef char* staged_a
-    cdef char* staged_b
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8, numel = 1
+    cdef int code = F32 if typenum == cnp.NPY_FLOAT else F64, dim
     layout.nops = 3
     if not load_shape(&layout, ndim, shape):
         return
@@ -1160,20 +1194,13 @@ cdef void binary_raw(char opcode, int typenum, int ndim, const Py_ssize_t* shape
     load_raw(&layout, 2, ndim, b_strides, itemsize)
     compact_shape(&layout)
     order_and_coalesce(&layout)
-    staged_a = staged_operand(&layout, 1, a, code, itemsize)
-    staged_b = staged_operand(&layout, 2, b, code, itemsize)
-    if staged_a != NULL or staged_b != NULL:
-        order_and_coalesce(&layout)
-    if staged_a != NULL:
-        a = staged_a
-    if staged_b != NULL:
-        b = staged_b
-    if typenum == cnp.NPY_FLOAT:
-        binary_layout(opcode, <float*>out, <const float*>a, <const float*>b, &layout)
-    else:
-        binary_layout(opcode, <double*>out, <const double*>a, <const double*>b, &layout)
-    free(staged_a)
-    free(staged_b)
+    for dim in range(layout.ndim):
+        numel *= layout.shape[dim]
+    if layout.ndim >= 2 and numel * itemsize > l2_bytes // 2 and \
+            (runs_across(&layout, 1) or runs_across(&layout, 2)) and \
+            binary_by_blocks(opcode, code, &layout, out, a, b, itemsize):
+        return
+    binary_typed(opcode, code, out, a, b, &layout)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1429,7 +1456,7 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
                           Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
                           bint log_of, floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
     """Bands of lines; with a `scratch` (room for `scratch_band` lines), each band is first
-    copied into it, densely, and the result copied out (see `softmax_scratch_band`)."""
+    copied into it, densely, and the result copied out (see `scratch_band_lines`)."""
     cdef floating peak[COLUMN_BAND]
     cdef double total[COLUMN_BAND]
     cdef Py_ssize_t start = 0, width, i
@@ -1453,21 +1480,22 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
         start += width
 
 
-cdef Py_ssize_t softmax_scratch_band(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
-                                     Py_ssize_t item) noexcept nogil:
+cdef Py_ssize_t scratch_band_lines(Py_ssize_t n, Py_ssize_t axis_stride, Py_ssize_t count,
+                                   Py_ssize_t item, int arrays) noexcept nogil:
     """How many of `count` neighbouring lines of `n` elements (`axis_stride` bytes apart
-    along the axis) softmax copies into a scratch band at a time, or 0 to work in place.
-    Its three passes re-read a band.  In place, a band that spans more than half the L2
-    (4096 lines of 16 KiB rows: 64 MiB for 8 MiB of data) comes back from L3 or memory
-    each pass, and its rows, when a power of two apart, share a few cache sets: 8 ways of
-    a set hold 8 rows' pieces.  A dense copy of at most half the L2 (at least a line per
-    row) has neither problem.  A band that is dense already (its rows no further apart
-    than twice its width, say 65536 x 64) gains nothing from the copy."""
+    along the axis) softmax (or log_softmax's backward, `arrays` = 2 inputs) copies into
+    a scratch band at a time, or 0 to work in place.  Its passes re-read a band.  In
+    place, a band that spans more than half the L2 (4096 lines of 16 KiB rows: 64 MiB for
+    8 MiB of data) comes back from L3 or memory each pass, and its rows, when a power of
+    two apart, share a few cache sets: 8 ways of a set hold 8 rows' pieces.  A dense copy
+    of at most half the L2 (at least a line per row) has neither problem.  A band that is
+    dense already (its rows no further apart than twice its width, say 65536 x 64) gains
+    nothing from the copy."""
     cdef Py_ssize_t line_items = CACHE_LINE_BYTES // item, band
     if n * magnitude(axis_stride) <= l2_bytes // 2 or \
             magnitude(axis_stride) <= 2 * min(<Py_ssize_t>COLUMN_BAND, count) * item:
         return 0
-    band = (l2_bytes // 2) // (n * item)
+    band = (l2_bytes // 2) // (n * item * arrays)
     band -= band % line_items
     return min(<Py_ssize_t>COLUMN_BAND, max(line_items, band))
 
@@ -1492,17 +1520,33 @@ cdef inline void log_softmax_backward_band(floating* o, Py_ssize_t ov, Py_ssize_
 cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t so,
                                        const floating* grad, Py_ssize_t gv, Py_ssize_t sg,
                                        const floating* output, Py_ssize_t yv, Py_ssize_t sy,
-                                       Py_ssize_t n, Py_ssize_t count) noexcept nogil:
+                                       Py_ssize_t n, Py_ssize_t count, floating* scratch,
+                                       Py_ssize_t scratch_band) noexcept nogil:
+    """Bands of lines; with a `scratch` (room for `scratch_band` lines of grad and as many
+    of output), each band of both is first copied into it, as in `softmax_columns`."""
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width
+    cdef Py_ssize_t start = 0, width, i
+    cdef floating* staged_y
     while start < count:
-        width = min(<Py_ssize_t>COLUMN_BAND, count - start)
-        if ov == 1 and gv == 1 and yv == 1:
-            log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg, output + start,
-                                      1, sy, n, width, total)
+        if scratch != NULL:
+            width = min(scratch_band, count - start)
+            staged_y = scratch + n * width
+            for i in range(n):
+                copy_row(scratch + i * width, 1, grad + start * gv + i * sg, gv, width)
+                copy_row(staged_y + i * width, 1, output + start * yv + i * sy, yv, width)
+            log_softmax_backward_band(scratch, 1, width, scratch, 1, width, staged_y, 1, width,
+                                      n, width, total)
+            for i in range(n):
+                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
+                         1, width)
         else:
-            log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
-                                      output + start * yv, yv, sy, n, width, total)
+            width = min(<Py_ssize_t>COLUMN_BAND, count - start)
+            if ov == 1 and gv == 1 and yv == 1:
+                log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg,
+                                          output + start, 1, sy, n, width, total)
+            else:
+                log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
+                                          output + start * yv, yv, sy, n, width, total)
         start += width
 
 
@@ -1553,7 +1597,8 @@ cdef void along_lines(int kind, floating* out, Py_ssize_t ov, Py_ssize_t so,
     elif kind == CUMSUM:
         cumsum_columns(out, ov, so, x, xv, sx, n, count)
     elif kind == LOG_SOFTMAX_BACKWARD:
-        log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count)
+        log_softmax_backward_columns(out, ov, so, x, xv, sx, y, yv, sy, n, count, scratch,
+                                     scratch_band)
     else:
         softmax_columns(out, ov, so, x, xv, sx, n, count, kind == LOG_SOFTMAX, scratch,
                         scratch_band)
@@ -1664,11 +1709,12 @@ cdef void along_axis(int kind, cnp.ndarray out, cnp.ndarray x, cnp.ndarray y, in
     cdef bint bands = fastest_dim_last(&layout, axis_strides[1])
     cdef Py_ssize_t scratch_band = 0
     cdef char* scratch = NULL
-    if bands and (kind == SOFTMAX or kind == LOG_SOFTMAX):
-        scratch_band = softmax_scratch_band(n, axis_strides[1], layout.shape[layout.ndim - 1],
-                                            item)
+    cdef int arrays = 2 if kind == LOG_SOFTMAX_BACKWARD else 1
+    if bands and kind != CUMSUM:     # cumsum makes a single pass
+        scratch_band = scratch_band_lines(n, axis_strides[1], layout.shape[layout.ndim - 1],
+                                          item, arrays)
     if scratch_band:
-        scratch_array = np.empty(scratch_band * n, x.dtype)
+        scratch_array = np.empty(arrays * scratch_band * n, x.dtype)
         scratch = <char*>cnp.PyArray_DATA(scratch_array)
     with nogil:
         run_along(kind, code, &layout, bands, o, xd, yd, axis_strides, n, item, scratch,
