@@ -886,6 +886,35 @@ cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shap
     return float_layout_sum(<const double*>a, &layout)
 
 
+cdef void copy_kept(floating* out, const floating* src, Layout* kept) noexcept nogil:
+    """``sum_dims_raw``'s sums over nothing but dims of size 1: ``src`` copied into
+    ``out`` along ``kept`` (operand 0 ``out``, 1 ``src``; strides in bytes), a typed loop
+    per innermost row rather than one sum call per element."""
+    cdef int inner = kept.ndim - 1
+    cdef OuterIter it
+    cdef Py_ssize_t i, n, out_step, src_step
+    cdef floating* row
+    cdef const floating* source
+    if kept.ndim == 0:
+        out[0] = src[0]
+        return
+    n = kept.shape[inner]
+    out_step = kept.strides[0][inner] // <Py_ssize_t>sizeof(floating)
+    src_step = kept.strides[1][inner] // <Py_ssize_t>sizeof(floating)
+    start_outer(&it, inner, 2)
+    while True:
+        row = <floating*>(<char*>out + it.offset[0])
+        source = <const floating*>(<const char*>src + it.offset[1])
+        if out_step == 1 and src_step == 1:
+            for i in range(n):
+                row[i] = source[i]
+        else:
+            for i in range(n):
+                row[i * out_step] = source[i * src_step]
+        if not advance_outer(&it, kept):
+            return
+
+
 cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
                        const Py_ssize_t* strides, const bint* reduced,
                        char* out) noexcept nogil:
@@ -916,6 +945,12 @@ cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t*
             kept.ndim += 1
     order_and_coalesce(&inner)
     order_and_coalesce(&kept)
+    if inner.ndim == 0:     # only dims of size 1 are reduced: the sums are a copy
+        if typenum == cnp.NPY_FLOAT:
+            copy_kept(<float*>out, <const float*>src, &kept)
+        else:
+            copy_kept(<double*>out, <const double*>src, &kept)
+        return
     start_outer(&it, kept.ndim, 2)
     while True:
         if typenum == cnp.NPY_FLOAT:
