@@ -32,7 +32,7 @@ from microtensor.autograd.engine import run_backward
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap
-from microtensor.vmap.batched import active_levels
+from microtensor.vmap.batched import BatchedTensor, active_levels, wrap
 
 _NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
                "tensor with {} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
@@ -50,11 +50,17 @@ class _Differentiation:
         for lv in active_levels():
             sizes[lv.number] = lv.size
         self.handles, self.layouts, self.inputs = [], [], []
+        # the common call, vmap(grad(f)) with unbatched inputs: each expanded in front
+        only = tuple(sizes.items())[0] if len(sizes) == 1 else None
         prev = is_grad_enabled()
         set_grad_enabled(True)
         try:
             for x in inputs:
-                value, layout = expand_to_levels(*physical(x), self.sizes)
+                front = only is not None and type(x) is not BatchedTensor
+                if front:
+                    value, layout = x.expand((only[1],) + x._sizes), {only[0]: 0}
+                else:
+                    value, layout = expand_to_levels(*physical(x), self.sizes)
                 if not value._dtype.is_floating_point:
                     raise RuntimeError("only Tensors of floating point dtype can require "
                                        "gradients")
@@ -66,7 +72,7 @@ class _Differentiation:
                     handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
-                self.inputs.append(merge(handle, layout))
+                self.inputs.append(wrap(handle, 0, only[0]) if front else merge(handle, layout))
         finally:
             set_grad_enabled(prev)
         self.connected = False
