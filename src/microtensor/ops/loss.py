@@ -178,7 +178,7 @@ def _total_weight(targets, weights, ignore_index, size):
     rows = targets._numel // size
     if weights is None:
         values = targets._array() if type(targets) is not BatchedTensor else None
-        if isinstance(values, np.ndarray) and not (values == ignore_index).any():
+        if isinstance(values, np.ndarray) and ignore_index not in values:
             return rows
         return (targets != ignore_index).reshape(size, rows).sum(1)
     return weights.reshape(size, rows).sum(1)

@@ -36,6 +36,7 @@ The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<na
 """
 import inspect
 import re
+from operator import attrgetter
 
 from microtensor._C.autograd import Formulas, bind_arguments
 from microtensor._C.dispatch import call
@@ -43,12 +44,13 @@ from microtensor._C.dispatch import call
 REGISTRY = {}
 
 # ``<input>_shape`` etc. in a derivative's parameters: metadata read at record time
+# (attrgetters: read at every recorded call, and unlike lambdas they run no Python frame)
 _METADATA = {
-    "_shape": lambda t: t._sizes,
-    "_strides": lambda t: t._strides,
-    "_offset": lambda t: t._offset,
-    "_dtype": lambda t: t._dtype,
-    "_device": lambda t: t.device,
+    "_shape": attrgetter("_sizes"),
+    "_strides": attrgetter("_strides"),
+    "_offset": attrgetter("_offset"),
+    "_dtype": attrgetter("_dtype"),
+    "_device": attrgetter("device"),
 }
 
 
