@@ -1026,6 +1026,32 @@ cdef void binary_row(char opcode, floating* out, const floating* a, Py_ssize_t s
             out[i] = arith(opcode, a[i * sa], b[i * sb])
 
 
+cdef inline void swap_operands(Layout* layout, int p, int q) noexcept nogil:
+    cdef int dim
+    cdef Py_ssize_t stride
+    for dim in range(layout.ndim):
+        stride = layout.strides[p][dim]
+        layout.strides[p][dim] = layout.strides[q][dim]
+        layout.strides[q][dim] = stride
+
+
+cdef void outer_layout(floating* out, const floating* a, const floating* b,
+                       Layout* layout) noexcept nogil:
+    """out = a * b where, in the two innermost dims (m, n), ``out`` is a contiguous block,
+    ``a`` a column (stride 0 along n) and ``b`` a contiguous row (stride 0 along m)."""
+    cdef int inner = layout.ndim - 1
+    cdef OuterIter it
+    cdef Py_ssize_t m = layout.shape[inner - 1], n = layout.shape[inner]
+    cdef Py_ssize_t sa = layout.strides[1][inner - 1] // <Py_ssize_t>sizeof(floating)
+    start_outer(&it, inner - 1, 3)
+    while True:
+        outer_block(<floating*>(<char*>out + it.offset[0]),
+                    <const floating*>(<const char*>a + it.offset[1]), sa,
+                    <const floating*>(<const char*>b + it.offset[2]), 1, m, n)
+        if not advance_outer(&it, layout):
+            return
+
+
 cdef void binary_layout(char opcode, floating* out, const floating* a, const floating* b,
                         Layout* layout) noexcept nogil:
     cdef int inner = layout.ndim - 1
@@ -1038,6 +1064,17 @@ cdef void binary_layout(char opcode, floating* out, const floating* a, const flo
     so = layout.strides[0][inner] // <Py_ssize_t>sizeof(floating)
     sa = layout.strides[1][inner] // <Py_ssize_t>sizeof(floating)
     sb = layout.strides[2][inner] // <Py_ssize_t>sizeof(floating)
+    if opcode == b"*" and so == 1 and inner > 0 and \
+            layout.strides[0][inner - 1] == layout.shape[inner] * <Py_ssize_t>sizeof(floating):
+        # stacked outer products (column times row: every per-sample weight gradient) run
+        # as whole (m, n) blocks, not as m short rows each with its own outer step
+        if sa == 0 and sb == 1 and layout.strides[2][inner - 1] == 0:
+            outer_layout(out, a, b, layout)
+            return
+        if sb == 0 and sa == 1 and layout.strides[1][inner - 1] == 0:
+            swap_operands(layout, 1, 2)
+            outer_layout(out, b, a, layout)
+            return
     start_outer(&it, inner, 3)
     while True:
         o = <floating*>(<char*>out + it.offset[0])
