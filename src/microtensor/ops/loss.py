@@ -98,7 +98,10 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
                                            self._dtype)
         losses = -rows[xp.arange(len(picked)), picked] * weights
     if reduction == "none":
-        return from_numpy_result(losses.reshape(target.shape), self._dtype)
+        # reshaped only when the shape differs: a reshaped view would be copied again
+        shape = target._sizes
+        return from_numpy_result(losses if losses.shape == shape else losses.reshape(shape),
+                                 self._dtype)
     total = losses.sum()
     if reduction == "mean":
         with np.errstate(invalid="ignore"):   # every target ignored: nan, as in PyTorch
@@ -131,14 +134,15 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
         compute = compute_numpy(grad._dtype)   # float16, bfloat16: in float32, rounded once
-        out = np.empty((target._numel, self_shape[-1]), compute)
+        result = np.empty(self_shape, compute)     # owned: no copy when it becomes a tensor
+        out = result.reshape(target._numel, self_shape[-1])
         bad = kernels.nll_backward_(out, targets, None if weight is None else
                                     weight._array().astype(compute, copy=False),
                                     ignore_index, grads.astype(compute, copy=False),
                                     reduction == "mean")
         if bad is not None:
             raise _out_of_bounds(bad)
-        return from_numpy_result(out.reshape(self_shape), grad._dtype)
+        return from_numpy_result(result, grad._dtype)
     picked, weights, xp = _row_weights(targets, self_shape[-1], weight, ignore_index,
                                        grad._dtype)
     scale = -weights * grads
