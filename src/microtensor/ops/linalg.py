@@ -485,6 +485,10 @@ def _stacked_bias(weight_shape, bias_shape):
 
 @linear.def_derivative("input")
 def linear(grad, weight):
+    if weight.dim() > 2:
+        # stacked weights (per-sample, under vmap): ``@``'s C fast path multiplies by a
+        # weight expanded over the batch as one product, without the op's Python
+        return grad @ weight
     return grad.unsqueeze(-1) * weight if weight.dim() == 1 else grad.matmul(weight)
 
 
