@@ -130,6 +130,16 @@ def _tensor_leaves(tree):
     return leaves, spec
 
 
+def _tensor_dict_keys(x):
+    """The keys of ``x`` if it is a plain dict of tensors, else None."""
+    if type(x) is not dict:
+        return None
+    for value in x.values():
+        if not isinstance(value, TensorBase):
+            return None
+    return list(x)
+
+
 def _split_aux(result, api):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) if "
@@ -168,9 +178,16 @@ def _replace(args, positions, values):
 def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     """One call of ``grad``/``grad_and_value``: ``(gradients, value or None, aux)``."""
     positions, single = _argnums(argnums, len(args))
-    leaves, spec = _tensor_leaves(tuple(map(args.__getitem__, positions)))
+    # with respect to one dict of tensors (named parameters, the common call): its values
+    # are the leaves, without the pytree functions
+    keys = _tensor_dict_keys(args[positions[0]]) if single else None
+    if keys is None:
+        leaves, spec = _tensor_leaves(tuple(map(args.__getitem__, positions)))
+    else:
+        leaves = list(args[positions[0]].values())
     diff = _Differentiation(leaves)
-    chosen = tree_unflatten(diff.inputs, spec)
+    chosen = tree_unflatten(diff.inputs, spec) if keys is None else \
+        (dict(zip(keys, diff.inputs)),)
     out = diff.call(func, _replace(args, positions, chosen), kwargs)
     aux = None
     if has_aux:
@@ -186,7 +203,7 @@ def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     ((root, _),) = diff.roots([out])
     create_graph = diff.connected
     grads = diff.backward([root], [_ones(root)], create_graph, create_graph)
-    grads = tree_unflatten(grads, spec)
+    grads = tree_unflatten(grads, spec) if keys is None else (dict(zip(keys, grads)),)
     if has_aux:
         aux_leaves, aux_spec = tree_flatten(aux)
         aux = tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)
