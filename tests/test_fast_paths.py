@@ -211,6 +211,21 @@ def test_matmul_above_the_small_product_limit():
                      exact=False)
 
 
+@SETTINGS
+@given(st.data(), st.booleans())
+def test_matmul_by_a_stacked_repeated_matrix(data, grad_enabled):
+    """(B, m, k) @ (B, k, n) where the second operand repeats one matrix (stride 0 along
+    B, a weight expanded over a vmap batch): the fast path's single product, against the
+    op; other layouts of the first operand take the op's path."""
+    batch, m, k, n = (data.draw(st.integers(0, 4)) for _ in range(4))
+    dtype = data.draw(st.sampled_from(FLOATS))
+    a = data.draw(recipes(dtypes=[dtype], sizes=(batch, m, k)))
+    b = data.draw(recipes(dtypes=[dtype], sizes=(batch, k, n)))
+    b["strides"] = (0,) + b["strides"][1:]
+    assert_agree(operator.matmul, lambda x, y: call_by_name("matmul", x, y), [a, b],
+                 grad_enabled, exact=False)
+
+
 indices = st.one_of(st.integers(-6, 6),
                     st.builds(slice, st.none() | st.integers(-6, 6), st.none() | st.integers(-6, 6),
                               st.none() | st.integers(-2, 3) | st.just(2 ** 62)))

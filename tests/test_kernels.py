@@ -492,3 +492,37 @@ def test_tensor_sum_over_dims_fast_path_matches_numpy(dtype, keepdim, data):
     assert out.is_contiguous()
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5 if dtype == np.float32
                                else 1e-12, atol=1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.booleans(), st.data())
+def test_broadcast_multiply_as_stacked_outer_products(dtype, column_first, data):
+    """``a * b`` of a column stack (..., m, 1) and a row stack (..., 1, n), in either order,
+    on strided views with batch dims broadcast either way (the C fast path runs these as
+    whole outer-product blocks), exactly NumPy's products."""
+    import microtensor as mt
+    batch = tuple(data.draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
+    m, n = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    a_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    b_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    column = data.draw(strided_views(dtype, a_batch + (m, 1)))[1]
+    row = data.draw(strided_views(dtype, b_batch + (1, n)))[1]
+    x, y = (column, row) if column_first else (row, column)
+    out = mt.from_numpy(x) * mt.from_numpy(y)
+    np.testing.assert_array_equal(out.numpy(), x * y)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([np.float32, np.float64]), st.booleans(), st.data())
+def test_tensor_sum_over_size_one_dims_is_a_copy(dtype, keepdim, data):
+    """``t.sum(dims)`` where every summed dim has size 1 (a stacked bias's gradient,
+    ``(B, 1, n).sum(-2)``) on strided views: exactly the values, reshaped."""
+    import microtensor as mt
+    shape = list(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    ones = data.draw(st.lists(st.integers(0, len(shape)), min_size=1, max_size=2))
+    for at in sorted(ones, reverse=True):
+        shape.insert(at, 1)
+    view = data.draw(strided_views(dtype, tuple(shape)))[1]
+    dims = tuple(d for d, size in enumerate(shape) if size == 1)
+    out = mt.from_numpy(view).sum(dims, keepdim=keepdim)
+    np.testing.assert_array_equal(out.numpy(), view.sum(axis=dims, keepdims=keepdim))

@@ -245,6 +245,19 @@ cdef object _fast_matmul(object a, object b):
                 kernels.matmul_small(<double*>_ptr(out), <double*>_ptr(ta), a_rs, a_cs,
                                      <double*>_ptr(tb), b_rs, b_cs, m, n, k)
             return out
+        if len(ta._sizes) == 3 and len(tb._sizes) == 3 and tb._strides[0] == 0 and \
+                ta._is_contig and ta._numel and ta._sizes[0] == tb._sizes[0] and \
+                tb._sizes[2] and ta._sizes[2] == tb._sizes[1] and ta._dtype is tb._dtype and \
+                (ta._dtype.typenum == cnp.NPY_FLOAT or ta._dtype.typenum == cnp.NPY_DOUBLE) \
+                and ta._storage.device is cpu and tb._storage.device is cpu:
+            # a stack of one repeated matrix (a parameter expanded over a vmap batch, as in
+            # the backward of per-sample gradients): every row of ``a`` times it, one product
+            n = tb._sizes[2]
+            sizes = (ta._sizes[0], ta._sizes[1], n)
+            out = _fresh_tensor(sizes, _contiguous_strides(sizes), ta._dtype, 1)
+            _np_matmul(_ndarray_view(ta).reshape(-1, ta._sizes[2]), _ndarray_view(tb)[0],
+                       out=_ndarray_view(out).reshape(-1, n))
+            return out
     return _dispatch_call("matmul", a, b)
 
 

@@ -959,6 +959,35 @@ cdef void sum_columns_layout(int typenum, char* out, const char* src, Layout* ke
             return
 
 
+cdef void copy_kept(floating* out, const floating* src, Layout* kept) noexcept nogil:
+    """``sum_dims_raw``'s sums over nothing but dims of size 1: ``src`` copied into
+    ``out`` along ``kept`` (operand 0 ``out``, 1 ``src``; strides in bytes), a typed loop
+    per innermost row rather than one sum call per element."""
+    cdef int inner = kept.ndim - 1
+    cdef OuterIter it
+    cdef Py_ssize_t i, n, out_step, src_step
+    cdef floating* row
+    cdef const floating* source
+    if kept.ndim == 0:
+        out[0] = src[0]
+        return
+    n = kept.shape[inner]
+    out_step = kept.strides[0][inner] // <Py_ssize_t>sizeof(floating)
+    src_step = kept.strides[1][inner] // <Py_ssize_t>sizeof(floating)
+    start_outer(&it, inner, 2)
+    while True:
+        row = <floating*>(<char*>out + it.offset[0])
+        source = <const floating*>(<const char*>src + it.offset[1])
+        if out_step == 1 and src_step == 1:
+            for i in range(n):
+                row[i] = source[i]
+        else:
+            for i in range(n):
+                row[i * out_step] = source[i * src_step]
+        if not advance_outer(&it, kept):
+            return
+
+
 cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
                        const Py_ssize_t* strides, const bint* reduced,
                        char* out) noexcept nogil:
@@ -989,6 +1018,12 @@ cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t*
             kept.ndim += 1
     order_and_coalesce(&inner)
     order_and_coalesce(&kept)
+    if inner.ndim == 0:     # only dims of size 1 are reduced: the sums are a copy
+        if typenum == cnp.NPY_FLOAT:
+            copy_kept(<float*>out, <const float*>src, &kept)
+        else:
+            copy_kept(<double*>out, <const double*>src, &kept)
+        return
     if kept.ndim and inner.ndim and magnitude(kept.strides[1][kept.ndim - 1]) < \
             magnitude(inner.strides[0][inner.ndim - 1]):
         sum_columns_layout(typenum, out, src, &kept, &inner)
@@ -1068,6 +1103,32 @@ cdef void binary_row(char opcode, floating* out, const floating* a, Py_ssize_t s
             out[i] = arith(opcode, a[i * sa], b[i * sb])
 
 
+cdef inline void swap_operands(Layout* layout, int p, int q) noexcept nogil:
+    cdef int dim
+    cdef Py_ssize_t stride
+    for dim in range(layout.ndim):
+        stride = layout.strides[p][dim]
+        layout.strides[p][dim] = layout.strides[q][dim]
+        layout.strides[q][dim] = stride
+
+
+cdef void outer_layout(floating* out, const floating* a, const floating* b,
+                       Layout* layout) noexcept nogil:
+    """out = a * b where, in the two innermost dims (m, n), ``out`` is a contiguous block,
+    ``a`` a column (stride 0 along n) and ``b`` a contiguous row (stride 0 along m)."""
+    cdef int inner = layout.ndim - 1
+    cdef OuterIter it
+    cdef Py_ssize_t m = layout.shape[inner - 1], n = layout.shape[inner]
+    cdef Py_ssize_t sa = layout.strides[1][inner - 1] // <Py_ssize_t>sizeof(floating)
+    start_outer(&it, inner - 1, 3)
+    while True:
+        outer_block(<floating*>(<char*>out + it.offset[0]),
+                    <const floating*>(<const char*>a + it.offset[1]), sa,
+                    <const floating*>(<const char*>b + it.offset[2]), 1, m, n)
+        if not advance_outer(&it, layout):
+            return
+
+
 cdef void binary_layout(char opcode, floating* out, const floating* a, const floating* b,
                         Layout* layout) noexcept nogil:
     cdef int inner = layout.ndim - 1
@@ -1080,6 +1141,17 @@ cdef void binary_layout(char opcode, floating* out, const floating* a, const flo
     so = layout.strides[0][inner] // <Py_ssize_t>sizeof(floating)
     sa = layout.strides[1][inner] // <Py_ssize_t>sizeof(floating)
     sb = layout.strides[2][inner] // <Py_ssize_t>sizeof(floating)
+    if opcode == b"*" and so == 1 and inner > 0 and \
+            layout.strides[0][inner - 1] == layout.shape[inner] * <Py_ssize_t>sizeof(floating):
+        # stacked outer products (column times row: every per-sample weight gradient) run
+        # as whole (m, n) blocks, not as m short rows each with its own outer step
+        if sa == 0 and sb == 1 and layout.strides[2][inner - 1] == 0:
+            outer_layout(out, a, b, layout)
+            return
+        if sb == 0 and sa == 1 and layout.strides[1][inner - 1] == 0:
+            swap_operands(layout, 1, 2)
+            outer_layout(out, b, a, layout)
+            return
     start_outer(&it, inner, 3)
     while True:
         o = <floating*>(<char*>out + it.offset[0])

@@ -32,7 +32,7 @@ from microtensor.autograd.engine import run_backward
 from microtensor.autograd.recording import gradient_edge
 from microtensor.func.layout import expand_to_levels, merge, physical, with_layout
 from microtensor.vmap.api import tree_flatten, tree_unflatten, vmap, vmap_call
-from microtensor.vmap.batched import active_levels
+from microtensor.vmap.batched import BatchedTensor, active_levels, wrap
 
 _NOT_SCALAR = ("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
                "tensor with {} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
@@ -50,11 +50,17 @@ class _Differentiation:
         for lv in active_levels():
             sizes[lv.number] = lv.size
         self.handles, self.layouts, self.inputs = [], [], []
+        # the common call, vmap(grad(f)) with unbatched inputs: each expanded in front
+        only = tuple(sizes.items())[0] if len(sizes) == 1 else None
         prev = is_grad_enabled()
         set_grad_enabled(True)
         try:
             for x in inputs:
-                value, layout = expand_to_levels(*physical(x), self.sizes)
+                front = only is not None and type(x) is not BatchedTensor
+                if front:
+                    value, layout = x.expand((only[1],) + x._sizes), {only[0]: 0}
+                else:
+                    value, layout = expand_to_levels(*physical(x), self.sizes)
                 if not value._dtype.is_floating_point:
                     raise RuntimeError("only Tensors of floating point dtype can require "
                                        "gradients")
@@ -66,7 +72,10 @@ class _Differentiation:
                     handle._requires_grad = True
                 self.handles.append(handle)
                 self.layouts.append(layout)
-                self.inputs.append(merge(handle, layout) if layout else handle)
+                if front:
+                    self.inputs.append(wrap(handle, 0, only[0]))
+                else:   # no layout (no vmap level): the handle is already logical
+                    self.inputs.append(merge(handle, layout) if layout else handle)
         finally:
             set_grad_enabled(prev)
         self.connected = False
@@ -128,6 +137,16 @@ def _tensor_leaves(tree):
     return leaves, spec
 
 
+def _tensor_dict_keys(x):
+    """The keys of ``x`` if it is a plain dict of tensors, else None."""
+    if type(x) is not dict:
+        return None
+    for value in x.values():
+        if not isinstance(value, TensorBase):
+            return None
+    return list(x)
+
+
 def _split_aux(result, api):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) if "
@@ -166,9 +185,16 @@ def _replace(args, positions, values):
 def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     """One call of ``grad``/``grad_and_value``: ``(gradients, value or None, aux)``."""
     positions, single = _argnums(argnums, len(args))
-    leaves, spec = _tensor_leaves(tuple(map(args.__getitem__, positions)))
+    # with respect to one dict of tensors (named parameters, the common call): its values
+    # are the leaves, without the pytree functions
+    keys = _tensor_dict_keys(args[positions[0]]) if single else None
+    if keys is None:
+        leaves, spec = _tensor_leaves(tuple(map(args.__getitem__, positions)))
+    else:
+        leaves = list(args[positions[0]].values())
     diff = _Differentiation(leaves)
-    chosen = tree_unflatten(diff.inputs, spec)
+    chosen = tree_unflatten(diff.inputs, spec) if keys is None else \
+        (dict(zip(keys, diff.inputs)),)
     out = diff.call(func, _replace(args, positions, chosen), kwargs)
     aux = None
     if has_aux:
@@ -184,7 +210,7 @@ def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     ((root, _),) = diff.roots([out])
     create_graph = diff.connected
     grads = diff.backward([root], [_ones(root)], create_graph, create_graph)
-    grads = tree_unflatten(grads, spec)
+    grads = tree_unflatten(grads, spec) if keys is None else (dict(zip(keys, grads)),)
     if has_aux:
         aux_leaves, aux_spec = tree_flatten(aux)
         aux = tree_unflatten([diff.result(a) for a in aux_leaves], aux_spec)

@@ -52,6 +52,8 @@ def _untied(tied, replacements):
     """``replacements`` with each given tied tensor also given under its other names
     (``tied``: name -> all names of its tensor); a ValueError when different values are
     given for names of one tied tensor."""
+    if not tied:            # the common case: no comprehension (a frame of its own)
+        return replacements
     given = [name for name in replacements if name in tied]
     if not given:
         return replacements
@@ -73,13 +75,17 @@ class _Plan:
     while no parameter, buffer or sub-module table of the tree changes: ``snapshot`` holds
     each such table with its keys and values at walk time; ``names`` every dotted name of a
     parameter or buffer; ``tied`` name -> all names of its tensor, for tensors registered
-    under several names; ``spots`` name -> (the table holding it, its last part)."""
-    __slots__ = ("snapshot", "names", "tied", "spots")
+    under several names; ``spots`` name -> (the table holding it, its last part).  The
+    tables empty at walk time are kept apart in ``empty``: most are (a leaf module has no
+    sub-modules, most have no buffers) and they need only a truth test."""
+    __slots__ = ("snapshot", "empty", "names", "tied", "spots")
 
     def __init__(self, module):
+        tables = [table for m in module.modules()
+                  for table in (m._parameters, m._buffers, m._modules)]
         self.snapshot = [(table, tuple(table), tuple(table.values()))
-                         for m in module.modules()
-                         for table in (m._parameters, m._buffers, m._modules)]
+                         for table in tables if table]
+        self.empty = [table for table in tables if not table]
         named = _all_names(module)
         self.names = frozenset(named)
         names_of = {}
@@ -94,6 +100,9 @@ class _Plan:
 
     def current(self):
         """Whether every table still holds the same keys and the same objects."""
+        for table in self.empty:
+            if table:
+                return False
         for table, keys, values in self.snapshot:
             if (len(table) != len(keys) or tuple(table) != keys
                     or not all(map(is_, table.values(), values))):
@@ -101,14 +110,21 @@ class _Plan:
         return True
 
 
-_plans = weakref.WeakKeyDictionary()
+# weak reference to a module -> its plan; an entry leaves with its module.  (A plain dict
+# rather than a WeakKeyDictionary, whose get() is a Python frame on every call; weak
+# references to one live object hash and compare as that object.)
+_plans = {}
 
 
 def _plan(module):
-    plan = _plans.get(module)
+    plan = _plans.get(weakref.ref(module))
     if plan is None or not plan.current():
-        plan = _plans[module] = _Plan(module)
+        plan = _plans[weakref.ref(module, _forget)] = _Plan(module)
     return plan
+
+
+def _forget(reference):
+    _plans.pop(reference, None)
 
 
 def _check_keys(module, valid, replacements):

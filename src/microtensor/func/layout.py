@@ -86,6 +86,9 @@ def merge(g, layout):
     form: its own (newer) levels stay, and ``layout``'s levels are read from the dims
     they occupy in the physical tensor."""
     if type(g) is not BatchedTensor:       # the common case, without physical's frame
+        if len(layout) == 1:               # one level (every gradient under vmap(grad))
+            ((level, bdim),) = layout.items()
+            return wrap(g, bdim, level)
         return batched(g, layout)
     value, own = physical(g)
     taken = set(own.values())

@@ -19,8 +19,8 @@ from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
-from microtensor.vmap.helpers import (aligned, batch_size, call, front_or_expanded, same_level,
-                                      to_front, unwrap, wrap)
+from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call,
+                                      front_or_expanded, same_level, to_front, unwrap, wrap)
 
 BINARY = ("self", "other")
 
@@ -527,7 +527,11 @@ def _plain_rows(grad, other):
 def linear(grad, weight):
     if weight.dim() == 1:
         return grad.unsqueeze(-1) * weight
-    rows = _plain_rows(grad, weight) if weight.dim() == 2 else None
+    if weight.dim() > 2:
+        # stacked weights (per-sample, under vmap): ``@``'s C fast path multiplies by a
+        # weight expanded over the batch as one product, without the op's Python
+        return grad @ weight
+    rows = _plain_rows(grad, weight)
     if rows is not None and grad._numel:
         out = _fresh(grad._sizes[:-1] + weight._sizes[1:], grad, weight)
         np.matmul(rows, _blas_ready(weight._array()), out=out._array().reshape(len(rows), -1))
@@ -575,6 +579,13 @@ def linear(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     x, w, b = bound["input"], bound["weight"], bound["bias"]
     check_linear(x, w, b)
+    if _batched_in_front(w, level) and len(w._sizes) == 2 and _batched_in_front(x, level) \
+            and len(x._sizes) == 2 and (b is None or (_batched_in_front(b, level) and
+                                                      len(b._sizes) == 1)):
+        # per-sample weights over rows of inputs (vmap(grad) of a layer): the values are
+        # already stacked and aligned as the general path below would make them
+        return wrap(call(op, (x._value, w._value, None if b is None else b._value), None), 0,
+                    level)
     if not same_level(w, level) and not same_level(b, level):
         return wrap(call(op, (to_front(x._value, x._bdim), w, b), None), 0, level)
     if w.dim() == 1:       # per-sample weight vectors: a product and a sum, batched as such
@@ -590,6 +601,10 @@ def linear(op, level, args, kwargs):
                                             rank - 1)   # stacked like the weights
     out = call(op, (inputs, weights, biases), None)
     return wrap(out.squeeze(-2) if x.dim() == 1 else out, 0, level)
+
+
+def _batched_in_front(t, level):
+    return type(t) is BatchedTensor and t._level == level and t._bdim == 0
 
 
 @linear.def_norm_rule

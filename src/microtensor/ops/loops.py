@@ -73,7 +73,10 @@ def _has_dims(operands, dev):
 
 def new_result(shape, dtype, operands=(), device=None):
     """A fresh tensor for an elementwise result: strides follow the tensor operands."""
-    layouts = [(t._sizes, t._strides) for t in operands if isinstance(t, TensorBase)]
+    layouts = []           # a loop, not a comprehension: no frame of its own
+    for t in operands:
+        if isinstance(t, TensorBase):
+            layouts.append((t._sizes, t._strides))
     strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
         meta.contiguous_strides(shape)
     return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
@@ -227,7 +230,7 @@ def reduced_shape(shape, dims, keepdim):
 
 def from_numpy_result(arr, dtype=None):
     """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it."""
-    if cuda.is_device_array(arr):
+    if type(arr) is not np.ndarray and cuda.is_device_array(arr):
         return cuda.from_result(arr, dtype)
     arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
     if arr.base is not None or not arr.flags.c_contiguous:

@@ -102,7 +102,10 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
         losses = -rows[xp.arange(len(picked)), picked] * weights
         sum_of = methodcaller("sum")
     if reduction == "none":
-        return from_numpy_result(losses.reshape(target.shape), self._dtype)
+        # reshaped only when the shape differs: a reshaped view would be copied again
+        shape = target._sizes
+        return from_numpy_result(losses if losses.shape == shape else losses.reshape(shape),
+                                 self._dtype)
     total = sum_of(losses)
     if reduction == "mean":
         weight_sum = sum_of(weights)
@@ -139,14 +142,15 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
         compute = compute_numpy(grad._dtype)   # float16, bfloat16: in float32, rounded once
-        out = np.empty((target._numel, self_shape[-1]), compute)
+        result = np.empty(self_shape, compute)     # owned: no copy when it becomes a tensor
+        out = result.reshape(target._numel, self_shape[-1])
         bad = kernels.nll_backward_(out, targets, None if weight is None else
                                     weight._array().astype(compute, copy=False),
                                     ignore_index, grads.astype(compute, copy=False),
                                     reduction == "mean")
         if bad is not None:
             raise _out_of_bounds(bad)
-        return from_numpy_result(out.reshape(self_shape), grad._dtype)
+        return from_numpy_result(result, grad._dtype)
     picked, weights, xp = _row_weights(targets, self_shape[-1], weight, ignore_index,
                                        grad._dtype)
     scale = -weights * grads
@@ -186,7 +190,7 @@ def _total_weight(targets, weights, ignore_index, size):
     rows = targets._numel // size
     if weights is None:
         values = targets._array() if type(targets) is not BatchedTensor else None
-        if isinstance(values, np.ndarray) and not (values == ignore_index).any():
+        if isinstance(values, np.ndarray) and ignore_index not in values:
             return rows
         return (targets != ignore_index).reshape(size, rows).sum(1)
     return weights.reshape(size, rows).sum(1)

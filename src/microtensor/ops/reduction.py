@@ -132,7 +132,10 @@ def _contiguous_rows(axis, *arrays):
     ``kernels`` avoid a copy)."""
     if not nnkernels.supports(*arrays):
         return False
-    return not [a for a in arrays if not a.flags.c_contiguous or axis != a.ndim - 1]
+    for a in arrays:       # a loop, not a comprehension: no frame of its own
+        if not a.flags.c_contiguous or axis != a.ndim - 1:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- samples

@@ -65,7 +65,7 @@ def _flatten_into(x, leaves):
     kind = type(x)
     if kind is dict:
         keys = list(x)
-        children = [x[k] for k in keys]
+        children = list(x.values())
     elif kind is tuple or kind is list or (isinstance(x, tuple) and hasattr(x, "_fields")):
         keys = None
         children = x
@@ -296,6 +296,9 @@ def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
             # a loop rather than comprehensions (no frame of their own)
             unwrapped = {}
             for k, v in outputs.items():
+                if type(v) is BatchedTensor and v._level == level and v._bdim == out_dims:
+                    unwrapped[k] = v._value       # already where out_dims puts the batch
+                    continue
                 if not isinstance(v, TensorBase):
                     break
                 unwrapped[k] = _unwrap_output(None, v, out_dims, level, size, False)

@@ -201,6 +201,9 @@ def reduction(op, level, args, kwargs):
     value = to_front(self._value, self._bdim)
     n = self.dim()
     dim = bound.get("dim")
+    if type(dim) is int and n:    # the common call, without the Integral checks (slow ABCs)
+        bound["dim"] = meta.wrap_dim(dim, n) + 1
+        return wrap_result(call(op, (value,), bound), 0, level)
     if n == 0:
         for d in () if dim is None else (dim,) if isinstance(dim, Integral) else dim:
             meta.wrap_dim(d, 0)
