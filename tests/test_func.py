@@ -490,6 +490,32 @@ def test_functional_call_tied_weights_and_buffers():
         functional_call(model, ({"scale": mt_(5.0)}, {"scale": mt_(1.0)}), x)
 
 
+def test_functional_call_keeps_no_module_alive():
+    # the reused walk of the tree must not outlive the module, even when a sub-module
+    # refers back to its root (a cycle only the garbage collector can free)
+    import gc
+    import weakref
+    model = mt.nn.Sequential(mt.nn.Linear(2, 2))
+    model[0].owners = [model]
+    functional_call(model, dict(model.named_parameters()), mt.ones(1, 2))
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
+
+
+def test_functional_call_on_a_copied_module_uses_the_copy():
+    import copy
+    model = mt.nn.Linear(2, 2, dtype=mt.float64)
+    x = mt_([[1.0, 2.0]])
+    functional_call(model, {"bias": mt.zeros(2, dtype=mt.float64)}, x)
+    twin = copy.deepcopy(model)
+    twin.weight = mt.nn.Parameter(mt.ones(2, 2, dtype=mt.float64))
+    out = functional_call(twin, {"bias": mt.zeros(2, dtype=mt.float64)}, x)
+    close(out, arr(x) @ np.ones((2, 2)))
+    assert model.weight.detach().numpy().tolist() != [[1.0, 1.0], [1.0, 1.0]]
+
+
 def test_functional_call_follows_changes_to_the_module_between_calls():
     # functional_call reuses its walk of the module tree: every change between calls
     # (ties made or broken, members registered, replaced or deleted) must be seen

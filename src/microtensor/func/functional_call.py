@@ -5,7 +5,6 @@
 This is how a model becomes a function of its parameters, the form ``grad`` and ``vmap``
 need: ``grad(lambda p, x: loss(functional_call(model, p, (x,))))(params, x)``.
 """
-import weakref
 from collections.abc import Sequence
 from operator import is_
 
@@ -98,6 +97,10 @@ class _Plan:
             owner, leaf = _owner(module, name)
             self.spots[name] = (_table(owner, leaf), leaf)
 
+    def __reduce__(self):
+        # a pickled or deep-copied module gets no plan (it walks its own tree afresh)
+        return _no_plan, ()
+
     def current(self):
         """Whether every table still holds the same keys and the same objects."""
         for table in self.empty:
@@ -110,21 +113,21 @@ class _Plan:
         return True
 
 
-# weak reference to a module -> its plan; an entry leaves with its module.  (A plain dict
-# rather than a WeakKeyDictionary, whose get() is a Python frame on every call; weak
-# references to one live object hash and compare as that object.)
-_plans = {}
+_PLAN = "_functional_call_plan"
+
+
+def _no_plan():
+    return None
 
 
 def _plan(module):
-    plan = _plans.get(weakref.ref(module))
+    """The module's plan, kept in the module itself: a registry outside it would keep
+    alive a module whose sub-module refers back to it (the plan holds the tree's tables);
+    inside, that is an ordinary cycle the garbage collector frees."""
+    plan = module.__dict__.get(_PLAN)
     if plan is None or not plan.current():
-        plan = _plans[weakref.ref(module, _forget)] = _Plan(module)
+        plan = module.__dict__[_PLAN] = _Plan(module)
     return plan
-
-
-def _forget(reference):
-    _plans.pop(reference, None)
 
 
 def _check_keys(module, valid, replacements):
