@@ -42,7 +42,10 @@ cdef object _fast_getitem(TensorBase self, object index):
                 if not (mt_tensor_mul_overflow(self._strides[0], step, &new_stride) or
                         mt_tensor_mul_overflow(start, self._strides[0], &offset) or
                         mt_tensor_add_overflow(self._offset, offset, &offset)):
-                    return self._view_fast(_with_first(self._sizes, length),
+                    # (tuples are immutable: the base's serve where nothing changes)
+                    return self._view_fast(self._sizes if length == size else
+                                           _with_first(self._sizes, length),
+                                           self._strides if step == 1 else
                                            _with_first(self._strides, new_stride), offset,
                                            self._numel // size * length if self._numel else 0,
                                            1 if self._is_contig and step == 1 else -1)
