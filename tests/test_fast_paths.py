@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import microtensor as mt
+from microtensor._C.dispatch import unary_kernel_ops
 from microtensor._C.meta import is_contiguous
 from microtensor.ops.dispatch import binary, call_by_name
 from microtensor.ops.indexing import getitem
+from microtensor.ops.registry import REGISTRY
 
 DTYPES = [mt.float32, mt.float64, mt.int64, mt.int32, mt.bool]
 FLOATS = [mt.float32, mt.float64]
@@ -338,3 +340,63 @@ def test_the_comparison_sees_a_wrong_result():
         assert_agree(lambda x: x.view(6).view(2, 3), lambda x: x.clone(), [recipe])
     with pytest.raises(AssertionError):
         assert_agree(lambda x: x[0], lambda x: x[1], [recipe])
+
+
+# --------------------------------------------------------------------------- one-input ops
+# The dispatcher serves the one-input pointwise ops in C (``dispatch.set_unary_kernel``)
+# when called on the tensor alone; any keyword makes it run the op as declared, so
+# ``out=None`` gives the reference path.
+
+UNARY = [op.name for op in unary_kernel_ops()]
+UNARY_CALLERS = {
+    "method": lambda name: lambda x: getattr(x, name)(),
+    "function": lambda name: lambda x: getattr(mt, name)(x),
+}
+OPERATORS = {"neg": operator.neg, "abs": operator.abs}
+FUNCTIONAL = {"relu": mt.nn.functional.relu, "tanh": mt.nn.functional.tanh,
+              "sigmoid": mt.nn.functional.sigmoid}
+
+
+def test_the_common_one_input_ops_are_served():
+    assert {"tanh", "exp", "log", "sigmoid", "relu", "neg", "abs", "sqrt", "sin",
+            "cos"} <= set(UNARY)
+
+
+@SETTINGS
+@given(recipes(dtypes=DTYPES + [mt.float16]), st.sampled_from(UNARY),
+       st.sampled_from(sorted(UNARY_CALLERS)), st.booleans())
+def test_one_input_pointwise_op(recipe, name, caller, grad_enabled):
+    assert_agree(UNARY_CALLERS[caller](name),
+                 lambda x: call_by_name(name, x, out=None), [recipe], grad_enabled)
+
+
+@SETTINGS
+@given(recipes(), st.sampled_from(sorted(OPERATORS) + [f"F.{n}" for n in sorted(FUNCTIONAL)]),
+       st.booleans())
+def test_one_input_op_by_operator_and_functional(recipe, spelling, grad_enabled):
+    name = spelling.removeprefix("F.")
+    fast = FUNCTIONAL[name] if spelling.startswith("F.") else OPERATORS[name]
+    assert_agree(fast, lambda x: call_by_name(name, x, out=None), [recipe], grad_enabled)
+
+
+@pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid"])
+def test_one_input_ops_skip_the_python_kernel_for_float32_and_float64(name, monkeypatch):
+    """The test above compares two paths; this one checks that the first is the C path:
+    float32 and float64 calls never reach the op's Python kernel, other dtypes and calls
+    with keywords do."""
+    op = REGISTRY[name]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the Python kernel ran")
+    monkeypatch.setattr(op, "kernel", refuse)
+    for dtype in FLOATS:
+        leaf = mt.ones(2, 3, dtype=dtype, requires_grad=True)
+        assert getattr(leaf, name)().grad_fn is not None
+        assert getattr(mt.nn.Parameter(mt.ones(2, dtype=dtype)), name)().grad_fn is not None
+        with mt.no_grad():
+            assert getattr(mt, name)(leaf).grad_fn is None
+    for call in (lambda: getattr(mt.ones(2, dtype=mt.int64), name)(),
+                 lambda: getattr(mt.ones(2, dtype=mt.float16), name)(),
+                 lambda: getattr(mt, name)(mt.ones(2), out=None)):
+        with pytest.raises(AssertionError, match="Python kernel"):
+            call()

@@ -433,6 +433,34 @@ cdef object _binary(object left, object right, char opcode, str name):
     return out
 
 
+cdef object unary_fast(object op, tuple kernel, object x):
+    """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc)`` (see
+    ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU tensor: ``fn`` over
+    NumPy views into a fresh result laid out as ``loops.pointwise`` lays it out (the
+    input's dimension order, dense).  When ``x`` requires grad, autograd then only
+    attaches the op's node.  None for any other ``x`` (the dispatcher then runs the op)."""
+    cdef TensorBase t, out
+    if not _float_cpu(x):
+        return None
+    t = <TensorBase>x
+    sizes = t._sizes
+    if t._is_contig:
+        strides = t._strides if _canonical(sizes, t._strides) else _contiguous_strides(sizes)
+    else:
+        strides = meta.elementwise_output_strides(sizes, ((sizes, t._strides),))
+    out = _fresh_tensor(sizes, strides, t._dtype, 1 if t._is_contig else -1)
+    if out._numel:
+        fn, is_ufunc = kernel
+        if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own; ``out``
+            fn(_ndarray_view(t), _ndarray_view(out))   # passed by position: parsed faster
+        else:
+            fn(_ndarray_view(t), out=_ndarray_view(out), dtype=compute_numpy(t._dtype),
+               casting="unsafe")
+    if not mt_grad_disabled and needs_grad(t):
+        return _attach_node(op, (x,), None, out)
+    return out
+
+
 _EXACT_INT = 1 << 53
 _SUM_KEYWORDS = frozenset(("dim", "keepdim"))
 _SMALL_REDUCTION = 1 << 16   # elements; above it NumPy's row-wise reductions are faster
