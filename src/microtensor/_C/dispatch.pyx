@@ -201,6 +201,21 @@ cpdef object call(op, args, kwargs):
     return run_kernel(op, args, kwargs)
 
 
+def op_method(op):
+    """``Tensor.<name>`` for ``op``: a compiled function (no Python frame per call) that
+    binds like a Python one."""
+    def method(self, *args, **kwargs):
+        return call(op, (self,) + args, kwargs)
+    return method
+
+
+def op_function(op):
+    """``microtensor.<name>`` for ``op``, compiled like ``op_method``."""
+    def function(*args, **kwargs):
+        return call(op, args, kwargs)
+    return function
+
+
 cdef object _record(op, args, kwargs):
     if op.kind == "inplace":
         return _record_inplace(op, args, kwargs)

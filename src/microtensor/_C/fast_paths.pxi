@@ -451,14 +451,27 @@ cdef object unary_fast(object op, tuple kernel, object x):
     out = _fresh_tensor(sizes, strides, t._dtype, 1 if t._is_contig else -1)
     if out._numel:
         fn, is_ufunc = kernel
-        if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own; ``out``
-            fn(_ndarray_view(t), _ndarray_view(out))   # passed by position: parsed faster
+        if t._is_contig and _whole_storage(t):
+            # the arrays themselves, flat: no view to build (a fresh result's storage is
+            # exactly its elements)
+            source, target = t._storage.data, out._storage.data
         else:
-            fn(_ndarray_view(t), out=_ndarray_view(out), dtype=compute_numpy(t._dtype),
-               casting="unsafe")
+            source, target = _ndarray_view(t), _ndarray_view(out)
+        if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own; ``out``
+            fn(source, target)   # passed by position: parsed faster
+        else:
+            fn(source, out=target, dtype=compute_numpy(t._dtype), casting="unsafe")
     if not mt_grad_disabled and needs_grad(t):
         return _attach_node(op, (x,), None, out)
     return out
+
+
+cdef inline bint _whole_storage(TensorBase t):
+    """Whether ``t`` is all of its storage's array, element for element (offset 0, the
+    same number of elements and the same dtype: not a reinterpreting view)."""
+    cdef cnp.ndarray data = <cnp.ndarray>t._storage.data
+    return t._offset == 0 and cnp.PyArray_SIZE(data) == t._numel and \
+        cnp.PyArray_TYPE(data) == t._dtype.typenum
 
 
 _EXACT_INT = 1 << 53
