@@ -154,13 +154,17 @@ def set_unary_kernel(op, fn):
     """Serve calls ``op(tensor)`` of a one-input pointwise op in C for float32/float64 CPU
     tensors: ``fn`` is the NumPy ufunc the op's kernel applies (called as ``fn(array, out)``), or a
     function ``fn(array, out=, dtype=, casting=)`` as ``loops.pointwise`` calls it.  The
-    op's declaration registers it, so that each op stays declared once."""
-    _unary_kernels[op] = (fn, isinstance(fn, np.ufunc))
+    op's declaration registers it, so that each op stays declared once.  ``fn`` None: the
+    op's calls go the general way again."""
+    if fn is None:
+        _unary_kernels.pop(op, None)
+    else:
+        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc))
 
 
-def unary_kernel_ops():
-    """The ops ``set_unary_kernel`` serves in C, in declaration order."""
-    return tuple(_unary_kernels)
+def unary_kernels():
+    """``{op: fn}`` for the ops ``set_unary_kernel`` serves in C, in declaration order."""
+    return {op: kernel[0] for op, kernel in _unary_kernels.items()}
 
 
 def set_observer(observer):
