@@ -152,10 +152,10 @@ cpdef bint needs_recording(op, args, kwargs=None) except -1:
 
 def set_unary_kernel(op, fn):
     """Serve calls ``op(tensor)`` of a one-input pointwise op in C for float32/float64 CPU
-    tensors: ``fn`` is the NumPy ufunc the op's kernel applies (called as ``fn(array, out)``), or a
-    function ``fn(array, out=, dtype=, casting=)`` as ``loops.pointwise`` calls it.  The
-    op's declaration registers it, so that each op stays declared once.  ``fn`` None: the
-    op's calls go the general way again."""
+    tensors: ``fn`` is the NumPy ufunc the op's kernel applies (called as ``fn(array,
+    out)``), or a function ``fn(array, out=, dtype=, casting=)`` as ``loops.pointwise``
+    calls it.  The op's declaration registers it, so that each op stays declared once.
+    ``fn`` None: the op's calls go the general way again."""
     if fn is None:
         _unary_kernels.pop(op, None)
     else:

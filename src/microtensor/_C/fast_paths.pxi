@@ -436,8 +436,8 @@ cdef object _binary(object left, object right, char opcode, str name):
 cdef object unary_fast(object op, tuple kernel, object x):
     """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc)`` (see
     ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU tensor: ``fn`` over
-    NumPy views into a fresh result laid out as ``loops.pointwise`` lays it out (the
-    input's dimension order, dense).  When ``x`` requires grad, autograd then only
+    NumPy arrays of the tensors, into a fresh result laid out as ``loops.pointwise`` lays
+    it out (the input's dimension order, dense).  When ``x`` requires grad, autograd then only
     attaches the op's node.  None for any other ``x`` (the dispatcher then runs the op)."""
     cdef TensorBase t, out
     if not _float_cpu(x):
