@@ -17,9 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import microtensor as mt
+import microtensor.nn.functional as F
+from microtensor._C.dispatch import set_unary_kernel, unary_kernels
 from microtensor._C.meta import is_contiguous
 from microtensor.ops.dispatch import binary, call_by_name
 from microtensor.ops.indexing import getitem
+from microtensor.ops.registry import REGISTRY
 
 DTYPES = [mt.float32, mt.float64, mt.int64, mt.int32, mt.bool]
 FLOATS = [mt.float32, mt.float64]
@@ -353,3 +356,81 @@ def test_the_comparison_sees_a_wrong_result():
         assert_agree(lambda x: x.view(6).view(2, 3), lambda x: x.clone(), [recipe])
     with pytest.raises(AssertionError):
         assert_agree(lambda x: x[0], lambda x: x[1], [recipe])
+
+
+# --------------------------------------------------------------------------- one-input ops
+# The dispatcher serves the one-input pointwise ops in C (``dispatch.set_unary_kernel``);
+# the reference is the same call with the op's entry taken out of that table.
+
+UNARY_KERNELS = unary_kernels()
+UNARY = sorted(op.name for op in UNARY_KERNELS)
+OPERATORS = {"neg": operator.neg, "abs": operator.abs}
+FUNCTIONAL = {"relu": F.relu, "tanh": F.tanh, "sigmoid": F.sigmoid, "silu": F.silu,
+              "mish": F.mish, "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish,
+              "log_sigmoid": F.logsigmoid}
+
+
+def unary_callers(name):
+    """Every spelling of op ``name`` on one tensor: method, function, the op object,
+    Python's operator, ``nn.functional``."""
+    op = REGISTRY[name]
+    callers = {"op": op}
+    if op.method:
+        callers["method"] = lambda x: getattr(x, name)()
+    if op.function:
+        callers["function"] = lambda x: getattr(mt, name)(x)
+    if name in OPERATORS:
+        callers["operator"] = OPERATORS[name]
+    if name in FUNCTIONAL:
+        callers["functional"] = FUNCTIONAL[name]
+    return callers
+
+
+def without_c_path(name):
+    """``op(x)`` with the op's entry out of the C table: the dispatcher's general way."""
+    op = REGISTRY[name]
+
+    def reference(x):
+        set_unary_kernel(op, None)
+        try:
+            return op(x)
+        finally:
+            set_unary_kernel(op, UNARY_KERNELS[op])
+    return reference
+
+
+def test_the_common_one_input_ops_are_served():
+    assert {"tanh", "exp", "log", "sigmoid", "relu", "neg", "abs", "sqrt", "sin", "cos",
+            "silu", "erf"} <= set(UNARY)
+    assert set(FUNCTIONAL) <= set(UNARY)
+
+
+@SETTINGS
+@given(st.data(), recipes(dtypes=DTYPES + [mt.float16]), st.sampled_from(UNARY),
+       st.booleans())
+def test_one_input_pointwise_op(data, recipe, name, grad_enabled):
+    callers = unary_callers(name)
+    fast = callers[data.draw(st.sampled_from(sorted(callers)))]
+    assert_agree(fast, without_c_path(name), [recipe], grad_enabled)
+
+
+@pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "silu", "erf"])
+def test_one_input_ops_skip_the_python_kernel_for_float32_and_float64(name, monkeypatch):
+    """The test above compares two paths; this one checks that the first is the C path:
+    float32 and float64 calls never reach the op's Python kernel, other dtypes and calls
+    with keywords do."""
+    op = REGISTRY[name]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the Python kernel ran")
+    monkeypatch.setattr(op, "kernel", refuse)
+    for dtype in FLOATS:
+        leaf = mt.ones(2, 3, dtype=dtype, requires_grad=True)
+        assert op(leaf).grad_fn is not None
+        assert op(mt.nn.Parameter(mt.ones(2, dtype=dtype))).grad_fn is not None
+        with mt.no_grad():
+            assert op(leaf).grad_fn is None
+    for call in (lambda: op(mt.ones(2, dtype=mt.int64)),
+                 lambda: op(mt.ones(2, dtype=mt.float16)), lambda: op(mt.ones(2), out=None)):
+        with pytest.raises(AssertionError, match="Python kernel"):
+            call()

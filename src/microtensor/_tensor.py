@@ -15,7 +15,8 @@ from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import (Storage, TensorBase, bfloat16, bool_, float16, float32,
                                    float64, int8, int16, int32, int64, uint8)
-from microtensor.ops.dispatch import call, call_by_name
+from microtensor._C.dispatch import op_function, op_method
+from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import scalar_tensor_like
 
 
@@ -386,25 +387,20 @@ def legacy_new(args, kwargs):
 def _method(op):
     if op.kind == "composite":
         return op.kernel
-
-    def method(self, *args, **kwargs):
-        return call(op, (self,) + args, kwargs)
-    method.__name__ = op.name
-    method.__qualname__ = "Tensor." + op.name
-    method.__doc__ = op.kernel.__doc__
-    return method
+    return _named(op_method(op), op, "Tensor." + op.name)
 
 
 def _function(op):
     if op.kind == "composite":
         return op.kernel
+    return _named(op_function(op), op, op.name)
 
-    def function(*args, **kwargs):
-        return call(op, args, kwargs)
-    function.__name__ = op.name
-    function.__qualname__ = op.name
-    function.__doc__ = op.kernel.__doc__
-    return function
+
+def _named(fn, op, qualname):
+    fn.__name__ = op.name
+    fn.__qualname__ = qualname
+    fn.__doc__ = op.kernel.__doc__
+    return fn
 
 
 def install_methods(registry, namespace):

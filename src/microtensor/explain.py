@@ -15,6 +15,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from microtensor._C import meta
+from microtensor._C.dispatch import unary_kernels
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
 
 __all__ = ["batching_rule", "close_names", "evaluate", "layout", "layout_svg", "op", "reach"]
@@ -142,7 +143,10 @@ def op(name):
                      f"clipping: activation {rule.activation}, for {', '.join(rule.params)})")
     for method in FAST_PATHS.get(o.name, ()):
         lines.append(f"  C fast path    Tensor.{method}  {_pyx_location(method) or ''}")
-    if o.name not in FAST_PATHS:
+    if o in unary_kernels():
+        lines.append("  C fast path    the dispatcher's one-input path (float32/float64 CPU "
+                     "tensor, no other argument): unary_fast in _C/fast_paths.pxi")
+    elif o.name not in FAST_PATHS:
         lines.append("  C fast path    none")
     lines += ["", "kernel:", inspect.getsource(kernel)]
     if derivative is not None:

@@ -2,25 +2,32 @@
 
 0. While an observer is installed (``set_observer``: ghost clipping's tape, only for the
    duration of one pass), a call of an op that declares a norm rule goes to it first.
-1. A composite op (written in other ops) runs its Python body.
-2. A call with a batched argument (or, while this thread is inside a vmap, one that draws
+1. A call of a one-input pointwise op declared with a NumPy kernel (``set_unary_kernel``)
+   on a float32/float64 CPU ``Tensor``, nothing else passed, runs that kernel in C
+   (``tensor.unary_fast``), attaching the op's node when autograd records; any other call
+   of it goes on below.
+2. A composite op (written in other ops) runs its Python body.
+3. A call with a batched argument (or, while this thread is inside a vmap, one that draws
    random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
    physical tensors, which come back through here.  Finding the batched arguments is done
    here, in C, because every call pays for it.  vmap levels are per thread (as in
    PyTorch): this thread's depth is a C thread-local, and a batched argument of a level
    deeper than that escaped from a vmap that has returned and is refused.
-3. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
+4. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
    refused when autograd would record, result written into ``out``, its version bumped).
-4. If grad mode is on and a differentiable input requires grad, autograd records the call:
+5. If grad mode is on and a differentiable input requires grad, autograd records the call:
    the kernel runs with grad mode off and its node is attached to the outputs
    (``_C.autograd.attach_node``); in-place ops follow ``autograd.recording``'s rules
    (rebasing history), which it installs here.
-5. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
+6. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
-from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad, set_grad_enabled
+from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, set_grad_enabled,
+                                    unary_fast)
+
+import numpy as np
 
 from microtensor._C.autograd import attach_node
 from microtensor._C.tensor import NoDataError
@@ -30,6 +37,7 @@ cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
+cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
 
 # The number of vmap levels active in this thread (a C thread-local, so that threads
 # vmap independently and read it for free).
@@ -142,6 +150,23 @@ cpdef bint needs_recording(op, args, kwargs=None) except -1:
     return False
 
 
+def set_unary_kernel(op, fn):
+    """Serve calls ``op(tensor)`` of a one-input pointwise op in C for float32/float64 CPU
+    tensors: ``fn`` is the NumPy ufunc the op's kernel applies (called as ``fn(array,
+    out)``), or a function ``fn(array, out=, dtype=, casting=)`` as ``loops.pointwise``
+    calls it.  The op's declaration registers it, so that each op stays declared once.
+    ``fn`` None: the op's calls go the general way again."""
+    if fn is None:
+        _unary_kernels.pop(op, None)
+    else:
+        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc))
+
+
+def unary_kernels():
+    """``{op: fn}`` for the ops ``set_unary_kernel`` serves in C, in declaration order."""
+    return {op: kernel[0] for op, kernel in _unary_kernels.items()}
+
+
 def set_observer(observer):
     """Install ``observer(op, args, kwargs)`` (None: remove it), called first for every op
     that declares a norm rule; it returns the result, or NotImplemented to let the call go
@@ -156,6 +181,12 @@ cpdef object call(op, args, kwargs):
         result = _observer(op, args, kwargs)
         if result is not NotImplemented:
             return result
+    if not kwargs and len(args) == 1:
+        kernel = _unary_kernels.get(op)
+        if kernel is not None:
+            result = unary_fast(op, <tuple>kernel, args[0])
+            if result is not None:
+                return result
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
     cdef Py_ssize_t level
@@ -172,6 +203,21 @@ cpdef object call(op, args, kwargs):
     if needs_recording(op, args, kwargs):
         return _record(op, args, kwargs)
     return run_kernel(op, args, kwargs)
+
+
+def op_method(op):
+    """``Tensor.<name>`` for ``op``: a compiled function (no Python frame per call) that
+    binds like a Python one."""
+    def method(self, *args, **kwargs):
+        return call(op, (self,) + args, kwargs)
+    return method
+
+
+def op_function(op):
+    """``microtensor.<name>`` for ``op``, compiled like ``op_method``."""
+    def function(*args, **kwargs):
+        return call(op, args, kwargs)
+    return function
 
 
 cdef object _record(op, args, kwargs):

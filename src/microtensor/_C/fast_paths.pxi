@@ -449,6 +449,47 @@ cdef object _binary(object left, object right, char opcode, str name):
     return out
 
 
+cdef object unary_fast(object op, tuple kernel, object x):
+    """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc)`` (see
+    ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU tensor: ``fn`` over
+    NumPy arrays of the tensors, into a fresh result laid out as ``loops.pointwise`` lays
+    it out (the input's dimension order, dense).  When ``x`` requires grad, autograd then only
+    attaches the op's node.  None for any other ``x`` (the dispatcher then runs the op)."""
+    cdef TensorBase t, out
+    if not _float_cpu(x):
+        return None
+    t = <TensorBase>x
+    sizes = t._sizes
+    if t._is_contig:
+        strides = t._strides if _canonical(sizes, t._strides) else _contiguous_strides(sizes)
+    else:
+        strides = meta.elementwise_output_strides(sizes, ((sizes, t._strides),))
+    out = _fresh_tensor(sizes, strides, t._dtype, 1 if t._is_contig else -1)
+    if out._numel:
+        fn, is_ufunc = kernel
+        if t._is_contig and _whole_storage(t):
+            # the arrays themselves, flat: no view to build (a fresh result's storage is
+            # exactly its elements)
+            source, target = t._storage.data, out._storage.data
+        else:
+            source, target = _ndarray_view(t), _ndarray_view(out)
+        if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own; ``out``
+            fn(source, target)   # passed by position: parsed faster
+        else:
+            fn(source, out=target, dtype=compute_numpy(t._dtype), casting="unsafe")
+    if not mt_grad_disabled and needs_grad(t):
+        return _attach_node(op, (x,), None, out)
+    return out
+
+
+cdef inline bint _whole_storage(TensorBase t):
+    """Whether ``t`` is all of its storage's array, element for element (offset 0, the
+    same number of elements and the same dtype: not a reinterpreting view)."""
+    cdef cnp.ndarray data = <cnp.ndarray>t._storage.data
+    return t._offset == 0 and cnp.PyArray_SIZE(data) == t._numel and \
+        cnp.PyArray_TYPE(data) == t._dtype.typenum
+
+
 _EXACT_INT = 1 << 53
 _SUM_KEYWORDS = frozenset(("dim", "keepdim"))
 _SMALL_REDUCTION = 1 << 16   # elements; above it NumPy's row-wise reductions are faster

@@ -48,3 +48,4 @@ cdef class TensorBase:
 cdef bint grad_mode_enabled() noexcept
 cpdef set_grad_enabled(bint enabled)
 cdef bint needs_grad(TensorBase t) noexcept
+cdef object unary_fast(object op, tuple kernel, object x)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from microtensor._C import meta, nnkernels
+from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import float32, int64
 from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
@@ -53,13 +54,13 @@ def _float_only(kernel, self):
                                   f"'{_type_name(self._dtype)}'")
 
 
-def _unary(name, self, fn, out, integers="raise"):
-    """``fn(x)`` elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
+def _unary(name, self, loop, out, integers="raise"):
+    """``loop`` (a ``_store``) elementwise; ``integers``: "raise" (PyTorch has no integer kernel),
     "promote" (computed in the default float dtype) or "keep" (the input's dtype)."""
     if integers == "raise":
         _float_only(name + "_cpu", self)
     dt = self._dtype if integers == "keep" else float_dtype(self._dtype)
-    return pointwise(_store(fn), self, out=out, dtype=dt)
+    return pointwise(loop, self, out=out, dtype=dt)
 
 
 def _polyval(coefficients, x):
@@ -211,9 +212,14 @@ def _with_params(samples, *extra):
 
 # --------------------------------------------------------------------------- special functions
 
+_ERF_LOOP, _ERFC_LOOP, _ERFINV_LOOP = _store(_erf), _store(_erfc), _store(_erfinv)
+
 @op(family="pointwise", samples=_float_samples(integers=True))
 def erf(self, *, out=None):
-    return _unary("erf", self, _erf, out, integers="promote")
+    return _unary("erf", self, _ERF_LOOP, out, integers="promote")
+
+
+set_unary_kernel(erf, _ERF_LOOP)
 
 
 @erf.def_derivative("self")
@@ -223,7 +229,10 @@ def erf(grad, self):
 
 @op(family="pointwise", samples=_float_samples(integers=True))
 def erfc(self, *, out=None):
-    return _unary("erfc", self, _erfc, out, integers="promote")
+    return _unary("erfc", self, _ERFC_LOOP, out, integers="promote")
+
+
+set_unary_kernel(erfc, _ERFC_LOOP)
 
 
 @erfc.def_derivative("self")
@@ -233,7 +242,10 @@ def erfc(grad, self):
 
 @op(family="pointwise", samples=_float_samples(-0.95, 0.95))
 def erfinv(self, *, out=None):
-    return _unary("erfinv", self, _erfinv, out, integers="promote")
+    return _unary("erfinv", self, _ERFINV_LOOP, out, integers="promote")
+
+
+set_unary_kernel(erfinv, _ERFINV_LOOP)
 
 
 @erfinv.def_derivative("self")
@@ -406,10 +418,14 @@ def clip_(self, min=None, max=None):
 
 # --------------------------------------------------------------------------- activations
 
-def _activation(base, samples=None, function=False, inplace=True):
-    """Declare ``base`` (its kernel) as a pointwise activation, and ``base_`` if asked."""
+def _activation(base, samples=None, function=False, inplace=True, loop=None):
+    """Declare ``base`` (its kernel) as a pointwise activation, and ``base_`` if asked;
+    ``loop``: the ``_store`` that a one-input activation applies, which then serves its
+    float32/float64 calls in C (``dispatch.set_unary_kernel``)."""
     declared = op(base.__name__, family="pointwise", method=False, function=function,
                   samples=samples)(base)
+    if loop is not None:
+        set_unary_kernel(declared, loop)
     if inplace:
         inplace_variant(declared, method=False)
     return declared
@@ -502,12 +518,15 @@ def gelu_backward(grad, grad_output, self, approximate):
     return grad * grad_output * second
 
 
+_SILU_LOOP = _store(lambda a: a / (1.0 + np.exp(-a)))
+
+
 def silu(self, *, out=None):
     _float_only("silu_cpu", self)
-    return pointwise(_store(lambda a: a / (1.0 + np.exp(-a))), self, out=out)
+    return pointwise(_SILU_LOOP, self, out=out)
 
 
-silu = _activation(silu, _float_samples())
+silu = _activation(silu, _float_samples(), loop=_SILU_LOOP)
 
 
 @silu.def_derivative("self")
@@ -516,12 +535,15 @@ def silu(grad, self):
     return grad * s * (1 + self * (1 - s))
 
 
+_MISH_LOOP = _store(lambda a: a * np.tanh(np.logaddexp(a, 0)))
+
+
 def mish(self, *, out=None):
     _float_only("mish_cpu", self)
-    return pointwise(_store(lambda a: a * np.tanh(np.logaddexp(a, 0))), self, out=out)
+    return pointwise(_MISH_LOOP, self, out=out)
 
 
-mish = _activation(mish, _float_samples())
+mish = _activation(mish, _float_samples(), loop=_MISH_LOOP)
 
 
 @mish.def_derivative("self")
@@ -617,7 +639,8 @@ def softplus(grad, self, beta, threshold):
 
 
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
-    return _unary("hardtanh", self, lambda a: np.minimum(np.maximum(a, min_val), max_val),
+    clipped = _store(lambda a: np.minimum(np.maximum(a, min_val), max_val))
+    return _unary("hardtanh", self, clipped,
                   out, integers="keep")
 
 
@@ -646,12 +669,16 @@ def relu6_(self):
     return hardtanh_(self, 0.0, 6.0)
 
 
+_HARDSIGMOID_LOOP = _store(lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0))
+
+
 def hardsigmoid(self, *, out=None):
     _float_only("hardsigmoid_cpu", self)
-    return pointwise(_store(lambda a: np.clip(a / 6.0 + 0.5, 0.0, 1.0)), self, out=out)
+    return pointwise(_HARDSIGMOID_LOOP, self, out=out)
 
 
-hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)))
+hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)),
+                           loop=_HARDSIGMOID_LOOP)
 
 
 @hardsigmoid.def_derivative("self")
@@ -659,12 +686,16 @@ def hardsigmoid(grad, self):
     return where((self > -3) & (self < 3), grad / 6, grad.new_zeros(()))
 
 
+_HARDSWISH_LOOP = _store(lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0)
+
+
 def hardswish(self, *, out=None):
     _float_only("hardswish_cpu", self)
-    return pointwise(_store(lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0), self, out=out)
+    return pointwise(_HARDSWISH_LOOP, self, out=out)
 
 
-hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)))
+hardswish = _activation(hardswish, _away_from((-3, 3), _float_samples(-5, 5)),
+                         loop=_HARDSWISH_LOOP)
 
 
 @hardswish.def_derivative("self")
@@ -673,12 +704,16 @@ def hardswish(grad, self):
     return where(self <= -3, zero, where(self < 3, grad * (self / 3 + 0.5), grad))
 
 
+_LOG_SIGMOID_LOOP = _store(lambda a: -np.logaddexp(-a, 0))
+
+
 def log_sigmoid(self):
     _float_only("log_sigmoid_cpu", self)
-    return pointwise(_store(lambda a: -np.logaddexp(-a, 0)), self)
+    return pointwise(_LOG_SIGMOID_LOOP, self)
 
 
-log_sigmoid = _activation(log_sigmoid, _float_samples(-30, 30), inplace=False)
+log_sigmoid = _activation(log_sigmoid, _float_samples(-30, 30), inplace=False,
+                           loop=_LOG_SIGMOID_LOOP)
 
 
 @log_sigmoid.def_derivative("self")
@@ -687,8 +722,8 @@ def log_sigmoid(grad, self):
 
 
 def threshold(self, threshold, value, *, out=None):
-    return _unary("threshold", self, lambda a: np.where(a > threshold, a, value), out,
-                  integers="keep")
+    kept = _store(lambda a: np.where(a > threshold, a, value))
+    return _unary("threshold", self, kept, out, integers="keep")
 
 
 def _threshold_samples(make):

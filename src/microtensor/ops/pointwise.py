@@ -8,7 +8,7 @@ engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 import numpy as np
 
 from microtensor._C import kernels, nnkernels
-from microtensor._C.dispatch import batching
+from microtensor._C.dispatch import batching, set_unary_kernel
 from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous, int64,
                                     is_grad_enabled)
 from microtensor._dtype import check_scalar_fits, result_type, info
@@ -426,6 +426,7 @@ def _unary(name, ufunc, floating=True, samples=_unary_samples()):
     kernel.__name__ = name
     declared = op(name, family="pointwise", samples=samples)(kernel)
     inplace_variant(declared)
+    set_unary_kernel(declared, ufunc)   # float32/float64 calls skip the Python kernel
     return declared
 
 
