@@ -63,9 +63,12 @@ cdef object _fast_getitem(TensorBase self, object index):
 
 cdef object _fast_t(TensorBase self):
     if _served(self) and len(self._sizes) == 2:
+        # a contiguous matrix's transpose is contiguous exactly when it is a row, a column
+        # or empty; other layouts are checked
         out = self._view_fast((self._sizes[1], self._sizes[0]),
                               (self._strides[1], self._strides[0]), self._offset, self._numel,
-                              -1)
+                              (<Py_ssize_t>self._sizes[0] <= 1 or <Py_ssize_t>self._sizes[1] <= 1)
+                              if self._is_contig else -1)
         return _record("transpose", (self, 0, 1), out) if _records(self) else out
     return _dispatch_call("t", self)
 
@@ -114,7 +117,7 @@ cdef object _reshaped_view(TensorBase self, tuple shape):
 cdef inline bint _records(TensorBase self) noexcept:
     """Whether autograd records an op on ``self`` now.  The fast paths ask first and
     build the recorded call's arguments only when it does."""
-    return not mt_grad_disabled and needs_grad(self)
+    return needs_grad(self) and not mt_grad_disabled
 
 
 cdef object _record(str name, tuple args, out):
@@ -326,7 +329,7 @@ cdef inline bint _plain(object t):
     """True when ``t`` is an ordinary tensor that needs no autograd recording right now."""
     if not _served(t):
         return False
-    return mt_grad_disabled or not needs_grad(<TensorBase>t)
+    return not needs_grad(<TensorBase>t) or mt_grad_disabled   # fields first: TLS is a call
 
 
 cdef inline bint _float_cpu(object t):

@@ -584,10 +584,13 @@ cdef class TensorBase:
     def unsqueeze(self, dim):
         return _fast_unsqueeze(self, dim)
 
+    # binding=False: a method descriptor takes ``*shape`` as a tuple without repacking
+    @cython.binding(False)
     def view(self, *shape):
         result = _reshaped_view(self, shape)
         return result if result is not None else _dispatch_call("view", self, *shape)
 
+    @cython.binding(False)
     def reshape(self, *shape):
         # a view whenever the strides allow one: the same as ``view`` (else the op copies)
         result = _reshaped_view(self, shape)
