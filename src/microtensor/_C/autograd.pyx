@@ -137,14 +137,18 @@ cdef class Node:
     cdef object __weakref__
 
     def __init__(self, next_functions, input_meta=None, Py_ssize_t num_outputs=1):
+        self._init(tuple(next_functions), input_meta, num_outputs)
+
+    cdef int _init(self, tuple next_functions, input_meta, Py_ssize_t num_outputs) except -1:
         global _next_sequence_nr
-        self.next_functions = tuple(next_functions)
+        self.next_functions = next_functions
         self.sequence_nr = _next_sequence_nr
         _next_sequence_nr += 1
         self.input_meta = input_meta
         self.num_outputs = num_outputs
         if _anomaly_record is not None:
             _anomaly_record(self)
+        return 0
 
     def name(self):
         return type(self).__name__
@@ -201,7 +205,7 @@ cdef class AccumulateGrad(Node):
     cdef readonly TensorBase variable
 
     def __init__(self, TensorBase variable):
-        Node.__init__(self, ())
+        self._init((), None, 1)
         self.variable = variable
 
     # hooks registered on the leaf live on the tensor (which holds this node only weakly);
@@ -287,6 +291,9 @@ cdef class SavedTensor:
         self.unpack_hook = None
 
     def unpack(self, node):
+        return self._unpack(node)
+
+    cdef object _unpack(self, node):
         cdef TensorBase data = self.data, alias
         if self.hooked:
             return self._unpack_hooked(node)
@@ -377,7 +384,7 @@ cdef class OpNode(Node):
 
     def __init__(self, op, list saved, next_functions, slots, input_meta,
                  Py_ssize_t num_outputs):
-        Node.__init__(self, next_functions, input_meta, num_outputs)
+        self._init(tuple(next_functions), input_meta, num_outputs)
         self.op = op
         self.saved = saved
         self.slots = slots
@@ -391,10 +398,14 @@ cdef class OpNode(Node):
         return self.op.node_name
 
     def apply(self, grads):
+        return self._apply(grads)
+
+    cdef object _apply(self, grads):
+        """``apply`` on ``grads`` (a sequence, one gradient per output)."""
         cdef list values = []
         for value in self.saved:
             if isinstance(value, SavedTensor):
-                value = (<SavedTensor>value).unpack(self)
+                value = (<SavedTensor>value)._unpack(self)
             elif type(value) is list:
                 value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
             values.append(value)
@@ -444,6 +455,9 @@ cdef class OpNode(Node):
         return tuple(results)
 
     def release(self):
+        self._release()
+
+    cdef void _release(self) except *:
         for value in self.saved:
             if isinstance(value, SavedTensor):
                 (<SavedTensor>value).release()
@@ -518,7 +532,11 @@ def attach_node(op, args, kwargs, result):
     cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
     edges, slots, metas = input_edges(op.inputs, bound)
-    cdef OpNode node = OpNode(op, [], edges, slots, metas, len(outputs))
+    cdef OpNode node = OpNode.__new__(OpNode)
+    node._init(tuple(edges), metas, len(outputs))
+    node.op = op
+    node.slots = slots
+    node.derivative = op.derivative
     set_history(node, outputs, op.kind == "view")
     # saved once the outputs have their history: a pack hook sees them as in PyTorch
     node.saved = saved_values(node.derivative.saved_plan, bound, outputs)
@@ -705,6 +723,10 @@ cpdef bint reaches_other_leaves(roots, handles) except -1:
 
 def validate_outputs(Node node, grads):
     """Bring each gradient ``node`` produced to the shape and dtype of its input."""
+    return _validate(node, grads)
+
+
+cdef object _validate(Node node, grads):
     metas = node.input_meta
     if metas is None:
         return grads
@@ -870,15 +892,20 @@ cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list read
         if g is not None:
             if _anomaly_apply is not None:
                 outputs = _anomaly_apply(node, grads)
+            elif type(node) is OpNode:
+                outputs = _validate(node, (<OpNode>node)._apply(grads))
             else:
-                outputs = validate_outputs(node, node.apply(tuple(grads)))
+                outputs = _validate(node, node.apply(tuple(grads)))
             break
     else:
         outputs = (None,) * len(edges)
     if node._post_hooks:
         outputs = _run_post_hooks(node, outputs, grads)
     if not retain_graph:
-        node.release()
+        if type(node) is OpNode:
+            (<OpNode>node)._release()
+        else:
+            node.release()
     for i in range(min(len(edges), len(outputs))):
         edge = edges[i]
         target = (<tuple>edge)[0]
