@@ -30,7 +30,6 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
 import threading
-from heapq import heappop, heappush
 
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
 from microtensor._C.tensor import set_grad_enabled
@@ -529,15 +528,17 @@ def attach_node(op, args, kwargs, result):
     """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
     saving what its derivative's ``saved_plan`` asks for and an edge per tensor in
     ``op.inputs``."""
-    cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
+    cdef tuple recording = op.recording     # (params, defaults, varargs, inputs, is_view)
+    cdef dict bound = bind_arguments(<tuple>recording[0], <dict>recording[1], recording[2],
+                                     args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
-    edges, slots, metas = input_edges(op.inputs, bound)
+    edges, slots, metas = input_edges(<tuple>recording[3], bound)
     cdef OpNode node = OpNode.__new__(OpNode)
     node._init(tuple(edges), metas, len(outputs))
     node.op = op
     node.slots = slots
     node.derivative = op.derivative
-    set_history(node, outputs, op.kind == "view")
+    set_history(node, outputs, recording[4] is True)
     # saved once the outputs have their history: a pack hook sees them as in PyTorch
     node.saved = saved_values(node.derivative.saved_plan, bound, outputs)
     return result
@@ -735,11 +736,15 @@ cdef object _validate(Node node, grads):
                            f"(expected {len(metas)}, got {len(grads)})")
     cdef list fixed = None
     cdef TensorBase t
-    for i, g in enumerate(grads):
+    cdef tuple meta
+    cdef Py_ssize_t i
+    for i in range(len(grads)):
+        g = grads[i]
         if g is None:
             continue
         t = <TensorBase?>g
-        sizes, dtype = metas[i]
+        meta = <tuple?>metas[i]
+        sizes, dtype = meta[0], meta[1]
         if t._sizes != sizes or t._dtype is not dtype:
             if fixed is None:
                 fixed = list(grads)
@@ -842,13 +847,13 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     _seed(buffers, roots, root_grads)
     for root in buffers:
         if dependencies.get(root, 0) == 0:
-            heappush(ready, (-(<Node>root).sequence_nr, root))
+            _push(ready, <Node>root)
 
     prev = grad_mode_enabled()
     set_grad_enabled(create_graph)
     try:
         while ready:
-            node = heappop(ready)[1]
+            node = _pop(ready)
             grads = buffers.pop(node)
             if node._output_hooks() or node._retains_grad_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
@@ -867,6 +872,43 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     finally:
         set_grad_enabled(prev)
     return captured
+
+
+# The ready queue: a binary heap of nodes, the most recently created (highest
+# ``sequence_nr``) on top, compared in C.
+cdef void _push(list heap, Node node) except *:
+    cdef Py_ssize_t i = len(heap), parent
+    cdef Py_ssize_t sequence_nr = node.sequence_nr
+    heap.append(node)
+    while i > 0:
+        parent = (i - 1) >> 1
+        above = heap[parent]
+        if (<Node>above).sequence_nr >= sequence_nr:
+            break
+        heap[i] = above
+        i = parent
+    heap[i] = node
+
+
+cdef Node _pop(list heap):
+    cdef Node top = heap[0]
+    cdef Node last = heap.pop()
+    cdef Py_ssize_t n = len(heap), i = 0, child
+    if not n:
+        return top
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and \
+                (<Node>heap[child + 1]).sequence_nr > (<Node>heap[child]).sequence_nr:
+            child += 1
+        if (<Node>heap[child]).sequence_nr <= last.sequence_nr:
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = last
+    return top
 
 
 cdef void _seed(dict buffers, roots, root_grads) except *:
@@ -921,7 +963,7 @@ cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list read
         remaining = dependencies[nxt] - 1
         dependencies[nxt] = remaining
         if not remaining:
-            heappush(ready, (-nxt.sequence_nr, nxt))
+            _push(ready, nxt)
 
 
 cdef inline void _accumulate(list buffer, Py_ssize_t slot, grad) except *:
