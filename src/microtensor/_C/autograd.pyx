@@ -26,6 +26,7 @@ a broadcast input and cast to the input's dtype.
 ``microtensor.autograd``; this module imports nothing above ``_C`` (recording installs its
 node classes with ``install_nodes``).
 """
+cimport cython
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
@@ -776,26 +777,41 @@ cdef bint _expandable_to(tuple sizes, tuple target):
     return True
 
 
-cdef tuple _collect(roots):
-    """Number of incoming edges of every node reachable from ``roots``, and those nodes."""
-    cdef dict dependencies = {}
+@cython.final
+cdef class _Pending:
+    """A node's state during one pass: how many of the edges into it have still to
+    deliver, and the gradients of its outputs delivered so far (None until the first)."""
+    cdef Py_ssize_t remaining
+    cdef list grads
+
+
+cdef dict _collect(roots):
+    """A ``_Pending`` for every node reachable from ``roots``, with its count of incoming
+    edges."""
+    cdef dict pending = {}
     cdef list stack = list(dict.fromkeys(edge[0] for edge in roots if edge[0] is not None))
-    cdef set seen = set(stack)
     cdef Node node
+    cdef _Pending state
+    for node in stack:
+        pending[node] = _Pending.__new__(_Pending)
     while stack:
         node = stack.pop()
         for edge in node.next_functions:
             nxt = (<tuple>edge)[0]
             if nxt is None:
                 continue
-            dependencies[nxt] = dependencies.get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
+            found = pending.get(nxt)
+            if found is None:
+                state = _Pending.__new__(_Pending)
+                pending[nxt] = state
                 stack.append(nxt)
-    return dependencies, seen
+            else:
+                state = <_Pending>found
+            state.remaining += 1
+    return pending
 
 
-cdef dict _needed(set nodes, targets):
+cdef dict _needed(dict nodes, targets):
     """The nodes that must run for gradient to reach ``targets``: those with an edge to a
     target or to another needed node (a target itself runs only if it is also needed)."""
     cdef dict needed = {}
@@ -832,21 +848,20 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     only nodes leading to them run.  ``accumulate_into_leaf(variable, grad,
     create_graph)`` receives what reaches a leaf's ``AccumulateGrad``.
     """
-    cdef dict dependencies, buffers = {}, capture_at = None, needed = None
-    cdef set nodes
+    cdef dict pending, capture_at = None, needed = None
     cdef list captured = None, ready = []
     cdef Node node
+    cdef _Pending state
     cdef Py_ssize_t i
-    dependencies, nodes = _collect(roots)
+    pending = _collect(roots)
     if capture is not None:
         captured = [None] * len(capture)
         capture_at = {}
         for i, (target, nr) in enumerate(capture):
             capture_at.setdefault(target, []).append((nr, i))
-        needed = _needed(nodes, capture_at.keys())
-    _seed(buffers, roots, root_grads)
-    for root in buffers:
-        if dependencies.get(root, 0) == 0:
+        needed = _needed(pending, capture_at.keys())
+    for root in _seed(pending, roots, root_grads):
+        if (<_Pending>pending[root]).remaining == 0:
             _push(ready, <Node>root)
 
     prev = grad_mode_enabled()
@@ -854,7 +869,9 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     try:
         while ready:
             node = _pop(ready)
-            grads = buffers.pop(node)
+            state = <_Pending>pending.pop(node)
+            grads = state.grads
+            state.grads = None   # the leaf may steal a gradient only if no one else holds it
             if node._output_hooks() or node._retains_grad_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
             if capture_at is not None:
@@ -865,10 +882,10 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
                     continue
             if type(node) is AccumulateGrad:
                 grad = grads[0]
-                grads = None   # the leaf may steal ``grad`` only if no one else holds it
+                grads = None
                 accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
                 continue
-            _run_node(node, grads, buffers, dependencies, ready, retain_graph)
+            _run_node(node, grads, pending, ready, retain_graph)
     finally:
         set_grad_enabled(prev)
     return captured
@@ -911,25 +928,28 @@ cdef Node _pop(list heap):
     return top
 
 
-cdef void _seed(dict buffers, roots, root_grads) except *:
-    cdef list buffer
+cdef list _seed(dict pending, roots, root_grads):
+    """Deliver the root gradients; the root nodes, each once."""
+    cdef list seeded = []
+    cdef _Pending state
     for (root, nr), grad in zip(roots, root_grads):
         if root is not None:
-            buffer = buffers.get(root)
-            if buffer is None:
-                buffer = buffers[root] = [None] * (<Node>root).num_outputs
-            _accumulate(buffer, nr, grad)
+            state = <_Pending>pending[root]
+            if state.grads is None:
+                state.grads = [None] * (<Node>root).num_outputs
+                seeded.append(root)
+            _accumulate(state.grads, nr, grad)
+    return seeded
 
 
-cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list ready,
-                    bint retain_graph) except *:
+cdef void _run_node(Node node, grads, dict pending, list ready, bint retain_graph) except *:
     """Apply ``node`` and pass its gradients along its edges, queueing the nodes that
     thereby have all their inputs.  (A function of its own so that no gradient outlives
     it in a local variable: ``accumulate_into_leaf`` steals only unshared gradients.)"""
     cdef Node nxt
-    cdef list buffer
+    cdef _Pending state
     cdef tuple edges = node.next_functions
-    cdef Py_ssize_t i, remaining
+    cdef Py_ssize_t i
     for g in grads:
         if g is not None:
             if _anomaly_apply is not None:
@@ -954,15 +974,14 @@ cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list read
         if target is None:
             continue
         nxt = <Node>target
-        buffer = buffers.get(nxt)
-        if buffer is None:
-            buffer = buffers[nxt] = [None] * nxt.num_outputs
+        state = <_Pending>pending[nxt]
+        if state.grads is None:
+            state.grads = [None] * nxt.num_outputs
         g = outputs[i]
         if g is not None:
-            _accumulate(buffer, (<tuple>edge)[1], g)
-        remaining = dependencies[nxt] - 1
-        dependencies[nxt] = remaining
-        if not remaining:
+            _accumulate(state.grads, (<tuple>edge)[1], g)
+        state.remaining -= 1
+        if not state.remaining:
             _push(ready, nxt)
 
 
