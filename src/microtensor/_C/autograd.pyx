@@ -783,6 +783,8 @@ cdef class _Pending:
     deliver, and the gradients of its outputs delivered so far (None until the first)."""
     cdef Py_ssize_t remaining
     cdef list grads
+    cdef Py_ssize_t unvisited      # scratch for ``_mark_needed``
+    cdef bint needed               # with captured edges: whether the node must run
 
 
 cdef dict _collect(roots):
@@ -811,33 +813,37 @@ cdef dict _collect(roots):
     return pending
 
 
-cdef dict _needed(dict nodes, targets):
-    """The nodes that must run for gradient to reach ``targets``: those with an edge to a
-    target or to another needed node (a target itself runs only if it is also needed)."""
-    cdef dict needed = {}
-    cdef list stack
-    for start in nodes:
-        if start in needed:
-            continue
-        needed[start] = False
-        stack = [(start, iter((<Node>start).next_functions))]
-        while stack:
-            node, edges = stack[len(stack) - 1]
-            for edge in edges:
-                nxt = (<tuple>edge)[0]
-                if nxt is None:
-                    continue
-                if nxt not in needed:
-                    needed[nxt] = False
-                    stack.append((nxt, iter((<Node>nxt).next_functions)))
-                    break
-                if needed[nxt] or nxt in targets:
-                    needed[node] = True
-            else:
-                stack.pop()
-                if stack and (needed[node] or node in targets):
-                    needed[stack[len(stack) - 1][0]] = True
-    return needed
+cdef void _mark_needed(dict pending, targets) except *:
+    """Mark the nodes that must run for gradient to reach ``targets``: those with an edge
+    to a target or to another needed node (a target itself runs only if it is also
+    needed).  The nodes are visited children first: the reverse of a topological order
+    (Kahn's, on a scratch copy of the incoming-edge counts)."""
+    cdef list order = [], stack = []
+    cdef _Pending state
+    cdef Node node
+    cdef Py_ssize_t i
+    for node, found in pending.items():
+        state = <_Pending>found
+        state.unvisited = state.remaining
+        if not state.unvisited:
+            stack.append(node)
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is not None:
+                state = <_Pending>pending[nxt]
+                state.unvisited -= 1
+                if not state.unvisited:
+                    stack.append(nxt)
+    for i in range(len(order) - 1, -1, -1):
+        node = order[i]
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is not None and (nxt in targets or (<_Pending>pending[nxt]).needed):
+                (<_Pending>pending[node]).needed = True
+                break
 
 
 def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
@@ -848,7 +854,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     only nodes leading to them run.  ``accumulate_into_leaf(variable, grad,
     create_graph)`` receives what reaches a leaf's ``AccumulateGrad``.
     """
-    cdef dict pending, capture_at = None, needed = None
+    cdef dict pending, capture_at = None
     cdef list captured = None, ready = []
     cdef Node node
     cdef _Pending state
@@ -859,7 +865,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
         capture_at = {}
         for i, (target, nr) in enumerate(capture):
             capture_at.setdefault(target, []).append((nr, i))
-        needed = _needed(pending, capture_at.keys())
+        _mark_needed(pending, capture_at)
     for root in _seed(pending, roots, root_grads):
         if (<_Pending>pending[root]).remaining == 0:
             _push(ready, <Node>root)
@@ -878,7 +884,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
                 for nr, i in capture_at.get(node, ()):
                     if nr < len(grads):
                         captured[i] = grads[nr]
-                if not needed[node]:
+                if not state.needed:
                     continue
             if type(node) is AccumulateGrad:
                 grad = grads[0]
