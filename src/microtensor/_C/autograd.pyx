@@ -680,7 +680,8 @@ cdef set_history(Node node, tuple outputs, bint is_view):
     is ``node``'s output i); the outputs of a view op become differentiable views."""
     cdef TensorBase t
     cdef Py_ssize_t i
-    for i, out in enumerate(outputs):
+    for i in range(len(outputs)):
+        out = outputs[i]
         if isinstance(out, TensorBase) and (<TensorBase>out)._dtype.is_floating_point:
             t = <TensorBase>out
             t._grad_fn = node
