@@ -26,11 +26,11 @@ a broadcast input and cast to the input's dtype.
 ``microtensor.autograd``; this module imports nothing above ``_C`` (recording installs its
 node classes with ``install_nodes``).
 """
+cimport cython
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
 import threading
-from heapq import heappop, heappush
 
 from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
 from microtensor._C.tensor import set_grad_enabled
@@ -137,14 +137,18 @@ cdef class Node:
     cdef object __weakref__
 
     def __init__(self, next_functions, input_meta=None, Py_ssize_t num_outputs=1):
+        self._init(tuple(next_functions), input_meta, num_outputs)
+
+    cdef int _init(self, tuple next_functions, input_meta, Py_ssize_t num_outputs) except -1:
         global _next_sequence_nr
-        self.next_functions = tuple(next_functions)
+        self.next_functions = next_functions
         self.sequence_nr = _next_sequence_nr
         _next_sequence_nr += 1
         self.input_meta = input_meta
         self.num_outputs = num_outputs
         if _anomaly_record is not None:
             _anomaly_record(self)
+        return 0
 
     def name(self):
         return type(self).__name__
@@ -201,7 +205,7 @@ cdef class AccumulateGrad(Node):
     cdef readonly TensorBase variable
 
     def __init__(self, TensorBase variable):
-        Node.__init__(self, ())
+        self._init((), None, 1)
         self.variable = variable
 
     # hooks registered on the leaf live on the tensor (which holds this node only weakly);
@@ -287,6 +291,9 @@ cdef class SavedTensor:
         self.unpack_hook = None
 
     def unpack(self, node):
+        return self._unpack(node)
+
+    cdef object _unpack(self, node):
         cdef TensorBase data = self.data, alias
         if self.hooked:
             return self._unpack_hooked(node)
@@ -377,7 +384,7 @@ cdef class OpNode(Node):
 
     def __init__(self, op, list saved, next_functions, slots, input_meta,
                  Py_ssize_t num_outputs):
-        Node.__init__(self, next_functions, input_meta, num_outputs)
+        self._init(tuple(next_functions), input_meta, num_outputs)
         self.op = op
         self.saved = saved
         self.slots = slots
@@ -391,10 +398,14 @@ cdef class OpNode(Node):
         return self.op.node_name
 
     def apply(self, grads):
+        return self._apply(grads)
+
+    cdef object _apply(self, grads):
+        """``apply`` on ``grads`` (a sequence, one gradient per output)."""
         cdef list values = []
         for value in self.saved:
             if isinstance(value, SavedTensor):
-                value = (<SavedTensor>value).unpack(self)
+                value = (<SavedTensor>value)._unpack(self)
             elif type(value) is list:
                 value = [v.unpack(self) if isinstance(v, SavedTensor) else v for v in value]
             values.append(value)
@@ -444,6 +455,9 @@ cdef class OpNode(Node):
         return tuple(results)
 
     def release(self):
+        self._release()
+
+    cdef void _release(self) except *:
         for value in self.saved:
             if isinstance(value, SavedTensor):
                 (<SavedTensor>value).release()
@@ -515,11 +529,17 @@ def attach_node(op, args, kwargs, result):
     """Make an ``OpNode`` for ``op``'s call on ``args`` the ``grad_fn`` of its outputs,
     saving what its derivative's ``saved_plan`` asks for and an edge per tensor in
     ``op.inputs``."""
-    cdef dict bound = bind_arguments(op.params, op.defaults, op.varargs, args, kwargs)
+    cdef tuple recording = op.recording     # (params, defaults, varargs, inputs, is_view)
+    cdef dict bound = bind_arguments(<tuple>recording[0], <dict>recording[1], recording[2],
+                                     args, kwargs)
     cdef tuple outputs = result if type(result) is tuple else (result,)
-    edges, slots, metas = input_edges(op.inputs, bound)
-    cdef OpNode node = OpNode(op, [], edges, slots, metas, len(outputs))
-    set_history(node, outputs, op.kind == "view")
+    edges, slots, metas = input_edges(<tuple>recording[3], bound)
+    cdef OpNode node = OpNode.__new__(OpNode)
+    node._init(tuple(edges), metas, len(outputs))
+    node.op = op
+    node.slots = slots
+    node.derivative = op.derivative
+    set_history(node, outputs, recording[4] is True)
     # saved once the outputs have their history: a pack hook sees them as in PyTorch
     node.saved = saved_values(node.derivative.saved_plan, bound, outputs)
     return result
@@ -660,7 +680,8 @@ cdef set_history(Node node, tuple outputs, bint is_view):
     is ``node``'s output i); the outputs of a view op become differentiable views."""
     cdef TensorBase t
     cdef Py_ssize_t i
-    for i, out in enumerate(outputs):
+    for i in range(len(outputs)):
+        out = outputs[i]
         if isinstance(out, TensorBase) and (<TensorBase>out)._dtype.is_floating_point:
             t = <TensorBase>out
             t._grad_fn = node
@@ -705,6 +726,10 @@ cpdef bint reaches_other_leaves(roots, handles) except -1:
 
 def validate_outputs(Node node, grads):
     """Bring each gradient ``node`` produced to the shape and dtype of its input."""
+    return _validate(node, grads)
+
+
+cdef object _validate(Node node, grads):
     metas = node.input_meta
     if metas is None:
         return grads
@@ -713,11 +738,15 @@ def validate_outputs(Node node, grads):
                            f"(expected {len(metas)}, got {len(grads)})")
     cdef list fixed = None
     cdef TensorBase t
-    for i, g in enumerate(grads):
+    cdef tuple meta
+    cdef Py_ssize_t i
+    for i in range(len(grads)):
+        g = grads[i]
         if g is None:
             continue
         t = <TensorBase?>g
-        sizes, dtype = metas[i]
+        meta = <tuple?>metas[i]
+        sizes, dtype = meta[0], meta[1]
         if t._sizes != sizes or t._dtype is not dtype:
             if fixed is None:
                 fixed = list(grads)
@@ -749,52 +778,73 @@ cdef bint _expandable_to(tuple sizes, tuple target):
     return True
 
 
-cdef tuple _collect(roots):
-    """Number of incoming edges of every node reachable from ``roots``, and those nodes."""
-    cdef dict dependencies = {}
+@cython.final
+cdef class _Pending:
+    """A node's state during one pass: how many of the edges into it have still to
+    deliver, and the gradients of its outputs delivered so far (None until the first)."""
+    cdef Py_ssize_t remaining
+    cdef list grads
+    cdef Py_ssize_t unvisited      # scratch for ``_mark_needed``
+    cdef bint needed               # with captured edges: whether the node must run
+
+
+cdef dict _collect(roots):
+    """A ``_Pending`` for every node reachable from ``roots``, with its count of incoming
+    edges."""
+    cdef dict pending = {}
     cdef list stack = list(dict.fromkeys(edge[0] for edge in roots if edge[0] is not None))
-    cdef set seen = set(stack)
     cdef Node node
+    cdef _Pending state
+    for node in stack:
+        pending[node] = _Pending.__new__(_Pending)
     while stack:
         node = stack.pop()
         for edge in node.next_functions:
             nxt = (<tuple>edge)[0]
             if nxt is None:
                 continue
-            dependencies[nxt] = dependencies.get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
+            found = pending.get(nxt)
+            if found is None:
+                state = _Pending.__new__(_Pending)
+                pending[nxt] = state
                 stack.append(nxt)
-    return dependencies, seen
-
-
-cdef dict _needed(set nodes, targets):
-    """The nodes that must run for gradient to reach ``targets``: those with an edge to a
-    target or to another needed node (a target itself runs only if it is also needed)."""
-    cdef dict needed = {}
-    cdef list stack
-    for start in nodes:
-        if start in needed:
-            continue
-        needed[start] = False
-        stack = [(start, iter((<Node>start).next_functions))]
-        while stack:
-            node, edges = stack[len(stack) - 1]
-            for edge in edges:
-                nxt = (<tuple>edge)[0]
-                if nxt is None:
-                    continue
-                if nxt not in needed:
-                    needed[nxt] = False
-                    stack.append((nxt, iter((<Node>nxt).next_functions)))
-                    break
-                if needed[nxt] or nxt in targets:
-                    needed[node] = True
             else:
-                stack.pop()
-                if stack and (needed[node] or node in targets):
-                    needed[stack[len(stack) - 1][0]] = True
-    return needed
+                state = <_Pending>found
+            state.remaining += 1
+    return pending
+
+
+cdef void _mark_needed(dict pending, targets) except *:
+    """Mark the nodes that must run for gradient to reach ``targets``: those with an edge
+    to a target or to another needed node (a target itself runs only if it is also
+    needed).  The nodes are visited children first: the reverse of a topological order
+    (Kahn's, on a scratch copy of the incoming-edge counts)."""
+    cdef list order = [], stack = []
+    cdef _Pending state
+    cdef Node node
+    cdef Py_ssize_t i
+    for node, found in pending.items():
+        state = <_Pending>found
+        state.unvisited = state.remaining
+        if not state.unvisited:
+            stack.append(node)
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is not None:
+                state = <_Pending>pending[nxt]
+                state.unvisited -= 1
+                if not state.unvisited:
+                    stack.append(nxt)
+    for i in range(len(order) - 1, -1, -1):
+        node = order[i]
+        for edge in node.next_functions:
+            nxt = (<tuple>edge)[0]
+            if nxt is not None and (nxt in targets or (<_Pending>pending[nxt]).needed):
+                (<_Pending>pending[node]).needed = True
+                break
 
 
 def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
@@ -805,96 +855,141 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
     only nodes leading to them run.  ``accumulate_into_leaf(variable, grad,
     create_graph)`` receives what reaches a leaf's ``AccumulateGrad``.
     """
-    cdef dict dependencies, buffers = {}, capture_at = None, needed = None
-    cdef set nodes
+    cdef dict pending, capture_at = None
     cdef list captured = None, ready = []
     cdef Node node
+    cdef _Pending state
     cdef Py_ssize_t i
-    dependencies, nodes = _collect(roots)
+    pending = _collect(roots)
     if capture is not None:
         captured = [None] * len(capture)
         capture_at = {}
         for i, (target, nr) in enumerate(capture):
             capture_at.setdefault(target, []).append((nr, i))
-        needed = _needed(nodes, capture_at.keys())
-    _seed(buffers, roots, root_grads)
-    for root in buffers:
-        if dependencies.get(root, 0) == 0:
-            heappush(ready, (-(<Node>root).sequence_nr, root))
+        _mark_needed(pending, capture_at)
+    for root in _seed(pending, roots, root_grads):
+        if (<_Pending>pending[root]).remaining == 0:
+            _push(ready, <Node>root)
 
     prev = grad_mode_enabled()
     set_grad_enabled(create_graph)
     try:
         while ready:
-            node = heappop(ready)[1]
-            grads = buffers.pop(node)
+            node = _pop(ready)
+            state = <_Pending>pending.pop(node)
+            grads = state.grads
+            state.grads = None   # the leaf may steal a gradient only if no one else holds it
             if node._output_hooks() or node._retains_grad_hooks or node._node_pre_hooks:
                 grads = _run_pre_hooks(node, grads)
             if capture_at is not None:
                 for nr, i in capture_at.get(node, ()):
                     if nr < len(grads):
                         captured[i] = grads[nr]
-                if not needed[node]:
+                if not state.needed:
                     continue
             if type(node) is AccumulateGrad:
                 grad = grads[0]
-                grads = None   # the leaf may steal ``grad`` only if no one else holds it
+                grads = None
                 accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
                 continue
-            _run_node(node, grads, buffers, dependencies, ready, retain_graph)
+            _run_node(node, grads, pending, ready, retain_graph)
     finally:
         set_grad_enabled(prev)
     return captured
 
 
-cdef void _seed(dict buffers, roots, root_grads) except *:
-    cdef list buffer
+# The ready queue: a binary heap of nodes, the most recently created (highest
+# ``sequence_nr``) on top, compared in C.
+cdef void _push(list heap, Node node) except *:
+    cdef Py_ssize_t i = len(heap), parent
+    cdef Py_ssize_t sequence_nr = node.sequence_nr
+    heap.append(node)
+    while i > 0:
+        parent = (i - 1) >> 1
+        above = heap[parent]
+        if (<Node>above).sequence_nr >= sequence_nr:
+            break
+        heap[i] = above
+        i = parent
+    heap[i] = node
+
+
+cdef Node _pop(list heap):
+    cdef Node top = heap[0]
+    cdef Node last = heap.pop()
+    cdef Py_ssize_t n = len(heap), i = 0, child
+    if not n:
+        return top
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and \
+                (<Node>heap[child + 1]).sequence_nr > (<Node>heap[child]).sequence_nr:
+            child += 1
+        if (<Node>heap[child]).sequence_nr <= last.sequence_nr:
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = last
+    return top
+
+
+cdef list _seed(dict pending, roots, root_grads):
+    """Deliver the root gradients; the root nodes, each once."""
+    cdef list seeded = []
+    cdef _Pending state
     for (root, nr), grad in zip(roots, root_grads):
         if root is not None:
-            buffer = buffers.get(root)
-            if buffer is None:
-                buffer = buffers[root] = [None] * (<Node>root).num_outputs
-            _accumulate(buffer, nr, grad)
+            state = <_Pending>pending[root]
+            if state.grads is None:
+                state.grads = [None] * (<Node>root).num_outputs
+                seeded.append(root)
+            _accumulate(state.grads, nr, grad)
+    return seeded
 
 
-cdef void _run_node(Node node, grads, dict buffers, dict dependencies, list ready,
-                    bint retain_graph) except *:
+cdef void _run_node(Node node, grads, dict pending, list ready, bint retain_graph) except *:
     """Apply ``node`` and pass its gradients along its edges, queueing the nodes that
     thereby have all their inputs.  (A function of its own so that no gradient outlives
     it in a local variable: ``accumulate_into_leaf`` steals only unshared gradients.)"""
     cdef Node nxt
-    cdef list buffer
+    cdef _Pending state
     cdef tuple edges = node.next_functions
-    cdef Py_ssize_t i, remaining
+    cdef Py_ssize_t i
     for g in grads:
         if g is not None:
             if _anomaly_apply is not None:
                 outputs = _anomaly_apply(node, grads)
+            elif type(node) is OpNode:
+                outputs = _validate(node, (<OpNode>node)._apply(grads))
             else:
-                outputs = validate_outputs(node, node.apply(tuple(grads)))
+                outputs = _validate(node, node.apply(tuple(grads)))
             break
     else:
         outputs = (None,) * len(edges)
     if node._post_hooks:
         outputs = _run_post_hooks(node, outputs, grads)
     if not retain_graph:
-        node.release()
+        if type(node) is OpNode:
+            (<OpNode>node)._release()
+        else:
+            node.release()
     for i in range(min(len(edges), len(outputs))):
         edge = edges[i]
         target = (<tuple>edge)[0]
         if target is None:
             continue
         nxt = <Node>target
-        buffer = buffers.get(nxt)
-        if buffer is None:
-            buffer = buffers[nxt] = [None] * nxt.num_outputs
+        state = <_Pending>pending[nxt]
+        if state.grads is None:
+            state.grads = [None] * nxt.num_outputs
         g = outputs[i]
         if g is not None:
-            _accumulate(buffer, (<tuple>edge)[1], g)
-        remaining = dependencies[nxt] - 1
-        dependencies[nxt] = remaining
-        if not remaining:
-            heappush(ready, (-nxt.sequence_nr, nxt))
+            _accumulate(state.grads, (<tuple>edge)[1], g)
+        state.remaining -= 1
+        if not state.remaining:
+            _push(ready, nxt)
 
 
 cdef inline void _accumulate(list buffer, Py_ssize_t slot, grad) except *:

@@ -12,9 +12,10 @@ import threading
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.autograd import execute, validate_outputs
-from microtensor._C.tensor import TensorBase
+from microtensor._C.tensor import TensorBase, empty_contiguous
+from microtensor._tensor import Tensor
 from microtensor.autograd.recording import gradient_edge
-from microtensor.ops.factory import ones_like
+from microtensor.ops.factory import fill, ones_like
 
 
 def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None):
@@ -102,6 +103,17 @@ def _as_tuple(x):
     return tuple(x)
 
 
+def _ones_like(out):
+    """The implicit gradient of a scalar ``out``: a fresh contiguous one (a plain tensor
+    directly, without the op's dispatch; others, such as a vmap's batched tensor, through
+    ``ones_like``)."""
+    if type(out) is not Tensor:
+        return ones_like(out, memory_format=contiguous_format)
+    g = empty_contiguous(out._sizes, out._dtype, out.device)
+    fill(g, 1)
+    return g
+
+
 def _make_grads(outputs, grad_outputs, is_grads_batched=False):
     grads = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
@@ -112,7 +124,7 @@ def _make_grads(outputs, grad_outputs, is_grads_batched=False):
                 if not out._dtype.is_floating_point:
                     raise RuntimeError("grad can be implicitly created only for real scalar "
                                        f"outputs but got {out.dtype}")
-                g = ones_like(out, memory_format=contiguous_format)
+                g = _ones_like(out)
         elif isinstance(g, TensorBase):
             shape = g._sizes[1:] if is_grads_batched else g._sizes
             if shape != out._sizes:

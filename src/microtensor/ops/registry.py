@@ -174,6 +174,8 @@ class Op:
         self.param_names = frozenset(sig.parameters)
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
+        # what recording reads of the op on every recorded call, as one attribute
+        self.recording = (self.params, self.defaults, self.varargs, inputs, kind == "view")
 
     @property
     def saved_names(self):
