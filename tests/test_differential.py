@@ -83,10 +83,6 @@ KNOWN_OPEN = {
         "an index write with both a bad index and a source of another dtype: PyTorch "
         "reports the index (IndexError), microtensor the dtype (RuntimeError) (not in "
         "issue 10)",
-    "indexing:mask_write_casts":
-        "x[mask, ...] = source of another dtype: PyTorch casts the source, microtensor "
-        "raises 'Index put requires the source and destination dtypes match' (not in "
-        "issue 10)",
     "matmul:check_order":
         "bool @ another dtype: PyTorch reports the bool (NotImplementedError), microtensor "
         "the dtype mismatch (RuntimeError) (not in issue 10)",
@@ -659,11 +655,9 @@ def family_indexing(draw, d, i):
     advanced = [p.dtype for p in parts if isinstance(p, np.ndarray)]
 
     def case(source_dtype):
-        if not advanced or source_dtype == dtype:
-            return None
-        if bad_index:
+        if advanced and source_dtype != dtype and bad_index:
             return "indexing:check_order"
-        return "indexing:mask_write_casts" if np.dtype(bool) in advanced else None
+        return None
     if source_kind == "value":
         sources = [j for j in range(len(d.values)) if _broadcasts(d.shape(j), picked) and
                    (enabled("indexing:overlapping_source") or not d.shares(i, j, empty=True))]

@@ -439,6 +439,9 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
         name = "index_put_" if out is self else "index_put"
         raise TypeError(f"{name}(): argument 'values' (position 2) must be Tensor, not "
                         f"{type(values).__name__}")
+    if values._dtype is not self._dtype and not accumulate and _one_mask_fill(indices, values):
+        # PyTorch writes one value through one boolean mask with masked_fill_, which casts
+        values = values.to(self._dtype)
     if values._dtype is not self._dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                            f"{type_name(self._dtype)} for the destination and "
@@ -463,6 +466,15 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     else:
         target[plan.where] = source
     return out
+
+
+def _one_mask_fill(indices, values):
+    """Whether PyTorch's index_put_ fills ``values`` in with masked_fill_: one CPU value,
+    and one index entry, a boolean mask, with every other entry a full slice (None)."""
+    if values._numel != 1 or values.device.type != "cpu":
+        return False
+    given = [entry for entry in indices if entry is not None]
+    return len(given) == 1 and isinstance(given[0], TensorBase) and given[0]._dtype is bool_
 
 
 @index_put.def_derivative("self")
