@@ -734,3 +734,50 @@ def test_lerp_dtypes_as_pytorch(fn):
 ])
 def test_unary_ops_of_bool_tensors_as_pytorch(fn):
     assert_same_outcome(fn)
+
+
+
+def _put(target, index, value):
+    target[index] = value
+    return target
+
+
+ONE_VALUE_WRITES = [
+    lambda L: _put(L.zeros(3), L.tensor([True, False, True]), L.tensor(5, dtype=L.float64)),
+    lambda L: _put(L.zeros(3, dtype=L.int64), L.tensor([True, False, True]), L.tensor(2.7)),
+    lambda L: _put(L.zeros(2, 3), (slice(None), L.tensor([True, False, True])), L.tensor(1)),
+    lambda L: _put(L.zeros(3), L.tensor([True, False, True]), L.tensor([1])),
+    lambda L: L.zeros(3, dtype=L.float64).index_put_((L.tensor([True, False, True]),),
+                                                     L.tensor(5.0)),
+    # not one mask and one value: the dtypes must match
+    lambda L: _put(L.zeros(2, 3), (L.tensor([0, 1]), L.tensor([True, False, True])),
+                   L.tensor(1)),
+    lambda L: _put(L.zeros(3), L.tensor([0, 1]), L.tensor(1)),
+    lambda L: _put(L.zeros(3), L.tensor([True, False, True]), L.tensor([1, 2])),
+    lambda L: L.zeros(3).index_put_((L.tensor([True, False, True]),), L.tensor(1),
+                                    accumulate=True),
+]
+
+
+@pytest.mark.parametrize("write", ONE_VALUE_WRITES)
+def test_one_value_through_one_mask_is_cast_as_in_pytorch(write):
+    # PyTorch's index_put_ fills one value through one boolean mask with masked_fill_,
+    # which casts the value; every other advanced write needs matching dtypes
+    def outcome(L):
+        try:
+            x = write(L)
+        except RuntimeError as error:
+            return "error", str(error)
+        return x.tolist(), str(x.dtype).split(".")[-1]
+    assert outcome(mt) == outcome(torch)
+
+
+def test_one_value_through_one_mask_keeps_its_gradient():
+    results = []
+    for L in (mt, torch):
+        w = L.tensor(2.0, dtype=L.float64, requires_grad=True)
+        x = L.zeros(3, requires_grad=True).clone()
+        x[L.tensor([True, False, True])] = w
+        (x * L.tensor([1.0, 2.0, 3.0])).sum().backward()
+        results.append((x.tolist(), w.grad.item(), str(w.grad.dtype).split(".")[-1]))
+    assert results[0] == results[1]
