@@ -67,9 +67,6 @@ KNOWN_OPEN = {
         "index writes from overlapping sources now raise as PyTorch's, and x[None] = x is "
         "allowed as there; drawing the case still stops at x[bool mask] of a permuted "
         "tensor, which returns contiguous strides where PyTorch keeps the layout",
-    "binary:number_base_pow_layout":
-        "pow(number, t) keeps t's layout; PyTorch returns a contiguous tensor (same values; "
-        "not in issue 10)",
     "reductions:check_order":
         "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
         "(IndexError) before the repetition (RuntimeError) (not in issue 10)",
@@ -360,8 +357,6 @@ def binary_case(name, x, y):
         return "binary:unsupported_dtype_errors"
     if name.startswith("bitwise") and promoted.is_floating_point:
         return "binary:unsupported_dtype_errors"
-    if name == "pow" and not isinstance(x, torch.Tensor) and not y.is_contiguous():
-        return "binary:number_base_pow_layout"
     if name == "pow" and not promoted.is_floating_point and isinstance(y, torch.Tensor) and \
             not y.is_floating_point() and bool((y < 0).any()):
         return "binary:int_pow_negative_tensor"

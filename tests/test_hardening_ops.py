@@ -781,3 +781,20 @@ def test_one_value_through_one_mask_keeps_its_gradient():
         (x * L.tensor([1.0, 2.0, 3.0])).sum().backward()
         results.append((x.tolist(), w.grad.item(), str(w.grad.dtype).split(".")[-1]))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("divide", [
+    lambda L: L.remainder(L.tensor([-4, 4], dtype=L.int32), 2 ** 40),
+    lambda L: L.tensor([-4, 4], dtype=L.int32) // 2 ** 40,
+    lambda L: L.fmod(L.tensor([-4, 4], dtype=L.int8), 256),
+    lambda L: L.tensor([5], dtype=L.int8) % 300,
+    lambda L: L.tensor([5], dtype=L.int64) % 2 ** 40,
+])
+def test_an_int_divisor_that_wraps_to_zero_is_a_division_by_zero(divide):
+    # PyTorch casts a Python int into the tensor's dtype, wrapping (2**40 is 0 in int32)
+    def outcome(L):
+        try:
+            return divide(L).tolist()
+        except RuntimeError as error:
+            return str(error)
+    assert outcome(mt) == outcome(torch)

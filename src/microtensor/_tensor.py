@@ -241,6 +241,8 @@ class Tensor(TensorBase):
         return call_by_name("pow", self, exponent)
 
     def __rpow__(self, base):
+        if type(base) in (int, float, bool):   # a number base, as in ``pow(2.0, t)``
+            return call_by_name("pow", base, self)
         return call_by_name("pow", scalar_tensor_like(base, self), self)
 
     def __floordiv__(self, other):

@@ -11,7 +11,7 @@ from microtensor._C import kernels, nnkernels
 from microtensor._C.dispatch import batching, set_unary_kernel
 from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous, int64,
                                     is_grad_enabled)
-from microtensor._dtype import check_scalar_fits, result_type, info
+from microtensor._dtype import check_scalar_fits, info, result_type, wrap_scalar
 from microtensor.ops.loops import float_dtype, pointwise
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import aligned, call, inplace_error, same_level, to_front
@@ -227,7 +227,10 @@ def _check_integer_divisor(self, other):
         if (np.count_nonzero(divisors) == other._numel if isinstance(divisors, np.ndarray)
                 else divisors.all()):
             return
-    elif other != 0:        # the common case, decided without type promotion
+    elif other != 0 and (type(other) is not int or -256 < other < 256 or
+                         wrap_scalar(other, result_type(self, other)) != 0):
+        # (the common case is decided without type promotion; only an int of 256 or more
+        # can wrap to 0, as PyTorch's scalars do: 2**40 is 0 in int32)
         return
     dt = result_type(self, other)
     if dt.is_floating_point or dt is bool_ or (isinstance(self, TensorBase) and
@@ -333,6 +336,9 @@ def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and type(exponent) is int and \
             not self._dtype.is_floating_point and self._dtype is not bool_:
         check_scalar_fits(exponent, self._dtype)   # int32 ** 2**40: PyTorch refuses
+    if not isinstance(self, TensorBase) and isinstance(exponent, TensorBase) and out is None:
+        # a number base: PyTorch's result is contiguous whatever the exponent's layout
+        exponent = exponent.contiguous()
     if result_type(self, exponent) is bool_:
         if isinstance(exponent, TensorBase) or not isinstance(self, TensorBase):
             _check_not_bool("pow", self, exponent)
