@@ -529,3 +529,20 @@ def test_tensor_sum_over_size_one_dims_is_a_copy(dtype, keepdim, data):
     dims = tuple(d for d, size in enumerate(shape) if size == 1)
     out = mt.from_numpy(view).sum(dims, keepdim=keepdim)
     np.testing.assert_array_equal(out.numpy(), view.sum(axis=dims, keepdims=keepdim))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-3, 3), max_size=12), st.integers(-3, 3), st.integers(1, 3),
+       st.booleans())
+def test_holds_int64_matches_in(values, value, step, as_matrix):
+    """``holds_int64`` (whether a target is ignored) on strided and 2-D int64 arrays,
+    against ``value in array``."""
+    array = np.array(values, np.int64)[::step]
+    if as_matrix:
+        array = array[:len(array) // 2 * 2].reshape(2, -1).T   # not contiguous
+    assert kernels.holds_int64(array, value) == (value in array)
+
+
+def test_holds_int64_refuses_other_dtypes():
+    with pytest.raises(TypeError, match="int64"):
+        kernels.holds_int64(np.zeros(3, np.int32), 0)

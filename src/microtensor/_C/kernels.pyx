@@ -1947,6 +1947,21 @@ def nll_forward_(cnp.ndarray rows not None, cnp.ndarray targets not None, weight
     return None
 
 
+def holds_int64(cnp.ndarray values not None, int64_t value):
+    """Whether the int64 array `values` holds `value` (whether a target is ignored): one
+    scan, where `value in values` makes a comparison array and reduces it."""
+    if cnp.PyArray_TYPE(values) != cnp.NPY_INT64:
+        raise TypeError("holds_int64: an int64 array expected")
+    if cnp.PyArray_NDIM(values) != 1:
+        values = values.reshape(-1)
+    cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(values)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(values, 0), step = cnp.PyArray_STRIDE(values, 0) // 8, i
+    for i in range(n):
+        if p[i * step] == value:
+            return True
+    return False
+
+
 def nll_backward_(cnp.ndarray grad_rows not None, cnp.ndarray targets not None, weight,
                   int64_t ignore_index, cnp.ndarray grads not None, bint mean):
     """grad_rows[n, targets[n]] = -grads[n] * w[n] (over the total weight when `mean`) and 0

@@ -488,6 +488,16 @@ def linear(input, weight, bias=None):
             if 0 in rows.strides or 0 in weights.strides:
                 rows, weights = _blas_ready(rows), _blas_ready(weights)
             np.matmul(rows, weights.T, out=out._array())
+    elif len(input._sizes) == len(weight._sizes) and input._sizes[:-2] == weight._sizes[:-2] \
+            and not any(weight._strides[:-2]) and isinstance(weight._array(), np.ndarray):
+        # one matrix repeated along the stack (a parameter expanded over a vmap batch):
+        # every row times it, as one product, without the general product's shape rules
+        out = _fresh(input._sizes[:-1] + weight._sizes[-2:-1], input, weight)
+        if out._numel:
+            matrix = _blas_ready(weight._array()[(0,) * (len(weight._sizes) - 2)])
+            rows = input._array()
+            np.matmul(_blas_ready(rows.reshape(-1, rows.shape[-1])), matrix.T,
+                      out=out._array().reshape(-1, matrix.shape[0]))
     else:
         out = _checked_product(input, weight.mT)
     if bias is not None:

@@ -190,7 +190,7 @@ def _total_weight(targets, weights, ignore_index, size):
     rows = targets._numel // size
     if weights is None:
         values = targets._array() if type(targets) is not BatchedTensor else None
-        if isinstance(values, np.ndarray) and ignore_index not in values:
+        if isinstance(values, np.ndarray) and not kernels.holds_int64(values, ignore_index):
             return rows
         return (targets != ignore_index).reshape(size, rows).sum(1)
     return weights.reshape(size, rows).sum(1)

@@ -280,7 +280,8 @@ def unsqueeze(op, level, args, kwargs):
     d = meta.wrap_dim(bound["dim"], self.dim() + 1)
     b = self._bdim
     p = d if d < b else d + 1
-    return wrap(call(op, (self._value, p), None), b + 1 if p <= b else b, level)
+    # the method, not ``call``: a plain physical value takes the core's fast path
+    return wrap(self._value.unsqueeze(p), b + 1 if p <= b else b, level)
 
 
 @op(kind="view",
