@@ -429,6 +429,7 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 
 dispatch.set_batching(rules.handle, BatchedTensor)
+rules.serve_binary_in_core()
 _autograd_function.batched_apply = _function.batched_apply
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad
