@@ -264,6 +264,18 @@ cdef object _fast_matmul(object a, object b):
             _np_matmul(_ndarray_view(ta).reshape(-1, ta._sizes[2]), _ndarray_view(tb)[0],
                        out=_ndarray_view(out).reshape(-1, n))
             return out
+    if _float_cpu(a) and _float_cpu(b):
+        ta, tb = <TensorBase>a, <TensorBase>b
+        if len(ta._sizes) == 2 and len(tb._sizes) == 1 and ta._dtype is tb._dtype and \
+                ta._sizes[1] == tb._sizes[0]:
+            # matrix @ vector (``W @ v`` in the functions jacrev and hessian take): one BLAS
+            # call, recorded here when autograd records (the vector is usually the input)
+            sizes = (ta._sizes[0],)
+            out = _fresh_tensor(sizes, _contiguous_strides(sizes), ta._dtype, 1)
+            _np_matmul(_ndarray_view(ta), _ndarray_view(tb), out=_ndarray_view(out))
+            if not mt_grad_disabled and (needs_grad(ta) or needs_grad(tb)):
+                return _attach_node(_recorded_ops["matmul"], (a, b), None, out)
+            return out
     return _dispatch_call("matmul", a, b)
 
 
