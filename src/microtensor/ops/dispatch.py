@@ -35,7 +35,9 @@ install_inplace_recording = _core.install_inplace_recording
 
 
 def binary(name, a, b):
-    """The slow path of ``a + b`` and friends (the Cython fast path declined)."""
+    """The slow path of ``a + b`` and friends when ``a`` is not a tensor (a number on the
+    left) or ``b`` neither a tensor nor a number: the core's fast path sends calls on two
+    tensors, or a tensor and a number, to the dispatcher itself."""
     op = REGISTRY[name]
     if not isinstance(a, TensorBase):
         if not isinstance(b, TensorBase):
