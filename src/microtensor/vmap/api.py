@@ -289,6 +289,9 @@ def _check_out_dims(func, out_dims):
 
 def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
     if type(out_dims) is int:
+        if type(outputs) is BatchedTensor and outputs._level == level and \
+                outputs._bdim == out_dims:
+            return outputs._value             # already where out_dims puts the batch
         if isinstance(outputs, TensorBase):
             return _unwrap_output(None, outputs, out_dims, level, size, False)
         if type(outputs) is dict:
