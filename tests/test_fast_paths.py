@@ -205,6 +205,21 @@ def test_matmul(data, grad_enabled):
                  grad_enabled, exact=False)
 
 
+@SETTINGS
+@given(st.data(), st.booleans())
+def test_matrix_times_vector(data, grad_enabled):
+    """(m, k) @ (k,): the fast path's one BLAS call (recorded when autograd records),
+    against the op; a mismatched size or dtype takes the op's path and its error."""
+    m, k = (data.draw(st.integers(0, 5)) for _ in range(2))
+    k2 = k if data.draw(st.integers(0, 5)) else data.draw(st.integers(0, 5))
+    dtype = data.draw(st.sampled_from(DTYPES))
+    a = data.draw(recipes(dtypes=[dtype], sizes=(m, k)))
+    b = data.draw(recipes(dtypes=[dtype] if data.draw(st.booleans()) else DTYPES,
+                          sizes=(k2,)))
+    assert_agree(operator.matmul, lambda x, y: call_by_name("matmul", x, y), [a, b],
+                 grad_enabled, exact=False)
+
+
 def test_matmul_above_the_small_product_limit():
     """The large-product branch (NumPy's matmul into the result)."""
     for dtype in FLOATS:

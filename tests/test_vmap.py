@@ -959,6 +959,29 @@ def test_operators_on_batched_tensors_reach_the_dispatcher():
     assert dispatch.batching() is None
 
 
+def test_common_batched_binary_calls_are_served_by_the_dispatcher(monkeypatch):
+    # a batched in front times a number, an unbatched tensor or a like-batched tensor
+    # runs in the dispatcher; other calls (b batched with a lower rank) reach the rule
+    from microtensor.vmap import rules
+    mul = REGISTRY["mul"]
+    rule = rules.rule_for(mul)
+    calls = []
+
+    def counted(op, level, args, kwargs):
+        calls.append(op.name)
+        return rule(op, level, args, kwargs)
+    monkeypatch.setitem(rules._resolved, mul, counted)
+    x, y, w = mt.randn(3, 2, 4), mt.randn(3, 2, 4), mt.randn(4)
+
+    def f(a, b):
+        return a * 2.0, a * w, a * b, a * b.sum()
+    got = mt.vmap(f)(x, y)
+    for i, r in enumerate(got):
+        expected = [f(x[k], y[k])[i] for k in range(3)]
+        assert mt.allclose(r, mt.stack(expected))
+    assert calls == ["mul"]
+
+
 def test_batched_tensor_is_a_tensor_with_per_sample_metadata():
     def check(t):
         assert isinstance(t, mt.Tensor) and type(t) is BatchedTensor

@@ -25,7 +25,7 @@ from microtensor.ops import indexing as _indexing  # noqa: E402
 _core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem,
                _attach_node, {name: _REGISTRY[name] for name in (
                    "add", "sub", "mul", "div", "sum", "view", "transpose", "unsqueeze",
-                   "expand")})
+                   "expand", "matmul")}, _dispatch.call)
 
 from microtensor import ops  # noqa: E402
 from microtensor.autograd import tensor_methods as _autograd_methods  # noqa: E402

@@ -10,7 +10,8 @@
 3. A call with a batched argument (or, while this thread is inside a vmap, one that draws
    random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
    physical tensors, which come back through here.  Finding the batched arguments is done
-   here, in C, because every call pays for it.  vmap levels are per thread (as in
+   here, in C, because every call pays for it.  The commonest batched call, ``a + b`` and
+   friends with ``a`` batched in front (``set_batched_binary``), is served here too.  vmap levels are per thread (as in
    PyTorch): this thread's depth is a C thread-local, and a batched argument of a level
    deeper than that escaped from a vmap that has returned and is refused.
 4. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
@@ -30,7 +31,7 @@ from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, s
 import numpy as np
 
 from microtensor._C.autograd import attach_node
-from microtensor._C.tensor import NoDataError
+from microtensor._C.tensor import NoDataError, without_dim
 
 cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
@@ -38,6 +39,8 @@ cdef object _record_inplace = None
 cdef object _call_with_out = None
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
+cdef dict _batched_binary = {}     # op -> fn(a, b): the binary ops vmap's common case runs here
+cdef object _binary_handler = None # the handler those are a case of (served only while it is)
 
 # The number of vmap levels active in this thread (a C thread-local, so that threads
 # vmap independently and read it for free).
@@ -167,6 +170,48 @@ def unary_kernels():
     return {op: kernel[0] for op, kernel in _unary_kernels.items()}
 
 
+def set_batched_binary(op, fn):
+    """Serve ``op(a, b)`` here under vmap when ``a`` is batched at dim 0 of the innermost
+    level and ``b`` is a Python number, an unbatched tensor of no higher rank (of ``a``'s
+    dtype if ``a`` is per-sample 0-d), or a tensor batched like ``a`` of ``a``'s rank: the
+    result is ``fn`` of the physical values, batched at dim 0.  This is the pointwise
+    family rule's common case (every batched gradient of ``jacrev`` takes it) without its
+    Python frames; any other call of ``op`` goes to the handler.  vmap registers the
+    binary operators once its handler is installed; they are served only while that
+    handler is (another one, a test's spy say, sees every call)."""
+    global _binary_handler
+    _batched_binary[op] = fn
+    _binary_handler = _batching
+
+
+cdef object _batched_in_front(fn, Py_ssize_t level, a, b):
+    """``set_batched_binary``'s case, or None when the arguments are not of it."""
+    if type(a) is not _batched_type or a._level != level or a._bdim != 0:
+        return None
+    cdef TensorBase ta = <TensorBase>a
+    cdef Py_ssize_t n = len(ta._sizes)
+    kind = type(b)
+    if kind is float or kind is int or kind is bool:
+        physical = b
+    elif kind is _batched_type:
+        if b._level != level or b._bdim != 0 or len((<TensorBase>b)._sizes) != n:
+            return None
+        physical = b._value
+    elif isinstance(b, TensorBase):
+        if len((<TensorBase>b)._sizes) > n or \
+                (n == 0 and (<TensorBase>b)._dtype is not ta._dtype):
+            return None
+        physical = b
+    else:
+        return None
+    value = fn(a._value, physical)
+    result = without_dim(value, 0, _batched_type)
+    result._value = value
+    result._bdim = 0
+    result._level = level
+    return result
+
+
 def set_observer(observer):
     """Install ``observer(op, args, kwargs)`` (None: remove it), called first for every op
     that declares a norm rule; it returns the result, or NotImplemented to let the call go
@@ -195,6 +240,12 @@ cpdef object call(op, args, kwargs):
         if level or (mt_vmap_depth and op.random):
             if level > mt_vmap_depth:
                 raise RuntimeError(ESCAPED_ERROR.format(level))
+            if not kwargs and len(args) == 2 and _batching is _binary_handler:
+                fn = _batched_binary.get(op)
+                if fn is not None:
+                    result = _batched_in_front(fn, level, args[0], args[1])
+                    if result is not None:
+                        return result
             result = _batching(op, level, args, kwargs)
             if result is not NotImplemented:
                 return result

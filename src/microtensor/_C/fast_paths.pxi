@@ -9,18 +9,21 @@
 # also serve tensors that require grad, attaching the node the op would have recorded.
 
 
-cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): the slow path of + - * ...
+cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): + - * / on a non-tensor
 cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
 cdef object _attach_node = None     # autograd: attach_node(op, args, kwargs, result)
 cdef dict _recorded_ops = None      # the Ops the fast paths record, by name, for _attach_node
+cdef object _op_call = None         # _C.dispatch.call(op, args, kwargs): the dispatcher itself
 
 
 def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node,
-             dict recorded_ops):
+             dict recorded_ops, op_call):
     """Called once by the package: the Python pieces the fast paths defer to."""
-    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, _recorded_ops
+    global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, \
+        _recorded_ops, _op_call
     _tensor_cls = tensor_cls
+    _op_call = op_call
     _dispatch_binary = dispatch_binary
     _dispatch_call = dispatch_call
     _getitem = getitem
@@ -264,6 +267,18 @@ cdef object _fast_matmul(object a, object b):
             _np_matmul(_ndarray_view(ta).reshape(-1, ta._sizes[2]), _ndarray_view(tb)[0],
                        out=_ndarray_view(out).reshape(-1, n))
             return out
+    if _float_cpu(a) and _float_cpu(b):
+        ta, tb = <TensorBase>a, <TensorBase>b
+        if len(ta._sizes) == 2 and len(tb._sizes) == 1 and ta._dtype is tb._dtype and \
+                ta._sizes[1] == tb._sizes[0]:
+            # matrix @ vector (``W @ v`` in the functions jacrev and hessian take): one BLAS
+            # call, recorded here when autograd records (the vector is usually the input)
+            sizes = (ta._sizes[0],)
+            out = _fresh_tensor(sizes, _contiguous_strides(sizes), ta._dtype, 1)
+            _np_matmul(_ndarray_view(ta), _ndarray_view(tb), out=_ndarray_view(out))
+            if not mt_grad_disabled and (needs_grad(ta) or needs_grad(tb)):
+                return _attach_node(_recorded_ops["matmul"], (a, b), None, out)
+            return out
     return _dispatch_call("matmul", a, b)
 
 
@@ -422,6 +437,10 @@ cdef object _binary(object left, object right, char opcode, str name):
         if not flat:
             sizes = ta._sizes
             strides = meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
+    elif isinstance(left, TensorBase) and (isinstance(right, TensorBase) or
+                                           isinstance(right, (int, float, bool))):
+        # the registered op, straight to the dispatcher (a batched operand under vmap, say)
+        return _op_call(_recorded_ops[name], (left, right), None)
     else:
         return _dispatch_binary(name, left, right)
     if flat:   # every tensor operand contiguous with the result's sizes: one flat loop

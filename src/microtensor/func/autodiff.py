@@ -454,8 +454,12 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
             # with no older levels the row is already the cotangent of the physical root
             ct = with_layout(row, layout, rank, diff.sizes) if layout else row
             return diff.backward([root], [ct], create_graph, True)[0]
-        n = out.numel()
-        basis = _identity(n, out.dtype, out.device).reshape((n,) + tuple(out.shape))
+        # shapes as the tensors' own size tuples (a logical one for a BatchedTensor): no
+        # ``Size`` made per read
+        n = out._numel
+        basis = _identity(n, out._dtype, out.device)
+        if out._sizes != (n,):
+            basis = basis.reshape((n,) + out._sizes)
         # one row needs no vmap level; the rows are reshaped only when their shape is not
         # already the Jacobian's (no view recorded for an outer transform, as hessian's,
         # to differentiate)
@@ -463,8 +467,8 @@ def _jacrev_of_tensor(func, args, kwargs, position, has_aux, chunk_size):
             jac = one_row(basis[0])
         else:
             jac = vmap_call(one_row, 0, 0, "error", chunk_size, (basis,), {})
-        shape = tuple(out.shape) + tuple(x.shape)
-        if tuple(jac.shape) != shape:
+        shape = out._sizes + x._sizes
+        if jac._sizes != shape:
             jac = jac.reshape(shape)
         if has_aux:
             aux_leaves, aux_spec = tree_flatten(aux)

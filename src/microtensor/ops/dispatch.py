@@ -20,8 +20,8 @@ import warnings
 
 from microtensor._C import dispatch as _core
 from microtensor._C import meta
-from microtensor._C.dispatch import (batching, call, run_kernel, set_batching,  # noqa: F401
-                                     set_observer, set_vmap_depth)
+from microtensor._C.dispatch import (batching, call, run_kernel, set_batched_binary,  # noqa: F401
+                                     set_batching, set_observer, set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
 from microtensor._dtype import can_cast, info
 from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
@@ -35,7 +35,9 @@ install_inplace_recording = _core.install_inplace_recording
 
 
 def binary(name, a, b):
-    """The slow path of ``a + b`` and friends (the Cython fast path declined)."""
+    """The slow path of ``a + b`` and friends when ``a`` is not a tensor (a number on the
+    left) or ``b`` neither a tensor nor a number: the core's fast path sends calls on two
+    tensors, or a tensor and a number, to the dispatcher itself."""
     op = REGISTRY[name]
     if not isinstance(a, TensorBase):
         if not isinstance(b, TensorBase):

@@ -289,6 +289,9 @@ def _check_out_dims(func, out_dims):
 
 def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
     if type(out_dims) is int:
+        if type(outputs) is BatchedTensor and outputs._level == level and \
+                outputs._bdim == out_dims:
+            return outputs._value             # already where out_dims puts the batch
         if isinstance(outputs, TensorBase):
             return _unwrap_output(None, outputs, out_dims, level, size, False)
         if type(outputs) is dict:
@@ -429,6 +432,7 @@ def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, all
 
 
 dispatch.set_batching(rules.handle, BatchedTensor)
+rules.serve_binary_in_core()
 _autograd_function.batched_apply = _function.batched_apply
 engine.transform_guard = _refuse_inside_vmap
 engine.batched_grad_impl = _batched_grad

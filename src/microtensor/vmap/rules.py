@@ -80,6 +80,16 @@ _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
               "div": operator.truediv}
 
 
+def serve_binary_in_core():
+    """Let the dispatcher run ``_pointwise_binary``'s commonest case of these operators
+    itself (``set_batched_binary``: no Python frame per batched ``a * b``); called with
+    ``set_batching``, once every op is declared."""
+    for name, fn in _OPERATORS.items():
+        op = REGISTRY[name]
+        if rule_for(op) is pointwise:
+            dispatch.set_batched_binary(op, fn)
+
+
 @family_rule("pointwise")
 def pointwise(op, level, args, kwargs):
     """Batch dims to the front and per-sample dims right-aligned, then one physical op."""
