@@ -29,6 +29,7 @@ import torch  # noqa: E402
 import microtensor as mt  # noqa: E402
 import microtensor.nn.functional as F  # noqa: E402
 from microtensor._C import kernels  # noqa: E402
+from bench_copies import best_of  # noqa: E402
 from run import machine_description  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -175,15 +176,6 @@ FAMILIES = {"outer": ("stacked outer products", outer_cases),
             "im2col": ("im2col (unfold, convolution weight gradient)", im2col_cases),
             "pool": ("pooling", pool_cases),
             "binary": ("elementwise add with a transposed operand", binary_cases)}
-
-
-def best_of(fn, repeats):
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def run_family(title, cases, rounds):

@@ -132,25 +132,21 @@ def jac():
 def _mlp_steps(sizes, torch):
     """One training step (``zero_grad``, forward, ``cross_entropy``, ``backward``) of an
     MLP in-hidden-out at a batch, in microtensor and (when importable) PyTorch."""
-    batch, n_in, hidden, n_out = sizes
     mt.manual_seed(0)
-    model = mt.nn.Sequential(mt.nn.Linear(n_in, hidden), mt.nn.Tanh(),
-                             mt.nn.Linear(hidden, n_out))
-    data, target = mt.randn(batch, n_in), mt.randint(0, n_out, (batch,))
+    step = _mlp_step(mt, sizes)
+    return step, (_mlp_step(torch, sizes) if torch is not None else None)
+
+
+def _mlp_step(lib, sizes):
+    batch, n_in, hidden, n_out = sizes
+    model = lib.nn.Sequential(lib.nn.Linear(n_in, hidden), lib.nn.Tanh(),
+                              lib.nn.Linear(hidden, n_out))
+    data, target = lib.randn(batch, n_in), lib.randint(0, n_out, (batch,))
 
     def step():
         model.zero_grad()
-        mt.nn.functional.cross_entropy(model(data), target).backward()
-    if torch is None:
-        return step, None
-    tm = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.Tanh(),
-                             torch.nn.Linear(hidden, n_out))
-    td, tt = torch.randn(batch, n_in), torch.randint(0, n_out, (batch,))
-
-    def tstep():
-        tm.zero_grad()
-        torch.nn.functional.cross_entropy(tm(td), tt).backward()
-    return step, tstep
+        lib.nn.functional.cross_entropy(model(data), target).backward()
+    return step
 
 
 def mlp():

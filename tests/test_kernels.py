@@ -462,18 +462,26 @@ def test_softmax_along_an_axis_matches_numpy(dtype, log_of, data):
                                atol=1e-6 if dtype == np.float32 else 1e-14)
 
 
+def _column_and_row_stacks(data, dtype, sizes, batch_dims):
+    """Strided views of a column stack (..., m, 1) and a row stack (..., 1, n) whose batch
+    dims (each of size ``sizes`` or 1) broadcast against each other either way."""
+    batch = tuple(data.draw(sizes) for _ in range(data.draw(batch_dims)))
+    m, n = data.draw(sizes), data.draw(sizes)
+    a_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    b_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
+    return (data.draw(strided_views(dtype, a_batch + (m, 1)))[1],
+            data.draw(strided_views(dtype, b_batch + (1, n)))[1])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from([np.float32, np.float64]), st.data())
 def test_stacked_outer_products_match_numpy(dtype, data):
     """``outer_products_``: (..., m, 1) times (..., 1, n) on strided views, batch dims
     broadcast either way, against NumPy's broadcast multiply."""
-    batch = tuple(data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
-    m, n = data.draw(st.integers(0, 5)), data.draw(st.integers(0, 5))
-    a_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
-    b_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
-    a = data.draw(strided_views(dtype, a_batch + (m, 1)))[1]
-    b = data.draw(strided_views(dtype, b_batch + (1, n)))[1]
-    out = np.empty(np.broadcast_shapes(a_batch, b_batch) + (m, n), dtype)
+    a, b = _column_and_row_stacks(data, dtype, sizes=st.integers(0, 5),
+                                  batch_dims=st.integers(1, 2))
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                   dtype)
     kernels.outer_products_(out, a, b)
     np.testing.assert_array_equal(out, a * b)
 
@@ -504,12 +512,8 @@ def test_broadcast_multiply_as_stacked_outer_products(dtype, column_first, data)
     on strided views with batch dims broadcast either way (the C fast path runs these as
     whole outer-product blocks), exactly NumPy's products."""
     import microtensor as mt
-    batch = tuple(data.draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
-    m, n = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
-    a_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
-    b_batch = tuple(1 if data.draw(st.booleans()) else s for s in batch)
-    column = data.draw(strided_views(dtype, a_batch + (m, 1)))[1]
-    row = data.draw(strided_views(dtype, b_batch + (1, n)))[1]
+    column, row = _column_and_row_stacks(data, dtype, sizes=st.integers(1, 6),
+                                         batch_dims=st.integers(0, 2))
     x, y = (column, row) if column_first else (row, column)
     out = mt.from_numpy(x) * mt.from_numpy(y)
     np.testing.assert_array_equal(out.numpy(), x * y)
