@@ -1524,6 +1524,24 @@ cdef inline void softmax_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const f
                 out_row[j * ov] = <floating>(out_row[j * ov] * total[j])
 
 
+cdef inline void stage_band(floating* dense, const floating* src, Py_ssize_t sv,
+                            Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width) noexcept nogil:
+    """Copy `n` lines of `width` neighbouring elements (`sv` apart; lines `ss` apart) into
+    `dense`, line after line."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        copy_row(dense + i * width, 1, src + i * ss, sv, width)
+
+
+cdef inline void unstage_band(floating* out, Py_ssize_t ov, Py_ssize_t so,
+                              const floating* dense, Py_ssize_t n,
+                              Py_ssize_t width) noexcept nogil:
+    """`stage_band` backwards: the dense lines copied out to `out`'s layout."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        copy_row(out + i * so, ov, dense + i * width, 1, width)
+
+
 cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const floating* src,
                           Py_ssize_t sv, Py_ssize_t ss, Py_ssize_t n, Py_ssize_t count,
                           bint log_of, floating* scratch, Py_ssize_t scratch_band) noexcept nogil:
@@ -1531,16 +1549,13 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
     copied into it, densely, and the result copied out (see `scratch_band_lines`)."""
     cdef floating peak[COLUMN_BAND]
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width, i
+    cdef Py_ssize_t start = 0, width
     while start < count:
         if scratch != NULL:
             width = min(scratch_band, count - start)
-            for i in range(n):
-                copy_row(scratch + i * width, 1, src + start * sv + i * ss, sv, width)
+            stage_band(scratch, src + start * sv, sv, ss, n, width)
             softmax_band(scratch, 1, width, scratch, 1, width, n, width, log_of, peak, total)
-            for i in range(n):
-                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
-                         1, width)
+            unstage_band(out + start * ov, ov, so, scratch, n, width)
         else:
             width = min(<Py_ssize_t>COLUMN_BAND, count - start)
             if sv == 1 and ov == 1:     # unit steps as constants: vectorised loops
@@ -1597,20 +1612,17 @@ cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t 
     """Bands of lines; with a `scratch` (room for `scratch_band` lines of grad and as many
     of output), each band of both is first copied into it, as in `softmax_columns`."""
     cdef double total[COLUMN_BAND]
-    cdef Py_ssize_t start = 0, width, i
+    cdef Py_ssize_t start = 0, width
     cdef floating* staged_y
     while start < count:
         if scratch != NULL:
             width = min(scratch_band, count - start)
             staged_y = scratch + n * width
-            for i in range(n):
-                copy_row(scratch + i * width, 1, grad + start * gv + i * sg, gv, width)
-                copy_row(staged_y + i * width, 1, output + start * yv + i * sy, yv, width)
+            stage_band(scratch, grad + start * gv, gv, sg, n, width)
+            stage_band(staged_y, output + start * yv, yv, sy, n, width)
             log_softmax_backward_band(scratch, 1, width, scratch, 1, width, staged_y, 1, width,
                                       n, width, total)
-            for i in range(n):
-                copy_row(out + start * ov + i * so, ov, <const floating*>(scratch + i * width),
-                         1, width)
+            unstage_band(out + start * ov, ov, so, scratch, n, width)
         else:
             width = min(<Py_ssize_t>COLUMN_BAND, count - start)
             if ov == 1 and gv == 1 and yv == 1:
