@@ -260,6 +260,107 @@ cdef extern from *:
 cdef newfunc _alloc_storage = (<PyTypeObject*>Storage).tp_new
 
 
+# A freelist of ``microtensor.Tensor`` objects.  Every op and view makes a tensor, and for a
+# Python-level class CPython's allocator (``PyType_GenericAlloc``: a pymalloc block, a
+# memset, the collector's bookkeeping) and ``PyObject_GC_Del`` are a fifth of a tiny view's
+# cost; a freed tensor is kept instead and reinitialised as ``PyType_GenericAlloc`` would.
+# By then the collector has untracked it (its GC header is clear) and ``subtype_dealloc``
+# has released its attribute dict and the type reference that ``PyObject_Init`` takes
+# back (for ``Tensor`` itself a shorter deallocator below does the same).  What CPython keeps in front of the object for the
+# attribute dict (two pointers) is laid out this way in CPython 3.11 and 3.12 only, and a
+# build without the GIL would need a list per thread: elsewhere tensors keep CPython's
+# allocator.
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+    #define MT_TENSOR_FREELIST_SIZE 256
+    static PyTypeObject *mt_freelist_type = NULL;
+    static PyObject *mt_freelist[MT_TENSOR_FREELIST_SIZE];
+    static int mt_freelist_count = 0;
+
+    static PyObject *mt_freelist_alloc(PyTypeObject *type, Py_ssize_t nitems) {
+        if (type == mt_freelist_type && mt_freelist_count > 0) {
+            PyObject *o = mt_freelist[--mt_freelist_count];
+            ((void **)o)[-3] = NULL;  /* the managed dict */
+            ((void **)o)[-4] = NULL;  /* its inline values */
+            memset(o, 0, (size_t)type->tp_basicsize);
+            PyObject_Init(o, type);
+            PyObject_GC_Track(o);
+            return o;
+        }
+        return PyType_GenericAlloc(type, nitems);
+    }
+
+    static void mt_freelist_free(void *p) {
+        PyObject *o = (PyObject *)p;
+        if (Py_TYPE(o) == mt_freelist_type && mt_freelist_count < MT_TENSOR_FREELIST_SIZE) {
+            mt_freelist[mt_freelist_count++] = o;
+            return;
+        }
+        PyObject_GC_Del(p);
+    }
+
+    /* What CPython's ``subtype_dealloc`` does for a tensor, shortened: run a finalizer if
+       the class has one, drop the attribute dict if there is one (made from the inline
+       values first, so that one reference releases everything), let the base's
+       deallocator untrack the object and clear its weak references and fields, then drop
+       the type reference.  The trashcan defers deep chains of frees (a tensor whose
+       attribute holds a tensor ...).  A subclass keeps ``subtype_dealloc``, which calls
+       this as its base's deallocator: then only the base's part runs. */
+    static destructor mt_base_dealloc;
+
+    static void mt_drop_attributes(PyObject *o) {
+        PyObject *dict = PyObject_GenericGetDict(o, NULL);
+        if (dict == NULL) {
+            PyErr_WriteUnraisable(o);
+            return;
+        }
+        Py_DECREF(dict);  /* the object still holds it */
+        ((void **)o)[-3] = NULL;
+        ((void **)o)[-4] = NULL;
+        Py_DECREF(dict);
+    }
+
+    static void mt_tensor_dealloc(PyObject *o) {
+        PyTypeObject *type = Py_TYPE(o);
+        if (type != mt_freelist_type) {
+            mt_base_dealloc(o);
+            return;
+        }
+        if (type->tp_finalize != NULL && PyObject_CallFinalizerFromDealloc(o) < 0)
+            return;  /* resurrected */
+        PyObject_GC_UnTrack(o);
+        Py_TRASHCAN_BEGIN(o, mt_tensor_dealloc)
+        if (((void **)o)[-3] != NULL || ((void **)o)[-4] != NULL)
+            mt_drop_attributes(o);
+        mt_base_dealloc(o);
+        Py_DECREF(type);
+        Py_TRASHCAN_END
+    }
+
+    /* Serve ``type``'s objects (exactly: its subclasses keep CPython's slots) from the
+       freelist, when its layout is the one described above. */
+    static int mt_use_freelist(PyTypeObject *type, PyTypeObject *base) {
+        unsigned long layout = Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_MANAGED_DICT;
+        if (type->tp_basicsize != base->tp_basicsize || (type->tp_flags & layout) != layout
+                || type->tp_weaklistoffset != base->tp_weaklistoffset
+                || type->tp_base != base)
+            return 0;
+        mt_freelist_type = type;
+        mt_base_dealloc = base->tp_dealloc;
+        type->tp_alloc = mt_freelist_alloc;
+        type->tp_free = mt_freelist_free;
+        type->tp_dealloc = mt_tensor_dealloc;
+        PyType_Modified(type);
+        return 1;
+    }
+    #else
+    static int mt_use_freelist(PyTypeObject *type, PyTypeObject *base) { return 0; }
+    #endif
+    """
+    bint mt_use_freelist(PyTypeObject* type, PyTypeObject* base)
+
+
 cdef object _NO_DATA = np.empty(0, np.float32)  # what a Storage holds before __init__
 
 
