@@ -206,6 +206,7 @@ class NoDataError(NotImplementedError):
 # --------------------------------------------------------------------------- storage
 
 @cython.auto_pickle(False)  # no __setstate_cython__: nothing may set the fields to None
+@cython.freelist(64)        # every fresh tensor makes one: freed ones are reused
 cdef class Storage:
     """A flat buffer shared by a tensor and all its views, with their shared version counter.
 
