@@ -66,13 +66,16 @@ cdef object _fast_getitem(TensorBase self, object index):
 
 
 cdef object _fast_t(TensorBase self):
+    cdef Py_ssize_t n_rows, n_cols
     if _served(self) and len(self._sizes) == 2:
-        # a contiguous matrix's transpose is contiguous exactly when it is a row, a column
-        # or empty; other layouts are checked
-        out = self._view_fast((self._sizes[1], self._sizes[0]),
+        rows, cols = self._sizes
+        n_rows, n_cols = rows, cols
+        # a square matrix's transpose has its sizes: the (immutable) tuple is shared.  A
+        # contiguous matrix's transpose is contiguous exactly when it is a row, a column or
+        # empty; other layouts are checked
+        out = self._view_fast(self._sizes if n_rows == n_cols else (cols, rows),
                               (self._strides[1], self._strides[0]), self._offset, self._numel,
-                              (<Py_ssize_t>self._sizes[0] <= 1 or <Py_ssize_t>self._sizes[1] <= 1)
-                              if self._is_contig else -1)
+                              (n_rows <= 1 or n_cols <= 1) if self._is_contig else -1)
         return _record("transpose", (self, 0, 1), out) if _records(self) else out
     return _dispatch_call("t", self)
 
