@@ -264,3 +264,29 @@ def test_pools_keep_a_channels_last_input_layout_as_torch(case):
     for e, g in zip(expected, got):
         assert g.stride() == e.stride()
         np.testing.assert_allclose(g.numpy(), e.numpy())
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_channels_last_max_pool2d_as_torch(geometry, dtype):
+    """The channels-last kernel (pooling the input as it lies, all channels at once) gives
+    PyTorch's values, indices (ties: the first maximum; NaN: the last), strides, and a
+    channels-last gradient, for every geometry and dilation."""
+    rng = np.random.default_rng(3)
+    for channels, dilation in itertools.product([1, 5, 19], [1, 2]):
+        if dilation == 2 and geometry.get("padding", 0) > 1:
+            continue
+        x = rng.integers(0, 4, (2, channels, 7, 6)).astype(dtype)   # many ties
+        x[0, 0, 2, 1:3] = np.nan
+        kwargs = dict(geometry, dilation=dilation, return_indices=True)
+        tx = torch.tensor(x).contiguous(memory_format=torch.channels_last).requires_grad_()
+        mx = mt.tensor(x).contiguous(memory_format=mt.channels_last).requires_grad_()
+        expected, got = TF.max_pool2d(tx, **kwargs), F.max_pool2d(mx, **kwargs)
+        for e, g in zip(expected, got):
+            assert g.stride() == e.stride() and g.dtype.name == str(e.dtype)[6:]
+            np.testing.assert_array_equal(g.detach().numpy(), e.detach().numpy())
+        weights = rng.standard_normal(tuple(expected[0].shape)).astype(dtype)
+        expected[0].backward(torch.tensor(weights).contiguous(memory_format=torch.channels_last))
+        got[0].backward(mt.tensor(weights).contiguous(memory_format=mt.channels_last))
+        assert mx.grad.stride() == tx.grad.stride()
+        np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)

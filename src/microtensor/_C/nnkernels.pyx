@@ -13,7 +13,7 @@ ops keep their NumPy path for those.
 import numpy as np
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t
 
 cnp.import_array()
 
@@ -55,6 +55,16 @@ cdef extern from "nnmath.h" nogil:
                            Py_ssize_t h, Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow,
                            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
                            Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_max_pool2d_nhwc_f32(float* out, int64_t* indices, int32_t* at, const float* x,
+                                Py_ssize_t batch, Py_ssize_t channels, Py_ssize_t h,
+                                Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t kh,
+                                Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                                Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
+    void mt_max_pool2d_nhwc_f64(double* out, int64_t* indices, int64_t* at, const double* x,
+                                Py_ssize_t batch, Py_ssize_t channels, Py_ssize_t h,
+                                Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t kh,
+                                Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
+                                Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw)
     void mt_im2col_f32(float* out, const float* x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,
                        Py_ssize_t w, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t oh,
                        Py_ssize_t ow, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
@@ -80,6 +90,14 @@ cdef extern from "nnmath.h" nogil:
     int mt_max_pool_backward_f64(double* grad_input, const double* grad,
                                  const int64_t* indices, Py_ssize_t planes,
                                  Py_ssize_t plane_size, Py_ssize_t per_plane)
+    int mt_max_pool_backward_nhwc_f32(float* grad_input, const float* grad,
+                                      const int64_t* indices, Py_ssize_t batch,
+                                      Py_ssize_t channels, Py_ssize_t plane_size,
+                                      Py_ssize_t per_plane)
+    int mt_max_pool_backward_nhwc_f64(double* grad_input, const double* grad,
+                                      const int64_t* indices, Py_ssize_t batch,
+                                      Py_ssize_t channels, Py_ssize_t plane_size,
+                                      Py_ssize_t per_plane)
 
 
 def supports(*arrays):
@@ -277,16 +295,34 @@ def gelu_backward(out, grad, x, bint tanh_mode):
     return finish(out, res)
 
 
+cdef object _channels_last(x):
+    """``x`` (N, C, H, W) stored channels last, as its C-contiguous (N, H, W, C) array, or
+    None for any other layout (a plain contiguous one included)."""
+    if x.ndim != 4 or x.flags.c_contiguous:
+        return None
+    stored = x.transpose(0, 2, 3, 1)
+    return stored if stored.flags.c_contiguous else None
+
+
+cdef object _empty_channels_last(shape, dt):
+    """A fresh (N, C, H, W) array stored channels last."""
+    n, c, h, w = shape
+    return np.empty((n, h, w, c), dt).transpose(0, 3, 1, 2)
+
+
 def max_pool2d(x, kernel, stride, padding, dilation, out_size):
     """2-d max pooling of the last two dims of ``x`` (float32/float64): (values, int64 flat
     indices in each input plane), fresh arrays of the leading dims plus ``out_size``.
     Positions in the padding are skipped (PyTorch's kernel: the first maximum, the last
-    NaN)."""
+    NaN).  A 4-d ``x`` stored channels last is pooled as it lies, into results stored
+    channels last (as PyTorch's channels-last kernel; float32 planes of fewer than 2**31
+    positions); other layouts are made contiguous."""
     if not isinstance(x, np.ndarray) or x.ndim < 2:
         raise TypeError("max_pool2d: an array of at least 2 dims expected")
-    src = np.ascontiguousarray(x)
+    cdef Py_ssize_t h = x.shape[x.ndim - 2], w = x.shape[x.ndim - 1]
+    stored = _channels_last(x) if h * w <= INT32_MAX else None
+    src = np.ascontiguousarray(x) if stored is None else stored
     cdef bint f32 = is_f32(src, "max_pool2d")
-    cdef Py_ssize_t h = src.shape[src.ndim - 2], w = src.shape[src.ndim - 1]
     cdef Py_ssize_t oh = out_size[0], ow = out_size[1]
     cdef Py_ssize_t kh = kernel[0], kw = kernel[1], sh = stride[0], sw = stride[1]
     cdef Py_ssize_t ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1]
@@ -294,10 +330,25 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_size):
             (oh - 1) * sh - ph >= h or (ow - 1) * sw - pw >= w or \
             (kh - 1) * dh < ph or (kw - 1) * dw < pw:
         raise ValueError("max_pool2d: every window must overlap the input")
-    shape = src.shape[:src.ndim - 2] + (oh, ow)
+    shape = x.shape[:x.ndim - 2] + (oh, ow)
+    cdef Py_ssize_t batch, channels, planes
+    if stored is not None:
+        out, indices = _empty_channels_last(shape, src.dtype), \
+            _empty_channels_last(shape, np.int64)
+        batch, channels = x.shape[0], x.shape[1]
+        at = np.empty(channels, np.int32 if f32 else np.int64)
+        if f32:
+            mt_max_pool2d_nhwc_f32(<float*>data(out), <int64_t*>data(indices),
+                                   <int32_t*>data(at), <const float*>data(src), batch,
+                                   channels, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+        else:
+            mt_max_pool2d_nhwc_f64(<double*>data(out), <int64_t*>data(indices),
+                                   <int64_t*>data(at), <const double*>data(src), batch,
+                                   channels, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+        return out, indices
     out = np.empty(shape, src.dtype)
     indices = np.empty(shape, np.int64)
-    cdef Py_ssize_t planes = src.size // (h * w)
+    planes = src.size // (h * w)
     cdef int64_t* idx = <int64_t*>data(indices)
     if f32:
         mt_max_pool2d_f32(<float*>data(out), idx, <const float*>data(src), planes, h, w, oh,
@@ -367,27 +418,48 @@ cdef object _avg_pool2d(pooled, plane, kernel, stride, padding, bint count_inclu
 
 def max_pool_backward(grad, indices, tuple input_shape, Py_ssize_t d):
     """Max pooling's gradient: ``grad`` added at its flat ``indices`` (int64, ``grad``'s
-    shape) in each plane of the last ``d`` dims of a fresh zero array of ``input_shape``."""
+    shape) in each plane of the last ``d`` dims of a fresh zero array of ``input_shape``.
+    When both are 4-d and stored channels last, so is the result (computed as they lie)."""
     if not isinstance(indices, np.ndarray) or indices.dtype != np.int64 or \
             not isinstance(grad, np.ndarray) or grad.shape != indices.shape or \
             not 0 < d <= len(input_shape) or grad.ndim < d or \
             grad.shape[:grad.ndim - d] != input_shape[:len(input_shape) - d]:
         raise TypeError("max_pool_backward: grad and int64 indices of one shape, with the "
                         "input's leading dims, expected")
-    g = np.ascontiguousarray(grad)
+    stored_grad = _channels_last(grad) if d == 2 else None
+    stored_indices = _channels_last(indices) if stored_grad is not None else None
+    channels_last = stored_indices is not None
+    g = stored_grad if channels_last else np.ascontiguousarray(grad)
     cdef bint f32 = is_f32(g, "max_pool_backward")
-    idx = np.ascontiguousarray(indices)
+    idx = stored_indices if channels_last else np.ascontiguousarray(indices)
     cdef Py_ssize_t plane = int(np.prod(input_shape[len(input_shape) - d:]))
     cdef Py_ssize_t planes = int(np.prod(input_shape[:len(input_shape) - d]))
     cdef Py_ssize_t per_plane = int(np.prod(g.shape[g.ndim - d:]))
-    grad_input = np.empty(input_shape, g.dtype)
+    cdef Py_ssize_t batch, channels
     cdef int bad
-    if f32:
-        bad = mt_max_pool_backward_f32(<float*>data(grad_input), <const float*>data(g),
-                                       <const int64_t*>data(idx), planes, plane, per_plane)
+    if channels_last:
+        grad_input = _empty_channels_last(input_shape, g.dtype)
+        batch, channels = grad.shape[0], grad.shape[1]
+        per_plane = grad.shape[2] * grad.shape[3]
+        if f32:
+            bad = mt_max_pool_backward_nhwc_f32(<float*>data(grad_input), <const float*>data(g),
+                                                <const int64_t*>data(idx), batch, channels,
+                                                plane, per_plane)
+        else:
+            bad = mt_max_pool_backward_nhwc_f64(<double*>data(grad_input),
+                                                <const double*>data(g),
+                                                <const int64_t*>data(idx), batch, channels,
+                                                plane, per_plane)
     else:
-        bad = mt_max_pool_backward_f64(<double*>data(grad_input), <const double*>data(g),
-                                       <const int64_t*>data(idx), planes, plane, per_plane)
+        grad_input = np.empty(input_shape, g.dtype)
+        if f32:
+            bad = mt_max_pool_backward_f32(<float*>data(grad_input), <const float*>data(g),
+                                           <const int64_t*>data(idx), planes, plane,
+                                           per_plane)
+        else:
+            bad = mt_max_pool_backward_f64(<double*>data(grad_input), <const double*>data(g),
+                                           <const int64_t*>data(idx), planes, plane,
+                                           per_plane)
     if bad:
         raise IndexError(f"max_pool_backward: an index is outside the plane of {plane}")
     return grad_input

@@ -231,25 +231,34 @@ MT_CLONES static void mt_gelu_backward_##SFX(T* out, const T* g, const T* x, ptr
     }                                                                                       \
 }
 
+/* The positions [*lo, *hi) that pooling window `i` covers inside a dim of `size` (its
+ * first position in range, one past its last), stepping by `dil`. */
+static inline void mt_pool_window(ptrdiff_t i, ptrdiff_t stride, ptrdiff_t pad, ptrdiff_t k,
+                                  ptrdiff_t dil, ptrdiff_t size, ptrdiff_t *lo, ptrdiff_t *hi) {
+    ptrdiff_t start = i * stride - pad, end = start + (k - 1) * dil + 1;
+    while (start < 0) start += dil;
+    *lo = start;
+    *hi = end > size ? size : end;
+}
+
 /* 2-d max pooling of `planes` planes (h, w) into (oh, ow): each window's maximum (the
  * first, or the last NaN) and its flat index in the plane, positions outside the plane
  * (padding) skipped, as PyTorch's kernel; a window of -inf only points at its first
- * position inside the plane. */
-#define MT_MAX_POOL(T, SFX)                                                                 \
+ * position inside the plane.  The `_nhwc` kernel pools `batch` images stored channels
+ * last, (h, w, channels) each, into (oh, ow, channels): the same windows, in the same
+ * order, for all channels at once, the positions kept in `at` (`channels` of type P,
+ * which must hold h * w: int32 lanes as wide as float32's let the channel loop
+ * vectorise). */
+#define MT_MAX_POOL(T, SFX, P)                                                                 \
 static void mt_max_pool2d_##SFX(T* out, int64_t* indices, const T* x, ptrdiff_t planes,     \
         ptrdiff_t h, ptrdiff_t w, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t kh, ptrdiff_t kw,   \
         ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t dh, ptrdiff_t dw) { \
+    ptrdiff_t r0, r1, c0, c1;                                                               \
     for (ptrdiff_t p = 0; p < planes; p++, x += h * w) {                                    \
         for (ptrdiff_t i = 0; i < oh; i++) {                                                \
-            ptrdiff_t top = i * sh - ph;                                                    \
-            ptrdiff_t r0 = top, r1 = top + (kh - 1) * dh + 1;                               \
-            while (r0 < 0) r0 += dh;                                                        \
-            if (r1 > h) r1 = h;                                                             \
+            mt_pool_window(i, sh, ph, kh, dh, h, &r0, &r1);                                 \
             for (ptrdiff_t j = 0; j < ow; j++, out++, indices++) {                          \
-                ptrdiff_t left = j * sw - pw;                                               \
-                ptrdiff_t c0 = left, c1 = left + (kw - 1) * dw + 1;                         \
-                while (c0 < 0) c0 += dw;                                                    \
-                if (c1 > w) c1 = w;                                                         \
+                mt_pool_window(j, sw, pw, kw, dw, w, &c0, &c1);                             \
                 ptrdiff_t best_at = r0 * w + c0;                                            \
                 T best = -INFINITY;                                                         \
                 for (ptrdiff_t r = r0; r < r1; r += dh)                                     \
@@ -267,9 +276,42 @@ static void mt_max_pool2d_##SFX(T* out, int64_t* indices, const T* x, ptrdiff_t 
     }                                                                                       \
 }                                                                                           \
                                                                                             \
+MT_CLONES static void mt_max_pool2d_nhwc_##SFX(T* restrict out, int64_t* restrict indices,  \
+        P* restrict at, const T* restrict x, ptrdiff_t batch, ptrdiff_t channels,           \
+        ptrdiff_t h, ptrdiff_t w, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t kh, ptrdiff_t kw,   \
+        ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t ph, ptrdiff_t pw, ptrdiff_t dh, ptrdiff_t dw) { \
+    ptrdiff_t r0, r1, c0, c1;                                                               \
+    for (ptrdiff_t b = 0; b < batch; b++, x += h * w * channels) {                          \
+        for (ptrdiff_t i = 0; i < oh; i++) {                                                \
+            mt_pool_window(i, sh, ph, kh, dh, h, &r0, &r1);                                 \
+            for (ptrdiff_t j = 0; j < ow; j++, out += channels, indices += channels) {      \
+                mt_pool_window(j, sw, pw, kw, dw, w, &c0, &c1);                             \
+                for (ptrdiff_t k = 0; k < channels; k++) {                                  \
+                    out[k] = -INFINITY;                                                     \
+                    at[k] = (P)(r0 * w + c0);                                               \
+                }                                                                           \
+                for (ptrdiff_t r = r0; r < r1; r += dh)                                     \
+                    for (ptrdiff_t c = c0; c < c1; c += dw) {                               \
+                        const T* px = x + (r * w + c) * channels;                           \
+                        P here = (P)(r * w + c);                                            \
+                        MT_SIMD                                                             \
+                        for (ptrdiff_t k = 0; k < channels; k++) {                          \
+                            T v = px[k], best = out[k];                                     \
+                            P take = v > best || v != v;                                    \
+                            out[k] = take ? v : best;                                       \
+                            at[k] = take ? here : at[k];                                    \
+                        }                                                                   \
+                    }                                                                       \
+                for (ptrdiff_t k = 0; k < channels; k++) indices[k] = at[k];                \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
 /* max pooling's gradient: each plane of `grad_input` (zeroed here) gets the `per_plane`    \
  * values of `grad` added at their `indices`; 0, or 1 (and nothing more written) at the    \
- * first index outside the plane */                                                         \
+ * first index outside the plane.  The `_nhwc` kernel: `batch` images stored channels      \
+ * last, each of `plane_size` positions of `channels` values. */                           \
 static int mt_max_pool_backward_##SFX(T* grad_input, const T* grad, const int64_t* indices, \
         ptrdiff_t planes, ptrdiff_t plane_size, ptrdiff_t per_plane) {                      \
     memset(grad_input, 0, sizeof(T) * planes * plane_size);                                 \
@@ -277,6 +319,21 @@ static int mt_max_pool_backward_##SFX(T* grad_input, const T* grad, const int64_
         for (ptrdiff_t i = 0; i < per_plane; i++, grad++, indices++) {                      \
             if (*indices < 0 || *indices >= plane_size) return 1;                           \
             grad_input[*indices] += *grad;                                                  \
+        }                                                                                   \
+    }                                                                                       \
+    return 0;                                                                               \
+}                                                                                           \
+                                                                                            \
+static int mt_max_pool_backward_nhwc_##SFX(T* grad_input, const T* grad,                    \
+        const int64_t* indices, ptrdiff_t batch, ptrdiff_t channels, ptrdiff_t plane_size,  \
+        ptrdiff_t per_plane) {                                                              \
+    memset(grad_input, 0, sizeof(T) * batch * plane_size * channels);                       \
+    for (ptrdiff_t b = 0; b < batch; b++, grad_input += plane_size * channels) {            \
+        for (ptrdiff_t i = 0; i < per_plane; i++, grad += channels, indices += channels) {  \
+            for (ptrdiff_t k = 0; k < channels; k++) {                                      \
+                if (indices[k] < 0 || indices[k] >= plane_size) return 1;                   \
+                grad_input[indices[k] * channels + k] += grad[k];                           \
+            }                                                                               \
         }                                                                                   \
     }                                                                                       \
     return 0;                                                                               \
@@ -380,8 +437,8 @@ MT_COL2IM(float, f32)
 MT_COL2IM(double, f64)
 
 MT_KERNELS(float, f32, mt_expf, mt_erff, mt_tanhf, logf)
-MT_MAX_POOL(float, f32)
+MT_MAX_POOL(float, f32, int32_t)
 MT_KERNELS(double, f64, exp, erf, tanh, log)
-MT_MAX_POOL(double, f64)
+MT_MAX_POOL(double, f64, int64_t)
 
 #endif

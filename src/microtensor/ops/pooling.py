@@ -21,7 +21,7 @@ import numpy as np
 from microtensor._C import nnkernels
 from microtensor._C.meta import channels_last, channels_last_3d
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import empty_contiguous, int64, is_grad_enabled
+from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
 from microtensor.ops.conv import convolution
 from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import array_module, from_numpy_result, is_floating_array
@@ -204,9 +204,10 @@ def _max_pool_values(self, d, op_name, kernel_size, stride, padding, dilation, c
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
     if d == 2 and nnkernels.supports(self._array()):
+        # fresh arrays, stored channels last when the input is: wrapped as they lie
         values, indices = nnkernels.max_pool2d(self._array(), kernel, stride, padding, dilation,
                                                out)
-        return from_numpy_result(values, self._dtype), from_numpy_result(indices, int64)
+        return from_array(values), from_array(indices)
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
     # narrow integers pool in int64, whose lowest value no element can tie with (a
@@ -274,8 +275,8 @@ def _declare_max_pool(d):
         if batching() is None and not is_grad_enabled() and \
                 nnkernels.supports(grad[0]._array()):
             # no graph of the backward pass is being built, nor a vmap: one C pass
-            return from_numpy_result(nnkernels.max_pool_backward(
-                grad[0]._array(), result1._array(), tuple(self_shape), d), grad[0]._dtype)
+            return from_array(nnkernels.max_pool_backward(
+                grad[0]._array(), result1._array(), tuple(self_shape), d))
         return scatter_to_indices(grad[0], self_shape, result1, d)
     declared.def_derivative("self")(derivative)
     return declared
