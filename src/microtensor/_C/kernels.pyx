@@ -1429,6 +1429,12 @@ cdef extern from "nnmath.h" nogil:
     float mt_expf(float)     # vectorisable, about 1 ulp (the layer kernels' exp)
 
 
+cdef extern from "bandmath.h" nogil:
+    void mt_softmax_band_f32(float* o, Py_ssize_t so, const float* x, Py_ssize_t ss,
+                             Py_ssize_t n, Py_ssize_t width, bint log_of, float* peak,
+                             double* total)
+
+
 cdef inline floating exp_of(floating x) noexcept nogil:
     if floating is float:
         return mt_expf(x)
@@ -1524,6 +1530,17 @@ cdef inline void softmax_band(floating* o, Py_ssize_t ov, Py_ssize_t so, const f
                 out_row[j * ov] = <floating>(out_row[j * ov] * total[j])
 
 
+cdef inline void softmax_band_unit(floating* o, Py_ssize_t so, const floating* x,
+                                   Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width,
+                                   bint log_of, floating* peak,
+                                   double* total) noexcept nogil:
+    """`softmax_band` with unit steps; float32's is also compiled for AVX2 (bandmath.h)."""
+    if floating is float:
+        mt_softmax_band_f32(o, so, x, ss, n, width, log_of, peak, total)
+    else:
+        softmax_band(o, 1, so, x, 1, ss, n, width, log_of, peak, total)
+
+
 cdef inline void stage_band(floating* dense, const floating* src, Py_ssize_t sv,
                             Py_ssize_t ss, Py_ssize_t n, Py_ssize_t width) noexcept nogil:
     """Copy `n` lines of `width` neighbouring elements (`sv` apart; lines `ss` apart) into
@@ -1554,13 +1571,13 @@ cdef void softmax_columns(floating* out, Py_ssize_t ov, Py_ssize_t so, const flo
         if scratch != NULL:
             width = min(scratch_band, count - start)
             stage_band(scratch, src + start * sv, sv, ss, n, width)
-            softmax_band(scratch, 1, width, scratch, 1, width, n, width, log_of, peak, total)
+            softmax_band_unit(scratch, width, scratch, width, n, width, log_of, peak, total)
             unstage_band(out + start * ov, ov, so, scratch, n, width)
         else:
             width = min(<Py_ssize_t>COLUMN_BAND, count - start)
             if sv == 1 and ov == 1:     # unit steps as constants: vectorised loops
-                softmax_band(out + start, 1, so, src + start, 1, ss, n, width, log_of, peak,
-                             total)
+                softmax_band_unit(out + start, so, src + start, ss, n, width, log_of, peak,
+                                  total)
             else:
                 softmax_band(out + start * ov, ov, so, src + start * sv, sv, ss, n, width,
                              log_of, peak, total)

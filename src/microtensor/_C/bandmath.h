@@ -1,0 +1,59 @@
+/* softmax / log_softmax over a band of neighbouring float32 lines with unit steps: the
+ * loop of kernels.pyx's `softmax_band` (the same arithmetic, in the same order, sums in
+ * double), compiled, as the layer kernels are, for x86-64-v3 (AVX2 + FMA) and for the
+ * baseline.  Element j of line i is x[i * ss + j]; `peak` and `total` hold the band's
+ * running maxima and sums; exp(x - peak) waits in `o` for softmax's last pass. */
+#ifndef MICROTENSOR_BANDMATH_H
+#define MICROTENSOR_BANDMATH_H
+
+#include "nnmath.h"
+
+MT_CLONES static void mt_softmax_band_f32(float* o, ptrdiff_t so, const float* x,
+        ptrdiff_t ss, ptrdiff_t n, ptrdiff_t width, int log_of, float* peak,
+        double* total) {
+    for (ptrdiff_t j = 0; j < width; j++) {
+        peak[j] = x[j];
+        total[j] = 0;
+    }
+    for (ptrdiff_t i = 1; i < n; i++) {
+        const float* row = x + i * ss;
+        MT_SIMD
+        for (ptrdiff_t j = 0; j < width; j++) {
+            float value = row[j];
+            peak[j] = (value > peak[j]) | (value != value) ? value : peak[j];  /* NaN wins */
+        }
+    }
+    for (ptrdiff_t i = 0; i < n; i++) {
+        const float* row = x + i * ss;
+        float* out_row = o + i * so;
+        if (log_of) {
+            MT_SIMD
+            for (ptrdiff_t j = 0; j < width; j++)
+                total[j] += mt_expf(row[j] - peak[j]);
+        } else {
+            MT_SIMD
+            for (ptrdiff_t j = 0; j < width; j++) {
+                float e = mt_expf(row[j] - peak[j]);
+                out_row[j] = e;
+                total[j] += e;
+            }
+        }
+    }
+    for (ptrdiff_t j = 0; j < width; j++)
+        total[j] = log_of ? log(total[j]) : 1 / total[j];
+    for (ptrdiff_t i = 0; i < n; i++) {
+        const float* row = x + i * ss;
+        float* out_row = o + i * so;
+        if (log_of) {
+            MT_SIMD
+            for (ptrdiff_t j = 0; j < width; j++)
+                out_row[j] = (float)((row[j] - peak[j]) - total[j]);
+        } else {
+            MT_SIMD
+            for (ptrdiff_t j = 0; j < width; j++)
+                out_row[j] = (float)(out_row[j] * total[j]);
+        }
+    }
+}
+
+#endif
