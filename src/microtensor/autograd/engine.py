@@ -7,11 +7,10 @@ seeds the root gradients and owns what reaching a leaf means (``.grad`` accumula
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import sys
-import threading
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.autograd import execute, validate_outputs
+from microtensor._C.autograd import accumulation_lock, execute, validate_outputs
 from microtensor._C.tensor import TensorBase, empty_contiguous
 from microtensor._tensor import Tensor
 from microtensor.autograd.recording import gradient_edge
@@ -54,14 +53,9 @@ def _can_steal(grad):
     return sys.getrefcount(base) <= 3 and sys.getrefcount(grad._storage) <= 3
 
 
-# Threads may run backward passes into the same leaves at once: each read-modify-write of
-# a ``.grad`` holds this lock, so that no contribution is lost (PyTorch locks each
-# AccumulateGrad node; one lock is as good here, where the GIL serialises the work anyway).
-accumulation_lock = threading.Lock()
-
-
 def _accumulate_into_leaf(variable, grad, create_graph):
-    """``variable.grad += grad``, PyTorch's way: the first gradient is stolen when nothing
+    """``variable.grad += grad``, PyTorch's way (the engine steals a gradient in C first when
+    it can: ``_C.autograd._steal_into``): the first gradient is stolen when nothing
     else refers to it (else cloned); with ``create_graph`` sums are out of place so that
     ``.grad`` stays differentiable."""
     if grad is None:
