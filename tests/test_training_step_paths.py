@@ -8,6 +8,10 @@
 * The engine hands a leaf a fresh gradient as its ``.grad`` in C when nothing else refers
   to it, and copies it otherwise (a hook keeping it, the caller's own tensor).
 * ``Module.zero_grad`` walks each parameter once, shared or nested.
+* A layer's product in either order (``rows @ W.T`` or ``(W @ rows.T).T``, whichever was
+  measured faster) gives the same numbers; the order is measured once per kind of call.
+* ``loss.backward()``'s shortcut keeps the general rules (retain_graph, create_graph,
+  implicit gradients of scalars only, views).
 """
 import itertools
 
@@ -16,6 +20,7 @@ import pytest
 
 import microtensor as mt
 from microtensor.autograd import engine
+from microtensor.ops import linalg
 from microtensor.ops.registry import REGISTRY, op
 
 F = mt.nn.functional
@@ -197,3 +202,65 @@ def test_zero_grad_walks_every_parameter_once():
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
     model.zero_grad()
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("dtype", [mt.float32, mt.float64])
+@pytest.mark.parametrize("rows", [4, 9, 64])
+@pytest.mark.parametrize("transposed_input", [False, True])
+def test_both_orders_of_a_layer_product_give_the_same_numbers(monkeypatch, dtype, rows,
+                                                             transposed_input):
+    mt.manual_seed(rows)
+    x = mt.randn(16, rows, dtype=dtype).t() if transposed_input else \
+        mt.randn(rows, 16, dtype=dtype)
+    w, b = mt.randn(24, 16, dtype=dtype), mt.randn(24, dtype=dtype)
+    key = (x.numpy().dtype, (24, 16), (rows - 1).bit_length())
+    results = []
+    for through in (False, True):
+        monkeypatch.setitem(linalg._ORDER_MEASURED, key, through)
+        results.append(F.linear(x, w, b).numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6 if dtype == mt.float32
+                               else 1e-14)
+    np.testing.assert_allclose(results[0], x.numpy() @ w.numpy().T + b.numpy(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_the_order_is_measured_once_per_kind_of_call(monkeypatch):
+    measured = []
+
+    def measure(rows, weights):
+        measured.append((rows.shape, weights.shape))
+        return True
+    monkeypatch.setattr(linalg, "_ORDER_MEASURED", {})
+    monkeypatch.setattr(linalg, "_measure_order", measure)
+    w = mt.randn(7, 5)
+    for rows in (3, 5, 6, 8, 9, 3):
+        F.linear(mt.randn(rows, 5), w)
+    F.linear(mt.randn(6, 5, dtype=mt.float64), w.double())
+    # fewer than 4 rows: never; 5 to 8 rows: one kind; 9: another; float64: another
+    assert measured == [((5, 5), (7, 5)), ((9, 5), (7, 5)), ((6, 5), (7, 5))]
+
+
+def test_measuring_the_order_compares_the_two_products():
+    r = np.random.default_rng(0)
+    rows, weights = r.random((8, 6), np.float32), r.random((5, 6), np.float32)
+    assert linalg._measure_order(rows, weights) in (True, False)
+
+
+def test_loss_backward_shortcut_keeps_the_general_rules():
+    w = mt.randn(3, requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()                                 # retained once: runs again
+    np.testing.assert_allclose(_values(w.grad), 4 * _values(w), rtol=1e-6)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    w.grad = None
+    (w * w).sum().backward(create_graph=True)
+    assert w.grad.requires_grad
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar outputs"):
+        (w * 2).backward()
+    v = mt.randn(3, requires_grad=True)
+    (v * 3)[1].backward()                           # a view: the general path
+    np.testing.assert_allclose(_values(v.grad), [0.0, 3.0, 0.0])
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        mt.ones(()).backward()

@@ -154,6 +154,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves (or of
     ``inputs`` only, which may be non-leaves)."""
     _refuse_inside_transforms("backward")
+    if grad_tensors is None and inputs is None and type(tensors) is Tensor and \
+            tensors._grad_fn is not None and not tensors._is_diff_view and \
+            tensors._numel == 1 and tensors._dtype.is_floating_point:
+        # ``loss.backward()``, every training step's call: one output with a history and
+        # its implicit gradient, without the general argument handling below
+        execute(((tensors._grad_fn, tensors._output_nr),), (_ones_like(tensors),),
+                create_graph if retain_graph is None else retain_graph, create_graph, None,
+                _accumulate_into_leaf)
+        return
     outputs = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(outputs)
     if len(grad_tensors) != len(outputs):

@@ -878,7 +878,7 @@ class ReLU(Module):
 
 class Tanh(Module):
     def forward(self, input):
-        return F.tanh(input)
+        return input.tanh()
 
 
 class Sigmoid(Module):
