@@ -526,7 +526,8 @@ def _rows_times_transposed(rows, weights, out):
     weight's transpose to BLAS as a flag (no ``mT`` view, no shape rules to run again), or,
     where that was measured slower, the product runs in the other order
     (``_through_transposed_output``)."""
-    rows, weights = _blas_ready(rows), _blas_ready(weights)
+    if 0 in rows.strides or 0 in weights.strides:
+        rows, weights = _blas_ready(rows), _blas_ready(weights)
     if type(rows) is not np.ndarray or type(weights) is not np.ndarray:
         np.matmul(rows, weights.T, out=out)
     elif _through_transposed_output(rows, weights):
@@ -590,7 +591,8 @@ def _matrix_product(a, b, out):
     arrays, the same BLAS call as ``np.matmul`` at half its overhead (0.5 against 0.9 us),
     and BLAS's product where matmul's own loop takes 6x as long (one row times one
     column: a weight's gradient at batch 1); ``np.matmul`` for other arrays (CuPy)."""
-    a, b = _blas_ready(a), _blas_ready(b)
+    if 0 in a.strides or 0 in b.strides:
+        a, b = _blas_ready(a), _blas_ready(b)
     if type(a) is np.ndarray and type(b) is np.ndarray:
         np.dot(a, b, out=out)
     else:
