@@ -528,14 +528,12 @@ def _rows_times_transposed(rows, weights, out):
     (``_through_transposed_output``)."""
     if 0 in rows.strides or 0 in weights.strides:
         rows, weights = _blas_ready(rows), _blas_ready(weights)
-    if type(rows) is not np.ndarray or type(weights) is not np.ndarray:
-        np.matmul(rows, weights.T, out=out)
-    elif _through_transposed_output(rows, weights):
+    if _through_transposed_output(rows, weights):
         scratch = np.empty((weights.shape[0], rows.shape[0]), rows.dtype)
         np.dot(weights, rows.T, out=scratch)
         kernels.copy_(out, scratch.T)
     else:
-        np.dot(rows, weights.T, out=out)
+        _matrix_product(rows, weights.T, out)
 
 
 # ``rows @ W.T`` can be computed as it reads, BLAS packing the transposed weight, or as
@@ -549,13 +547,15 @@ def _rows_times_transposed(rows, weights, out):
 # two (a few products on the first call of each), and remembered here.
 _ORDER_MEASURED = {}
 _ORDER_MIN_ROWS = 4     # below that BLAS multiplies a few vectors: either order is one
+_BLAS_DTYPES = (np.float32, np.float64)   # NumPy's other dtypes have no BLAS products
 
 
 def _through_transposed_output(rows, weights):
     """Whether ``rows @ weights.T`` is faster as ``(weights @ rows.T).T`` here (measured
     on the first call of its kind, see ``_ORDER_MEASURED``)."""
     count = rows.shape[0]
-    if count < _ORDER_MIN_ROWS or rows.dtype not in (np.float32, np.float64):
+    if count < _ORDER_MIN_ROWS or type(rows) is not np.ndarray or \
+            type(weights) is not np.ndarray or rows.dtype not in _BLAS_DTYPES:
         return False
     key = (rows.dtype, weights.shape, (count - 1).bit_length())
     found = _ORDER_MEASURED.get(key)
@@ -588,12 +588,13 @@ def _measure_order(rows, weights):
 
 def _matrix_product(a, b, out):
     """``out = a @ b`` for matrices (``out`` a fresh contiguous array): ``np.dot`` on NumPy
-    arrays, the same BLAS call as ``np.matmul`` at half its overhead (0.5 against 0.9 us),
-    and BLAS's product where matmul's own loop takes 6x as long (one row times one
-    column: a weight's gradient at batch 1); ``np.matmul`` for other arrays (CuPy)."""
+    float32/float64 arrays, the same BLAS call as ``np.matmul`` at half its overhead (0.5
+    against 0.9 us), and BLAS's product where matmul's own loop takes 6x as long (one row
+    times one column: a weight's gradient at batch 1); ``np.matmul`` for other dtypes (as
+    every product computes them) and other arrays (CuPy)."""
     if 0 in a.strides or 0 in b.strides:
         a, b = _blas_ready(a), _blas_ready(b)
-    if type(a) is np.ndarray and type(b) is np.ndarray:
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype in _BLAS_DTYPES:
         np.dot(a, b, out=out)
     else:
         np.matmul(a, b, out=out)
