@@ -540,9 +540,9 @@ def _rows_times_transposed(rows, weights, out):
 # ``(W @ rows.T).T``: the weight read as it lies, the result made transposed in a scratch
 # and copied back.  Both run the same dot products in the same order (the same numbers).
 # Which is faster depends on the CPU, the BLAS build, the dtype and the shape: OpenBLAS
-# on an AMD EPYC packs a transposed float32 weight slowly, so that from 4 to about 128
-# rows the second order takes 0.5-0.9x the time of the first for weights of 256x256 and
-# up, while for small weights and many rows it takes up to 1.8x.  So it is measured, once
+# on an AMD EPYC packs a transposed float32 weight slowly, so that from 8 to about 128
+# rows (from 4 for 512x512) the second order takes 0.4-0.9x the time of the first for
+# weights of 256x256 and up, while for small weights and many rows it takes up to 1.8x.  So it is measured, once
 # per process for each dtype, weight shape and number of rows rounded up to a power of
 # two (a few products on the first call of each), and remembered here.
 _ORDER_MEASURED = {}
