@@ -27,6 +27,7 @@ a broadcast input and cast to the input's dtype.
 node classes with ``install_nodes``).
 """
 cimport cython
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
@@ -359,11 +360,16 @@ cdef class Formulas:
     ``formulas``, per input of ``op.inputs``, ``(formula, reads)`` (``reads``: positions
     in ``saved_names`` of the values it reads after the gradient) or None; or ``joint``,
     one formula returning every input's gradient; ``saved_plan``, per saved value,
-    ``(name, source, read, needed_by)`` (see ``saved_values``)."""
+    ``(name, source, read, needed_by)`` (see ``saved_values``).  ``unrecorded``, optional:
+    ``(shortcut, reads)``, a shortcut of the per-input formulas for a pass that records
+    nothing (grad mode off), ``shortcut(grad, wanted, *saved values at reads)`` with
+    ``wanted`` a bool per input, returning a gradient per input (None where not wanted)
+    or None to leave the call to the formulas."""
     cdef public tuple formulas
     cdef public object joint
     cdef public tuple saved_names
     cdef public tuple saved_plan
+    cdef public tuple unrecorded
 
 
 cdef class OpNode(Node):
@@ -430,24 +436,36 @@ cdef class OpNode(Node):
     cdef tuple _per_input(self, grad, list values):
         """One gradient per edge: each input's formula on the values it reads, for the
         inputs with an edge that wants it (a list input's gradient spread over its
-        edges)."""
+        edges); or, when nothing records, the derivative's ``unrecorded`` shortcut if it
+        serves the call."""
         cdef list results = []
         cdef tuple edges = self.next_functions
         cdef tuple formulas = self.derivative.formulas
-        cdef Py_ssize_t i, k, edge = 0, count = 1
-        cdef bint wanted
-        for i in range(len(formulas)):
+        cdef tuple unrecorded = self.derivative.unrecorded
+        cdef Py_ssize_t i, k, n = len(formulas), edge = 0, count = 1
+        cdef list wanted = [False] * n
+        for i in range(n):
             if self.slots is not None:
                 count = self.slots[i]
-            wanted = False
             for k in range(edge, edge + count):
                 if (<tuple>edges[k])[0] is not None:
-                    wanted = True
+                    wanted[i] = True
                     break
             edge += count
+        quick = None
+        if unrecorded is not None and not grad_mode_enabled():
+            quick = _run_formula(unrecorded, grad, values, tuple(wanted))
+        count = 1
+        for i in range(n):
+            if self.slots is not None:
+                count = self.slots[i]
             entry = formulas[i]
-            result = _run_formula(<tuple>entry, grad, values) if wanted and entry is not None \
-                else None
+            if quick is not None:
+                result = quick[i]
+            elif wanted[i] and entry is not None:
+                result = _run_formula(<tuple>entry, grad, values)
+            else:
+                result = None
             if count == 1:
                 results.append(result)
             elif count > 1:
@@ -481,17 +499,21 @@ cdef class OpNode(Node):
         raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
 
-cdef object _run_formula(tuple entry, grad, list values):
-    """``formula(grad, *the saved values it reads)`` for ``entry = (formula, reads)``."""
+cdef object _run_formula(tuple entry, grad, list values, wanted=None):
+    """``formula(grad, *the saved values it reads)`` for ``entry = (formula, reads)``
+    (``formula(grad, wanted, *...)`` for an ``unrecorded`` shortcut)."""
     cdef tuple reads = <tuple>entry[1]
-    cdef Py_ssize_t i, n = len(reads)
-    cdef tuple arguments = PyTuple_New(n + 1)
+    cdef Py_ssize_t i, n = len(reads), first = 1 if wanted is None else 2
+    cdef tuple arguments = PyTuple_New(n + first)
     Py_INCREF(grad)
     PyTuple_SET_ITEM(arguments, 0, grad)
+    if wanted is not None:
+        Py_INCREF(wanted)
+        PyTuple_SET_ITEM(arguments, 1, wanted)
     for i in range(n):
         value = values[<Py_ssize_t>reads[i]]
         Py_INCREF(value)
-        PyTuple_SET_ITEM(arguments, i + 1, value)
+        PyTuple_SET_ITEM(arguments, i + first, value)
     return entry[0](*arguments)
 
 
@@ -890,12 +912,51 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
             if type(node) is AccumulateGrad:
                 grad = grads[0]
                 grads = None
-                accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
+                if grad is not None and (create_graph or not _steal_into(
+                        (<AccumulateGrad>node).variable, <TensorBase?>grad)):
+                    accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
                 continue
             _run_node(node, grads, pending, ready, retain_graph)
     finally:
         set_grad_enabled(prev)
     return captured
+
+
+# Threads may run backward passes into the same leaves at once: each read-modify-write of
+# a ``.grad`` holds this lock, so that no contribution is lost (PyTorch locks each
+# AccumulateGrad node; one lock is as good here, where the GIL serialises the work anyway).
+accumulation_lock = threading.Lock()
+cdef object _try_lock = accumulation_lock.acquire
+cdef object _unlock = accumulation_lock.release
+
+
+cdef inline Py_ssize_t _references(PyObject* value) noexcept:
+    """``value``'s reference count, read through a borrowed pointer (passing an attribute
+    as an object would count the temporary reference Cython makes for it)."""
+    return value.ob_refcnt
+
+
+cdef bint _steal_into(TensorBase variable, TensorBase grad) except -1:
+    """The commonest accumulation in C: ``variable.grad = grad`` when the leaf has no
+    ``.grad`` yet and ``grad`` may become it as is: it does not require grad, has the
+    leaf's (contiguous) strides, is no view, and no one else refers to it or to its
+    storage (the caller's variable is ``grad``'s one reference, the tensor's field its
+    storage's one), so that no one else sees the memory ``.grad`` owns.  False: nothing
+    done, the engine's Python accumulation (which clones what it may not steal) takes it.
+    Under ``accumulation_lock``, as that one; a busy lock is left to it too."""
+    if variable._grad is not None or grad._requires_grad or grad._base is not None or \
+            not variable._is_contig or grad._strides != variable._strides or \
+            _references(<PyObject*>grad) > 1 or _references(<PyObject*>grad._storage) > 1:
+        return False
+    if not _try_lock(False):
+        return False
+    try:
+        if variable._grad is not None:
+            return False
+        variable._grad = grad
+    finally:
+        _unlock()
+    return True
 
 
 # The ready queue: a binary heap of nodes, the most recently created (highest

@@ -7,11 +7,10 @@ seeds the root gradients and owns what reaching a leaf means (``.grad`` accumula
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import sys
-import threading
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.autograd import execute, validate_outputs
+from microtensor._C.autograd import accumulation_lock, execute, validate_outputs
 from microtensor._C.tensor import TensorBase, empty_contiguous
 from microtensor._tensor import Tensor
 from microtensor.autograd.recording import gradient_edge
@@ -54,14 +53,9 @@ def _can_steal(grad):
     return sys.getrefcount(base) <= 3 and sys.getrefcount(grad._storage) <= 3
 
 
-# Threads may run backward passes into the same leaves at once: each read-modify-write of
-# a ``.grad`` holds this lock, so that no contribution is lost (PyTorch locks each
-# AccumulateGrad node; one lock is as good here, where the GIL serialises the work anyway).
-accumulation_lock = threading.Lock()
-
-
 def _accumulate_into_leaf(variable, grad, create_graph):
-    """``variable.grad += grad``, PyTorch's way: the first gradient is stolen when nothing
+    """``variable.grad += grad``, PyTorch's way (the engine steals a gradient in C first when
+    it can: ``_C.autograd._steal_into``): the first gradient is stolen when nothing
     else refers to it (else cloned); with ``create_graph`` sums are out of place so that
     ``.grad`` stays differentiable."""
     if grad is None:
@@ -160,6 +154,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     """Accumulate gradients of ``tensors`` into the ``.grad`` of the leaves (or of
     ``inputs`` only, which may be non-leaves)."""
     _refuse_inside_transforms("backward")
+    if grad_tensors is None and inputs is None and type(tensors) is Tensor and \
+            tensors._grad_fn is not None and not tensors._is_diff_view and \
+            tensors._numel == 1 and tensors._dtype.is_floating_point:
+        # ``loss.backward()``, every training step's call: one output with a history and
+        # its implicit gradient, without the general argument handling below
+        execute(((tensors._grad_fn, tensors._output_nr),), (_ones_like(tensors),),
+                create_graph if retain_graph is None else retain_graph, create_graph, None,
+                _accumulate_into_leaf)
+        return
     outputs = _as_tuple(tensors)
     grad_tensors = _as_tuple(grad_tensors) if grad_tensors is not None else (None,) * len(outputs)
     if len(grad_tensors) != len(outputs):

@@ -2,14 +2,18 @@
 differentiable and vmappable without further work)."""
 import math
 
+from microtensor._C.dispatch import call as _call
 from microtensor.ops.dispatch import call_by_name as _op
+from microtensor.ops.registry import REGISTRY
+
+_LINEAR = REGISTRY["linear"]   # called on every layer: no lookup by name
 
 
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: one op, ``ops.linalg.linear``."""
     if weight.dim() > 2:
         raise RuntimeError(f"linear: weight must be 1-D or 2-D, got {weight.dim()}-D")
-    return _op("linear", input, weight, bias)
+    return _call(_LINEAR, (input, weight, bias), None)
 
 
 def relu(input, inplace=False):

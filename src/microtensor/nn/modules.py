@@ -577,9 +577,26 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
+    def _unique_parameters(self):
+        """Every parameter of this module and below, each once, in ``parameters()``'s
+        order, as a list made in one frame (``parameters()`` is a chain of generators,
+        a dozen frames for a three-layer model): what ``zero_grad`` walks every step."""
+        found, seen, visited, stack = [], set(), set(), [self]
+        while stack:
+            module = stack.pop()
+            if module in visited:
+                continue
+            visited.add(module)
+            for p in module._parameters.values():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    found.append(p)
+            stack.extend(m for m in reversed(module._modules.values()) if m is not None)
+        return found
+
     def zero_grad(self, set_to_none=True):
         """Drop (``set_to_none``) or zero every parameter's ``.grad``."""
-        for p in self.parameters():
+        for p in self._unique_parameters():
             if p.grad is None:
                 continue
             if set_to_none:
@@ -861,7 +878,7 @@ class ReLU(Module):
 
 class Tanh(Module):
     def forward(self, input):
-        return F.tanh(input)
+        return input.tanh()
 
 
 class Sigmoid(Module):

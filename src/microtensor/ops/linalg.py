@@ -9,12 +9,13 @@ input shapes by the autograd engine.  These ops have no vmap family: their batch
 rules follow their derivatives (one rule serves every matrix product).
 """
 import math
+import time
 
 import numpy as np
 
 from microtensor._C import kernels, meta
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import bool_, empty_contiguous, is_grad_enabled
+from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor._dtype import cast_scalar, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
@@ -471,6 +472,19 @@ def linear(input, weight, bias=None):
     PyTorch's 1-D and 2-D weights, stacked weights ``(..., out, in)`` broadcast with the
     leading dims of ``input``, and a bias stacked like them, ``(..., out)``, adds to each
     row (how vmap runs per-sample weights)."""
+    dtype = input._dtype
+    if len(input._sizes) == 2 and len(weight._sizes) == 2 and weight._dtype is dtype and \
+            dtype.is_floating_point and input._sizes[1] == weight._sizes[1] and \
+            (bias is None or (bias._dtype is dtype and bias._sizes == weight._sizes[:1])):
+        # the layer's call on a batch of rows, which passes every check below: the
+        # product and the bias added into it, without the general path's checks
+        out = _fresh((input._sizes[0], weight._sizes[0]), input, weight)
+        if out._numel:
+            _rows_times_transposed(input._array(), weight._array(), out._array())
+            if bias is not None:
+                target = out._array()
+                target += bias._array()
+        return out
     check_linear(input, weight, bias)
     if weight.dim() == 1:
         out = _checked_product(input, weight)
@@ -481,14 +495,9 @@ def linear(input, weight, bias=None):
         # safe: rows is a fresh contiguous (rows, out) result with exactly these elements
         out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
     elif input.dim() == 2:
-        # matrices: NumPy hands the weight's transpose to BLAS as a flag (no ``mT`` view,
-        # no shape rules to run again)
         out = _fresh((input._sizes[0], weight._sizes[0]), input, weight)
         if out._numel:
-            rows, weights = input._array(), weight._array()
-            if 0 in rows.strides or 0 in weights.strides:
-                rows, weights = _blas_ready(rows), _blas_ready(weights)
-            np.matmul(rows, weights.T, out=out._array())
+            _rows_times_transposed(input._array(), weight._array(), out._array())
     elif len(input._sizes) == len(weight._sizes) and input._sizes[:-2] == weight._sizes[:-2] \
             and not any(weight._strides[:-2]) and isinstance(weight._array(), np.ndarray):
         # one matrix repeated along the stack (a parameter expanded over a vmap batch):
@@ -512,6 +521,85 @@ def linear(input, weight, bias=None):
     return out
 
 
+def _rows_times_transposed(rows, weights, out):
+    """``out = rows @ weights.T`` for matrices (a layer's forward): NumPy hands the
+    weight's transpose to BLAS as a flag (no ``mT`` view, no shape rules to run again), or,
+    where that was measured slower, the product runs in the other order
+    (``_through_transposed_output``)."""
+    if 0 in rows.strides or 0 in weights.strides:
+        rows, weights = _blas_ready(rows), _blas_ready(weights)
+    if _through_transposed_output(rows, weights):
+        scratch = np.empty((weights.shape[0], rows.shape[0]), rows.dtype)
+        np.dot(weights, rows.T, out=scratch)
+        kernels.copy_(out, scratch.T)
+    else:
+        _matrix_product(rows, weights.T, out)
+
+
+# ``rows @ W.T`` can be computed as it reads, BLAS packing the transposed weight, or as
+# ``(W @ rows.T).T``: the weight read as it lies, the result made transposed in a scratch
+# and copied back.  Both run the same dot products in the same order (the same numbers).
+# Which is faster depends on the CPU, the BLAS build, the dtype and the shape: OpenBLAS
+# on an AMD EPYC packs a transposed float32 weight slowly, so that from 8 to about 128
+# rows (from 4 for 512x512) the second order takes 0.4-0.9x the time of the first for
+# weights of 256x256 and up, while for small weights and many rows it takes up to 1.8x.  So it is measured, once
+# per process for each dtype, weight shape and number of rows rounded up to a power of
+# two (a few products on the first call of each), and remembered here.
+_ORDER_MEASURED = {}
+_ORDER_MIN_ROWS = 4     # below that BLAS multiplies a few vectors: either order is one
+_BLAS_DTYPES = (np.float32, np.float64)   # NumPy's other dtypes have no BLAS products
+
+
+def _through_transposed_output(rows, weights):
+    """Whether ``rows @ weights.T`` is faster as ``(weights @ rows.T).T`` here (measured
+    on the first call of its kind, see ``_ORDER_MEASURED``)."""
+    count = rows.shape[0]
+    if count < _ORDER_MIN_ROWS or type(rows) is not np.ndarray or \
+            type(weights) is not np.ndarray or rows.dtype not in _BLAS_DTYPES:
+        return False
+    key = (rows.dtype, weights.shape, (count - 1).bit_length())
+    found = _ORDER_MEASURED.get(key)
+    if found is None:
+        found = _ORDER_MEASURED[key] = _measure_order(rows, weights)
+    return found
+
+
+def _measure_order(rows, weights):
+    """Time both orders of ``rows @ weights.T``, alternately, best of three each (after
+    one untimed call of each)."""
+    out = np.empty((rows.shape[0], weights.shape[0]), rows.dtype)
+    scratch = np.empty(out.shape[::-1], rows.dtype)
+
+    def as_written():
+        np.dot(rows, weights.T, out=out)
+
+    def transposed_output():
+        np.dot(weights, rows.T, out=scratch)
+        kernels.copy_(out, scratch.T)
+    best = [math.inf, math.inf]
+    for attempt in range(4):
+        for i, order in enumerate((as_written, transposed_output)):
+            start = time.perf_counter()
+            order()
+            if attempt:
+                best[i] = min(best[i], time.perf_counter() - start)
+    return best[1] < best[0]
+
+
+def _matrix_product(a, b, out):
+    """``out = a @ b`` for matrices (``out`` a fresh contiguous array): ``np.dot`` on NumPy
+    float32/float64 arrays, the same BLAS call as ``np.matmul`` at half its overhead (0.5
+    against 0.9 us), and BLAS's product where matmul's own loop takes 6x as long (one row
+    times one column: a weight's gradient at batch 1); ``np.matmul`` for other dtypes (as
+    every product computes them) and other arrays (CuPy)."""
+    if 0 in a.strides or 0 in b.strides:
+        a, b = _blas_ready(a), _blas_ready(b)
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype in _BLAS_DTYPES:
+        np.dot(a, b, out=out)
+    else:
+        np.matmul(a, b, out=out)
+
+
 def _checked_product(a, b):
     """``a @ b`` for operands ``check_linear`` has already checked."""
     return _product(np.matmul, _matmul_shape(a, b), a, b)
@@ -519,19 +607,6 @@ def _checked_product(a, b):
 
 def _stacked_bias(weight_shape, bias_shape):
     return len(weight_shape) > 2 and len(bias_shape) == len(weight_shape) - 1
-
-
-def _plain_rows(grad, other):
-    """``grad`` as a NumPy matrix of rows when this backward records nothing (grad mode
-    off, no vmap) and ``grad`` and ``other`` (a 2-D weight, or an input) are NumPy arrays
-    of one dtype: then the gradients below are computed on the arrays directly, with no
-    op dispatch, no views and the bias's row sum as one reduction; else None."""
-    if is_grad_enabled() or batching() is not None or grad._dtype is not other._dtype:
-        return None
-    rows = grad._array()
-    if not isinstance(rows, np.ndarray) or not isinstance(other._array(), np.ndarray):
-        return None
-    return rows.reshape(-1, rows.shape[-1]) if rows.ndim != 2 else rows
 
 
 @linear.def_derivative("input")
@@ -542,11 +617,6 @@ def linear(grad, weight):
         # stacked weights (per-sample, under vmap): ``@``'s C fast path multiplies by a
         # weight expanded over the batch as one product, without the op's Python
         return grad @ weight
-    rows = _plain_rows(grad, weight)
-    if rows is not None and grad._numel:
-        out = _fresh(grad._sizes[:-1] + weight._sizes[1:], grad, weight)
-        np.matmul(rows, _blas_ready(weight._array()), out=out._array().reshape(len(rows), -1))
-        return out
     return grad.matmul(weight)
 
 
@@ -555,13 +625,6 @@ def linear(grad, input, weight_shape):
     if len(weight_shape) == 1 or input.dim() == 1:
         return grad.unsqueeze(-1) * input
     if len(weight_shape) == 2:
-        rows = _plain_rows(grad, input)
-        if rows is not None and len(rows):
-            out = _fresh(tuple(weight_shape), grad, input)
-            inputs = input._array()
-            np.matmul(rows.T, _blas_ready(inputs.reshape(-1, inputs.shape[-1])),
-                      out=out._array())
-            return out
         rows = grad.reshape(-1, weight_shape[0])
         return rows.mT.matmul(input.reshape(-1, input.shape[-1]))
     if input.shape[-2] == 1:   # one row per stack: outer products, as a broadcast
@@ -573,14 +636,46 @@ def linear(grad, input, weight_shape):
 def linear(grad, weight_shape, bias_shape):
     if _stacked_bias(weight_shape, bias_shape):   # summed over each stack's rows
         return grad.sum(-2)
-    if len(bias_shape) == 1 and grad.dim() > 1 and bias_shape[0] == grad._sizes[-1]:
-        rows = _plain_rows(grad, grad)
-        if rows is not None:
-            out = _fresh(tuple(bias_shape), grad, grad)
-            np.add.reduce(rows, axis=0, out=out._array())
-            return out
     # ``grad`` itself, summed to the bias's shape by the engine
     return grad
+
+
+@linear.def_unrecorded_backward
+def linear(grad, wanted, weight, input, weight_shape, bias_shape):
+    """The three gradients of a layer with a 2-D weight (and a 1-D bias, or none) when
+    nothing records and no vmap is active, on the NumPy arrays: one ``np.matmul`` for the
+    input's, one for the weight's and the bias's as one row sum (the formulas' general
+    path would reduce it with the engine's ``sum_to_size``), with no op dispatch and no
+    views.  Other calls (stacked or 1-D weights, a broadcast bias, another array
+    library, empty gradients) go to the formulas."""
+    want_input, want_weight, want_bias = wanted
+    # (each value is saved only for the formulas that will run: the weight for the
+    # input's, its shape for the weight's and the bias's)
+    if len(weight._sizes if weight_shape is None else weight_shape) != 2 or \
+            not grad._numel or batching() is not None or \
+            (want_bias and tuple(bias_shape) != grad._sizes[-1:]):
+        return None
+    rows = grad._array()
+    if not isinstance(rows, np.ndarray) or \
+            (want_input and (weight._dtype is not grad._dtype or
+                             not isinstance(weight._array(), np.ndarray))) or \
+            (want_weight and (input._dtype is not grad._dtype or
+                              not isinstance(input._array(), np.ndarray))):
+        return None
+    if rows.ndim != 2:
+        rows = rows.reshape(-1, rows.shape[-1])
+    grad_input = grad_weight = grad_bias = None
+    if want_input:
+        grad_input = _fresh(grad._sizes[:-1] + weight._sizes[1:], grad, weight)
+        _matrix_product(rows, weight._array(), grad_input._array().reshape(len(rows), -1))
+    if want_weight:
+        grad_weight = _fresh(tuple(weight_shape), grad, input)
+        inputs = input._array()
+        _matrix_product(rows.T, inputs.reshape(-1, inputs.shape[-1]), grad_weight._array())
+    if want_bias:
+        grad_bias = _fresh(tuple(bias_shape), grad, grad)
+        np.add.reduce(rows, axis=0, out=grad_bias._array())
+    return grad_input, grad_weight, grad_bias
 
 
 @linear.def_batch_rule

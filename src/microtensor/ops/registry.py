@@ -106,6 +106,7 @@ class Derivative(Formulas):
         self.saved_names = ()
         self.saved_plan = ()
         self.self_entry = self.result_entry = None   # their plan entries, for in-place ops
+        self.shortcut = None     # the ``unrecorded`` shortcut's function, once declared
 
     def functions(self):
         """The formulas, in input order (the joint one alone for a joint derivative)."""
@@ -136,6 +137,21 @@ class Derivative(Formulas):
         self.formulas = (None,) * len(self.op.inputs) if joint else tuple(
             (fn, tuple(names.index(value) for value in reads[fn])) if fn else None
             for fn in formulas)
+        self._plan_shortcut()
+
+    def _plan_shortcut(self):
+        """``unrecorded`` (the engine's field) from ``shortcut``: the function and the
+        positions in ``saved_names`` of what it reads after ``grad`` and ``wanted``."""
+        if self.shortcut is None:
+            self.unrecorded = None
+            return
+        reads = tuple(inspect.signature(self.shortcut).parameters)[2:]
+        unknown = [name for name in reads if name not in self.saved_names]
+        if unknown:
+            raise TypeError(f"the unrecorded backward of {self.op.name} reads {unknown}, "
+                            f"which no formula saves (saved: {self.saved_names})")
+        self.unrecorded = (self.shortcut,
+                           tuple(self.saved_names.index(name) for name in reads))
 
 
 class Op:
@@ -210,6 +226,21 @@ class Op:
         if any(derivative.formulas):
             raise TypeError(f"{self.name} already has per-input derivatives")
         derivative._set(None, fn)
+        return self
+
+    def def_unrecorded_backward(self, fn):
+        """Declare a shortcut of the per-input formulas for backward passes that record
+        nothing (grad mode off: every ``.backward()`` without ``create_graph``), below
+        them (a decorator, like ``def_derivative``).  ``fn(grad, wanted, *saved values by
+        name)``, with ``wanted`` a bool per input of ``op.inputs``, returns a gradient per
+        input (None where not wanted) equal to what the formulas give, or None when it
+        cannot serve the call (then the formulas run).  It may read only values the
+        formulas save."""
+        derivative = self._own_derivative()
+        if derivative.joint is not None:
+            raise TypeError(f"{self.name} has a joint derivative")
+        derivative.shortcut = fn
+        derivative._plan_shortcut()
         return self
 
     def def_norm_rule(self, fn=None, *, activation="input", params=("weight", "bias")):
