@@ -1,13 +1,26 @@
-/* softmax / log_softmax over a band of neighbouring float32 lines with unit steps: the
- * loop of kernels.pyx's `softmax_band` (the same arithmetic, in the same order, sums in
- * double), compiled, as the layer kernels are, for x86-64-v3 (AVX2 + FMA) and for the
- * baseline.  Element j of line i is x[i * ss + j]; `peak` and `total` hold the band's
- * running maxima and sums; exp(x - peak) waits in `o` for softmax's last pass. */
+/* Loops of kernels.pyx over a band of neighbouring float32 lines with unit steps, in C so
+ * that they are compiled, as the layer kernels are, for x86-64-v3 (AVX2 + FMA) and for the
+ * baseline (target_clones): the same arithmetic, in the same order, as the Cython loops
+ * they stand for.  Element j of line i is x[i * ss + j]. */
 #ifndef MICROTENSOR_BANDMATH_H
 #define MICROTENSOR_BANDMATH_H
 
 #include "nnmath.h"
 
+/* `add_rows` of one run of lines: acc[j] += the sum over `n` lines of x[i * ss + j], in
+ * double, line after line. */
+MT_CLONES static void mt_add_rows_f32(double* restrict acc, const float* restrict x,
+                                      ptrdiff_t ss, ptrdiff_t n, ptrdiff_t width) {
+    for (ptrdiff_t i = 0; i < n; i++) {
+        const float* row = x + i * ss;
+        MT_SIMD
+        for (ptrdiff_t j = 0; j < width; j++)
+            acc[j] += row[j];
+    }
+}
+
+/* softmax / log_softmax (`softmax_band`): `peak` and `total` hold the band's running
+ * maxima and sums (in double); exp(x - peak) waits in `o` for softmax's last pass. */
 MT_CLONES static void mt_softmax_band_f32(float* o, ptrdiff_t so, const float* x,
         ptrdiff_t ss, ptrdiff_t n, ptrdiff_t width, int log_of, float* peak,
         double* total) {

@@ -913,14 +913,18 @@ cdef void add_rows(double* acc, const floating* src, Py_ssize_t step, Py_ssize_t
         acc[j] = 0
     start_outer(&it, inner, 1)
     while True:
-        for i in range(rows.shape[inner]):
-            row = <const floating*>(<const char*>src + it.offset[0]) + i * row_step
-            if step == 1:
-                for j in range(width):
-                    acc[j] += row[j]
-            else:
-                for j in range(width):
-                    acc[j] += row[j * step]
+        if floating is float and step == 1:   # compiled for AVX2 too (bandmath.h)
+            mt_add_rows_f32(acc, <const float*>(<const char*>src + it.offset[0]), row_step,
+                            rows.shape[inner], width)
+        else:
+            for i in range(rows.shape[inner]):
+                row = <const floating*>(<const char*>src + it.offset[0]) + i * row_step
+                if step == 1:
+                    for j in range(width):
+                        acc[j] += row[j]
+                else:
+                    for j in range(width):
+                        acc[j] += row[j * step]
         if not advance_outer(&it, rows):
             return
 
@@ -1430,6 +1434,8 @@ cdef extern from "nnmath.h" nogil:
 
 
 cdef extern from "bandmath.h" nogil:
+    void mt_add_rows_f32(double* acc, const float* x, Py_ssize_t ss, Py_ssize_t n,
+                         Py_ssize_t width)
     void mt_softmax_band_f32(float* o, Py_ssize_t so, const float* x, Py_ssize_t ss,
                              Py_ssize_t n, Py_ssize_t width, bint log_of, float* peak,
                              double* total)
