@@ -19,6 +19,24 @@ MT_CLONES static void mt_add_rows_f32(double* restrict acc, const float* restric
     }
 }
 
+/* log_softmax's backward (`log_softmax_backward_band`): o = g - exp(y) * (g summed along
+ * the lines), `total` holding the sums; `o` may be `g` itself. */
+MT_CLONES static void mt_log_softmax_backward_band_f32(float* o, ptrdiff_t so,
+        const float* g, ptrdiff_t sg, const float* y, ptrdiff_t sy, ptrdiff_t n,
+        ptrdiff_t width, double* total) {
+    for (ptrdiff_t j = 0; j < width; j++)
+        total[j] = 0;
+    mt_add_rows_f32(total, g, sg, n, width);
+    for (ptrdiff_t i = 0; i < n; i++) {
+        const float* g_row = g + i * sg;
+        const float* y_row = y + i * sy;
+        float* out_row = o + i * so;
+        MT_SIMD
+        for (ptrdiff_t j = 0; j < width; j++)
+            out_row[j] = (float)(g_row[j] - mt_expf(y_row[j]) * total[j]);
+    }
+}
+
 /* softmax / log_softmax (`softmax_band`): `peak` and `total` hold the band's running
  * maxima and sums (in double); exp(x - peak) waits in `o` for softmax's last pass. */
 MT_CLONES static void mt_softmax_band_f32(float* o, ptrdiff_t so, const float* x,

@@ -1465,6 +1465,9 @@ cdef extern from "nnmath.h" nogil:
 cdef extern from "bandmath.h" nogil:
     void mt_add_rows_f32(double* acc, const float* x, Py_ssize_t ss, Py_ssize_t n,
                          Py_ssize_t width)
+    void mt_log_softmax_backward_band_f32(float* o, Py_ssize_t so, const float* g,
+                                          Py_ssize_t sg, const float* y, Py_ssize_t sy,
+                                          Py_ssize_t n, Py_ssize_t width, double* total)
     void mt_softmax_band_f32(float* o, Py_ssize_t so, const float* x, Py_ssize_t ss,
                              Py_ssize_t n, Py_ssize_t width, bint log_of, float* peak,
                              double* total)
@@ -1656,6 +1659,19 @@ cdef inline void log_softmax_backward_band(floating* o, Py_ssize_t ov, Py_ssize_
                                             exp_of(y[i * sy + j * yv]) * total[j])
 
 
+cdef inline void log_softmax_backward_band_unit(floating* o, Py_ssize_t so,
+                                                const floating* g, Py_ssize_t sg,
+                                                const floating* y, Py_ssize_t sy,
+                                                Py_ssize_t n, Py_ssize_t width,
+                                                double* total) noexcept nogil:
+    """`log_softmax_backward_band` with unit steps; float32's is also compiled for AVX2
+    (bandmath.h)."""
+    if floating is float:
+        mt_log_softmax_backward_band_f32(o, so, g, sg, y, sy, n, width, total)
+    else:
+        log_softmax_backward_band(o, 1, so, g, 1, sg, y, 1, sy, n, width, total)
+
+
 cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t so,
                                        const floating* grad, Py_ssize_t gv, Py_ssize_t sg,
                                        const floating* output, Py_ssize_t yv, Py_ssize_t sy,
@@ -1672,14 +1688,14 @@ cdef void log_softmax_backward_columns(floating* out, Py_ssize_t ov, Py_ssize_t 
             staged_y = scratch + n * width
             stage_band(scratch, grad + start * gv, gv, sg, n, width)
             stage_band(staged_y, output + start * yv, yv, sy, n, width)
-            log_softmax_backward_band(scratch, 1, width, scratch, 1, width, staged_y, 1, width,
-                                      n, width, total)
+            log_softmax_backward_band_unit(scratch, width, scratch, width, staged_y, width, n,
+                                           width, total)
             unstage_band(out + start * ov, ov, so, scratch, n, width)
         else:
             width = min(<Py_ssize_t>COLUMN_BAND, count - start)
             if ov == 1 and gv == 1 and yv == 1:
-                log_softmax_backward_band(out + start, 1, so, grad + start, 1, sg,
-                                          output + start, 1, sy, n, width, total)
+                log_softmax_backward_band_unit(out + start, so, grad + start, sg,
+                                               output + start, sy, n, width, total)
             else:
                 log_softmax_backward_band(out + start * ov, ov, so, grad + start * gv, gv, sg,
                                           output + start * yv, yv, sy, n, width, total)
