@@ -12,7 +12,7 @@ from operator import methodcaller
 
 import numpy as np
 
-from microtensor._C import kernels
+from microtensor._C import kernels, nnkernels
 from microtensor._C.tensor import int64, compute_numpy
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
@@ -83,6 +83,11 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     """The negative log-likelihood of each target class under log-probabilities ``self``
     ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
     check_arguments(self._sizes, self._dtype, target, weight, reduction)
+    fast = nnkernels.nll_loss_rows(self, target, weight, reduction, ignore_index)
+    if fast is not None:
+        if type(fast) is int:
+            raise _out_of_bounds(fast)
+        return fast
     rows = self._array().reshape(-1, self._sizes[-1])
     targets = target._array().reshape(-1)
     if isinstance(rows, np.ndarray):
@@ -138,6 +143,12 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     row's target class; zero elsewhere."""
     self_shape = tuple(self_shape)
     check_arguments(self_shape, grad._dtype, target, weight, reduction)
+    fast = nnkernels.nll_loss_backward_rows(grad, self_shape, target, weight, reduction,
+                                            ignore_index)
+    if fast is not None:
+        if type(fast) is int:
+            raise _out_of_bounds(fast)
+        return fast
     targets = target._array().reshape(-1)
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
