@@ -207,6 +207,11 @@ def _total_weight(targets, weights, ignore_index, size):
     return weights.reshape(size, rows).sum(1)
 
 
+def _in_front(t, level):
+    """Whether ``t`` is batched at ``level`` with its batch dim first."""
+    return type(t) is BatchedTensor and t._level == level and t._bdim == 0
+
+
 def _over(values, total):
     """``values / total``, skipped for a total of exactly one row."""
     return values if type(total) is int and total == 1 else values / total
@@ -226,10 +231,15 @@ def nll_loss(op, level, args, kwargs):
     self, target, weight = bound["self"], bound["target"], bound["weight"]
     ignore_index = bound["ignore_index"]
     check_arguments(self._sizes, self._dtype, target, weight, bound["reduction"])
-    size = batch_size(level)
-    inputs = front_or_expanded(self, level, size)
-    targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
-                                            inputs.dtype)
+    if weight is None and _in_front(self, level) and _in_front(target, level):
+        # the common call (per-sample logits and targets): both already batched in front
+        inputs, targets, weights = self._value, target._value, None
+        size = inputs._sizes[0]
+    else:
+        size = batch_size(level)
+        inputs = front_or_expanded(self, level, size)
+        targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
+                                                inputs.dtype)
     losses = call(op, (inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1)),
                   {"reduction": "none", "ignore_index": ignore_index})
     if weights is not None:

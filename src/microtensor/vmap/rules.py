@@ -204,6 +204,14 @@ EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
 def reduction(op, level, args, kwargs):
     """Shift ``dim`` past the batch dim; ``dim=None`` (or ``()``) means every per-sample
     dim.  A per-sample scalar gets a size-1 dim to reduce over, removed afterwards."""
+    if not kwargs and len(args) == 2 and type(args[1]) is int and op.params[1] == "dim":
+        # the common call, ``x.log_softmax(1)``: no binding, the dim shifted positionally
+        self = args[0]
+        n = len(self._sizes)
+        if n and type(self) is BatchedTensor and self._level == level:
+            value = to_front(self._value, self._bdim)
+            return wrap_result(call(op, (value, meta.wrap_dim(args[1], n) + 1), None), 0,
+                               level)
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if not same_level(self, level):
