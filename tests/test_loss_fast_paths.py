@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import microtensor as mt
+from microtensor.vmap import vmap
 from microtensor._C import nnkernels
 from microtensor.ops import loss as loss_ops
 from microtensor.ops import reduction as reduction_ops
@@ -218,3 +219,76 @@ def test_log_softmax_fast_paths_refuse_other_layouts_and_dtypes():
         x.log_softmax(2)
     with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
         mt.tensor([1, 2]).log_softmax(0)
+
+
+# --------------------------------------------------------------------------- batching rules
+
+def _loop(fn, in_dims, *args):
+    """``fn`` per sample, stacked: what ``vmap`` must give."""
+    size = next(a.shape[d] for a, d in zip(args, in_dims) if d is not None)
+    rows = [fn(*[a if d is None else a.select(d, i) for a, d in zip(args, in_dims)])
+            for i in range(size)]
+    return mt.stack(rows)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("layout", ["both in front", "logits at dim 1", "targets unbatched",
+                                    "weighted", "rows per sample"])
+def test_nll_loss_rule_matches_a_loop(reduction, layout):
+    """The rule's shortcut (logits and targets batched in front, no class weights) and its
+    general path, against one call per sample; sample 1 has every target ignored."""
+    r = np.random.default_rng(3)
+    rows = 3 if layout == "rows per sample" else 1
+    logits = mt.tensor(r.standard_normal((4, rows, 5)), dtype=mt.float64)
+    targets = mt.tensor(r.integers(0, 5, (4, rows)))
+    targets[1] = -100
+    weight = mt.tensor(r.uniform(0.5, 2, 5), dtype=mt.float64) if layout == "weighted" \
+        else None
+    in_dims = (0, 0)
+    if layout == "logits at dim 1":
+        logits, in_dims = logits.movedim(0, 1).contiguous(), (1, 0)
+    if layout == "targets unbatched":
+        targets, in_dims = targets[0], (0, None)
+
+    def loss(x, t):
+        return F.nll_loss(x.log_softmax(-1), t, weight, reduction=reduction)
+    got = vmap(loss, in_dims=in_dims)(logits, targets)
+    expected = _loop(loss, in_dims, logits, targets)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, equal_nan=True)
+    if reduction == "mean" and layout != "targets unbatched":
+        assert np.isnan(got.numpy()[1])
+
+
+def test_nll_loss_rule_checks_per_sample_shapes():
+    logits, targets = mt.randn(4, 3, 5), mt.randint(0, 5, (4, 2))
+    with pytest.raises(ValueError, match=r"Expected input batch_size \(3\) to match target "
+                                         r"batch_size \(2\)"):
+        vmap(F.nll_loss)(logits, targets)
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        vmap(F.nll_loss)(logits, mt.full((4, 3), 7))
+
+
+@pytest.mark.parametrize("name,dim", [("log_softmax", 1), ("log_softmax", -1),
+                                      ("softmax", 0), ("sum", 1), ("cumsum", -2),
+                                      ("logsumexp", 0), ("argmax", 1)])
+@pytest.mark.parametrize("bdim", [0, 1, 2])
+def test_reduction_rule_with_a_positional_dim_matches_a_loop(name, dim, bdim):
+    x = mt.randn(3, 4, 5, dtype=mt.float64)
+
+    def fn(s):
+        return getattr(s, name)(dim)
+    got = vmap(fn, in_dims=bdim)(x)
+    np.testing.assert_allclose(got.numpy(), _loop(fn, (bdim,), x).numpy(), rtol=1e-12)
+
+
+def test_reduction_rule_positional_dim_errors_and_other_parameters():
+    x = mt.randn(3, 4)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        vmap(lambda s: s.log_softmax(1))(x)
+    # a per-sample scalar takes the general path (its size-1 dim)
+    got = vmap(lambda s: s.log_softmax(0))(mt.randn(3, dtype=mt.float64))
+    np.testing.assert_array_equal(got.numpy(), np.zeros(3))
+    # ``norm``'s second parameter is ``p``, not ``dim``: bound by name as before
+    v = mt.randn(3, 4, dtype=mt.float64)
+    np.testing.assert_allclose(vmap(lambda s: mt.norm(s, 1))(v).numpy(),
+                               np.abs(v.numpy()).sum(1), rtol=1e-12)
