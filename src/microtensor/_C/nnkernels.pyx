@@ -689,3 +689,86 @@ def nll_loss_backward_rows(TensorBase grad, tuple self_shape, TensorBase target,
                           <const double*>cnp.PyArray_DATA(ops.weights),
                           <const double*>tensor_data(grad), g_stride, scale, ops.n)
     return out
+
+
+cdef object array_over(TensorBase t, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
+                       int typenum):
+    """A NumPy array over ``t``'s memory (from its first element; strides in bytes) that
+    keeps ``t``'s storage alive."""
+    cdef cnp.ndarray a = cnp.PyArray_New(np.ndarray, nd, dims, typenum, strides,
+                                         tensor_data(t), 0, cnp.NPY_ARRAY_WRITEABLE, None)
+    cnp.set_array_base(a, t._storage.data)
+    return a
+
+
+cdef bint leading_zero_strides(TensorBase t, Py_ssize_t count):
+    cdef Py_ssize_t i
+    for i in range(count):
+        if t._strides[i] != 0:
+            return False
+    return True
+
+
+def linear_repeated_weight(TensorBase input, TensorBase weight, bias):
+    """``linear`` of contiguous float32/float64 CPU rows ``input`` (..., r, in) with one
+    (out, in) matrix repeated along the stack dims of ``weight`` (..., out, in) (stride 0
+    there: a parameter expanded over a vmap batch), and a bias that is one (out,) vector
+    (given as such, or repeated like the weight), as a new (..., r, out) tensor: one BLAS
+    product of all the rows and the bias added row by row.  None for any other call (the
+    op's general path, which also raises the errors).  Arguments as ``check_linear`` has
+    passed them."""
+    cdef Py_ssize_t nd = len(weight._sizes), stack = nd - 2, i, j, rows, n_out, n_in
+    cdef int typenum = float_type(input)
+    cdef TensorBase b = None
+    if nd < 3 or typenum < 0 or not input._is_contig or len(input._sizes) != nd or \
+            input._sizes[:stack] != weight._sizes[:stack] or \
+            not on_cpu_as(weight, typenum) or not leading_zero_strides(weight, stack):
+        return None
+    n_out, n_in = weight._sizes[nd - 2], weight._sizes[nd - 1]
+    if weight._strides[nd - 2] == 0 or weight._strides[nd - 1] == 0:
+        return None      # a repeated row or column: NumPy's matmul would leave BLAS
+    if bias is not None:
+        if not isinstance(bias, TensorBase):
+            return None
+        b = bias
+        if not on_cpu_as(b, typenum) or not (
+                b._sizes == (n_out,) or (b._sizes == weight._sizes[:nd - 1] and
+                                         leading_zero_strides(b, stack))):
+            return None
+    sizes = input._sizes[:nd - 1] + (n_out,)
+    cdef TensorBase out = empty_contiguous(sizes, input._dtype)
+    if out._numel == 0:
+        return out
+    rows = out._numel // n_out
+    cdef Py_ssize_t item = input._dtype.itemsize
+    cdef cnp.npy_intp row_dims[2]
+    cdef cnp.npy_intp row_strides[2]
+    cdef cnp.npy_intp matrix_dims[2]
+    cdef cnp.npy_intp matrix_strides[2]
+    cdef cnp.npy_intp out_dims[2]
+    cdef cnp.npy_intp out_strides[2]
+    row_dims[0], row_dims[1] = rows, n_in
+    row_strides[0], row_strides[1] = n_in * item, item
+    # the matrix transposed: (in, out), BLAS takes the transpose as a flag
+    matrix_dims[0], matrix_dims[1] = n_in, n_out
+    matrix_strides[0] = weight._strides[nd - 1] * item
+    matrix_strides[1] = weight._strides[nd - 2] * item
+    out_dims[0], out_dims[1] = rows, n_out
+    out_strides[0], out_strides[1] = n_out * item, item
+    np.matmul(array_over(input, 2, row_dims, row_strides, typenum),
+              array_over(weight, 2, matrix_dims, matrix_strides, typenum),
+              out=array_over(out, 2, out_dims, out_strides, typenum))
+    if b is None:
+        return out
+    cdef Py_ssize_t step = b._strides[len(b._sizes) - 1]
+    cdef char* o = tensor_data(out)
+    cdef const char* v = tensor_data(b)
+    if typenum == cnp.NPY_FLOAT:
+        for i in range(rows):
+            for j in range(n_out):
+                (<float*>o)[i * n_out + j] += (<const float*>v)[j * step]
+    else:
+        for i in range(rows):
+            for j in range(n_out):
+                (<double*>o)[i * n_out + j] += (<const double*>v)[j * step]
+    return out

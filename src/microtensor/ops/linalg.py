@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from microtensor._C import kernels, meta
+from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, empty_contiguous, is_grad_enabled
 from microtensor._dtype import cast_scalar, result_type
@@ -489,6 +489,9 @@ def linear(input, weight, bias=None):
             if 0 in rows.strides or 0 in weights.strides:
                 rows, weights = _blas_ready(rows), _blas_ready(weights)
             np.matmul(rows, weights.T, out=out._array())
+    elif (out := nnkernels.linear_repeated_weight(input, weight, bias)) is not None:
+        # vmap(grad)'s layer: one matrix repeated along the stack, rows and bias in C
+        return out
     elif len(input._sizes) == len(weight._sizes) and input._sizes[:-2] == weight._sizes[:-2] \
             and not any(weight._strides[:-2]) and isinstance(weight._array(), np.ndarray):
         # one matrix repeated along the stack (a parameter expanded over a vmap batch):
