@@ -45,39 +45,38 @@ class _Differentiation:
     passes from its outputs to them."""
 
     def __init__(self, inputs):
-        self.outer_grad = is_grad_enabled()
+        self.outer_grad = outer_grad = is_grad_enabled()
         self.sizes = sizes = {}
         for lv in active_levels():
             sizes[lv.number] = lv.size
-        self.handles, self.layouts, self.inputs = [], [], []
+        self.handles, self.layouts, self.inputs = handles, layouts, logical = [], [], []
         # the common call, vmap(grad(f)) with unbatched inputs: each expanded in front
-        only = tuple(sizes.items())[0] if len(sizes) == 1 else None
-        prev = is_grad_enabled()
+        level, size = tuple(sizes.items())[0] if len(sizes) == 1 else (None, None)
         set_grad_enabled(True)
         try:
             for x in inputs:
-                front = only is not None and type(x) is not BatchedTensor
+                front = level is not None and type(x) is not BatchedTensor
                 if front:
-                    value, layout = x.expand((only[1],) + x._sizes), {only[0]: 0}
+                    value, layout = x.expand((size,) + x._sizes), {level: 0}
                 else:
-                    value, layout = expand_to_levels(*physical(x), self.sizes)
+                    value, layout = expand_to_levels(*physical(x), sizes)
                 if not value._dtype.is_floating_point:
                     raise RuntimeError("only Tensors of floating point dtype can require "
                                        "gradients")
-                if self.outer_grad and value.requires_grad:
+                if outer_grad and value.requires_grad:
                     handle = value.alias()
                 else:
                     # a fresh floating-point leaf: requires_grad_()'s checks cannot fail
                     handle = detached_alias(value)
                     handle._requires_grad = True
-                self.handles.append(handle)
-                self.layouts.append(layout)
+                handles.append(handle)
+                layouts.append(layout)
                 if front:
-                    self.inputs.append(wrap(handle, 0, only[0]))
+                    logical.append(wrap(handle, 0, level))
                 else:   # no layout (no vmap level): the handle is already logical
-                    self.inputs.append(merge(handle, layout) if layout else handle)
+                    logical.append(merge(handle, layout) if layout else handle)
         finally:
-            set_grad_enabled(prev)
+            set_grad_enabled(outer_grad)
         self.connected = False
 
     def call(self, func, args, kwargs):

@@ -627,7 +627,7 @@ def softmax(grad, dim, result):
 
 @log_softmax.def_derivative("self")
 def log_softmax(grad, dim, result):
-    return _log_softmax_backward_data(grad, result, dim)
+    return call(_log_softmax_backward_data, (grad, result, dim), None)
 
 
 def _log_softmax_backward_samples(make):
