@@ -97,3 +97,17 @@ def test_gradients_through_the_fast_path():
     _general(lambda: LINEAR(x, w2, b2)).tanh().sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), w2.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(b.grad.numpy(), b2.grad.numpy(), rtol=1e-12)
+
+
+def test_fast_path_reads_views_at_an_offset():
+    """Rows, matrix and bias that start inside a larger storage."""
+    big = mt.randn(3, 4, 2, 5)
+    x = big[1]                                       # contiguous, at an offset
+    matrices, vectors = mt.randn(2, 3, 5), mt.randn(2, 3)
+    w, b = matrices[1].expand(4, 3, 5), vectors[1]
+    assert x.storage_offset() and w.storage_offset() and b.storage_offset()
+    got = LINEAR(x, w, b)
+    assert nnkernels.linear_repeated_weight(x, w, b) is not None
+    np.testing.assert_array_equal(got.numpy(), _general(lambda: LINEAR(x, w, b)).numpy())
+    np.testing.assert_allclose(got.numpy(), x.numpy() @ matrices[1].numpy().T
+                               + vectors[1].numpy(), rtol=1e-5, atol=1e-6)

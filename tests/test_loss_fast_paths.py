@@ -83,8 +83,11 @@ def nll_cases(draw):
     targets = r.integers(0, classes, n)
     if n and draw(st.booleans()):
         targets[r.integers(0, n)] = ignore_index
-    weighted = draw(st.booleans())
-    weight = mt.tensor(r.uniform(0.5, 2.0, classes), dtype=dtype) if weighted else None
+    weighted = draw(st.sampled_from(["no", "contiguous", "strided"]))
+    weight = None
+    if weighted != "no":
+        weight = mt.tensor(r.uniform(0.5, 2.0, 2 * classes), dtype=dtype)
+        weight = weight[::2] if weighted == "strided" else weight[classes:]   # offset
     values = mt.tensor(r.standard_normal((n, classes)), dtype=dtype).log_softmax(-1)
     if rows is None:
         values, target = values[0], mt.tensor(int(targets[0]))
@@ -292,3 +295,16 @@ def test_reduction_rule_positional_dim_errors_and_other_parameters():
     v = mt.randn(3, 4, dtype=mt.float64)
     np.testing.assert_allclose(vmap(lambda s: mt.norm(s, 1))(v).numpy(),
                                np.abs(v.numpy()).sum(1), rtol=1e-12)
+
+
+def test_log_softmax_fast_paths_read_views_at_an_offset():
+    big = mt.randn(3, 4, 5, dtype=mt.float64)
+    x, g = big[1], big[2]                           # contiguous, at an offset
+    assert nnkernels.log_softmax_rows(x, -1, True) is not None
+    _same(x.log_softmax(-1), general(lambda: x.log_softmax(-1)))
+    y = x.log_softmax(-1)
+    backward = reduction_ops._log_softmax_backward_data
+    assert nnkernels.log_softmax_backward_rows(g, y, 1) is not None
+    _same(backward(g, y, 1), general(lambda: backward(g, y, 1)))
+    expected = g.numpy() - np.exp(y.numpy()) * g.numpy().sum(1, keepdims=True)
+    np.testing.assert_allclose(backward(g, y, 1).numpy(), expected, rtol=1e-12)
