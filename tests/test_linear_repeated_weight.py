@@ -75,6 +75,10 @@ def test_fast_path_refuses_other_layouts():
     assert serve(x, w, b.double()) is None
     assert serve(x[0], mt.randn(3, 5), b) is None                    # a plain matrix
     assert serve(mt.randn(5, 2, 5), w, b) is None                    # another stack size
+    # arguments check_linear refuses (the fast path runs before it): never served
+    assert serve(mt.randn(4, 2, 6), w, b) is None                    # in-features differ
+    assert serve(x, w, mt.randn(4)) is None                          # bias of another size
+    assert serve(x.to(mt.bool), w.to(mt.bool), None) is None
 
 
 def test_errors_stay_the_general_paths():

@@ -715,8 +715,8 @@ def linear_repeated_weight(TensorBase input, TensorBase weight, bias):
     there: a parameter expanded over a vmap batch), and a bias that is one (out,) vector
     (given as such, or repeated like the weight), as a new (..., r, out) tensor: one BLAS
     product of all the rows and the bias added row by row.  None for any other call (the
-    op's general path, which also raises the errors).  Arguments as ``check_linear`` has
-    passed them."""
+    op's general path, which also raises the errors): it serves only arguments that
+    ``check_linear`` passes, so it may run before that check."""
     cdef Py_ssize_t nd = len(weight._sizes), stack = nd - 2, i, j, rows, n_out, n_in
     cdef int typenum = float_type(input)
     cdef TensorBase b = None
@@ -725,6 +725,8 @@ def linear_repeated_weight(TensorBase input, TensorBase weight, bias):
             not on_cpu_as(weight, typenum) or not leading_zero_strides(weight, stack):
         return None
     n_out, n_in = weight._sizes[nd - 2], weight._sizes[nd - 1]
+    if input._sizes[nd - 1] != n_in:
+        return None
     if weight._strides[nd - 2] == 0 or weight._strides[nd - 1] == 0:
         return None      # a repeated row or column: NumPy's matmul would leave BLAS
     if bias is not None:

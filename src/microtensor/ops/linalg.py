@@ -471,6 +471,12 @@ def linear(input, weight, bias=None):
     PyTorch's 1-D and 2-D weights, stacked weights ``(..., out, in)`` broadcast with the
     leading dims of ``input``, and a bias stacked like them, ``(..., out)``, adds to each
     row (how vmap runs per-sample weights)."""
+    if len(weight._sizes) > 2:
+        # vmap(grad)'s layer, one matrix repeated along the stack, served in C (only for
+        # arguments that pass ``check_linear``)
+        out = nnkernels.linear_repeated_weight(input, weight, bias)
+        if out is not None:
+            return out
     check_linear(input, weight, bias)
     if weight.dim() == 1:
         out = _checked_product(input, weight)
@@ -489,9 +495,6 @@ def linear(input, weight, bias=None):
             if 0 in rows.strides or 0 in weights.strides:
                 rows, weights = _blas_ready(rows), _blas_ready(weights)
             np.matmul(rows, weights.T, out=out._array())
-    elif (out := nnkernels.linear_repeated_weight(input, weight, bias)) is not None:
-        # vmap(grad)'s layer: one matrix repeated along the stack, rows and bias in C
-        return out
     elif len(input._sizes) == len(weight._sizes) and input._sizes[:-2] == weight._sizes[:-2] \
             and not any(weight._strides[:-2]) and isinstance(weight._array(), np.ndarray):
         # one matrix repeated along the stack (a parameter expanded over a vmap batch):

@@ -96,7 +96,11 @@ def pointwise(op, level, args, kwargs):
     if not kwargs:
         if len(args) == 1 and args[0]._bdim == 0:
             result = call(op, (args[0]._value,), None)
-            return args[0] if op.kind == "inplace" else wrap_result(result, 0, level)
+            if op.kind == "inplace":
+                return args[0]
+            # a tensor (the common result) wrapped without wrap_result's frame
+            return wrap(result, 0, level) if isinstance(result, TensorBase) else \
+                wrap_result(result, 0, level)
         if len(args) == 2:
             fast = _pointwise_binary(op, level, args[0], args[1])
             if fast is not None:
@@ -210,8 +214,9 @@ def reduction(op, level, args, kwargs):
         n = len(self._sizes)
         if n and type(self) is BatchedTensor and self._level == level:
             value = to_front(self._value, self._bdim)
-            return wrap_result(call(op, (value, meta.wrap_dim(args[1], n) + 1), None), 0,
-                               level)
+            result = call(op, (value, meta.wrap_dim(args[1], n) + 1), None)
+            return wrap(result, 0, level) if isinstance(result, TensorBase) else \
+                wrap_result(result, 0, level)
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if not same_level(self, level):
