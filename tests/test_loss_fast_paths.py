@@ -1,7 +1,7 @@
 """The C fast paths of ``log_softmax``, ``nll_loss`` and their backward agree with the
 ops' general paths.
 
-``nnkernels.log_softmax_rows``, ``log_softmax_backward_rows``, ``nll_loss_rows`` and
+``nnkernels.softmax_rows``, ``log_softmax_backward_rows``, ``nll_loss_rows`` and
 ``nll_loss_backward_rows`` serve float32/float64 CPU tensors (any strides for nll_loss's
 input and targets, contiguous rows for log_softmax) and return None for every other call,
 which the op's general path then computes.  Each case here runs the op twice, once with
@@ -25,7 +25,7 @@ from microtensor.ops import reduction as reduction_ops
 F = mt.nn.functional
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
-FAST = ("log_softmax_rows", "log_softmax_backward_rows", "nll_loss_rows",
+FAST = ("softmax_rows", "log_softmax_backward_rows", "nll_loss_rows",
         "nll_loss_backward_rows")
 
 
@@ -200,7 +200,7 @@ def test_log_softmax_fast_path_matches_general(dtype, shape, dim):
     g = mt.randn(*shape, dtype=dtype)
     backward = reduction_ops._log_softmax_backward_data
     _same(backward(g, y, dim), general(lambda: backward(g, y, dim)))
-    served = nnkernels.log_softmax_rows(x, dim, True) is not None
+    served = nnkernels.softmax_rows(x, dim, True) is not None
     assert served == (dim in (len(shape) - 1, -1))
     assert (nnkernels.log_softmax_backward_rows(g, y, dim) is not None) == served
 
@@ -208,11 +208,11 @@ def test_log_softmax_fast_path_matches_general(dtype, shape, dim):
 def test_log_softmax_fast_paths_refuse_other_layouts_and_dtypes():
     x = mt.randn(4, 3)
     strided = x.t()
-    assert nnkernels.log_softmax_rows(strided, 1, True) is None
+    assert nnkernels.softmax_rows(strided, 1, True) is None
     _same(strided.log_softmax(1), general(lambda: strided.log_softmax(1)))
-    assert nnkernels.log_softmax_rows(x.to(mt.float16), 1, True) is None
-    assert nnkernels.log_softmax_rows(x, True, True) is None       # a bool is not a dim
-    assert nnkernels.log_softmax_rows(mt.tensor(1.0), 0, True) is None
+    assert nnkernels.softmax_rows(x.to(mt.float16), 1, True) is None
+    assert nnkernels.softmax_rows(x, True, True) is None       # a bool is not a dim
+    assert nnkernels.softmax_rows(mt.tensor(1.0), 0, True) is None
     y = x.log_softmax(1)
     assert nnkernels.log_softmax_backward_rows(x, y.to(mt.float64), 1) is None
     assert nnkernels.log_softmax_backward_rows(x, y[:2], 1) is None
@@ -300,7 +300,7 @@ def test_reduction_rule_positional_dim_errors_and_other_parameters():
 def test_log_softmax_fast_paths_read_views_at_an_offset():
     big = mt.randn(3, 4, 5, dtype=mt.float64)
     x, g = big[1], big[2]                           # contiguous, at an offset
-    assert nnkernels.log_softmax_rows(x, -1, True) is not None
+    assert nnkernels.softmax_rows(x, -1, True) is not None
     _same(x.log_softmax(-1), general(lambda: x.log_softmax(-1)))
     y = x.log_softmax(-1)
     backward = reduction_ops._log_softmax_backward_data

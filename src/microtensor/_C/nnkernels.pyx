@@ -10,7 +10,7 @@ loops themselves are in ``nnmath.h``: one pass per quantity over rows that stay 
 float32 with vectorised exp / erf.  Every other dtype is refused with a TypeError: the
 ops keep their NumPy path for those.
 
-The tensor fast paths (``log_softmax_rows``, ``log_softmax_backward_rows``,
+The tensor fast paths (``softmax_rows``, ``log_softmax_backward_rows``,
 ``nll_loss_rows``, ``nll_loss_backward_rows``) take tensors and return a new result
 tensor, or None for a call they do not serve (another dtype or device, a layout they do
 not take), which the op's general path then computes: the op's Python around a
@@ -489,7 +489,7 @@ cdef inline bint last_dim(object dim, Py_ssize_t ndim):
     return d == ndim - 1 or d == -1
 
 
-def log_softmax_rows(TensorBase x, dim, bint log_of):
+def softmax_rows(TensorBase x, dim, bint log_of):
     """softmax (``log_of``: log_softmax) of ``x`` along ``dim`` as a new tensor, when ``x``
     is a contiguous float32/float64 CPU tensor and ``dim`` its last dim; else None."""
     cdef int typenum = float_type(x)

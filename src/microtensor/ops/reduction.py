@@ -575,7 +575,7 @@ def logsumexp(grad, self, dim, keepdim, result):
 def _normalised_exp(name, log):
     def kernel(self, dim, dtype=None):
         if dtype is None:   # the common case, served in C
-            result = nnkernels.log_softmax_rows(self, dim, log)
+            result = nnkernels.softmax_rows(self, dim, log)
             if result is not None:
                 return result
         else:
