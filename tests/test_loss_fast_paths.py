@@ -182,8 +182,20 @@ def test_nll_loss_fast_paths_refuse_what_they_do_not_serve():
                                    -100) is None
     assert nnkernels.nll_loss_rows(values.reshape(1, 3, 4), target, None, "mean", -100) \
         is None
+    # shapes the op's checks refuse are never read
+    assert nnkernels.nll_loss_rows(values, target[:2], None, "mean", -100) is None
+    assert nnkernels.nll_loss_rows(values, target, mt.ones(3), "mean", -100) is None
+    assert nnkernels.nll_loss_rows(values[0], target, None, "mean", -100) is None
+    assert nnkernels.nll_loss_backward_rows(mt.tensor(1.0), (2, 4), target, None, "mean",
+                                            -100) is None
     assert nnkernels.nll_loss_backward_rows(mt.ones(2), (3, 4), target, None, "none",
                                             -100) is None
+    ignored = mt.tensor([-100, -100, -100])
+    for shape in ((3, -1), (3, 4.0)):     # sizes the general path refuses
+        assert nnkernels.nll_loss_backward_rows(mt.tensor(1.0), shape, ignored, None,
+                                                "mean", -100) is None
+        with pytest.raises((ValueError, TypeError)):
+            loss_ops.nll_loss_backward(mt.tensor(1.0), shape, ignored, None, "mean", -100)
     # and the op still computes the half-precision call, on its general path
     expected = F.nll_loss(values, target).item()
     assert F.nll_loss(half, target).item() == pytest.approx(expected, rel=1e-2)

@@ -570,7 +570,7 @@ cdef class _NllOperands:
             if not isinstance(weight, TensorBase):
                 return False
             w = weight
-            if not on_cpu_as(w, typenum) or len(w._sizes) != 1:
+            if not on_cpu_as(w, typenum) or w._sizes != (classes,):
                 return False
             self.weight = tensor_data(w)
             self.w_stride = w._strides[0]
@@ -607,14 +607,15 @@ def nll_loss_rows(TensorBase self, TensorBase target, weight, str reduction,
     """``nll_loss`` of float32/float64 CPU log-probabilities ``self`` ((N, C) of any
     strides, or (C,) with a 0-d target) for int64 CPU targets and optional class weights of
     ``self``'s dtype, as a new tensor; the first target outside [0, C) (an int: nothing is
-    computed) or None (a call not served).  The arguments must have passed the op's checks.
-    "mean" and "sum" add the losses in double."""
+    computed) or None (a call not served: also any whose shapes the op's checks refuse,
+    which run first).  "mean" and "sum" add the losses in double."""
     cdef int typenum = float_type(self)
     cdef int code = reduction_code(reduction)
     cdef _NllOperands ops = _NllOperands()
     cdef Py_ssize_t ndim = len(self._sizes), i
     if typenum < 0 or ndim < 1 or ndim > 2 or \
-            not ops.take(target, weight, self._sizes[ndim - 1], typenum):
+            not ops.take(target, weight, self._sizes[ndim - 1], typenum) or \
+            ops.n != (self._sizes[0] if ndim == 2 else 1):
         return None
     bad = ops.weigh(ignore_index)
     if bad is not None:
@@ -666,8 +667,13 @@ def nll_loss_backward_rows(TensorBase grad, tuple self_shape, TensorBase target,
     cdef int code = reduction_code(reduction)
     cdef _NllOperands ops = _NllOperands()
     cdef Py_ssize_t ndim = len(self_shape)
-    if typenum < 0 or ndim < 1 or ndim > 2 or len(grad._sizes) > 1 or \
-            not ops.take(target, weight, self_shape[ndim - 1], typenum):
+    if typenum < 0 or ndim < 1 or ndim > 2 or len(grad._sizes) > 1:
+        return None
+    for size in self_shape:
+        if type(size) is not int or size < 0:
+            return None     # the general path's error
+    if not ops.take(target, weight, self_shape[ndim - 1], typenum) or \
+            ops.n != (self_shape[0] if ndim == 2 else 1):
         return None
     cdef Py_ssize_t g_stride = grad._strides[0] if grad._sizes else 0
     if grad._numel != (ops.n if code == NONE else 1):
