@@ -483,10 +483,8 @@ cdef inline int float_type(TensorBase t):
 
 cdef inline bint last_dim(object dim, Py_ssize_t ndim):
     """Whether ``dim`` is a plain int naming the last of ``ndim`` (>= 1) dims."""
-    if type(dim) is not int or ndim == 0:
-        return False
-    cdef Py_ssize_t d = dim
-    return d == ndim - 1 or d == -1
+    # compared as Python ints: a dim beyond C's range is left to the general path
+    return type(dim) is int and ndim > 0 and (dim == ndim - 1 or dim == -1)
 
 
 def softmax_rows(TensorBase x, dim, bint log_of):
