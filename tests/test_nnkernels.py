@@ -102,6 +102,47 @@ def test_exp_over_its_whole_range(dtype):
     assert np.isinf(out[-2]) and out[-3] == 0 and np.isnan(out[-1])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(300, 10), (5, 31), (5, 32), (3, 33), (2, 100), (70, 1),
+                                   (2100, 3)])
+@pytest.mark.parametrize("log_of", [True, False])
+def test_softmax_short_and_long_rows(dtype, shape, log_of):
+    """Rows shorter than 32 run a block of rows at a time (several blocks here when the
+    rows hold more than 2048 elements), longer ones row by row: both against NumPy."""
+    rng = np.random.default_rng(shape[0] * shape[1])
+    x = rng.uniform(-30, 30, shape).astype(dtype)
+    out = nnkernels.softmax(np.empty_like(x), x, log_of)
+    close(out, softmax_ref(x, log_of), dtype)
+    g = rng.uniform(-1, 1, shape).astype(dtype)
+    y = softmax_ref(x, log_of).astype(dtype)
+    nnkernels.softmax_backward(out, g, y, log_of)
+    g64, y64 = g.astype(np.float64), y.astype(np.float64)
+    expected = g64 - np.exp(y64) * g64.sum(-1, keepdims=True) if log_of else \
+        y64 * (g64 - (g64 * y64).sum(-1, keepdims=True))
+    close(out, expected, dtype, scale=float(np.abs(g).sum(-1).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exp_over_its_whole_range_in_short_rows(dtype):
+    """The same range as above through the short rows' block loop (rows of 7)."""
+    y = np.concatenate([np.linspace(-110, 95, 4004 - 3), [-np.inf, np.inf, np.nan]])
+    y = y.astype(dtype).reshape(-1, 7)
+    g = np.zeros_like(y)
+    g[:, 0] = -1.0                                  # each row's sum is -1: out = g + exp(y)
+    out = np.empty_like(y)
+    with np.errstate(over="ignore"):
+        nnkernels.softmax_backward(out, g, y, True)
+        expected = np.exp(y.astype(np.float64)).astype(dtype)
+    expected[:, 0] += -1.0
+    tiny = np.finfo(dtype).tiny
+    finite = np.isfinite(y[-1])
+    np.testing.assert_allclose(out[:-1], expected[:-1], rtol=TOLERANCE[dtype]["rtol"],
+                               atol=tiny)
+    np.testing.assert_allclose(out[-1][finite], expected[-1][finite],
+                               rtol=TOLERANCE[dtype]["rtol"], atol=tiny)
+    assert out[-1, -3] == 0 and np.isinf(out[-1, -2]) and np.isnan(out[-1, -1])
+
+
 def test_softmax_special_rows():
     x = np.array([[0.0, -np.inf, 1.0], [np.nan, 1.0, 2.0], [-np.inf] * 3], np.float32)
     out = nnkernels.softmax(np.empty_like(x), x, False)

@@ -1,4 +1,5 @@
 from cython cimport floating
+from libc.stdint cimport int64_t
 
 # Raw-pointer kernels other Cython modules call without Python overhead (the tensor's fast
 # paths).  All are single-threaded and safe to call without the GIL; strides in elements.
@@ -32,3 +33,18 @@ cdef int copy_raw(int typenum, Py_ssize_t itemsize, char* dst, const Py_ssize_t*
 cdef void matmul_small(floating* out, const floating* a, Py_ssize_t a_rs, Py_ssize_t a_cs,
                        const floating* b, Py_ssize_t b_rs, Py_ssize_t b_cs,
                        Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil
+
+# nll_loss over rows (strides in elements): each row's target weight into `weights` (0
+# where the target is ignore_index; False, and the target in `bad`, at the first target
+# outside [0, classes)); the losses -rows[i, target] * weight; the gradient rows
+# (contiguous, zeroed by the caller) -grads[i] * weight * scale at each target.
+cdef bint row_weights(const int64_t* targets, Py_ssize_t t_stride, Py_ssize_t n,
+                      const floating* weight, Py_ssize_t w_stride, int64_t ignore_index,
+                      Py_ssize_t classes, floating* weights, int64_t* bad) noexcept nogil
+cdef void nll_rows(const floating* rows, Py_ssize_t r_stride, Py_ssize_t c_stride,
+                   const int64_t* targets, Py_ssize_t t_stride, const floating* weights,
+                   Py_ssize_t n, floating* losses) noexcept nogil
+cdef void nll_rows_backward(floating* grad_rows, Py_ssize_t classes, const int64_t* targets,
+                            Py_ssize_t t_stride, const floating* weights,
+                            const floating* grads, Py_ssize_t g_stride, double scale,
+                            Py_ssize_t n) noexcept nogil

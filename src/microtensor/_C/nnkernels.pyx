@@ -9,11 +9,23 @@ returns it.  Inputs of any strides are accepted (a non-contiguous one is copied 
 loops themselves are in ``nnmath.h``: one pass per quantity over rows that stay in cache,
 float32 with vectorised exp / erf.  Every other dtype is refused with a TypeError: the
 ops keep their NumPy path for those.
+
+The tensor fast paths (``softmax_rows``, ``log_softmax_backward_rows``,
+``nll_loss_rows``, ``nll_loss_backward_rows``) take tensors and return a new result
+tensor, or None for a call they do not serve (another dtype or device, a layout they do
+not take), which the op's general path then computes: the op's Python around a
+microsecond of C work is most of a small loss's time under ``vmap(grad)``.  The ops check
+their arguments before calling them.
 """
 import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport INT32_MAX, int32_t, int64_t
+from libc.string cimport memset
+
+from microtensor._C.kernels cimport nll_rows, nll_rows_backward, row_weights
+from microtensor._C.tensor cimport TensorBase
+from microtensor._C.tensor import empty_contiguous
 
 cnp.import_array()
 
@@ -518,4 +530,323 @@ def im2col2d(x, kernel, stride, dilation, out_size, bint positions_major, out=No
     else:
         mt_im2col_f64(<double*>data(out), <const double*>data(src), n, c, h, w, kh, kw, oh,
                       ow, sh, sw, dh, dw, positions_major)
+    return out
+
+
+# --------------------------------------------------------------------------- tensor fast paths
+
+cdef inline char* tensor_data(TensorBase t):
+    return <char*>cnp.PyArray_DATA(<cnp.ndarray>t._storage.data) + t._offset * t._dtype.itemsize
+
+
+cdef inline bint on_cpu_as(TensorBase t, int typenum):
+    """Whether ``t`` is a CPU tensor of NumPy type ``typenum`` over a NumPy storage."""
+    return t._dtype.typenum == typenum and t._storage.device.type == "cpu" and \
+        cnp.PyArray_CheckExact(t._storage.data)
+
+
+cdef inline int float_type(TensorBase t):
+    """NPY_FLOAT or NPY_DOUBLE for a float32/float64 CPU tensor, else -1."""
+    cdef int typenum = t._dtype.typenum
+    if (typenum == cnp.NPY_FLOAT or typenum == cnp.NPY_DOUBLE) and on_cpu_as(t, typenum):
+        return typenum
+    return -1
+
+
+cdef inline bint last_dim(object dim, Py_ssize_t ndim):
+    """Whether ``dim`` is a plain int naming the last of ``ndim`` (>= 1) dims."""
+    # compared as Python ints: a dim beyond C's range is left to the general path
+    return type(dim) is int and ndim > 0 and (dim == ndim - 1 or dim == -1)
+
+
+def softmax_rows(TensorBase x, dim, bint log_of):
+    """softmax (``log_of``: log_softmax) of ``x`` along ``dim`` as a new tensor, when ``x``
+    is a contiguous float32/float64 CPU tensor and ``dim`` its last dim; else None."""
+    cdef int typenum = float_type(x)
+    if typenum < 0 or not x._is_contig or not last_dim(dim, len(x._sizes)):
+        return None
+    cdef TensorBase out = empty_contiguous(x._sizes, x._dtype)
+    cdef Py_ssize_t n = x._sizes[len(x._sizes) - 1]
+    if x._numel == 0:
+        return out
+    if typenum == cnp.NPY_FLOAT:
+        mt_softmax_f32(<float*>tensor_data(out), <const float*>tensor_data(x),
+                       x._numel // n, n, log_of)
+    else:
+        mt_softmax_f64(<double*>tensor_data(out), <const double*>tensor_data(x),
+                       x._numel // n, n, log_of)
+    return out
+
+
+def log_softmax_backward_rows(TensorBase grad, TensorBase output, dim):
+    """log_softmax's gradient ``grad - exp(output) * sum(grad)`` along ``dim`` as a new
+    tensor, when ``grad`` and ``output`` are contiguous float32/float64 CPU tensors of one
+    shape and dtype and ``dim`` their last dim; else None."""
+    cdef int typenum = float_type(grad)
+    if typenum < 0 or not grad._is_contig or not output._is_contig or \
+            grad._sizes != output._sizes or not on_cpu_as(output, typenum) or \
+            not last_dim(dim, len(grad._sizes)):
+        return None
+    cdef TensorBase out = empty_contiguous(grad._sizes, grad._dtype)
+    cdef Py_ssize_t n = grad._sizes[len(grad._sizes) - 1]
+    if grad._numel == 0:
+        return out
+    if typenum == cnp.NPY_FLOAT:
+        mt_log_softmax_backward_f32(<float*>tensor_data(out), <const float*>tensor_data(grad),
+                                    <const float*>tensor_data(output), grad._numel // n, n)
+    else:
+        mt_log_softmax_backward_f64(<double*>tensor_data(out),
+                                    <const double*>tensor_data(grad),
+                                    <const double*>tensor_data(output), grad._numel // n, n)
+    return out
+
+
+cdef enum Reduction:
+    NONE, MEAN, SUM
+
+
+cdef int reduction_code(str reduction) except -1:
+    if reduction == "none":
+        return NONE
+    if reduction == "mean":
+        return MEAN
+    if reduction == "sum":
+        return SUM
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+cdef class _NllOperands:
+    """The strides (in elements) and pointers of nll_loss's targets and class weights, and
+    each row's target weight once ``weigh`` has run."""
+    cdef const int64_t* targets
+    cdef Py_ssize_t t_stride, n, classes, w_stride
+    cdef const char* weight
+    cdef object weights     # each row's target weight (a NumPy array of the values' type)
+    cdef int typenum
+
+    cdef bint take(self, TensorBase target, object weight, Py_ssize_t classes, int typenum):
+        """False when the targets or weights are not ones the fast paths serve."""
+        cdef TensorBase w
+        if not on_cpu_as(target, cnp.NPY_INT64) or len(target._sizes) > 1:
+            return False
+        self.targets = <const int64_t*>tensor_data(target)
+        self.t_stride = target._strides[0] if target._sizes else 0
+        self.n = target._numel
+        self.classes = classes
+        self.typenum = typenum
+        self.weight = NULL
+        self.w_stride = 0
+        if weight is not None:
+            if not isinstance(weight, TensorBase):
+                return False
+            w = weight
+            if not on_cpu_as(w, typenum) or w._sizes != (classes,):
+                return False
+            self.weight = tensor_data(w)
+            self.w_stride = w._strides[0]
+        return True
+
+    cdef object weigh(self, int64_t ignore_index):
+        """Fills ``weights``; the first target outside [0, classes) (an int), else None."""
+        cdef int64_t bad = 0
+        cdef bint ok
+        cdef cnp.npy_intp n = self.n
+        self.weights = cnp.PyArray_EMPTY(1, &n, self.typenum, 0)
+        if self.typenum == cnp.NPY_FLOAT:
+            ok = row_weights(self.targets, self.t_stride, self.n, <const float*>self.weight,
+                             self.w_stride, ignore_index, self.classes,
+                             <float*>cnp.PyArray_DATA(self.weights), &bad)
+        else:
+            ok = row_weights(self.targets, self.t_stride, self.n, <const double*>self.weight,
+                             self.w_stride, ignore_index, self.classes,
+                             <double*>cnp.PyArray_DATA(self.weights), &bad)
+        return None if ok else bad
+
+    cdef double total_weight(self):
+        cdef double total = 0
+        cdef Py_ssize_t i
+        cdef const char* w = <const char*>cnp.PyArray_DATA(self.weights)
+        for i in range(self.n):
+            total += (<const float*>w)[i] if self.typenum == cnp.NPY_FLOAT else \
+                (<const double*>w)[i]
+        return total
+
+
+def nll_loss_rows(TensorBase self, TensorBase target, weight, str reduction,
+                  int64_t ignore_index):
+    """``nll_loss`` of float32/float64 CPU log-probabilities ``self`` ((N, C) of any
+    strides, or (C,) with a 0-d target) for int64 CPU targets and optional class weights of
+    ``self``'s dtype, as a new tensor; the first target outside [0, C) (an int: nothing is
+    computed) or None (a call not served: also any whose shapes the op's checks refuse,
+    which run first).  "mean" and "sum" add the losses in double."""
+    cdef int typenum = float_type(self)
+    cdef int code = reduction_code(reduction)
+    cdef _NllOperands ops = _NllOperands()
+    cdef Py_ssize_t ndim = len(self._sizes), i
+    if typenum < 0 or ndim < 1 or ndim > 2 or \
+            not ops.take(target, weight, self._sizes[ndim - 1], typenum) or \
+            ops.n != (self._sizes[0] if ndim == 2 else 1):
+        return None
+    bad = ops.weigh(ignore_index)
+    if bad is not None:
+        return bad
+    cdef cnp.npy_intp n = ops.n
+    cdef object losses
+    cdef TensorBase out
+    cdef double total = 0, weight_sum
+    cdef Py_ssize_t r_stride = self._strides[0] if ndim == 2 else 0
+    cdef Py_ssize_t c_stride = self._strides[ndim - 1]
+    cdef char* values
+    if code == NONE:
+        out = empty_contiguous(target._sizes, self._dtype)
+        values = tensor_data(out)
+    else:
+        losses = cnp.PyArray_EMPTY(1, &n, typenum, 0)
+        values = <char*>cnp.PyArray_DATA(losses)
+    if typenum == cnp.NPY_FLOAT:
+        nll_rows(<const float*>tensor_data(self), r_stride, c_stride, ops.targets,
+                 ops.t_stride, <const float*>cnp.PyArray_DATA(ops.weights), ops.n,
+                 <float*>values)
+    else:
+        nll_rows(<const double*>tensor_data(self), r_stride, c_stride, ops.targets,
+                 ops.t_stride, <const double*>cnp.PyArray_DATA(ops.weights), ops.n,
+                 <double*>values)
+    if code == NONE:
+        return out
+    for i in range(ops.n):
+        total += (<float*>values)[i] if typenum == cnp.NPY_FLOAT else (<double*>values)[i]
+    if code == MEAN:
+        weight_sum = ops.total_weight()
+        # every target ignored (or of weight 0): 0 / 0, nan, as in PyTorch
+        total = total / weight_sum if weight_sum != 0 else float("nan")
+    out = empty_contiguous((), self._dtype)
+    if typenum == cnp.NPY_FLOAT:
+        (<float*>tensor_data(out))[0] = <float>total
+    else:
+        (<double*>tensor_data(out))[0] = total
+    return out
+
+
+def nll_loss_backward_rows(TensorBase grad, tuple self_shape, TensorBase target, weight,
+                           str reduction, int64_t ignore_index):
+    """``nll_loss_backward`` for a float32/float64 CPU ``grad`` (the loss's shape: the
+    targets' for "none", else 0-d), int64 CPU targets and optional class weights of
+    ``grad``'s dtype, as a new contiguous tensor of ``self_shape``; the first target
+    outside [0, C) (an int) or None (a call not served), as ``nll_loss_rows``."""
+    cdef int typenum = float_type(grad)
+    cdef int code = reduction_code(reduction)
+    cdef _NllOperands ops = _NllOperands()
+    cdef Py_ssize_t ndim = len(self_shape)
+    if typenum < 0 or ndim < 1 or ndim > 2 or len(grad._sizes) > 1:
+        return None
+    for size in self_shape:
+        if type(size) is not int or size < 0:
+            return None     # the general path's error
+    if not ops.take(target, weight, self_shape[ndim - 1], typenum) or \
+            ops.n != (self_shape[0] if ndim == 2 else 1):
+        return None
+    cdef Py_ssize_t g_stride = grad._strides[0] if grad._sizes else 0
+    if grad._numel != (ops.n if code == NONE else 1):
+        return None
+    bad = ops.weigh(ignore_index)
+    if bad is not None:
+        return bad
+    cdef double total = ops.total_weight() if code == MEAN else 1
+    # all weights 0 (every target ignored): nothing is written, as in PyTorch
+    cdef double scale = (1 / total if total != 0 else float("inf")) if code == MEAN else 1
+    cdef TensorBase out = empty_contiguous(self_shape, grad._dtype)
+    memset(tensor_data(out), 0, out._numel * out._dtype.itemsize)
+    if typenum == cnp.NPY_FLOAT:
+        nll_rows_backward(<float*>tensor_data(out), ops.classes, ops.targets, ops.t_stride,
+                          <const float*>cnp.PyArray_DATA(ops.weights),
+                          <const float*>tensor_data(grad), g_stride, scale, ops.n)
+    else:
+        nll_rows_backward(<double*>tensor_data(out), ops.classes, ops.targets, ops.t_stride,
+                          <const double*>cnp.PyArray_DATA(ops.weights),
+                          <const double*>tensor_data(grad), g_stride, scale, ops.n)
+    return out
+
+
+cdef object array_over(TensorBase t, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
+                       int typenum):
+    """A NumPy array over ``t``'s memory (from its first element; strides in bytes) that
+    keeps ``t``'s storage alive."""
+    cdef cnp.ndarray a = cnp.PyArray_New(np.ndarray, nd, dims, typenum, strides,
+                                         tensor_data(t), 0, cnp.NPY_ARRAY_WRITEABLE, None)
+    cnp.set_array_base(a, t._storage.data)
+    return a
+
+
+cdef bint leading_zero_strides(TensorBase t, Py_ssize_t count):
+    cdef Py_ssize_t i
+    for i in range(count):
+        if t._strides[i] != 0:
+            return False
+    return True
+
+
+def linear_repeated_weight(TensorBase input, TensorBase weight, bias):
+    """``linear`` of contiguous float32/float64 CPU rows ``input`` (..., r, in) with one
+    (out, in) matrix repeated along the stack dims of ``weight`` (..., out, in) (stride 0
+    there: a parameter expanded over a vmap batch), and a bias that is one (out,) vector
+    (given as such, or repeated like the weight), as a new (..., r, out) tensor: one BLAS
+    product of all the rows and the bias added row by row.  None for any other call (the
+    op's general path, which also raises the errors): it serves only arguments that
+    ``check_linear`` passes, so it may run before that check."""
+    cdef Py_ssize_t nd = len(weight._sizes), stack = nd - 2, i, j, rows, n_out, n_in
+    cdef int typenum = float_type(input)
+    cdef TensorBase b = None
+    if nd < 3 or typenum < 0 or not input._is_contig or len(input._sizes) != nd or \
+            input._sizes[:stack] != weight._sizes[:stack] or \
+            not on_cpu_as(weight, typenum) or not leading_zero_strides(weight, stack):
+        return None
+    n_out, n_in = weight._sizes[nd - 2], weight._sizes[nd - 1]
+    if input._sizes[nd - 1] != n_in:
+        return None
+    if weight._strides[nd - 2] == 0 or weight._strides[nd - 1] == 0:
+        return None      # a repeated row or column: NumPy's matmul would leave BLAS
+    if bias is not None:
+        if not isinstance(bias, TensorBase):
+            return None
+        b = bias
+        if not on_cpu_as(b, typenum) or not (
+                b._sizes == (n_out,) or (b._sizes == weight._sizes[:nd - 1] and
+                                         leading_zero_strides(b, stack))):
+            return None
+    sizes = input._sizes[:nd - 1] + (n_out,)
+    cdef TensorBase out = empty_contiguous(sizes, input._dtype)
+    if out._numel == 0:
+        return out
+    rows = out._numel // n_out
+    cdef Py_ssize_t item = input._dtype.itemsize
+    cdef cnp.npy_intp row_dims[2]
+    cdef cnp.npy_intp row_strides[2]
+    cdef cnp.npy_intp matrix_dims[2]
+    cdef cnp.npy_intp matrix_strides[2]
+    cdef cnp.npy_intp out_dims[2]
+    cdef cnp.npy_intp out_strides[2]
+    row_dims[0], row_dims[1] = rows, n_in
+    row_strides[0], row_strides[1] = n_in * item, item
+    # the matrix transposed: (in, out), BLAS takes the transpose as a flag
+    matrix_dims[0], matrix_dims[1] = n_in, n_out
+    matrix_strides[0] = weight._strides[nd - 1] * item
+    matrix_strides[1] = weight._strides[nd - 2] * item
+    out_dims[0], out_dims[1] = rows, n_out
+    out_strides[0], out_strides[1] = n_out * item, item
+    np.matmul(array_over(input, 2, row_dims, row_strides, typenum),
+              array_over(weight, 2, matrix_dims, matrix_strides, typenum),
+              out=array_over(out, 2, out_dims, out_strides, typenum))
+    if b is None:
+        return out
+    cdef Py_ssize_t step = b._strides[len(b._sizes) - 1]
+    cdef char* o = tensor_data(out)
+    cdef const char* v = tensor_data(b)
+    if typenum == cnp.NPY_FLOAT:
+        for i in range(rows):
+            for j in range(n_out):
+                (<float*>o)[i * n_out + j] += (<const float*>v)[j * step]
+    else:
+        for i in range(rows):
+            for j in range(n_out):
+                (<double*>o)[i * n_out + j] += (<const double*>v)[j * step]
     return out

@@ -80,13 +80,55 @@ MT_INLINE float mt_tanhf(float x) {
 
 #define MT_SIMD _Pragma("omp simd")
 
+/* Rows shorter than MT_SHORT_ROW (the classes of a small classifier) run a block of rows
+ * at a time, MT_BLOCK elements: exp as one vectorised pass over the whole block, the
+ * per-row maxima and sums as plain loops.  A vector loop (and its reduction) per row of
+ * ten elements costs about three times as much. */
+#define MT_SHORT_ROW 32
+#define MT_BLOCK 2048
+
 /* Each kernel below is instantiated for (float, f32, mt_expf, mt_erff, mt_tanhf, logf)
  * and (double, f64, exp, erf, tanh, log). */
 #define MT_KERNELS(T, SFX, EXP, ERF, TANH, LOG)                                             \
                                                                                             \
+/* softmax (or log_softmax) of short rows (1 <= n < MT_SHORT_ROW), a block at a time */     \
+MT_INLINE void mt_softmax_short_##SFX(T* out, const T* x, ptrdiff_t rows, ptrdiff_t n,      \
+                                      int log_of) {                                         \
+    T e[MT_BLOCK];                                                                          \
+    ptrdiff_t per_block = MT_BLOCK / n;                                                     \
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_block) {                                    \
+        ptrdiff_t m = rows - r0 < per_block ? rows - r0 : per_block;                        \
+        const T* xb = x + r0 * n;                                                           \
+        T* ob = out + r0 * n;                                                               \
+        for (ptrdiff_t r = 0; r < m; r++) {                                                 \
+            T peak = xb[r * n];                                                             \
+            for (ptrdiff_t i = 1; i < n; i++)                                               \
+                peak = xb[r * n + i] > peak ? xb[r * n + i] : peak;                         \
+            for (ptrdiff_t i = 0; i < n; i++) ob[r * n + i] = xb[r * n + i] - peak;         \
+        }                                                                                   \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t k = 0; k < m * n; k++) e[k] = EXP(ob[k]);                            \
+        for (ptrdiff_t r = 0; r < m; r++) {                                                 \
+            T total = 0;                                                                    \
+            for (ptrdiff_t i = 0; i < n; i++) total += e[r * n + i];                        \
+            if (log_of) {                                                                   \
+                T shift = LOG(total);                                                       \
+                for (ptrdiff_t i = 0; i < n; i++) ob[r * n + i] -= shift;                   \
+            } else {                                                                        \
+                T scale = 1 / total;                                                        \
+                for (ptrdiff_t i = 0; i < n; i++) ob[r * n + i] = e[r * n + i] * scale;     \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
 /* softmax (or log_softmax) of each of `rows` rows of `n` */                                \
 MT_CLONES static void mt_softmax_##SFX(T* out, const T* x, ptrdiff_t rows, ptrdiff_t n,     \
                                        int log_of) {                                        \
+    if (n > 0 && n < MT_SHORT_ROW) {                                                        \
+        mt_softmax_short_##SFX(out, x, rows, n, log_of);                                    \
+        return;                                                                             \
+    }                                                                                       \
     for (ptrdiff_t r = 0; r < rows; r++, out += n, x += n) {                                \
         T peak = x[0];                                                                      \
         _Pragma("omp simd reduction(max:peak)")                                             \
@@ -126,9 +168,34 @@ MT_CLONES static void mt_softmax_backward_##SFX(T* out, const T* g, const T* y, 
     }                                                                                       \
 }                                                                                           \
                                                                                             \
+/* log_softmax's gradient of short rows (1 <= n < MT_SHORT_ROW), a block at a time */       \
+MT_INLINE void mt_log_softmax_backward_short_##SFX(T* out, const T* g, const T* y,          \
+                                                   ptrdiff_t rows, ptrdiff_t n) {           \
+    T e[MT_BLOCK];                                                                          \
+    ptrdiff_t per_block = MT_BLOCK / n;                                                     \
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += per_block) {                                    \
+        ptrdiff_t m = rows - r0 < per_block ? rows - r0 : per_block;                        \
+        const T* gb = g + r0 * n;                                                           \
+        const T* yb = y + r0 * n;                                                           \
+        T* ob = out + r0 * n;                                                               \
+        MT_SIMD                                                                             \
+        for (ptrdiff_t k = 0; k < m * n; k++) e[k] = EXP(yb[k]);                            \
+        for (ptrdiff_t r = 0; r < m; r++) {                                                 \
+            T total = 0;                                                                    \
+            for (ptrdiff_t i = 0; i < n; i++) total += gb[r * n + i];                       \
+            for (ptrdiff_t i = 0; i < n; i++)                                               \
+                ob[r * n + i] = gb[r * n + i] - e[r * n + i] * total;                       \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
 /* out = g - exp(y) * sum(g) per row: log_softmax's gradient from its output y */           \
 MT_CLONES static void mt_log_softmax_backward_##SFX(T* out, const T* g, const T* y,         \
                                                     ptrdiff_t rows, ptrdiff_t n) {          \
+    if (n > 0 && n < MT_SHORT_ROW) {                                                        \
+        mt_log_softmax_backward_short_##SFX(out, g, y, rows, n);                            \
+        return;                                                                             \
+    }                                                                                       \
     for (ptrdiff_t r = 0; r < rows; r++, out += n, g += n, y += n) {                        \
         T total = 0;                                                                        \
         _Pragma("omp simd reduction(+:total)")                                              \

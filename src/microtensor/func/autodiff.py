@@ -45,39 +45,38 @@ class _Differentiation:
     passes from its outputs to them."""
 
     def __init__(self, inputs):
-        self.outer_grad = is_grad_enabled()
+        self.outer_grad = outer_grad = is_grad_enabled()
         self.sizes = sizes = {}
         for lv in active_levels():
             sizes[lv.number] = lv.size
-        self.handles, self.layouts, self.inputs = [], [], []
+        self.handles, self.layouts, self.inputs = handles, layouts, logical = [], [], []
         # the common call, vmap(grad(f)) with unbatched inputs: each expanded in front
-        only = tuple(sizes.items())[0] if len(sizes) == 1 else None
-        prev = is_grad_enabled()
+        level, size = tuple(sizes.items())[0] if len(sizes) == 1 else (None, None)
         set_grad_enabled(True)
         try:
             for x in inputs:
-                front = only is not None and type(x) is not BatchedTensor
+                front = level is not None and type(x) is not BatchedTensor
                 if front:
-                    value, layout = x.expand((only[1],) + x._sizes), {only[0]: 0}
+                    value, layout = x.expand((size,) + x._sizes), {level: 0}
                 else:
-                    value, layout = expand_to_levels(*physical(x), self.sizes)
+                    value, layout = expand_to_levels(*physical(x), sizes)
                 if not value._dtype.is_floating_point:
                     raise RuntimeError("only Tensors of floating point dtype can require "
                                        "gradients")
-                if self.outer_grad and value.requires_grad:
+                if outer_grad and value.requires_grad:
                     handle = value.alias()
                 else:
                     # a fresh floating-point leaf: requires_grad_()'s checks cannot fail
                     handle = detached_alias(value)
                     handle._requires_grad = True
-                self.handles.append(handle)
-                self.layouts.append(layout)
+                handles.append(handle)
+                layouts.append(layout)
                 if front:
-                    self.inputs.append(wrap(handle, 0, only[0]))
+                    logical.append(wrap(handle, 0, level))
                 else:   # no layout (no vmap level): the handle is already logical
-                    self.inputs.append(merge(handle, layout) if layout else handle)
+                    logical.append(merge(handle, layout) if layout else handle)
         finally:
-            set_grad_enabled(prev)
+            set_grad_enabled(outer_grad)
         self.connected = False
 
     def call(self, func, args, kwargs):
@@ -93,8 +92,14 @@ class _Differentiation:
         a cotangent batched there has somewhere to go); notes whether the graph reaches
         tensors other than the handles (then an outer transform wants it recorded)."""
         roots = []
+        sizes = self.sizes
         for o in outputs:
-            roots.append(expand_to_levels(*physical(o), self.sizes))
+            if type(o) is BatchedTensor and type(o._value) is not BatchedTensor and \
+                    len(sizes) == 1 and o._level in sizes:
+                # the common output: batched at the one active level, nothing to expand
+                roots.append((o._value, {o._level: o._bdim}))
+            else:
+                roots.append(expand_to_levels(*physical(o), sizes))
         if self.outer_grad:
             values = []               # a loop, not a comprehension: no frame of its own
             for r, _ in roots:
@@ -122,8 +127,13 @@ class _Differentiation:
                     g = handle.new_zeros(handle._sizes)
                 elif g._sizes != handle._sizes:
                     g = g.sum_to_size(handle._sizes)
-                # no layout (no older vmap level): ``g`` is already in logical form
-                grads.append(merge(g, layout) if layout else g)
+                if len(layout) == 1 and type(g) is not BatchedTensor:
+                    # one level (every gradient under vmap(grad)): wrapped without merge
+                    ((level, bdim),) = layout.items()
+                    grads.append(wrap(g, bdim, level))
+                else:
+                    # no layout (no older vmap level): ``g`` is already in logical form
+                    grads.append(merge(g, layout) if layout else g)
             return grads
         finally:
             set_grad_enabled(prev)
@@ -184,7 +194,10 @@ def _replace(args, positions, values):
 
 def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     """One call of ``grad``/``grad_and_value``: ``(gradients, value or None, aux)``."""
-    positions, single = _argnums(argnums, len(args))
+    if type(argnums) is int and 0 <= argnums < len(args):   # the common call, unchecked
+        positions, single = (argnums,), True
+    else:
+        positions, single = _argnums(argnums, len(args))
     # with respect to one dict of tensors (named parameters, the common call): its values
     # are the leaves, without the pytree functions
     keys = _tensor_dict_keys(args[positions[0]]) if single else None
@@ -193,9 +206,12 @@ def _gradient(func, argnums, has_aux, with_value, args, kwargs):
     else:
         leaves = list(args[positions[0]].values())
     diff = _Differentiation(leaves)
-    chosen = tree_unflatten(diff.inputs, spec) if keys is None else \
-        (dict(zip(keys, diff.inputs)),)
-    out = diff.call(func, _replace(args, positions, chosen), kwargs)
+    if keys is None:
+        args = _replace(args, positions, tree_unflatten(diff.inputs, spec))
+    else:
+        p = positions[0]
+        args = args[:p] + (dict(zip(keys, diff.inputs)),) + args[p + 1:]
+    out = diff.call(func, args, kwargs)
     aux = None
     if has_aux:
         if not (isinstance(out, tuple) and len(out) == 2):

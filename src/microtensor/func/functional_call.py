@@ -51,8 +51,6 @@ def _untied(tied, replacements):
     """``replacements`` with each given tied tensor also given under its other names
     (``tied``: name -> all names of its tensor); a ValueError when different values are
     given for names of one tied tensor."""
-    if not tied:            # the common case: no comprehension (a frame of its own)
-        return replacements
     given = [name for name in replacements if name in tied]
     if not given:
         return replacements
@@ -163,9 +161,11 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     ``tie_weights``: a tensor registered under several names (tied weights) is replaced
     under all of them when one is given (different values for them: ValueError).
     ``strict``: every parameter and buffer must be given, and nothing else."""
-    given = _merged(parameter_and_buffer_dicts)
+    # one dict and no tied weights (the common call): no helper frames
+    given = parameter_and_buffer_dicts if type(parameter_and_buffer_dicts) is dict else \
+        _merged(parameter_and_buffer_dicts)
     plan = _plan(module)
-    replacements = _untied(plan.tied, given) if tie_weights else given
+    replacements = _untied(plan.tied, given) if tie_weights and plan.tied else given
     if strict:
         _check_keys(module, plan.names, replacements)
     if args is None:

@@ -50,9 +50,9 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log-likelihood of class ``target`` under log-probabilities ``input``
     (shape (N, C), (C,) with a 0-d target, or (N, C, d1, ...) with an (N, d1, ...) target):
     one op, ``ops.loss.nll_loss``, on the classes moved last and the rest flattened."""
-    if input.dim() <= 2:
-        return _op("nll_loss", input, target, weight, reduction=reduction,
-                   ignore_index=ignore_index)
+    if len(input._sizes) <= 2:   # the op itself, dispatched without call_by_name's frame
+        return _call(REGISTRY["nll_loss"], (input, target, weight),
+                    {"reduction": reduction, "ignore_index": ignore_index})
     expected = (input.shape[0],) + tuple(input.shape[2:])
     if tuple(target.shape) != expected:
         raise RuntimeError(f"Expected target size {list(expected)}, got "
@@ -68,15 +68,15 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     """Cross-entropy of logits ``input`` (classes along dim 1, or dim 0 for one sample)
     against class indices, or class probabilities when ``target`` has ``input``'s shape;
     weights, ignored targets and label smoothing as PyTorch computes them."""
-    class_dim = 0 if input.dim() == 1 else 1
-    classes = input.shape[class_dim]
+    class_dim = 0 if len(input._sizes) == 1 else 1
+    classes = input._sizes[class_dim]
     if label_smoothing > 0.0 and label_smoothing > 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: "
                            f"{label_smoothing}")
     logp = input.log_softmax(class_dim)
     class_weight = None if weight is None else \
         weight.reshape([classes if d == class_dim else 1 for d in range(input.dim())])
-    if tuple(target.shape) == tuple(input.shape):
+    if target._sizes == input._sizes:
         return _cross_entropy_probabilities(logp, target, weight, class_weight, class_dim,
                                             ignore_index, reduction, label_smoothing)
     loss = nll_loss(logp, target, weight, ignore_index, reduction)

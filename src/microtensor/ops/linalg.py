@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from microtensor._C import kernels, meta
+from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor._dtype import cast_scalar, result_type
@@ -485,6 +485,12 @@ def linear(input, weight, bias=None):
                 target = out._array()
                 target += bias._array()
         return out
+    if len(weight._sizes) > 2:
+        # vmap(grad)'s layer, one matrix repeated along the stack, served in C (only for
+        # arguments that pass ``check_linear``)
+        out = nnkernels.linear_repeated_weight(input, weight, bias)
+        if out is not None:
+            return out
     check_linear(input, weight, bias)
     if weight.dim() == 1:
         out = _checked_product(input, weight)

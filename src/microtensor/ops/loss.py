@@ -12,7 +12,7 @@ from operator import methodcaller
 
 import numpy as np
 
-from microtensor._C import kernels
+from microtensor._C import kernels, nnkernels
 from microtensor._C.tensor import int64, compute_numpy
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
@@ -83,6 +83,11 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     """The negative log-likelihood of each target class under log-probabilities ``self``
     ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
     check_arguments(self._sizes, self._dtype, target, weight, reduction)
+    fast = nnkernels.nll_loss_rows(self, target, weight, reduction, ignore_index)
+    if fast is not None:
+        if type(fast) is int:
+            raise _out_of_bounds(fast)
+        return fast
     rows = self._array().reshape(-1, self._sizes[-1])
     targets = target._array().reshape(-1)
     if isinstance(rows, np.ndarray):
@@ -119,7 +124,8 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
 
 @nll_loss.def_derivative("self")
 def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
-    return nll_loss_backward(grad, self_shape, target, weight, reduction, ignore_index)
+    return call(nll_loss_backward, (grad, self_shape, target, weight, reduction, ignore_index),
+                None)
 
 
 def _backward_samples(make):
@@ -138,6 +144,12 @@ def nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     row's target class; zero elsewhere."""
     self_shape = tuple(self_shape)
     check_arguments(self_shape, grad._dtype, target, weight, reduction)
+    fast = nnkernels.nll_loss_backward_rows(grad, self_shape, target, weight, reduction,
+                                            ignore_index)
+    if fast is not None:
+        if type(fast) is int:
+            raise _out_of_bounds(fast)
+        return fast
     targets = target._array().reshape(-1)
     grads = grad._array().reshape(-1)
     if isinstance(grads, np.ndarray):
@@ -183,28 +195,24 @@ def _targets_and_weights(target, weight, ignore_index, level, size, dtype):
     return picked, weights
 
 
-def _total_weight(targets, weights, ignore_index, size):
-    """Each sample's total target weight, "mean"'s denominator: a number, the rows per
-    sample, when there are no class weights and no target is ignored (read from the
-    physical targets when they hold concrete values), else a tensor of totals."""
+def _per_sample_mean(values, targets, weights, ignore_index, size):
+    """``values`` (one per sample) over each sample's total target weight, "mean"'s
+    denominator: the rows per sample when there are no class weights and no target is
+    ignored (read from the physical targets when they hold concrete values; nothing to
+    divide for one row), else a tensor of totals."""
     rows = targets._numel // size
     if weights is None:
-        values = targets._array() if type(targets) is not BatchedTensor else None
-        if isinstance(values, np.ndarray) and not kernels.holds_int64(values, ignore_index):
-            return rows
-        return (targets != ignore_index).reshape(size, rows).sum(1)
-    return weights.reshape(size, rows).sum(1)
+        concrete = targets._array() if type(targets) is not BatchedTensor else None
+        if isinstance(concrete, np.ndarray) and not kernels.holds_int64(concrete,
+                                                                        ignore_index):
+            return values if rows == 1 else values / rows
+        return values / (targets != ignore_index).reshape(size, rows).sum(1)
+    return values / weights.reshape(size, rows).sum(1)
 
 
-def _over(values, total):
-    """``values / total``, skipped for a total of exactly one row."""
-    return values if type(total) is int and total == 1 else values / total
-
-
-def _sample_sums(losses, size):
-    """Per-sample sums of the flat physical ``losses`` (the samples' rows in order)."""
-    rows = losses._numel // size
-    return losses if rows == 1 else losses.reshape(size, rows).sum(1)
+def _in_front(t, level):
+    """Whether ``t`` is batched at ``level`` with its batch dim first."""
+    return type(t) is BatchedTensor and t._level == level and t._bdim == 0
 
 
 @nll_loss.def_batch_rule
@@ -215,19 +223,26 @@ def nll_loss(op, level, args, kwargs):
     self, target, weight = bound["self"], bound["target"], bound["weight"]
     ignore_index = bound["ignore_index"]
     check_arguments(self._sizes, self._dtype, target, weight, bound["reduction"])
-    size = batch_size(level)
-    inputs = front_or_expanded(self, level, size)
-    targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
-                                            inputs.dtype)
+    if weight is None and _in_front(self, level) and _in_front(target, level):
+        # the common call (per-sample logits and targets): both already batched in front
+        inputs, targets, weights = self._value, target._value, None
+        size = inputs._sizes[0]
+    else:
+        size = batch_size(level)
+        inputs = front_or_expanded(self, level, size)
+        targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
+                                                inputs.dtype)
     losses = call(op, (inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1)),
                   {"reduction": "none", "ignore_index": ignore_index})
     if weights is not None:
         losses = losses * weights.reshape(-1)
     if bound["reduction"] == "none":
         return wrap(losses.reshape(targets.shape), 0, level)
-    losses = _sample_sums(losses, size)
+    rows = losses._numel // size
+    if rows != 1:
+        losses = losses.reshape(size, rows).sum(1)
     if bound["reduction"] == "mean":
-        losses = _over(losses, _total_weight(targets, weights, ignore_index, size))
+        losses = _per_sample_mean(losses, targets, weights, ignore_index, size)
     return wrap(losses, 0, level)
 
 
@@ -243,7 +258,7 @@ def nll_loss_backward(op, level, args, kwargs):
                                             level, size, grads.dtype)
     if bound["reduction"] != "none":
         if bound["reduction"] == "mean":
-            grads = _over(grads, _total_weight(targets, weights, ignore_index, size))
+            grads = _per_sample_mean(grads, targets, weights, ignore_index, size)
         grads = grads.reshape((size,) + (1,) * (targets.dim() - 1)).expand(targets.shape)
     if weights is not None:
         grads = grads * weights

@@ -20,7 +20,7 @@ import numpy as np
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
-                                   cpu, empty_contiguous, float32, uint8)
+                                   float32, uint8)
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result, new_result,
@@ -108,22 +108,6 @@ def _along(self, dim):
     axis = _single_dim(dim, self.dim())
     arr = self._array()
     return (arr.reshape(1), 0) if self.dim() == 0 else (arr, axis)
-
-
-def _last_dim_rows(dim, *tensors):
-    """Whether ``nnkernels``' row kernels take ``tensors`` as they are: contiguous float32
-    or float64 CPU tensors of one shape and dtype, with at least one dim, ``dim`` their
-    last."""
-    first = tensors[0]
-    ndim = len(first._sizes)
-    if not ndim or meta.wrap_dim(dim, ndim) != ndim - 1:
-        return False
-    arrays = []
-    for t in tensors:
-        if not t._is_contig or t._sizes != first._sizes:
-            return False
-        arrays.append(t._array())
-    return nnkernels.supports(*arrays)
 
 
 def _contiguous_rows(axis, *arrays):
@@ -590,14 +574,13 @@ def logsumexp(grad, self, dim, keepdim, result):
 
 def _normalised_exp(name, log):
     def kernel(self, dim, dtype=None):
-        if dtype is not None:
+        if dtype is None:   # the common case, served in C
+            result = nnkernels.softmax_rows(self, dim, log)
+            if result is not None:
+                return result
+        else:
             self = self.to(dtype)
         _float_only(f"{name}_kernel_impl", self)
-        if _last_dim_rows(dim, self):   # the common case: straight to the C kernel
-            result = empty_contiguous(self._sizes, self._dtype, cpu)
-            if self._numel:
-                nnkernels.softmax(result._array(), self._array(), log)
-            return result
         result = new_result(self._sizes, self._dtype, device=self.device)
         if not self._numel:
             return result
@@ -644,7 +627,7 @@ def softmax(grad, dim, result):
 
 @log_softmax.def_derivative("self")
 def log_softmax(grad, dim, result):
-    return _log_softmax_backward_data(grad, result, dim)
+    return call(_log_softmax_backward_data, (grad, result, dim), None)
 
 
 def _log_softmax_backward_samples(make):
@@ -659,15 +642,13 @@ def _log_softmax_backward_samples(make):
 def _log_softmax_backward_data(grad, output, dim):
     """The gradient of ``log_softmax`` for the incoming ``grad``, from its ``output``:
     ``grad - exp(output) * grad.sum(dim)``, one pass per row (PyTorch's op of this name)."""
+    result = nnkernels.log_softmax_backward_rows(grad, output, dim)   # the common case, in C
+    if result is not None:
+        return result
     if grad._sizes != output._sizes or grad._dtype is not output._dtype:
         raise RuntimeError("_log_softmax_backward_data: grad and output must have one shape "
                            "and dtype")
     _float_only("log_softmax_backward", grad)
-    if _last_dim_rows(dim, grad, output):   # the common case: straight to the C kernel
-        result = empty_contiguous(grad._sizes, grad._dtype, cpu)
-        if grad._numel:
-            nnkernels.softmax_backward(result._array(), grad._array(), output._array(), True)
-        return result
     result = new_result(grad._sizes, grad._dtype, device=grad.device)
     if not grad._numel:
         return result

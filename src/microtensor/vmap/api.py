@@ -16,7 +16,7 @@ from microtensor.autograd import function as _autograd_function
 from microtensor.ops import dispatch
 from microtensor.vmap import function as _function
 from microtensor.vmap import rules
-from microtensor.vmap.batched import BatchedTensor, Level, active_levels, unwrap, wrap
+from microtensor.vmap.batched import BatchedTensor, Level, _levels, active_levels, unwrap, wrap
 
 RANDOMNESS = ("error", "different", "same")
 
@@ -126,15 +126,15 @@ def broadcast_to_and_flatten(prefix, spec):
 # --------------------------------------------------------------------------- levels
 
 def _push(size, randomness):
-    levels = active_levels()
-    level = Level(len(levels) + 1, size, randomness)
-    levels.append(level)
-    dispatch.set_vmap_depth(level.number)
-    return level.number
+    levels = _levels.stack   # active_levels(), without its frame: twice per vmap call
+    number = len(levels) + 1
+    levels.append(Level(number, size, randomness))
+    dispatch.set_vmap_depth(number)
+    return number
 
 
 def _pop():
-    levels = active_levels()
+    levels = _levels.stack
     levels.pop()
     dispatch.set_vmap_depth(len(levels))
 

@@ -96,7 +96,11 @@ def pointwise(op, level, args, kwargs):
     if not kwargs:
         if len(args) == 1 and args[0]._bdim == 0:
             result = call(op, (args[0]._value,), None)
-            return args[0] if op.kind == "inplace" else wrap_result(result, 0, level)
+            if op.kind == "inplace":
+                return args[0]
+            # a tensor (the common result) wrapped without wrap_result's frame
+            return wrap(result, 0, level) if isinstance(result, TensorBase) else \
+                wrap_result(result, 0, level)
         if len(args) == 2:
             fast = _pointwise_binary(op, level, args[0], args[1])
             if fast is not None:
@@ -204,6 +208,15 @@ EMPTY_DIM_REDUCES_NOTHING = frozenset({"all", "any"})
 def reduction(op, level, args, kwargs):
     """Shift ``dim`` past the batch dim; ``dim=None`` (or ``()``) means every per-sample
     dim.  A per-sample scalar gets a size-1 dim to reduce over, removed afterwards."""
+    if not kwargs and len(args) == 2 and type(args[1]) is int and op.params[1] == "dim":
+        # the common call, ``x.log_softmax(1)``: no binding, the dim shifted positionally
+        self = args[0]
+        n = len(self._sizes)
+        if n and type(self) is BatchedTensor and self._level == level:
+            value = to_front(self._value, self._bdim)
+            result = call(op, (value, meta.wrap_dim(args[1], n) + 1), None)
+            return wrap(result, 0, level) if isinstance(result, TensorBase) else \
+                wrap_result(result, 0, level)
     bound = op.bind(args, kwargs)
     self = bound.pop("self")
     if not same_level(self, level):
