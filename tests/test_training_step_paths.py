@@ -85,6 +85,23 @@ def test_linear_integer_rows_take_the_general_path():
     assert F.linear(x, w).tolist() == [[3, 2], [7, 6]]
 
 
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_unrecorded_linear_backward_sums_half_precision_as_pytorch(dtype):
+    # a bias's gradient sums the rows: PyTorch accumulates float16/bfloat16 in float32,
+    # as the formulas do; summing in the dtype itself loses digits over many rows
+    r = np.random.default_rng(0)
+    x, w, b = (r.standard_normal(s).astype(np.float32) for s in ((4096, 8), (4, 8), (4,)))
+    g = r.standard_normal((4096, 4)).astype(np.float32)
+    results = []
+    for lib in (torch, mt):
+        leaves = [lib.tensor(a).to(getattr(lib, dtype)).requires_grad_() for a in (x, w, b)]
+        lib.nn.functional.linear(*leaves).backward(lib.tensor(g).to(getattr(lib, dtype)))
+        results.append([leaf.grad.float().numpy() for leaf in leaves])
+    for theirs, ours in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-2, atol=2e-3 * np.abs(theirs).max())
+
+
 def _layer(requires):
     mt.manual_seed(0)
     leaves = [mt.randn(5, 4, dtype=mt.float64), mt.randn(3, 4, dtype=mt.float64),

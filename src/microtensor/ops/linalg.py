@@ -653,7 +653,7 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
     input's, one for the weight's and the bias's as one row sum (the formulas' general
     path would reduce it with the engine's ``sum_to_size``), with no op dispatch and no
     views.  Other calls (stacked or 1-D weights, a broadcast bias, another array
-    library, empty gradients) go to the formulas."""
+    library, dtypes other than float32/float64, empty gradients) go to the formulas."""
     want_input, want_weight, want_bias = wanted
     # (each value is saved only for the formulas that will run: the weight for the
     # input's, its shape for the weight's and the bias's)
@@ -662,7 +662,9 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
             (want_bias and tuple(bias_shape) != grad._sizes[-1:]):
         return None
     rows = grad._array()
-    if not isinstance(rows, np.ndarray) or \
+    # (float16 and bfloat16 go to the formulas, whose sums accumulate in float32 as
+    # PyTorch's do: NumPy sums them in their own precision)
+    if not isinstance(rows, np.ndarray) or rows.dtype not in _BLAS_DTYPES or \
             (want_input and (weight._dtype is not grad._dtype or
                              not isinstance(weight._array(), np.ndarray))) or \
             (want_weight and (input._dtype is not grad._dtype or
