@@ -12,6 +12,8 @@ import sys
 import textwrap
 import weakref
 
+import pytest
+
 import microtensor as mt
 
 
@@ -103,3 +105,50 @@ def test_freeing_a_long_chain_of_tensors_does_not_exhaust_the_stack():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "freed", done.stderr[-2000:]
+
+
+def test_subclass_instances_release_their_class():
+    class Sub(mt.Tensor):
+        pass
+
+    class Slotted(mt.Tensor):
+        __slots__ = ()
+
+    for cls in (Sub, Slotted, mt.nn.Parameter):
+        for _ in range(10):
+            cls(mt.ones(2))
+        gc.collect()
+        before = sys.getrefcount(cls)
+        for _ in range(1000):
+            cls(mt.ones(2))
+        gc.collect()
+        after = sys.getrefcount(cls)
+        assert after == before, cls
+
+
+def test_a_finalizer_added_to_the_class_runs_for_every_tensor():
+    # reused objects must not carry the "already finalized" mark of their previous life
+    finalized = []
+    mt.Tensor.__del__ = lambda self: finalized.append(vars(self).get("index"))
+    try:
+        for i in range(20):
+            t = mt.full((2,), float(i))
+            t.index = i
+            del t
+    finally:
+        del mt.Tensor.__del__
+    assert [i for i in finalized if i is not None] == list(range(20))
+
+
+@pytest.mark.xfail(strict=True, reason="Tensor's freelist deallocator (tp_free) differs from "
+                   "its subclasses', so CPython refuses __class__ assignment between them; "
+                   "PyTorch allows it")
+def test_class_assignment_between_tensor_and_a_subclass():
+    class Sub(mt.Tensor):
+        pass
+
+    t = mt.ones(2)
+    t.__class__ = Sub
+    assert type(t) is Sub
+    t.__class__ = mt.Tensor
+    assert type(t) is mt.Tensor

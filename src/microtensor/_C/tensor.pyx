@@ -282,6 +282,8 @@ cdef extern from *:
     static PyObject *mt_freelist_alloc(PyTypeObject *type, Py_ssize_t nitems) {
         if (type == mt_freelist_type && mt_freelist_count > 0) {
             PyObject *o = mt_freelist[--mt_freelist_count];
+            ((void **)o)[-1] = NULL;  /* the GC header: untracking keeps the "finalized" */
+            ((void **)o)[-2] = NULL;  /* flag, which would skip a reused object's __del__ */
             ((void **)o)[-3] = NULL;  /* the managed dict */
             ((void **)o)[-4] = NULL;  /* its inline values */
             memset(o, 0, (size_t)type->tp_basicsize);
@@ -325,7 +327,10 @@ cdef extern from *:
     static void mt_tensor_dealloc(PyObject *o) {
         PyTypeObject *type = Py_TYPE(o);
         if (type != mt_freelist_type) {
+            /* a subclass's ``subtype_dealloc`` leaves the type reference to this, its
+               nearest base with another deallocator, as it does to any static base */
             mt_base_dealloc(o);
+            Py_DECREF(type);
             return;
         }
         if (type->tp_finalize != NULL && PyObject_CallFinalizerFromDealloc(o) < 0)

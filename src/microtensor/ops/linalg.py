@@ -544,7 +544,11 @@ def _rows_times_transposed(rows, weights, out):
 
 # ``rows @ W.T`` can be computed as it reads, BLAS packing the transposed weight, or as
 # ``(W @ rows.T).T``: the weight read as it lies, the result made transposed in a scratch
-# and copied back.  Both run the same dot products in the same order (the same numbers).
+# and copied back.  BLAS does not promise the same numbers from both: OpenBLAS's float32
+# kernels give them for C-contiguous operands (checked over many shapes), but not when one
+# operand is transposed, nor its float64 ones (from 193 weight rows at 16 input rows on
+# Haswell); a choice made by timing must not change a result from one run to the next,
+# so only float32 products of C-contiguous matrices are offered the other order.
 # Which is faster depends on the CPU, the BLAS build, the dtype and the shape: OpenBLAS
 # on an AMD EPYC packs a transposed float32 weight slowly, so that from 8 to about 128
 # rows (from 4 for 512x512) the second order takes 0.4-0.9x the time of the first for
@@ -554,6 +558,7 @@ def _rows_times_transposed(rows, weights, out):
 _ORDER_MEASURED = {}
 _ORDER_MIN_ROWS = 4     # below that BLAS multiplies a few vectors: either order is one
 _BLAS_DTYPES = (np.float32, np.float64)   # NumPy's other dtypes have no BLAS products
+_ORDER_DTYPES = (np.float32,)             # the products whose two orders agree (above)
 
 
 def _through_transposed_output(rows, weights):
@@ -561,7 +566,8 @@ def _through_transposed_output(rows, weights):
     on the first call of its kind, see ``_ORDER_MEASURED``)."""
     count = rows.shape[0]
     if count < _ORDER_MIN_ROWS or type(rows) is not np.ndarray or \
-            type(weights) is not np.ndarray or rows.dtype not in _BLAS_DTYPES:
+            type(weights) is not np.ndarray or rows.dtype not in _ORDER_DTYPES or \
+            not (rows.flags.c_contiguous and weights.flags.c_contiguous):
         return False
     key = (rows.dtype, weights.shape, (count - 1).bit_length())
     found = _ORDER_MEASURED.get(key)
@@ -653,7 +659,7 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
     input's, one for the weight's and the bias's as one row sum (the formulas' general
     path would reduce it with the engine's ``sum_to_size``), with no op dispatch and no
     views.  Other calls (stacked or 1-D weights, a broadcast bias, another array
-    library, empty gradients) go to the formulas."""
+    library, dtypes other than float32/float64, empty gradients) go to the formulas."""
     want_input, want_weight, want_bias = wanted
     # (each value is saved only for the formulas that will run: the weight for the
     # input's, its shape for the weight's and the bias's)
@@ -662,7 +668,9 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
             (want_bias and tuple(bias_shape) != grad._sizes[-1:]):
         return None
     rows = grad._array()
-    if not isinstance(rows, np.ndarray) or \
+    # (float16 and bfloat16 go to the formulas, whose sums accumulate in float32 as
+    # PyTorch's do: NumPy sums them in their own precision)
+    if not isinstance(rows, np.ndarray) or rows.dtype not in _BLAS_DTYPES or \
             (want_input and (weight._dtype is not grad._dtype or
                              not isinstance(weight._array(), np.ndarray))) or \
             (want_weight and (input._dtype is not grad._dtype or
