@@ -14,7 +14,8 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import (Storage, TensorBase, bfloat16, bool_, float16, float32,
-                                   float64, int8, int16, int32, int64, uint8)
+                                   float64, int8, int16, int32, int64, share_tensor_free,
+                                   uint8)
 from microtensor._C.dispatch import op_function, op_method
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import scalar_tensor_like
@@ -28,6 +29,10 @@ def _refuse_if_requires_grad(tensor):
 
 class Tensor(TensorBase):
     """A strided view of a storage, with autograd metadata.  See ``TensorBase``."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        share_tensor_free(cls)   # so that ``__class__`` may move tensors to and from it
 
     # ------------------------------------------------------------ layout queries
     def is_contiguous(self, memory_format=contiguous_format):

@@ -22,7 +22,9 @@ def _install(tensor_cls, dispatch_binary, dispatch_call, getitem, attach_node,
     """Called once by the package: the Python pieces the fast paths defer to."""
     global _tensor_cls, _dispatch_binary, _dispatch_call, _getitem, _attach_node, \
         _recorded_ops, _op_call
-    mt_use_freelist(<PyTypeObject*>tensor_cls, <PyTypeObject*>TensorBase)
+    if mt_use_freelist(<PyTypeObject*>tensor_cls, <PyTypeObject*>TensorBase):
+        for subclass in tensor_cls.__subclasses__():
+            share_tensor_free(subclass)
     _tensor_cls = tensor_cls
     _op_call = op_call
     _dispatch_binary = dispatch_binary

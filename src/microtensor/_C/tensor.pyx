@@ -360,11 +360,31 @@ cdef extern from *:
         PyType_Modified(type);
         return 1;
     }
+
+    /* A subclass of the served class gets its ``tp_free`` (which frees the subclass's
+       objects as CPython does): CPython lets ``__class__`` move an object between two
+       classes only when their ``tp_free`` is the same. */
+    static void mt_share_free(PyTypeObject *type) {
+        if (mt_freelist_type != NULL && type->tp_free == PyObject_GC_Del) {
+            type->tp_free = mt_freelist_free;
+            PyType_Modified(type);
+        }
+    }
     #else
     static int mt_use_freelist(PyTypeObject *type, PyTypeObject *base) { return 0; }
+    static void mt_share_free(PyTypeObject *type) { }
     #endif
     """
     bint mt_use_freelist(PyTypeObject* type, PyTypeObject* base)
+    void mt_share_free(PyTypeObject* type)
+
+
+def share_tensor_free(type cls):
+    """Called for every subclass of ``Tensor`` (``Tensor.__init_subclass__``, and at install
+    for those made before): see ``mt_share_free``."""
+    mt_share_free(<PyTypeObject*>cls)
+    for subclass in cls.__subclasses__():
+        share_tensor_free(subclass)
 
 
 cdef object _NO_DATA = np.empty(0, np.float32)  # what a Storage holds before __init__
