@@ -53,16 +53,20 @@ def test_sum_over_dims_on_strided_rows(dtype, data):
 
 
 @settings(max_examples=20, deadline=None)
-@given(FLOATS, st.integers(1, 24), st.sampled_from([1, 7, 64, 512, 513]), st.booleans(),
+@given(FLOATS, st.integers(1, 24), st.sampled_from([1, 7, 64, 256, 257, 512, 513]), st.booleans(),
        st.integers(0, 2**32 - 1))
 def test_large_sums_by_narrow_rows(dtype, lead, width, keepdim, seed):
-    """Above 65536 elements the C sum still serves sums whose kept dims run fastest and
-    fit one band (x.sum(0) of a (N, 64) matrix, or over the middle dim of a stack):
-    checked against NumPy in float64, on both sides of the band's width (past it NumPy's
-    float32 adds serve, whose rounding grows with the sum of the magnitudes)."""
+    """Above 65536 elements the C sum still serves sums that read the source once, in
+    order: those whose kept dims run fastest and fit one band (x.sum(0) of a (N, 64)
+    matrix, or over the middle dim of a stack), and float32 sums along short contiguous
+    rows (x.sum(1)).  Checked against NumPy in float64, on both sides of the band's width
+    and of the short rows' limit (past them NumPy's float32 adds serve, whose rounding
+    grows with the sum of the magnitudes)."""
     rows = (1 << 16) // width + 3
     buffer = np.random.default_rng(seed).uniform(-4, 4, (lead, rows, width)).astype(dtype)
-    for view, dim in ((buffer.reshape(lead * rows, width), 0), (buffer, 1), (buffer, (0, 1))):
+    matrix = buffer.reshape(lead * rows, width)
+    for view, dim in ((matrix, 0), (buffer, 1), (buffer, (0, 1)), (matrix, 1), (buffer, 2),
+                      (buffer[:, :, ::2], 2)):
         out = mt.from_numpy(view).sum(dim, keepdim=keepdim)
         expected = view.astype(np.float64).sum(axis=dim, keepdims=keepdim)
         assert tuple(out.shape) == expected.shape and out.dtype.name == view.dtype.name

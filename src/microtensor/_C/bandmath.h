@@ -19,6 +19,27 @@ MT_CLONES static void mt_add_rows_f32(double* restrict acc, const float* restric
     }
 }
 
+/* Sums of `rows` short contiguous float32 rows of `n` elements, rows `ss` apart, into
+ * out[i * so]: each in double, over 8 interleaved lanes combined in a fixed order (one
+ * row at a time in SIMD, where `block_sum`'s 16 float lanes would mostly hold one or two
+ * elements of a short row). */
+MT_CLONES static void mt_short_row_sums_f32(float* restrict out, ptrdiff_t so,
+        const float* restrict x, ptrdiff_t ss, ptrdiff_t rows, ptrdiff_t n) {
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        const float* row = x + i * ss;
+        double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        double tail = 0;
+        ptrdiff_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (int l = 0; l < 8; l++)
+                lane[l] += row[j + l];
+        for (; j < n; j++)
+            tail += row[j];
+        out[i * so] = (float)((((lane[0] + lane[4]) + (lane[1] + lane[5]))
+                               + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail);
+    }
+}
+
 /* log_softmax's backward (`log_softmax_backward_band`): o = g - exp(y) * (g summed along
  * the lines), `total` holding the sums; `o` may be `g` itself. */
 MT_CLONES static void mt_log_softmax_backward_band_f32(float* o, ptrdiff_t so,

@@ -211,11 +211,11 @@ cdef object _fast_sum(TensorBase self, tuple args, dict kwargs):
         else:
             (<double*>_ptr(out))[0] = total
     else:
-        # small reductions over chosen dims, and sums by narrow whole rows; other large
-        # ones are NumPy's (it adds whole rows)
+        # small reductions over chosen dims, and large ones that read the source once in
+        # order; other large ones are NumPy's (it adds whole rows)
         if not self._numel or type(keepdim) is not bool or \
                 not _reduced_dims(dim, ndim, reduced) or \
-                (self._numel > _SMALL_REDUCTION and not kernels.sums_whole_rows(
+                (self._numel > _SMALL_REDUCTION and not kernels.sum_in_one_pass(
                     self._dtype.typenum, ndim, shape, strides, reduced)):
             return _dispatch_call("sum", self, *args, **kwargs)
         sizes = tuple([1 if reduced[d] else self._sizes[d] for d in range(ndim)

@@ -18,7 +18,7 @@ cdef double sum_raw(int typenum, const char* a, int ndim, const Py_ssize_t* shap
 
 # Sums over the dims flagged in `reduced` into `out`, contiguous over the other dims in
 # order (no dim may be empty).
-cdef bint sums_whole_rows(int typenum, int ndim, const Py_ssize_t* shape,
+cdef bint sum_in_one_pass(int typenum, int ndim, const Py_ssize_t* shape,
                           const Py_ssize_t* strides, const bint* reduced) noexcept nogil
 cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
                        const Py_ssize_t* strides, const bint* reduced,

@@ -1026,19 +1026,44 @@ cdef inline bint by_columns(Layout* kept, Layout* inner) noexcept nogil:
         magnitude(inner.strides[0][inner.ndim - 1])
 
 
-cdef bint sums_whole_rows(int typenum, int ndim, const Py_ssize_t* shape,
+cdef void short_row_sums(float* out, const float* src, Layout* kept,
+                         Py_ssize_t n) noexcept nogil:
+    """`sum_dims_raw` over one contiguous dim of at most SUM_BLOCK float32 elements: the
+    rows along kept's innermost dim at a time (`mt_short_row_sums_f32`), for every
+    position of its other dims."""
+    cdef int inner = kept.ndim - 1
+    cdef OuterIter it
+    start_outer(&it, inner, 2)
+    while True:
+        mt_short_row_sums_f32(<float*>(<char*>out + it.offset[0]), kept.strides[0][inner] // 4,
+                              <const float*>(<const char*>src + it.offset[1]),
+                              kept.strides[1][inner] // 4, kept.shape[inner], n)
+        if not advance_outer(&it, kept):
+            return
+
+
+cdef bint sum_in_one_pass(int typenum, int ndim, const Py_ssize_t* shape,
                           const Py_ssize_t* strides, const bint* reduced) noexcept nogil:
-    """Whether `sum_dims_raw` sums these dims by rows that one band covers whole: the
-    kept dims run fastest in the source, contiguously, and hold at most COLUMN_BAND
-    elements (x.sum(0) of a (N, 64) matrix).  The source is then read once, in order,
-    into accumulators that stay in L1, which beats NumPy's row-by-row adds at any size
-    (5-9x at 65536 x 64 and 262144 x 16 float32); wider rows are NumPy's above the small
-    sizes."""
+    """Whether `sum_dims_raw` reads the source once, in order, for these dims, which beats
+    NumPy's reductions at any size: by rows that one band covers whole (the kept dims run
+    fastest, contiguously, at most COLUMN_BAND elements: x.sum(0) of a (N, 64) matrix;
+    5-9x NumPy at 65536 x 64 and 262144 x 16 float32), or float32 rows of at most
+    SUM_BLOCK contiguous elements summed one by one (x.sum(1) of a (N, 64) matrix, 3x
+    NumPy).  Other large sums are NumPy's (the C band walk is slower on wide rows)."""
     cdef Layout kept, inner
+    cdef Py_ssize_t itemsize = 4 if typenum == cnp.NPY_FLOAT else 8
     split_dims(typenum, ndim, shape, strides, reduced, &kept, &inner)
-    return by_columns(&kept, &inner) and \
-        kept.strides[1][kept.ndim - 1] == (4 if typenum == cnp.NPY_FLOAT else 8) and \
-        kept.shape[kept.ndim - 1] <= COLUMN_BAND
+    if by_columns(&kept, &inner):
+        return kept.strides[1][kept.ndim - 1] == itemsize and \
+            kept.shape[kept.ndim - 1] <= COLUMN_BAND
+    return short_rows(typenum, &kept, &inner)
+
+
+cdef inline bint short_rows(int typenum, Layout* kept, Layout* inner) noexcept nogil:
+    """Whether the sum is over one contiguous dim of at most SUM_BLOCK float32 elements,
+    for `short_row_sums`."""
+    return typenum == cnp.NPY_FLOAT and kept.ndim and inner.ndim == 1 and \
+        inner.strides[0][0] == 4 and inner.shape[0] <= SUM_BLOCK
 
 
 cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t* shape,
@@ -1060,6 +1085,9 @@ cdef void sum_dims_raw(int typenum, const char* src, int ndim, const Py_ssize_t*
         return
     if by_columns(&kept, &inner):
         sum_columns_layout(typenum, out, src, &kept, &inner)
+        return
+    if short_rows(typenum, &kept, &inner):
+        short_row_sums(<float*>out, <const float*>src, &kept, inner.shape[0])
         return
     start_outer(&it, kept.ndim, 2)
     while True:
@@ -1463,6 +1491,8 @@ cdef extern from "nnmath.h" nogil:
 
 
 cdef extern from "bandmath.h" nogil:
+    void mt_short_row_sums_f32(float* out, Py_ssize_t so, const float* x, Py_ssize_t ss,
+                               Py_ssize_t rows, Py_ssize_t n)
     void mt_add_rows_f32(double* acc, const float* x, Py_ssize_t ss, Py_ssize_t n,
                          Py_ssize_t width)
     void mt_log_softmax_backward_band_f32(float* o, Py_ssize_t so, const float* g,
