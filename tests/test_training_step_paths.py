@@ -78,6 +78,27 @@ def test_linear_rows_refuse_what_pytorch_refuses(shapes, dtypes):
         F.linear(*args)
 
 
+@pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("dtypes", ["fdf", "fdd", "ffd", "dfd", "dff", "bbf", "bbb", "hhf",
+                                    "ffh", "fdh", "fd-", "bb-"])
+@pytest.mark.parametrize("input_shape", [(3, 4), (2, 3, 4), (4,)])
+def test_linear_dtype_errors_as_pytorch(dtypes, input_shape):
+    """With a bias PyTorch's addmm checks the bias against the weight first ("self and
+    mat2"), then the input ("mat1 and mat2"); without one, the product's message."""
+    names = {"f": "float32", "d": "float64", "h": "float16", "b": "bool"}
+
+    def call(lib, functional):
+        input, weight = (lib.ones(*shape, dtype=getattr(lib, names[code]))
+                         for shape, code in ((input_shape, dtypes[0]), ((5, 4), dtypes[1])))
+        bias = None if dtypes[2] == "-" else lib.ones(5, dtype=getattr(lib, names[dtypes[2]]))
+        functional.linear(input, weight, bias)
+    with pytest.raises((RuntimeError, NotImplementedError)) as theirs:
+        call(torch, torch.nn.functional)
+    with pytest.raises(type(theirs.value)) as ours:
+        call(mt, F)
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_linear_integer_rows_take_the_general_path():
     # no BLAS for integers: the general path computes them exactly
     x = mt.tensor([[1, 2], [3, 4]])

@@ -30,6 +30,9 @@ DTYPE_MISMATCH = {
     "mm": "expected m1 and m2 to have the same dtype, but got: {a_lower} != {b_lower}",
     "dot": "dot : expected both vectors to have same dtype, but found {a} and {b}",
     "bmm": "expected scalar type {a} but found {b}",
+    # linear with a bias (PyTorch's addmm): the bias ("self") is checked first
+    "addmm_bias": "self and mat2 must have the same dtype, but got {a} and {b}",
+    "addmm": "mat1 and mat2 must have the same dtype, but got {a} and {b}",
 }
 
 
@@ -454,7 +457,11 @@ def check_linear(input, weight, bias):
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
                            f"{input.dim()}D and {weight.dim()}D")
-    _check_same_dtype(input, weight)
+    if bias is not None and weight.dim() == 2:
+        _check_same_dtype(bias, weight, "addmm_bias")
+        _check_same_dtype(input, weight, "addmm")
+    else:
+        _check_same_dtype(input, weight)
     if input._sizes[-1] != weight._sizes[-1]:
         if weight.dim() == 1:
             raise _mv_size_error(math.prod(input._sizes[:-1]), input._sizes[-1],
