@@ -471,6 +471,13 @@ def test_functional_call_restores_on_error():
     assert all(p is original[k] for k, p in model.named_parameters())
     with pytest.raises(RuntimeError, match="Unexpected key"):
         functional_call(model, {"nope": mt_(W)}, (mt_(X),), strict=True)
+    # a name whose path does not exist, after names already put in place: those are put
+    # back too
+    with pytest.raises(AttributeError):
+        functional_call(model, {"0.weight": mt.zeros_like(original["0.weight"]),
+                                "nope.weight": mt_(W)}, (mt_(X),))
+    assert all(p is original[k] for k, p in model.named_parameters())
+    assert "nope" not in model.__dict__ and "weight" not in model.__dict__
 
 
 def test_functional_call_tied_weights_and_buffers():

@@ -115,3 +115,48 @@ def test_fast_path_reads_views_at_an_offset():
     np.testing.assert_array_equal(got.numpy(), _general(lambda: LINEAR(x, w, b)).numpy())
     np.testing.assert_allclose(got.numpy(), x.numpy() @ matrices[1].numpy().T
                                + vectors[1].numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batching_rule_shortcut_matches_the_general_rule(bias):
+    # per-sample weights and inputs batched in front take the rule's shortcut; the same
+    # values given through keywords (or with the bias batched elsewhere) take the general
+    # path: values and gradients agree
+    r = np.random.default_rng(3)
+    x = mt.tensor(r.standard_normal((4, 3)), dtype=mt.float32)
+    w = mt.tensor(r.standard_normal((4, 5, 3)), dtype=mt.float32)
+    b = mt.tensor(r.standard_normal((4, 5)), dtype=mt.float32) if bias else None
+
+    def positional(x, w, b):
+        return LINEAR(x.unsqueeze(0), w, b)
+
+    def keywords(x, w, b):
+        return LINEAR(input=x.unsqueeze(0), weight=w, bias=b)
+    dims = (0, 0, 0 if bias else None)
+    fast = mt.vmap(positional, in_dims=dims)(x, w, b)
+    general = mt.vmap(keywords, in_dims=dims)(x, w, b)
+    assert mt.equal(fast, general)
+    expected = mt.stack([positional(x[i], w[i], None if b is None else b[i])
+                         for i in range(4)])
+    assert mt.allclose(fast, expected)
+
+
+def test_batching_rule_shortcut_keeps_linears_errors():
+    x, w = mt.randn(4, 3), mt.randn(4, 5, 3)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        mt.vmap(lambda x, w: LINEAR(x.unsqueeze(0), w))(x.double(), w)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        mt.vmap(lambda x, w: LINEAR(x.unsqueeze(0), w))(mt.randn(4, 2), w)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        mt.vmap(lambda x, w, b: LINEAR(x.unsqueeze(0), w, b))(x, w, mt.randn(4, 5).double())
+
+
+def test_linear_module_reads_a_weight_that_left_its_table():
+    # Linear.forward reads its parameters from their table; a weight moved out of it
+    # (as reparametrisations do: deleted, set as a plain attribute) is still the one used
+    layer = mt.nn.Linear(3, 2)
+    x = mt.randn(4, 3)
+    weight = layer.weight.detach() * 2
+    del layer.weight
+    layer.weight = weight
+    assert mt.allclose(layer(x), x @ weight.mT + layer.bias)

@@ -1009,3 +1009,42 @@ def test_custom_function_runs_per_sample_with_its_gradient():
     np.testing.assert_allclose(y.detach().numpy(), x.detach().numpy() ** 3, rtol=1e-6)
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 3 * x.detach().numpy() ** 2, rtol=1e-6)
+
+
+def test_resolved_rules_are_called_by_the_dispatcher_and_a_new_handler_sees_every_call(
+        monkeypatch):
+    # once the handler has resolved an op's rule, the dispatcher calls that rule itself
+    # (no handler frame); a handler installed in its place (a spy) still sees every call,
+    # and random ops always go to the handler (their randomness is the handler's)
+    from microtensor.vmap import rules
+    tanh = REGISTRY["tanh"]
+    rule = rules.rule_for(tanh)
+    calls, seen = [], []
+
+    def counted(op, level, args, kwargs):
+        calls.append(op.name)
+        return rule(op, level, args, kwargs)
+    monkeypatch.setitem(rules._resolved, tanh, counted)
+    x = mt.randn(3, 4)
+    direct = mt.vmap(lambda a: a.tanh().sum(0))(x)
+    assert calls == ["tanh"]
+    assert mt.allclose(direct, x.tanh().sum(1))
+
+    def spy(op, level, args, kwargs):
+        seen.append(op.name)
+        return rules.handle(op, level, args, kwargs)
+
+    def through_spy(a):
+        dispatch.set_batching(spy, BatchedTensor)
+        try:
+            return a.tanh().sum(0)
+        finally:
+            dispatch.set_batching(rules.handle, BatchedTensor)
+    assert mt.equal(mt.vmap(through_spy)(x), direct)
+    assert seen == ["tanh", "sum"] and calls == ["tanh", "tanh"]
+
+    rand_like = REGISTRY["rand_like"]
+    monkeypatch.setitem(rules._resolved, rand_like, counted)
+    samples = mt.vmap(lambda a: mt.rand_like(a), randomness="different")(x)
+    assert samples.shape == (3, 4) and not mt.equal(samples[0], samples[1])
+    assert calls == ["tanh", "tanh"]

@@ -11,7 +11,8 @@
    random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
    physical tensors, which come back through here.  Finding the batched arguments is done
    here, in C, because every call pays for it.  The commonest batched call, ``a + b`` and
-   friends with ``a`` batched in front (``set_batched_binary``), is served here too.  vmap levels are per thread (as in
+   friends with ``a`` batched in front (``set_batched_binary``), is served here too, and
+   an op whose rule the handler has resolved calls that rule directly (``serve_rules``).  vmap levels are per thread (as in
    PyTorch): this thread's depth is a C thread-local, and a batched argument of a level
    deeper than that escaped from a vmap that has returned and is refused.
 4. A call with ``out=`` goes to the handler ``ops.dispatch`` installs (PyTorch's rules:
@@ -41,6 +42,7 @@ cdef object _observer = None       # observer(op, args, kwargs) of ops with a no
 cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
 cdef dict _batched_binary = {}     # op -> fn(a, b): the binary ops vmap's common case runs here
 cdef object _binary_handler = None # the handler those are a case of (served only while it is)
+cdef dict _batch_rules = None      # op -> its batching rule, the handler's cache (serve_rules)
 
 # The number of vmap levels active in this thread (a C thread-local, so that threads
 # vmap independently and read it for free).
@@ -170,6 +172,15 @@ def unary_kernels():
     return {op: kernel[0] for op, kernel in _unary_kernels.items()}
 
 
+def serve_rules(rules):
+    """Call the batching rule of ``rules`` (a dict, op -> rule: the handler's own cache,
+    which it fills) for an op found there, without the handler's frame, while the handler
+    of ``set_batched_binary`` is installed; ops not found there (their first call), and
+    random ops, go to the handler."""
+    global _batch_rules
+    _batch_rules = rules
+
+
 def set_batched_binary(op, fn):
     """Serve ``op(a, b)`` here under vmap when ``a`` is batched at dim 0 of the innermost
     level and ``b`` is a Python number, an unbatched tensor of no higher rank (of ``a``'s
@@ -240,13 +251,22 @@ cpdef object call(op, args, kwargs):
         if level or (mt_vmap_depth and op.random):
             if level > mt_vmap_depth:
                 raise RuntimeError(ESCAPED_ERROR.format(level))
-            if not kwargs and len(args) == 2 and _batching is _binary_handler:
-                fn = _batched_binary.get(op)
-                if fn is not None:
-                    result = _batched_in_front(fn, level, args[0], args[1])
-                    if result is not None:
-                        return result
-            result = _batching(op, level, args, kwargs)
+            rule = None
+            if _batching is _binary_handler:
+                if not kwargs and len(args) == 2:
+                    fn = _batched_binary.get(op)
+                    if fn is not None:
+                        result = _batched_in_front(fn, level, args[0], args[1])
+                        if result is not None:
+                            return result
+                if _batch_rules is not None:
+                    rule = _batch_rules.get(op)
+                    if rule is not None and op.random:
+                        rule = None
+            if rule is None:
+                result = _batching(op, level, args, kwargs)
+            else:
+                result = rule(op, level, args, kwargs)
             if result is not NotImplemented:
                 return result
     if kwargs and (<dict>kwargs).get("out") is not None and op.kind != "inplace":

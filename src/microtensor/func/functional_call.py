@@ -172,16 +172,18 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         args = ()
     elif not isinstance(args, tuple):
         args = (args,)
-    places = []
-    for name, value in replacements.items():
-        spot = plan.spots.get(name)
-        if spot is None:        # not a parameter or buffer: a plain attribute, or a new name
-            owner, leaf = _owner(module, name)
-            spot = (_table(owner, leaf), leaf)
-        places.append((name, *spot, value))
+    spots = plan.spots
     saved = []
     try:
-        for name, table, leaf, value in places:
+        # (a name that cannot be placed raises here: the finally clause below puts back
+        # what was placed before it)
+        for name, value in replacements.items():
+            spot = spots.get(name)
+            if spot is None:    # not a parameter or buffer: a plain attribute, or a new name
+                owner, leaf = _owner(module, name)
+                table = _table(owner, leaf)
+            else:
+                table, leaf = spot
             saved.append((name, table, leaf, table.get(leaf, _ABSENT)))
             table[leaf] = value
         return module(*args, **(kwargs or {}))

@@ -20,8 +20,9 @@ import warnings
 
 from microtensor._C import dispatch as _core
 from microtensor._C import meta
-from microtensor._C.dispatch import (batching, call, run_kernel, set_batched_binary,  # noqa: F401
-                                     set_batching, set_observer, set_vmap_depth)
+from microtensor._C.dispatch import (batching, call, run_kernel, serve_rules,  # noqa: F401
+                                     set_batched_binary, set_batching, set_observer,
+                                     set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
 from microtensor._dtype import can_cast, info
 from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like

@@ -703,16 +703,22 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
 def linear(op, level, args, kwargs):
     """Shared weights: the samples are just more rows of one call.  Per-sample weights: one
     call on the stacked weights ``(B, ..., out, in)``, which the kernel broadcasts."""
-    bound = op.bind(args, kwargs)
-    x, w, b = bound["input"], bound["weight"], bound["bias"]
-    check_linear(x, w, b)
+    if not kwargs and len(args) == 3:   # ``F.linear``'s call
+        x, w, b = args
+    else:
+        bound = op.bind(args, kwargs)
+        x, w, b = bound["input"], bound["weight"], bound["bias"]
     if _batched_in_front(w, level) and len(w._sizes) == 2 and _batched_in_front(x, level) \
             and len(x._sizes) == 2 and (b is None or (_batched_in_front(b, level) and
-                                                      len(b._sizes) == 1)):
-        # per-sample weights over rows of inputs (vmap(grad) of a layer): the values are
-        # already stacked and aligned as the general path below would make them
+                                                      len(b._sizes) == 1)) and \
+            x._sizes[1] == w._sizes[1] and x._dtype is w._dtype and x._dtype is not bool_ \
+            and (b is None or b._dtype is x._dtype):
+        # per-sample weights over rows of inputs (vmap(grad) of a layer), which
+        # ``check_linear`` passes: the values are already stacked and aligned as the
+        # general path below would make them
         return wrap(call(op, (x._value, w._value, None if b is None else b._value), None), 0,
                     level)
+    check_linear(x, w, b)
     if not same_level(w, level) and not same_level(b, level):
         return wrap(call(op, (to_front(x._value, x._bdim), w, b), None), 0, level)
     if w.dim() == 1:       # per-sample weight vectors: a product and a sum, batched as such

@@ -219,10 +219,16 @@ def _in_front(t, level):
 def nll_loss(op, level, args, kwargs):
     """Every sample's rows in one unweighted call with reduction "none", then weighted and
     reduced per sample (over the sample's own total weight for "mean")."""
-    bound = op.bind(args, kwargs)
-    self, target, weight = bound["self"], bound["target"], bound["weight"]
-    ignore_index = bound["ignore_index"]
-    check_arguments(self._sizes, self._dtype, target, weight, bound["reduction"])
+    if len(args) == 3 and kwargs is not None and len(kwargs) == 2 and \
+            "reduction" in kwargs and "ignore_index" in kwargs:
+        # ``F.nll_loss``'s call: no binding
+        self, target, weight = args
+        reduction, ignore_index = kwargs["reduction"], kwargs["ignore_index"]
+    else:
+        bound = op.bind(args, kwargs)
+        self, target, weight = bound["self"], bound["target"], bound["weight"]
+        reduction, ignore_index = bound["reduction"], bound["ignore_index"]
+    check_arguments(self._sizes, self._dtype, target, weight, reduction)
     if weight is None and _in_front(self, level) and _in_front(target, level):
         # the common call (per-sample logits and targets): both already batched in front
         inputs, targets, weights = self._value, target._value, None
@@ -236,12 +242,12 @@ def nll_loss(op, level, args, kwargs):
                   {"reduction": "none", "ignore_index": ignore_index})
     if weights is not None:
         losses = losses * weights.reshape(-1)
-    if bound["reduction"] == "none":
+    if reduction == "none":
         return wrap(losses.reshape(targets.shape), 0, level)
     rows = losses._numel // size
     if rows != 1:
         losses = losses.reshape(size, rows).sum(1)
-    if bound["reduction"] == "mean":
+    if reduction == "mean":
         losses = _per_sample_mean(losses, targets, weights, ignore_index, size)
     return wrap(losses, 0, level)
 
@@ -250,19 +256,24 @@ def nll_loss(op, level, args, kwargs):
 def nll_loss_backward(op, level, args, kwargs):
     """A reduced loss's per-sample gradient spread over the sample's rows (over its total
     weight for "mean"), weighted, then one unweighted call with reduction "none"."""
-    bound = op.bind(args, kwargs)
-    ignore_index = bound["ignore_index"]
+    if not kwargs and len(args) == 6:   # ``nll_loss``'s derivative's call: no binding
+        grad, self_shape, target, weight, reduction, ignore_index = args
+    else:
+        bound = op.bind(args, kwargs)
+        grad, self_shape, target, weight = (bound["grad"], bound["self_shape"],
+                                            bound["target"], bound["weight"])
+        reduction, ignore_index = bound["reduction"], bound["ignore_index"]
     size = batch_size(level)
-    grads = front_or_expanded(bound["grad"], level, size)
-    targets, weights = _targets_and_weights(bound["target"], bound["weight"], ignore_index,
-                                            level, size, grads.dtype)
-    if bound["reduction"] != "none":
-        if bound["reduction"] == "mean":
+    grads = front_or_expanded(grad, level, size)
+    targets, weights = _targets_and_weights(target, weight, ignore_index, level, size,
+                                            grads.dtype)
+    if reduction != "none":
+        if reduction == "mean":
             grads = _per_sample_mean(grads, targets, weights, ignore_index, size)
         grads = grads.reshape((size,) + (1,) * (targets.dim() - 1)).expand(targets.shape)
     if weights is not None:
         grads = grads * weights
-    sample_shape = tuple(bound["self_shape"])
+    sample_shape = tuple(self_shape)
     result = call(op, (grads.reshape(-1), (targets._numel, sample_shape[-1]),
                        targets.reshape(-1)),
                   {"reduction": "none", "ignore_index": ignore_index})

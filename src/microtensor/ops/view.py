@@ -275,9 +275,12 @@ def unsqueeze(grad, dim):
 
 @unsqueeze.def_batch_rule
 def unsqueeze(op, level, args, kwargs):
-    bound = op.bind(args, kwargs)
-    self = bound["self"]
-    d = meta.wrap_dim(bound["dim"], self.dim() + 1)
+    if not kwargs and len(args) == 2:   # ``x.unsqueeze(0)``: no binding
+        self, dim = args
+    else:
+        bound = op.bind(args, kwargs)
+        self, dim = bound["self"], bound["dim"]
+    d = meta.wrap_dim(dim, self.dim() + 1)
     b = self._bdim
     p = d if d < b else d + 1
     # the method, not ``call``: a plain physical value takes the core's fast path

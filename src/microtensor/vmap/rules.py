@@ -82,8 +82,10 @@ _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
 
 def serve_binary_in_core():
     """Let the dispatcher run ``_pointwise_binary``'s commonest case of these operators
-    itself (``set_batched_binary``: no Python frame per batched ``a * b``); called with
+    itself (``set_batched_binary``: no Python frame per batched ``a * b``), and call the
+    rules ``handle`` has resolved without ``handle``'s frame (``serve_rules``); called with
     ``set_batching``, once every op is declared."""
+    dispatch.serve_rules(_resolved)
     for name, fn in _OPERATORS.items():
         op = REGISTRY[name]
         if rule_for(op) is pointwise:
