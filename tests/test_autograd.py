@@ -1,6 +1,7 @@
 """Autograd: graph and leaves, backward/grad arguments, hooks, grad modes, saved-tensor
 version checks, error messages, custom Functions, gradcheck, higher order, and that
 graphs are freed without the cycle collector."""
+import copy
 import gc
 import threading
 import weakref
@@ -676,3 +677,29 @@ def test_leaf_grad_takes_the_parameter_layout():
     (w * 2).sum().backward()
     assert w.grad.stride() == w.stride() == (1, 4)
     np.testing.assert_allclose(w.grad.numpy(), np.full((4, 3), 2.0))
+
+
+def _post_accumulate_grad_hook_log(lib):
+    """What post-accumulate-grad hooks see in a script of backward passes, in ``lib``."""
+    log = []
+    w = lib.ones(3, requires_grad=True)
+    first = w.register_post_accumulate_grad_hook(lambda p: log.append(("a", p.grad.tolist())))
+    w.register_post_accumulate_grad_hook(lambda p: log.append(("b", p is w)))
+    (w * 2).sum().backward()
+    (w * 3).sum().backward()               # after accumulating: the sum of both
+    first.remove()
+    (w * lib.ones(3)).sum().backward(create_graph=True)
+    lib.autograd.grad((w * 2).sum(), w)    # accumulates nothing: no hook
+    (w * 2).sum().backward(inputs=[w])
+    log.append(("copy", copy.deepcopy(w)._post_accumulate_grad_hooks))
+    for make_target in (lambda: (w * 2), lambda: lib.ones(2)):
+        try:
+            make_target().register_post_accumulate_grad_hook(lambda p: None)
+        except RuntimeError as error:
+            log.append(("refused", str(error)))
+    return log
+
+
+@needs_torch
+def test_post_accumulate_grad_hooks_as_torch():
+    assert _post_accumulate_grad_hook_log(mt) == _post_accumulate_grad_hook_log(torch)

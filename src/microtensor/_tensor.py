@@ -116,6 +116,19 @@ class Tensor(TensorBase):
                                   self._strides, self._dtype, self.requires_grad),
                 self.__getstate__())
 
+    # PyTorch's class default; a leaf's own dict of hooks replaces it when one is registered
+    _post_accumulate_grad_hooks = None
+
+    def __getstate__(self):
+        """The attributes, as ``object.__getstate__``, without post-accumulate-grad hooks
+        (a copy, like PyTorch's, carries no hooks)."""
+        state = super().__getstate__()
+        attrs = state[0] if isinstance(state, tuple) else state
+        if not attrs or "_post_accumulate_grad_hooks" not in attrs:
+            return state
+        attrs = {k: v for k, v in attrs.items() if k != "_post_accumulate_grad_hooks"}
+        return (attrs or None, state[1]) if isinstance(state, tuple) else (attrs or None)
+
     def __setstate__(self, state):
         _set_state(self, state)
 

@@ -116,6 +116,32 @@ cdef RemovableHandle _add_hook(dict hooks, fn):
     return RemovableHandle(hooks, key)
 
 
+# Post-accumulate-grad hooks: ``hook(leaf)`` after each accumulation into a leaf's
+# ``.grad``, kept (as in PyTorch) in the leaf's ``_post_accumulate_grad_hooks`` dict.  The
+# engine looks for them only once some tensor has had one.
+cdef bint _post_accumulate_hooks = False
+
+
+def add_post_accumulate_grad_hook(TensorBase leaf, hook):
+    """Register ``hook`` on ``leaf`` (checked by the caller: a leaf that requires grad)."""
+    global _post_accumulate_hooks
+    hooks = leaf.__dict__.get("_post_accumulate_grad_hooks")
+    if hooks is None:
+        hooks = leaf.__dict__["_post_accumulate_grad_hooks"] = {}
+    _post_accumulate_hooks = True
+    return _add_hook(hooks, hook)
+
+
+cpdef run_post_accumulate_grad_hooks(TensorBase leaf):
+    """Run ``leaf``'s post-accumulate-grad hooks, in the order they were registered."""
+    if not _post_accumulate_hooks:
+        return
+    hooks = getattr(leaf, "_post_accumulate_grad_hooks", None)
+    if hooks:
+        for hook in list(hooks.values()):
+            hook(leaf)
+
+
 cdef class Node:
     """A step of the backward pass: maps gradients of its outputs to those of its inputs.
 
@@ -912,9 +938,13 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
             if type(node) is AccumulateGrad:
                 grad = grads[0]
                 grads = None
-                if grad is not None and (create_graph or not _steal_into(
-                        (<AccumulateGrad>node).variable, <TensorBase?>grad)):
-                    accumulate_into_leaf((<AccumulateGrad>node).variable, grad, create_graph)
+                if grad is not None:
+                    if create_graph or not _steal_into((<AccumulateGrad>node).variable,
+                                                       <TensorBase?>grad):
+                        accumulate_into_leaf((<AccumulateGrad>node).variable, grad,
+                                             create_graph)
+                    if _post_accumulate_hooks:
+                        run_post_accumulate_grad_hooks((<AccumulateGrad>node).variable)
                 continue
             _run_node(node, grads, pending, ready, retain_graph)
     finally:

@@ -10,7 +10,8 @@ import sys
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.autograd import accumulation_lock, execute, validate_outputs
+from microtensor._C.autograd import (accumulation_lock, execute, run_post_accumulate_grad_hooks,
+                                    validate_outputs)
 from microtensor._C.tensor import TensorBase, empty_contiguous
 from microtensor._tensor import Tensor
 from microtensor.autograd.recording import gradient_edge
@@ -186,6 +187,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         if g is not None:
             _accumulate_into_leaf(t, g if g._sizes == t._sizes else g.sum_to_size(t._sizes),
                                   create_graph)
+            run_post_accumulate_grad_hooks(t)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

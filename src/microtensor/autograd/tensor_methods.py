@@ -5,7 +5,8 @@ the graph; ``install`` attaches them to the class.
 """
 import weakref
 
-from microtensor._C.autograd import current_grad_fn, grad_accumulator
+from microtensor._C.autograd import (add_post_accumulate_grad_hook, current_grad_fn,
+                                    grad_accumulator)
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd import engine
 
@@ -64,6 +65,17 @@ def register_hook(self, hook):
     return grad_accumulator(self).register_tensor_prehook(0, hook)
 
 
+def register_post_accumulate_grad_hook(self, hook):
+    """``hook(self)`` after each backward pass has accumulated into this leaf's ``.grad``
+    (``backward``, not ``autograd.grad``, which accumulates nothing)."""
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if current_grad_fn(self) is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                           "tensors")
+    return add_post_accumulate_grad_hook(self, hook)
+
+
 def _set_requires_grad(self, requires_grad):
     requires_grad_(self, requires_grad)
 
@@ -77,7 +89,8 @@ def _is_leaf(self):
 
 
 def install(tensor_cls):
-    for fn in (backward, requires_grad_, detach_, retain_grad, register_hook):
+    for fn in (backward, requires_grad_, detach_, retain_grad, register_hook,
+               register_post_accumulate_grad_hook):
         setattr(tensor_cls, fn.__name__, fn)
     tensor_cls.requires_grad = property(TensorBase.requires_grad.__get__, _set_requires_grad)
     tensor_cls.grad_fn = property(_grad_fn)
