@@ -80,9 +80,6 @@ KNOWN_OPEN = {
         "an index write with both a bad index and a source of another dtype: PyTorch "
         "reports the index (IndexError), microtensor the dtype (RuntimeError) (not in "
         "issue 10)",
-    "matmul:check_order":
-        "bool @ another dtype: PyTorch reports the bool (NotImplementedError), microtensor "
-        "the dtype mismatch (RuntimeError) (not in issue 10)",
     "views:multi_output_view_grad":
         "x.split(1)[0] used after a write into x: PyTorch's backward refuses ('Output 0 of "
         "Split is a view and its base ... has been modified inplace'), microtensor computes "
@@ -744,9 +741,7 @@ def family_matmul(draw, d, i):
         other = constant(draw, batch + (shape[-1], draw(st.integers(1, 3))), other_dtype)
     if not d.grad and draw(st.integers(0, 9)) == 0:  # mismatched inner sizes
         other = constant(draw, (shape[-1] + 1 if n else 1, 2), other_dtype)
-    # bool with another dtype: PyTorch reports the bool, microtensor the mismatch
-    case = "matmul:check_order" if "bool" in (dtype, other_dtype) and \
-        dtype != other_dtype else None
+    case = None
     if ("bool" in (dtype, other_dtype) or dtype != other_dtype) and \
             (0 in shape or 0 in other.shape):
         case = "empty:kernel_checks"

@@ -87,8 +87,13 @@ def test_errors_stay_the_general_paths():
         LINEAR(mt.randn(4, 2, 6), w)
     with pytest.raises(RuntimeError):
         LINEAR(x, w, mt.randn(4))
-    with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"):
+    # stacked weights (beyond PyTorch's linear) refuse two dtypes as the product they
+    # stand for, ``x @ w.mT``, does
+    with pytest.raises(RuntimeError) as linear_error:
         LINEAR(x.double(), w)
+    with pytest.raises(RuntimeError) as product_error:
+        mt.matmul(x.double(), w.mT)
+    assert str(linear_error.value) == str(product_error.value)
 
 
 def test_gradients_through_the_fast_path():

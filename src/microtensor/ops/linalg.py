@@ -16,7 +16,7 @@ import numpy as np
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, empty_contiguous
-from microtensor._dtype import cast_scalar, result_type
+from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
@@ -26,24 +26,42 @@ from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call,
 BINARY = ("self", "other")
 
 
+# PyTorch's messages for operands of two dtypes, by the kernel a product runs as ({a}, {b}:
+# the operands' ScalarType names, {a_cpp}, {b_cpp}: their C++ type names)
 DTYPE_MISMATCH = {
-    "mm": "expected m1 and m2 to have the same dtype, but got: {a_lower} != {b_lower}",
+    "mm": "expected m1 and m2 to have the same dtype, but got: {a_cpp} != {b_cpp}",
     "dot": "dot : expected both vectors to have same dtype, but found {a} and {b}",
+    # a matrix (a) times a vector (b): PyTorch's result takes the vector's dtype, and is
+    # named first
+    "addmv": "addmv input tensors must have the same dtype, but got {b}, {a}, and {b}",
     "bmm": "expected scalar type {a} but found {b}",
     # linear with a bias (PyTorch's addmm): the bias ("self") is checked first
     "addmm_bias": "self and mat2 must have the same dtype, but got {a} and {b}",
     "addmm": "mat1 and mat2 must have the same dtype, but got {a} and {b}",
 }
+# the kernel whose name PyTorch's refusal of bool operands gives
+BOOL_KERNEL = {"dot": "dot", "addmv": "addmv_impl_cpu", "bmm": "bmm"}
+
+
+def _product_kind(self_dim, other_dim):
+    """The kernel PyTorch's ``matmul`` runs for operands of these ranks (its messages)."""
+    if other_dim == 1:
+        return "dot" if self_dim == 1 else "addmv"
+    return "mm" if other_dim == 2 else "bmm"
 
 
 def _check_same_dtype(self, other, kind="mm"):
-    """Products do not promote: PyTorch wants one dtype (and no bool)."""
+    """Products do not promote: PyTorch wants one dtype (and no bool; ``bmm`` refuses a
+    bool first operand before it compares dtypes)."""
+    if self._dtype is bool_ and kind == "bmm":
+        raise NotImplementedError("\"bmm\" not implemented for 'Bool'")
     if self._dtype is not other._dtype:
-        a, b = _type_name(self._dtype), _type_name(other._dtype)
-        raise RuntimeError(DTYPE_MISMATCH[kind].format(a=a, b=b, a_lower=a.lower(),
-                                                       b_lower=b.lower()))
+        raise RuntimeError(DTYPE_MISMATCH[kind].format(
+            a=_type_name(self._dtype), b=_type_name(other._dtype),
+            a_cpp=info(self._dtype).cpp_name, b_cpp=info(other._dtype).cpp_name))
     if self._dtype is bool_:
-        raise NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
+        raise NotImplementedError(f"\"{BOOL_KERNEL.get(kind, 'addmm_impl_cpu_')}\" not "
+                                  f"implemented for 'Bool'")
 
 
 def _fresh(shape, self, other):
@@ -190,7 +208,7 @@ def matmul(self, other):
     """Matrix product with PyTorch's rank rules: 1-D operands are vectors (a dim is added
     then removed), leading dims are batch dims and broadcast."""
     shape = _matmul_shape(self, other)
-    _check_same_dtype(self, other, "dot" if self.dim() == other.dim() == 1 else "mm")
+    _check_same_dtype(self, other, _product_kind(self.dim(), other.dim()))
     return _product(np.matmul, shape, self, other)
 
 
@@ -294,7 +312,7 @@ def mv(self, vec):
     (n, k), (k2,) = self._sizes, vec._sizes
     if k != k2:
         raise _mv_size_error(n, k, k2)
-    _check_same_dtype(self, vec)
+    _check_same_dtype(self, vec, "addmv")
     return _product(np.matmul, (n,), self, vec)
 
 
@@ -346,7 +364,8 @@ def _check_product(op, a, b):
     if op.name == "bmm" and (a._sizes[0], a._sizes[2]) != (b._sizes[0], b._sizes[1]):
         raise _batch_size_error(a._sizes[0], a._sizes[2], b._sizes[0], b._sizes[1])
     _matmul_shape(a, b)
-    kind = "bmm" if op.name == "bmm" else "dot" if a.dim() == b.dim() == 1 else "mm"
+    kind = {"bmm": "bmm", "mm": "mm", "mv": "addmv"}.get(op.name) or \
+        _product_kind(a.dim(), b.dim())
     _check_same_dtype(a, b, kind)
 
 
@@ -452,24 +471,44 @@ def _linear_samples(make):
             Sample(make(0, 4), make(2, 4), make(2))]
 
 
+def _bias_fused(input, bias):
+    """Whether PyTorch's ``linear`` runs as ``addmm(bias, input, weight.t())`` (a 2-D input,
+    or a contiguous input and a 1-D bias), with addmm's checks; otherwise it runs
+    ``matmul(input, weight.t())`` and adds the bias in place, casting it to the product's
+    dtype."""
+    return bias is not None and (input.dim() == 2 or (bias.dim() == 1 and input.is_contiguous()))
+
+
 def check_linear(input, weight, bias):
     """PyTorch's checks of ``linear``'s arguments for one sample (weights of 1 or 2 dims)."""
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are "
                            f"{input.dim()}D and {weight.dim()}D")
-    if bias is not None and weight.dim() == 2:
+    fused = _bias_fused(input, bias)
+    if fused:
         _check_same_dtype(bias, weight, "addmm_bias")
         _check_same_dtype(input, weight, "addmm")
+        if weight.dim() == 1:   # (stacked weights, beyond PyTorch, broadcast instead)
+            raise RuntimeError("mat2 must be a matrix, got 1-D tensor")
     else:
-        _check_same_dtype(input, weight)
+        _check_same_dtype(input, weight, _product_kind(input.dim(), weight.dim()))
     if input._sizes[-1] != weight._sizes[-1]:
         if weight.dim() == 1:
             raise _mv_size_error(math.prod(input._sizes[:-1]), input._sizes[-1],
                                  weight._sizes[0])
         raise _mm_shape_error(math.prod(input._sizes[:-1]), input._sizes[-1],
                               weight._sizes[1], weight._sizes[0])
-    if bias is not None:
-        _check_same_dtype(input, bias)
+    if bias is not None and not fused:
+        # ``output.add_(bias)``: the bias casts to the product's dtype and broadcasts to
+        # its shape without growing it
+        if not can_cast(result_type(input, bias), input._dtype):
+            raise RuntimeError(f"result type {_type_name(result_type(input, bias))} can't be "
+                               f"cast to the desired output type {_type_name(input._dtype)}")
+        shape = input._sizes[:-1] + weight._sizes[:-1]
+        broadcast = tuple(meta.broadcast_shapes(shape, bias._sizes))
+        if broadcast != shape:
+            raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast "
+                               f"shape {list(broadcast)}")
 
 
 @op(inputs=("input", "weight", "bias"), method=False, function=False,
