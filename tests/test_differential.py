@@ -67,9 +67,6 @@ KNOWN_OPEN = {
         "index writes from overlapping sources now raise as PyTorch's, and x[None] = x is "
         "allowed as there; drawing the case still stops at x[bool mask] of a permuted "
         "tensor, which returns contiguous strides where PyTorch keeps the layout",
-    "reductions:check_order":
-        "amax/amin of an empty tensor over repeated dims: PyTorch reports the empty dim "
-        "(IndexError) before the repetition (RuntimeError) (not in issue 10)",
     "empty:kernel_checks":
         "PyTorch checks dtypes and index bounds inside kernels that do not run when the "
         "result is empty (softmax of an empty int tensor, bool @ bool or int64 @ float64 "
@@ -386,8 +383,6 @@ def family_reductions(draw, d, i):
     case = None
     if n == 0 and name in ("all", "any") and dims not in (0, -1, (0,), (-1,), ()):
         case = "reductions:all_any_dim_checks"
-    if 0 in shape and not isinstance(dims, int) and len(set(d % max(n, 1) for d in dims)) < len(dims):
-        case = "reductions:check_order"
     if name == "max_dim":
         return Step(text, lambda L, v: v[i].max(dims, keepdim=keepdim).values, case=case)
     if name == "sum_dtype":

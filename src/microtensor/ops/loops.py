@@ -218,8 +218,16 @@ def dims_of(dim, ndim):
         dim = (dim,)  # an int, or an integer scalar such as a NumPy int
     wrapped = tuple(map(meta.wrap_dim, dim, (ndim,) * len(dim)))   # no generator frame
     if len(set(wrapped)) != len(wrapped):
-        raise RuntimeError(f"dim {wrapped[0]} appears multiple times in the list of dims")
+        raise repeated_dim_error(wrapped)
     return tuple(sorted(wrapped)) if wrapped else tuple(range(ndim))
+
+
+def repeated_dim_error(wrapped):
+    """PyTorch's error for a list of dims naming one twice: it names the first dim seen
+    again."""
+    seen = set()
+    repeated = next(d for d in wrapped if d in seen or seen.add(d))   # (add returns None)
+    return RuntimeError(f"dim {repeated} appears multiple times in the list of dims")
 
 
 def reduced_shape(shape, dims, keepdim):

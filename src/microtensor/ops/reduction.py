@@ -82,7 +82,9 @@ def _check_reducible(name, self, dim):
         raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
                            "input.numel() == 0. Specify the reduction dim with the 'dim' "
                            "argument.")
-    for d in dims_of(dim, self.dim()):
+    # (before ``dims_of``'s check of repeated dims, as PyTorch's order is)
+    for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
+        d = meta.wrap_dim(d, self.dim())
         if self._sizes[d] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
 

@@ -19,7 +19,7 @@ from microtensor._dtype import result_type
 from microtensor.backends import cuda
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange, tensor_of
-from microtensor.ops.loops import array_module, device_of, new_result
+from microtensor.ops.loops import array_module, device_of, new_result, repeated_dim_error
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (actual_dim, aligned, batch_size, call, front_or_expanded,
@@ -401,8 +401,7 @@ def _flip_samples(make):
 def flip(self, *dims):
     axes = tuple(meta.wrap_dim(d, self.dim()) for d in size_arg(dims, "dims", required=False))
     if len(set(axes)) != len(axes):
-        duplicate = next(a for a in axes if axes.count(a) > 1)
-        raise RuntimeError(f"dim {duplicate} appears multiple times in the list of dims")
+        raise repeated_dim_error(axes)
     strides = meta.preserve_format_strides(self._sizes, self._strides)
     out = empty_strided_unchecked(self._sizes, tuple(strides), self._dtype, self.device)
     if out._numel:
