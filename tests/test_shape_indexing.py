@@ -301,6 +301,18 @@ def test_inplace_on_multi_output_views_raises(split):
     pieces[1].mul(2)  # out-of-place use is fine
 
 
+@pytest.mark.parametrize("split", [lambda x: x.unbind(), lambda x: x.split(2),
+                                   lambda x: x.chunk(2)])
+def test_multi_output_view_refusal_names_the_function_as_pytorch(split):
+    torch = pytest.importorskip("torch", reason="PyTorch (the oracle) is not installed")
+    messages = []
+    for lib in (mt, torch):
+        with pytest.raises(RuntimeError) as error:
+            split(lib.randn(4, 2, requires_grad=True).clone())[1].mul_(2)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+
+
 def test_setitem_with_advanced_index_into_view_goes_through_copyslices():
     x = mt.arange(12.0).reshape(3, 4).requires_grad_()
     y = x * 1

@@ -28,10 +28,11 @@ def check_inplace(tensor):
         origin = getattr(tensor, "_multi_output_view", None)
         if origin is not None:
             raise RuntimeError(
-                f"Output {tensor._output_nr} of {origin} is a view and is being modified "
-                "inplace. This view is the output of a function that returns multiple views. "
-                "Such functions do not allow the output views to be modified inplace. You "
-                "should replace the inplace operation by an out-of-place one.")
+                f"Output {tensor._output_nr} of {origin.removesuffix('Backward0')} is a view "
+                "and is being modified inplace. This view is the output of a function that "
+                "returns multiple views. Such functions do not allow the output views to be "
+                "modified inplace. You should replace the inplace operation by an out-of-place "
+                "one.")
         base = tensor._base
         if base._grad_fn is None and base._requires_grad:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "

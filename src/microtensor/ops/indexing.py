@@ -265,11 +265,14 @@ def _copy_to(target, value):
 
 class _IndexPlan:
     """``self[indices]`` checked and translated for NumPy: ``where`` is NumPy's index and
-    ``shape`` the result's shape."""
+    ``shape`` the result's shape.  The positions are checked against the sizes last, as
+    PyTorch's kernels do (``check_bounds=False`` leaves that to the caller, after its own
+    checks)."""
 
-    def __init__(self, self_tensor, indices):
+    def __init__(self, self_tensor, indices, check_bounds=True):
         sizes = self_tensor._sizes
         where, entry_shapes, full_dims, dim, indexed = [], [], [], 0, 0
+        self._positions = []   # (positions, size of their dim, the dim's number among the indexed)
         for entry in indices:
             if entry is None:
                 if dim >= len(sizes):
@@ -299,10 +302,7 @@ class _IndexPlan:
                 if dim >= len(sizes):
                     raise IndexError(f"too many indices for tensor of dimension {len(sizes)}")
                 positions = entry._array()
-                bad = _out_of_range(positions, -sizes[dim], sizes[dim])
-                if bad is not None:
-                    raise IndexError(f"index {bad} is out of bounds for dimension {indexed} "
-                                     f"with size {sizes[dim]}")
+                self._positions.append((positions, sizes[dim], indexed))
                 where.append(positions)
                 entry_shapes.append(entry._sizes)
             else:
@@ -319,6 +319,15 @@ class _IndexPlan:
         self.where = tuple(where)
         self.has_tensor = bool(entry_shapes)
         self.shape = self._result_shape(broadcast, full_dims, sizes[dim:])
+        if check_bounds:
+            self.check_bounds()
+
+    def check_bounds(self):
+        for positions, size, indexed in self._positions:
+            bad = _out_of_range(positions, -size, size)
+            if bad is not None:
+                raise IndexError(f"index {bad} is out of bounds for dimension {indexed} "
+                                 f"with size {size}")
 
     def _result_shape(self, broadcast, full_dims, trailing):
         """NumPy's (and PyTorch's) rule: the indexed dims are replaced by the broadcast
@@ -442,11 +451,8 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     if values._dtype is not self._dtype and not accumulate and _one_mask_fill(indices, values):
         # PyTorch writes one value through one boolean mask with masked_fill_, which casts
         values = values.to(self._dtype)
-    if values._dtype is not self._dtype:
-        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
-                           f"{type_name(self._dtype)} for the destination and "
-                           f"{type_name(values._dtype)} for the source.")
-    plan = _IndexPlan(self, indices)
+    # PyTorch's order: the indices' structure, the values' shape, their dtype, the bounds
+    plan = _IndexPlan(self, indices, check_bounds=False)
     try:
         fits = tuple(np.broadcast_shapes(values._sizes, plan.shape)) == plan.shape
     except ValueError:
@@ -454,6 +460,11 @@ def index_put(self, indices, values, accumulate=False, *, out=None):
     if not fits:
         raise RuntimeError(f"shape mismatch: value tensor of shape {list(values._sizes)} cannot "
                            f"be broadcast to indexing result of shape {list(plan.shape)}")
+    if values._dtype is not self._dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{type_name(self._dtype)} for the destination and "
+                           f"{type_name(values._dtype)} for the source.")
+    plan.check_bounds()
     out = _target(self, out, (values,) + tuple(indices), expanded_warning="index_put_")
     if out._numel == 0:
         return out
