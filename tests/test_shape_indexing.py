@@ -7,6 +7,7 @@ errors are compared with PyTorch's by type and message; Hypothesis draws advance
 patterns (index tensors with negative entries, lists, masks, mixed with ints, slices,
 None and Ellipsis) for reads, writes and gradients.
 """
+import math
 import warnings
 
 import numpy as np
@@ -311,6 +312,64 @@ def test_multi_output_view_refusal_names_the_function_as_pytorch(split):
             split(lib.randn(4, 2, requires_grad=True).clone())[1].mul_(2)
         messages.append(str(error.value))
     assert messages[0] == messages[1]
+
+
+@st.composite
+def _permuted_and_index(draw):
+    """A permuted tensor's values and permutation, and an advanced index for it: per dim
+    a full slice, a 1-D or 2-D integer tensor (2-D ones maybe transposed) or a mask."""
+    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    order = draw(st.permutations(range(len(shape))))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    parts = []
+    for dim in order:
+        size = shape[dim]
+        kind = draw(st.sampled_from(["slice", "int", "int2", "int2t", "mask"]))
+        if kind == "slice":
+            parts.append(slice(None))
+        elif kind == "mask":
+            mask = rng.random(size) < 0.6
+            mask[rng.integers(size)] = True
+            parts.append(mask)
+        else:
+            rows = rng.integers(-size, size, size=(draw(st.integers(1, 3)),) * (kind != "int")
+                                + (draw(st.integers(1, 3)),))
+            parts.append((rows, kind == "int2t"))
+    if all(isinstance(p, slice) for p in parts):
+        parts[0] = np.array([0])
+    return np.arange(math.prod(shape), dtype=np.float64).reshape(shape), order, parts
+
+
+@requires_torch
+@given(_permuted_and_index())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_advanced_index_of_a_permuted_tensor_lays_out_its_result_as_pytorch(case):
+    """PyTorch's index kernel orders the result's dims by the strides of the (permuted)
+    source and of the index tensors; the strides of every dim longer than 1 agree."""
+    values, order, parts = case
+    results = []
+    for lib in (torch, mt):
+        key = []
+        for part in parts:
+            if isinstance(part, tuple):
+                rows, transposed = part
+                index = lib.tensor(rows.T.copy() if transposed else rows)
+                key.append(index.t() if transposed else index)
+            else:
+                key.append(part if isinstance(part, slice) else lib.tensor(part))
+        try:
+            results.append(lib.tensor(values).permute(*order)[tuple(key)])
+        except IndexError as error:   # index shapes that do not broadcast together
+            assert lib is mt or "shape mismatch" in str(error)
+            results.append(type(error))
+    theirs, mine = results
+    if theirs is IndexError:
+        assert mine is IndexError
+        return
+    assert tuple(mine.shape) == tuple(theirs.shape)
+    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    assert [s for s, n in zip(mine.stride(), mine.shape) if n > 1] == \
+        [s for s, n in zip(theirs.stride(), theirs.shape) if n > 1]
 
 
 def test_setitem_with_advanced_index_into_view_goes_through_copyslices():

@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import TensorBase, bool_, float32, int32, int64
+from microtensor._C.tensor import (TensorBase, bool_, empty_strided_unchecked, float32, int32,
+                                   int64)
 from microtensor._dtype import check_scalar_fits, cast_scalar
 from microtensor.backends import cuda
 from microtensor.ops.copy import clone
@@ -318,6 +319,7 @@ class _IndexPlan:
                 from None
         self.where = tuple(where)
         self.has_tensor = bool(entry_shapes)
+        self._broadcast, self._full_dims, self._indexed_dims = broadcast, full_dims, dim
         self.shape = self._result_shape(broadcast, full_dims, sizes[dim:])
         if check_bounds:
             self.check_bounds()
@@ -328,6 +330,61 @@ class _IndexPlan:
             if bad is not None:
                 raise IndexError(f"index {bad} is out of bounds for dimension {indexed} "
                                  f"with size {size}")
+
+    def result_strides(self, source):
+        """The strides of PyTorch's result of ``source[indices]``, or None when that is
+        contiguous.  Its TensorIterator orders the result's dims by the strides of
+        ``source`` (the indexed dims replaced by the index shape, with stride 0) and of the
+        index tensors (broadcast together), the first operand that can order two dims
+        deciding.  With a contiguous ``source`` and contiguous (or 1-D) index tensors no
+        operand orders two dims against C order, so only other layouts are worked out."""
+        entries = [w for w in self.where if not isinstance(w, slice)]
+        if source._strides == meta.contiguous_strides(source._sizes) and \
+                all(w.ndim < 2 or w.flags.c_contiguous or w.dtype == np.bool_ for w in entries):
+            return None
+        strides = source._strides
+        full = [(position, d) for d, (position, _) in
+                zip(self._source_dims_of_full(), self._full_dims)]
+        trailing = list(range(self._indexed_dims, len(strides)))
+        tensor_positions = [i for i, w in enumerate(self.where) if not isinstance(w, slice)]
+        first, last = tensor_positions[0], tensor_positions[-1]
+        if last - first + 1 == len(tensor_positions):
+            before = [d for position, d in full if position < first]
+            after = [d for position, d in full if position > last] + trailing
+        else:   # PyTorch moves the indexed dims to the front
+            before, after = [], [d for _, d in full] + trailing
+        rank = len(self._broadcast)
+        operands = [(self.shape, tuple(strides[d] for d in before) + (0,) * rank +
+                     tuple(strides[d] for d in after))]
+        # every index tensor is an operand too (a mask as the columns of its nonzero(), one
+        # 1-D tensor per dim it covers), which also keeps PyTorch off its fast setup: each
+        # is expanded to the index shape, then viewed with size-1 dims around it, whose
+        # strides (a view's) order them where the result has one element there
+        shapes = []
+        for w in entries:
+            if w.dtype == np.bool_:
+                shapes += [((int(np.count_nonzero(w)),), (w.ndim,))] * w.ndim
+            else:
+                shapes.append((w.shape, tuple(t // w.itemsize for t in w.strides)))
+        for shape, strides_of_index in shapes:
+            expanded = meta.expand_strides(shape, strides_of_index, self._broadcast)
+            inner = strides_of_index[-1] if shape else 1
+            outer = shape[0] * strides_of_index[0] if shape else 1
+            operands.append(((1,) * len(before) + self._broadcast + (1,) * len(after),
+                             (outer,) * len(before) + expanded + (inner,) * len(after)))
+        result = meta.elementwise_output_strides(self.shape, operands)
+        return None if result == meta.contiguous_strides(self.shape) else result
+
+    def _source_dims_of_full(self):
+        """The dims of the indexed tensor that each full slice of ``where`` covers."""
+        dims, dim = [], 0
+        for w in self.where:
+            if isinstance(w, slice):
+                dims.append(dim)
+                dim += 1
+            else:
+                dim += w.ndim if w.dtype == np.bool_ else 1
+        return dims
 
     def _result_shape(self, broadcast, full_dims, trailing):
         """NumPy's (and PyTorch's) rule: the indexed dims are replaced by the broadcast
@@ -356,7 +413,14 @@ def index(self, indices):
     """``self[indices]`` for advanced ``indices`` (one tensor or None per dimension)."""
     plan = _IndexPlan(self, indices)
     values = self._array()[plan.where]
-    return fresh_tensor(values if plan.has_tensor else values.copy())
+    if not plan.has_tensor:
+        return fresh_tensor(values.copy())
+    strides = plan.result_strides(self)
+    if strides is None:
+        return fresh_tensor(values)
+    out = empty_strided_unchecked(plan.shape, strides, self._dtype, self.device)
+    out._array()[...] = values
+    return out
 
 
 @index.def_derivative("self")
