@@ -33,3 +33,6 @@ from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  #
 __all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
 from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
 from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
+from microtensor.nn.dropout import *  # noqa: E402,F401,F403
+from microtensor.nn.dropout import __all__ as _dropouts  # noqa: E402
+__all__ += _dropouts

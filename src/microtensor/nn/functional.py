@@ -723,3 +723,92 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
 from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F401
                                           upsample_bilinear, upsample_nearest)
+
+
+# ------------------------------------------------------------------ missing layers: dropouts
+# Channel-wise and alpha dropout: PyTorch's rank checks and warnings here, the computation
+# in ``ops.dropout`` (``inplace=True`` writes into ``input`` and returns it).
+
+import warnings as _warnings  # noqa: E402
+
+from microtensor.ops import dropout as _dropouts  # noqa: E402
+
+
+def _check_dropout_p(p):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _noise_dropout(input, p, training, inplace, feature, alpha):
+    if inplace:
+        return _dropouts.inplace_dropout(input, p, training, feature, alpha)
+    name = ("feature_" if feature else "") + ("alpha_dropout" if alpha else "dropout")
+    return _op(name, input, p, training)
+
+
+def _channel_dropout(input, p, training, inplace, batched):
+    """``feature_dropout`` of ``input``, seen with a batch of one when not ``batched``."""
+    if batched:
+        return _noise_dropout(input, p, training, inplace, True, False)
+    result = _noise_dropout(input.unsqueeze(0), p, training, inplace, True, False)
+    return input if inplace else result.squeeze(0)
+
+
+def _warn_channel_dropout_rank(d, rank):
+    _warnings.warn(
+        f"dropout{d}d: Received a {rank}-D input to dropout{d}d, which is deprecated and will "
+        f"result in an error in a future release. To retain the behavior and silence this "
+        f"warning, please use dropout instead. Note that dropout{d}d exists to provide "
+        f"channel-wise dropout on inputs with {d} spatial dimensions, a channel dimension, "
+        f"and an optional batch dimension (i.e. {d + 1}D or {d + 2}D inputs).", stacklevel=3)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Each channel of a (N, C, L) or (C, L) input zeroed with probability ``p``."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {rank}D input. Note that "
+            f"dropout1d exists to provide channel-wise dropout on inputs with 1 spatial "
+            f"dimension, a channel dimension, and an optional batch dimension (i.e. 2D or 3D "
+            f"inputs).")
+    return _channel_dropout(input, p, training, inplace, rank == 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Each channel (dim 1) zeroed with probability ``p``; a 3-D input is read as
+    (N, C, L), as PyTorch still does (with its warning)."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (3, 4):
+        _warn_channel_dropout_rank(2, rank)
+    if rank == 3:
+        _warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C is "
+            "the channel dim. This behavior will change in a future release to interpret the "
+            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
+            "channel-wise dropout behavior, please switch to using dropout1d instead.",
+            stacklevel=2)
+    return _channel_dropout(input, p, training, inplace, True)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """Each channel of a (N, C, D, H, W) or (C, D, H, W) input zeroed with probability
+    ``p``."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (4, 5):
+        _warn_channel_dropout_rank(3, rank)
+    return _channel_dropout(input, p, training, inplace, rank == 5)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_dropout_p(p)
+    return _noise_dropout(input, p, training, inplace, False, True)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_dropout_p(p)
+    return _noise_dropout(input, p, training, inplace, True, True)

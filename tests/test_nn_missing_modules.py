@@ -1,0 +1,317 @@
+"""nn layers and functions ported from PyTorch as thin layers over existing ops: channel
+and alpha dropout, padding modules, shuffles, softmin, distances, fold/unfold, local
+response norm.  Each is checked against PyTorch: signatures and defaults, values, dtypes,
+strides, errors and warnings, reprs and state_dicts; the random ones by their statistics,
+by exact values against a mask drawn the same way, and under vmap's randomness modes.
+
+The registry sweeps (test_op_registry, test_vmap, test_func) run the new composite ops'
+samples through forward-vs-torch, gradcheck, gradgradcheck and vmap-vs-loop."""
+import contextlib
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import microtensor as mt
+import microtensor.nn.functional as F
+from microtensor import nn
+from microtensor.autograd import gradcheck, gradgradcheck
+
+torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests")
+TF = torch.nn.functional
+
+ALPHA = 1.7580993408473766     # SELU's negative saturation, as PyTorch's alpha dropout
+
+
+def to_np(t):
+    return np.array(t.detach()._array())
+
+
+def pair(shape, dtype=np.float64, seed=0):
+    values = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    return mt.tensor(values), torch.tensor(values)
+
+
+def messages(fn):
+    """The texts of the warnings ``fn()`` gives, and its exception (type, text) or None."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn()
+            error = None
+        except Exception as e:   # noqa: BLE001 -- compared with PyTorch's
+            error = (type(e), str(e))
+    return [str(w.message) for w in caught], error
+
+
+def assert_same_complaints(ours, theirs):
+    our_warnings, our_error = messages(ours)
+    their_warnings, their_error = messages(theirs)
+    assert our_warnings == their_warnings
+    assert (our_error is None) == (their_error is None), (our_error, their_error)
+    if their_error:
+        assert our_error[0] is their_error[0]
+        assert our_error[1] == their_error[1]
+
+
+@contextlib.contextmanager
+def no_fallback():
+    """A context in which vmap's per-sample loop fallback fails the test."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*falling back to slow")
+        yield
+
+
+# --------------------------------------------------------------------------- dropouts
+
+FEATURE_DROPOUTS = [("dropout1d", 3), ("dropout2d", 4), ("dropout3d", 5)]
+
+
+def _channel_mask(shape, p, dtype=mt.float64):
+    """The noise feature dropout draws: one uniform per (sample, channel), kept when >= p."""
+    noise_shape = tuple(shape[:2]) + (1,) * (len(shape) - 2)
+    return (mt.rand(noise_shape, dtype=dtype) >= p).to(dtype)
+
+
+@pytest.mark.parametrize("name, rank", FEATURE_DROPOUTS)
+def test_channel_dropout_values_are_the_mask_drawn_the_same_way(name, rank):
+    shape = (3, 4) + (2,) * (rank - 2)
+    x, _ = pair(shape)
+    p = 0.4
+    mt.manual_seed(7)
+    y = getattr(F, name)(x, p)
+    mt.manual_seed(7)
+    keep = _channel_mask(shape, p)
+    np.testing.assert_array_equal(to_np(y), to_np(x * (keep / (1 - p))))
+
+
+@pytest.mark.parametrize("name, rank", FEATURE_DROPOUTS)
+def test_channel_dropout_statistics(name, rank):
+    """Whole channels dropped, a fraction p of them, the rest scaled by 1 / (1 - p)."""
+    p = 0.3
+    shape = (100, 60) + (3,) * (rank - 2)
+    y = to_np(getattr(F, name)(mt.ones(shape, dtype=mt.float64), p))
+    per_channel = y.reshape(100, 60, -1)
+    assert (per_channel == per_channel[..., :1]).all()           # constant per channel
+    assert set(np.unique(per_channel)) <= {0.0, 1 / (1 - p)}
+    dropped = (per_channel[..., 0] == 0).mean()
+    assert abs(dropped - p) < 0.03                                # 6000 channels: sd 0.006
+
+
+def test_channel_dropout_unbatched_inputs():
+    """dropout1d of (C, L) and dropout3d of (C, D, H, W): one draw per channel (a batch of
+    one); dropout2d of (N, C, L) keeps PyTorch's reading as batched 1-D input."""
+    p = 0.5
+    for fn, shape in ((F.dropout1d, (6, 5)), (F.dropout3d, (6, 2, 2, 2))):
+        x = mt.ones(shape, dtype=mt.float64)
+        mt.manual_seed(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = fn(x, p)
+        mt.manual_seed(3)
+        keep = _channel_mask((1,) + shape, p)[0]
+        np.testing.assert_array_equal(to_np(y), to_np(x * (keep / (1 - p))))
+    x = mt.ones(4, 6, 5, dtype=mt.float64)
+    mt.manual_seed(3)
+    with pytest.warns(UserWarning, match="assuming that channel-wise 1D dropout"):
+        y = F.dropout2d(x, p)
+    mt.manual_seed(3)
+    np.testing.assert_array_equal(to_np(y), to_np(x * (_channel_mask((4, 6, 5), p) / 0.5)))
+
+
+def _alpha_expected(x, keep, p):
+    a = 1 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
+    return x * (keep * a) + ((keep - 1) * (ALPHA * a) + ALPHA * a * p)
+
+
+@pytest.mark.parametrize("feature", [False, True])
+def test_alpha_dropout_values_are_the_mask_drawn_the_same_way(feature):
+    shape = (3, 4, 2, 2)
+    x, _ = pair(shape)
+    p = 0.25
+    mt.manual_seed(11)
+    y = (F.feature_alpha_dropout if feature else F.alpha_dropout)(x, p, training=True)
+    mt.manual_seed(11)
+    keep = _channel_mask(shape, p) if feature else (mt.rand(shape, dtype=mt.float64) >= p
+                                                    ).to(mt.float64)
+    np.testing.assert_allclose(to_np(y), to_np(_alpha_expected(x, keep, p)), rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["alpha_dropout", "feature_alpha_dropout"])
+def test_alpha_dropout_keeps_mean_and_variance_like_torch(name):
+    """On standard normal input both libraries give mean ~0 and variance ~1; dropped
+    elements (or channels) all take the one value PyTorch gives them."""
+    p = 0.2
+    x, tx = pair((400, 50, 5), seed=1)
+    y, ty = to_np(getattr(F, name)(x, p, True)), getattr(TF, name)(tx, p, True).numpy()
+    for values in (y, ty):
+        assert abs(values.mean()) < 0.05 and abs(values.var() - 1) < 0.05
+    a = 1 / math.sqrt((ALPHA * ALPHA * p + 1) * (1 - p))
+    dropped_value = -ALPHA * a + ALPHA * a * p
+    ours, theirs = np.isclose(y, dropped_value), np.isclose(ty, dropped_value)
+    assert abs(ours.mean() - p) < 0.03 and abs(theirs.mean() - p) < 0.03
+
+
+@pytest.mark.parametrize("fn", [F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+                                F.feature_alpha_dropout])
+def test_dropout_identity_cases(fn):
+    """Not training, or p = 0: the input itself (batched input); p = 1: zeros, with no
+    alpha shift (PyTorch multiplies by a zero)."""
+    x = mt.randn(2, 3, 4, 2, 2)[..., 0] if fn is F.dropout2d else \
+        mt.randn(2, 3, 4) if fn is F.dropout1d else mt.randn(2, 3, 4, 2, 2)
+    assert fn(x, 0.5, False) is x
+    assert fn(x, 0.0, True) is x
+    zeros = fn(x, 1.0, True)
+    assert zeros.shape == x.shape and not to_np(zeros).any()
+
+
+@pytest.mark.parametrize("module, torch_module, shape", [
+    (nn.Dropout1d, torch.nn.Dropout1d, (2, 3, 4)),
+    (nn.Dropout2d, torch.nn.Dropout2d, (2, 3, 4, 4)),
+    (nn.Dropout3d, torch.nn.Dropout3d, (2, 3, 2, 2, 2)),
+    (nn.AlphaDropout, torch.nn.AlphaDropout, (2, 3)),
+    (nn.FeatureAlphaDropout, torch.nn.FeatureAlphaDropout, (2, 3, 4))])
+def test_dropout_modules(module, torch_module, shape):
+    for args in [(), (0.2,), (0.3, True)]:
+        m, tm = module(*args), torch_module(*args)
+        assert repr(m) == repr(tm)
+        assert list(m.state_dict()) == list(tm.state_dict()) == []
+    m = module(0.5)
+    x = mt.ones(shape, dtype=mt.float64)
+    assert not mt.equal(m(x), x)
+    m.eval()
+    assert mt.equal(m(x), x)
+    with pytest.raises(ValueError, match="dropout probability has to be between 0 and 1, "
+                                         "but got 1.5"):
+        module(1.5)
+
+
+def test_dropout_in_place():
+    x = mt.randn(3, 4, 5, dtype=mt.float64)
+    before = x.clone()
+    mt.manual_seed(5)
+    assert F.dropout1d(x, 0.5, inplace=True) is x
+    mt.manual_seed(5)
+    np.testing.assert_array_equal(to_np(x), to_np(before * (_channel_mask((3, 4, 5), 0.5) * 2)))
+    unbatched = mt.randn(4, 5)
+    assert F.dropout1d(unbatched, 0.5, inplace=True) is unbatched
+    assert F.alpha_dropout(unbatched, 0.5, True, inplace=True) is unbatched
+    leaf = mt.randn(3, 4, 5, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        F.dropout2d(leaf, 0.5, inplace=True)
+    # a non-leaf, in place: the gradient is the mask's
+    w = mt.randn(2, 3, 4, dtype=mt.float64, requires_grad=True)
+    h = w * 1.0
+    mt.manual_seed(9)
+    F.dropout1d(h, 0.5, inplace=True)
+    h.sum().backward()
+    mt.manual_seed(9)
+    np.testing.assert_array_equal(to_np(w.grad),
+                                  to_np((_channel_mask((2, 3, 4), 0.5) * 2).expand(2, 3, 4)))
+
+
+@pytest.mark.parametrize("fn", [F.dropout2d, F.feature_alpha_dropout, F.alpha_dropout])
+def test_dropout_gradients(fn):
+    """The mask drawn again for each call of the function (same seed): gradcheck and
+    gradgradcheck see a fixed linear map."""
+    x = mt.randn(2, 3, 2, 2, dtype=mt.float64, requires_grad=True)
+
+    def f(t):
+        mt.manual_seed(21)
+        return fn(t, 0.4, True)
+    assert gradcheck(f, (x,)) and gradgradcheck(f, (x,))
+    f(x).backward(mt.ones(2, 3, 2, 2, dtype=mt.float64))
+    mt.manual_seed(21)
+    slope = to_np(f(mt.ones(2, 3, 2, 2, dtype=mt.float64)) - f(mt.zeros(2, 3, 2, 2,
+                                                                           dtype=mt.float64)))
+    np.testing.assert_allclose(to_np(x.grad), slope, rtol=1e-12)
+
+
+def test_dropout_checks_match_torch():
+    x, tx = pair((2, 3, 4, 5))
+    cases = [("dropout1d", (4,)), ("dropout1d", (2, 3, 4, 5)), ("dropout2d", (3,)),
+             ("dropout2d", (2, 3)), ("dropout2d", (2, 3, 4)), ("dropout2d", (2, 3, 4, 5, 6)),
+             ("dropout3d", ()), ("dropout3d", (2, 3)), ("dropout3d", (2, 3, 4)),
+             ("feature_alpha_dropout", (3,))]
+    for name, shape in cases:
+        x, tx = pair(shape)
+        kwargs = {"training": True} if "alpha" in name else {}
+        assert_same_complaints(lambda: getattr(F, name)(x, 0.5, **kwargs),
+                               lambda: getattr(TF, name)(tx, 0.5, **kwargs))
+    for name in ("dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                 "feature_alpha_dropout"):
+        x, tx = pair((2, 3, 4, 5))
+        assert_same_complaints(lambda: getattr(F, name)(x, 1.5), lambda: getattr(TF, name)(
+            tx, 1.5))
+    for name in ("feature_dropout", "alpha_dropout", "feature_alpha_dropout"):
+        x, tx = pair((2, 3))
+        assert_same_complaints(lambda: getattr(mt, name)(x, -0.5, True),
+                               lambda: getattr(torch, name)(tx, -0.5, True))
+        ints = np.arange(6).reshape(2, 3)
+        assert_same_complaints(lambda: getattr(mt, name)(mt.tensor(ints), 0.5, True),
+                               lambda: getattr(torch, name)(torch.tensor(ints), 0.5, True))
+
+
+@pytest.mark.parametrize("fn", [F.dropout2d, F.alpha_dropout, F.feature_alpha_dropout])
+def test_dropout_result_layout_and_dtype_match_torch(fn):
+    for dtype in (np.float32, np.float64):
+        x, tx = pair((2, 3, 4, 5), dtype=dtype)
+        for make in (lambda t: t, lambda t: t.contiguous(memory_format=mt.channels_last)
+                     if isinstance(t, mt.Tensor) else t.contiguous(
+                         memory_format=torch.channels_last), lambda t: t.transpose(1, 3)):
+            ours, theirs = fn(make(x), 0.5, True), getattr(TF, fn.__name__)(make(tx), 0.5, True)
+            assert ours.stride() == theirs.stride()
+            assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+
+
+def test_dropout_under_vmap_follows_randomness():
+    """'different': each sample its own channel mask (the batch's noise drawn at once);
+    'same': one mask for every sample; 'error': refused, as PyTorch refuses it."""
+    size, p = 4, 0.5
+    x = mt.ones(size, 2, 3, 5, 2, dtype=mt.float64)
+    with no_fallback():
+        mt.manual_seed(13)
+        different = mt.vmap(lambda t: F.dropout2d(t, p), randomness="different")(x)
+        mt.manual_seed(13)
+        expected = (mt.rand(size, 2, 3, 1, 1, dtype=mt.float64) >= p).to(mt.float64) / (1 - p)
+        np.testing.assert_array_equal(to_np(different), to_np(expected.expand(x.shape)))
+        mt.manual_seed(13)
+        same = mt.vmap(lambda t: F.alpha_dropout(t, p, True), randomness="same")(x)
+        mt.manual_seed(13)
+        keep = (mt.rand(2, 3, 5, 2, dtype=mt.float64) >= p).to(mt.float64)
+        np.testing.assert_allclose(to_np(same), np.broadcast_to(
+            to_np(_alpha_expected(x[0], keep, p)), x.shape), rtol=1e-15)
+        # an unbatched input under 'different' still gets a draw per sample
+        y = mt.vmap(lambda t: F.dropout1d(mt.ones(3, 50, dtype=mt.float64), p) + t * 0,
+                    randomness="different")(mt.zeros(size))
+        assert y.shape == (size, 3, 50) and not mt.equal(y[0], y[1])
+        # not training: no draw, so even 'error' mode runs
+        assert mt.equal(mt.vmap(lambda t: F.dropout2d(t, p, training=False))(x), x)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        mt.vmap(lambda t: F.dropout2d(t, p))(x)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        torch.vmap(lambda t: TF.dropout2d(t, p))(torch.ones(size, 2, 3, 5, 2))
+
+
+# --------------------------------------------------------------------------- signatures
+
+def _parameters(fn):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+FUNCTIONS = ["dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+MODULES = ["Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_function_signatures_match_torch(name):
+    assert _parameters(getattr(F, name)) == _parameters(getattr(TF, name))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_signatures_match_torch(name):
+    assert _parameters(getattr(nn, name).__init__) == \
+        _parameters(getattr(torch.nn, name).__init__)
+    assert name in nn.__all__
