@@ -295,6 +295,64 @@ def test_dropout_under_vmap_follows_randomness():
         torch.vmap(lambda t: TF.dropout2d(t, p))(torch.ones(size, 2, 3, 5, 2))
 
 
+# --------------------------------------------------------------------------- padding
+
+PAD_KINDS = ["Zero", "Constant", "Reflection", "Replication", "Circular"]
+PADDINGS = {1: [2, (1, 3), (0, 0)], 2: [1, (1, 0, 2, 1)], 3: [1, (1, 0, 0, 1, 1, 0)]}
+
+
+def _pad_modules(kind, d, padding):
+    name = f"{kind}Pad{d}d"
+    args = (padding, 2.5) if kind == "Constant" else (padding,)
+    return getattr(nn, name)(*args), getattr(torch.nn, name)(*args)
+
+
+@pytest.mark.parametrize("kind", PAD_KINDS)
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_padding_modules_match_torch(kind, d):
+    """Values, dtype and strides of batched and unbatched inputs, and the gradient."""
+    for padding in PADDINGS[d]:
+        m, tm = _pad_modules(kind, d, padding)
+        assert repr(m) == repr(tm) and m.padding == tm.padding
+        assert list(m.state_dict()) == list(tm.state_dict()) == []
+        for batch in ((2, 3), (3,)):
+            x, tx = pair(batch + (4, 3, 5)[:d])
+            x.requires_grad_()
+            tx.requires_grad_()
+            y, ty = m(x), tm(tx)
+            np.testing.assert_array_equal(to_np(y), ty.detach().numpy())
+            assert y.stride() == ty.stride() and y.dtype == mt.float64
+            g = np.random.default_rng(1).standard_normal(tuple(ty.shape))
+            y.backward(mt.tensor(g))
+            ty.backward(torch.tensor(g))
+            np.testing.assert_allclose(to_np(x.grad), tx.grad.numpy(), rtol=1e-12)
+
+
+def test_padding_module_checks_match_torch():
+    cases = [("Circular", 1, 1, (4,)), ("Circular", 2, 1, (2, 3, 4, 5, 6)),
+             ("Circular", 3, 1, (2, 3)), ("Reflection", 1, 3, (2, 3)),
+             ("Reflection", 2, 1, (4, 5)), ("Replication", 3, 1, (2, 3, 4)),
+             ("Circular", 1, 4, (2, 3)),
+             ("Reflection", 1, (1, 2, 3), (2, 3, 4)), ("Constant", 2, (1, 2, 3), (2, 3, 4)),
+             ("Zero", 3, 1, (2, 3))]
+    for kind, d, padding, shape in cases:
+        m, tm = _pad_modules(kind, d, padding)
+        x, tx = pair(shape)
+        assert_same_complaints(lambda: m(x), lambda: tm(tx))
+
+
+def test_padding_modules_load_and_print_in_a_model():
+    model = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(2, 3, 3), nn.ZeroPad2d((1, 0, 0, 1)))
+    reference = torch.nn.Sequential(torch.nn.ReflectionPad2d(1), torch.nn.Conv2d(2, 3, 3),
+                                    torch.nn.ZeroPad2d((1, 0, 0, 1))).double()
+    assert repr(model) == repr(reference)
+    model.load_state_dict({k: mt.tensor(v.detach().numpy())
+                           for k, v in reference.state_dict().items()})
+    x, tx = pair((2, 2, 5, 4))
+    np.testing.assert_allclose(to_np(model.double()(x)), reference(tx).detach().numpy(),
+                               rtol=1e-12)
+
+
 # --------------------------------------------------------------------------- signatures
 
 def _parameters(fn):
@@ -302,7 +360,8 @@ def _parameters(fn):
 
 
 FUNCTIONS = ["dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
-MODULES = ["Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
+MODULES = ["Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"] + [
+    f"{kind}Pad{d}d" for kind in PAD_KINDS for d in (1, 2, 3)]
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

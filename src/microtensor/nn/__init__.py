@@ -36,3 +36,6 @@ from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
 from microtensor.nn.dropout import *  # noqa: E402,F401,F403
 from microtensor.nn.dropout import __all__ as _dropouts  # noqa: E402
 __all__ += _dropouts
+from microtensor.nn.padding import *  # noqa: E402,F401,F403
+from microtensor.nn.padding import __all__ as _paddings  # noqa: E402
+__all__ += _paddings
