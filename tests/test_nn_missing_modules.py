@@ -353,15 +353,149 @@ def test_padding_modules_load_and_print_in_a_model():
                                rtol=1e-12)
 
 
+# --------------------------------------------------------------------------- layouts
+
+def _layouts(shape):
+    """(name, make) pairs: the same values laid out contiguous, channels-last, transposed."""
+    def channels_last(t):
+        rank = t.dim()
+        order = (0,) + tuple(range(2, rank)) + (1,)
+        back = (0, rank - 1) + tuple(range(1, rank - 1))
+        return t.permute(order).contiguous().permute(back)
+    makes = [("contiguous", lambda t: t),
+             ("transposed", lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2))]
+    if len(shape) in (4, 5):
+        makes.append(("channels_last", channels_last))
+    return makes
+
+
+def assert_matches(ours, theirs, rtol=1e-12):
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+    np.testing.assert_allclose(to_np(ours), theirs.detach().numpy(), rtol=rtol, atol=1e-14)
+    assert ours.stride() == theirs.stride(), (ours.stride(), theirs.stride())
+
+
+def check_module(module, torch_module, *shapes, grad=True):
+    """repr and state_dict keys, then values, dtype, strides and gradients on every layout
+    of float64 inputs of ``shapes``."""
+    assert repr(module) == repr(torch_module)
+    assert list(module.state_dict()) == list(torch_module.state_dict())
+    for name, make in _layouts(shapes[0]):
+        inputs = [pair(shape, seed=i) for i, shape in enumerate(shapes)]
+        ours = [make(x).detach().requires_grad_(grad) for x, _ in inputs]
+        theirs = [make(t).detach().requires_grad_(grad) for _, t in inputs]
+        y, ty = module(*ours), torch_module(*theirs)
+        assert_matches(y, ty)
+        if grad:
+            g = np.random.default_rng(5).standard_normal(tuple(ty.shape))
+            y.backward(mt.tensor(g))
+            ty.backward(torch.tensor(g))
+            for a, b in zip(ours, theirs):
+                np.testing.assert_allclose(to_np(a.grad), b.grad.numpy(), rtol=1e-10,
+                                           atol=1e-12)
+
+
+# --------------------------------------------------------------------------- reshaping modules
+
+@pytest.mark.parametrize("name, args, shape", [
+    ("PixelShuffle", (2,), (2, 8, 3, 4)), ("PixelShuffle", (3,), (9, 2, 2)),
+    ("PixelUnshuffle", (2,), (2, 2, 4, 6)), ("PixelUnshuffle", (3,), (2, 6, 3)),
+    ("ChannelShuffle", (3,), (2, 6, 3, 4)), ("ChannelShuffle", (2,), (2, 4, 3)),
+    ("ChannelShuffle", (2,), (1, 4, 2, 3, 2)),
+    ("Unfold", (2,), (2, 3, 4, 5)), ("Unfold", ((2, 3), 1, (1, 0), 2), (3, 5, 6)),
+    ("Fold", ((4, 5), 2), (2, 12, 12)), ("Fold", ((3, 5), (2, 3), 1, 1, (1, 2)), (6, 12)),
+    ("Softmax2d", (), (2, 3, 4, 5)), ("Softmax2d", (), (3, 4, 5)),
+    ("Softmin", (1,), (2, 3, 4)), ("Softmin", (-1,), (3, 4))])
+def test_modules_match_torch(name, args, shape):
+    check_module(getattr(nn, name)(*args), getattr(torch.nn, name)(*args), shape)
+
+
+@pytest.mark.parametrize("name, args", [("PairwiseDistance", ()),
+                                        ("PairwiseDistance", (1.0, 1e-3, True)),
+                                        ("PairwiseDistance", (3.0,)),
+                                        ("CosineSimilarity", ()), ("CosineSimilarity", (0,))])
+def test_distance_modules_match_torch(name, args):
+    check_module(getattr(nn, name)(*args), getattr(torch.nn, name)(*args), (4, 5), (4, 5))
+    check_module(getattr(nn, name)(*args), getattr(torch.nn, name)(*args), (4, 5), (1, 5))
+
+
+def test_reshaping_module_checks_match_torch():
+    cases = [("PixelShuffle", (2,), (2, 6, 3, 4)), ("PixelShuffle", (2,), (4, 3)),
+             ("PixelUnshuffle", (2,), (2, 2, 3, 4)), ("ChannelShuffle", (4,), (2, 6, 3)),
+             ("ChannelShuffle", (0,), (2, 6, 3)), ("ChannelShuffle", (2,), (2, 6)),
+             ("Softmax2d", (), (3, 4)), ("Softmax2d", (), (1, 2, 3, 4, 5)),
+             ("Unfold", (2,), (2, 3)), ("Unfold", (2,), (1, 2, 3, 4, 5)),
+             ("Unfold", (2,), (0, 3, 4)), ("Unfold", (2,), (1, 0, 3, 4)),
+             ("Fold", ((4, 5), 2), (2, 11, 12)), ("Fold", ((4, 5), 2), (2, 12, 11)),
+             ("Fold", ((4, 5), 2), (12,)), ("Fold", ((4, 5), 2), (12, 0))]
+    for name, args, shape in cases:
+        x, tx = pair(shape)
+        assert_same_complaints(lambda: getattr(nn, name)(*args)(x),
+                               lambda: getattr(torch.nn, name)(*args)(tx))
+    for fn in ("channel_shuffle", "native_channel_shuffle"):
+        for groups, shape in ((4, (2, 6, 3)), (-1, (2, 6, 3)), (2, (6,))):
+            x, tx = pair(shape)
+            assert_same_complaints(lambda: getattr(F, fn)(x, groups),
+                                   lambda: getattr(TF, fn)(tx, groups))
+
+
+def test_fold_and_unfold_of_an_empty_batch():
+    x, tx = pair((0, 2, 3, 4))
+    assert_matches(nn.Unfold(2)(x), torch.nn.Unfold(2)(tx))
+    x, tx = pair((0, 12, 12))
+    assert_matches(nn.Fold((4, 5), 2)(x), torch.nn.Fold((4, 5), 2)(tx))
+
+
+def test_channel_shuffle_of_empty_input_is_a_view():
+    x = mt.randn(0, 6, 2)
+    y = F.channel_shuffle(x, 3)
+    assert y.shape == x.shape and y._base is x
+    assert y.stride() == TF.channel_shuffle(torch.randn(0, 6, 2), 3).stride()
+
+
+def test_softmin_dim_and_dtype():
+    """dim=None takes PyTorch's legacy dim with its warning; dtype casts first."""
+    for shape in ((), (4,), (2, 3), (2, 3, 4), (2, 3, 4, 5)):
+        x, tx = pair(shape)
+        with pytest.warns(UserWarning, match="Implicit dimension choice for softmin"):
+            y = F.softmin(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert_matches(y, TF.softmin(tx))
+    with pytest.warns(UserWarning, match="Implicit dimension choice for softmin") as caught:
+        nn.Softmin()(mt.randn(2, 3))
+    ints = np.arange(6).reshape(2, 3)
+    for dtype, torch_dtype in ((mt.float64, torch.float64), (mt.float32, torch.float32)):
+        assert_matches(F.softmin(mt.tensor(ints), 1, dtype=dtype),
+                       TF.softmin(torch.tensor(ints), 1, dtype=torch_dtype), rtol=1e-6)
+    x, tx = pair((3, 4))
+    assert_matches(F.softmin(x, 0, dtype=mt.float32), TF.softmin(tx, 0, dtype=torch.float32),
+                   rtol=1e-6)
+    assert caught
+
+
+def test_relu_in_place():
+    x, tx = pair((3, 4))
+    assert F.relu_(x) is x
+    np.testing.assert_array_equal(to_np(x), TF.relu_(tx).numpy())
+    with pytest.raises(RuntimeError, match="leaf"):
+        F.relu_(mt.randn(3, requires_grad=True))
+
+
 # --------------------------------------------------------------------------- signatures
 
 def _parameters(fn):
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-FUNCTIONS = ["dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+# (the others are builtins in PyTorch, without a signature to read)
+FUNCTIONS = ["dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+             "softmin", "unfold", "fold", "pad"]
 MODULES = ["Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"] + [
-    f"{kind}Pad{d}d" for kind in PAD_KINDS for d in (1, 2, 3)]
+    f"{kind}Pad{d}d" for kind in PAD_KINDS for d in (1, 2, 3)] + [
+    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Softmin", "Unfold",
+    "Fold", "PairwiseDistance", "CosineSimilarity"]
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

@@ -463,9 +463,13 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: the sliding blocks of a (N, C, H, W) or (C, H, W) input as columns
     (N, C * kh * kw, blocks), as a grouped convolution with a one-hot weight (so it is
     differentiable and batched like ``conv2d``)."""
-    if input.dim() not in (3, 4):
-        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported "
-                                  f"(got {input.dim()}D)")
+    shape, rank = tuple(input.shape), input.dim()
+    if rank in (1, 2):     # PyTorch reads dim 2 before checking the rank
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, "
+                         f"{rank - 1}], but got {rank})")
+    if rank not in (3, 4) or 0 in (shape[1:] if rank == 4 else shape):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size "
+                           f"and other non-zero dimensions for input, but got: {list(shape)}")
     kernel_size = _pair(kernel_size, "kernel_size")
     unbatched = input.dim() == 3
     if unbatched:
@@ -474,16 +478,20 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     blocks = _conv.convolution(input, _block_selector(input, channels, kernel_size), None,
                                _pair(stride, "stride"), _pair(padding, "padding"),
                                _pair(dilation, "dilation"), False, (0, 0), channels)
-    out = blocks.reshape(tuple(blocks.shape[:2]) + (-1,))
+    # contiguous, as PyTorch's, whatever layout the convolution chose
+    out = blocks.reshape(tuple(blocks.shape[:2]) + (blocks.shape[2] * blocks.shape[3],))
+    out = out.contiguous()
     return out.squeeze(0) if unbatched else out
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """col2im, the transpose of ``unfold``: columns (N, C * kh * kw, blocks) summed into
     an (N, C, *output_size) image where the blocks overlap."""
-    if input.dim() not in (2, 3):
-        raise NotImplementedError(f"Input Error: Only unbatched (2D) or batched (3D) input "
-                                  f"Tensors are supported (got {input.dim()}D)")
+    shape, rank = tuple(input.shape), input.dim()
+    if rank not in (2, 3) or 0 in shape[rank - 2:]:
+        raise RuntimeError(f"Expected 2D or 3D (batch mode) tensor for input with possibly 0 "
+                           f"batch size and non-zero dimensions for input, but got: "
+                           f"{list(shape)}")
     output_size, kernel_size = _pair(output_size, "output_size"), _pair(kernel_size,
                                                                         "kernel_size")
     dilation, padding, stride = (_pair(dilation, "dilation"), _pair(padding, "padding"),
@@ -496,7 +504,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     if rows % count:
         raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the "
                            f"product of kernel_size, but got input.size(1)={rows} and "
-                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]})")
+                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]}).")
     blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1 for o, p, d, k, s in
               zip(output_size, padding, dilation, kernel_size, stride)]
     if blocks[0] * blocks[1] != cols:
@@ -514,6 +522,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             _block_selector(input, channels, kernel_size), None, stride,
                             padding, dilation, True,
                             tuple(o - r for o, r in zip(output_size, reached)), channels)
+    out = out.contiguous()     # as PyTorch's, whatever layout the convolution chose
     return out.squeeze(0) if unbatched else out
 
 
@@ -537,10 +546,24 @@ def pixel_shuffle(input, upscale_factor):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
                            f"divisible by the square of upscale_factor, but input.size(-3)={c}"
                            f" is not divisible by {r * r}")
+    if _suggests_channels_last(input):
+        # shuffled in the (N, H, W, C) order of its memory: PyTorch's channels-last result
+        n = lead[0]
+        out = input.permute(0, 2, 3, 1).reshape(n, h, w, c // (r * r), r, r)
+        out = out.permute(0, 1, 4, 2, 5, 3).reshape(n, h * r, w * r, c // (r * r))
+        return out.permute(0, 3, 1, 2)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
     out = out.permute(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
     return out.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+def _suggests_channels_last(input):
+    """Whether a 4-D ``input``'s layout suggests channels-last (PyTorch's
+    ``suggest_memory_format``), whose results keep that layout."""
+    from microtensor._C import meta
+    return input.dim() == 4 and meta.suggest_memory_format(
+        tuple(input.shape), tuple(input.stride())) is meta.channels_last
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -558,6 +581,11 @@ def pixel_unshuffle(input, downscale_factor):
     if w % r:
         raise RuntimeError(f"pixel_unshuffle expects width to be divisible by "
                            f"downscale_factor, but input.size(-1)={w} is not divisible by {r}")
+    if _suggests_channels_last(input):
+        n = lead[0]
+        out = input.permute(0, 2, 3, 1).reshape(n, h // r, r, w // r, r, c)
+        out = out.permute(0, 1, 3, 5, 2, 4).reshape(n, h // r, w // r, c * r * r)
+        return out.permute(0, 3, 1, 2)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     out = out.permute(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
@@ -812,3 +840,33 @@ def alpha_dropout(input, p=0.5, training=False, inplace=False):
 def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
     _check_dropout_p(p)
     return _noise_dropout(input, p, training, inplace, True, True)
+
+
+# ------------------------------------------------------------------ missing layers: the rest
+# softmin, relu_, channel_shuffle, local_response_norm
+
+def _get_softmax_dim(name, ndim, stacklevel):
+    """PyTorch's legacy dim of a softmax called without one (with its warning)."""
+    _warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+                   f"call to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-input)``: one op, ``ops.activation.softmin``."""
+    if dim is None:
+        dim = _get_softmax_dim("softmin", input.dim(), _stacklevel)
+    return _op("softmin", input, dim, dtype)
+
+
+def relu_(input):
+    return _op("relu_", input)
+
+
+def channel_shuffle(input, groups):
+    """The channels split into ``groups`` and interleaved: one op, ``ops.shape``'s."""
+    return _op("channel_shuffle", input, groups)
+
+
+def native_channel_shuffle(input, groups):
+    return _op("native_channel_shuffle", input, groups)
