@@ -870,3 +870,8 @@ def channel_shuffle(input, groups):
 
 def native_channel_shuffle(input, groups):
     return _op("native_channel_shuffle", input, groups)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Normalisation across channels: one op, ``ops.norm.local_response_norm``."""
+    return _op("local_response_norm", input, size, alpha, beta, k)
