@@ -538,6 +538,26 @@ def test_local_response_norm_checks_match_torch():
     assert F.local_response_norm(empty, 2) is empty
 
 
+# --------------------------------------------------------------------------- a ported model
+
+def _block(lib):
+    return lib.Sequential(lib.ReflectionPad2d(1), lib.Conv2d(4, 8, 3), lib.Dropout2d(0.25),
+                          lib.PixelShuffle(2), lib.ChannelShuffle(2), lib.LocalResponseNorm(2),
+                          lib.FeatureAlphaDropout(0.1), lib.CircularPad2d((1, 0, 0, 1)),
+                          lib.Unfold(2), lib.Fold((11, 11), 2), lib.Softmax2d())
+
+
+def test_a_torch_model_with_these_layers_loads_and_agrees_in_eval_mode():
+    reference = _block(torch.nn).double().eval()
+    model = _block(nn).double()
+    assert repr(model) == repr(reference)
+    assert list(model.state_dict()) == list(reference.state_dict())
+    model.load_state_dict({k: mt.tensor(v.numpy()) for k, v in reference.state_dict().items()})
+    model.eval()
+    x, tx = pair((2, 4, 5, 5))
+    np.testing.assert_allclose(to_np(model(x)), reference(tx).detach().numpy(), rtol=1e-10)
+
+
 # --------------------------------------------------------------------------- signatures
 
 def _parameters(fn):
