@@ -767,11 +767,16 @@ def _check_dropout_p(p):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
+_NOISE_DROPOUTS = {(True, False): "feature_dropout", (False, True): "alpha_dropout",
+                   (True, True): "feature_alpha_dropout"}
+
+
 def _noise_dropout(input, p, training, inplace, feature, alpha):
+    """One of ``ops.dropout``'s variants (``feature``: a draw per channel, ``alpha``:
+    SELU's saturation for dropped values)."""
     if inplace:
         return _dropouts.inplace_dropout(input, p, training, feature, alpha)
-    name = ("feature_" if feature else "") + ("alpha_dropout" if alpha else "dropout")
-    return _op(name, input, p, training)
+    return _op(_NOISE_DROPOUTS[feature, alpha], input, p, training)
 
 
 def _channel_dropout(input, p, training, inplace, batched):
