@@ -33,3 +33,15 @@ from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  #
 __all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
 from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
 from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
+from microtensor.nn.dropout import *  # noqa: E402,F401,F403
+from microtensor.nn.dropout import __all__ as _dropouts  # noqa: E402
+__all__ += _dropouts
+from microtensor.nn.padding import *  # noqa: E402,F401,F403
+from microtensor.nn.padding import __all__ as _paddings  # noqa: E402
+from microtensor.nn.shuffle import *  # noqa: E402,F401,F403
+from microtensor.nn.shuffle import __all__ as _shuffles  # noqa: E402
+from microtensor.nn.distance import *  # noqa: E402,F401,F403
+from microtensor.nn.distance import __all__ as _distances  # noqa: E402
+from microtensor.nn.fold import *  # noqa: E402,F401,F403
+from microtensor.nn.fold import __all__ as _folds  # noqa: E402
+__all__ += _paddings + _shuffles + _distances + _folds

@@ -198,3 +198,28 @@ class Threshold(Module):
     def extra_repr(self):
         return (f"threshold={self.threshold}, value={self.value}"
                 f"{_inplace_suffix(self.inplace)}")
+
+
+__all__ += ["Softmin", "Softmax2d"]
+
+
+class Softmin(Module):
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmin(input, self.dim, _stacklevel=5)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax2d(Module):
+    """Softmax over the channels (dim -3) of a (N, C, H, W) or (C, H, W) input."""
+
+    def forward(self, input):
+        if input.dim() not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.dim()}D "
+                             f"instead")
+        return F.softmax(input, -3)

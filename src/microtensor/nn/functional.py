@@ -463,9 +463,13 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: the sliding blocks of a (N, C, H, W) or (C, H, W) input as columns
     (N, C * kh * kw, blocks), as a grouped convolution with a one-hot weight (so it is
     differentiable and batched like ``conv2d``)."""
-    if input.dim() not in (3, 4):
-        raise NotImplementedError(f"Input Error: Only 3D or 4D input Tensors are supported "
-                                  f"(got {input.dim()}D)")
+    shape, rank = tuple(input.shape), input.dim()
+    if rank in (1, 2):     # PyTorch reads dim 2 before checking the rank
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, "
+                         f"{rank - 1}], but got {rank})")
+    if rank not in (3, 4) or 0 in (shape[1:] if rank == 4 else shape):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size "
+                           f"and other non-zero dimensions for input, but got: {list(shape)}")
     kernel_size = _pair(kernel_size, "kernel_size")
     unbatched = input.dim() == 3
     if unbatched:
@@ -474,16 +478,20 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     blocks = _conv.convolution(input, _block_selector(input, channels, kernel_size), None,
                                _pair(stride, "stride"), _pair(padding, "padding"),
                                _pair(dilation, "dilation"), False, (0, 0), channels)
-    out = blocks.reshape(tuple(blocks.shape[:2]) + (-1,))
+    # contiguous, as PyTorch's, whatever layout the convolution chose
+    out = blocks.reshape(tuple(blocks.shape[:2]) + (blocks.shape[2] * blocks.shape[3],))
+    out = out.contiguous()
     return out.squeeze(0) if unbatched else out
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     """col2im, the transpose of ``unfold``: columns (N, C * kh * kw, blocks) summed into
     an (N, C, *output_size) image where the blocks overlap."""
-    if input.dim() not in (2, 3):
-        raise NotImplementedError(f"Input Error: Only unbatched (2D) or batched (3D) input "
-                                  f"Tensors are supported (got {input.dim()}D)")
+    shape, rank = tuple(input.shape), input.dim()
+    if rank not in (2, 3) or 0 in shape[rank - 2:]:
+        raise RuntimeError(f"Expected 2D or 3D (batch mode) tensor for input with possibly 0 "
+                           f"batch size and non-zero dimensions for input, but got: "
+                           f"{list(shape)}")
     output_size, kernel_size = _pair(output_size, "output_size"), _pair(kernel_size,
                                                                         "kernel_size")
     dilation, padding, stride = (_pair(dilation, "dilation"), _pair(padding, "padding"),
@@ -496,7 +504,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     if rows % count:
         raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the "
                            f"product of kernel_size, but got input.size(1)={rows} and "
-                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]})")
+                           f"kernel_size=({kernel_size[0]}, {kernel_size[1]}).")
     blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1 for o, p, d, k, s in
               zip(output_size, padding, dilation, kernel_size, stride)]
     if blocks[0] * blocks[1] != cols:
@@ -514,6 +522,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             _block_selector(input, channels, kernel_size), None, stride,
                             padding, dilation, True,
                             tuple(o - r for o, r in zip(output_size, reached)), channels)
+    out = out.contiguous()     # as PyTorch's, whatever layout the convolution chose
     return out.squeeze(0) if unbatched else out
 
 
@@ -537,10 +546,24 @@ def pixel_shuffle(input, upscale_factor):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
                            f"divisible by the square of upscale_factor, but input.size(-3)={c}"
                            f" is not divisible by {r * r}")
+    if _suggests_channels_last(input):
+        # shuffled in the (N, H, W, C) order of its memory: PyTorch's channels-last result
+        n = lead[0]
+        out = input.permute(0, 2, 3, 1).reshape(n, h, w, c // (r * r), r, r)
+        out = out.permute(0, 1, 4, 2, 5, 3).reshape(n, h * r, w * r, c // (r * r))
+        return out.permute(0, 3, 1, 2)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
     out = out.permute(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
     return out.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+def _suggests_channels_last(input):
+    """Whether a 4-D ``input``'s layout suggests channels-last (PyTorch's
+    ``suggest_memory_format``), whose results keep that layout."""
+    from microtensor._C import meta
+    return input.dim() == 4 and meta.suggest_memory_format(
+        tuple(input.shape), tuple(input.stride())) is meta.channels_last
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -558,6 +581,11 @@ def pixel_unshuffle(input, downscale_factor):
     if w % r:
         raise RuntimeError(f"pixel_unshuffle expects width to be divisible by "
                            f"downscale_factor, but input.size(-1)={w} is not divisible by {r}")
+    if _suggests_channels_last(input):
+        n = lead[0]
+        out = input.permute(0, 2, 3, 1).reshape(n, h // r, r, w // r, r, c)
+        out = out.permute(0, 1, 3, 5, 2, 4).reshape(n, h // r, w // r, c * r * r)
+        return out.permute(0, 3, 1, 2)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     out = out.permute(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
@@ -723,3 +751,132 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
 from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F401
                                           upsample_bilinear, upsample_nearest)
+
+
+# ------------------------------------------------------------------ missing layers: dropouts
+# Channel-wise and alpha dropout: PyTorch's rank checks and warnings here, the computation
+# in ``ops.dropout`` (``inplace=True`` writes into ``input`` and returns it).
+
+import warnings as _warnings  # noqa: E402
+
+from microtensor.ops import dropout as _dropouts  # noqa: E402
+
+
+def _check_dropout_p(p):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+_NOISE_DROPOUTS = {(True, False): "feature_dropout", (False, True): "alpha_dropout",
+                   (True, True): "feature_alpha_dropout"}
+
+
+def _noise_dropout(input, p, training, inplace, feature, alpha):
+    """One of ``ops.dropout``'s variants (``feature``: a draw per channel, ``alpha``:
+    SELU's saturation for dropped values)."""
+    if inplace:
+        return _dropouts.inplace_dropout(input, p, training, feature, alpha)
+    return _op(_NOISE_DROPOUTS[feature, alpha], input, p, training)
+
+
+def _channel_dropout(input, p, training, inplace, batched):
+    """``feature_dropout`` of ``input``, seen with a batch of one when not ``batched``."""
+    if batched:
+        return _noise_dropout(input, p, training, inplace, True, False)
+    result = _noise_dropout(input.unsqueeze(0), p, training, inplace, True, False)
+    return input if inplace else result.squeeze(0)
+
+
+def _warn_channel_dropout_rank(d, rank):
+    _warnings.warn(
+        f"dropout{d}d: Received a {rank}-D input to dropout{d}d, which is deprecated and will "
+        f"result in an error in a future release. To retain the behavior and silence this "
+        f"warning, please use dropout instead. Note that dropout{d}d exists to provide "
+        f"channel-wise dropout on inputs with {d} spatial dimensions, a channel dimension, "
+        f"and an optional batch dimension (i.e. {d + 1}D or {d + 2}D inputs).", stacklevel=3)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Each channel of a (N, C, L) or (C, L) input zeroed with probability ``p``."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {rank}D input. Note that "
+            f"dropout1d exists to provide channel-wise dropout on inputs with 1 spatial "
+            f"dimension, a channel dimension, and an optional batch dimension (i.e. 2D or 3D "
+            f"inputs).")
+    return _channel_dropout(input, p, training, inplace, rank == 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Each channel (dim 1) zeroed with probability ``p``; a 3-D input is read as
+    (N, C, L), as PyTorch still does (with its warning)."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (3, 4):
+        _warn_channel_dropout_rank(2, rank)
+    if rank == 3:
+        _warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C is "
+            "the channel dim. This behavior will change in a future release to interpret the "
+            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
+            "channel-wise dropout behavior, please switch to using dropout1d instead.",
+            stacklevel=2)
+    return _channel_dropout(input, p, training, inplace, True)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """Each channel of a (N, C, D, H, W) or (C, D, H, W) input zeroed with probability
+    ``p``."""
+    _check_dropout_p(p)
+    rank = input.dim()
+    if rank not in (4, 5):
+        _warn_channel_dropout_rank(3, rank)
+    return _channel_dropout(input, p, training, inplace, rank == 5)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_dropout_p(p)
+    return _noise_dropout(input, p, training, inplace, False, True)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_dropout_p(p)
+    return _noise_dropout(input, p, training, inplace, True, True)
+
+
+# ------------------------------------------------------------------ missing layers: the rest
+# softmin, relu_, channel_shuffle, local_response_norm
+
+def _get_softmax_dim(name, ndim, stacklevel):
+    """PyTorch's legacy dim of a softmax called without one (with its warning)."""
+    _warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+                   f"call to include dim=X as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-input)``: one op, ``ops.activation.softmin``."""
+    if dim is None:
+        dim = _get_softmax_dim("softmin", input.dim(), _stacklevel)
+    return _op("softmin", input, dim, dtype)
+
+
+def relu_(input):
+    return _op("relu_", input)
+
+
+def channel_shuffle(input, groups):
+    """The channels split into ``groups`` and interleaved: one op, ``ops.shape``'s."""
+    return _op("channel_shuffle", input, groups)
+
+
+def native_channel_shuffle(input, groups):
+    return _op("native_channel_shuffle", input, groups)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Normalisation across channels: one op, ``ops.norm.local_response_norm``."""
+    return _op("local_response_norm", input, size, alpha, beta, k)

@@ -235,3 +235,37 @@ class InstanceNorm3d(_InstanceNorm):
 
 __all__ = ["LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
+
+
+__all__ += ["LocalResponseNorm", "CrossMapLRN2d"]
+
+
+class _LocalResponseNormNd(Module):
+    """``size``, ``alpha``, ``beta`` and ``k``, printed as PyTorch does."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class LocalResponseNorm(_LocalResponseNormNd):
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+
+class CrossMapLRN2d(_LocalResponseNormNd):
+    """PyTorch's legacy form on 4-D input: its window and results (``ops.norm``'s
+    ``cross_map_lrn2d``); the gradient is the derivative of those results."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
+        super().__init__(size, alpha, beta, k)
+
+    def forward(self, input):
+        from microtensor.ops.dispatch import call_by_name
+        return call_by_name("cross_map_lrn2d", input, self.size, self.alpha, self.beta, self.k)

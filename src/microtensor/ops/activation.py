@@ -843,3 +843,18 @@ __all__ = ["erf", "erfc", "erfinv", "atan2", "arctan2", "addcmul", "addcdiv", "n
            "square", "clip", "gelu", "silu", "mish", "leaky_relu", "elu", "selu", "celu",
            "softplus", "hardtanh", "relu6", "hardsigmoid", "hardswish", "log_sigmoid",
            "threshold", "softsign", "tanhshrink", "glu", "prelu"]
+__all__ += ["softmin"]
+
+
+# --------------------------------------------------------------------------- softmin
+
+def _softmin_samples(make):
+    return [Sample(make(3, 4), 1), Sample(make(2, 3, 4), 0), Sample(make(5), -1),
+            Sample(make(4, 3).t(), 1), Sample(make(2, 3, dtype=int64), 1, float32)]
+
+
+@op(kind="composite", method=False, function=False, inputs=("input",),
+    samples=_softmin_samples)
+def softmin(input, dim, dtype=None):
+    """``softmax(-input)`` along ``dim``, the negated input first cast to ``dtype``."""
+    return (-input).softmax(dim, dtype=dtype)

@@ -418,13 +418,17 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
 
 def _cosine_samples(make):
     return [Sample(make(3, 4), make(3, 4)), Sample(make(2, 3), make(1, 3), dim=-1),
-            Sample(make(4), make(4), dim=0), Sample(make(2, 3), make(2, 3).mul(0), eps=1e-3)]
+            Sample(make(4), make(4), dim=0), Sample(make(2, 3), make(2, 3).mul(0), eps=1e-3),
+            Sample(make(3, 4), make(1, 4), dim=0)]
 
 
 @op(kind="composite", inputs=("x1", "x2"), samples=_cosine_samples)
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (norms clamped to
     ``eps``), broadcasting the other dims."""
+    # broadcast first, as PyTorch does: a size-1 ``dim`` stretched counts in its norm
+    shape = meta.broadcast_pair(tuple(x1.shape), tuple(x2.shape))
+    x1, x2 = x1.expand(shape), x2.expand(shape)
     n1 = x1.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
     n2 = x2.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)

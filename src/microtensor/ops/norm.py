@@ -432,3 +432,71 @@ def rms_norm(grad, input, normalized_shape, weight, eps):
 
 __all__ = ["layer_norm", "batch_norm", "group_norm", "rms_norm", "check_layer_norm",
            "check_batch_norm", "channel_view"]
+__all__ += ["local_response_norm", "cross_map_lrn2d"]
+
+
+# --------------------------------------------------------------------------- local response norm
+
+def _lrn_samples(make):
+    return [Sample(make(2, 5, 3), 3), Sample(make(2, 4, 3, 2), 2, 1e-2, 0.5, 2.0),
+            Sample(make(1, 6, 2, 2, 2), 4, 0.1), Sample(make(3, 4, 1, 2).transpose(2, 3), 5)]
+
+
+def _pool(name, input, kernel_size, divisor_override=None):
+    """A stride-1 average pool (a windowed sum with ``divisor_override=1``)."""
+    from microtensor.ops.pooling import avg_pool2d, avg_pool3d
+    pool = avg_pool2d if name == "avg_pool2d" else avg_pool3d
+    return pool(input, kernel_size, (1,) * len(kernel_size), 0, False, True,
+                divisor_override)
+
+
+@op(kind="composite", method=False, function=False, inputs=("input",), samples=_lrn_samples)
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """``input / (k + alpha * mean of the squares over a window of size channels)^beta``,
+    written as PyTorch's ``F.local_response_norm``: the squares padded along the channels
+    and average-pooled."""
+    from microtensor.ops.layout import pad
+    dim = input.dim()
+    if dim < 3:
+        # PyTorch's message, with the spaces of its line continuation
+        raise ValueError(f"Expected 3D or higher dimensionality {' ' * 25}input (got {dim} "
+                         f"dimensions)")
+    if input.numel() == 0:
+        return input
+    div = input * input
+    if dim == 3:
+        div = pad(div.unsqueeze(1), (0, 0, size // 2, (size - 1) // 2))
+        div = _pool("avg_pool2d", div, (size, 1)).squeeze(1)
+    else:
+        sizes = tuple(input.shape)
+        div = div.view(sizes[0], 1, sizes[1], sizes[2], -1)
+        div = pad(div, (0, 0, 0, 0, size // 2, (size - 1) // 2))
+        div = _pool("avg_pool3d", div, (size, 1, 1)).squeeze(1).view(sizes)
+    return input / (div * alpha + k) ** beta
+
+
+def _cross_map_lrn2d_samples(make):
+    return [Sample(make(2, 7, 2, 3), 3), Sample(make(1, 4, 2, 2), 2, 1e-2, 0.5, 2.0),
+            Sample(make(1, 6, 3, 2), 4, 0.1), Sample(make(2, 3, 2, 2), 5, 0.5, 1.0, 1.5)]
+
+
+@op(kind="composite", method=False, function=False, inputs=("input",),
+    samples=_cross_map_lrn2d_samples)
+def cross_map_lrn2d(input, size, alpha=1e-4, beta=0.75, k=1):
+    """``nn.CrossMapLRN2d``'s forward as PyTorch computes it: channel c divided by
+    ``(k + alpha / size * S_c)^beta``, ``S_c`` the sum of the squares of channels
+    ``c - h .. c + h`` (``h = (size - 1) // 2`` rounded up less one, so an even size sums
+    size - 1 channels), plus channel 0's square for every ``c > h``: PyTorch's running
+    window never subtracts channel 0, and its results keep that term."""
+    from microtensor.ops.factory import arange
+    from microtensor.ops.layout import pad
+    if input.dim() != 4:
+        raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D "
+                         f"instead.")
+    half = int((size - 1) / 2 + 1) - 1
+    squares = input * input
+    window = pad(squares.unsqueeze(1), (0, 0, 0, 0, half, half))
+    sums = _pool("avg_pool3d", window, (2 * half + 1, 1, 1), divisor_override=1).squeeze(1)
+    kept = (arange(input.shape[1], device=input.device) > half).to(input.dtype)
+    sums = sums + squares[:, :1] * kept.view(1, -1, 1, 1)
+    return input * (sums * (alpha / size) + k) ** -beta

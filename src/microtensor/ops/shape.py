@@ -638,3 +638,52 @@ def diag_embed(op, level, args, kwargs):
 __all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chunk", "unbind",
            "roll", "flip", "repeat", "tile", "tril", "triu", "tril_", "triu_", "trace", "diag",
            "diag_embed", "fresh_tensor"]
+__all__ += ["channel_shuffle", "native_channel_shuffle"]
+
+
+# --------------------------------------------------------------------------- channel shuffle
+
+def _channel_shuffle_samples(make):
+    return [Sample(make(2, 6, 3), 2), Sample(make(1, 4, 2, 3), 4), Sample(make(2, 6, 2), 1),
+            Sample(make(2, 2, 3, 6).permute(0, 3, 1, 2), 3),           # channels-last
+            Sample(make(1, 2, 2, 1, 4).permute(0, 4, 1, 2, 3), 2),     # channels-last 3d
+            Sample(make(2, 4, 3, 2).transpose(2, 3), 2)]
+
+
+def _channel_shuffled(input, groups):
+    """PyTorch's ``channel_shuffle``: the channels (dim 1), seen as (groups, C / groups),
+    transposed; checks as PyTorch's.  The result has the layout PyTorch's CPU kernel gives:
+    channels-last when the input suggests it (shuffled in that order: one copy), else
+    contiguous; an empty input comes back as a view."""
+    shape = tuple(input.shape)
+    if len(shape) <= 2:
+        raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with "
+                           f"sizes {list(shape)}")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value "
+                           f"of groups:{groups}")
+    channels = shape[1]
+    if channels % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {channels} "
+                           f"channels and {groups} groups.")
+    if input.numel() == 0:
+        return input.view(shape)
+    if meta.suggest_memory_format(shape, tuple(input.stride())) is meta.contiguous_format:
+        grouped = input.reshape(shape[0], groups, channels // groups, -1)
+        return grouped.transpose(1, 2).reshape(shape)
+    last = len(shape) - 1
+    channels_last = input.permute((0,) + tuple(range(2, len(shape))) + (1,))
+    grouped = channels_last.reshape(tuple(channels_last.shape[:-1]) +
+                                    (groups, channels // groups))
+    shuffled = grouped.transpose(-1, -2).reshape(tuple(channels_last.shape))
+    return shuffled.permute((0, last) + tuple(range(1, last)))
+
+
+@op(kind="composite", method=False, inputs=("input",), samples=_channel_shuffle_samples)
+def channel_shuffle(input, groups):
+    return _channel_shuffled(input, groups)
+
+
+@op(kind="composite", method=False, inputs=("input",), samples=_channel_shuffle_samples)
+def native_channel_shuffle(input, groups):
+    return _channel_shuffled(input, groups)
