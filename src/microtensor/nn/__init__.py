@@ -28,8 +28,8 @@ __all__ += _recurrent
 from microtensor.nn.loss_modules import *  # noqa: E402,F401,F403
 from microtensor.nn.loss_modules import __all__ as _losses  # noqa: E402
 __all__ += _losses
-from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  # noqa: E402
-                                      TransformerEncoderLayer)
-__all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+from microtensor.nn.attention import *  # noqa: E402,F401,F403
+from microtensor.nn.attention import __all__ as _attention  # noqa: E402
+__all__ += _attention
 from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
 from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
