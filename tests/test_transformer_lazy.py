@@ -529,6 +529,9 @@ def test_lazy_module_deep_copy_initializes_on_its_own():
     assert is_lazy(twin.weight) and twin.weight is not original.weight
     twin(mt.randn(1, 2, 5, 5))
     assert type(twin) is mt.nn.Conv2d and tuple(twin.weight.shape) == (4, 2, 3, 3)
+    # the copy's hook handles removed the copy's hooks, not the original's
+    assert not twin._forward_pre_hooks and not twin._load_state_dict_pre_hooks
+    assert len(original._forward_pre_hooks) == len(original._load_state_dict_pre_hooks) == 1
     assert type(original) is mt.nn.LazyConv2d and is_lazy(original.weight)
     original(mt.randn(1, 3, 5, 5))
     assert type(original) is mt.nn.Conv2d and tuple(original.weight.shape) == (4, 3, 3, 3)

@@ -1,4 +1,6 @@
-"""``Parameter``: a tensor that a ``Module`` registers as learnable (requires grad)."""
+"""``Parameter``: a tensor that a ``Module`` registers as learnable (requires grad); and
+the lazy modules' ``UninitializedParameter`` / ``UninitializedBuffer``, tensors whose
+shape is not known yet."""
 from microtensor._C.meta import preserve_format
 from microtensor._C.tensor import register_parameter_class
 from microtensor._tensor import Tensor, _rebuild_tensor
@@ -94,6 +96,7 @@ class UninitializedTensorMixin:
 
     @property
     def data(self):
+        # Tensor's own calls ``self.detach()``, which is refused here
         return Tensor.detach(self)
 
     @data.setter
@@ -129,7 +132,7 @@ def _operator_refusal(name):
 
 for _name in _UNINITIALIZED_OPERATORS:
     setattr(UninitializedTensorMixin, _name, _operator_refusal(_name))
-UninitializedTensorMixin.__hash__ = Tensor.__hash__     # (defining __eq__ would drop it)
+UninitializedTensorMixin.__hash__ = Tensor.__hash__     # a class with __eq__ needs one
 
 
 def is_lazy(param):
