@@ -209,13 +209,35 @@ def test_transformer_masks_match_pytorch():
     memory_mask = mt.zeros(5, 6, dtype=mt.float64)
     memory_mask[:, 4:] = -1.5                             # float: added to the scores
     src_mask = mt.rand(6, 6) > 0.7
-    src_mask[:, 0] = False      # a row masked throughout is NaN here, 0 in PyTorch's SDPA
     check_forward_backward(ours, reference, args, torch_args, src_mask=src_mask,
                            tgt_mask=causal(5), memory_mask=memory_mask,
                            src_key_padding_mask=padding(3, 6, [6, 5, 2]),
                            tgt_key_padding_mask=padding(3, 5, [5, 5, 3]),
                            memory_key_padding_mask=padding(3, 6, [6, 5, 2]),
                            tgt_is_causal=True, memory_is_causal=False)
+
+
+def test_queries_with_every_key_masked_as_pytorch():
+    """Left padding under a causal mask leaves a query no key: PyTorch's attention kernel
+    (need_weights=False, as the transformer layers call it) gives it zero weights, not the
+    NaN of a softmax over -inf only; with need_weights=True PyTorch's result is NaN."""
+    reference = small_transformer(torch).double().eval()
+    ours = copied(small_transformer(mt), reference).eval()
+    args, torch_args = inputs((6, 2, 8), (5, 2, 8))
+    left_padded = mt.tensor([[True, True, False, False, False], [False] * 5])
+    check_forward_backward(ours, reference, args, torch_args, tgt_mask=causal(5),
+                           tgt_key_padding_mask=left_padded)
+    assert np.isfinite(ours(*args, tgt_mask=causal(5), tgt_key_padding_mask=left_padded)
+                       .detach().numpy()).all()
+    attention, theirs = pair("MultiheadAttention", 4, 2)
+    x = mt.randn(3, 1, 4, dtype=mt.float64)
+    every = mt.tensor([[True, True, True], [False, True, True], [False, False, True]])
+    for need_weights in (False, True):
+        out = attention(x, x, x, attn_mask=every, need_weights=need_weights)[0]
+        expected = theirs(to_torch(x), to_torch(x), to_torch(x), attn_mask=to_torch(every),
+                          need_weights=need_weights)[0]
+        close(out, expected)
+        assert np.isnan(out[0].detach().numpy()).all() == need_weights
 
 
 def test_transformer_unbatched_matches_pytorch():

@@ -141,7 +141,14 @@ class MultiheadAttention(Module):
         scores = (q * (1.0 / math.sqrt(head_dim))).matmul(k.mT)
         if mask is not None:
             scores = scores + mask
-        weights = scores.softmax(-1)
+        if mask is not None and not need_weights:
+            # PyTorch computes this case with its fused attention kernel, which gives a
+            # query whose every key is masked zero weights (and zero gradients) where the
+            # softmax of a row of -inf is NaN
+            blocked = (mask == -math.inf).all(-1, keepdim=True)
+            weights = scores.masked_fill(blocked, 0.0).softmax(-1).masked_fill(blocked, 0.0)
+        else:
+            weights = scores.softmax(-1)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, self.dropout)
         out = self.out_proj(weights.matmul(v).transpose(1, 2).reshape(n, length, embed))
