@@ -1,7 +1,7 @@
 """Neural-network building blocks with PyTorch's API: ``Module`` (hooks, ``to``,
 ``state_dict``...), ``Parameter``, containers, layers and losses, ``functional``,
 ``init`` and ``utils``."""
-from microtensor.nn import functional, init, utils
+from microtensor.nn import functional, init, lazy, modules, utils  # noqa: F401
 from microtensor.nn.conv import (Conv1d, Conv2d, Conv3d, ConvTranspose1d,  # noqa: F401
                                  ConvTranspose2d, ConvTranspose3d)
 from microtensor.nn.containers import ModuleDict, ModuleList, ParameterDict, ParameterList
@@ -28,9 +28,9 @@ __all__ += _recurrent
 from microtensor.nn.loss_modules import *  # noqa: E402,F401,F403
 from microtensor.nn.loss_modules import __all__ as _losses  # noqa: E402
 __all__ += _losses
-from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  # noqa: E402
-                                      TransformerEncoderLayer)
-__all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+from microtensor.nn.attention import *  # noqa: E402,F401,F403
+from microtensor.nn.attention import __all__ as _attention  # noqa: E402
+__all__ += _attention
 from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
 from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
 from microtensor.nn.dropout import *  # noqa: E402,F401,F403
@@ -45,3 +45,8 @@ from microtensor.nn.distance import __all__ as _distances  # noqa: E402
 from microtensor.nn.fold import *  # noqa: E402,F401,F403
 from microtensor.nn.fold import __all__ as _folds  # noqa: E402
 __all__ += _paddings + _shuffles + _distances + _folds
+from microtensor.nn.lazy import *  # noqa: E402,F401,F403
+from microtensor.nn.lazy import __all__ as _lazy  # noqa: E402
+from microtensor.nn.parameter import UninitializedBuffer, UninitializedParameter  # noqa: E402
+__all__ += _lazy + ["UninitializedParameter", "UninitializedBuffer"]
+modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModuleMixin

@@ -2,6 +2,7 @@
 ``BackwardHook`` that runs a module's full backward (pre-)hooks."""
 import warnings
 import weakref
+from collections import OrderedDict
 
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.function import Function
@@ -27,6 +28,19 @@ class RemovableHandle:
             table = ref()
             if table is not None:
                 table.pop(self.id, None)
+
+    def __getstate__(self):
+        """The tables themselves (a deep copy of a module then holds handles onto the
+        copy's tables, as in PyTorch), not the weak references."""
+        return (self.hooks_dict_ref(), self.id, tuple(ref() for ref in self.extra_dict_ref))
+
+    def __setstate__(self, state):
+        hooks_dict, self.id, extras = state
+        # a table already gone stays gone (a new one, referred to weakly, dies at once)
+        self.hooks_dict_ref = weakref.ref(OrderedDict() if hooks_dict is None else hooks_dict)
+        self.extra_dict_ref = tuple(weakref.ref(d) for d in extras if d is not None)
+        # ids unpickled in another process must not be handed out again
+        RemovableHandle.next_id = max(RemovableHandle.next_id, self.id + 1)
 
     def __enter__(self):
         return self

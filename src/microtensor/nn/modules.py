@@ -12,7 +12,7 @@ from microtensor._C.tensor import dtype as dtype_cls
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.hooks import BackwardHook, RemovableHandle
-from microtensor.nn.parameter import Parameter
+from microtensor.nn.parameter import Parameter, is_lazy
 
 
 class IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -469,7 +469,9 @@ class Module:
                                                       self._non_persistent_buffers_set)):
             for name, value in table.items():
                 if value is not None and name not in skip:
-                    destination[prefix + name] = value if keep_vars else value.detach()
+                    # an uninitialized tensor is saved as itself (it refuses detach)
+                    keep = keep_vars or is_lazy(value)
+                    destination[prefix + name] = value if keep else value.detach()
         for name, module in self._modules.items():
             if module is not None:
                 module.state_dict(destination=destination, prefix=prefix + name + ".",
@@ -510,7 +512,7 @@ class Module:
                 errors.append(f'While copying the parameter named "{key}", expected '
                               "microtensor.Tensor or Tensor-like object from checkpoint but "
                               f"received {type(value)}")
-            elif tuple(value.shape) != tuple(tensor.shape):
+            elif not is_lazy(tensor) and tuple(value.shape) != tuple(tensor.shape):
                 errors.append(f"size mismatch for {key}: copying a param with shape "
                               f"{value.shape} from checkpoint, the shape in current model is "
                               f"{tensor.shape}.")
