@@ -1,5 +1,7 @@
 """einsum and the contractions, scaled_dot_product_attention and MultiheadAttention against
 PyTorch: values, gradients, errors, vmap and per-sample gradients."""
+import math
+
 import numpy as np
 import pytest
 
@@ -126,8 +128,14 @@ def test_cdist_errors_match_torch():
 def test_sdpa_matches_torch_with_masks_and_gradients():
     (q, tq), (k, tk), (v, tv) = pair(2, 2, 3, 4), pair(2, 2, 5, 4), pair(2, 2, 5, 3)
     (m, tm), = [pair(3, 5)]
+    # a query whose every key is masked: PyTorch's CPU kernel gives zeros, not NaN
+    rows = mt.tensor([[True], [False], [True]])
+    blocked, tblocked = (m > 0) & rows, (tm > 0) & torch.tensor([[True], [False], [True]])
+    inf = mt.zeros(3, 5, dtype=mt.float64).masked_fill(rows.logical_not(), -math.inf)
     for kwargs, tkwargs in [({}, {}), ({"attn_mask": m}, {"attn_mask": tm}),
                             ({"attn_mask": m > 0}, {"attn_mask": tm > 0}),
+                            ({"attn_mask": blocked}, {"attn_mask": tblocked}),
+                            ({"attn_mask": m + inf}, {"attn_mask": tm + torch.tensor(inf.numpy())}),
                             ({"scale": 0.3}, {"scale": 0.3})]:
         xs = [t.detach().requires_grad_() for t in (q, k, v)]
         txs = [t.detach().requires_grad_() for t in (tq, tk, tv)]

@@ -492,12 +492,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if is_causal:
         keep = query.new_ones((length, source), dtype=bool_).tril()
         scores = scores.masked_fill(keep.logical_not(), -math.inf)
-    if attn_mask is not None:
+    if attn_mask is None:
+        weights = scores.softmax(-1)
+    else:
         if attn_mask._dtype is bool_:
             scores = scores.masked_fill(attn_mask.logical_not(), -math.inf)
         else:
             scores = scores + attn_mask
-    weights = scores.softmax(-1)
+        # PyTorch's CPU attention kernel gives a query whose every key is masked zero
+        # weights (and zero gradients), where the softmax of a row of -inf is NaN
+        blocked = (scores == -math.inf).all(-1, keepdim=True)
+        weights = scores.masked_fill(blocked, 0.0).softmax(-1).masked_fill(blocked, 0.0)
     if dropout_p > 0.0:
         keep = call_by_name("rand_like", weights) >= dropout_p
         weights = weights * keep / (1.0 - dropout_p)
