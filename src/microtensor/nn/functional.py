@@ -723,3 +723,24 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
 from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F401
                                           upsample_bilinear, upsample_nearest)
+
+
+# --------------------------------------------------------------------------- shrinks, rrelu,
+# margin losses, bilinear, pdist, gumbel_softmax
+
+def hardshrink(input, lambd=0.5):
+    return _op("hardshrink", input, lambd)
+
+
+def softshrink(input, lambd=0.5):
+    return _op("softshrink", input, lambd)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Leaky ReLU whose negative slopes are drawn from U(lower, upper) in training, and are
+    ``(lower + upper) / 2`` in evaluation."""
+    return _activation("rrelu", input, inplace, lower, upper, training)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return _op("rrelu_", input, lower, upper, training)
