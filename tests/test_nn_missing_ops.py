@@ -211,3 +211,336 @@ def test_rrelu_under_vmap():
         warnings.simplefilter("error")       # the per-sample loop would warn
         ev = mt.vmap(lambda t: F.rrelu(t, 0.2, 0.4))(x)
     np.testing.assert_allclose(to_np(ev), -0.3)
+
+
+# --------------------------------------------------------------------------- margin losses
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "x34": rng.standard_normal((3, 4)), "x5": rng.standard_normal(5),
+        "x234": rng.standard_normal((2, 3, 4)), "x": rng.standard_normal(()),
+        "signs34": np.where(rng.standard_normal((3, 4)) > 0, 1.0, -1.0),
+        "signs31": np.array([[1.0], [-1.0], [-1.0]]),
+        "probs34": rng.uniform(0, 1, (3, 4)), "probs234": rng.uniform(0, 1, (2, 3, 4)),
+        "w4": rng.uniform(0.5, 2, 4), "w5": rng.uniform(0.5, 2, 5),
+        "y3": np.array([1, 0, 3]), "y0": np.array(2), "y1": np.array([4]),
+        "labels34": np.array([[3, 0, -1, 1], [0, 1, 2, 3], [1, -1, 2, 2]]),
+        "labels4": np.array([2, 2, -1, 0]), "labels5": np.array([-1, 0, 1, 2, 3]),
+        "a34": rng.standard_normal((3, 4)), "b34": rng.standard_normal((3, 4)),
+        "a5": rng.standard_normal(5), "b5": rng.standard_normal(5),
+    }
+
+
+# (loss name, its tensor arguments by name in _data, keyword arguments)
+LOSS_CASES = [
+    ("soft_margin_loss", ("x34", "signs34"), {}),
+    ("soft_margin_loss", ("x34", "signs31"), {"reduction": "none"}),
+    ("soft_margin_loss", ("x5", "x5"), {"reduction": "sum"}),
+    ("soft_margin_loss", ("x", "x"), {}),
+    ("multilabel_soft_margin_loss", ("x34", "probs34"), {}),
+    ("multilabel_soft_margin_loss", ("x34", "probs34"), {"weight": "w4", "reduction": "none"}),
+    ("multilabel_soft_margin_loss", ("x234", "probs234"), {"reduction": "sum"}),
+    ("multilabel_soft_margin_loss", ("x5", "x5"), {"weight": "w5"}),
+    ("hinge_embedding_loss", ("x34", "signs34"), {}),
+    ("hinge_embedding_loss", ("x34", "signs31"), {"margin": 0.3, "reduction": "none"}),
+    ("hinge_embedding_loss", ("x34", "probs34"), {"margin": 2.0, "reduction": "sum"}),
+    ("hinge_embedding_loss", ("x", "signs31"), {}),
+    ("multi_margin_loss", ("x34", "y3"), {}),
+    ("multi_margin_loss", ("x34", "y3"), {"p": 2, "margin": 0.5, "reduction": "none"}),
+    ("multi_margin_loss", ("x34", "y3"), {"margin": 2.0, "weight": "w4", "reduction": "sum"}),
+    ("multi_margin_loss", ("x34", "y3"), {"p": 2, "weight": "w4"}),
+    ("multi_margin_loss", ("x5", "y0"), {"reduction": "none"}),
+    ("multi_margin_loss", ("x5", "y1"), {"reduction": "none"}),
+    ("multilabel_margin_loss", ("x34", "labels34"), {}),
+    ("multilabel_margin_loss", ("x34", "labels34"), {"reduction": "none"}),
+    ("multilabel_margin_loss", ("a34", "labels34"), {"reduction": "sum"}),
+    ("multilabel_margin_loss", ("w4", "labels4"), {}),
+    ("multilabel_margin_loss", ("b5", "labels5"), {"reduction": "none"}),
+    ("triplet_margin_with_distance_loss", ("x34", "a34", "b34"), {}),
+    ("triplet_margin_with_distance_loss", ("x34", "a34", "b34"),
+     {"swap": True, "margin": 0.5, "reduction": "none"}),
+    ("triplet_margin_with_distance_loss", ("a5", "b5", "x5"),
+     {"distance_function": "l1", "reduction": "sum"}),
+]
+
+
+# PyTorch's aten losses refuse a target (and weight) that requires grad; its Python ones
+# differentiate every float argument, as microtensor's do
+EVERY_ARGUMENT_DIFFERENTIABLE = {"multilabel_soft_margin_loss", "hinge_embedding_loss",
+                                 "triplet_margin_with_distance_loss"}
+
+
+def _loss_call(case, lib):
+    """The loss of ``case`` called with ``lib``'s float64 tensors, the first (every float
+    one where torch differentiates them) requiring grad: (result, those tensors)."""
+    name, tensor_names, kwargs = case
+    data = _data()
+    make = mt.tensor if lib is mt else torch.tensor
+    functional = F if lib is mt else TF
+    leaves = []
+
+    def tensor(key):
+        t = make(data[key])
+        if (not leaves or name in EVERY_ARGUMENT_DIFFERENTIABLE) and \
+                t.dtype == (mt.float64 if lib is mt else torch.float64):
+            t.requires_grad_()
+            leaves.append(t)
+        return t
+    args = [tensor(key) for key in tensor_names]
+    kw = dict(kwargs)
+    if "weight" in kw:
+        kw["weight"] = tensor(kw["weight"])
+    if kw.get("distance_function") == "l1":
+        kw["distance_function"] = lambda a, b: (a - b).abs().sum(-1)
+    return getattr(functional, name)(*args, **kw), leaves
+
+
+def _loss_id(case):
+    return case[0] + "-" + "-".join(case[1]) + "".join(f"-{k}={v}" for k, v in case[2].items())
+
+
+@pytest.mark.parametrize("case", LOSS_CASES, ids=[_loss_id(c) for c in LOSS_CASES])
+def test_loss_values_and_gradients_match_torch(case):
+    ours, leaves = _loss_call(case, mt)
+    theirs, torch_leaves = _loss_call(case, torch)
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    close(ours, theirs)
+    weights = np.random.default_rng(1).standard_normal(tuple(theirs.shape))
+    got = mt.autograd.grad((ours * mt.tensor(weights)).sum(), leaves, allow_unused=True,
+                           materialize_grads=True)
+    expected = torch.autograd.grad((theirs * torch.tensor(weights)).sum(), torch_leaves,
+                                   allow_unused=True, materialize_grads=True)
+    for g, e in zip(got, expected):
+        close(g, e)
+
+
+def test_multilabel_margin_loss_counts_targets_up_to_the_first_minus_one():
+    x, tx = pair([[0.1, 0.2, 0.4, 0.8]])
+    for labels in ([[1, 1, -1, 1]], [[1, -1, 0, 0]], [[3, 0, -1, 1]], [[0, 1, 2, 3]],
+                   [[-1, 0, 1, 2]]):
+        close(F.multilabel_margin_loss(x, mt.tensor(labels), reduction="none"),
+              TF.multilabel_margin_loss(tx, torch.tensor(labels), reduction="none"))
+    # a class listed twice counts twice (PyTorch's kernel loops over the listed entries)
+    twice = F.multilabel_margin_loss(x, mt.tensor([[1, 1, -1, 1]]), reduction="none")
+    once = F.multilabel_margin_loss(x, mt.tensor([[1, -1, 0, 0]]), reduction="none")
+    np.testing.assert_allclose(to_np(twice), 2 * to_np(once))
+
+
+def test_margin_losses_at_their_kinks_take_torch_subgradients():
+    # margin violations exactly 0: no gradient, as PyTorch's kernels (z > 0)
+    rows = [[0.0, 1.0, 0.0], [2.0, 1.0, 1.0]]
+    x, tx = pair(rows, requires_grad=True)
+    for ours, theirs in [
+            (F.multi_margin_loss(x, mt.tensor([1, 0])), TF.multi_margin_loss(tx, torch.tensor([1, 0]))),
+            (F.multilabel_margin_loss(x, mt.tensor([[1, -1, 0], [0, -1, 0]])),
+             TF.multilabel_margin_loss(tx, torch.tensor([[1, -1, 0], [0, -1, 0]]))),
+            (F.hinge_embedding_loss(x, -mt.ones(2, 3)), TF.hinge_embedding_loss(tx, -torch.ones(2, 3)))]:
+        close(ours, theirs)
+        (g,) = mt.autograd.grad(ours, [x])
+        (tg,) = torch.autograd.grad(theirs, [tx])
+        close(g, tg)
+
+
+def test_loss_double_backward():
+    for case in LOSS_CASES:
+        name, tensor_names, kwargs = case
+        if "distance_function" in kwargs:
+            continue
+        data = _data()
+        args = [mt.tensor(data[k]) for k in tensor_names]
+        weight = mt.tensor(data[kwargs["weight"]]) if "weight" in kwargs else None
+        kw = {k: v for k, v in kwargs.items() if k != "weight"}
+        if weight is not None:
+            kw["weight"] = weight
+        x = args[0].requires_grad_()
+        assert gradgradcheck(lambda t: getattr(F, name)(t, *args[1:], **kw), (x,)), case
+
+
+def test_legacy_reduction_flags_match_torch():
+    x, tx = pair(_data()["x34"])
+    labels = _data()["labels34"]
+    calls = [("soft_margin_loss", (x, mt.tensor(_data()["signs34"])),
+              (tx, torch.tensor(_data()["signs34"]))),
+             ("hinge_embedding_loss", (x, mt.tensor(_data()["signs34"])),
+              (tx, torch.tensor(_data()["signs34"]))),
+             ("multilabel_soft_margin_loss", (x, mt.tensor(_data()["probs34"])),
+              (tx, torch.tensor(_data()["probs34"]))),
+             ("multi_margin_loss", (x, mt.tensor([1, 0, 3])), (tx, torch.tensor([1, 0, 3]))),
+             ("multilabel_margin_loss", (x, mt.tensor(labels)), (tx, torch.tensor(labels)))]
+    for name, ours, theirs in calls:
+        for flags in ({"size_average": False}, {"reduce": False}, {"size_average": True},
+                      {"size_average": False, "reduce": True}):
+            with pytest.warns(UserWarning, match="size_average and reduce"):
+                got = getattr(F, name)(*ours, **flags, reduction="none")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                close(got, getattr(TF, name)(*theirs, **flags, reduction="none"))
+
+
+def _loss_errors():
+    x, tx = pair(_data()["x34"])
+    y, ty = mt.tensor([1, 0, 3]), torch.tensor([1, 0, 3])
+    labels, tlabels = mt.tensor(_data()["labels34"]), torch.tensor(_data()["labels34"])
+    signs, tsigns = pair(_data()["signs34"])
+    return [
+        (lambda: F.soft_margin_loss(x, signs, reduction="bad"),
+         lambda: TF.soft_margin_loss(tx, tsigns, reduction="bad")),
+        (lambda: F.soft_margin_loss(x[:, :1], signs), lambda: TF.soft_margin_loss(tx[:, :1], tsigns)),
+        (lambda: F.multilabel_soft_margin_loss(x, signs, reduction="bad"),
+         lambda: TF.multilabel_soft_margin_loss(tx, tsigns, reduction="bad")),
+        (lambda: F.hinge_embedding_loss(x, signs, reduction="bad"),
+         lambda: TF.hinge_embedding_loss(tx, tsigns, reduction="bad")),
+        (lambda: F.multi_margin_loss(x, y, p=3), lambda: TF.multi_margin_loss(tx, ty, p=3)),
+        (lambda: F.multi_margin_loss(x, y, weight=mt.ones(2, 2, dtype=mt.float64)),
+         lambda: TF.multi_margin_loss(tx, ty, weight=torch.ones(2, 2, dtype=torch.float64))),
+        (lambda: F.multi_margin_loss(x, y, weight=mt.ones(3, dtype=mt.float64)),
+         lambda: TF.multi_margin_loss(tx, ty, weight=torch.ones(3, dtype=torch.float64))),
+        (lambda: F.multi_margin_loss(x, y, weight=mt.ones(4)),
+         lambda: TF.multi_margin_loss(tx, ty, weight=torch.ones(4))),
+        (lambda: F.multi_margin_loss(x, y.float()), lambda: TF.multi_margin_loss(tx, ty.float())),
+        (lambda: F.multi_margin_loss(x, y.int()), lambda: TF.multi_margin_loss(tx, ty.int())),
+        (lambda: F.multi_margin_loss(x, y[:2]), lambda: TF.multi_margin_loss(tx, ty[:2])),
+        (lambda: F.multi_margin_loss(x, y.view(3, 1)), lambda: TF.multi_margin_loss(tx, ty.view(3, 1))),
+        (lambda: F.multi_margin_loss(x[0], y[:2]), lambda: TF.multi_margin_loss(tx[0], ty[:2])),
+        (lambda: F.multi_margin_loss(x, mt.tensor([1, 4, 0])),
+         lambda: TF.multi_margin_loss(tx, torch.tensor([1, 4, 0]))),
+        (lambda: F.multi_margin_loss(x, mt.tensor([1, -1, 0])),
+         lambda: TF.multi_margin_loss(tx, torch.tensor([1, -1, 0]))),
+        (lambda: F.multi_margin_loss(mt.ones(2, 3, 4), y[:2]),
+         lambda: TF.multi_margin_loss(torch.ones(2, 3, 4), ty[:2])),
+        (lambda: F.multi_margin_loss(mt.ones(3, 0), y), lambda: TF.multi_margin_loss(torch.ones(3, 0), ty)),
+        (lambda: F.multi_margin_loss(x.half(), y), lambda: TF.multi_margin_loss(tx.half(), ty)),
+        (lambda: F.multi_margin_loss(x, y, reduction="bad"),
+         lambda: TF.multi_margin_loss(tx, ty, reduction="bad")),
+        (lambda: F.multilabel_margin_loss(x, labels.float()),
+         lambda: TF.multilabel_margin_loss(tx, tlabels.float())),
+        (lambda: F.multilabel_margin_loss(x, labels[:2]),
+         lambda: TF.multilabel_margin_loss(tx, tlabels[:2])),
+        (lambda: F.multilabel_margin_loss(x, mt.full((3, 4), 4)),
+         lambda: TF.multilabel_margin_loss(tx, torch.full((3, 4), 4))),
+        (lambda: F.multilabel_margin_loss(x, mt.full((3, 4), -2)),
+         lambda: TF.multilabel_margin_loss(tx, torch.full((3, 4), -2))),
+        (lambda: F.multilabel_margin_loss(mt.ones(2, 3, 4), mt.zeros(2, 3, 4, dtype=mt.int64)),
+         lambda: TF.multilabel_margin_loss(torch.ones(2, 3, 4), torch.zeros(2, 3, 4).long())),
+        (lambda: F.multilabel_margin_loss(x.half(), labels),
+         lambda: TF.multilabel_margin_loss(tx.half(), tlabels)),
+        (lambda: F.triplet_margin_with_distance_loss(x, x, x, margin=0),
+         lambda: TF.triplet_margin_with_distance_loss(tx, tx, tx, margin=0)),
+        (lambda: F.triplet_margin_with_distance_loss(x, x, x[0]),
+         lambda: TF.triplet_margin_with_distance_loss(tx, tx, tx[0])),
+        (lambda: F.triplet_margin_with_distance_loss(x, x, x, reduction="bad"),
+         lambda: TF.triplet_margin_with_distance_loss(tx, tx, tx, reduction="bad")),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_loss_errors())))
+def test_loss_errors_match_torch(index):
+    ours, theirs = _loss_errors()[index]
+    raises_like_torch(ours, theirs)
+
+
+LOSS_MODULES = [
+    ("SoftMarginLoss", (), {}, ("x34", "signs34")),
+    ("SoftMarginLoss", (), {"reduction": "sum"}, ("x34", "signs34")),
+    ("MultiLabelSoftMarginLoss", (), {"weight": "w4"}, ("x34", "probs34")),
+    ("HingeEmbeddingLoss", (0.5,), {"reduction": "none"}, ("x34", "signs34")),
+    ("MultiMarginLoss", (2, 0.7), {"weight": "w4"}, ("x34", "y3")),
+    ("MultiLabelMarginLoss", (), {"reduction": "none"}, ("x34", "labels34")),
+    ("TripletMarginWithDistanceLoss", (), {"margin": 0.5, "swap": True}, ("x34", "a34", "b34")),
+]
+
+
+@pytest.mark.parametrize("case", LOSS_MODULES, ids=[c[0] for c in LOSS_MODULES])
+def test_loss_modules_match_torch(case):
+    name, args, kwargs, inputs = case
+    ours_cls, theirs_cls = getattr(nn, name), getattr(torch.nn, name)
+    same_signature(ours_cls.__init__, theirs_cls.__init__)
+    data = _data()
+    ours_kw = {k: mt.tensor(data[v]) if k == "weight" else v for k, v in kwargs.items()}
+    theirs_kw = {k: torch.tensor(data[v]) if k == "weight" else v for k, v in kwargs.items()}
+    ours, theirs = ours_cls(*args, **ours_kw), theirs_cls(*args, **theirs_kw)
+    assert repr(ours) == repr(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: mt.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    close(ours(*[mt.tensor(data[k]) for k in inputs]),
+          theirs(*[torch.tensor(data[k]) for k in inputs]))
+
+
+def test_loss_module_checks_match_torch():
+    raises_like_torch(lambda: nn.MultiMarginLoss(p=3), lambda: torch.nn.MultiMarginLoss(p=3))
+    raises_like_torch(lambda: nn.MultiMarginLoss(weight=mt.ones(2, 2)),
+                      lambda: torch.nn.MultiMarginLoss(weight=torch.ones(2, 2)))
+    raises_like_torch(lambda: nn.TripletMarginWithDistanceLoss(margin=0),
+                      lambda: torch.nn.TripletMarginWithDistanceLoss(margin=0))
+    with pytest.warns(UserWarning):
+        assert nn.SoftMarginLoss(size_average=False).reduction == "sum"
+    same_signature(nn.PairwiseDistance.__init__, torch.nn.PairwiseDistance.__init__)
+    assert repr(nn.PairwiseDistance(1.0, keepdim=True)) == repr(
+        torch.nn.PairwiseDistance(1.0, keepdim=True))
+    x, tx = pair(_data()["a34"])
+    z, tz = pair(_data()["b34"])
+    close(nn.PairwiseDistance(1.0, keepdim=True)(x, z),
+          torch.nn.PairwiseDistance(1.0, keepdim=True)(tx, tz))
+
+
+def test_functional_signatures_match_torch():
+    for name in ("hardshrink", "softshrink", "rrelu", "soft_margin_loss",
+                 "multilabel_soft_margin_loss", "hinge_embedding_loss", "multi_margin_loss",
+                 "multilabel_margin_loss", "triplet_margin_with_distance_loss"):
+        theirs = getattr(TF, name)
+        try:
+            signature = inspect.signature(theirs)
+        except ValueError:          # a C function: its first docstring line has it
+            continue
+        same_signature(getattr(F, name), theirs)
+
+
+# --------------------------------------------------------------------------- vmap of the losses
+
+def _per_sample_loss_cases():
+    """(name, batched tensor arguments (the first per sample, the rest shared or per
+    sample), kwargs), for vmap and vmap(grad) against a loop."""
+    for case in LOSS_CASES:
+        name, tensor_names, kwargs = case
+        if kwargs.get("reduction", "mean") == "none" or "distance_function" in kwargs:
+            continue
+        yield case
+
+
+def _stacked(value, size=3, scale=True):
+    rows = [value * (1 - 0.1 * i) if scale else value for i in range(size)]
+    return mt.tensor(np.stack(rows))
+
+
+@pytest.mark.parametrize("case", list(_per_sample_loss_cases()),
+                         ids=[_loss_id(c) for c in _per_sample_loss_cases()])
+def test_vmap_and_vmap_grad_of_losses_match_loop(case):
+    name, tensor_names, kwargs = case
+    data = _data()
+    fn = getattr(F, name)
+    kw = {k: v for k, v in kwargs.items() if k != "weight"}
+    shared = [mt.tensor(data[k]) for k in tensor_names[1:]]
+    if "weight" in kwargs:
+        shared.append(mt.tensor(data[kwargs["weight"]]))
+
+    def loss(x, *rest):
+        *others, weight = rest if "weight" in kwargs else (*rest, None)
+        extra = {"weight": weight} if "weight" in kwargs else {}
+        return fn(x, *others, **kw, **extra)
+    batched = _stacked(data[tensor_names[0]])
+    # every other argument batched too (integer targets: the same per sample)
+    per_sample = [_stacked(to_np(t), scale=t.dtype.is_floating_point) for t in shared]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # the per-sample loop would warn
+        for others, dims in ((shared, (0,) + (None,) * len(shared)),
+                             (per_sample, (0,) * (1 + len(shared)))):
+            got = mt.vmap(loss, in_dims=dims)(batched, *others)
+            grads = mt.vmap(mt.func.grad(loss), in_dims=dims)(batched, *others)
+            for i in range(3):
+                row_others = [o[i] if d == 0 else o for o, d in zip(others, dims[1:])]
+                leaf = batched[i].detach().clone().requires_grad_()
+                expected = loss(leaf, *row_others)
+                np.testing.assert_allclose(to_np(got[i]), to_np(expected), rtol=1e-12)
+                (g,) = mt.autograd.grad(expected, [leaf])
+                np.testing.assert_allclose(to_np(grads[i]), to_np(g), rtol=1e-10, atol=1e-14)

@@ -351,7 +351,17 @@ def to_torch(value):
     return value
 
 
+# Ops compared with torch.nn.functional's function of the same name: torch's own ops of
+# these names read ``reduction`` as an int enum (torch.hinge_embedding_loss reduces
+# nothing by default), or torch has none
+NN_FUNCTIONAL = {"softshrink", "soft_margin_loss", "multilabel_soft_margin_loss",
+                 "hinge_embedding_loss", "multi_margin_loss", "multilabel_margin_loss",
+                 "triplet_margin_with_distance_loss", "pdist", "bilinear"}
+
+
 def torch_callable(name):
+    if name in NN_FUNCTIONAL:
+        return getattr(torch.nn.functional, name)
     if hasattr(torch, name):
         return getattr(torch, name)
     if hasattr(torch.Tensor, name):

@@ -744,3 +744,40 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
 
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return _op("rrelu_", input, lower, upper, training)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``log(1 + exp(-target * input))``: one composite op, ``ops.loss``."""
+    return _op("soft_margin_loss", input, target,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction="mean"):
+    return _op("multilabel_soft_margin_loss", input, target, weight,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
+                         reduction="mean"):
+    return _op("hinge_embedding_loss", input, target, margin,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None,
+                      reduce=None, reduction="mean"):
+    return _op("multi_margin_loss", input, target, p, margin, weight,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``target`` holds each row's classes, ended by -1 (PyTorch's convention)."""
+    return _op("multilabel_margin_loss", input, target,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin=1.0, swap=False, reduction="mean"):
+    return _op("triplet_margin_with_distance_loss", anchor, positive, negative,
+               distance_function=distance_function, margin=margin, swap=swap,
+               reduction=reduction)
