@@ -544,3 +544,165 @@ def test_vmap_and_vmap_grad_of_losses_match_loop(case):
                 np.testing.assert_allclose(to_np(got[i]), to_np(expected), rtol=1e-12)
                 (g,) = mt.autograd.grad(expected, [leaf])
                 np.testing.assert_allclose(to_np(grads[i]), to_np(g), rtol=1e-10, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- bilinear
+
+def test_bilinear_matches_torch_with_batch_dims_and_gradients():
+    rng = np.random.default_rng(2)
+    for shape1, shape2 in (((2, 3), (2, 4)), ((3,), (4,)), ((2, 5, 3), (2, 5, 4))):
+        arrays = [rng.standard_normal(shape1), rng.standard_normal(shape2),
+                  rng.standard_normal((5, 3, 4)), rng.standard_normal(5)]
+        for with_bias in (True, False):
+            ours = [mt.tensor(a, requires_grad=True) for a in arrays[:3 + with_bias]]
+            theirs = [torch.tensor(a, requires_grad=True) for a in arrays[:3 + with_bias]]
+            y, ty = F.bilinear(*ours), TF.bilinear(*theirs)
+            close(y, ty)
+            close(mt.bilinear(*ours), torch.bilinear(*theirs))
+            w = rng.standard_normal(tuple(ty.shape))
+            for g, e in zip(mt.autograd.grad((y * mt.tensor(w)).sum(), ours),
+                            torch.autograd.grad((ty * torch.tensor(w)).sum(), theirs)):
+                close(g, e)
+
+
+def test_bilinear_errors_match_torch():
+    def both(shapes, dtype=np.float32, bias_dtype=None):
+        arrays = [np.ones(s, dtype) for s in shapes]
+        if bias_dtype is not None:
+            arrays[-1] = arrays[-1].astype(bias_dtype)
+        return [mt.tensor(a) for a in arrays], [torch.tensor(a) for a in arrays]
+    for shapes, bias_dtype in [
+            (((3,), (2, 4), (5, 3, 4), (5,)), None),
+            (((2, 3), (3, 4), (5, 3, 4), (5,)), None),
+            (((2, 3), (2, 3), (5, 3, 4), (5,)), None),
+            (((2, 2), (2, 4), (5, 3, 4), (5,)), None),
+            (((2, 3), (2, 4), (3, 4), (5,)), None),
+            (((2, 3), (2, 4), (5, 3, 4), (3,)), None),
+            (((2, 3), (2, 4), (5, 3, 4), (1,)), None),
+            (((2, 3), (2, 4), (5, 3, 4), (5,)), np.float64),
+            (((), (), (5, 3, 4), (5,)), None)]:
+        ours, theirs = both(shapes, bias_dtype=bias_dtype)
+        raises_like_torch(lambda: F.bilinear(*ours), lambda: TF.bilinear(*theirs))
+
+
+def test_bilinear_module_matches_torch():
+    same_signature(nn.Bilinear.__init__, torch.nn.Bilinear.__init__)
+    for bias in (True, False):
+        ours, theirs = nn.Bilinear(3, 4, 5, bias=bias), torch.nn.Bilinear(3, 4, 5, bias=bias)
+        assert repr(ours) == repr(theirs)
+        assert [(k, tuple(v.shape)) for k, v in ours.state_dict().items()] == \
+            [(k, tuple(v.shape)) for k, v in theirs.state_dict().items()]
+        ours.load_state_dict({k: mt.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+        x1, tx1 = pair(np.random.default_rng(3).standard_normal((2, 3)), np.float32)
+        x2, tx2 = pair(np.random.default_rng(4).standard_normal((2, 4)), np.float32)
+        close(ours(x1, x2), theirs(tx1, tx2), rtol=1e-5, atol=1e-6)
+    # PyTorch's initialisation: U(-1/sqrt(in1), 1/sqrt(in1)) for weight and bias
+    big = nn.Bilinear(4, 2, 3000, dtype=mt.float64)
+    for p in (big.weight, big.bias):
+        values = to_np(p)
+        assert values.min() >= -0.5 and values.max() <= 0.5
+        assert values.min() < -0.49 and values.max() > 0.49
+    assert nn.Bilinear(2, 3, 4, dtype=mt.float64).weight.dtype == mt.float64
+
+
+# --------------------------------------------------------------------------- pdist
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, float("inf"), 3.0, 0.5, 1.5])
+def test_pdist_values_and_gradients_match_torch(p):
+    rows = [[1.0, 2.0], [1.0, 2.0], [0.0, 1.0], [0.0, 3.0], [2.0, -1.0]]   # a zero distance,
+    x, tx = pair(rows, requires_grad=True)                               # ties for inf
+    y, ty = F.pdist(x, p), TF.pdist(tx, p)
+    close(y, ty)
+    assert y.grad_fn is not None and y.requires_grad
+    w = np.arange(1.0, 1.0 + ty.shape[0])
+    (g,) = mt.autograd.grad((y * mt.tensor(w)).sum(), [x])
+    (tg,) = torch.autograd.grad((ty * torch.tensor(w)).sum(), [tx])
+    close(g, tg)
+    x32, tx32 = pair(np.random.default_rng(5).standard_normal((6, 4)), np.float32)
+    close(F.pdist(x32, p), TF.pdist(tx32, p), rtol=1e-5, atol=1e-6)
+    close(mt.pdist(x32.t(), p), torch.pdist(tx32.t(), p), rtol=1e-5, atol=1e-6)
+
+
+def test_pdist_double_backward_and_empty_inputs():
+    x = mt.tensor(np.random.default_rng(6).standard_normal((4, 3)), requires_grad=True)
+    for p in (2.0, 1.5, 3.0):
+        assert gradgradcheck(lambda t: F.pdist(t, p), (x,))
+    for shape in ((1, 3), (0, 3), (4, 0)):
+        close(F.pdist(mt.ones(shape)), TF.pdist(torch.ones(shape)))
+
+
+def test_pdist_errors_match_torch():
+    for ours, theirs in [
+            (lambda: F.pdist(mt.ones(2, 4, 3)), lambda: TF.pdist(torch.ones(2, 4, 3))),
+            (lambda: F.pdist(mt.ones(4)), lambda: TF.pdist(torch.ones(4))),
+            (lambda: F.pdist(mt.ones(4, 3), -1), lambda: TF.pdist(torch.ones(4, 3), -1)),
+            (lambda: F.pdist(mt.ones(4, 3, dtype=mt.int64)),
+             lambda: TF.pdist(torch.ones(4, 3, dtype=torch.int64))),
+            (lambda: F.pdist(mt.ones(4, 3).half()), lambda: TF.pdist(torch.ones(4, 3).half()))]:
+        raises_like_torch(ours, theirs)
+
+
+def test_pdist_and_bilinear_vmap_and_vmap_grad_match_loop():
+    rng = np.random.default_rng(7)
+    batched = mt.tensor(rng.standard_normal((3, 4, 2)))
+    weight, x2 = mt.tensor(rng.standard_normal((5, 2, 3))), mt.tensor(rng.standard_normal(3))
+    functions = [lambda x: F.pdist(x, 1.5), lambda x: F.pdist(x, float("inf")),
+                 lambda x: F.bilinear(x, x2.expand(4, 3), weight)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # the per-sample loop would warn
+        for fn in functions:
+            got = mt.vmap(fn)(batched)
+            grads = mt.vmap(mt.func.grad(lambda x: fn(x).square().sum()))(batched)
+            # the inner batch dim last: each rule moves it to the front
+            nested = mt.vmap(mt.vmap(fn, in_dims=-1))(batched.unsqueeze(-1).expand(3, 4, 2, 2))
+            for i in range(3):
+                leaf = batched[i].detach().clone().requires_grad_()
+                expected = fn(leaf)
+                np.testing.assert_allclose(to_np(got[i]), to_np(expected), rtol=1e-12)
+                np.testing.assert_allclose(to_np(nested[i, 0]), to_np(expected), rtol=1e-12)
+                (g,) = mt.autograd.grad(expected.square().sum(), [leaf])
+                np.testing.assert_allclose(to_np(grads[i]), to_np(g), rtol=1e-10)
+
+
+# --------------------------------------------------------------------------- gumbel_softmax
+
+def test_gumbel_softmax_samples_the_gumbel_softmax_distribution():
+    logits = mt.tensor(np.log([0.1, 0.2, 0.7]))
+    many = logits.expand(20000, 3)
+    hard = to_np(F.gumbel_softmax(many, tau=0.5, hard=True))
+    assert set(np.unique(hard)) == {0.0, 1.0} and (hard.sum(-1) == 1).all()
+    # the argmax of logits + Gumbel noise is a draw from softmax(logits)
+    np.testing.assert_allclose(hard.mean(0), [0.1, 0.2, 0.7], atol=0.015)
+    soft = to_np(F.gumbel_softmax(many, tau=2.0))
+    np.testing.assert_allclose(soft.sum(-1), 1.0)
+    assert (soft > 0).all() and soft.std(0).min() > 0.01
+    torch_soft = TF.gumbel_softmax(torch.tensor(np.log([0.1, 0.2, 0.7])).expand(20000, 3),
+                                   tau=2.0).numpy()
+    np.testing.assert_allclose(soft.mean(0), torch_soft.mean(0), atol=0.01)
+
+
+def test_gumbel_softmax_dim_and_straight_through_gradient():
+    same_signature(F.gumbel_softmax, TF.gumbel_softmax)
+    x = mt.tensor(np.random.default_rng(8).standard_normal((4, 3)), requires_grad=True)
+    hard = F.gumbel_softmax(x, hard=True, dim=0)
+    np.testing.assert_array_equal(to_np(hard).sum(0), 1.0)
+    state = mt.get_rng_state()
+    weights = mt.tensor(np.arange(12.0).reshape(4, 3))
+    (g_hard,) = mt.autograd.grad((F.gumbel_softmax(x, 0.7, True) * weights).sum(), [x])
+    mt.set_rng_state(state)
+    soft = F.gumbel_softmax(x, 0.7, False)
+    (g_soft,) = mt.autograd.grad((soft * weights).sum(), [x])
+    np.testing.assert_allclose(to_np(g_hard), to_np(g_soft), rtol=1e-12)   # straight through
+    with pytest.warns(UserWarning, match="`eps` parameter is deprecated"):
+        F.gumbel_softmax(x, eps=1e-5)
+
+
+def test_gumbel_softmax_under_vmap_follows_randomness():
+    x = mt.zeros(3, 5)
+    with pytest.raises(RuntimeError, match="randomness"):
+        mt.vmap(F.gumbel_softmax)(x)
+    different = to_np(mt.vmap(F.gumbel_softmax, randomness="different")(x))
+    assert not np.allclose(different[0], different[1])
+    same = to_np(mt.vmap(F.gumbel_softmax, randomness="same")(x))
+    np.testing.assert_array_equal(same[0], same[1])
+    np.testing.assert_allclose(same.sum(-1), 1.0, rtol=1e-6)

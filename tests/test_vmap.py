@@ -356,7 +356,7 @@ def to_torch(value):
 # nothing by default), or torch has none
 NN_FUNCTIONAL = {"softshrink", "soft_margin_loss", "multilabel_soft_margin_loss",
                  "hinge_embedding_loss", "multi_margin_loss", "multilabel_margin_loss",
-                 "triplet_margin_with_distance_loss", "pdist", "bilinear"}
+                 "triplet_margin_with_distance_loss"}
 
 
 def torch_callable(name):

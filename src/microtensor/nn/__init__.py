@@ -33,3 +33,4 @@ from microtensor.nn.attention import (MultiheadAttention, TransformerEncoder,  #
 __all__ += ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
 from microtensor.nn.sparse import EmbeddingBag  # noqa: E402,F401
 from microtensor.nn.upsampling import *  # noqa: E402,F401,F403
+from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401

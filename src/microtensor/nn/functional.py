@@ -781,3 +781,32 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     return _op("triplet_margin_with_distance_loss", anchor, positive, negative,
                distance_function=distance_function, margin=margin, swap=swap,
                reduction=reduction)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``input1ᵀ weight[k] input2 + bias[k]`` for each output feature ``k``."""
+    return _op("bilinear", input1, input2, weight, bias)
+
+
+def pdist(input, p=2):
+    """The ``p``-norm distances between the pairs of rows ``i < j`` of ``input`` (N, M)."""
+    return _op("pdist", input, p)
+
+
+def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)`` with
+    ``g`` Gumbel(0, 1) noise (``-log`` of an exponential draw, drawn with ``rand_like``, so
+    that vmap's ``randomness`` governs it); ``hard`` returns the one-hot of its argmax,
+    with the soft sample's gradient (straight through)."""
+    import warnings
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    # -log(U), U uniform in [0, 1): an exponential draw, never 0 (U < 1), so the Gumbel
+    # noise -log(-log(U)) is never +inf
+    exponential = -_op("rand_like", logits).log()
+    soft = ((logits - exponential.log()) / tau).softmax(dim)
+    if not hard:
+        return soft
+    index = soft.argmax(dim, keepdim=True)
+    one_hot = _op("zeros_like", logits).scatter(dim, index, 1.0)
+    return one_hot - soft.detach() + soft
