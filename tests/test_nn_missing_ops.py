@@ -15,7 +15,7 @@ import pytest
 import microtensor as mt
 import microtensor.nn as nn
 import microtensor.nn.functional as F
-from microtensor.autograd import gradcheck, gradgradcheck
+from microtensor.autograd import gradgradcheck
 
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests")
 TF = torch.nn.functional
@@ -80,6 +80,18 @@ def test_shrinks_keep_nan_and_sign_of_zero():
         ours, theirs = to_np(getattr(F, name)(x)), getattr(TF, name)(tx).numpy()
         np.testing.assert_array_equal(ours, theirs)
         np.testing.assert_array_equal(np.signbit(ours), np.signbit(theirs))
+
+
+def test_shrinks_in_float16_and_with_out():
+    values = np.linspace(-2, 2, 9)
+    for name in ("hardshrink", "softshrink"):
+        ours = getattr(F, name)(mt.tensor(values).half(), 0.3)
+        theirs = getattr(TF, name)(torch.tensor(values).half(), 0.3)
+        assert ours.dtype == mt.float16
+        np.testing.assert_array_equal(to_np(ours), theirs.numpy())
+    out = mt.empty(9)
+    assert mt.hardshrink(mt.tensor(values, dtype=mt.float32), 0.5, out=out) is out
+    close(out, torch.hardshrink(torch.tensor(values, dtype=torch.float32), 0.5))
 
 
 def test_hardshrink_is_a_function_and_a_method():
@@ -315,6 +327,21 @@ def test_loss_values_and_gradients_match_torch(case):
         close(g, e)
 
 
+def test_soft_margin_loss_is_finite_where_torch_overflows():
+    x = mt.tensor([100.0, -3.0, 30.0], dtype=mt.float32, requires_grad=True)
+    y = mt.tensor([-1.0, 1.0, -1.0])
+    loss = F.soft_margin_loss(x, y, reduction="none")
+    np.testing.assert_allclose(to_np(loss), [100.0, np.log1p(np.exp(3.0)), 30.0], rtol=1e-6)
+    # float64, where PyTorch's log(1 + exp(.)) does not overflow, gives the same
+    close(F.soft_margin_loss(x.double(), y.double(), reduction="none"),
+          TF.soft_margin_loss(torch.tensor([100.0, -3.0, 30.0], dtype=torch.float64),
+                              torch.tensor([-1.0, 1.0, -1.0], dtype=torch.float64),
+                              reduction="none"))
+    (g,) = mt.autograd.grad(loss.sum(), [x])
+    # d/dx log(1 + exp(-y x)) = -y sigmoid(-y x)
+    np.testing.assert_allclose(to_np(g), [1.0, -1 / (1 + np.exp(-3.0)), 1.0], rtol=1e-6)
+
+
 def test_multilabel_margin_loss_counts_targets_up_to_the_first_minus_one():
     x, tx = pair([[0.1, 0.2, 0.4, 0.8]])
     for labels in ([[1, 1, -1, 1]], [[1, -1, 0, 0]], [[3, 0, -1, 1]], [[0, 1, 2, 3]],
@@ -490,8 +517,8 @@ def test_functional_signatures_match_torch():
                  "multilabel_margin_loss", "triplet_margin_with_distance_loss"):
         theirs = getattr(TF, name)
         try:
-            signature = inspect.signature(theirs)
-        except ValueError:          # a C function: its first docstring line has it
+            inspect.signature(theirs)
+        except ValueError:          # a C function (hardshrink, softshrink): no signature
             continue
         same_signature(getattr(F, name), theirs)
 

@@ -725,8 +725,8 @@ from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F
                                           upsample_bilinear, upsample_nearest)
 
 
-# --------------------------------------------------------------------------- shrinks, rrelu,
-# margin losses, bilinear, pdist, gumbel_softmax
+# ------------------------------------------- shrinks, rrelu, margin losses, bilinear, pdist,
+# gumbel_softmax
 
 def hardshrink(input, lambd=0.5):
     return _op("hardshrink", input, lambd)

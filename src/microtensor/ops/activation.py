@@ -854,8 +854,8 @@ __all__ += ["hardshrink", "softshrink", "rrelu", "rrelu_"]
 
 def _shrink_samples(make):
     near_half = _away_from((-0.5, 0.5), _float_samples())(make)
-    return near_half + [Sample(_away_from((-1, 1), lambda m: [m(3, 4, low=-3, high=3)])(make)[0],
-                               1.0),
+    wide = _away_from((-1, 1), lambda m: [m(3, 4, low=-3, high=3)])(make)[0]
+    return near_half + [Sample(wide, 1.0),
                         Sample(_away_from((0,), lambda m: [m(5)])(make)[0], lambd=0.0)]
 
 
