@@ -17,7 +17,8 @@ import numpy as np
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import float32, int64
-from microtensor._dtype import cast_scalar, result_type
+from microtensor._dtype import cast_scalar, finfo, result_type
+from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -859,27 +860,28 @@ def _shrink_samples(make):
                         Sample(_away_from((0,), lambda m: [m(5)])(make)[0], lambd=0.0)]
 
 
-def _inside(self, lambd):
-    """Where ``-lambd <= self <= lambd``: what both shrinks zero (NaN is outside)."""
-    return (self >= -lambd) & (self <= lambd)
+def _inside(x, lambd):
+    """Where ``-lambd <= x <= lambd`` (``x`` an array or a tensor): what both shrinks zero
+    (NaN is outside)."""
+    return (x >= -lambd) & (x <= lambd)
+
+
+def _shrink_derivative(grad, self, lambd):
+    return where(_inside(self, lambd), grad.new_zeros(()), grad)
 
 
 @op(family="pointwise", samples=_shrink_samples)
 def hardshrink(self, lambd=0.5, *, out=None):
     """``self`` where ``|self| > lambd``, else 0."""
     _float_only("hardshrink_cpu", self)
-    return pointwise(_store(lambda a: np.where((a >= -lambd) & (a <= lambd), 0, a)), self,
-                     out=out)
+    return pointwise(_store(lambda a: np.where(_inside(a, lambd), 0, a)), self, out=out)
 
 
-@hardshrink.def_derivative("self")
-def hardshrink(grad, self, lambd):
-    return where(_inside(self, lambd), grad.new_zeros(()), grad)
+hardshrink.def_derivative("self")(_shrink_derivative)
 
 
 def _check_shrink_lambda(self, lambd):
     """PyTorch's softshrink checks ``0 <= lambd <= the dtype's largest value``."""
-    from microtensor._dtype import finfo
     largest = finfo(self._dtype).max
     if not 0 <= lambd <= largest:
         raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype "
@@ -896,9 +898,7 @@ def softshrink(self, lambd=0.5, *, out=None):
                      self, out=out)
 
 
-@softshrink.def_derivative("self")
-def softshrink(grad, self, lambd):
-    return where(_inside(self, lambd), grad.new_zeros(()), grad)
+softshrink.def_derivative("self")(_shrink_derivative)
 
 
 def _rrelu_noise_samples(make):
@@ -932,7 +932,6 @@ def _rrelu_noise(self, lower, upper, training, generator):
     _float_only("rrelu_with_noise_out_cpu" if training else "leaky_relu_cpu", self)
     if not training:
         return self.new_full((), (lower + upper) / 2)
-    from microtensor.ops.factory import rand_like
     return rand_like(self, generator=generator) * (upper - lower) + lower
 
 

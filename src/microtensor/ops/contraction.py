@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
-from microtensor.ops.factory import eye
+from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import bmm, scaled_sum
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops.registry import Sample, op
@@ -569,7 +569,6 @@ def bilinear(input1, input2, weight, bias=None):
 def _pairs(rows, device):
     """The row indices (first, second) of the pairs ``i < j`` of ``rows`` rows, in
     row-major order, as int64 tensors."""
-    from microtensor.ops.factory import tensor
     return tuple(tensor(index, device=device) for index in np.triu_indices(rows, 1))
 
 

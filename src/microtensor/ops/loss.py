@@ -12,9 +12,13 @@ from operator import methodcaller
 
 import numpy as np
 
-from microtensor._C import kernels, nnkernels
+from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.tensor import int64, compute_numpy
-from microtensor.ops.factory import tensor
+from microtensor._composite import _any
+from microtensor.ops.activation import log_sigmoid, softplus
+from microtensor.ops.contraction import pairwise_distance
+from microtensor.ops.factory import arange, tensor
+from microtensor.ops.pointwise import minimum, where
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
@@ -344,7 +348,6 @@ def _reduced(loss, reduction):
 def _check_broadcasts_to(self, target):
     """PyTorch's elementwise losses write into the input's shape: the target broadcasts to
     it, never past it."""
-    from microtensor._C import meta
     shape = meta.broadcast_shapes(self._sizes, target._sizes)
     if tuple(shape) != tuple(self._sizes):
         raise RuntimeError(f"output with shape {list(self._sizes)} doesn't match the "
@@ -368,7 +371,6 @@ def _soft_margin_samples(make):
 def soft_margin_loss(self, target, reduction="mean"):
     """``log(1 + exp(-target * self))`` (a softplus: finite where the exponential
     overflows)."""
-    from microtensor.ops.activation import softplus
     _check_reduction(reduction)
     _check_broadcasts_to(self, target)
     return _reduced(softplus(-target * self), reduction)
@@ -387,7 +389,6 @@ def _multilabel_soft_samples(make):
 def multilabel_soft_margin_loss(self, target, weight=None, reduction="mean"):
     """The binary cross-entropy of ``sigmoid(self)`` against ``target`` for each class
     (the last dim), weighted, averaged over the classes."""
-    from microtensor.ops.activation import log_sigmoid
     if reduction not in REDUCTIONS:
         raise ValueError(f"{reduction} is not valid")     # PyTorch's message for this loss
     loss = -(target * log_sigmoid(self) + (1 - target) * log_sigmoid(-self))
@@ -408,34 +409,35 @@ def _hinge_samples(make):
 def hinge_embedding_loss(self, target, margin=1.0, reduction="mean"):
     """``self`` where the target is 1, ``max(0, margin - self)`` where it is -1 (both
     summed elsewhere, as PyTorch does)."""
-    from microtensor.ops.pointwise import where
     _check_reduction(reduction)
     zero = self.new_zeros(())
     below_margin = where(target != 1, (margin - self).clamp(min=0), zero)
     return _reduced(below_margin + where(target != -1, self, zero), reduction)
 
 
-def _rows_check(self):
+def _check_rows(self):
     """PyTorch's shape check of the multi-class margin losses' input: (C,) or (N, C), C
-    not 0, or 0-d; the input as (N, C) rows."""
+    not 0, or 0-d."""
     if not ((self.dim() in (1, 2) and self.shape[-1] != 0) or self.dim() == 0):
         raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch "
                            f"size, but got: {list(self.shape)}")
+
+
+def _check_kernel_dtype(kernel, self):
+    """PyTorch's kernels of the multi-class margin losses exist for float32 and float64."""
     if self._dtype.name not in ("float32", "float64"):
-        return None
+        raise NotImplementedError(f"\"{kernel}\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+
+
+def _as_rows(self):
+    """``self`` as (N, C) rows (a 0-d input is one row of one class)."""
     return self.reshape(-1, self.shape[-1] if self.dim() else 1)
 
 
 def _check_long(what):
     if what._dtype is not int64:
         raise RuntimeError(f"expected scalar type Long but found {_type_name(what._dtype)}")
-
-
-def _any_value(condition):
-    """Whether ``condition`` holds anywhere; False under vmap, where a check of values
-    would be data-dependent control flow."""
-    from microtensor._composite import _any
-    return _any(condition)
 
 
 def _per_row(losses, shape, reduction):
@@ -446,7 +448,6 @@ def _per_row(losses, shape, reduction):
 
 
 def _class_index(rows):
-    from microtensor.ops.factory import arange
     return arange(rows.shape[-1], device=rows.device)
 
 
@@ -468,7 +469,7 @@ def multi_margin_loss(self, target, p=1, margin=1.0, weight=None, reduction="mea
         raise ValueError("only p == 1 and p == 2 supported")
     if weight is not None and weight.dim() != 1:
         raise ValueError("weight must be one-dimensional")
-    rows = _rows_check(self)
+    _check_rows(self)
     count = self.shape[0] if self.dim() == 2 else 1
     if target.dim() > 1 or target.numel() != count:
         raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal "
@@ -483,11 +484,10 @@ def multi_margin_loss(self, target, p=1, margin=1.0, weight=None, reduction="mea
     if weight is not None and weight._dtype is not self._dtype:
         raise RuntimeError(f"expected scalar type {_type_name(self._dtype)} but found "
                            f"{_type_name(weight._dtype)}")
-    if rows is None:
-        raise NotImplementedError(f"\"multi_margin_loss_cpu_kernel\" not implemented for "
-                                  f"'{_type_name(self._dtype)}'")
+    _check_kernel_dtype("multi_margin_loss_cpu_kernel", self)
+    rows = _as_rows(self)
     target_shape, target = target.shape, target.reshape(-1, 1)
-    if _any_value((target < 0) | (target >= classes)):
+    if _any((target < 0) | (target >= classes)):
         raise RuntimeError("target out of range")
     # the margin violations: relu's gradient is 0 at 0, where PyTorch's kernel adds none
     violations = (margin - rows.gather(1, target) + rows).relu()
@@ -514,17 +514,16 @@ def multilabel_margin_loss(self, target, reduction="mean"):
     -1; a class listed twice counts twice): ``sum over j in y, i not in y of
     max(0, 1 - (x[j] - x[i]))`` over the number of classes."""
     _check_reduction(reduction)
-    rows = _rows_check(self)
+    _check_rows(self)
     if tuple(target.shape) != tuple(self.shape):
         raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of "
                            f"size: {list(self.shape)}")
     _check_long(target)
-    if rows is None:
-        raise NotImplementedError(f"\"multilabel_margin_loss_forward_out_frame\" not "
-                                  f"implemented for '{_type_name(self._dtype)}'")
+    _check_kernel_dtype("multilabel_margin_loss_forward_out_frame", self)
+    rows = _as_rows(self)
     classes = rows.shape[-1]
     targets = target.reshape(rows.shape)
-    if _any_value((targets < -1) | (targets >= classes)):
+    if _any((targets < -1) | (targets >= classes)):
         raise RuntimeError("argument #2 'target' is out of range")
     listed = (targets < 0).cumsum(1) == 0              # the entries before the first -1
     picked = targets.clamp(min=0)
@@ -551,8 +550,6 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     """``max(0, margin + d(anchor, positive) - d(anchor, negative))`` for any distance
     ``d`` (default: ``pairwise_distance``); with ``swap``, the negative's distance is the
     smaller of its distances to anchor and positive."""
-    from microtensor.ops.contraction import pairwise_distance
-    from microtensor.ops.pointwise import minimum
     _check_reduction(reduction)
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
