@@ -1,4 +1,5 @@
-"""Loss modules over the ``nn.functional`` losses, PyTorch's constructor arguments."""
+"""Loss modules over the ``nn.functional`` losses, PyTorch's constructor arguments, and
+``PairwiseDistance``, ``TripletMarginWithDistanceLoss``'s default distance."""
 from microtensor.nn import functional as F
 from microtensor.nn.modules import Module, _Loss, _WeightedLoss
 

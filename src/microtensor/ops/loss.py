@@ -391,6 +391,8 @@ def multilabel_soft_margin_loss(self, target, weight=None, reduction="mean"):
     (the last dim), weighted, averaged over the classes."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"{reduction} is not valid")     # PyTorch's message for this loss
+    if self.dim() == 0:
+        raise IndexError("Dimension specified as -1 but tensor has no dimensions")
     loss = -(target * log_sigmoid(self) + (1 - target) * log_sigmoid(-self))
     if weight is not None:
         loss = loss * weight
