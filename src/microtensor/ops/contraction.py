@@ -19,7 +19,7 @@ from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import bmm, scaled_sum
-from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
 from microtensor.vmap.helpers import call, same_level, to_front, wrap
@@ -596,9 +596,9 @@ def _pdist_kernel_samples(make):
 def _pdist(self, p=2.0):
     """The ``p``-norm distances between the pairs of rows ``i < j`` of each (N, M) matrix
     of ``self`` (..., N, M): (..., N (N - 1) / 2), pairs in row-major order."""
-    rows = self.shape[-2]
-    first, second = np.triu_indices(rows, 1)
     a = self._array()
+    first, second = (array_module(a).asarray(index)
+                     for index in np.triu_indices(self.shape[-2], 1))
     compute = compute_numpy(self._dtype)
     diffs = a[..., first, :].astype(compute, copy=False) - a[..., second, :]
     return from_numpy_result(_norms(diffs, p), self._dtype)
@@ -656,6 +656,7 @@ def pdist(self, p=2.0):
         raise RuntimeError("pdist only supports floating-point dtypes")
     if p < 0:
         raise RuntimeError("pdist only supports non-negative p values")
-    if self._dtype.name not in ("float32", "float64"):
+    # PyTorch's kernel exists for float32 and float64, but fewer than 2 rows never reach it
+    if self._dtype.name not in ("float32", "float64") and self.shape[0] > 1:
         raise NotImplementedError(f"\"pdist\" not implemented for '{_type_name(self._dtype)}'")
     return _pdist(self, p)

@@ -410,10 +410,11 @@ def _hinge_samples(make):
 @op(kind="composite", method=False, function=False, samples=_hinge_samples)
 def hinge_embedding_loss(self, target, margin=1.0, reduction="mean"):
     """``self`` where the target is 1, ``max(0, margin - self)`` where it is -1 (both
-    summed elsewhere, as PyTorch does)."""
+    summed elsewhere, as PyTorch does), in ``self``'s dtype (an integer input takes the
+    margin cast to its type, as PyTorch's)."""
     _check_reduction(reduction)
     zero = self.new_zeros(())
-    below_margin = where(target != 1, (margin - self).clamp(min=0), zero)
+    below_margin = where(target != 1, (self.new_full((), margin) - self).clamp(min=0), zero)
     return _reduced(below_margin + where(target != -1, self, zero), reduction)
 
 
