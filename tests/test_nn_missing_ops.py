@@ -738,3 +738,14 @@ def test_gumbel_softmax_under_vmap_follows_randomness():
     same = to_np(mt.vmap(F.gumbel_softmax, randomness="same")(x))
     np.testing.assert_array_equal(same[0], same[1])
     np.testing.assert_allclose(same.sum(-1), 1.0, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- 0-d size/stride
+
+def test_size_and_stride_of_a_0d_tensor_raise_torch_index_error():
+    # (they read past the empty sizes tuple before: a crash, not an error)
+    for dim in (0, -1, 3):
+        for method in ("size", "stride"):
+            raises_like_torch(lambda: getattr(mt.ones(()), method)(dim),
+                              lambda: getattr(torch.ones(()), method)(dim))
+    assert mt.ones(()).size() == () and mt.ones(2, 3).size(-1) == 3
