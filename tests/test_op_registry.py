@@ -95,8 +95,18 @@ def _nll_loss_backward(grad, self_shape, target, weight=None, reduction="mean",
     return torch.autograd.grad(loss, x, grad)[0]
 
 
+# Ops compared with torch.nn.functional's function of the same name: torch's own ops of
+# these names read ``reduction`` as an int enum (torch.hinge_embedding_loss reduces
+# nothing by default), or torch has none
+NN_FUNCTIONAL = {"softshrink", "soft_margin_loss", "multilabel_soft_margin_loss",
+                 "hinge_embedding_loss", "multi_margin_loss", "multilabel_margin_loss",
+                 "triplet_margin_with_distance_loss"}
+
+
 def _torch_callable(op):
     name = op.name
+    if name in NN_FUNCTIONAL:
+        return getattr(torch.nn.functional, name)
     if name == "nll_loss":
         return torch.nn.functional.nll_loss
     if name == "linear":

@@ -511,12 +511,12 @@ cdef class TensorBase:
     def size(self, dim=None):
         if dim is None:
             return Size(self._sizes)
-        return self._sizes[_wrap_dim(dim, len(self._sizes))]
+        return self._sizes[_wrap_dim_of_sizes(dim, self._sizes)]
 
     def stride(self, dim=None):
         if dim is None:
             return self._strides
-        return self._strides[_wrap_dim(dim, len(self._sizes))]
+        return self._strides[_wrap_dim_of_sizes(dim, self._sizes)]
 
     def storage_offset(self):
         return self._offset
@@ -1014,6 +1014,16 @@ cdef inline Py_ssize_t _wrap_dim(object dim, Py_ssize_t ndim) except? -1:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-n}, {n - 1}], but got {d})")
     return d + n if d < 0 else d
+
+
+cdef inline Py_ssize_t _wrap_dim_of_sizes(object dim, tuple sizes) except? -1:
+    """``_wrap_dim`` for indexing ``sizes`` (or the strides): a 0-d tensor has no dim to
+    read, where ``_wrap_dim`` accepts 0 and -1 for it."""
+    if not sizes:
+        if type(dim) is not int:
+            _wrap_dim(dim, 0)      # refuses what is not an integer
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    return _wrap_dim(dim, len(sizes))
 
 
 cdef Py_ssize_t _int64_geometry(tuple strides, object offset) except? -1:

@@ -50,3 +50,4 @@ from microtensor.nn.lazy import __all__ as _lazy  # noqa: E402
 from microtensor.nn.parameter import UninitializedBuffer, UninitializedParameter  # noqa: E402
 __all__ += _lazy + ["UninitializedParameter", "UninitializedBuffer"]
 modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModuleMixin
+from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401

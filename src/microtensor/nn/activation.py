@@ -9,6 +9,7 @@ from microtensor.nn.parameter import Parameter
 __all__ = ["GELU", "SiLU", "Mish", "LeakyReLU", "ELU", "SELU", "CELU", "Softplus", "Hardtanh",
            "ReLU6", "Hardsigmoid", "Hardswish", "LogSigmoid", "Softsign", "Tanhshrink", "GLU",
            "PReLU", "Threshold"]
+__all__ += ["Hardshrink", "Softshrink", "RReLU"]
 
 
 def _inplace_suffix(inplace):
@@ -223,3 +224,34 @@ class Softmax2d(Module):
             raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.dim()}D "
                              f"instead")
         return F.softmax(input, -3)
+class Hardshrink(Module):
+    def __init__(self, lambd=0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input):
+        return F.hardshrink(input, self.lambd)
+
+    def extra_repr(self):
+        return f"{self.lambd}"
+
+
+class Softshrink(Hardshrink):
+    def forward(self, input):
+        return F.softshrink(input, self.lambd)
+
+
+class RReLU(Module):
+    """Random leaky ReLU: slopes drawn in training mode, their mean in evaluation mode."""
+
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__()
+        self.lower = lower
+        self.upper = upper
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"lower={self.lower}, upper={self.upper}{_inplace_suffix(self.inplace)}"

@@ -880,3 +880,88 @@ def native_channel_shuffle(input, groups):
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     """Normalisation across channels: one op, ``ops.norm.local_response_norm``."""
     return _op("local_response_norm", input, size, alpha, beta, k)
+# ------------------------------------------- shrinks, rrelu, margin losses, bilinear, pdist,
+# gumbel_softmax
+
+def hardshrink(input, lambd=0.5):
+    return _op("hardshrink", input, lambd)
+
+
+def softshrink(input, lambd=0.5):
+    return _op("softshrink", input, lambd)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Leaky ReLU whose negative slopes are drawn from U(lower, upper) in training, and are
+    ``(lower + upper) / 2`` in evaluation."""
+    return _activation("rrelu", input, inplace, lower, upper, training)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return _op("rrelu_", input, lower, upper, training)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``log(1 + exp(-target * input))``: one composite op, ``ops.loss``."""
+    return _op("soft_margin_loss", input, target,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None,
+                                reduction="mean"):
+    return _op("multilabel_soft_margin_loss", input, target, weight,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
+                         reduction="mean"):
+    return _op("hinge_embedding_loss", input, target, margin,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None,
+                      reduce=None, reduction="mean"):
+    return _op("multi_margin_loss", input, target, p, margin, weight,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``target`` holds each row's classes, ended by -1 (PyTorch's convention)."""
+    return _op("multilabel_margin_loss", input, target,
+               _legacy_reduction(size_average, reduce, reduction))
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin=1.0, swap=False, reduction="mean"):
+    return _op("triplet_margin_with_distance_loss", anchor, positive, negative,
+               distance_function=distance_function, margin=margin, swap=swap,
+               reduction=reduction)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``input1ᵀ weight[k] input2 + bias[k]`` for each output feature ``k``."""
+    return _op("bilinear", input1, input2, weight, bias)
+
+
+def pdist(input, p=2):
+    """The ``p``-norm distances between the pairs of rows ``i < j`` of ``input`` (N, M)."""
+    return _op("pdist", input, p)
+
+
+def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)`` with
+    ``g`` Gumbel(0, 1) noise (``-log`` of an exponential draw, drawn with ``rand_like``, so
+    that vmap's ``randomness`` governs it); ``hard`` returns the one-hot of its argmax,
+    with the soft sample's gradient (straight through)."""
+    import warnings
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    # -log(U), U uniform in [0, 1): an exponential draw, never 0 (U < 1), so the Gumbel
+    # noise -log(-log(U)) is never +inf
+    exponential = -_op("rand_like", logits).log()
+    soft = ((logits - exponential.log()) / tau).softmax(dim)
+    if not hard:
+        return soft
+    index = soft.argmax(dim, keepdim=True)
+    one_hot = _op("zeros_like", logits).scatter(dim, index, 1.0)
+    return one_hot - soft.detach() + soft

@@ -17,7 +17,8 @@ import numpy as np
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import float32, int64
-from microtensor._dtype import cast_scalar, result_type
+from microtensor._dtype import cast_scalar, finfo, result_type
+from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -801,12 +802,16 @@ def _prelu_samples(make):
             Sample(_away_from((0,), lambda m: [m(5)])(make)[0], make(()))]
 
 
+# ``a`` where positive, else ``w * a``: PReLU's and RReLU's kernel
+_NEGATIVES_SCALED = _store(lambda a, w: np.where(a > 0, a, w * a))
+
+
 @op(inputs=("self", "weight"), family="pointwise", method=False, function=False,
     samples=_prelu_samples)
 def _prelu_kernel(self, weight):
     """``self`` where positive, else ``weight * self`` (``weight`` broadcast already)."""
     _float_only("prelu_cpu", self)
-    return pointwise(_store(lambda a, w: np.where(a > 0, a, w * a)), self, weight)
+    return pointwise(_NEGATIVES_SCALED, self, weight)
 
 
 @_prelu_kernel.def_derivative("self")
@@ -858,3 +863,105 @@ def _softmin_samples(make):
 def softmin(input, dim, dtype=None):
     """``softmax(-input)`` along ``dim``, the negated input first cast to ``dtype``."""
     return (-input).softmax(dim, dtype=dtype)
+__all__ += ["hardshrink", "softshrink", "rrelu", "rrelu_"]
+
+
+# --------------------------------------------------------------------------- shrinks, rrelu
+
+def _shrink_samples(make):
+    near_half = _away_from((-0.5, 0.5), _float_samples())(make)
+    wide = _away_from((-1, 1), lambda m: [m(3, 4, low=-3, high=3)])(make)[0]
+    return near_half + [Sample(wide, 1.0),
+                        Sample(_away_from((0,), lambda m: [m(5)])(make)[0], lambd=0.0)]
+
+
+def _inside(x, lambd):
+    """Where ``-lambd <= x <= lambd`` (``x`` an array or a tensor): what both shrinks zero
+    (NaN is outside)."""
+    return (x >= -lambd) & (x <= lambd)
+
+
+def _shrink_derivative(grad, self, lambd):
+    return where(_inside(self, lambd), grad.new_zeros(()), grad)
+
+
+@op(family="pointwise", samples=_shrink_samples)
+def hardshrink(self, lambd=0.5, *, out=None):
+    """``self`` where ``|self| > lambd``, else 0."""
+    _float_only("hardshrink_cpu", self)
+    return pointwise(_store(lambda a: np.where(_inside(a, lambd), 0, a)), self, out=out)
+
+
+hardshrink.def_derivative("self")(_shrink_derivative)
+
+
+def _check_shrink_lambda(self, lambd):
+    """PyTorch's softshrink checks ``0 <= lambd <= the dtype's largest value``."""
+    largest = finfo(self._dtype).max
+    if not 0 <= lambd <= largest:
+        raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype "
+                           f"{_type_name(self._dtype)}, but found {lambd:g}")
+
+
+@op(family="pointwise", method=False, function=False, samples=_shrink_samples)
+def softshrink(self, lambd=0.5, *, out=None):
+    """``self`` moved ``lambd`` towards 0, and 0 where ``|self| <= lambd``."""
+    _float_only("softshrink_check", self)
+    _check_shrink_lambda(self, lambd)
+    return pointwise(_store(lambda a: np.where(a > lambd, a - lambd,
+                                               np.where(a < -lambd, a + lambd, a * 0))),
+                     self, out=out)
+
+
+softshrink.def_derivative("self")(_shrink_derivative)
+
+
+def _rrelu_noise_samples(make):
+    away = _away_from((0,), lambda m: [m(3, 4), m(5), m(2, 3)])(make)
+    return [Sample(away[0], make(3, 4, low=0.1, high=0.4)), Sample(away[1], make(())),
+            Sample(away[2], make(3, low=0.1, high=0.4))]
+
+
+@op(family="pointwise", method=False, function=False, samples=_rrelu_noise_samples)
+def _rrelu_with_noise(self, noise, *, out=None):
+    """``self`` where positive, else ``noise * self``: RReLU once its slopes are drawn
+    (``noise``, a constant of autograd as in PyTorch)."""
+    _float_only("rrelu_with_noise_out_cpu", self)
+    return pointwise(_NEGATIVES_SCALED, self, noise, out=out)
+
+
+@_rrelu_with_noise.def_derivative("self")
+def _rrelu_with_noise(grad, self, noise):
+    return where(self > 0, grad, grad * noise)
+
+
+_rrelu_with_noise_ = inplace_variant(_rrelu_with_noise, method=False)
+
+
+def _rrelu_noise(self, lower, upper, training, generator):
+    """The slopes of the negative elements: one uniform draw in [lower, upper) per element
+    in training (``rand_like``, a random op: vmap's ``randomness`` governs it), their mean
+    otherwise."""
+    if lower > upper:
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+    _float_only("rrelu_with_noise_out_cpu" if training else "leaky_relu_cpu", self)
+    if not training:
+        return self.new_full((), (lower + upper) / 2)
+    return rand_like(self, generator=generator) * (upper - lower) + lower
+
+
+def _rrelu_samples(make):
+    away = _away_from((0,), lambda m: [m(3, 4), m(5), m(())])(make)
+    return [Sample(away[0]), Sample(away[1], 0.2, 0.6), Sample(away[2], upper=0.5)]
+
+
+@op(kind="composite", method=False, samples=_rrelu_samples)
+def rrelu(self, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    """Leaky ReLU with a slope drawn from U(lower, upper) for each negative element in
+    training, the mean slope ``(lower + upper) / 2`` otherwise."""
+    return _rrelu_with_noise(self, _rrelu_noise(self, lower, upper, training, generator))
+
+
+@op(kind="composite", method=False)
+def rrelu_(self, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    return _rrelu_with_noise_(self, _rrelu_noise(self, lower, upper, training, generator))

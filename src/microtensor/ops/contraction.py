@@ -17,9 +17,9 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
-from microtensor.ops.factory import eye
+from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import bmm, scaled_sum
-from microtensor.ops.loops import _type_name
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
 from microtensor.vmap.helpers import call, same_level, to_front, wrap
@@ -518,3 +518,154 @@ def _repeat_heads(t, times):
 
 __all__ = ["einsum", "tensordot", "baddbmm", "kron", "cross", "cdist", "cosine_similarity",
            "pairwise_distance", "scaled_dot_product_attention"]
+__all__ += ["bilinear", "pdist"]
+
+
+# --------------------------------------------------------------------------- bilinear, pdist
+
+# PyTorch's names of dtypes in bilinear's message (C++ type names)
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half",
+                   "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int"}
+
+
+def _check_bilinear(input1, input2, weight, bias):
+    """PyTorch's checks of ``bilinear``'s arguments, in its order."""
+    tensors = [("input1", input1), ("input2", input2), ("weight", weight)]
+    if bias is not None:
+        tensors.append(("bias", bias))
+    if len({t._dtype for _, t in tensors}) != 1:
+        names = ", ".join(f"{name}: {_CPP_TYPE_NAMES.get(t.dtype.name, t.dtype.name)}"
+                          for name, t in tensors)
+        raise RuntimeError(f"All tensors must have the same dtype, got {names}")
+    if input1.dim() != input2.dim():
+        raise RuntimeError(f"bilinear(): input dimensions do not match: got {input1.dim()} "
+                           f"and {input2.dim()}")
+    if input1.dim() == 0:
+        raise IndexError("Dimension specified as -1 but tensor has no dimensions")
+    for i, (a, b) in enumerate(zip(input1.shape[:-1], input2.shape[:-1])):
+        if a != b:
+            raise RuntimeError(f"bilinear(): input batch dimensions do not match at dim {i}: "
+                               f"got {a} and {b}")
+    for name, t, d in (("input1", input1, 1), ("input2", input2, 2)):
+        if weight.dim() <= d:
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-weight.dim()}, {weight.dim() - 1}], but got {d})")
+        if t.shape[-1] != weight.shape[d]:
+            raise RuntimeError(f"bilinear(): {name} size does not match weight size: got "
+                               f"{t.shape[-1]} but expected {weight.shape[d]}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
+        raise RuntimeError(f"bilinear(): bias size does not match weight size: got "
+                           f"{bias.shape[0] if bias.dim() else 1} but expected "
+                           f"{weight.shape[0]}")
+
+
+def _bilinear_samples(make):
+    return [Sample(make(2, 3), make(2, 4), make(5, 3, 4), make(5)),
+            Sample(make(3), make(2), make(4, 3, 2)),
+            Sample(make(2, 3, 2), make(2, 3, 4), make(3, 2, 4), make(3))]
+
+
+@op(kind="composite", inputs=("input1", "input2", "weight", "bias"), method=False,
+    samples=_bilinear_samples)
+def bilinear(input1, input2, weight, bias=None):
+    """``input1ᵀ weight[k] input2 + bias[k]`` for each output feature ``k``: one
+    contraction (``einsum``) over both inputs' last dims, the batch dims kept."""
+    _check_bilinear(input1, input2, weight, bias)
+    out = einsum("...i,kij,...j->...k", input1, weight, input2)
+    return out if bias is None else out + bias
+
+
+def _pairs(rows, device):
+    """The row indices (first, second) of the pairs ``i < j`` of ``rows`` rows, in
+    row-major order, as int64 tensors."""
+    return tuple(tensor(index, device=device) for index in np.triu_indices(rows, 1))
+
+
+def _norms(diffs, p):
+    """The ``p``-norms of the last dim of the array ``diffs``."""
+    magnitudes = np.abs(diffs)
+    if p == 0:
+        return (magnitudes != 0).sum(-1).astype(diffs.dtype)
+    if p == 1:
+        return magnitudes.sum(-1)
+    if p == 2:
+        return np.sqrt((magnitudes * magnitudes).sum(-1))
+    if math.isinf(p):
+        return magnitudes.max(-1) if diffs.shape[-1] else magnitudes.sum(-1)
+    return (magnitudes ** p).sum(-1) ** (1.0 / p)
+
+
+def _pdist_kernel_samples(make):
+    return [Sample(make(3, 4)), Sample(make(2, 4, 3), 1.0), Sample(make(5, 2), p=3.0),
+            Sample(make(3, 2), float("inf")), Sample(make(4, 2), 0.0),
+            Sample(make(4, 3).t(), 1.5), Sample(make(1, 3))]
+
+
+@op(method=False, function=False, samples=_pdist_kernel_samples)
+def _pdist(self, p=2.0):
+    """The ``p``-norm distances between the pairs of rows ``i < j`` of each (N, M) matrix
+    of ``self`` (..., N, M): (..., N (N - 1) / 2), pairs in row-major order."""
+    a = self._array()
+    first, second = (array_module(a).asarray(index)
+                     for index in np.triu_indices(self.shape[-2], 1))
+    compute = compute_numpy(self._dtype)
+    diffs = a[..., first, :].astype(compute, copy=False) - a[..., second, :]
+    return from_numpy_result(_norms(diffs, p), self._dtype)
+
+
+@_pdist.def_derivative("self")
+def _pdist(grad, self, p, result):
+    # PyTorch's pdist_backward, per pair: 0 where the distance is 0; for p = inf the
+    # gradient goes whole to each component equal to the maximum
+    first, second = _pairs(self.shape[-2], self.device)
+    diffs = self.index_select(-2, first) - self.index_select(-2, second)
+    grad, dist = grad.unsqueeze(-1), result.unsqueeze(-1)
+    if p == 0:
+        per_pair = diffs * 0
+    elif p == 1:
+        per_pair = diffs.sign() * grad
+    elif math.isinf(p):
+        per_pair = diffs.sign() * (diffs.abs() == dist) * grad
+    else:
+        # zero distances and components replaced before dividing and raising to powers,
+        # so that no inf or nan enters the graph
+        at_zero = dist == 0
+        safe_dist = dist.masked_fill(at_zero, 1.0)
+        if p == 2:
+            slope = diffs / safe_dist
+        else:
+            zero = diffs == 0
+            powered = diffs.abs().masked_fill(zero, 1.0).pow(p - 1).masked_fill(zero, 0.0)
+            slope = diffs.sign() * powered / safe_dist.pow(p - 1)
+        per_pair = (slope * grad).masked_fill(at_zero, 0.0)
+    zeros = self.new_zeros(self.shape)
+    return zeros.index_add(-2, first, per_pair).index_add(-2, second, -per_pair)
+
+
+@_pdist.def_batch_rule
+def _pdist(op, level, args, kwargs):
+    """The batch dim in front: the op takes leading dims already."""
+    bound = op.bind(args, kwargs)
+    self = bound["self"]
+    return wrap(call(op, (to_front(self._value, self._bdim), bound["p"]), None), 0, level)
+
+
+def _pdist_samples(make):
+    return [Sample(make(4, 3)), Sample(make(5, 2), 1.0), Sample(make(3, 4), p=3.0),
+            Sample(make(3, 2), float("inf")), Sample(make(4, 3).t()), Sample(make(1, 3))]
+
+
+@op(kind="composite", method=False, samples=_pdist_samples)
+def pdist(self, p=2.0):
+    """The ``p``-norm distance between each pair of rows ``i < j`` of ``self`` (N, M),
+    in row-major order of the pairs: (N (N - 1) / 2,)."""
+    if self.dim() != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {self.dim()}D")
+    if not self._dtype.is_floating_point:
+        raise RuntimeError("pdist only supports floating-point dtypes")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    # PyTorch's kernel exists for float32 and float64, but fewer than 2 rows never reach it
+    if self._dtype.name not in ("float32", "float64") and self.shape[0] > 1:
+        raise NotImplementedError(f"\"pdist\" not implemented for '{_type_name(self._dtype)}'")
+    return _pdist(self, p)

@@ -12,9 +12,13 @@ from operator import methodcaller
 
 import numpy as np
 
-from microtensor._C import kernels, nnkernels
+from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.tensor import int64, compute_numpy
-from microtensor.ops.factory import tensor
+from microtensor._composite import _any
+from microtensor.ops.activation import log_sigmoid, softplus
+from microtensor.ops.contraction import pairwise_distance
+from microtensor.ops.factory import arange, tensor
+from microtensor.ops.pointwise import minimum, where
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
@@ -321,3 +325,244 @@ def _binary_cross_entropy(grad, self):
 
 
 __all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]
+__all__ += ["soft_margin_loss", "multilabel_soft_margin_loss", "hinge_embedding_loss",
+            "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss"]
+
+
+# --------------------------------------------------------------------------- margin losses
+# Composites: each is a few pointwise ops, a gather and a reduction, so its gradient (to
+# any order) and its batching come from those ops.
+
+def _check_reduction(reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _reduced(loss, reduction):
+    """``loss`` reduced as ``reduction`` (checked already) says."""
+    if reduction == "mean":
+        return loss.mean()
+    return loss.sum() if reduction == "sum" else loss
+
+
+def _check_broadcasts_to(self, target):
+    """PyTorch's elementwise losses write into the input's shape: the target broadcasts to
+    it, never past it."""
+    shape = meta.broadcast_shapes(self._sizes, target._sizes)
+    if tuple(shape) != tuple(self._sizes):
+        raise RuntimeError(f"output with shape {list(self._sizes)} doesn't match the "
+                           f"broadcast shape {list(shape)}")
+
+
+def _signs(make, *shape):
+    """A tensor of -1 and 1 (a random float is never 0)."""
+    return make(*shape).sign()
+
+
+def _soft_margin_samples(make):
+    return [Sample(make(3, 4), _signs(make, 3, 4)),
+            Sample(make(3, 4), _signs(make, 4), reduction="sum"),
+            Sample(make(5), _signs(make, 5), reduction="none"),
+            Sample(make(()), _signs(make, ()))]
+
+
+@op(kind="composite", inputs=("self", "target"), method=False, function=False,
+    samples=_soft_margin_samples)
+def soft_margin_loss(self, target, reduction="mean"):
+    """``log(1 + exp(-target * self))`` (a softplus: finite where the exponential
+    overflows)."""
+    _check_reduction(reduction)
+    _check_broadcasts_to(self, target)
+    return _reduced(softplus(-target * self), reduction)
+
+
+def _multilabel_soft_samples(make):
+    return [Sample(make(3, 4), make(3, 4, low=0, high=1)),
+            Sample(make(3, 4), make(3, 4, low=0, high=1), make(4, low=0.5, high=2),
+                   reduction="none"),
+            Sample(make(2, 3, 4), make(2, 3, 4, low=0, high=1), reduction="sum"),
+            Sample(make(5), make(5, low=0, high=1))]
+
+
+@op(kind="composite", inputs=("self", "target", "weight"), method=False, function=False,
+    samples=_multilabel_soft_samples)
+def multilabel_soft_margin_loss(self, target, weight=None, reduction="mean"):
+    """The binary cross-entropy of ``sigmoid(self)`` against ``target`` for each class
+    (the last dim), weighted, averaged over the classes."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{reduction} is not valid")     # PyTorch's message for this loss
+    if self.dim() == 0:
+        raise IndexError("Dimension specified as -1 but tensor has no dimensions")
+    loss = -(target * log_sigmoid(self) + (1 - target) * log_sigmoid(-self))
+    if weight is not None:
+        loss = loss * weight
+    return _reduced(loss.sum(-1) / self.shape[-1], reduction)
+
+
+def _hinge_samples(make):
+    return [Sample(make(3, 4), _signs(make, 3, 4)),
+            Sample(make(3, 4, low=-2, high=2), _signs(make, 3, 1), margin=0.5,
+                   reduction="none"),
+            Sample(make(5), tensor([1, -1, -1, 1, 1]), 2.0, reduction="sum"),
+            Sample(make(()), tensor(-1.0))]
+
+
+@op(kind="composite", method=False, function=False, samples=_hinge_samples)
+def hinge_embedding_loss(self, target, margin=1.0, reduction="mean"):
+    """``self`` where the target is 1, ``max(0, margin - self)`` where it is -1 (both
+    summed elsewhere, as PyTorch does), in ``self``'s dtype (an integer input takes the
+    margin cast to its type, as PyTorch's)."""
+    _check_reduction(reduction)
+    zero = self.new_zeros(())
+    below_margin = where(target != 1, (self.new_full((), margin) - self).clamp(min=0), zero)
+    return _reduced(below_margin + where(target != -1, self, zero), reduction)
+
+
+def _check_rows(self):
+    """PyTorch's shape check of the multi-class margin losses' input: (C,) or (N, C), C
+    not 0, or 0-d."""
+    if not ((self.dim() in (1, 2) and self.shape[-1] != 0) or self.dim() == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch "
+                           f"size, but got: {list(self.shape)}")
+
+
+def _check_kernel_dtype(kernel, self):
+    """PyTorch's kernels of the multi-class margin losses exist for float32 and float64."""
+    if self._dtype.name not in ("float32", "float64"):
+        raise NotImplementedError(f"\"{kernel}\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+
+
+def _as_rows(self):
+    """``self`` as (N, C) rows (a 0-d input is one row of one class)."""
+    return self.reshape(-1, self.shape[-1] if self.dim() else 1)
+
+
+def _check_long(what):
+    if what._dtype is not int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(what._dtype)}")
+
+
+def _per_row(losses, shape, reduction):
+    """Per-row losses reduced, or, unreduced, in ``shape``."""
+    if reduction == "none":
+        return losses.reshape(shape)
+    return _reduced(losses, reduction)
+
+
+def _class_index(rows):
+    return arange(rows.shape[-1], device=rows.device)
+
+
+def _multi_margin_samples(make):
+    return [Sample(make(3, 4), tensor([1, 0, 3])),
+            Sample(make(3, 4), tensor([2, 2, 0]), p=2, margin=0.5, reduction="none"),
+            Sample(make(3, 4), tensor([3, 1, 0]), 1, 1.5, make(4, low=0.5, high=2),
+                   reduction="sum"),
+            Sample(make(4), tensor(2)), Sample(make(5), tensor([4]), reduction="none")]
+
+
+@op(kind="composite", inputs=("self", "weight"), method=False, function=False,
+    samples=_multi_margin_samples)
+def multi_margin_loss(self, target, p=1, margin=1.0, weight=None, reduction="mean"):
+    """``sum over i != y of max(0, margin - x[y] + x[i])^p``, times ``weight[y]``, over
+    the number of classes, for each row ``x`` of ``self`` and its target class ``y``."""
+    _check_reduction(reduction)
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.dim() != 1:
+        raise ValueError("weight must be one-dimensional")
+    _check_rows(self)
+    count = self.shape[0] if self.dim() == 2 else 1
+    if target.dim() > 1 or target.numel() != count:
+        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal "
+                           f"to the number of input samples (batch size). Expected target "
+                           f"size [{count}], but got {list(target.shape)}. Input has shape "
+                           f"{list(self.shape)}.")
+    classes = self.shape[-1] if self.dim() else 1
+    if weight is not None and weight.numel() != classes:
+        raise RuntimeError(f"inconsistent weight size, expected {classes} but got "
+                           f"{list(weight.shape)}")
+    _check_long(target)
+    if weight is not None and weight._dtype is not self._dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(self._dtype)} but found "
+                           f"{_type_name(weight._dtype)}")
+    _check_kernel_dtype("multi_margin_loss_cpu_kernel", self)
+    rows = _as_rows(self)
+    target_shape, target = target.shape, target.reshape(-1, 1)
+    if _any((target < 0) | (target >= classes)):
+        raise RuntimeError("target out of range")
+    # the margin violations: relu's gradient is 0 at 0, where PyTorch's kernel adds none
+    violations = (margin - rows.gather(1, target) + rows).relu()
+    if p == 2:
+        violations = violations * violations
+    violations = violations.masked_fill(target == _class_index(rows), 0.0)
+    if weight is not None:
+        violations = violations * weight.gather(0, target.reshape(-1)).unsqueeze(1)
+    # unreduced, the losses take the target's shape (a 1-d input's may be (1,) or ())
+    return _per_row(violations.sum(1) / classes, target_shape, reduction)
+
+
+def _multilabel_margin_samples(make):
+    return [Sample(make(3, 4), tensor([[3, 0, -1, 1], [0, 1, 2, 3], [1, -1, 2, 2]])),
+            Sample(make(2, 5), tensor([[4, 4, 1, -1, 0], [2, -1, -1, -1, -1]]),
+                   reduction="none"),
+            Sample(make(4), tensor([2, 0, -1, 3]), reduction="sum"),
+            Sample(make(3), tensor([1, -1, 0]), reduction="none")]
+
+
+@op(kind="composite", method=False, function=False, samples=_multilabel_margin_samples)
+def multilabel_margin_loss(self, target, reduction="mean"):
+    """For each row ``x`` with target classes ``y`` (the row of ``target`` up to its first
+    -1; a class listed twice counts twice): ``sum over j in y, i not in y of
+    max(0, 1 - (x[j] - x[i]))`` over the number of classes."""
+    _check_reduction(reduction)
+    _check_rows(self)
+    if tuple(target.shape) != tuple(self.shape):
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of "
+                           f"size: {list(self.shape)}")
+    _check_long(target)
+    _check_kernel_dtype("multilabel_margin_loss_forward_out_frame", self)
+    rows = _as_rows(self)
+    classes = rows.shape[-1]
+    targets = target.reshape(rows.shape)
+    if _any((targets < -1) | (targets >= classes)):
+        raise RuntimeError("argument #2 'target' is out of range")
+    listed = (targets < 0).cumsum(1) == 0              # the entries before the first -1
+    picked = targets.clamp(min=0)
+    # (N, listed entry, class): whether the entry names the class
+    names = (picked.unsqueeze(2) == _class_index(rows)) & listed.unsqueeze(2)
+    is_target = names.any(1)
+    violations = (1 - rows.gather(1, picked).unsqueeze(2) + rows.unsqueeze(1)).relu()
+    counted = listed.unsqueeze(2) & ~is_target.unsqueeze(1)
+    losses = violations.masked_fill(~counted, 0.0).sum((1, 2)) / classes
+    return _per_row(losses, losses.shape if self.dim() == 2 else (), reduction)
+
+
+def _triplet_samples(make):
+    return [Sample(make(3, 4), make(3, 4), make(3, 4)),
+            Sample(make(3, 4), make(3, 4), make(3, 4), swap=True, margin=0.5,
+                   reduction="none"),
+            Sample(make(5), make(5), make(5), reduction="sum")]
+
+
+@op(kind="composite", inputs=("anchor", "positive", "negative"), method=False,
+    function=False, samples=_triplet_samples)
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None,
+                                      margin=1.0, swap=False, reduction="mean"):
+    """``max(0, margin + d(anchor, positive) - d(anchor, negative))`` for any distance
+    ``d`` (default: ``pairwise_distance``); with ``swap``, the negative's distance is the
+    smaller of its distances to anchor and positive."""
+    _check_reduction(reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    dims = (anchor.dim(), positive.dim(), negative.dim())
+    if len(set(dims)) != 1:
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have "
+                           f"the same number of dimensions, but got: anchor {dims[0]}D, "
+                           f"positive {dims[1]}D, and negative {dims[2]}D inputs")
+    distance = pairwise_distance if distance_function is None else distance_function
+    to_positive, to_negative = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        to_negative = minimum(to_negative, distance(positive, negative))
+    return _reduced((margin + to_positive - to_negative).clamp(min=0), reduction)
