@@ -368,8 +368,8 @@ class _IndexPlan:
                 shapes.append((w.shape, tuple(t // w.itemsize for t in w.strides)))
         for shape, strides_of_index in shapes:
             expanded = meta.expand_strides(shape, strides_of_index, self._broadcast)
-            inner = strides_of_index[-1] if shape else 1
-            outer = shape[0] * strides_of_index[0] if shape else 1
+            inner = expanded[-1] if expanded else 1
+            outer = self._broadcast[0] * expanded[0] if expanded else 1
             operands.append(((1,) * len(before) + self._broadcast + (1,) * len(after),
                              (outer,) * len(before) + expanded + (inner,) * len(after)))
         result = meta.elementwise_output_strides(self.shape, operands)
