@@ -251,9 +251,6 @@ def movedim(self, source, destination):
     return self.permute(order)
 
 
-moveaxis = movedim
-
-
 # --------------------------------------------------------------------------- size-1 dims
 
 @op(kind="view",
@@ -703,3 +700,23 @@ def alias_batch_rule(op, level, args, kwargs):
 
 alias.def_batch_rule(alias_batch_rule)
 detach.def_batch_rule(alias_batch_rule)
+
+# --------------------------------------------------------------------------- PyTorch's other
+# names of the views above
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3, 4), 0, 2),
+                                            Sample(make(2, 3, 4), (0, 1), (-1, 0))])
+def moveaxis(self, source, destination):
+    return movedim(self, source, destination)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3, 4), 0, 2)])
+def swapdims(self, dim0, dim1):
+    return self.transpose(dim0, dim1)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3)), Sample(make(4, 3).t()),
+                                            Sample(make())])
+def ravel(self):
+    """``self`` flattened: a view when it is contiguous, else a contiguous copy."""
+    return self.contiguous().view(-1)

@@ -1,0 +1,211 @@
+"""PyTorch's further shape, indexing and matrix names (ops/shape.py, ops/view.py,
+ops/indexing.py, ops/linalg.py blocks "PyTorch's other ... names").
+
+The registry sweeps run every sample of these ops forward against PyTorch, through
+gradcheck/gradgradcheck and under vmap; here: what the sweeps do not see: views and
+their strides and storage offsets against PyTorch's, errors (type and message) against
+PyTorch's, the plain functions that are not ops (``broadcast_shapes``, ``tril_indices``),
+arguments the sweeps cannot batch (tensor_split's index tensor), Tensor methods.
+"""
+import numpy as np
+import pytest
+
+import microtensor as mt
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+pytestmark = pytest.mark.skipif(torch is None, reason="PyTorch (the oracle these tests "
+                                                      "compare with) is not installed")
+
+
+def mt_of(t):
+    return mt.from_numpy(np.array(t.numpy()))
+
+
+def same(ours, theirs, geometry=True):
+    """Values, dtype and shape equal; with ``geometry``, strides and storage offset too."""
+    if isinstance(theirs, (tuple, list)):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            same(a, b, geometry)
+        return
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    assert ours.dtype.name == str(theirs.dtype).split(".")[-1]
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-6,
+                               atol=1e-12)
+    if geometry:
+        assert ours.stride() == theirs.stride()
+        assert ours.storage_offset() == theirs.storage_offset()
+
+
+def raises_like(fn_mt, fn_torch):
+    """Both raise the same exception type; PyTorch's message is ours (up to torch's
+    'torch.' and C++ type names)."""
+    with pytest.raises(Exception) as theirs:
+        fn_torch()
+    with pytest.raises(type(theirs.value)) as ours:
+        fn_mt()
+    first = lambda e: str(e).split("\n")[0]     # noqa: E731
+    assert first(ours.value).replace("microtensor.", "torch.") == first(theirs.value)
+
+
+def pair(*shape, dtype=torch.float64 if torch else None):
+    t = torch.randn(*shape, dtype=dtype)
+    return mt_of(t), t
+
+
+# --------------------------------------------------------------------------- aliases and
+# compositions of shape ops
+
+def _transposed():
+    t = torch.randn(4, 3, dtype=torch.float64).t()
+    return mt_of(t.t().contiguous()).t(), t
+
+
+VIEW_CALLS = {
+    "moveaxis": lambda m, x: m.moveaxis(x, 0, -1),
+    "swapdims": lambda m, x: m.swapdims(x, 0, 1),
+    "ravel": lambda m, x: m.ravel(x),
+    "fliplr": lambda m, x: m.fliplr(x),
+    "flipud": lambda m, x: m.flipud(x),
+    "rot90": lambda m, x: m.rot90(x),
+    "rot90 k=2": lambda m, x: m.rot90(x, 2),
+    "rot90 k=-1": lambda m, x: m.rot90(x, -1, [1, 0]),
+    "rot90 k=4": lambda m, x: m.rot90(x, 4),
+    "tensor_split": lambda m, x: m.tensor_split(x, 2, 1),
+    "tensor_split indices": lambda m, x: m.tensor_split(x, [1, -1, 7], 0),
+    "hsplit": lambda m, x: m.hsplit(x, [1]),
+    "vsplit": lambda m, x: m.vsplit(x, 3),
+    "diagflat": lambda m, x: m.diagflat(x, -1),
+    "diff": lambda m, x: m.diff(x, 2, 0),
+    "atleast_3d": lambda m, x: m.atleast_3d(x),
+    "take_along_dim": lambda m, x: m.take_along_dim(x, m.tensor([[2, 0, 1, 1]]), 0),
+}
+
+
+@pytest.mark.parametrize("name", VIEW_CALLS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_results_have_pytorchs_geometry(name, layout):
+    """Values, strides and storage offset as PyTorch's, for a contiguous and a transposed
+    input; views share the input's storage exactly where PyTorch's do."""
+    if layout == "contiguous":
+        ours, theirs = pair(3, 4)
+    else:
+        ours, theirs = _transposed()
+    call = VIEW_CALLS[name]
+    got, want = call(mt, ours), call(torch, theirs)
+    same(got, want)
+    for g, w in zip(got if isinstance(got, tuple) else (got,),
+                    want if isinstance(want, tuple) else (want,)):
+        assert np.shares_memory(g.numpy(), ours.numpy()) == \
+            np.shares_memory(w.numpy(), theirs.numpy()), "a view where PyTorch's is"
+
+
+def test_methods_and_inplace_swaps_exist_as_in_pytorch():
+    for name in ["moveaxis", "swapdims", "ravel", "fliplr", "flipud", "rot90", "hsplit",
+                 "vsplit", "dsplit", "tensor_split", "argwhere", "take_along_dim", "diagflat",
+                 "diff"]:
+        assert hasattr(mt.Tensor, name), name
+    for name in ["concat", "concatenate", "atleast_1d", "column_stack", "dstack",
+                 "block_diag", "cartesian_prod", "combinations", "vander", "unravel_index"]:
+        assert not hasattr(torch.Tensor, name) and not hasattr(mt.Tensor, name), name
+
+
+def test_atleast_returns_its_argument_or_a_tuple():
+    x = mt.ones(3)
+    assert mt.atleast_1d(x) is x
+    assert isinstance(mt.atleast_2d(x, x), tuple)
+    assert isinstance(mt.atleast_2d([x]), tuple) and len(mt.atleast_2d([x])) == 1
+    same(mt.atleast_2d(mt.tensor(2.0)), torch.atleast_2d(torch.tensor(2.0)))
+
+
+def test_tensor_split_with_an_index_tensor():
+    ours, theirs = pair(7, 2)
+    same(mt.tensor_split(ours, mt.tensor([1, 5])), torch.tensor_split(theirs, torch.tensor([1, 5])))
+    same(mt.tensor_split(ours, mt.tensor(3)), torch.tensor_split(theirs, torch.tensor(3)))
+    # an unbatched index tensor under vmap (which torch.func.vmap refuses): each sample cut
+    # as alone
+    batch = ours.t().contiguous()
+    pieces = mt.vmap(lambda x: mt.tensor_split(x, mt.tensor([1, 5])))(batch)
+    for i in range(2):
+        same([p[i] for p in pieces], torch.tensor_split(theirs[:, i], torch.tensor([1, 5])),
+             geometry=False)
+
+
+def test_plain_functions_match_pytorch():
+    for shapes in [((2, 1), (3,)), (4, (1, 4), ()), ((0, 1), (3,))]:
+        assert mt.broadcast_shapes(*shapes) == torch.broadcast_shapes(*shapes)
+    assert isinstance(mt.broadcast_shapes((2, 1)), mt.Size)
+    for args in [(3, 3), (4, 3, 1), (3, 5, -2), (0, 3), (3, 4, 9)]:
+        for name in ["tril_indices", "triu_indices"]:
+            same(getattr(mt, name)(*args), getattr(torch, name)(*args))
+    same(mt.tril_indices(3, 2, dtype=mt.int32), torch.tril_indices(3, 2, dtype=torch.int32))
+
+
+def test_unravel_index_and_vander_dtypes():
+    idx = torch.tensor([[0, 5], [7, -1]], dtype=torch.int32)
+    same(mt.unravel_index(mt_of(idx), (2, 3)), torch.unravel_index(idx, (2, 3)))
+    same(mt.unravel_index(mt.tensor(4), ()), torch.unravel_index(torch.tensor(4), ()))
+    for x in [torch.tensor([True, False]), torch.tensor([2, 3], dtype=torch.int8)]:
+        same(mt.vander(mt_of(x), 3), torch.vander(x, 3))
+
+
+def test_block_diag_promotes_and_places_empty_pieces():
+    a, b = torch.ones(2, dtype=torch.int32), torch.randn(2, 2)
+    same(mt.block_diag(mt_of(a), mt_of(b), mt.empty(0)),
+         torch.block_diag(a, b, torch.empty(0)))
+    same(mt.block_diag(), torch.block_diag())
+
+
+def test_diff_of_bool_and_orders_past_the_length():
+    x = torch.tensor([True, False, False, True])
+    same(mt.diff(mt_of(x)), torch.diff(x))
+    y = torch.randn(2, 3)
+    same(mt.diff(mt_of(y), 5), torch.diff(y, 5))
+    same(mt.diff(mt_of(y), 0), torch.diff(y, 0))
+
+
+ERRORS = {
+    "rot90 1-d": lambda m: m.rot90(m.ones(3)),
+    "rot90 three dims": lambda m: m.rot90(m.ones(2, 2), 1, (0, 1, 1)),
+    "rot90 same dims": lambda m: m.rot90(m.ones(2, 2), 1, (0, 0)),
+    "rot90 dim range": lambda m: m.rot90(m.ones(2, 2), 1, (0, 2)),
+    "fliplr": lambda m: m.fliplr(m.ones(3)),
+    "flipud": lambda m: m.flipud(m.tensor(1.0)),
+    "hsplit 0-d": lambda m: m.hsplit(m.tensor(1.0), 2),
+    "hsplit not divisible": lambda m: m.hsplit(m.ones(3, 5), 2),
+    "vsplit 1-d": lambda m: m.vsplit(m.ones(4), 2),
+    "dsplit not divisible": lambda m: m.dsplit(m.ones(2, 2, 3), 2),
+    "tensor_split 0-d": lambda m: m.tensor_split(m.tensor(1.0), 2),
+    "tensor_split 0 sections": lambda m: m.tensor_split(m.ones(3), 0),
+    "tensor_split float index": lambda m: m.tensor_split(m.ones(3), m.tensor([1.0])),
+    "tensor_split 2-d index": lambda m: m.tensor_split(m.ones(3), m.tensor([[1]])),
+    "column_stack empty": lambda m: m.column_stack([]),
+    "dstack empty": lambda m: m.dstack([]),
+    "broadcast_shapes": lambda m: m.broadcast_shapes((2, 3), (4, 3)),
+    "broadcast_shapes negative": lambda m: m.broadcast_shapes((-1, 3)),
+    "take_along_dim dtype": lambda m: m.take_along_dim(m.ones(2, 3), m.tensor([[0.0]]), 1),
+    "take_along_dim dims": lambda m: m.take_along_dim(m.ones(2, 3), m.tensor([0]), 1),
+    "diff order": lambda m: m.diff(m.ones(3), -1),
+    "diff 0-d": lambda m: m.diff(m.tensor(1.0)),
+    "diff prepend dims": lambda m: m.diff(m.ones(2, 3), prepend=m.ones(3)),
+    "diff prepend shape": lambda m: m.diff(m.ones(3, 4), dim=0, prepend=m.ones(2, 2)),
+    "tril_indices negative": lambda m: m.tril_indices(-1, 3),
+    "triu_indices float": lambda m: m.triu_indices(3, 3, dtype=m.float32),
+    "block_diag 3-d": lambda m: m.block_diag(m.ones(2, 2, 2)),
+    "cartesian_prod 2-d": lambda m: m.cartesian_prod(m.ones(2, 2), m.ones(2)),
+    "combinations 2-d": lambda m: m.combinations(m.ones(2, 2)),
+    "combinations negative": lambda m: m.combinations(m.ones(3), -1),
+    "vander 2-d": lambda m: m.vander(m.ones(2, 2)),
+    "vander N": lambda m: m.vander(m.ones(3), -1),
+    "unravel_index float": lambda m: m.unravel_index(m.tensor([1.0]), (2, 3)),
+    "unravel_index shape": lambda m: m.unravel_index(m.tensor([1]), (-2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_errors_match_pytorch(name):
+    raises_like(lambda: ERRORS[name](mt), lambda: ERRORS[name](torch))
