@@ -278,9 +278,16 @@ def test_gradcheck_each_input_alone(name, index):
 
 # ------------------------------------------------------------------ in-place on views
 
+def _writes_data(op):
+    # a metadata change (transpose_, as_strided_ ...) leaves its base as it was: no
+    # CopySlices to compare (tests/test_shape_indexing_more.py checks those on views)
+    return op.inplace_of is None or op.inplace_of.kind != "view"
+
+
 def _inplace_cases():
     return [case for case in CASES if _is_inplace(REGISTRY[case.values[0]])
-            and _differentiable(REGISTRY[case.values[0]])]
+            and _differentiable(REGISTRY[case.values[0]])
+            and _writes_data(REGISTRY[case.values[0]])]
 
 
 @pytest.mark.parametrize("name, index", _inplace_cases())

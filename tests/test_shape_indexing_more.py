@@ -209,3 +209,121 @@ ERRORS = {
 @pytest.mark.parametrize("name", ERRORS)
 def test_errors_match_pytorch(name):
     raises_like(lambda: ERRORS[name](mt), lambda: ERRORS[name](torch))
+
+
+# --------------------------------------------------------------------------- in-place
+# metadata changes
+
+METADATA_CALLS = {
+    "t_": lambda x: x.t_(),
+    "transpose_": lambda x: x.transpose_(0, -1),
+    "swapdims_": lambda x: x.swapdims_(1, 0),
+    "swapaxes_": lambda x: x.swapaxes_(0, 1),
+    "unsqueeze_": lambda x: x.unsqueeze_(1),
+    "squeeze_": lambda x: x.unsqueeze_(0).squeeze_(0),
+    "squeeze_ dims": lambda x: x.unsqueeze_(-1).squeeze_((0, 2)),
+    "as_strided_": lambda x: x.as_strided_((2, 2), (1, 3), 1),
+}
+
+
+def _nonleaf_pair():
+    leaf = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    ours = mt_of(leaf.detach()).requires_grad_()
+    return ours, leaf
+
+
+@pytest.mark.parametrize("name", METADATA_CALLS)
+def test_metadata_change_in_place_matches_pytorch(name):
+    """The tensor itself (same object, same storage) takes the view's geometry, its
+    version is bumped, and gradients flow through the recorded view as PyTorch's."""
+    call = METADATA_CALLS[name]
+    ours_leaf, theirs_leaf = _nonleaf_pair()
+    ours, theirs = ours_leaf * 2, theirs_leaf * 2
+    before = ours._version
+    assert call(ours) is ours and call(theirs) is theirs
+    same(ours, theirs)
+    assert ours._version > before
+    weight = torch.randn(theirs.shape, dtype=torch.float64)
+    (theirs * weight).sum().backward()
+    (ours * mt_of(weight)).sum().backward()
+    same(ours_leaf.grad, theirs_leaf.grad, geometry=False)
+
+
+@pytest.mark.parametrize("name", METADATA_CALLS)
+def test_metadata_change_of_a_view_keeps_it_a_view(name):
+    """On a view of a non-leaf: the base keeps its shape, values and history (no
+    CopySlices); the view keeps its base; gradients as PyTorch's."""
+    call = METADATA_CALLS[name]
+    ours_leaf, theirs_leaf = _nonleaf_pair()
+    results = []
+    for lib, leaf in ((mt, ours_leaf), (torch, theirs_leaf)):
+        base = leaf * 3
+        view = base.t()
+        node = type(base.grad_fn).__name__
+        call(view)
+        assert view._base is base and type(base.grad_fn).__name__ == node
+        assert tuple(base.shape) == (2, 3)
+        weight = lib.ones(view.shape, dtype=lib.float64).cumsum(0)
+        (view * weight).sum().backward()
+        results.append((view, leaf.grad))
+    same(results[0][0].detach(), results[1][0].detach())
+    same(results[0][1], results[1][1], geometry=False)
+
+
+def test_metadata_changes_refuse_what_pytorch_refuses():
+    def cases(lib):
+        leaf = lib.ones(2, 3, requires_grad=True)
+        with lib.no_grad():
+            detached_view = leaf[0]
+        return [lambda: leaf.t_(), lambda: leaf[0].unsqueeze_(0),
+                lambda: detached_view.unsqueeze_(0), lambda: (leaf * 1).split(1)[0].squeeze_(),
+                lambda: lib.ones(2, 2, 2).t_(), lambda: lib.ones(2, 3).transpose_(0, 2),
+                lambda: lib.ones(2, 3).as_strided_((30, 2), (1, 3))]
+    for ours, theirs in zip(cases(mt), cases(torch)):
+        with pytest.raises(Exception) as expected:
+            theirs()
+        with pytest.raises(type(expected.value)) as got:
+            ours()
+        # PyTorch names the node of split "Split", ours "SplitBackward0"
+        assert str(got.value).replace("SplitBackward0", "Split") == str(expected.value)
+    with mt.no_grad():              # without grad mode a leaf may change its geometry
+        leaf = mt.ones(2, 3, requires_grad=True)
+        assert leaf.t_().shape == (3, 2)
+
+
+def test_a_saved_tensor_changed_in_geometry_is_refused_at_backward():
+    for lib in (mt, torch):
+        leaf = lib.ones(2, 3, dtype=lib.float64, requires_grad=True)
+        out = leaf.exp()
+        out.t_()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+@pytest.mark.parametrize("name", ["t_", "transpose_", "unsqueeze_", "squeeze_ dims"])
+def test_metadata_changes_under_vmap_and_grad(name):
+    """Under vmap each sample changes as alone (the tensor passed to vmap keeps its
+    geometry); vmap(grad) as the loop of grads."""
+    call = METADATA_CALLS[name]
+    x = mt.randn(4, 2, 3, dtype=mt.float64)
+    got = mt.vmap(lambda t: call(t * 1))(x)
+    same(got, torch.stack([torch.from_numpy(call(mt.from_numpy(x[i].numpy().copy())).numpy())
+                           for i in range(4)]), geometry=False)
+    assert x.shape == (4, 2, 3)
+    inplace_on_input = mt.vmap(call)(x.clone())
+    same(inplace_on_input, got, geometry=False)
+
+    def f(t):
+        return (call(t * 1) * mt.arange(6.0, dtype=mt.float64).reshape(call(
+            mt.ones(2, 3)).shape)).sum()
+    grads = mt.vmap(mt.func.grad(f))(x)
+    loop = [mt.func.grad(f)(x[i]) for i in range(4)]
+    same(grads, torch.stack([torch.from_numpy(g.numpy()) for g in loop]), geometry=False)
+
+
+def test_composite_swaps_in_place_pass_gradcheck():
+    x = mt.randn(2, 3, dtype=mt.float64, requires_grad=True)
+    for call in (METADATA_CALLS["t_"], METADATA_CALLS["swapdims_"],
+                 METADATA_CALLS["swapaxes_"]):
+        assert mt.autograd.gradcheck(lambda t: call(t * 1), (x,))
+        assert mt.autograd.gradgradcheck(lambda t: call(t * 1), (x,))

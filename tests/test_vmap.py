@@ -154,7 +154,7 @@ def assert_compared(name, compared):
 # Ops whose per-sample result is not defined by a loop over samples: uninitialised memory,
 # and as_strided (offsets are read inside each sample: see test_as_strided_*).
 VALUES_UNDEFINED = {"empty_like", "new_empty", "new_empty_strided", "empty_strided"}
-NOT_A_LOOP = {"as_strided"}
+NOT_A_LOOP = {"as_strided", "as_strided_"}
 # Each sample selects a data-dependent number of elements: the loop fallback, on purpose.
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
