@@ -327,3 +327,150 @@ def test_composite_swaps_in_place_pass_gradcheck():
                  METADATA_CALLS["swapaxes_"]):
         assert mt.autograd.gradcheck(lambda t: call(t * 1), (x,))
         assert mt.autograd.gradgradcheck(lambda t: call(t * 1), (x,))
+
+
+# --------------------------------------------------------------------------- scatter-style
+# and indexing
+
+def _idx(values, lib):
+    return lib.tensor(values)
+
+
+SCATTER_CALLS = {
+    "select_scatter": lambda m, x: m.select_scatter(x, m.ones(3, dtype=x.dtype), 0, 1),
+    "slice_scatter": lambda m, x: m.slice_scatter(x, m.ones(4, 2, dtype=x.dtype), 1, 0, 3, 2),
+    "diagonal_scatter": lambda m, x: m.diagonal_scatter(x, m.ones(2, dtype=x.dtype), 1),
+    "as_strided_scatter": lambda m, x: m.as_strided_scatter(x, m.ones(2, 2, dtype=x.dtype),
+                                                            (2, 2), (1, 3), 1),
+    "index_copy": lambda m, x: x.index_copy(1, _idx([2, 0], m), m.ones(4, 2, dtype=x.dtype)),
+    "index_reduce": lambda m, x: x.index_reduce(0, _idx([3, 3, 0], m),
+                                                m.full((3, 3), 2.0, dtype=x.dtype), "prod"),
+    "masked_scatter": lambda m, x: x.masked_scatter(x > 0, m.arange(12.0, dtype=x.dtype)),
+    "put": lambda m, x: x.put(_idx([1, -1, 4], m), m.ones(3, dtype=x.dtype)),
+    "put accumulate": lambda m, x: x.put(_idx([1, 1, 4], m), m.ones(3, dtype=x.dtype), True),
+}
+
+
+@pytest.mark.parametrize("name", SCATTER_CALLS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_scatters_match_pytorch_with_its_layout(name, layout):
+    if layout == "contiguous":
+        ours, theirs = pair(4, 3)
+    else:
+        t = torch.randn(3, 4, dtype=torch.float64)
+        ours, theirs = mt_of(t).t(), t.t()
+    call = SCATTER_CALLS[name]
+    same(call(mt, ours), call(torch, theirs))
+
+
+INPLACE_SCATTERS = {
+    "index_copy_": lambda x, lib: x.index_copy_(0, lib.tensor([2, 0]), x.new_ones(2, 3)),
+    "index_reduce_": lambda x, lib: x.index_reduce_(1, lib.tensor([1, 1]), x.new_full((4, 2), 3.0),
+                                                    "amax", include_self=False),
+    "index_reduce_ mean": lambda x, lib: x.index_reduce_(0, lib.tensor([0, 0, 3]),
+                                                         x.new_ones(3, 3), "mean"),
+    "masked_scatter_": lambda x, lib: x.masked_scatter_(lib.tensor([True, False, True]),
+                                                        x.new_zeros(8) - 1),
+    "put_": lambda x, lib: x.put_(lib.tensor([0, 5, 5]), x.new_ones(3), accumulate=True),
+}
+
+
+@pytest.mark.parametrize("name", INPLACE_SCATTERS)
+def test_inplace_scatters_match_pytorch_with_gradients(name):
+    """On a row of a non-leaf (a view, so CopySlices): values, the base, and the leaf's
+    gradient as PyTorch's."""
+    call = INPLACE_SCATTERS[name]
+    values = torch.randn(2, 4, 3, dtype=torch.float64)
+    results = []
+    for lib, start in ((mt, mt_of(values)), (torch, values.clone())):
+        leaf = start.requires_grad_()
+        base = leaf * 2
+        target = base[1]
+        assert call(target, lib) is target
+        (base * lib.arange(24.0, dtype=lib.float64).view(2, 4, 3)).sum().backward()
+        results.append((base.detach(), leaf.grad))
+    same(results[0][0], results[1][0], geometry=False)
+    same(results[0][1], results[1][1], geometry=False)
+
+
+@pytest.mark.parametrize("name", INPLACE_SCATTERS)
+def test_inplace_scatters_under_vmap_match_the_loop(name):
+    call = INPLACE_SCATTERS[name]
+    x = mt.randn(3, 4, 3, dtype=mt.float64)
+    got = mt.vmap(lambda t: call(t.clone(), mt))(x)
+    loop = [call(x[i].clone(), mt) for i in range(3)]
+    same(got, torch.stack([torch.from_numpy(r.numpy()) for r in loop]), geometry=False)
+
+
+def test_index_reduce_of_integers_and_include_self():
+    t = torch.tensor([1, 2, 3])
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            expected = t.index_reduce(0, torch.tensor([0, 0, 2]), torch.tensor([4, 5, -6]),
+                                      reduce, include_self=include_self)
+            got = mt_of(t).index_reduce(0, mt.tensor([0, 0, 2]), mt.tensor([4, 5, -6]), reduce,
+                                        include_self=include_self)
+            same(got, expected)
+
+
+def test_unique_consecutive_of_floats_with_dim():
+    x = torch.tensor([[1.0, 1.0, 2.0], [1.0, 1.0, 2.0], [0.5, 1.0, 2.0]])
+    for kwargs in [{}, {"dim": 0}, {"dim": -1}]:
+        got = mt.unique_consecutive(mt_of(x), True, True, **kwargs)
+        same(got, torch.unique_consecutive(x, True, True, **kwargs))
+    with pytest.raises(RuntimeError, match="dynamic shape"):
+        mt.vmap(mt.unique_consecutive)(mt_of(x))
+
+
+SCATTER_ERRORS = {
+    "select_scatter src": lambda m: m.select_scatter(m.ones(3, 4), m.ones(3), 0, 0),
+    "select_scatter index": lambda m: m.select_scatter(m.ones(3, 4), m.ones(4), 0, 5),
+    "slice_scatter src": lambda m: m.slice_scatter(m.ones(3, 4), m.ones(2, 4), 0, 0, 3),
+    "diagonal_scatter src": lambda m: m.diagonal_scatter(m.ones(3, 4), m.ones(4)),
+    "as_strided_scatter src": lambda m: m.as_strided_scatter(m.ones(3, 4), m.ones(4), (2, 2),
+                                                             (1, 2)),
+    "as_strided_scatter bounds": lambda m: m.as_strided_scatter(m.ones(3, 4), m.ones(20, 2),
+                                                                (20, 2), (1, 2)),
+    "index_copy index dims": lambda m: m.ones(3, 4).index_copy(0, m.tensor([[0]]),
+                                                               m.ones(1, 4)),
+    "index_copy dtype": lambda m: m.ones(3, 4).index_copy(0, m.tensor([0]),
+                                                          m.ones(1, 4, dtype=m.float64)),
+    "index_copy index dtype": lambda m: m.ones(3, 4).index_copy(
+        0, m.tensor([0], dtype=m.int32), m.ones(1, 4)),
+    "index_copy count": lambda m: m.ones(3, 4).index_copy(0, m.tensor([0, 1, 2]), m.ones(2, 4)),
+    "index_copy source dims": lambda m: m.ones(3, 4).index_copy(0, m.tensor([0]), m.ones(4)),
+    "index_copy slice": lambda m: m.ones(3, 4).index_copy(0, m.tensor([0]), m.ones(1, 3)),
+    "index_copy bounds": lambda m: m.ones(3, 4).index_copy(0, m.tensor([5]), m.ones(1, 4)),
+    "index_copy negative": lambda m: m.ones(3, 4).index_copy(0, m.tensor([-1]), m.ones(1, 4)),
+    "index_reduce reduce": lambda m: m.ones(3, 4).index_reduce(0, m.tensor([0]), m.ones(1, 4),
+                                                               "sum"),
+    "index_reduce index dtype": lambda m: m.ones(3, 4).index_reduce(
+        0, m.tensor([0.0]), m.ones(1, 4), "prod"),
+    "index_reduce bounds": lambda m: m.ones(3, 4).index_reduce(0, m.tensor([7]), m.ones(1, 4),
+                                                               "prod"),
+    "index_reduce dtype": lambda m: m.ones(3, 4).index_reduce(
+        0, m.tensor([0]), m.ones(1, 4, dtype=m.float64), "prod"),
+    "index_reduce count": lambda m: m.ones(3, 4).index_reduce(0, m.tensor([0, 1]),
+                                                              m.ones(1, 4), "prod"),
+    "index_reduce index dims": lambda m: m.ones(3, 4).index_reduce(
+        0, m.tensor([[0]]), m.ones(1, 4), "prod"),
+    "masked_scatter mask dtype": lambda m: m.ones(3, 4).masked_scatter(
+        m.ones(3, 4, dtype=m.uint8), m.ones(12)),
+    "masked_scatter source dtype": lambda m: m.ones(3, 4).masked_scatter(
+        m.ones(3, 4, dtype=m.bool), m.ones(12, dtype=m.float64)),
+    "masked_scatter too few": lambda m: m.ones(3, 4).masked_scatter(
+        m.ones(3, 4, dtype=m.bool), m.ones(5)),
+    "put count": lambda m: m.ones(3, 4).put(m.tensor([0, 1]), m.ones(3)),
+    "put bounds": lambda m: m.ones(3, 4).put(m.tensor([12]), m.ones(1)),
+    "put dtype": lambda m: m.ones(3, 4).put(m.tensor([1]), m.ones(1, dtype=m.float64)),
+    "put index dtype": lambda m: m.ones(3, 4).put(m.tensor([1], dtype=m.int32), m.ones(1)),
+    "put empty": lambda m: m.ones(0).put(m.tensor([0]), m.ones(1)),
+    "unique_consecutive dim": lambda m: m.unique_consecutive(m.tensor([1]), dim=1),
+}
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+@pytest.mark.filterwarnings("ignore:masked_scatter_ received a mask with dtype torch.uint8")
+@pytest.mark.parametrize("name", SCATTER_ERRORS)
+def test_scatter_errors_match_pytorch(name):
+    raises_like(lambda: SCATTER_ERRORS[name](mt), lambda: SCATTER_ERRORS[name](torch))

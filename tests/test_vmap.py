@@ -159,7 +159,7 @@ NOT_A_LOOP = {"as_strided", "as_strided_"}
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
 # (test_selection2.py checks it), so there is no batched result to compare.
-DYNAMIC_SHAPE = {"nonzero", "unique", "argwhere"}
+DYNAMIC_SHAPE = {"nonzero", "unique", "argwhere", "unique_consecutive"}
 
 
 def sweep_names():
@@ -363,9 +363,10 @@ def torch_callable(name):
 # differently; and two where torch.func.vmap disagrees with plain torch on one sample
 # (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
 # batched 0-d index: the whole row instead of one element), where microtensor follows the
-# per-sample result; and column_stack, which torch.func.vmap refuses on every sample.
+# per-sample result; and column_stack and as_strided_scatter, which torch.func.vmap refuses
+# on every sample.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select", "column_stack"}
+                 "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter"}
 
 
 @needs_torch
