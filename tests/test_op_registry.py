@@ -32,7 +32,7 @@ OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
 # Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
 # shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
-GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd"}
+GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd"}
 
 
 # ------------------------------------------------------------------ collecting samples

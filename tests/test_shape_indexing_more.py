@@ -17,8 +17,11 @@ try:
 except ImportError:
     torch = None
 
-pytestmark = pytest.mark.skipif(torch is None, reason="PyTorch (the oracle these tests "
-                                                      "compare with) is not installed")
+pytestmark = [pytest.mark.skipif(torch is None, reason="PyTorch (the oracle these tests "
+                                                       "compare with) is not installed"),
+              # PyTorch's own notices when it runs the oracle calls
+              pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta"),
+              pytest.mark.filterwarnings("ignore:torch.chain_matmul is deprecated")]
 
 
 def mt_of(t):
@@ -469,8 +472,144 @@ SCATTER_ERRORS = {
 }
 
 
-@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
 @pytest.mark.filterwarnings("ignore:masked_scatter_ received a mask with dtype torch.uint8")
 @pytest.mark.parametrize("name", SCATTER_ERRORS)
 def test_scatter_errors_match_pytorch(name):
     raises_like(lambda: SCATTER_ERRORS[name](mt), lambda: SCATTER_ERRORS[name](torch))
+
+
+# --------------------------------------------------------------------------- matrix names
+
+def test_cov_with_weights_matches_pytorch():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    fw = torch.tensor([1, 0, 2, 3, 1])
+    aw = torch.tensor([0.5, 1.0, 2.0, 0.1, 1.5], dtype=torch.float64)
+    for kwargs in [{}, {"correction": 0}, {"fweights": fw}, {"aweights": aw},
+                   {"fweights": fw, "aweights": aw, "correction": 2},
+                   {"aweights": aw, "correction": 0}]:
+        ours = {k: mt_of(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        same(mt.cov(mt_of(x), **ours), torch.cov(x, **kwargs), geometry=False)
+    ints = torch.tensor([[1, 2, 4], [0, 1, 1]])
+    same(mt.cov(mt_of(ints)), torch.cov(ints), geometry=False)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
+        got = mt.cov(mt.ones(2, 1))
+    assert np.isnan(got.numpy()).all()
+    # gradients with respect to the input and the importance weights
+    xa, wa = mt_of(x).requires_grad_(), mt_of(aw).requires_grad_()
+    assert mt.autograd.gradcheck(lambda a, w: mt.cov(a, aweights=w), (xa, wa))
+
+
+def test_svd_keeps_torch_svds_conventions():
+    a = torch.randn(2, 4, 3, dtype=torch.float64)
+    for some in (True, False):
+        U, S, V = mt.svd(mt_of(a), some=some)
+        tU, tS, tV = torch.svd(a, some=some)
+        assert (U.shape, S.shape, V.shape) == (tU.shape, tS.shape, tV.shape)
+        k = S.shape[-1]
+        rebuilt = (U[..., :k] * S.unsqueeze(-2)) @ V[..., :k].mT
+        np.testing.assert_allclose(rebuilt.numpy(), a.numpy(), atol=1e-12)
+    U, S, V = mt.svd(mt_of(a), compute_uv=False)
+    tU, tS, tV = torch.svd(a, compute_uv=False)
+    same((U, S, V), (tU, tS, tV), geometry=False)
+    assert type(mt.svd(mt_of(a))).__name__ == "svd"
+    assert type(mt.slogdet(mt.eye(2))).__name__ == "slogdet"
+    assert mt.slogdet(mt.eye(2)).logabsdet.item() == 0.0
+
+
+def test_logdet_and_matrix_power_edges():
+    for m in ([[0.0, 1.0], [1.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 3.0]]):
+        same(mt.logdet(mt.tensor(m)), torch.logdet(torch.tensor(m)))
+    ints = torch.tensor([[1, 2], [0, 1]])
+    for n in (0, 1, 5):
+        same(mt_of(ints).matrix_power(n), ints.matrix_power(n), geometry=False)
+    a = torch.randn(2, 3, 3, dtype=torch.float64) + 3 * torch.eye(3, dtype=torch.float64)
+    same(mt_of(a).matrix_power(-3), a.matrix_power(-3), geometry=False)
+
+
+INPLACE_PRODUCTS = {
+    "addmv_": lambda x, lib: x[0, :3].addmv_(lib.ones(3, 2, dtype=x.dtype),
+                                             lib.ones(2, dtype=x.dtype), beta=2, alpha=0.5),
+    "addr_": lambda x, lib: x.addr_(lib.ones(3, dtype=x.dtype) * 2, lib.ones(4, dtype=x.dtype)),
+    "addbmm_": lambda x, lib: x.addbmm_(lib.ones(2, 3, 1, dtype=x.dtype),
+                                        lib.ones(2, 1, 4, dtype=x.dtype), beta=0),
+    "renorm_": lambda x, lib: x.renorm_(2, 0, 1.0),
+}
+
+
+@pytest.mark.parametrize("name", INPLACE_PRODUCTS)
+def test_inplace_products_match_pytorch(name):
+    t = torch.randn(3, 4, dtype=torch.float64)
+    results = []
+    for lib, start in ((mt, mt_of(t)), (torch, t.clone())):
+        leaf = start.requires_grad_()
+        x = leaf * 1
+        call = INPLACE_PRODUCTS[name]
+        call(x, lib)
+        (x * lib.arange(12.0, dtype=lib.float64).view(3, 4)).sum().backward()
+        results.append((x.detach(), leaf.grad))
+    same(results[0][0], results[1][0])
+    same(results[0][1], results[1][1], geometry=False)
+
+
+def test_matrix_methods_exist_as_in_pytorch():
+    for name in ["addmv", "addmv_", "addr", "addr_", "addbmm", "addbmm_", "ger", "inner", "vdot",
+                 "dist", "cov", "corrcoef", "renorm", "renorm_", "det", "logdet", "slogdet",
+                 "inverse", "svd", "cholesky", "matrix_power", "pinverse"]:
+        assert hasattr(torch.Tensor, name) and hasattr(mt.Tensor, name), name
+    for name in ["chain_matmul", "trapezoid", "trapz", "cumulative_trapezoid"]:
+        assert hasattr(mt, name) and not hasattr(mt.Tensor, name), name
+
+
+MATRIX_ERRORS = {
+    "addmv sizes": lambda m: m.addmv(m.ones(3), m.ones(3, 4), m.ones(3)),
+    "addmv input": lambda m: m.addmv(m.ones(2), m.ones(3, 4), m.ones(4)),
+    "addmv dims": lambda m: m.addmv(m.ones(3), m.ones(2, 3, 4), m.ones(4)),
+    "addmv_ shape": lambda m: m.ones(1).addmv_(m.ones(3, 4), m.ones(4)),
+    "addr dims": lambda m: m.addr(m.ones(3, 4), m.ones(3, 4), m.ones(4)),
+    "addr input": lambda m: m.addr(m.ones(2, 4), m.ones(3), m.ones(4)),
+    "addbmm batches": lambda m: m.addbmm(m.ones(3, 5), m.ones(2, 3, 4), m.ones(3, 4, 5)),
+    "addbmm sizes": lambda m: m.addbmm(m.ones(3, 5), m.ones(2, 3, 4), m.ones(2, 3, 5)),
+    "addbmm input": lambda m: m.addbmm(m.ones(2, 5), m.ones(2, 3, 4), m.ones(2, 4, 5)),
+    "inner": lambda m: m.inner(m.ones(3, 4), m.ones(3)),
+    "vdot dims": lambda m: m.vdot(m.ones(3, 4), m.ones(3)),
+    "vdot sizes": lambda m: m.vdot(m.ones(3), m.ones(4)),
+    "chain_matmul none": lambda m: m.chain_matmul(),
+    "chain_matmul 1-d": lambda m: m.chain_matmul(m.ones(3, 4), m.ones(4)),
+    "dist integers": lambda m: m.dist(m.tensor([1, 2]), m.tensor([1, 2])),
+    "cov dims": lambda m: m.cov(m.ones(2, 2, 2)),
+    "cov fweights dims": lambda m: m.cov(m.ones(3, 4), fweights=m.ones(2, 2, dtype=m.int64)),
+    "cov fweights dtype": lambda m: m.cov(m.ones(3, 4), fweights=m.ones(4)),
+    "cov fweights numel": lambda m: m.cov(m.ones(3, 4), fweights=m.ones(3, dtype=m.int64)),
+    "cov fweights negative": lambda m: m.cov(m.ones(3, 4), fweights=-m.ones(4, dtype=m.int64)),
+    "cov aweights dtype": lambda m: m.cov(m.ones(3, 4), aweights=m.ones(4, dtype=m.int64)),
+    "cov aweights negative": lambda m: m.cov(m.ones(3, 4), aweights=-m.ones(4)),
+    "renorm dims": lambda m: m.renorm(m.ones(3), 2, 0, 1),
+    "renorm p": lambda m: m.renorm(m.ones(3, 4), 0, 0, 1),
+    "renorm maxnorm": lambda m: m.renorm(m.ones(3, 4), 2, 0, -1),
+    "trapezoid x": lambda m: m.trapezoid(m.ones(3, 4), m.ones(3)),
+    "trapz x": lambda m: m.trapz(m.ones(3, 4), m.ones(3)),
+    "cumulative_trapezoid x": lambda m: m.cumulative_trapezoid(m.ones(3, 4), m.ones(3)),
+    "trapezoid 0-d": lambda m: m.trapezoid(m.tensor(1.0)),
+    "matrix_power 1-d": lambda m: m.matrix_power(m.ones(3), 2),
+    "matrix_power square": lambda m: m.matrix_power(m.ones(3, 4), 2),
+    "matrix_power integer inverse": lambda m: m.matrix_power(m.ones(2, 2, dtype=m.int64), -1),
+}
+
+
+@pytest.mark.parametrize("name", MATRIX_ERRORS)
+def test_matrix_errors_match_pytorch(name):
+    raises_like(lambda: MATRIX_ERRORS[name](mt), lambda: MATRIX_ERRORS[name](torch))
+
+
+def test_trapezoid_family_matches_pytorch():
+    y = torch.randn(3, 4, dtype=torch.float64)
+    x = torch.randn(4, dtype=torch.float64).cumsum(0)
+    for fn in ("trapezoid", "trapz", "cumulative_trapezoid"):
+        same(getattr(mt, fn)(mt_of(y), mt_of(x)), getattr(torch, fn)(y, x), geometry=False)
+        same(getattr(mt, fn)(mt_of(y), dim=0), getattr(torch, fn)(y, dim=0), geometry=False)
+    same(mt.trapezoid(mt_of(y), dx=0.25), torch.trapezoid(y, dx=0.25), geometry=False)
+    same(mt.trapz(mt_of(y), dx=0.25), torch.trapz(y, dx=0.25), geometry=False)
+    ints = torch.tensor([1, 2, 4])
+    same(mt.trapezoid(mt_of(ints)), torch.trapezoid(ints))
+    same(mt.cumulative_trapezoid(mt_of(ints), dx=2), torch.cumulative_trapezoid(ints, dx=2))
+    same(mt.trapezoid(mt.ones(2, 0)), torch.trapezoid(torch.ones(2, 0)))

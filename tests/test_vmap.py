@@ -363,10 +363,11 @@ def torch_callable(name):
 # differently; and two where torch.func.vmap disagrees with plain torch on one sample
 # (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
 # batched 0-d index: the whole row instead of one element), where microtensor follows the
-# per-sample result; and column_stack and as_strided_scatter, which torch.func.vmap refuses
-# on every sample.
+# per-sample result; column_stack, as_strided_scatter and chain_matmul, which
+# torch.func.vmap refuses on every sample; svd, whose singular vectors are defined up to sign.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter"}
+                 "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter",
+                 "chain_matmul", "svd"}
 
 
 @needs_torch

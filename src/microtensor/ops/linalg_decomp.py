@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C.tensor import float32, float64
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
 
@@ -418,3 +418,98 @@ linalg_svd.def_batch_rule(one_matrix_batch_rule)
 
 __all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",
            "linalg_cholesky", "linalg_eigh", "linalg_qr", "linalg_svd", "check_matrix"]
+__all__ += ["det", "inverse", "slogdet", "logdet", "svd", "cholesky", "matrix_power", "pinverse"]
+
+
+# --------------------------------------------------------------------------- PyTorch's
+# top-level linear-algebra names: composites over the ops above (and ``microtensor.linalg``)
+
+SlogdetTuple = _named("slogdet", ("sign", "logabsdet"))
+SvdTuple = _named("svd", ("U", "S", "V"))
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def det(self):
+    return linalg_det(self)
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def inverse(self):
+    return linalg_inv(self)
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def slogdet(self):
+    return SlogdetTuple(*linalg_slogdet(self))
+
+
+def _logdet_samples(make):
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(-_spd(make, n=2))]
+
+
+@op(kind="composite", inputs=("self",), samples=_logdet_samples)
+def logdet(self):
+    """log(det): NaN for a negative determinant, -inf for a zero one."""
+    sign, logabsdet = linalg_slogdet(self)
+    return REGISTRY["where"](sign < 0, logabsdet.new_full((), float("nan")), logabsdet)
+
+
+def _svd_tuple_samples(make):
+    return [Sample(make(4, 3)), Sample(make(2, 3, 3), some=False),
+            Sample(make(2, 4), compute_uv=False)]
+
+
+@op(kind="composite", inputs=("self",), samples=_svd_tuple_samples)
+def svd(self, some=True, compute_uv=True):
+    """``U, S, V`` with ``self = U diag(S) Vᵀ`` (``V``, not ``linalg.svd``'s ``Vh``);
+    without ``compute_uv``, ``U`` and ``V`` are zero-filled square matrices."""
+    if not compute_uv:
+        S = linalg_svd(self, False)[1]
+        m, n = self.shape[-2:]
+        batch = tuple(self.shape[:-2])
+        return SvdTuple(self.new_zeros(batch + (m, m)), S, self.new_zeros(batch + (n, n)))
+    U, S, Vh = linalg_svd(self, not some)
+    return SvdTuple(U, S, Vh.mT)
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
+                                                              Sample(_spd(make, 2), True)])
+def cholesky(self, upper=False):
+    return linalg_cholesky(self, upper=upper)
+
+
+def _matrix_power_samples(make):
+    return [Sample(make(3, 3), 3), Sample(make(2, 2, 2), 0), Sample(make(2, 2), 1),
+            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6)]
+
+
+@op(kind="composite", inputs=("self",), samples=_matrix_power_samples)
+def matrix_power(self, n):
+    """``self`` multiplied by itself ``n`` times (``n < 0``: of its inverse; 0: the
+    identity), by repeated squaring."""
+    if self.dim() < 2:
+        raise RuntimeError("linalg.matrix_power: The input tensor A must have at least 2 "
+                           "dimensions.")
+    if self.shape[-1] != self.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
+                           f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
+    if n == 0:
+        size = self.shape[-1]
+        return _eye_like(self, size).expand(self.shape).clone()
+    if n < 0:
+        self, n = linalg_inv(self), -n
+    result, square = None, self
+    while n:
+        if n & 1:
+            result = square if result is None else result @ square
+        n >>= 1
+        if n:
+            square = square @ square
+    return result if result is not self else self.clone()
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(make(4, 3)),
+                                                              Sample(make(2, 3, 2), 1e-3)])
+def pinverse(self, rcond=1e-15):
+    from microtensor import linalg
+    return linalg.pinv(self, rtol=rcond)
