@@ -613,3 +613,19 @@ def test_trapezoid_family_matches_pytorch():
     same(mt.trapezoid(mt_of(ints)), torch.trapezoid(ints))
     same(mt.cumulative_trapezoid(mt_of(ints), dx=2), torch.cumulative_trapezoid(ints, dx=2))
     same(mt.trapezoid(mt.ones(2, 0)), torch.trapezoid(torch.ones(2, 0)))
+
+
+def test_matrix_exp_matches_pytorch_with_gradients():
+    for scale in (0.1, 1.0, 30.0):          # no scaling, and several squarings
+        a = torch.randn(2, 3, 3, dtype=torch.float64) * scale
+        ours = mt_of(a).requires_grad_()
+        theirs = a.clone().requires_grad_()
+        same(ours.matrix_exp(), theirs.matrix_exp(), geometry=False)
+        weight = torch.randn(2, 3, 3, dtype=torch.float64)
+        (mt.matrix_exp(ours) * mt_of(weight)).sum().backward()
+        (torch.matrix_exp(theirs) * weight).sum().backward()
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-7,
+                                   atol=1e-9 * scale)
+    for bad in (lambda m: m.matrix_exp(m.ones(2, 2, dtype=m.int64)),
+                lambda m: m.matrix_exp(m.ones(3)), lambda m: m.matrix_exp(m.ones(2, 3))):
+        raises_like(lambda: bad(mt), lambda: bad(torch))

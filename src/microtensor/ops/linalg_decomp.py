@@ -418,7 +418,8 @@ linalg_svd.def_batch_rule(one_matrix_batch_rule)
 
 __all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",
            "linalg_cholesky", "linalg_eigh", "linalg_qr", "linalg_svd", "check_matrix"]
-__all__ += ["det", "inverse", "slogdet", "logdet", "svd", "cholesky", "matrix_power", "pinverse"]
+__all__ += ["det", "inverse", "slogdet", "logdet", "svd", "cholesky", "matrix_power", "pinverse",
+            "linalg_matrix_exp", "matrix_exp"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -513,3 +514,67 @@ def matrix_power(self, n):
 def pinverse(self, rcond=1e-15):
     from microtensor import linalg
     return linalg.pinv(self, rtol=rcond)
+
+
+# Padé [13/13] coefficients of exp and the 1-norm up to which they give double precision
+# without scaling (Higham, "The scaling and squaring method for the matrix exponential
+# revisited", 2005)
+_PADE13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800.,
+           129060195264000., 10559470521600., 670442572800., 33522128640., 1323241920.,
+           40840800., 960960., 16380., 182., 1.)
+_THETA13 = 5.371920351148152
+
+
+def _expm(a):
+    """exp of each matrix of the array ``a``: scaled by 2**-s so that its 1-norm is at most
+    theta13, Padé [13/13], then squared s times (each matrix its own s)."""
+    xp = array_module(a)
+    norms = xp.abs(a).sum(-2).max(-1) if a.size else xp.zeros(a.shape[:-2])
+    with np.errstate(divide="ignore"):
+        squarings = xp.maximum(0, xp.ceil(xp.log2(norms / _THETA13))).astype(np.int64)
+    a = a / (2.0 ** squarings)[..., None, None].astype(a.dtype)
+    b = _PADE13
+    eye_ = xp.eye(a.shape[-1], dtype=a.dtype)
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 +
+             b[1] * eye_)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + \
+        b[0] * eye_
+    result = xp.linalg.solve(v - u, v + u)
+    for step in range(int(squarings.max()) if squarings.size else 0):
+        result = xp.where((squarings > step)[..., None, None], result @ result, result)
+    return result
+
+
+def _matrix_exp_samples(make):
+    return [Sample(make(3, 3)), Sample(make(2, 2, 2) * 4), Sample(make(1, 1)),
+            Sample(make(0, 2, 2))]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_matrix_exp_samples)
+def linalg_matrix_exp(A):
+    """The exponential of each square matrix of ``A``."""
+    check_matrix(A, "linalg.matrix_exp")
+    return _result(_expm(_array(A)), A)
+
+
+@linalg_matrix_exp.def_derivative("A")
+def linalg_matrix_exp(grad, A):
+    # the Fréchet derivative of exp at Aᵀ in the direction grad: the upper right block of
+    # exp([[Aᵀ, grad], [0, Aᵀ]])
+    n = A.shape[-1]
+    cat = REGISTRY["cat"]
+    top = cat((A.mT, grad), -1)
+    bottom = cat((A.new_zeros(A.shape), A.mT), -1)
+    block = linalg_matrix_exp(cat((top, bottom), -2))
+    return block[..., :n, n:]
+
+
+linalg_matrix_exp.def_batch_rule(one_matrix_batch_rule)
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(make(3, 3))])
+def matrix_exp(self):
+    return linalg_matrix_exp(self)
