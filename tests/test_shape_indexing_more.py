@@ -127,7 +127,8 @@ def test_atleast_returns_its_argument_or_a_tuple():
 
 def test_tensor_split_with_an_index_tensor():
     ours, theirs = pair(7, 2)
-    same(mt.tensor_split(ours, mt.tensor([1, 5])), torch.tensor_split(theirs, torch.tensor([1, 5])))
+    same(mt.tensor_split(ours, mt.tensor([1, 5])),
+         torch.tensor_split(theirs, torch.tensor([1, 5])))
     same(mt.tensor_split(ours, mt.tensor(3)), torch.tensor_split(theirs, torch.tensor(3)))
     # an unbatched index tensor under vmap (which torch.func.vmap refuses): each sample cut
     # as alone

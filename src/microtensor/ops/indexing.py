@@ -1123,7 +1123,8 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 
 def _as_strided_scatter_samples(make):
     return [Sample(make(3, 4), make(2, 2), (2, 2), (1, 2)),
-            Sample(make(4, 3).t(), make(2), (2,), (1,)), Sample(make(6), make(2, 2), (2, 2), (2, 1), 1)]
+            Sample(make(4, 3).t(), make(2), (2,), (1,)),
+            Sample(make(6), make(2, 2), (2, 2), (2, 1), 1)]
 
 
 @op(kind="composite", inputs=("self", "src"), samples=_as_strided_scatter_samples)

@@ -1099,7 +1099,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
     if x is not None and dx is not None:
         raise RuntimeError("trapezoid: received both x and dx")
     if n == 0:
-        return y.sum(d) * 0.0
+        return y.new_zeros(tuple(y.shape[:d]) + tuple(y.shape[d + 1:]))
     if x is None:
         step = 1 if dx is None else dx
         return (y.sum(d) - (y.select(d, 0) + y.select(d, -1)) * 0.5) * step

@@ -528,13 +528,12 @@ _THETA13 = 5.371920351148152
 def _expm(a):
     """exp of each matrix of the array ``a``: scaled by 2**-s so that its 1-norm is at most
     theta13, Padé [13/13], then squared s times (each matrix its own s)."""
-    xp = array_module(a)
-    norms = xp.abs(a).sum(-2).max(-1) if a.size else xp.zeros(a.shape[:-2])
+    norms = np.abs(a).sum(-2).max(-1) if a.size else np.zeros(a.shape[:-2])
     with np.errstate(divide="ignore"):
-        squarings = xp.maximum(0, xp.ceil(xp.log2(norms / _THETA13))).astype(np.int64)
+        squarings = np.maximum(0, np.ceil(np.log2(norms / _THETA13))).astype(np.int64)
     a = a / (2.0 ** squarings)[..., None, None].astype(a.dtype)
     b = _PADE13
-    eye_ = xp.eye(a.shape[-1], dtype=a.dtype)
+    eye_ = np.eye(a.shape[-1], dtype=a.dtype)
     a2 = a @ a
     a4 = a2 @ a2
     a6 = a4 @ a2
@@ -542,9 +541,9 @@ def _expm(a):
              b[1] * eye_)
     v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + \
         b[0] * eye_
-    result = xp.linalg.solve(v - u, v + u)
+    result = np.linalg.solve(v - u, v + u)
     for step in range(int(squarings.max()) if squarings.size else 0):
-        result = xp.where((squarings > step)[..., None, None], result @ result, result)
+        result = np.where((squarings > step)[..., None, None], result @ result, result)
     return result
 
 
@@ -556,8 +555,14 @@ def _matrix_exp_samples(make):
 @op(inputs=("A",), method=False, function=False, samples=_matrix_exp_samples)
 def linalg_matrix_exp(A):
     """The exponential of each square matrix of ``A``."""
+    if A.dim() >= 2 and A._dtype.is_floating_point and A._dtype not in (float32, float64):
+        # half types: computed in float32, rounded once (PyTorch's CPU runs them)
+        return linalg_matrix_exp(A.to(float32)).to(A._dtype)
     check_matrix(A, "linalg.matrix_exp")
-    return _result(_expm(_array(A)), A)
+    arr = _array(A)
+    if hasattr(arr, "get"):       # a device array: computed on the host copy
+        return _result(array_module(arr).asarray(_expm(arr.get())), A)
+    return _result(_expm(arr), A)
 
 
 @linalg_matrix_exp.def_derivative("A")

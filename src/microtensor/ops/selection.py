@@ -653,30 +653,33 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     lengths."""
     arr = self._array()
     xp = array_module(arr)
+    if hasattr(arr, "get"):       # a device array: computed on the host copy, as unique
+        arr = arr.get()
     if dim is None:
         rows = arr.reshape(-1, 1)
     else:
         axis = meta.wrap_dim(dim, max(arr.ndim, 1))
         arr = arr.reshape(arr.shape or (1,))
-        rows = xp.moveaxis(arr, axis, 0)
+        rows = np.moveaxis(arr, axis, 0)
         rows = rows.reshape(rows.shape[0], -1)
     n = rows.shape[0]
-    starts = xp.ones(n, dtype=bool)
+    starts = np.ones(n, dtype=bool)
     if n > 1:
         starts[1:] = (rows[1:] != rows[:-1]).any(1)
-    first = xp.flatnonzero(starts)
+    first = np.flatnonzero(starts)
     if dim is None:
-        result, inverse_shape = _fresh(arr.reshape(-1)[first], self._dtype), arr.shape
+        result = _fresh(xp.asarray(arr.reshape(-1)[first]), self._dtype)
+        inverse_shape = arr.shape
     else:
         # computed with the dim first and moved back, so laid out as PyTorch's
-        moved = xp.ascontiguousarray(xp.moveaxis(arr, axis, 0)[first])
-        result, inverse_shape = _fresh(moved, self._dtype).movedim(0, axis), (n,)
+        moved = np.ascontiguousarray(np.moveaxis(arr, axis, 0)[first])
+        result, inverse_shape = _fresh(xp.asarray(moved), self._dtype).movedim(0, axis), (n,)
     extra = []
     if return_inverse:
-        extra.append(_fresh((xp.cumsum(starts) - 1).astype(np.int64).reshape(inverse_shape),
-                            int64))
+        extra.append(_fresh(xp.asarray((np.cumsum(starts) - 1).astype(np.int64)
+                                       .reshape(inverse_shape)), int64))
     if return_counts:
-        extra.append(_fresh(xp.diff(xp.append(first, n)).astype(np.int64), int64))
+        extra.append(_fresh(xp.asarray(np.diff(np.append(first, n)).astype(np.int64)), int64))
     return (result, *extra) if extra else result
 
 

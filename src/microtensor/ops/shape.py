@@ -15,7 +15,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
-from microtensor._dtype import result_type
+from microtensor._dtype import promote_types, result_type
 from microtensor.backends import cuda
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange, tensor_of
@@ -1023,8 +1023,7 @@ def vander(x, N=None, increasing=False):
     n = x._sizes[0] if N is None else N
     if n < 0:
         raise RuntimeError("N must be non-negative.")
-    dtype = result_type(x, tensor_of(np.array(0)))
-    x = x.to(dtype)
+    x = x.to(promote_types(x.dtype, int64))     # PyTorch's: integers in int64
     columns = [x.new_ones((x._sizes[0], min(n, 1)))]
     if n > 1:
         columns.append(x.unsqueeze(1).expand(x._sizes[0], n - 1).cumprod(1))
