@@ -32,7 +32,7 @@ OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
 # Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
 # shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
-GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd"}
+GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd"}
 
 
 # ------------------------------------------------------------------ collecting samples
@@ -288,9 +288,16 @@ def test_gradcheck_each_input_alone(name, index):
 
 # ------------------------------------------------------------------ in-place on views
 
+def _writes_data(op):
+    # a metadata change (transpose_, as_strided_ ...) leaves its base as it was: no
+    # CopySlices to compare (tests/test_shape_indexing_more.py checks those on views)
+    return op.inplace_of is None or op.inplace_of.kind != "view"
+
+
 def _inplace_cases():
     return [case for case in CASES if _is_inplace(REGISTRY[case.values[0]])
-            and _differentiable(REGISTRY[case.values[0]])]
+            and _differentiable(REGISTRY[case.values[0]])
+            and _writes_data(REGISTRY[case.values[0]])]
 
 
 @pytest.mark.parametrize("name, index", _inplace_cases())

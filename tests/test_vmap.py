@@ -154,12 +154,12 @@ def assert_compared(name, compared):
 # Ops whose per-sample result is not defined by a loop over samples: uninitialised memory,
 # and as_strided (offsets are read inside each sample: see test_as_strided_*).
 VALUES_UNDEFINED = {"empty_like", "new_empty", "new_empty_strided", "empty_strided"}
-NOT_A_LOOP = {"as_strided"}
+NOT_A_LOOP = {"as_strided", "as_strided_"}
 # Each sample selects a data-dependent number of elements: the loop fallback, on purpose.
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
 # (test_selection2.py checks it), so there is no batched result to compare.
-DYNAMIC_SHAPE = {"nonzero", "unique"}
+DYNAMIC_SHAPE = {"nonzero", "unique", "argwhere", "unique_consecutive"}
 
 
 def sweep_names():
@@ -373,9 +373,11 @@ def torch_callable(name):
 # differently; and two where torch.func.vmap disagrees with plain torch on one sample
 # (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
 # batched 0-d index: the whole row instead of one element), where microtensor follows the
-# per-sample result.
+# per-sample result; column_stack, as_strided_scatter and chain_matmul, which
+# torch.func.vmap refuses on every sample; svd, whose singular vectors are defined up to sign.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select"}
+                 "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter",
+                 "chain_matmul", "svd"}
 # torch.func.vmap refuses every call of these ("we do not yet support aten::rrelu"):
 # nothing to compare (test_op_matches_loop checks them against the loop)
 TORCH_VMAP_REFUSES = {"rrelu"}

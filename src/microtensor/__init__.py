@@ -53,6 +53,8 @@ from microtensor import _composite  # noqa: E402
 _composite.install(Tensor, globals())
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402
                                      set_default_device, set_rng_state)
+from microtensor.ops.shape import (broadcast_shapes, tril_indices,  # noqa: E402
+                                   triu_indices)
 from math import e, inf, nan, pi  # noqa: E402
 
 from microtensor import _dtype_table  # noqa: E402

@@ -44,13 +44,21 @@ def check_inplace(tensor):
                            "operation.")
 
 
-def rebase_history(tensor, node):
+def rebase_history(tensor, node, metadata_only=False):
     """Make ``node`` (whose output 0 is ``tensor``'s new value) the producer of ``tensor``.
 
     For a view, the base gets ``CopySlices`` (base gradient = incoming gradient with the
     view's region replaced by ``node``'s gradient) and the view's ``grad_fn`` is then
-    regenerated from the base, as are sibling views' when next asked for.
+    regenerated from the base, as are sibling views' when next asked for.  A metadata
+    change (``transpose_``, ``as_strided_`` ...) writes no data: a view keeps its base's
+    history and takes ``node`` as its own ``grad_fn``, made from the base's current one.
     """
+    if tensor._is_diff_view and metadata_only:
+        tensor._grad_fn = node
+        tensor._output_nr = 0
+        tensor._requires_grad = True
+        tensor._view_info = tensor._base._grad_fn
+        return
     if tensor._is_diff_view:
         base = tensor._base
         copy_slices = CopySlices(base, tensor, node, gradient_edge(base))
@@ -98,7 +106,7 @@ def record_inplace(op, args, kwargs):
     finally:
         set_grad_enabled(True)
     node = OpNode(op, saved, edges, slots, metas, 1)
-    rebase_history(self, node)
+    rebase_history(self, node, op.inplace_of is not None and op.inplace_of.kind == "view")
     if derivative.result_entry is not None and is_needed(derivative.result_entry, bound):
         node.set_saved("result", SavedInplaceViewOutput(self, self._base._grad_fn)
                        if self._is_diff_view else SavedTensor(self, True))

@@ -23,13 +23,14 @@ from microtensor._dtype import check_scalar_fits, cast_scalar
 from microtensor.backends import cuda
 from microtensor.ops.copy import clone
 from microtensor.ops.dispatch import call_by_name
-from microtensor.ops.factory import full, tensor, arange
+from microtensor.ops.factory import arange, empty_strided, full, tensor
 from microtensor.ops.loops import (_type_name as type_name, array_module, check_no_internal_overlap,
                                    check_no_overlap, has_internal_overlap, new_result, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op, REGISTRY
 from microtensor.ops.shape import cat, fresh_tensor
-from microtensor.vmap.helpers import (aligned, batch_size, call, fallback, front_or_expanded,
-                                      inplace_error, no_fallback, same_level, to_front, wrap)
+from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call, fallback,
+                                      front_or_expanded, inplace_error, no_fallback, same_level,
+                                      to_front, wrap)
 
 
 # --------------------------------------------------------------------------- index checks
@@ -1107,3 +1108,313 @@ def take(op, level, args, kwargs):
 __all__ = ["getitem", "setitem", "basic_index", "index", "index_put", "index_put_",
            "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
            "index_add", "index_add_", "index_fill", "index_fill_", "masked_select", "take"]
+__all__ += ["select_scatter", "slice_scatter", "diagonal_scatter", "as_strided_scatter",
+            "index_copy", "index_copy_", "index_reduce", "index_reduce_", "masked_scatter",
+            "masked_scatter_", "put", "put_"]
+
+
+# --------------------------------------------------------------------------- PyTorch's other
+# scatter and indexing names: composites of index_put, scatter_reduce, gather and where
+# (their derivatives and batching rules are those ops')
+#
+# Values are read for PyTorch's range checks only outside vmap (``_host``): inside, a
+# batched index holds every sample's values, which a rule must not read.
+
+def _host(t):
+    """``t``'s values as a NumPy array, or None for a tensor batched under vmap."""
+    return None if isinstance(t, BatchedTensor) else t._array()
+
+
+def _dense_order(t):
+    """The dims of ``t`` outermost-first in the memory order its ``clone()`` keeps, so that
+    a result computed on ``t.permute(order)`` and permuted back has that layout."""
+    strides = meta.preserve_format_strides(t._sizes, t._strides)
+    return sorted(range(len(strides)), key=lambda k: -strides[k])
+
+
+def _put_at(self, coordinates, values, accumulate=False, inplace=False):
+    """``self.index_put(coordinates, values)`` (one coordinate tensor per dim), the result
+    laid out as ``self.clone()``."""
+    if inplace:
+        return self.index_put_(coordinates, values, accumulate)
+    order = _dense_order(self)
+    if order == list(range(self.dim())):
+        return self.index_put(coordinates, values, accumulate)
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return self.permute(order).index_put(tuple(coordinates[k] for k in order), values,
+                                         accumulate).permute(inverse)
+
+
+def _scatter_into_view(self, src, view):
+    """``self`` with the elements of ``view(self)`` replaced by ``src``: ``view`` is applied
+    to a grid holding each element's flat position, laid out in memory as ``self.clone()``
+    (what ``as_strided`` reads), so the same view op gives PyTorch's checks and region."""
+    shape = tuple(self.shape)
+    grid = arange(self.numel()).view(shape) if self.dim() else arange(1).view(())
+    memory = meta.preserve_format_strides(shape, tuple(self.stride()))
+    laid_out = grid.new_empty_strided(shape, memory)
+    laid_out.copy_(grid)
+    region = view(laid_out)
+    if tuple(src.shape) != tuple(region.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(region.shape)}")
+    if not shape:
+        return src.to(self.dtype).clone() if region.numel() else self.clone()
+    flat = region._array().reshape(-1)
+    coordinates = tuple(tensor(c, dtype=int64).to(self.device)
+                        for c in np.unravel_index(flat, shape))
+    return _put_at(self, coordinates, src.to(self.dtype).reshape(-1))
+
+
+def _select_scatter_samples(make):
+    return [Sample(make(3, 4), make(4), 0, 1), Sample(make(3, 4), make(3), -1, -2),
+            Sample(make(2, 3, 2), make(2, 2), 1, 0)]
+
+
+@op(kind="composite", inputs=("self", "src"), samples=_select_scatter_samples)
+def select_scatter(self, src, dim, index):
+    return _scatter_into_view(self, src, lambda grid: grid.select(dim, index))
+
+
+def _slice_scatter_samples(make):
+    return [Sample(make(5, 3), make(2, 3), 0, 1, 5, 2), Sample(make(3, 4), make(3, 2), 1, 2),
+            Sample(make(4, 2), make(4, 2)), Sample(make(4, 2), make(3, 2), end=-1)]
+
+
+@op(kind="composite", inputs=("self", "src"), samples=_slice_scatter_samples)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    return _scatter_into_view(self, src, lambda grid: grid.slice(dim, start, end, step))
+
+
+def _diagonal_scatter_samples(make):
+    return [Sample(make(3, 4), make(3)), Sample(make(3, 4), make(2), 2),
+            Sample(make(2, 3, 3), make(2, 2), -1, 1, 2)]
+
+
+@op(kind="composite", inputs=("self", "src"), samples=_diagonal_scatter_samples)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    return _scatter_into_view(self, src, lambda grid: grid.diagonal(offset, dim1, dim2))
+
+
+def _as_strided_scatter_samples(make):
+    return [Sample(make(3, 4), make(2, 2), (2, 2), (1, 2)),
+            Sample(make(4, 3).t(), make(2), (2,), (1,)),
+            Sample(make(6), make(2, 2), (2, 2), (2, 1), 1)]
+
+
+@op(kind="composite", inputs=("self", "src"), samples=_as_strided_scatter_samples)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    def view(grid):
+        offset = grid.storage_offset() if storage_offset is None else storage_offset
+        # the bounds check (and its message) for the elements of self, not of the grid
+        empty_strided(grid.shape, grid.stride(), dtype=self.dtype).as_strided(size, stride,
+                                                                               offset)
+        return grid.as_strided(size, stride, offset)
+    return _scatter_into_view(self, src, view)
+
+
+def _check_index_copy(self, d, index, source):
+    if index.dim() > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got "
+                         f"{index.dim()})")
+    if index.dtype is not int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got "
+                           f"{type_name(index.dtype)}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, "
+                           f"but got (self) {type_name(self.dtype)} and (source) "
+                           f"{type_name(source.dtype)}")
+    if source.dim() and self.dim() and source.dim() != self.dim():
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their "
+                         f"dimensionality must match. Source dimensionality ({source.dim()}), "
+                         f"destination dimensionality ({self.dim()})")
+    count = index.numel()
+    if source.dim() and count != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({count}) should be equal to "
+                         f"source.size(dim) ({source.shape[d]})")
+    for k in range(self.dim()):
+        if k != d and source.dim() and source.shape[k] != self.shape[k]:
+            at = k if k < d else k - 1      # PyTorch counts the dims of the slices
+            raise RuntimeError(f"index_copy_(): Source/destination tensor must have same slice "
+                               f"shapes. Destination slice shape: {self.shape[k]} at dimension "
+                               f"{at} and source slice shape: {source.shape[k]} at dimension "
+                               f"{at}.")
+    positions = _host(index)
+    size = self.shape[d] if self.dim() else 1
+    if positions is not None:
+        bad = _out_of_range(positions.reshape(-1), 0, size)
+        if bad is not None:
+            raise IndexError(f"index_copy_(): index {bad} is out of bounds for dimension {d} "
+                             f"with size {size}")
+
+
+def _index_copy_samples(make):
+    return [Sample(make(4, 3), 0, tensor([3, 0]), make(2, 3)),
+            Sample(make(2, 5), 1, tensor([4, 1, 2]), make(2, 3)),
+            Sample(make(3), 0, tensor(1), make(1))]
+
+
+def _index_copy(self, dim, index, source, inplace):
+    d = meta.wrap_dim(dim, max(self.dim(), 1))
+    _check_index_copy(self, d, index, source)
+    if not self.dim():
+        target = self.view(1)
+        result = _put_at(target, (index.reshape(-1),), source.reshape(-1), inplace=inplace)
+        return self if inplace else result.view(())
+    coordinates = (None,) * d + (index.reshape(-1),)
+    values = source.reshape(tuple(self.shape[:d]) + (index.numel(),) + tuple(self.shape[d + 1:]))
+    if inplace:
+        return self.index_put_(coordinates, values)
+    return self.index_put(coordinates, values)
+
+
+@op(kind="composite", inputs=("self", "source"), samples=_index_copy_samples)
+def index_copy(self, dim, index, source):
+    """``self`` with slice ``index[i]`` along ``dim`` replaced by slice ``i`` of
+    ``source``."""
+    return _index_copy(self, dim, index, source, inplace=False)
+
+
+@op(kind="composite", inputs=("self", "source"), function=False)
+def index_copy_(self, dim, index, source):
+    return _index_copy(self, dim, index, source, inplace=True)
+
+
+INDEX_REDUCTIONS = ("prod", "mean", "amax", "amin")
+
+
+def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
+    if reduce not in INDEX_REDUCTIONS:
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or "
+                           f"amin but got {reduce}.")
+    if not _is_integer_index(index):
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: "
+                           f"{type_name(index.dtype)}")
+    if index.dim() > 1:
+        raise IndexError(f"index_reduce_(): Index is supposed to be a vector, but got dim: "
+                         f"{index.dim()} with type: {type_name(index.dtype)} and size: "
+                         f"{list(index.shape)}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"index_reduce_(): self ({type_name(self.dtype)}) and source "
+                           f"({type_name(source.dtype)}) must have the same scalar type")
+    d = meta.wrap_dim(dim, max(self.dim(), 1))
+    target, values = (self.view(1), source.view(1)) if not self.dim() else (self, source)
+    if values.dim() and values.shape[d] != index.numel():
+        raise RuntimeError(f"index_reduce_(): Number of indices ({index.numel()}) should be "
+                           f"equal to source.size(dim): ({values.shape[d]}), for dim: {d}")
+    positions = _host(index)
+    if positions is not None and _out_of_range(positions.reshape(-1), -target.shape[d],
+                                               target.shape[d]) is not None:
+        raise IndexError("index out of range in self")
+    index = index.to(int64).reshape(-1)
+    index = REGISTRY["where"](index < 0, index + target.shape[d], index)
+    spread = index.view((1,) * d + (-1,) + (1,) * (target.dim() - d - 1)).expand(values.shape)
+    name = "scatter_reduce_" if inplace else "scatter_reduce"
+    result = getattr(target, name)(d, spread, values, reduce, include_self=include_self)
+    return self if inplace else result.view(self.shape)
+
+
+def _index_reduce_samples(make):
+    return [Sample(make(4, 3), 0, tensor([3, 0, 3]), make(3, 3), "prod"),
+            Sample(make(2, 5), 1, tensor([4, 1]), make(2, 2), "mean", include_self=False),
+            Sample(make(3, 2), 0, tensor([1, 1]), make(2, 2), "amax"),
+            Sample(make(3, 2), -1, tensor([0]), make(3, 1), "amin", include_self=False)]
+
+
+@op(kind="composite", inputs=("self", "source"), samples=_index_reduce_samples)
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    """``self`` with slice ``i`` of ``source`` reduced (``prod``, ``mean``, ``amax``,
+    ``amin``) into slice ``index[i]`` along ``dim`` (with ``self``'s own value unless
+    ``include_self=False``)."""
+    return _index_reduce(self, dim, index, source, reduce, include_self, inplace=False)
+
+
+@op(kind="composite", inputs=("self", "source"), function=False)
+def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
+    return _index_reduce(self, dim, index, source, reduce, include_self, inplace=True)
+
+
+def _masked_scatter_samples(make):
+    return [Sample(make(3, 4), make(3, 4, dtype=bool_), make(12)),
+            Sample(make(4), make(3, 4, dtype=bool_), make(3, 5)),
+            Sample(make(2, 3), tensor([True, False, True]), make(4))]
+
+
+@op(kind="composite", inputs=("self", "source"), samples=_masked_scatter_samples)
+def masked_scatter(self, mask, source):
+    """``self`` with the elements where ``mask`` is True replaced, in order, by the first
+    elements of ``source`` (``self`` and ``mask`` broadcast)."""
+    if mask.dtype is not bool_:
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with "
+                           f"dtype {type_name(mask.dtype)}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but "
+                           f"got{type_name(self.dtype)} and {type_name(source.dtype)}")
+    shape = tuple(meta.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
+    mask, base = mask.expand(shape), self.expand(shape)
+    ones = _host(mask)
+    if ones is not None and int(ones.sum()) > source.numel():
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    if not source.numel():
+        return base.clone(memory_format=meta.contiguous_format)
+    # each True takes the source element numbered by the Trues before it
+    taken = mask.reshape(-1).to(int64).cumsum(0).sub(1).clamp(0, source.numel() - 1)
+    picked = source.reshape(-1).gather(0, taken).view(shape)
+    # contiguous, as PyTorch's (where would follow a transposed self)
+    return REGISTRY["where"](mask, picked, base).contiguous()
+
+
+@op(kind="composite", inputs=("self", "source"), function=False)
+def masked_scatter_(self, mask, source):
+    result = masked_scatter(self, mask, source)
+    if tuple(result.shape) != tuple(self.shape):
+        raise RuntimeError(f"masked_scatter_: the mask of shape {list(mask.shape)} does not "
+                           f"broadcast to self of shape {list(self.shape)}")
+    return self.copy_(result)
+
+
+def _put(self, index, source, accumulate, inplace):
+    if index.dtype is not int64:
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got "
+                           f"{type_name(index.dtype)}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got "
+                           f"self.dtype = {type_name(self.dtype)} and source.dtype = "
+                           f"{type_name(source.dtype)}")
+    if source.numel() != index.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of "
+                         f"elements, but got source.numel() = {source.numel()}, index.numel() "
+                         f"= {index.numel()}")
+    count = self.numel()
+    if count == 0 and index.numel():
+        raise IndexError("put_(): Tried to put elements into an empty tensor")
+    positions = _host(index)
+    if positions is not None:
+        bad = _out_of_range(positions.reshape(-1), -count, count)
+        if bad is not None:
+            raise IndexError(f"out of range: tried to access index {bad} on a tensor of "
+                             f"{count} elements.")
+    flat = index.reshape(-1)
+    flat = REGISTRY["where"](flat < 0, flat + count, flat)
+    target = self if self.dim() else self.view(1)
+    coordinates = REGISTRY["unravel_index"](flat, tuple(target.shape))
+    result = _put_at(target, coordinates, source.reshape(-1), accumulate, inplace)
+    return self if inplace else result.view(self.shape)
+
+
+def _put_samples(make):
+    return [Sample(make(3, 4), tensor([0, 11, -2]), make(3)),
+            Sample(make(3, 4), tensor([[1, 1], [2, 5]]), make(2, 2), True),
+            Sample(make(4, 3).t(), tensor([1, 4]), make(2)), Sample(make(), tensor([0]), make(1))]
+
+
+@op(kind="composite", inputs=("self", "source"), samples=_put_samples)
+def put(self, index, source, accumulate=False):
+    """``self`` with the elements at flat (row-major) positions ``index`` replaced by (with
+    ``accumulate``: added to) ``source``."""
+    return _put(self, index, source, accumulate, inplace=False)
+
+
+@op(kind="composite", inputs=("self", "source"), function=False)
+def put_(self, index, source, accumulate=False):
+    return _put(self, index, source, accumulate, inplace=True)

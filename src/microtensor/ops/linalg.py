@@ -10,6 +10,7 @@ rules follow their derivatives (one rule serves every matrix product).
 """
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, empty_contiguous
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
+from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
@@ -796,3 +798,338 @@ def linear(grad, input, weight, bias):
 
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "outer", "addmm", "linear", "check_linear"]
+__all__ += ["addmv", "addmv_", "addr", "addr_", "addbmm", "addbmm_", "ger", "inner", "vdot",
+            "chain_matmul", "dist", "cov", "corrcoef", "renorm", "renorm_", "trapezoid", "trapz",
+            "cumulative_trapezoid"]
+
+
+# --------------------------------------------------------------------------- PyTorch's other
+# product and statistics names, written with the products above and reductions (their
+# derivatives and batching rules are those ops')
+
+def _addmv_samples(make):
+    return [Sample(make(3), make(3, 4), make(4)), Sample(make(), make(2, 3), make(3), beta=0.5),
+            Sample(make(1), make(3, 2), make(2), alpha=2, beta=0)]
+
+
+@op(kind="composite", inputs=("self", "mat", "vec"), samples=_addmv_samples)
+def addmv(self, mat, vec, *, beta=1, alpha=1):
+    """``beta * self + alpha * (mat @ vec)``; with ``beta=0`` ``self`` is ignored."""
+    if mat.dim() != 2 or vec.dim() != 1 or self.dim() > 1 or \
+            (self.dim() == 1 and self.shape[0] not in (1, mat.shape[0])) or \
+            mat.shape[1] != vec.shape[0]:
+        if mat.dim() == 2 and vec.dim() == 1:
+            raise RuntimeError(f"size mismatch, got input ({self.numel()}), mat "
+                               f"({mat.shape[0]}x{mat.shape[1]}), vec ({vec.shape[0]})")
+        raise RuntimeError(f"vector + matrix @ vector expected, got {self.dim()}, {mat.dim()}, "
+                           f"{vec.dim()}")
+    return scaled_sum(self, mv(mat, vec), beta, alpha)
+
+
+def _checked_inplace(self, result):
+    if tuple(result.shape) != tuple(self.shape):
+        raise RuntimeError(f"Bad in-place call: input tensor size {list(self.shape)} and output "
+                           f"tensor size {list(result.shape)} should match")
+    return self.copy_(result)
+
+
+@op(kind="composite", inputs=("self", "mat", "vec"), function=False)
+def addmv_(self, mat, vec, *, beta=1, alpha=1):
+    return _checked_inplace(self, addmv(self, mat, vec, beta=beta, alpha=alpha))
+
+
+def _addr_samples(make):
+    return [Sample(make(3, 2), make(3), make(2)), Sample(make(2), make(3), make(2), beta=2),
+            Sample(make(3, 2), make(3), make(2), alpha=0.5, beta=0)]
+
+
+def _expanded_to(self, shape):
+    try:
+        return self.expand(shape)
+    except RuntimeError:
+        raise RuntimeError(f"The expanded size of the tensor ({shape[-2]}) must match the "
+                           f"existing size ({self.shape[-2] if self.dim() > 1 else 1}) at "
+                           f"non-singleton dimension 0.  Target sizes: {list(shape)}.  Tensor "
+                           f"sizes: {list(self.shape)}") from None
+
+
+@op(kind="composite", inputs=("self", "vec1", "vec2"), samples=_addr_samples)
+def addr(self, vec1, vec2, *, beta=1, alpha=1):
+    """``beta * self + alpha * outer(vec1, vec2)``; with ``beta=0`` ``self`` is ignored."""
+    for name, v in (("vec1", vec1), ("vec2", vec2)):
+        if v.dim() != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.dim()}-D")
+    product = outer(vec1, vec2)
+    return scaled_sum(_expanded_to(self, tuple(product.shape)), product, beta, alpha)
+
+
+@op(kind="composite", inputs=("self", "vec1", "vec2"), function=False)
+def addr_(self, vec1, vec2, *, beta=1, alpha=1):
+    return _checked_inplace(self, addr(self, vec1, vec2, beta=beta, alpha=alpha))
+
+
+def _addbmm_samples(make):
+    return [Sample(make(3, 5), make(2, 3, 4), make(2, 4, 5)),
+            Sample(make(5), make(3, 2, 1), make(3, 1, 5), beta=0.5, alpha=2),
+            Sample(make(2, 2), make(0, 2, 3), make(0, 3, 2))]
+
+
+@op(kind="composite", inputs=("self", "batch1", "batch2"), samples=_addbmm_samples)
+def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``: one product of the batches
+    laid side by side."""
+    for name, t in (("batch1", batch1), ("batch2", batch2)):
+        if t.dim() != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+    if batch1.shape[0] != batch2.shape[0]:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got "
+                           f"{batch1.shape[0]} and {batch2.shape[0]}")
+    b, n, k = batch1.shape
+    if batch2.shape[1] != k:
+        raise RuntimeError(f"Incompatible matrix sizes for bmm ({n}x{k} and "
+                           f"{batch2.shape[1]}x{batch2.shape[2]})")
+    product = mm(batch1.permute(1, 0, 2).reshape(n, b * k), batch2.reshape(b * k, batch2.shape[2]))
+    return scaled_sum(_expanded_to(self, tuple(product.shape)), product, beta, alpha)
+
+
+@op(kind="composite", inputs=("self", "batch1", "batch2"), function=False)
+def addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+    return _checked_inplace(self, addbmm(self, batch1, batch2, beta=beta, alpha=alpha))
+
+
+@op(kind="composite", inputs=("self", "vec2"),
+    samples=lambda make: [Sample(make(3), make(2))])
+def ger(self, vec2):
+    """``outer`` under its older name."""
+    return outer(self, vec2)
+
+
+def _inner_samples(make):
+    return [Sample(make(3), make(3)), Sample(make(2, 3), make(4, 3)), Sample(make(), make(2, 2)),
+            Sample(make(2, 1, 3), make(3))]
+
+
+@op(kind="composite", inputs=BINARY, samples=_inner_samples)
+def inner(self, other):
+    """The sums of products over the last dims: shape ``self[:-1] + other[:-1]``."""
+    if self.dim() == 0 or other.dim() == 0:
+        return self * other
+    if self.shape[-1] != other.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but "
+                           f"got shapes {list(self.shape)} and {list(other.shape)}")
+    from microtensor.ops.contraction import tensordot
+    return tensordot(self, other, ([-1], [-1]))
+
+
+@op(kind="composite", inputs=BINARY, samples=lambda make: [Sample(make(3), make(3))])
+def vdot(self, other):
+    """The dot product of two 1-D tensors (conjugating the first: no-op for real ones)."""
+    if self.dim() != 1 or other.dim() != 1:
+        raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {other.dim()}D "
+                           "tensors")
+    return dot(self, other)
+
+
+@op(kind="composite", inputs=("matrices",), method=False,
+    samples=lambda make: [Sample(make(2, 3), make(3, 4), make(4, 2)), Sample(make(2, 2))])
+def chain_matmul(*matrices):
+    """The product of the matrices, left to right (``linalg.multi_dot``)."""
+    if not matrices:
+        raise RuntimeError("chain_matmul(): Expected one or more matrices")
+    for m in matrices:
+        if m.dim() != 2:
+            raise RuntimeError(f"Tensor dimension is {m.dim()}, expected 2 instead.")
+    result = matrices[0].clone() if len(matrices) == 1 else matrices[0]
+    for m in matrices[1:]:
+        result = mm(result, m)
+    return result
+
+
+def _dist_samples(make):
+    return [Sample(make(3, 2), make(2)), Sample(make(4), make(4), 1), Sample(make(3), make(3), 0),
+            Sample(make(2, 2), make(2, 2), float("inf")), Sample(make(3), make(3), 3.5)]
+
+
+@op(kind="composite", inputs=BINARY, samples=_dist_samples)
+def dist(self, other, p=2):
+    """The ``p``-norm of ``self - other`` (broadcast)."""
+    from microtensor import linalg
+    difference = self - other
+    if not difference.dtype.is_floating_point:
+        raise RuntimeError(f"norm(): input dtype should be either floating point or complex. "
+                           f"Got {_type_name(difference.dtype)} instead.")
+    return linalg.vector_norm(difference, p)
+
+
+def _check_weights(name, weights, count, integral):
+    if weights.dim() > 1:
+        raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got "
+                           f"{name} with {weights.dim()} dimensions")
+    if integral and (weights.dtype.is_floating_point or weights.dtype is bool_):
+        raise RuntimeError(f"cov(): expected {name} to have integral dtype but got {name} with "
+                           f"{_type_name(weights.dtype)} dtype")
+    if not integral and not weights.dtype.is_floating_point:
+        raise RuntimeError(f"cov(): expected {name} to have floating point dtype but got {name} "
+                           f"with {_type_name(weights.dtype)} dtype")
+    if weights.numel() != count:
+        raise RuntimeError(f"cov(): expected {name} to have the same numel as there are "
+                           f"observations in the input but got {weights.numel()} != {count}")
+    if not isinstance(weights, BatchedTensor) and bool((weights < 0).any()):
+        raise RuntimeError(f"cov(): {name} cannot be negative")
+
+
+def _cov_samples(make):
+    return [Sample(make(2, 5)), Sample(make(4), correction=0),
+            Sample(make(3, 4), fweights=tensor([1, 2, 0, 3])),
+            Sample(make(2, 4), aweights=make(4, low=0.5, high=2.0)),
+            Sample(make(2, 4), correction=2, fweights=tensor([2, 1, 1, 3]),
+                   aweights=make(4, low=0.5, high=2.0))]
+
+
+@op(kind="composite", inputs=("self", "aweights"), samples=_cov_samples)
+def cov(self, *, correction=1, fweights=None, aweights=None):
+    """The covariance of the variables (rows) of ``self`` over its observations (columns),
+    with frequency and importance weights, as ``numpy.cov``."""
+    if self.dim() > 2:
+        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an "
+                           f"input with {self.dim()} dimensions")
+    x = self if self.dim() == 2 else self.reshape(1, -1)
+    count = x.shape[1]
+    weights = None
+    if fweights is not None:
+        _check_weights("fweights", fweights, count, integral=True)
+        weights = fweights
+    if aweights is not None:
+        _check_weights("aweights", aweights, count, integral=False)
+        weights = aweights if weights is None else weights * aweights
+    if weights is None:
+        total = count
+        mean = (x if x.dtype.is_floating_point else x.to(result_type(x, 1.0))).mean(1)
+        dof = total - correction
+    else:
+        total = weights.sum()
+        mean = (x * weights).sum(1) / total
+        if correction == 0:
+            dof = total
+        elif aweights is None:
+            dof = total - correction
+        else:
+            dof = total - correction * (weights * aweights).sum() / total
+    if not isinstance(dof, BatchedTensor) and float(dof) <= 0:
+        warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less "
+                      "than the number of observations.", UserWarning, stacklevel=2)
+    dof = dof.clamp(min=0) if hasattr(dof, "clamp") else max(dof, 0)
+    centred = x - mean.unsqueeze(1)
+    weighted = centred if weights is None else centred * weights
+    return (mm(centred, weighted.t()) / dof).squeeze()
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(3, 5)), Sample(make(4)),
+                                            Sample(make(2, 6))])
+def corrcoef(self):
+    """Pearson's correlation coefficients of the variables (rows) of ``self``."""
+    c = cov(self)
+    if c.dim() == 0:
+        return c / c
+    deviation = c.diagonal().sqrt()
+    return (c / deviation.unsqueeze(1) / deviation.unsqueeze(0)).clamp(-1, 1)
+
+
+def _renorm_samples(make):
+    return [Sample(make(3, 4), 2, 0, 1.0), Sample(make(2, 3, 2), 1, -1, 1.5),
+            Sample(make(3, 2), 3.0, 1, 100.0)]
+
+
+def _renorm_factor(self, p, dim, maxnorm):
+    if self.dim() < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {self.dim()} "
+                           f"dimensions")
+    if p <= 0:
+        raise RuntimeError("renorm: non-positive-norm not supported")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    d = meta.wrap_dim(dim, self.dim())
+    from microtensor import linalg
+    others = tuple(k for k in range(self.dim()) if k != d)
+    norms = linalg.vector_norm(self, p, others, True)
+    # PyTorch's factor: maxnorm / (norm + 1e-7) for the slices over maxnorm
+    return REGISTRY["where"](norms > maxnorm, maxnorm / (norms + 1e-7), norms.new_ones(()))
+
+
+@op(kind="composite", samples=_renorm_samples)
+def renorm(self, p, dim, maxnorm):
+    """``self`` with each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled
+    down to norm ``maxnorm``."""
+    return self * _renorm_factor(self, p, dim, maxnorm)
+
+
+@op(kind="composite", function=False)
+def renorm_(self, p, dim, maxnorm):
+    # the norms are taken of a copy: their backward must not see self's new values
+    return self.mul_(_renorm_factor(self.clone(), p, dim, maxnorm))
+
+
+def _trapezoid_spacing(name, y, x, d):
+    """``x``'s differences along ``d``, shaped to broadcast against the trapezoids of ``y``
+    (a 1-D ``x`` lies along ``d``)."""
+    if x.dim() == 1:
+        if x.shape[0] != y.shape[d]:
+            raise RuntimeError(f"{name}: There must be one `x` value for each sample point")
+        return x.view((-1,) + (1,) * (y.dim() - d - 1)).diff(dim=0)
+    return x.diff(dim=d - y.dim())
+
+
+def _sample_dim(y, dim):
+    if y.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    return meta.wrap_dim(dim, y.dim())
+
+
+def _trapezoid_samples(make):
+    return [Sample(make(5)), Sample(make(3, 4), make(4)), Sample(make(3, 4), make(3, 4), dim=0),
+            Sample(make(2, 3), dx=0.5), Sample(make(2, 3), make(3), dim=1), Sample(make(2, 0))]
+
+
+@op(kind="composite", inputs=("y", "x"), method=False, samples=_trapezoid_samples)
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The trapezoidal rule along ``dim``: with sample points ``x``, or spacing ``dx``
+    (default 1)."""
+    d = _sample_dim(y, dim)
+    n = y.shape[d]
+    if x is not None and dx is not None:
+        raise RuntimeError("trapezoid: received both x and dx")
+    if n == 0:
+        return y.new_zeros(tuple(y.shape[:d]) + tuple(y.shape[d + 1:]))
+    if x is None:
+        step = 1 if dx is None else dx
+        return (y.sum(d) - (y.select(d, 0) + y.select(d, -1)) * 0.5) * step
+    spacing = _trapezoid_spacing("trapezoid", y, x, d)
+    return (spacing * (y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1))).sum(d) / 2.0
+
+
+@op(kind="composite", inputs=("y", "x"), method=False,
+    samples=lambda make: [Sample(make(5)), Sample(make(3, 4), make(4))])
+def trapz(y, x=None, *, dx=None, dim=-1):
+    """``trapezoid`` under its older name."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def _cumulative_trapezoid_samples(make):
+    return [Sample(make(5)), Sample(make(3, 4), make(4)), Sample(make(2, 3), dx=2.0, dim=0),
+            Sample(make(2, 0))]
+
+
+@op(kind="composite", inputs=("y", "x"), method=False, samples=_cumulative_trapezoid_samples)
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The running trapezoidal rule along ``dim`` (one fewer element than ``y``)."""
+    d = _sample_dim(y, dim)
+    n = y.shape[d]
+    if x is not None and dx is not None:
+        raise RuntimeError("cumulative_trapezoid: received both x and dx")
+    if n == 0:
+        return y.narrow(d, 0, 0) * 1.0
+    pairs = y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1)
+    if x is None:
+        return ((1 if dx is None else dx) / 2.0 * pairs).cumsum(d)
+    spacing = _trapezoid_spacing("cumulative_trapezoid", y, x, d)
+    return (spacing * pairs).cumsum(d) / 2.0

@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C.tensor import float32, float64
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
 
@@ -418,3 +418,168 @@ linalg_svd.def_batch_rule(one_matrix_batch_rule)
 
 __all__ = ["LinAlgError", "linalg_inv", "linalg_det", "linalg_slogdet", "linalg_solve",
            "linalg_cholesky", "linalg_eigh", "linalg_qr", "linalg_svd", "check_matrix"]
+__all__ += ["det", "inverse", "slogdet", "logdet", "svd", "cholesky", "matrix_power", "pinverse",
+            "linalg_matrix_exp", "matrix_exp"]
+
+
+# --------------------------------------------------------------------------- PyTorch's
+# top-level linear-algebra names: composites over the ops above (and ``microtensor.linalg``)
+
+SlogdetTuple = _named("slogdet", ("sign", "logabsdet"))
+SvdTuple = _named("svd", ("U", "S", "V"))
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def det(self):
+    return linalg_det(self)
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def inverse(self):
+    return linalg_inv(self)
+
+
+@op(kind="composite", inputs=("self",), samples=_square_samples)
+def slogdet(self):
+    return SlogdetTuple(*linalg_slogdet(self))
+
+
+def _logdet_samples(make):
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(-_spd(make, n=2))]
+
+
+@op(kind="composite", inputs=("self",), samples=_logdet_samples)
+def logdet(self):
+    """log(det): NaN for a negative determinant, -inf for a zero one."""
+    sign, logabsdet = linalg_slogdet(self)
+    return REGISTRY["where"](sign < 0, logabsdet.new_full((), float("nan")), logabsdet)
+
+
+def _svd_tuple_samples(make):
+    return [Sample(make(4, 3)), Sample(make(2, 3, 3), some=False),
+            Sample(make(2, 4), compute_uv=False)]
+
+
+@op(kind="composite", inputs=("self",), samples=_svd_tuple_samples)
+def svd(self, some=True, compute_uv=True):
+    """``U, S, V`` with ``self = U diag(S) Vᵀ`` (``V``, not ``linalg.svd``'s ``Vh``);
+    without ``compute_uv``, ``U`` and ``V`` are zero-filled square matrices."""
+    if not compute_uv:
+        S = linalg_svd(self, False)[1]
+        m, n = self.shape[-2:]
+        batch = tuple(self.shape[:-2])
+        return SvdTuple(self.new_zeros(batch + (m, m)), S, self.new_zeros(batch + (n, n)))
+    U, S, Vh = linalg_svd(self, not some)
+    return SvdTuple(U, S, Vh.mT)
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
+                                                              Sample(_spd(make, 2), True)])
+def cholesky(self, upper=False):
+    return linalg_cholesky(self, upper=upper)
+
+
+def _matrix_power_samples(make):
+    return [Sample(make(3, 3), 3), Sample(make(2, 2, 2), 0), Sample(make(2, 2), 1),
+            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6)]
+
+
+@op(kind="composite", inputs=("self",), samples=_matrix_power_samples)
+def matrix_power(self, n):
+    """``self`` multiplied by itself ``n`` times (``n < 0``: of its inverse; 0: the
+    identity), by repeated squaring."""
+    if self.dim() < 2:
+        raise RuntimeError("linalg.matrix_power: The input tensor A must have at least 2 "
+                           "dimensions.")
+    if self.shape[-1] != self.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
+                           f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
+    if n == 0:
+        size = self.shape[-1]
+        return _eye_like(self, size).expand(self.shape).clone()
+    if n < 0:
+        self, n = linalg_inv(self), -n
+    result, square = None, self
+    while n:
+        if n & 1:
+            result = square if result is None else result @ square
+        n >>= 1
+        if n:
+            square = square @ square
+    return result if result is not self else self.clone()
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(make(4, 3)),
+                                                              Sample(make(2, 3, 2), 1e-3)])
+def pinverse(self, rcond=1e-15):
+    from microtensor import linalg
+    return linalg.pinv(self, rtol=rcond)
+
+
+# Padé [13/13] coefficients of exp and the 1-norm up to which they give double precision
+# without scaling (Higham, "The scaling and squaring method for the matrix exponential
+# revisited", 2005)
+_PADE13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800.,
+           129060195264000., 10559470521600., 670442572800., 33522128640., 1323241920.,
+           40840800., 960960., 16380., 182., 1.)
+_THETA13 = 5.371920351148152
+
+
+def _expm(a):
+    """exp of each matrix of the array ``a``: scaled by 2**-s so that its 1-norm is at most
+    theta13, Padé [13/13], then squared s times (each matrix its own s)."""
+    norms = np.abs(a).sum(-2).max(-1) if a.size else np.zeros(a.shape[:-2])
+    with np.errstate(divide="ignore"):
+        squarings = np.maximum(0, np.ceil(np.log2(norms / _THETA13))).astype(np.int64)
+    a = a / (2.0 ** squarings)[..., None, None].astype(a.dtype)
+    b = _PADE13
+    eye_ = np.eye(a.shape[-1], dtype=a.dtype)
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 +
+             b[1] * eye_)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + \
+        b[0] * eye_
+    result = np.linalg.solve(v - u, v + u)
+    for step in range(int(squarings.max()) if squarings.size else 0):
+        result = np.where((squarings > step)[..., None, None], result @ result, result)
+    return result
+
+
+def _matrix_exp_samples(make):
+    return [Sample(make(3, 3)), Sample(make(2, 2, 2) * 4), Sample(make(1, 1)),
+            Sample(make(0, 2, 2))]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_matrix_exp_samples)
+def linalg_matrix_exp(A):
+    """The exponential of each square matrix of ``A``."""
+    if A.dim() >= 2 and A._dtype.is_floating_point and A._dtype not in (float32, float64):
+        # half types: computed in float32, rounded once (PyTorch's CPU runs them)
+        return linalg_matrix_exp(A.to(float32)).to(A._dtype)
+    check_matrix(A, "linalg.matrix_exp")
+    arr = _array(A)
+    if hasattr(arr, "get"):       # a device array: computed on the host copy
+        return _result(array_module(arr).asarray(_expm(arr.get())), A)
+    return _result(_expm(arr), A)
+
+
+@linalg_matrix_exp.def_derivative("A")
+def linalg_matrix_exp(grad, A):
+    # the Fréchet derivative of exp at Aᵀ in the direction grad: the upper right block of
+    # exp([[Aᵀ, grad], [0, Aᵀ]])
+    n = A.shape[-1]
+    cat = REGISTRY["cat"]
+    top = cat((A.mT, grad), -1)
+    bottom = cat((A.new_zeros(A.shape), A.mT), -1)
+    block = linalg_matrix_exp(cat((top, bottom), -2))
+    return block[..., :n, n:]
+
+
+linalg_matrix_exp.def_batch_rule(one_matrix_batch_rule)
+
+
+@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(make(3, 3))])
+def matrix_exp(self):
+    return linalg_matrix_exp(self)

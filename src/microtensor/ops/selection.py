@@ -634,3 +634,53 @@ def repeat_interleave(op, level, args, kwargs):
         dim = meta.wrap_dim(dim, logical) + 1
     result = call(op, (value, repeats, dim), {"output_size": bound["output_size"]})
     return wrap(result, 0, level)
+
+
+# --------------------------------------------------------------------------- unique_consecutive
+
+def _unique_consecutive_samples(make):
+    runs = tensor([1, 1, 2, 2, 3, 1, 1])
+    rows = tensor([[1, 2], [1, 2], [0, 5], [1, 2]])
+    return [Sample(runs), Sample(runs, True, True), Sample(rows, return_counts=True, dim=0),
+            Sample(rows, return_inverse=True, dim=1), Sample(rows, return_inverse=True),
+            Sample(tensor(2.0), return_inverse=True), Sample(tensor([], dtype=int64), True, True)]
+
+
+@op(differentiable=False, samples=_unique_consecutive_samples)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    """The first element (slice along ``dim``) of each run of equal consecutive ones; with
+    ``return_inverse`` the run each element belongs to, with ``return_counts`` the run
+    lengths."""
+    arr = self._array()
+    xp = array_module(arr)
+    if hasattr(arr, "get"):       # a device array: computed on the host copy, as unique
+        arr = arr.get()
+    if dim is None:
+        rows = arr.reshape(-1, 1)
+    else:
+        axis = meta.wrap_dim(dim, max(arr.ndim, 1))
+        arr = arr.reshape(arr.shape or (1,))
+        rows = np.moveaxis(arr, axis, 0)
+        rows = rows.reshape(rows.shape[0], -1)
+    n = rows.shape[0]
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        starts[1:] = (rows[1:] != rows[:-1]).any(1)
+    first = np.flatnonzero(starts)
+    if dim is None:
+        result = _fresh(xp.asarray(arr.reshape(-1)[first]), self._dtype)
+        inverse_shape = arr.shape
+    else:
+        # computed with the dim first and moved back, so laid out as PyTorch's
+        moved = np.ascontiguousarray(np.moveaxis(arr, axis, 0)[first])
+        result, inverse_shape = _fresh(xp.asarray(moved), self._dtype).movedim(0, axis), (n,)
+    extra = []
+    if return_inverse:
+        extra.append(_fresh(xp.asarray((np.cumsum(starts) - 1).astype(np.int64)
+                                       .reshape(inverse_shape)), int64))
+    if return_counts:
+        extra.append(_fresh(xp.asarray(np.diff(np.append(first, n)).astype(np.int64)), int64))
+    return (result, *extra) if extra else result
+
+
+unique_consecutive.def_batch_rule(dynamic_shape_batch_rule)

@@ -15,11 +15,12 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
-from microtensor._dtype import result_type
+from microtensor._dtype import promote_types, result_type
 from microtensor.backends import cuda
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange, tensor_of
-from microtensor.ops.loops import array_module, device_of, new_result, repeated_dim_error
+from microtensor.ops.loops import (_type_name, array_module, device_of, new_result,
+                                   repeated_dim_error)
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (actual_dim, aligned, batch_size, call, front_or_expanded,
@@ -687,3 +688,414 @@ def channel_shuffle(input, groups):
 @op(kind="composite", method=False, inputs=("input",), samples=_channel_shuffle_samples)
 def native_channel_shuffle(input, groups):
     return _channel_shuffled(input, groups)
+__all__ += ["concat", "concatenate", "fliplr", "flipud", "rot90", "atleast_1d",
+            "atleast_2d", "atleast_3d", "tensor_split", "hsplit", "vsplit", "dsplit",
+            "column_stack", "dstack", "take_along_dim", "diagflat", "argwhere", "diff",
+            "broadcast_shapes", "tril_indices", "triu_indices", "block_diag",
+            "cartesian_prod", "combinations", "vander", "unravel_index"]
+
+
+# --------------------------------------------------------------------------- PyTorch's other
+# shape names, written with the ops above (composites: their derivatives and batching
+# rules are those of the ops they call)
+
+def _concat_samples(make):
+    return [Sample([make(2, 3), make(1, 3)]), Sample([make(2, 1), make(2, 2)], 1)]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_concat_samples)
+def concat(tensors, dim=0):
+    return cat(tensors, dim)
+
+
+@op(kind="composite", inputs=("tensors",), method=False,
+    samples=lambda make: [Sample([make(2, 3), make(1, 3)]),
+                          Sample([make(2, 1), make(2, 2)], axis=-1)])
+def concatenate(tensors, axis=0):
+    return cat(tensors, axis)
+
+
+def _flip_side_samples(make):
+    return [Sample(make(3, 4)), Sample(make(2, 3, 2))]
+
+
+@op(kind="composite", samples=_flip_side_samples)
+def fliplr(self):
+    if self.dim() < 2:
+        raise RuntimeError("Input must be >= 2-d.")
+    return self.flip(1)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(3)), Sample(make(3, 2))])
+def flipud(self):
+    if self.dim() < 1:
+        raise RuntimeError("Input must be >= 1-d.")
+    return self.flip(0)
+
+
+def _rot90_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), 2), Sample(make(3, 4), -1),
+            Sample(make(2, 3, 4), 1, (2, 0)), Sample(make(3, 4), 4), Sample(make(4, 3).t(), 3)]
+
+
+@op(kind="composite", samples=_rot90_samples)
+def rot90(self, k=1, dims=(0, 1)):
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    n = self.dim()
+    if n < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {n}")
+    if dims[0] == dims[1] or meta.wrap_dim(dims[0], n) == meta.wrap_dim(dims[1], n):
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {dims[0]} "
+                           f"and dim1 = {dims[1]}")
+    d0, d1 = meta.wrap_dim(dims[0], n), meta.wrap_dim(dims[1], n)
+    k = k % 4
+    if k == 1:
+        return self.flip(d1).transpose(d0, d1)
+    if k == 2:
+        return self.flip(d0, d1)
+    if k == 3:
+        return self.flip(d0).transpose(d0, d1)
+    return self.clone(memory_format=meta.contiguous_format)
+
+
+def _at_least(name, ndim, reshape):
+    def kernel(*tensors):
+        single = len(tensors) == 1 and isinstance(tensors[0], TensorBase)
+        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+            tensors = tuple(tensors[0])
+        for i, t in enumerate(tensors):
+            if not isinstance(t, TensorBase):
+                raise TypeError(f"{name}() expected Tensor as element {i} in argument 0, but "
+                                f"got {type(t).__name__}")
+        results = tuple(t if t.dim() >= ndim else reshape(t) for t in tensors)
+        return results[0] if single else results
+    kernel.__name__ = name
+    kernel.__doc__ = f"Each tensor with at least {ndim} dims (a view where it had fewer)."
+    return op(name, kind="composite", inputs=("tensors",), method=False, samples=lambda make: [
+        Sample(make()), Sample(make(3)), Sample(make(2, 3)), Sample(make(), make(2, 2, 2)),
+        Sample([make(2), make(1, 2)])])(kernel)
+
+
+atleast_1d = _at_least("atleast_1d", 1, lambda t: t.reshape(1))
+atleast_2d = _at_least("atleast_2d", 2, lambda t: t.reshape(1, 1) if t.dim() == 0 else
+                       t.unsqueeze(0))
+atleast_3d = _at_least("atleast_3d", 3, lambda t: (t.reshape(1, 1, 1) if t.dim() == 0 else
+                                                   t.unsqueeze(0).unsqueeze(-1) if t.dim() == 1
+                                                   else t.unsqueeze(-1)))
+
+
+def _tensor_split_samples(make):
+    return [Sample(make(7, 2), 3), Sample(make(2, 5), 2, 1), Sample(make(7), [1, 4]),
+            Sample(make(7), (-2, 9, 3)), Sample(make(2), 4)]
+
+
+@op(kind="composite", samples=_tensor_split_samples)
+def tensor_split(self, indices_or_sections, dim=0):
+    """Views of ``self`` along ``dim``: ``sections`` nearly equal pieces (the first ones
+    one longer), or the pieces between ``indices``."""
+    if self.dim() == 0:
+        raise RuntimeError(f"tensor_split expected at least a 1-dimensional tensor, but got a "
+                           f"tensor with {self.dim()} dims")
+    d = meta.wrap_dim(dim, self.dim())
+    split = indices_or_sections
+    if isinstance(split, TensorBase):
+        if split.device.type != "cpu":
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to be on cpu, "
+                               f"but it's on {split.device}")
+        if split._dtype is not int64:
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to have dtype "
+                               f"of long, but got {_type_name(split._dtype)}")
+        if split.dim() > 1:
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to be a "
+                               f"zero-dimensional or one-dimensional tensor, but got a tensor "
+                               f"with {split.dim()} dims")
+        split = split.item() if split.dim() == 0 else split.tolist()
+    size = self._sizes[d]
+    if isinstance(split, (list, tuple)):
+        bounds = [0] + [int(i) for i in split] + [size]
+        return tuple(self.slice(d, start, end) for start, end in zip(bounds, bounds[1:]))
+    sections = int(split)
+    if sections <= 0:
+        raise RuntimeError(f"number of sections must be larger than 0, got {sections}")
+    short, longer = divmod(size, sections)
+    lengths = [short + 1] * longer + [short] * (sections - longer)
+    starts = np.cumsum([0] + lengths[:-1])
+    return tuple(self.narrow(d, int(start), n) for start, n in zip(starts, lengths))
+
+
+def _directional_split(name, dim, ndim):
+    def kernel(self, indices_or_sections):
+        if self.dim() < ndim:
+            raise RuntimeError(f"torch.{name} requires a tensor with at least {ndim} dimension, "
+                               f"but got a tensor with {self.dim()} dimensions!")
+        d = 0 if name == "hsplit" and self.dim() == 1 else dim
+        if isinstance(indices_or_sections, Integral):
+            size = self._sizes[d]
+            if indices_or_sections == 0 or size % indices_or_sections:
+                raise RuntimeError(f"torch.{name} attempted to split along dimension {d}, but "
+                                   f"the size of the dimension {size} is not divisible by the "
+                                   f"split_size {indices_or_sections}!")
+        return tensor_split(self, indices_or_sections, d)
+    kernel.__name__ = name
+    return op(name, kind="composite", samples=lambda make: [
+        Sample(make(*(4,) * ndim), 2), Sample(make(*(2,) * (ndim - 1) + (5,)), [1, 3]),
+        Sample(make(*(2,) * ndim + (4,)), 2)])(kernel)
+
+
+hsplit = _directional_split("hsplit", 1, 1)
+vsplit = _directional_split("vsplit", 0, 2)
+dsplit = _directional_split("dsplit", 2, 3)
+
+
+@op(kind="composite", inputs=("tensors",), method=False,
+    samples=lambda make: [Sample([make(3), make(3, 2)]), Sample([make(), make(1, 2)]),
+                          Sample([make(2, 2, 1), make(2, 1, 1)])])
+def column_stack(tensors):
+    tensors = [t.reshape(t.numel(), 1) if t.dim() <= 1 else t for t in tensors]
+    if not tensors:
+        raise RuntimeError("column_stack expects a non-empty TensorList")
+    return hstack(tensors)
+
+
+@op(kind="composite", inputs=("tensors",), method=False,
+    samples=lambda make: [Sample([make(3), make(3)]), Sample([make(2, 3), make(2, 3)]),
+                          Sample([make(2, 2, 1), make(2, 2, 3), make(2, 2)])])
+def dstack(tensors):
+    if not tensors:
+        raise RuntimeError("dstack expects a non-empty TensorList")
+    return cat(atleast_3d(list(tensors)), 2)
+
+
+def _index_samples(make):
+    return [Sample(make(3, 4), tensor_of(np.array([[0, 1], [2, 0], [3, 3]])), 1),
+            Sample(make(3, 4), tensor_of(np.array([[2, 0, 1, 1]])), 0),
+            Sample(make(2, 3), tensor_of(np.array([[1], [0]])), -1),
+            Sample(make(3, 4), tensor_of(np.array([5, 0, 11])))]
+
+
+@op(kind="composite", inputs=("self",), samples=_index_samples)
+def take_along_dim(self, indices, dim=None):
+    """``gather`` of ``self`` and ``indices`` broadcast against each other except along
+    ``dim``; without ``dim``, of the flattened tensors."""
+    if indices._dtype is not int64:
+        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
+                           f"{_type_name(indices._dtype)}")
+    if dim is None:
+        return self.reshape(-1).gather(0, indices.reshape(-1))
+    if self.dim() != indices.dim():
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same "
+                           f"number of dimensions, but got {self.dim()} dimensions for input, "
+                           f"and {indices.dim()} dimensions for indices")
+    d = meta.wrap_dim(dim, self.dim())
+    wanted = list(self._sizes)
+    wanted[d] = indices._sizes[d]
+    index_shape = meta.broadcast_shapes(tuple(wanted), indices._sizes)
+    wanted = list(indices._sizes)
+    wanted[d] = self._sizes[d]
+    self_shape = meta.broadcast_shapes(tuple(wanted), self._sizes)
+    return self.broadcast_to(self_shape).gather(d, indices.broadcast_to(index_shape))
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(3)), Sample(make(2, 2), 1),
+                                            Sample(make(3), -2)])
+def diagflat(self, offset=0):
+    return self.reshape(-1).diag(offset)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make())])
+def argwhere(self):
+    return self.nonzero()
+
+
+def _diff_samples(make):
+    return [Sample(make(5)), Sample(make(3, 4), 2, 0), Sample(make(2, 3), 1, -1, make(2, 2)),
+            Sample(make(3, 2), 1, 0, make(1, 2), make(2, 2)),
+            Sample(make(3), 4), Sample(make(3), 0),
+            Sample(tensor_of(np.array([True, False, False, True])), 2)]
+
+
+@op(kind="composite", inputs=("self", "prepend", "append"), samples=_diff_samples)
+def diff(self, n=1, dim=-1, prepend=None, append=None):
+    """The ``n``-th forward difference along ``dim`` (exclusive or for bool tensors), of
+    ``self`` with ``prepend`` and ``append`` joined before and after."""
+    if self.dim() == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    if n < 0:
+        raise RuntimeError(f"order must be non-negative but got {n}")
+    d = meta.wrap_dim(dim, self.dim())
+    joined = [self]
+    for extra, before in ((prepend, True), (append, False)):
+        if extra is None:
+            continue
+        if extra.dim() != self.dim():
+            raise RuntimeError("diff expects prepend or append to be the same dimension as "
+                               "input")
+        for k in range(self.dim()):
+            if k != d and extra._sizes[k] != self._sizes[k]:
+                raise RuntimeError(f"diff expects the shape of tensor to prepend or append to "
+                                   f"match that of input except along the differencing "
+                                   f"dimension; input.size({k}) = {self._sizes[k]}, but got "
+                                   f"tensor.size({k}) = {extra._sizes[k]}")
+        joined.insert(0 if before else len(joined), extra)
+    result = cat(joined, d) if len(joined) > 1 else self
+    steps = min(n, result._sizes[d])
+    for _ in range(steps):
+        length = result._sizes[d] - 1
+        later, earlier = result.narrow(d, 1, length), result.narrow(d, 0, length)
+        result = later.logical_xor(earlier) if result._dtype is bool_ else later - earlier
+    return result if steps else result.clone()
+
+
+def broadcast_shapes(*shapes):
+    """The shape that tensors of ``shapes`` broadcast to (a ``Size``); an int is a 1-D
+    shape."""
+    from microtensor._C.tensor import Size
+    result = []
+    for i, shape in enumerate(shapes):
+        shape = (shape,) if isinstance(shape, Integral) else tuple(shape)
+        if any(s < 0 for s in shape):
+            raise ValueError("Attempting to broadcast a dimension with negative length!")
+        if len(shape) > len(result):
+            result = [1] * (len(shape) - len(result)) + result
+        for k in range(1, len(shape) + 1):
+            size, have = shape[-k], result[-k]
+            if size != have and size != 1:
+                if have != 1:
+                    raise RuntimeError(
+                        f"Attempting to broadcast a dimension of length {size} at {-k}! "
+                        f"Mismatching argument at index {i} had {tuple(shape)}; but expected "
+                        f"shape should be broadcastable to {result}")
+                result[-k] = size
+    return Size(result)
+
+
+def _triangle_indices(name, numpy_indices):
+    def indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+        from microtensor._C.tensor import device as as_device
+        dtype = int64 if dtype is None else dtype
+        if dtype.is_floating_point or dtype is bool_:
+            raise NotImplementedError(f"\"{name}\" not implemented for '{_type_name(dtype)}'")
+        for arg, value in (("row", row), ("col", col)):
+            if value < 0:
+                raise RuntimeError(f"{arg} must be non-negative, got{value}")
+        rows, cols = numpy_indices(row, offset, col)
+        result = tensor_of(np.stack([rows, cols]).astype(dtype.np).reshape(2, -1))
+        return result if device is None else result.to(as_device(device))
+    indices.__name__ = name
+    indices.__doc__ = (f"The (row, column) coordinates of the {name[:4]} triangle (diagonal "
+                       f"``offset``) of a ``row`` x ``col`` matrix, as a 2 x N tensor in row-"
+                       f"major order.")
+    return indices
+
+
+tril_indices = _triangle_indices("tril_indices", np.tril_indices)
+triu_indices = _triangle_indices("triu_indices", np.triu_indices)
+
+
+def _block_diag_samples(make):
+    return [Sample(make(2, 2), make(1, 3)), Sample(make(), make(2), make(2, 1)),
+            Sample(make(0), make(2, 2)), Sample(make(2, 3))]
+
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_block_diag_samples)
+def block_diag(*tensors):
+    """The matrices (0-d: 1x1, 1-d: a row) along the diagonal of a zero matrix."""
+    matrices = []
+    for i, t in enumerate(tensors):
+        if t.dim() > 2:
+            raise RuntimeError(f"torch.block_diag: Input tensors must have 2 or fewer "
+                               f"dimensions. Input {i} has {t.dim()} dimensions")
+        matrices.append(t.reshape(1, -1) if t.dim() < 2 else t)
+    if not matrices:
+        return tensor_of(np.zeros((1, 0), dtype=np.float32))
+    width = sum(m._sizes[1] for m in matrices)
+    rows, left = [], 0
+    for m in matrices:
+        height, cols = m._sizes
+        rows.append(cat([m.new_zeros((height, left)), m,
+                         m.new_zeros((height, width - left - cols))], 1))
+        left += cols
+    return cat(rows, 0)
+
+
+def _vector_check(t):
+    if t.dim() != 1:
+        raise RuntimeError(f"Expect a 1D vector, but got shape {list(t._sizes)}")
+
+
+@op(kind="composite", inputs=("tensors",), method=False,
+    samples=lambda make: [Sample(make(3)), Sample(make(2), make(3)),
+                          Sample(make(2), make(1), make(2))])
+def cartesian_prod(*tensors):
+    """Every tuple of one element of each 1-D tensor, in lexicographic order, as rows."""
+    for t in tensors:
+        _vector_check(t)
+    if len(tensors) == 1:
+        return tensors[0]
+    from microtensor._composite import meshgrid
+    return stack([grid.reshape(-1) for grid in meshgrid(*tensors, indexing="ij")], 1)
+
+
+def _combinations_samples(make):
+    return [Sample(make(4)), Sample(make(4), 3), Sample(make(3), 2, True), Sample(make(3), 1),
+            Sample(make(3), 0), Sample(make(2), 3)]
+
+
+@op(kind="composite", method=False, samples=_combinations_samples)
+def combinations(self, r=2, with_replacement=False):
+    """The length-``r`` combinations of the elements of a 1-D tensor, as rows."""
+    _vector_check(self)
+    if r < 0:
+        raise RuntimeError(f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return self.new_empty(0)
+    n = self._sizes[0]
+    # the positions of every r-tuple, kept when strictly (or weakly) increasing: lexicographic
+    grid = np.indices((n,) * r).reshape(r, -1).T
+    increasing = grid[:, 1:] >= grid[:, :-1] if with_replacement else grid[:, 1:] > grid[:, :-1]
+    positions = tensor_of(np.ascontiguousarray(grid[increasing.all(1)], dtype=np.int64))
+    return self[positions.to(self.device)]
+
+
+def _vander_samples(make):
+    return [Sample(make(3)), Sample(make(3), 4, True), Sample(make(2), 1), Sample(make(3), 0),
+            Sample(tensor_of(np.array([1, -2, 3], dtype=np.int32)))]
+
+
+@op(kind="composite", method=False, samples=_vander_samples)
+def vander(x, N=None, increasing=False):
+    """Columns ``x ** 0 .. x ** (N-1)`` (highest power first unless ``increasing``)."""
+    if x.dim() != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    n = x._sizes[0] if N is None else N
+    if n < 0:
+        raise RuntimeError("N must be non-negative.")
+    x = x.to(promote_types(x.dtype, int64))     # PyTorch's: integers in int64
+    columns = [x.new_ones((x._sizes[0], min(n, 1)))]
+    if n > 1:
+        columns.append(x.unsqueeze(1).expand(x._sizes[0], n - 1).cumprod(1))
+    result = cat(columns, 1)
+    return result if increasing else result.flip(1)
+
+
+@op(kind="composite", inputs=(), method=False,
+    samples=lambda make: [Sample(tensor_of(np.array([0, 5, 7, -1])), (2, 3)),
+                          Sample(tensor_of(np.array(11)), (3, 4)),
+                          Sample(tensor_of(np.array([[1, 2]], dtype=np.int32)), [4])])
+def unravel_index(indices, shape):
+    """Per dim of ``shape``, the coordinate of each flat index of ``indices`` (taken
+    modulo the number of elements, as PyTorch's)."""
+    if not isinstance(indices, TensorBase):
+        raise TypeError(f"expected 'indices' to be a tensor, but got {type(indices).__name__}")
+    if indices._dtype.is_floating_point or indices._dtype is bool_:
+        raise TypeError(f"expected 'indices' to be integer dtype, but got {indices._dtype}")
+    shape = (shape,) if isinstance(shape, Integral) else tuple(shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"'shape' cannot have negative values, but got {shape}")
+    coefficients = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
+    device = indices.device
+    return (indices.unsqueeze(-1).floor_divide(tensor_of(coefficients.astype(np.int64))
+                                               .to(device))
+            % tensor_of(np.array(shape, dtype=np.int64)).to(device)).unbind(-1)

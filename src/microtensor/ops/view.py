@@ -10,13 +10,14 @@ the gradient back to the input's shape with other view ops, or by writing it int
 ``new_zeros`` buffer through the same view, so that they run under vmap too.
 """
 import builtins
+import inspect
 from numbers import Integral
 
 from microtensor._C import meta
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import may_overlap
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY, Op, Sample, op
 from microtensor.vmap.helpers import actual_dim, aligned, call, to_front, wrap
 
 
@@ -249,9 +250,6 @@ def movedim(self, source, destination):
     rest = iter(d for d in range(n) if d not in src)
     order = [next(rest) if o is None else o for o in order]
     return self.permute(order)
-
-
-moveaxis = movedim
 
 
 # --------------------------------------------------------------------------- size-1 dims
@@ -703,3 +701,83 @@ def alias_batch_rule(op, level, args, kwargs):
 
 alias.def_batch_rule(alias_batch_rule)
 detach.def_batch_rule(alias_batch_rule)
+
+# --------------------------------------------------------------------------- PyTorch's other
+# names of the views above
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3, 4), 0, 2),
+                                            Sample(make(2, 3, 4), (0, 1), (-1, 0))])
+def moveaxis(self, source, destination):
+    return movedim(self, source, destination)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3, 4), 0, 2)])
+def swapdims(self, dim0, dim1):
+    return self.transpose(dim0, dim1)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3)), Sample(make(4, 3).t()),
+                                            Sample(make())])
+def ravel(self):
+    """``self`` flattened: a view when it is contiguous, else a contiguous copy."""
+    return self.contiguous().view(-1)
+
+
+# --------------------------------------------------------------------------- in-place
+# metadata changes: ``transpose_``, ``unsqueeze_``, ``squeeze_``, ``as_strided_``, ``t_``,
+# ``swapdims_``, ``swapaxes_``
+#
+# The tensor itself takes the geometry its view would have (same storage, no copy; the
+# version counter is bumped).  Autograd records the view's derivative as the tensor's new
+# ``grad_fn``; a view stays a view of its base, which is not modified (no CopySlices:
+# ``autograd.recording.rebase_history``), as in PyTorch.
+
+def _metadata_variant(base):
+    def kernel(self, *args, **kwargs):
+        view = base.kernel(self, *args, **kwargs)
+        self._set_geometry(view._sizes, view._strides, view._offset)
+        return self
+    kernel.__signature__ = inspect.signature(base.kernel)
+    kernel.__doc__ = f"``{base.name}`` applied to the tensor's own sizes, strides and offset."
+    declared = Op(base.name + "_", kernel, inputs=base.inputs, kind="inplace", inplace_of=base,
+                  function=base.name == "as_strided", samples=base.samples,
+                  batch_rule=_metadata_variant_batch_rule)
+    REGISTRY[declared.name] = declared
+    return declared
+
+
+def _metadata_variant_batch_rule(op, level, args, kwargs):
+    """The base view op under vmap gives each sample's new geometry over a view of the
+    physical value: the wrapper takes both (its physical value becomes that view, so the
+    tensor vmap was given keeps its own geometry)."""
+    self = args[0]
+    result = call(op.inplace_of, args, kwargs)
+    self._value = result._value
+    self._bdim = result._bdim
+    self._set_geometry(result._sizes, result._strides, result._offset)
+    self._bump_version()
+    return self
+
+
+transpose_ = _metadata_variant(transpose)
+unsqueeze_ = _metadata_variant(unsqueeze)
+squeeze_ = _metadata_variant(squeeze)
+as_strided_ = _metadata_variant(as_strided)
+
+
+@op(kind="composite", function=False)
+def t_(self):
+    if self.dim() > 2:
+        raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is "
+                           f"{self.dim()}D")
+    return self.transpose_(0, 1) if self.dim() == 2 else self
+
+
+@op(kind="composite", function=False)
+def swapdims_(self, dim0, dim1):
+    return self.transpose_(dim0, dim1)
+
+
+@op(kind="composite", function=False)
+def swapaxes_(self, axis0, axis1):
+    return self.transpose_(axis0, axis1)

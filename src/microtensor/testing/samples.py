@@ -117,4 +117,9 @@ def differentiable_places(op, args, kwargs):
             visit(args, position)
         elif name in kwargs:
             visit(kwargs, name)
+        elif name == op.varargs:
+            for position in range(len(op.params), len(args)):
+                if isinstance(args[position], tuple):
+                    args[position] = list(args[position])
+                visit(args, position)
     return places
