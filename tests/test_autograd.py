@@ -3,6 +3,7 @@ version checks, error messages, custom Functions, gradcheck, higher order, and t
 graphs are freed without the cycle collector."""
 import copy
 import gc
+import math
 import threading
 import weakref
 
@@ -703,3 +704,11 @@ def _post_accumulate_grad_hook_log(lib):
 @needs_torch
 def test_post_accumulate_grad_hooks_as_torch():
     assert _post_accumulate_grad_hook_log(mt) == _post_accumulate_grad_hook_log(torch)
+
+
+@pytest.mark.parametrize("name", ["sign", "floor", "ceil", "round", "trunc"])
+def test_a_zero_derivative_stays_zero_for_an_infinite_gradient(name):
+    """PyTorch's derivative of a step function is zeros, not ``grad * 0`` (NaN for inf)."""
+    x = mt.tensor([-1.5, 0.0, 2.5], requires_grad=True)
+    getattr(mt, name)(x).backward(mt.tensor([math.inf, -math.inf, math.nan]))
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]

@@ -885,18 +885,24 @@ def _index_add_samples(make):
             Sample(make(), 0, tensor([0]), make())]
 
 
+def _check_index_and_source(name, self, index, source):
+    """PyTorch's checks of the index vector and the source of ``index_add_`` and
+    ``index_reduce_`` (public attributes: ``index_reduce_`` checks per sample under vmap)."""
+    if not _is_integer_index(index):
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index but got: "
+                           f"{type_name(index.dtype)}")
+    if index.dim() > 1:
+        raise IndexError(f"{name}(): Index is supposed to be a vector, but got dim: "
+                         f"{index.dim()} with type: {type_name(index.dtype)} and size: "
+                         f"{list(index.shape)}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"{name}(): self ({type_name(self.dtype)}) and source "
+                           f"({type_name(source.dtype)}) must have the same scalar type")
+
+
 @op(inputs=("self", "source"), samples=_index_add_samples)
 def index_add(self, dim, index, source, *, alpha=1, out=None):
-    if not _is_integer_index(index):
-        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: "
-                           f"{type_name(index._dtype)}")
-    if index.dim() > 1:
-        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: "
-                         f"{index.dim()} with type: {type_name(index._dtype)} and size: "
-                         f"{list(index._sizes)}")
-    if source._dtype is not self._dtype:
-        raise RuntimeError(f"index_add_(): self ({type_name(self._dtype)}) and source "
-                           f"({type_name(source._dtype)}) must have the same scalar type")
+    _check_index_and_source("index_add_", self, index, source)
     d = meta.wrap_dim(dim, self.dim())
     self_shape, source_shape = _shape_or_vector(self), _shape_or_vector(source)
     if len(source_shape) != len(self_shape) or \
@@ -1287,16 +1293,7 @@ def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
     if reduce not in INDEX_REDUCTIONS:
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or "
                            f"amin but got {reduce}.")
-    if not _is_integer_index(index):
-        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: "
-                           f"{type_name(index.dtype)}")
-    if index.dim() > 1:
-        raise IndexError(f"index_reduce_(): Index is supposed to be a vector, but got dim: "
-                         f"{index.dim()} with type: {type_name(index.dtype)} and size: "
-                         f"{list(index.shape)}")
-    if source.dtype is not self.dtype:
-        raise RuntimeError(f"index_reduce_(): self ({type_name(self.dtype)}) and source "
-                           f"({type_name(source.dtype)}) must have the same scalar type")
+    _check_index_and_source("index_reduce_", self, index, source)
     d = meta.wrap_dim(dim, max(self.dim(), 1))
     target, values = (self.view(1), source.view(1)) if not self.dim() else (self, source)
     if values.dim() and values.shape[d] != index.numel():

@@ -597,7 +597,8 @@ def abs(grad, self):
 
 
 def _zero_grad(grad):
-    return grad * 0
+    # zeros, not ``grad * 0``: an infinite or NaN incoming gradient still gives 0, as PyTorch's
+    return REGISTRY["zeros_like"](grad)
 
 
 for _flat in (sign, floor, ceil, round, trunc):
