@@ -262,3 +262,194 @@ def test_affine_grid_warnings_match_torch():
         F.affine_grid(theta, (1, 1, 2, 2))
     with pytest.warns(UserWarning, match="unit-size grids when align_corners=True"):
         F.affine_grid(theta, (1, 1, 1, 2), align_corners=True)
+
+
+# --------------------------------------------------------------------------- CTC loss
+
+def _ctc_case(rng, concatenated=False, float32=False):
+    """Random log-probabilities (normalised or not), targets without blanks, lengths
+    (some alignments impossible: inputs too short for the target's labels and repeats)."""
+    steps, batch, classes = (int(v) for v in rng.integers(1, 8, 3))
+    classes += 1
+    blank = int(rng.integers(0, classes))
+    input_lengths = rng.integers(0, steps + 1, batch)
+    target_lengths = rng.integers(0, 5, batch)
+    longest = int(target_lengths.max()) + int(rng.integers(0, 2))
+    labels = rng.integers(0, classes - 1, (batch, longest))
+    targets = labels + (labels >= blank)                  # every class but the blank
+    log_probs = rng.standard_normal((steps, batch, classes))
+    if rng.random() < 0.5:
+        log_probs = log_probs - np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    if concatenated:
+        targets = np.concatenate([row[:n] for row, n in zip(targets, target_lengths)])
+    dtype = np.float32 if float32 else np.float64
+    return log_probs.astype(dtype), targets, input_lengths, target_lengths, blank
+
+
+def _both_ctc(log_probs, targets, input_lengths, target_lengths, as_tuples=False, **kwargs):
+    """PyTorch's and microtensor's loss and gradient with respect to log_probs."""
+    def lengths(values, lib):
+        return tuple(int(v) for v in values) if as_tuples else lib.tensor(values)
+    tx = torch.tensor(log_probs, requires_grad=True)
+    expected = TF.ctc_loss(tx, torch.tensor(targets), lengths(input_lengths, torch),
+                           lengths(target_lengths, torch), **kwargs)
+    seed = np.linspace(0.5, 1.5, expected.numel()).reshape(tuple(expected.shape)).astype(
+        log_probs.dtype)
+    (expected_grad,) = torch.autograd.grad(expected, tx, torch.tensor(seed))
+    mx = mt.tensor(log_probs, requires_grad=True)
+    ours = F.ctc_loss(mx, mt.tensor(targets), lengths(input_lengths, mt),
+                      lengths(target_lengths, mt), **kwargs)
+    (grad,) = mt.autograd.grad(ours, mx, mt.tensor(seed))
+    return (ours, grad), (expected, expected_grad)
+
+
+def _assert_ctc_close(ours, theirs, what, tol):
+    for a, b in zip(ours, theirs):
+        assert tuple(a.shape) == tuple(b.shape) and a.dtype.name == str(b.dtype)[6:], what
+        np.testing.assert_allclose(as_np(a), b.detach().numpy(), rtol=tol, atol=tol,
+                                   equal_nan=True, err_msg=what)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_values_and_gradients_match_torch(reduction, zero_infinity):
+    """Padded and concatenated targets, lengths as tensors and tuples, float64 and
+    float32, impossible alignments among them (inf, NaN gradients; 0 with
+    zero_infinity)."""
+    rng = np.random.default_rng(["none", "mean", "sum"].index(reduction) + 3 * zero_infinity)
+    impossible = 0
+    for trial in range(30):
+        concatenated, float32, as_tuples = trial % 2, trial % 3 == 0, trial % 4 == 1
+        log_probs, targets, input_lengths, target_lengths, blank = _ctc_case(
+            rng, concatenated, float32)
+        ours, theirs = _both_ctc(log_probs, targets, input_lengths, target_lengths,
+                                 as_tuples, blank=blank, reduction=reduction,
+                                 zero_infinity=zero_infinity)
+        impossible += not np.isfinite(theirs[1].numpy()).all()
+        _assert_ctc_close(ours, theirs, f"trial {trial}", 1e-4 if float32 else 1e-10)
+    assert zero_infinity or impossible, "no impossible alignment was compared"
+
+
+def test_ctc_loss_unbatched_matches_torch():
+    rng = np.random.default_rng(11)
+    log_probs = rng.standard_normal((6, 4))
+    for targets, as_tuples in (([1, 3, 3], False), ([2], True), ([], False)):
+        ours, theirs = _both_ctc(log_probs, np.array(targets, np.int64),
+                                 [6] if as_tuples else np.array(6),
+                                 [len(targets)] if as_tuples else np.array(len(targets)),
+                                 as_tuples, reduction="none")
+        _assert_ctc_close(ours, theirs, str(targets), 1e-10)
+
+
+def test_ctc_loss_module_matches_torch():
+    rng = np.random.default_rng(12)
+    log_probs, targets, input_lengths, target_lengths, blank = _ctc_case(rng)
+    module, expected_module = mt.nn.CTCLoss(blank=blank, reduction="sum", zero_infinity=True), \
+        torch.nn.CTCLoss(blank=blank, reduction="sum", zero_infinity=True)
+    assert repr(module) == repr(expected_module) == "CTCLoss()"
+    ours = module(mt.tensor(log_probs), mt.tensor(targets), mt.tensor(input_lengths),
+                  mt.tensor(target_lengths))
+    expected = expected_module(torch.tensor(log_probs), torch.tensor(targets),
+                               torch.tensor(input_lengths), torch.tensor(target_lengths))
+    np.testing.assert_allclose(ours.item(), expected.item(), rtol=1e-12)
+
+
+def test_ctc_gradient_is_the_derivative_through_log_softmax():
+    """PyTorch's convention adds exp(log_probs): through log_softmax (how log_probs are
+    made) that term cancels, and the gradient of the logits is the true derivative, to
+    the second order too (the derivative is written in microtensor ops)."""
+    rng = np.random.default_rng(13)
+    logits = mt.tensor(rng.standard_normal((5, 2, 4)), requires_grad=True)
+    targets, input_lengths, target_lengths = mt.tensor([[1, 2, 2], [3, 1, 0]]), \
+        mt.tensor([5, 4]), mt.tensor([3, 2])
+
+    def loss(x):
+        return F.ctc_loss(x.log_softmax(2), targets, input_lengths, target_lengths,
+                          reduction="sum")
+    assert mt.autograd.gradcheck(loss, (logits,))
+    assert mt.autograd.gradgradcheck(loss, (logits,))
+
+
+def test_ctc_graph_of_the_gradient_gives_the_same_gradient():
+    """create_graph runs the derivative written in microtensor ops; a plain backward runs
+    the same formulas on NumPy arrays: the same values."""
+    rng = np.random.default_rng(14)
+    log_probs, targets, input_lengths, target_lengths, blank = _ctc_case(rng)
+    x = mt.tensor(log_probs, requires_grad=True)
+    loss = F.ctc_loss(x, mt.tensor(targets), mt.tensor(input_lengths),
+                      mt.tensor(target_lengths), blank=blank, reduction="sum")
+    (plain,) = mt.autograd.grad(loss, x, retain_graph=True)
+    (graphed,) = mt.autograd.grad(loss, x, create_graph=True)
+    assert graphed.requires_grad
+    np.testing.assert_allclose(as_np(graphed), as_np(plain), rtol=1e-10, atol=1e-12,
+                               equal_nan=True)
+
+
+def test_ctc_vmap_with_lengths_that_differ_per_sample_matches_loop():
+    """log_probs, targets and both lengths batched, the lengths differing per sample: one
+    call (never the per-sample loop), values and per-sample gradients as a loop's."""
+    rng = np.random.default_rng(15)
+    log_probs = mt.tensor(rng.standard_normal((3, 6, 2, 4)))
+    targets = mt.tensor(rng.integers(1, 4, (3, 2, 3)))
+    input_lengths = mt.tensor([[6, 5], [4, 6], [6, 1]])
+    target_lengths = mt.tensor([[3, 1], [2, 0], [3, 2]])
+
+    def loss(lp, t, il, tl):
+        return F.ctc_loss(lp, t, il, tl, reduction="mean", zero_infinity=True)
+    args = (log_probs, targets, input_lengths, target_lengths)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Batching rule not implemented")
+        values = mt.vmap(loss)(*args)
+        grads = mt.vmap(mt.func.grad(loss))(*args)
+    for i in range(3):
+        sample = [a[i] for a in args]
+        np.testing.assert_allclose(values[i].item(), loss(*sample).item(), rtol=1e-12)
+        np.testing.assert_allclose(as_np(grads[i]), as_np(mt.func.grad(loss)(*sample)),
+                                   rtol=1e-10, atol=1e-12)
+
+
+def test_ctc_reads_noncontiguous_concatenated_targets_by_their_strides():
+    """PyTorch's CPU kernel reads such targets as if contiguous (a wrong loss); here they
+    give the loss of their values, PyTorch's on a contiguous copy."""
+    rng = np.random.default_rng(16)
+    log_probs = rng.standard_normal((4, 3, 3))
+    rows = np.array([[1, 7, 9], [2, 7, 9], [2, 7, 9], [1, 7, 9], [1, 7, 9]])
+    ours = F.ctc_loss(mt.tensor(log_probs), mt.tensor(rows)[:, 0], (4, 3, 3), (2, 1, 2),
+                      reduction="none")
+    expected = TF.ctc_loss(torch.tensor(log_probs), torch.tensor(rows[:, 0].copy()),
+                           (4, 3, 3), (2, 1, 2), reduction="none")
+    np.testing.assert_allclose(as_np(ours), expected.numpy(), rtol=1e-12)
+
+
+def test_ctc_loss_default_reduction_of_the_op_is_torchs():
+    """``torch.ctc_loss`` reduces nothing by default (whatever its schema says)."""
+    log_probs = np.log(np.full((3, 2, 3), 1 / 3))
+    args = (np.array([[1, 2], [2, 0]]), np.array([3, 2]), np.array([2, 1]))
+    expected = torch.ctc_loss(torch.tensor(log_probs), *(torch.tensor(a) for a in args))
+    ours = mt.ctc_loss(mt.tensor(log_probs), *(mt.tensor(a) for a in args))
+    np.testing.assert_allclose(as_np(ours), expected.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_ctc_loss_errors_match_torch(case):
+    lp = np.zeros((6, 3, 5))
+    tg, il, tl = np.ones((3, 4), np.int64), np.array([6, 5, 4]), np.array([4, 2, 0])
+    calls = [
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(tl), blank=5),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(tl), blank=-1),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il[:2]), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(tl[:2])),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(np.array([7, 5, 4])), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(np.array([5, 2, 0]))),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(np.array([-1, 5, 4])), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(np.array([-1, 2, 0]))),
+        lambda F, T: F.ctc_loss(T(lp), T(tg[:2]), T(il), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il).double(), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg), T(il), T(tl), reduction="avg"),
+        lambda F, T: F.ctc_loss(T(lp[0]), T(tg), T(il), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp), T(tg.reshape(-1)[:5]), T(il), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp[None]), T(tg), T(il), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp[:0]), T(tg), T(il * 0), T(tl)),
+        lambda F, T: F.ctc_loss(T(lp).half(), T(tg), T(il), T(tl)),
+    ]
+    _same_error(lambda: calls[case](TF, torch.tensor), lambda: calls[case](F, mt.tensor))

@@ -364,9 +364,10 @@ def torch_callable(name):
 # (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
 # batched 0-d index: the whole row instead of one element), where microtensor follows the
 # per-sample result.  torch.func.vmap's grid_sampler puts the batch dim second when input
-# and grid are batched at different dims (the per-sample loop puts it first, as here).
+# and grid are batched at different dims (the per-sample loop puts it first, as here);
+# PyTorch's CPU ctc_loss reads non-contiguous concatenated targets as if contiguous.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select", "grid_sampler"}
+                 "argmax", "argmin", "index_select", "grid_sampler", "ctc_loss"}
 
 
 @needs_torch

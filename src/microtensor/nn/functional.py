@@ -778,3 +778,18 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     align_corners = _default_align_corners(align_corners)
     return _op("grid_sampler", input, grid, _GRID_MODES[mode], _GRID_PADDINGS[padding_mode],
                align_corners)
+
+
+# --------------------------------------------------------------------------- CTC loss
+
+_REDUCTION_ENUM = {"none": 0, "mean": 1, "sum": 2}
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False):
+    """The Connectionist Temporal Classification loss of log-probabilities (T, N, C) or
+    (T, C) against padded (N, S) or concatenated targets; lengths as tensors or tuples."""
+    if reduction not in _REDUCTION_ENUM:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _op("ctc_loss", log_probs, targets, input_lengths, target_lengths, blank,
+               _REDUCTION_ENUM[reduction], zero_infinity)

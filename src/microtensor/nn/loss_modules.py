@@ -93,3 +93,19 @@ class TripletMarginLoss(_Loss):
 
 __all__ = ["SmoothL1Loss", "HuberLoss", "KLDivLoss", "MarginRankingLoss",
            "CosineEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss", "TripletMarginLoss"]
+
+
+# --------------------------------------------------------------------------- CTC loss
+
+class CTCLoss(_Loss):
+    def __init__(self, blank=0, reduction="mean", zero_infinity=False):
+        super().__init__(reduction=reduction)
+        self.blank = blank
+        self.zero_infinity = zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                          self.reduction, self.zero_infinity)
+
+
+__all__ += ["CTCLoss"]
