@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from microtensor._C.tensor import bool_, int64
-from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.factory import tensor
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -276,12 +276,16 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     # PyTorch's 2-d kernel weighs invalid taps' zeros (a NaN weight stays NaN), its 3-d
     # kernel skips them
     weights = weights * valid if len(sizes) == 2 else np.where(valid, weights, 0)
-    planes = input._array().reshape(n, c, math.prod(sizes))
-    points, count = flat.shape[1:]
-    taps = np.take_along_axis(planes, flat.reshape(n, 1, points * count), 2).reshape(
-        n, c, points, count)
-    out = (taps * weights[:, None]).sum(-1)
-    return from_numpy_result(out.reshape((n, c) + grid._sizes[1:-1]), input._dtype)
+    # gathered channels last: each tap reads one contiguous row of C values
+    planes = input._array().reshape(n, c, math.prod(sizes)).transpose(0, 2, 1)
+    xp = array_module(planes)
+    planes = xp.ascontiguousarray(planes)
+    batch = xp.arange(n)[:, None]
+    out = 0
+    for k in range(flat.shape[-1]):        # the taps, in order (at most 16)
+        out = out + planes[batch, flat[..., k]] * weights[..., k, None]
+    return from_numpy_result(out.transpose(0, 2, 1).reshape((n, c) + grid._sizes[1:-1]),
+                             input._dtype)
 
 
 def _taps(grid, input_shape, interpolation_mode, padding_mode, align_corners):
