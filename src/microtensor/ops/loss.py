@@ -7,6 +7,8 @@ PyTorch) instead of a dozen, which is most of a small model's step.  The loss is
 in its input, so its derivative, ``nll_loss_backward``, does not read the input, and the
 derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
 differentiable to any order.  Each one's batching rule follows its derivative.
+
+The CTC loss (``_ctc_nll``, ``ctc_loss``) is the last block: see its header.
 """
 from operator import methodcaller
 
@@ -345,7 +347,7 @@ _CTC = "(while checking arguments for ctc_loss_allocate_outputs)"
 
 
 def _check_ctc(log_probs_shape, dtype, targets_shape, input_lengths, target_lengths, blank):
-    """PyTorch's checks of ``_ctc_loss``'s arguments; the lengths as NumPy arrays."""
+    """PyTorch's checks of the CTC loss's arguments; the lengths as NumPy arrays."""
     if dtype.name not in ("float32", "float64"):
         raise NotImplementedError(f"\"ctc_loss_cpu\" not implemented for '{_type_name(dtype)}'")
     if len(log_probs_shape) != 3:
