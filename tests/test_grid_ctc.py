@@ -158,8 +158,12 @@ def test_grid_sample_empty_batches_and_channels():
                               ((2, 3, 4, 5), (2, 0, 3, 2))):
         expected = TF.grid_sample(torch.zeros(shape), torch.zeros(grid_shape),
                                   align_corners=False)
-        ours = F.grid_sample(mt.zeros(shape), mt.zeros(grid_shape), align_corners=False)
+        x, g = mt.zeros(shape, requires_grad=True), mt.zeros(grid_shape, requires_grad=True)
+        ours = F.grid_sample(x, g, align_corners=False)
         assert tuple(ours.shape) == tuple(expected.shape)
+        grads = mt.autograd.grad(ours.sum(), (x, g))
+        assert [tuple(t.shape) for t in grads] == [shape, grid_shape]
+        assert not any(as_np(t).any() for t in grads)
 
 
 def test_grid_sample_default_align_corners_warns_as_torch():
@@ -200,6 +204,23 @@ def test_grid_sample_vmap_and_vmap_of_grad_match_loop(in_dims, mode):
         expected = mt.func.grad(loss, argnums=(0, 1))(a, b)
         for ours, theirs in zip(grads, expected):
             np.testing.assert_allclose(as_np(ours[i]), as_np(theirs), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("wanted", [(True, True), (True, False), (False, True)])
+def test_grid_sample_graph_of_the_gradient_gives_the_same_gradient(mode, wanted):
+    """create_graph runs the derivatives written in microtensor ops; a plain backward runs
+    the same formulas on NumPy arrays: the same values, whichever inputs require grad."""
+    rng = np.random.default_rng(MODES.index(mode))
+    x = mt.tensor(rng.standard_normal((2, 3, 4, 5)), requires_grad=wanted[0])
+    g = mt.tensor(rng.uniform(-1.6, 1.6, (2, 3, 2, 2)), requires_grad=wanted[1])
+    inputs = [t for t in (x, g) if t.requires_grad]
+    out = F.grid_sample(x, g, mode, "reflection", False)
+    seed = mt.tensor(rng.standard_normal(tuple(out.shape)))
+    plain = mt.autograd.grad(out, inputs, seed, retain_graph=True)
+    graphed = mt.autograd.grad(out, inputs, seed, create_graph=True)
+    for a, b in zip(plain, graphed):
+        np.testing.assert_allclose(as_np(a), as_np(b), rtol=1e-12, atol=1e-12)
 
 
 # --------------------------------------------------------------------------- affine_grid

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.factory import tensor
@@ -276,16 +277,21 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     # PyTorch's 2-d kernel weighs invalid taps' zeros (a NaN weight stays NaN), its 3-d
     # kernel skips them
     weights = weights * valid if len(sizes) == 2 else np.where(valid, weights, 0)
-    # gathered channels last: each tap reads one contiguous row of C values
-    planes = input._array().reshape(n, c, math.prod(sizes)).transpose(0, 2, 1)
-    xp = array_module(planes)
-    planes = xp.ascontiguousarray(planes)
-    batch = xp.arange(n)[:, None]
+    rows = _tap_rows(input._array(), flat)
     out = 0
     for k in range(flat.shape[-1]):        # the taps, in order (at most 16)
-        out = out + planes[batch, flat[..., k]] * weights[..., k, None]
+        out = out + rows[:, :, k] * weights[..., k, None]
     return from_numpy_result(out.transpose(0, 2, 1).reshape((n, c) + grid._sizes[1:-1]),
                              input._dtype)
+
+
+def _tap_rows(input, flat):
+    """The input's values at the taps (N, P, K) of each point, channels last: (N, P, K, C),
+    each tap one contiguous row of channels."""
+    n, c = input.shape[:2]
+    planes = input.reshape(n, c, math.prod(input.shape[2:])).transpose(0, 2, 1)
+    xp = array_module(planes)
+    return xp.ascontiguousarray(planes)[xp.arange(n)[:, None, None], flat]
 
 
 def _taps(grid, input_shape, interpolation_mode, padding_mode, align_corners):
@@ -338,6 +344,49 @@ def grid_sampler(grad, input, grid, interpolation_mode, padding_mode, align_corn
     slopes = [(pulls * stack(_tap_weights(fractions, interpolation_mode, j), -1)).sum(-1) *
               factors[j] for j in range(len(fractions))]
     return stack(slopes, -1).reshape(tuple(grid.shape))
+
+
+@grid_sampler.def_unrecorded_backward
+def grid_sampler(grad, wanted, input_shape, input, grid, interpolation_mode, padding_mode,
+                 align_corners):
+    """The formulas on NumPy arrays when nothing records and no vmap is active: the
+    input's gradient as one weighted ``bincount`` over (tap, channel), the grid's from one
+    gather of the taps.  float16, bfloat16 and other array libraries go to the formulas."""
+    want_input, want_grid = wanted
+    tensors = [grad, grid] + ([input] if want_grid else [])
+    if batching() is not None or any(type(t._array()) is not np.ndarray or
+                                     t._dtype.name not in ("float32", "float64")
+                                     for t in tensors):
+        return None
+    # (each value is saved only for the formulas that will run: the input's shape for the
+    # input's, the input itself for the grid's)
+    input_shape = tuple(input_shape) if want_input else input._sizes
+    n, c = input_shape[:2]
+    sizes = input_shape[2:]
+    flat, valid, t, slope = _taps_arrays(_points(grid._array()), sizes, interpolation_mode,
+                                         padding_mode, align_corners)
+    points, count = flat.shape[1:]
+    fractions = [t[..., j] for j in range(len(sizes))]
+    outgoing = grad._array().reshape(n, c, points).transpose(0, 2, 1)      # (N, P, C)
+    grad_input = grad_grid = None
+    if want_input:
+        weights = np.stack(_tap_weights(fractions, interpolation_mode), -1) * valid
+        plane = math.prod(sizes)
+        # every (tap, channel) share added at its input position, in one bincount
+        at = ((flat + (np.arange(n) * plane)[:, None, None])[..., None] * c +
+              np.arange(c)).ravel()
+        shares = (weights[..., None] * outgoing[:, :, None, :]).ravel()
+        sums = np.bincount(at, shares, n * plane * c).reshape(n, plane, c)
+        grad_input = from_numpy_result(sums.transpose(0, 2, 1).reshape(input_shape),
+                                       grad._dtype)
+    if want_grid:
+        if interpolation_mode == NEAREST:
+            return grad_input, from_numpy_result(np.zeros(grid._sizes, grid._dtype.np))
+        pulls = np.einsum("npkc,npc->npk", _tap_rows(input._array(), flat), outgoing) * valid
+        slopes = [(pulls * np.stack(_tap_weights(fractions, interpolation_mode, j), -1)).sum(
+            -1) * slope[..., j] for j in range(len(sizes))]
+        grad_grid = from_numpy_result(np.stack(slopes, -1).reshape(grid._sizes), grid._dtype)
+    return grad_input, grad_grid
 
 
 @grid_sampler.def_batch_rule

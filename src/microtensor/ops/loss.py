@@ -339,6 +339,7 @@ __all__ = ["check_arguments", "nll_loss", "nll_loss_backward"]
 # microtensor ops, differentiable again and vmappable).  ``ctc_loss`` (a composite)
 # reads the lengths, zeroes infinite losses and reduces as PyTorch does.
 
+from microtensor._C.dispatch import batching  # noqa: E402
 from microtensor.ops.factory import arange  # noqa: E402
 from microtensor.ops.shape import cat, stack  # noqa: E402
 from microtensor.ops.pointwise import where  # noqa: E402
@@ -625,7 +626,7 @@ def _ctc_nll(grad, wanted, log_probs, targets, input_lengths, target_lengths, bl
              zero_infinity, result):
     # the same formula on NumPy arrays, when no graph of it is wanted
     tensors = (grad, log_probs, targets, input_lengths, target_lengths, result)
-    if any(type(t) is BatchedTensor for t in tensors):
+    if batching() is not None or any(type(t) is BatchedTensor for t in tensors):
         return None
     arrays = [t._array() for t in tensors]
     if not all(type(a) is np.ndarray for a in arrays):
