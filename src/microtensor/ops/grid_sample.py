@@ -307,17 +307,12 @@ def _taps(grid, input_shape, interpolation_mode, padding_mode, align_corners):
     return flat, valid, [moved[..., j] for j in range(d)], [slope[..., j] for j in range(d)]
 
 
-def _stack_taps(weights, valid):
-    """A list of per-tap weights (N, P) as (N, P, K), zero at invalid taps."""
-    return stack(weights, -1) * valid
-
-
 @grid_sampler.def_derivative("input")
 def grid_sampler(grad, input_shape, grid, interpolation_mode, padding_mode, align_corners):
     # each tap's share of the output's gradient, added at the tap
     flat, valid, fractions, _ = _taps(grid, input_shape, interpolation_mode, padding_mode,
                                       align_corners)
-    weights = _stack_taps(_tap_weights(fractions, interpolation_mode), valid)
+    weights = stack(_tap_weights(fractions, interpolation_mode), -1) * valid     # (N, P, K)
     n, c = input_shape[:2]
     points, taps = flat.shape[1:]
     shares = grad.reshape(n, c, points, 1) * weights.unsqueeze(1)
