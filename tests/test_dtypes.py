@@ -273,6 +273,9 @@ NOT_COMPARED = {
     **{(name, dt): "PyTorch's CPU matrix_exp computes in the half type itself (Padé "
                    "coefficients overflow float16: NaN); microtensor computes in float32"
        for name in ("linalg_matrix_exp", "matrix_exp") for dt in ("float16", "bfloat16")},
+    **{("affine_grid_generator", dt): "PyTorch's aten op maps integer thetas over an "
+                                      "integer base grid; F.affine_grid refuses them, and "
+                                      "so does microtensor's op" for dt in INTEGERS},
 }
 # ops whose second output is the index of a value that integer samples repeat: which of
 # the tied positions PyTorch returns is unspecified, so only the values are compared

@@ -243,9 +243,17 @@ def _gradcheck_setup(name, index):
     return _as_function(op, args, kwargs, places), inputs
 
 
+# PyTorch's CTC gradient adds exp(log_probs) to the derivative (log_probs are taken to come
+# from log_softmax): tests/test_grid_ctc.py compares it with PyTorch's and checks it through
+# log_softmax, where it is the derivative
+CONVENTIONAL_GRADIENTS = {"_ctc_nll", "ctc_loss"}
+
+
 def _gradient_by_convention(name, index):
     """PyTorch's embedding gives the padding row no gradient and divides by frequencies:
     conventions, not derivatives (tests/test_embedding.py compares them with PyTorch)."""
+    if name in CONVENTIONAL_GRADIENTS:
+        return True
     if name != "embedding":
         return False
     bound = REGISTRY[name].bind(*_sample(name, index))

@@ -375,9 +375,12 @@ def torch_callable(name):
 # batched 0-d index: the whole row instead of one element), where microtensor follows the
 # per-sample result; column_stack, as_strided_scatter and chain_matmul, which
 # torch.func.vmap refuses on every sample; svd, whose singular vectors are defined up to sign.
+# torch.func.vmap's grid_sampler puts the batch dim second when input and grid are batched
+# at different dims (the per-sample loop puts it first, as here); PyTorch's CPU ctc_loss
+# reads non-contiguous concatenated targets as if contiguous.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
                  "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter",
-                 "chain_matmul", "svd"}
+                 "chain_matmul", "svd", "grid_sampler", "ctc_loss"}
 # torch.func.vmap refuses every call of these ("we do not yet support aten::rrelu"):
 # nothing to compare (test_op_matches_loop checks them against the loop)
 TORCH_VMAP_REFUSES = {"rrelu"}

@@ -965,3 +965,71 @@ def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
     index = soft.argmax(dim, keepdim=True)
     one_hot = _op("zeros_like", logits).scatter(dim, index, 1.0)
     return one_hot - soft.detach() + soft
+# --------------------------------------------------------------------------- sampling grids
+
+import warnings as _warnings  # noqa: E402
+
+_GRID_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
+_GRID_PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
+
+
+def _default_align_corners(align_corners):
+    if align_corners is None:
+        _warnings.warn("Default grid_sample and affine_grid behavior has changed to "
+                      "align_corners=False since 1.3.0. Please specify align_corners=True if "
+                      "the old behavior is desired. See the documentation of grid_sample for "
+                      "details.", stacklevel=3)
+        return False
+    return align_corners
+
+
+def affine_grid(theta, size, align_corners=None):
+    """The sampling grid of a batch of affine maps ``theta`` (N, 2, 3) or (N, 3, 4) for an
+    output of ``size`` (N, C, H, W) or (N, C, D, H, W), for ``grid_sample``."""
+    align_corners = _default_align_corners(align_corners)
+    if not theta.is_floating_point():
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    if len(size) not in (4, 5):
+        raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D "
+                                  f"affine transforms, respectively. Got size {size}.")
+    d = len(size) - 2
+    if theta.dim() != 3 or tuple(theta.shape[-2:]) != (d, d + 1):
+        raise ValueError(f"Expected a batch of {d}D affine matrices of shape Nx{d}x{d + 1} "
+                         f"for size {size}. Got {tuple(theta.shape)}.")
+    if align_corners and min(size[2:]) == 1:
+        _warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size "
+                      "grids when align_corners=True. This is not an intended use case of "
+                      "affine_grid. See the documentation of affine_grid for details.",
+                      stacklevel=2)
+    elif min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    return _op("affine_grid_generator", theta, list(size), align_corners)
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """``input`` (N, C, *spatial) sampled at the normalised positions of ``grid``
+    (N, *out, 2 or 3): (N, C, *out)."""
+    if mode not in _GRID_MODES:
+        raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', "
+                         f"'nearest' or 'bicubic', but got: '{mode}'")
+    if padding_mode not in _GRID_PADDINGS:
+        raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', "
+                         f"'border', or 'reflection', but got: '{padding_mode}'")
+    align_corners = _default_align_corners(align_corners)
+    return _op("grid_sampler", input, grid, _GRID_MODES[mode], _GRID_PADDINGS[padding_mode],
+               align_corners)
+
+
+# --------------------------------------------------------------------------- CTC loss
+
+_REDUCTION_ENUM = {"none": 0, "mean": 1, "sum": 2}
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
+             zero_infinity=False):
+    """The Connectionist Temporal Classification loss of log-probabilities (T, N, C) or
+    (T, C) against padded (N, S) or concatenated targets; lengths as tensors or tuples."""
+    if reduction not in _REDUCTION_ENUM:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _op("ctc_loss", log_probs, targets, input_lengths, target_lengths, blank,
+               _REDUCTION_ENUM[reduction], zero_infinity)

@@ -5,6 +5,7 @@ from microtensor.ops import (activation, contraction, conv, copy, embedding,  # 
                              loss, norm, pointwise, pooling, reduction, scatter_reduce,
                              selection, shape, view)
 from microtensor.ops import dropout  # noqa: F401
+from microtensor.ops import grid_sample  # noqa: F401
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

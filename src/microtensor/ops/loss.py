@@ -7,6 +7,8 @@ PyTorch) instead of a dozen, which is most of a small model's step.  The loss is
 in its input, so its derivative, ``nll_loss_backward``, does not read the input, and the
 derivative of that with respect to the incoming gradient is ``nll_loss`` again: both are
 differentiable to any order.  Each one's batching rule follows its derivative.
+
+The CTC loss (``_ctc_nll``, ``ctc_loss``) is the last block: see its header.
 """
 from operator import methodcaller
 
@@ -566,3 +568,415 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     if swap:
         to_negative = minimum(to_negative, distance(positive, negative))
     return _reduced((margin + to_positive - to_negative).clamp(min=0), reduction)
+
+
+# --------------------------------------------------------------------------- CTC loss
+#
+# ``_ctc_nll`` is each sample's negative log-likelihood of its target under the
+# alignments of Connectionist Temporal Classification, by the alpha recursion in log space
+# over the extended labels (blank, l1, blank, l2, ..., blank), vectorised over the batch
+# and the labels (a Python loop over time only).  Its derivative is PyTorch's: with the
+# beta recursion, ``exp(lp) - sum_{s: l'(s)=c} alpha_t(s) beta_t(s) / (p exp(lp))`` for
+# t below the input length, 0 after it; the ``exp(lp)`` term is PyTorch's convention
+# (log_probs are taken to come from log_softmax, whose derivative then gives the true
+# gradient of the logits).  The recursions are written once for NumPy arrays (the kernel,
+# and the backward pass that records nothing) and for tensors (the derivative built with
+# microtensor ops, differentiable again and vmappable).  ``ctc_loss`` (a composite)
+# reads the lengths, zeroes infinite losses and reduces as PyTorch does.
+
+from microtensor._C.dispatch import batching  # noqa: E402
+from microtensor.ops.shape import cat, stack  # noqa: E402
+
+_CTC = "(while checking arguments for ctc_loss_allocate_outputs)"
+
+
+def _check_ctc(log_probs_shape, dtype, targets_shape, input_lengths, target_lengths, blank):
+    """PyTorch's checks of the CTC loss's arguments; the lengths as NumPy arrays."""
+    if dtype.name not in ("float32", "float64"):
+        raise NotImplementedError(f"\"ctc_loss_cpu\" not implemented for '{_type_name(dtype)}'")
+    if len(log_probs_shape) != 3:
+        raise RuntimeError(f"Expected 3-dimensional tensor, but got {len(log_probs_shape)}-"
+                           f"dimensional tensor for argument #1 'log_probs' {_CTC}")
+    steps, batch, classes = log_probs_shape
+    if not 0 <= blank < classes:
+        raise RuntimeError("blank must be in label range")
+    if len(input_lengths) != batch:
+        raise RuntimeError("input_lengths must be of size batch_size")
+    if len(target_lengths) != batch:
+        raise RuntimeError("target_lengths must be of size batch_size")
+    if len(targets_shape) == 1:
+        total = int(target_lengths.sum())
+        if targets_shape[0] != total:
+            raise RuntimeError(f"Expected tensor to have size {total} at dimension 0, but got "
+                               f"size {targets_shape[0]} for argument #2 'targets' {_CTC}")
+    else:
+        if targets_shape[0] != batch:
+            raise RuntimeError(f"Expected tensor to have size {batch} at dimension 0, but got "
+                               f"size {targets_shape[0]} for argument #2 'targets' {_CTC}")
+        longest = int(target_lengths.max(initial=0))
+        if targets_shape[1] < longest:
+            raise RuntimeError(f"Expected tensor to have size at least {longest} at dimension "
+                               f"1, but got size {targets_shape[1]} for argument #2 'targets' "
+                               f"{_CTC}")
+    for name, lengths, limit in (("input_lengths", input_lengths, steps),
+                                 ("target_lengths", target_lengths, None)):
+        if len(lengths) and lengths.min() < 0:
+            raise RuntimeError(f"Expected {name} to have value at least 0, but got value "
+                               f"{int(lengths.min())} {_CTC}")
+        if limit is not None and len(lengths) and lengths.max() > limit:
+            raise RuntimeError(f"Expected {name} to have value at most {limit}, but got "
+                               f"value {int(lengths.max())} {_CTC}")
+
+
+def _host(t):
+    """A tensor's values as a NumPy array (copied from a GPU: the recursions and the
+    length checks run on the host)."""
+    arr = t._array()
+    return arr if isinstance(arr, np.ndarray) else array_module(arr).asnumpy(arr)
+
+
+def _on_device_of(like, arr, dtype=None):
+    """A host result as a tensor on ``like``'s device."""
+    return from_numpy_result(array_module(like._array()).asarray(arr), dtype)
+
+
+def _extended_labels(targets, target_lengths, blank, classes):
+    """The extended labels (N, 2 S + 1) of padded (N, S') or concatenated targets (S the
+    longest target; blank beyond each target), and where the skip from s - 2 to s is
+    allowed (a label unlike the one before it)."""
+    longest = int(target_lengths.max(initial=0))
+    inside = np.arange(longest) < target_lengths[:, None]
+    if targets.ndim == 1:
+        starts = np.cumsum(target_lengths) - target_lengths
+        labels = targets[np.where(inside, starts[:, None] + np.arange(longest), 0)] \
+            if targets.size else np.zeros(inside.shape, np.int64)
+    else:
+        labels = targets[:, :longest]
+    labels = np.where(inside, labels, blank).astype(np.int64)
+    bad = inside & ((labels < 0) | (labels >= classes))
+    if bad.any():
+        raise IndexError(f"Target {int(labels[bad][0])} is out of bounds.")
+    extended = np.full((len(target_lengths), 2 * longest + 1), blank, np.int64)
+    extended[:, 1::2] = labels
+    skip = np.zeros(extended.shape, bool)
+    skip[:, 3::2] = labels[:, 1:] != labels[:, :-1]
+    return extended, skip
+
+
+class _ArrayMath:
+    """The recursions' arithmetic on NumPy arrays: impossible states are exactly -inf."""
+    impossible = -np.inf
+    where = staticmethod(np.where)
+    stack = staticmethod(np.stack)
+    exp = staticmethod(np.exp)
+
+    @staticmethod
+    def logsumexp(*terms):
+        top = terms[0]
+        for term in terms[1:]:
+            top = np.maximum(top, term)
+        finite_top = np.where(np.isneginf(top), 0, top)
+        with np.errstate(divide="ignore"):
+            return finite_top + np.log(sum(np.exp(term - finite_top) for term in terms))
+
+    @staticmethod
+    def shift(states, k, like_value):
+        """States moved ``k`` places (right for k > 0), impossible where they enter."""
+        pad = np.full(states.shape[:-1] + (abs(k),), like_value, states.dtype)
+        width = states.shape[-1]
+        if k > 0:
+            return np.concatenate([pad, states], -1)[..., :width]
+        return np.concatenate([states, pad], -1)[..., -k:]
+
+    @staticmethod
+    def logsumexp_last(x):
+        top = x.max(-1, keepdims=True, initial=-np.inf)
+        finite_top = np.where(np.isneginf(top), 0, top)
+        with np.errstate(divide="ignore"):
+            return (finite_top + np.log(np.exp(x - finite_top).sum(-1, keepdims=True)))[..., 0]
+
+    @staticmethod
+    def positions(like, n):
+        return np.arange(n)
+
+    @staticmethod
+    def gather_states(log_probs, extended):
+        """The log-probabilities (T, N, W) of the extended labels (N, W)."""
+        return np.take_along_axis(log_probs, extended[None], 2)
+
+    @staticmethod
+    def to_classes(per_state, extended, classes):
+        """(T, N, W) values per extended label summed into their classes: (T, N, C)."""
+        one_hot = (extended[..., None] == np.arange(classes)).astype(per_state.dtype)
+        return np.einsum("tnw,nwc->tnc", per_state, one_hot)
+
+
+class _TensorMath:
+    """The recursions' arithmetic in microtensor ops.  Impossible states hold a very
+    negative finite value rather than -inf, so that logsumexp's derivative over them stays
+    finite (0, not NaN) at every order."""
+    impossible = -1e30
+
+    @staticmethod
+    def where(condition, a, b):
+        return where(condition, a, b)
+
+    @staticmethod
+    def stack(tensors, dim):
+        return stack(tensors, dim)
+
+    @staticmethod
+    def exp(x):
+        return x.exp()
+
+    @staticmethod
+    def logsumexp(*terms):
+        return stack(terms, -1).logsumexp(-1)
+
+    @staticmethod
+    def shift(states, k, like_value):
+        width = states.shape[-1]
+        pad = states.new_full(tuple(states.shape[:-1]) + (abs(k),), like_value)
+        if k > 0:
+            return cat([pad, states], -1).narrow(-1, 0, width)
+        return cat([states, pad], -1).narrow(-1, -k, width)
+
+    @staticmethod
+    def logsumexp_last(x):
+        return x.logsumexp(-1)
+
+    @staticmethod
+    def positions(like, n):
+        return arange(n, device=like.device)
+
+    @staticmethod
+    def gather_states(log_probs, extended):
+        steps, batch, _ = log_probs.shape
+        return log_probs.gather(2, extended.unsqueeze(0).expand(
+            (steps, batch) + tuple(extended.shape[1:])))
+
+    @staticmethod
+    def to_classes(per_state, extended, classes):
+        one_hot = (extended.unsqueeze(-1) == arange(classes, device=extended.device)).to(
+            per_state.dtype)
+        return (per_state.permute(1, 0, 2) @ one_hot).permute(1, 0, 2)
+
+
+def _ctc_alphas(log_probs, extended, skip, input_lengths, target_lengths, math):
+    """Each state's log-probability per time step (T, N, W), the log-probabilities of the
+    extended labels (T, N, W) and each sample's negative log-likelihood (N,)."""
+    steps, batch, _ = log_probs.shape
+    width = extended.shape[-1]
+    labelled = math.gather_states(log_probs, extended)
+    impossible = math.impossible
+    positions = math.positions(extended, width).reshape(1, width)
+    # before the first step, every path is at state 0 with probability 1 (the condition
+    # made (N, W) by a comparison with the batch's zeros)
+    alpha = math.where(positions == target_lengths.reshape(batch, 1) * 0, 0.0, impossible)
+    alphas = []
+    for t in range(steps):
+        step = labelled[t] + math.logsumexp(
+            alpha, math.shift(alpha, 1, impossible),
+            math.where(skip, math.shift(alpha, 2, impossible), impossible))
+        alpha = math.where(input_lengths.reshape(batch, 1) > t, step, alpha)
+        alphas.append(step)
+    ends = _ctc_ends(positions, target_lengths, batch)
+    nll = -math.logsumexp_last(math.where(ends, alpha, impossible))
+    return math.stack(alphas, 0), labelled, nll
+
+
+def _ctc_ends(positions, target_lengths, batch):
+    """Where a path may end: the last label or the blank after it (N, W)."""
+    last = 2 * target_lengths.reshape(batch, 1)
+    return (positions == last) | (positions == last - 1)
+
+
+def _ctc_betas(labelled, skip, input_lengths, target_lengths, math):
+    """Each state's log-probability of the rest of the target from time t on (T, N, W),
+    its own step included."""
+    steps, batch, width = labelled.shape
+    impossible = math.impossible
+    ends = _ctc_ends(math.positions(labelled, width).reshape(1, width), target_lengths,
+                     batch)
+    last = input_lengths.reshape(batch, 1) - 1
+    beta = math.where(ends, impossible, impossible)
+    betas = [None] * steps
+    for t in reversed(range(steps)):
+        step = labelled[t] + math.logsumexp(
+            beta, math.shift(beta, -1, impossible),
+            math.shift(math.where(skip, beta, impossible), -2, impossible))
+        beta = math.where(last == t, math.where(ends, labelled[t], impossible),
+                          math.where(last > t, step, impossible))
+        betas[t] = beta
+    return math.stack(betas, 0)
+
+
+def _ctc_gradient(grad, log_probs, extended, skip, input_lengths, target_lengths, infinite,
+                  zero_infinity, math):
+    """PyTorch's gradient of ``_ctc_nll`` with respect to ``log_probs``: NaN at the steps
+    of a sample whose target no alignment reaches (0 with ``zero_infinity``)."""
+    steps, batch, classes = log_probs.shape
+    alphas, labelled, nll = _ctc_alphas(log_probs, extended, skip, input_lengths,
+                                        target_lengths, math)
+    betas = _ctc_betas(labelled, skip, input_lengths, target_lengths, math)
+    # impossible samples: a finite stand-in, replaced below (no inf - inf on the way)
+    nll = math.where(infinite, 0, nll).reshape(1, batch, 1)
+    occupancy = math.to_classes(math.exp(alphas + betas - labelled + nll), extended, classes)
+    gradient = (math.exp(log_probs) - occupancy) * grad.reshape(1, batch, 1)
+    active = math.positions(log_probs, steps).reshape(steps, 1, 1) < \
+        input_lengths.reshape(1, batch, 1)
+    gradient = math.where(active, gradient, 0)
+    return math.where(infinite.reshape(1, batch, 1) & active,
+                      0 if zero_infinity else float("nan"), gradient)
+
+
+def _ctc_nll_samples(make):
+    padded = tensor([[1, 2, 2], [3, 1, 0], [2, 2, 1]])
+    return [Sample(make(5, 3, 4).log_softmax(2), padded, tensor([5, 4, 3]), tensor([3, 2, 1])),
+            Sample(make(4, 2, 3).log_softmax(2), tensor([1, 2, 2, 1]), tensor([4, 3]),
+                   tensor([3, 1]), zero_infinity=True),
+            Sample(make(3, 2, 4).log_softmax(2), tensor([[1, 1], [3, 2]]), tensor([3, 0]),
+                   tensor([2, 0]), blank=2),
+            Sample(make(3, 2, 3), tensor([[1, 2], [2, 0]]), tensor([3, 2]), tensor([2, 1]))]
+
+
+@op(method=False, function=False, inputs=("log_probs",), samples=_ctc_nll_samples)
+def _ctc_nll(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """Each sample's CTC negative log-likelihood (N,) of log-probabilities (T, N, C); inf
+    where no alignment reaches the target."""
+    lengths_in = _host(input_lengths).astype(np.int64).reshape(-1)
+    lengths_out = _host(target_lengths).astype(np.int64).reshape(-1)
+    _check_ctc(log_probs._sizes, log_probs._dtype, targets._sizes, lengths_in, lengths_out,
+               blank)
+    extended, skip = _extended_labels(_host(targets), lengths_out, blank, log_probs._sizes[2])
+    _, _, nll = _ctc_alphas(_host(log_probs), extended, skip, lengths_in, lengths_out,
+                            _ArrayMath)
+    return _on_device_of(log_probs, nll, log_probs._dtype)
+
+
+@_ctc_nll.def_derivative("log_probs")
+def _ctc_nll(grad, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,
+             result):
+    extended, skip = call(_ctc_labels, (targets, target_lengths, blank, log_probs.shape[2]),
+                          None)
+    return _ctc_gradient(grad, log_probs, extended, skip, input_lengths.reshape(-1),
+                         target_lengths.reshape(-1), result.isinf(), zero_infinity,
+                         _TensorMath)
+
+
+@_ctc_nll.def_unrecorded_backward
+def _ctc_nll(grad, wanted, log_probs, targets, input_lengths, target_lengths, blank,
+             zero_infinity, result):
+    # the same formula on NumPy arrays, when no graph of it is wanted
+    tensors = (grad, log_probs, targets, input_lengths, target_lengths, result)
+    if batching() is not None or any(type(t) is BatchedTensor for t in tensors):
+        return None
+    arrays = [t._array() for t in tensors]
+    if not all(type(a) is np.ndarray for a in arrays):
+        return None
+    grad, log_probs, targets, input_lengths, target_lengths, result = arrays
+    lengths_in, lengths_out = input_lengths.reshape(-1), target_lengths.reshape(-1)
+    extended, skip = _extended_labels(targets, lengths_out, blank, log_probs.shape[2])
+    with np.errstate(invalid="ignore", over="ignore"):
+        gradient = _ctc_gradient(grad, log_probs, extended, skip, lengths_in, lengths_out,
+                                 np.isinf(result), zero_infinity, _ArrayMath)
+    return [from_numpy_result(gradient.astype(log_probs.dtype, copy=False))]
+
+
+def _ctc_labels_samples(make):
+    return [Sample(tensor([[1, 2, 2], [3, 1, 0]]), tensor([3, 2]), 0, 4),
+            Sample(tensor([1, 1, 2]), tensor([2, 0, 1]), 3, 4)]
+
+
+@op(method=False, function=False, differentiable=False, samples=_ctc_labels_samples)
+def _ctc_labels(targets, target_lengths, blank, classes):
+    """The extended labels of the targets (N, 2 S + 1) and where a path may skip the
+    blank before a label (see ``_extended_labels``)."""
+    extended, skip = _extended_labels(
+        _host(targets), _host(target_lengths).astype(np.int64).reshape(-1), blank, classes)
+    return _on_device_of(targets, extended, int64), _on_device_of(targets, skip)
+
+
+def _folded_ctc_arguments(level, log_probs, targets, input_lengths, target_lengths):
+    """The vmap batch folded into the CTC batch: log_probs (T, B N, C), targets (B N, S)
+    or concatenated (B L), lengths (B N); and B."""
+    size = batch_size(level)
+    targets = front_or_expanded(targets, level, size)
+    folded_targets = targets.reshape((-1,) + tuple(targets.shape[2:]))
+    lengths = [None if t is None else front_or_expanded(t, level, size).reshape(-1)
+               for t in (input_lengths, target_lengths)]
+    if log_probs is not None:
+        log_probs = front_or_expanded(log_probs, level, size).movedim(0, 1)
+        log_probs = log_probs.reshape((log_probs.shape[0], -1, log_probs.shape[-1]))
+    return log_probs, folded_targets, lengths[0], lengths[1], size
+
+
+@_ctc_nll.def_batch_rule
+def _ctc_nll(op, level, args, kwargs):
+    """Every sample's batch in one call."""
+    bound = op.bind(args, kwargs)
+    log_probs, targets, input_lengths, target_lengths, size = _folded_ctc_arguments(
+        level, bound.pop("log_probs"), bound.pop("targets"), bound.pop("input_lengths"),
+        bound.pop("target_lengths"))
+    nll = call(op, (log_probs, targets, input_lengths, target_lengths), bound)
+    return wrap(nll.reshape(size, -1), 0, level)
+
+
+@_ctc_labels.def_batch_rule
+def _ctc_labels(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    _, targets, _, target_lengths, size = _folded_ctc_arguments(
+        level, None, bound.pop("targets"), None, bound.pop("target_lengths"))
+    extended, skip = call(op, (targets, target_lengths), bound)
+    return (wrap(extended.reshape((size, -1) + tuple(extended.shape[1:])), 0, level),
+            wrap(skip.reshape((size, -1) + tuple(skip.shape[1:])), 0, level))
+
+
+def _lengths_tensor(lengths, name, like):
+    """Lengths given as a tensor (integral) or a sequence of ints, as an int64 tensor."""
+    if hasattr(lengths, "_sizes"):
+        if lengths.dtype.is_floating_point:
+            raise RuntimeError(f"{name} must be integral")
+        return lengths.to(int64).reshape(-1)
+    return tensor(list(lengths), dtype=int64, device=like.device)
+
+
+def _ctc_loss_samples(make):
+    def log_probs(*shape):
+        return make(*shape).log_softmax(-1)
+    return [Sample(log_probs(5, 2, 4), tensor([[1, 3, 3], [2, 1, 0]]), tensor([5, 4]),
+                   tensor([3, 2])),
+            Sample(log_probs(4, 3, 3), tensor([1, 2, 2, 1, 1]), (4, 3, 3), (2, 1, 2),
+                   reduction=2),
+            Sample(log_probs(3, 2, 3), tensor([[1, 1, 1], [2, 0, 0]]), tensor([3, 2]),
+                   tensor([3, 1]), 0, 0, True),
+            Sample(log_probs(4, 3), tensor([2, 1]), tensor(4), tensor(2), reduction=0),
+            Sample(log_probs(4, 2, 3), tensor([[2, 2], [1, 0]]), tensor([4, 1]),
+                   tensor([2, 0]), 1, 1)]
+
+
+@op(kind="composite", method=False, inputs=("log_probs",), samples=_ctc_loss_samples)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=0,
+             zero_infinity=False):
+    """PyTorch's ``ctc_loss``: ``reduction`` 0 (none), 1 (mean: each loss over its target
+    length, then the batch mean) or 2 (sum); infinite losses zeroed with
+    ``zero_infinity``; log_probs (T, C) with a 1-d target are one unbatched sample.  The
+    default reduction is none, as ``torch.ctc_loss`` applies (its schema names mean)."""
+    if log_probs.numel() == 0:
+        raise RuntimeError("log_probs tensor must not be empty")
+    input_lengths = _lengths_tensor(input_lengths, "input_lengths", log_probs)
+    target_lengths = _lengths_tensor(target_lengths, "target_lengths", log_probs)
+    batched = log_probs.dim() == 3
+    if not batched:
+        log_probs, targets = log_probs.unsqueeze(1), targets.unsqueeze(0)
+    nll = _ctc_nll(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+    if zero_infinity:
+        nll = where(nll.isinf(), 0.0, nll)
+    if reduction == 1:
+        return (nll / target_lengths.clamp(min=1).to(nll.dtype)).mean()
+    if reduction == 2:
+        return nll.sum()
+    return nll if batched else nll.squeeze(0)
+
+
+__all__ += ["ctc_loss"]
