@@ -723,3 +723,48 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 from microtensor.ops.embedding_bag import embedding_bag  # noqa: E402,F401
 from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F401
                                           upsample_bilinear, upsample_nearest)
+
+
+# ------------------------------------------------------------------ more pooling
+# Adaptive pooling in 1-d and 3-d, the ``*_with_indices`` names, max unpooling, LP pooling
+# and fractional max pooling: the ops of ``ops.pooling_more``.
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool1d", input, output_size)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool3d", input, output_size)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool1d", input, output_size)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool2d", input, output_size)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool3d", input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    return _op("adaptive_avg_pool3d", input, output_size)

@@ -1,5 +1,5 @@
-"""Pooling layers: ``MaxPool1d/2d/3d``, ``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d`` and
-``AdaptiveMaxPool2d``, with PyTorch's constructor arguments and repr."""
+"""Pooling layers: max, average and adaptive pooling in 1-, 2- and 3-d, max unpooling, LP
+pooling and fractional max pooling, with PyTorch's constructor arguments and repr."""
 from microtensor.nn import functional as F
 from microtensor.nn.modules import Module
 
@@ -119,3 +119,30 @@ class AdaptiveMaxPool2d(_AdaptivePool):
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d"]
+
+
+# --------------------------------------------------------------------------- more pooling
+# Adaptive pooling in 1-d and 3-d, max unpooling, LP pooling and fractional max pooling.
+
+class AdaptiveAvgPool3d(_AdaptivePool):
+    _function = staticmethod(F.adaptive_avg_pool3d)
+
+
+class _AdaptiveMaxPoolNd(_AdaptivePool):
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        return self._function(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    _function = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    _function = staticmethod(F.adaptive_max_pool3d)
+
+
+__all__ += ["AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool3d"]

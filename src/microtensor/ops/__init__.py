@@ -4,6 +4,7 @@ from microtensor.ops import (activation, contraction, conv, copy, embedding,  # 
                              embedding_bag, factory, indexing, layout, linalg, linalg_decomp,
                              loss, norm, pointwise, pooling, reduction, scatter_reduce,
                              selection, shape, view)
+from microtensor.ops import pooling_more  # noqa: F401
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

@@ -1,0 +1,278 @@
+"""More pooling: adaptive max pooling in 1-d and 3-d, adaptive average pooling in 3-d,
+max unpooling, power-average (LP) pooling and fractional max pooling, with PyTorch's
+arguments, checks, errors and result layouts.
+
+Max pooling over windows that are not one strided view (adaptive windows, fractional
+windows starting at random places) gathers the windows as index arrays per spatial dim
+and reduces them with the running maximum of max pooling (``pooling._running_max``:
+the first maximum, any NaN, as PyTorch's kernels); indices are flat positions in each
+input plane and the derivative scatters there (``pooling.scatter_to_indices``).  Max
+unpooling puts each value at its flat index in a zero plane; its derivative gathers from
+there.  Adaptive average pooling in 3-d and LP pooling are composites (products with
+averaging matrices; ``avg_pool`` of powers).  The ops with their own kernel share one
+batching rule: the vmap batch folded into N.
+"""
+import math
+
+import numpy as np
+
+from microtensor._C.meta import channels_last_3d
+from microtensor._C.tensor import int64
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _running_max,
+                                     _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
+                                     expand_param, max_pool1d_with_indices,
+                                     max_pool2d_with_indices, max_pool3d_with_indices,
+                                     scatter_to_indices)
+from microtensor.ops.registry import Sample, op
+from microtensor.ops.factory import tensor
+from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
+
+_DIM_NAMES = {2: "(height, width)", 3: "(depth, height, width)"}
+_COUNT_NAMES = {2: "two", 3: "three"}
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+def _require_floating(self, kernel_name):
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel_name}\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+
+
+def _check_non_batch_sizes(shape, name, sizes_word="input has sizes", end=""):
+    """PyTorch's refusal of an empty non-batch dim (dim 0 may be empty when batched)."""
+    for i in range(1, len(shape)):
+        if shape[i] == 0:
+            raise RuntimeError(f"{name}: Expected input to have non-zero size for non-batch "
+                               f"dimensions, but {sizes_word} {list(shape)} with dimension "
+                               f"{i} being empty{end}")
+
+
+def _window_max(rows, windows):
+    """The maximum over windows of the spatial dims of ``rows`` (R, *sizes), and its flat
+    index in each plane.  ``windows[k]``: the positions along dim ``k`` of every window,
+    an integer array (1 or R, outputs, width); gathered as one array (R, *outputs,
+    *widths) and reduced by one running maximum."""
+    d = len(windows)
+    xp = array_module(rows)
+    count, sizes = rows.shape[0], rows.shape[1:]
+    out = tuple(w.shape[1] for w in windows)
+    widths = tuple(w.shape[2] for w in windows)
+    index = [xp.arange(count).reshape((count,) + (1,) * (2 * d))]
+    for k, w in enumerate(windows):
+        shape = [w.shape[0]] + [1] * (2 * d)
+        shape[1 + k], shape[1 + d + k] = out[k], widths[k]
+        index.append(w.reshape(shape))
+    gathered = rows[tuple(index)]
+    values, picked = _running_max(gathered, widths, list(range(math.prod(widths))))
+    flat = 0
+    for k, (w, j) in enumerate(zip(windows, _unravel(picked, widths))):
+        which = xp.arange(count).reshape((count,) + (1,) * d) if w.shape[0] > 1 else 0
+        place = xp.arange(out[k]).reshape((out[k],) + (1,) * (d - 1 - k))
+        flat = flat * sizes[k] + w[which, place, j]
+    return values, flat
+
+
+def _max_results(self, values, flat, lead, out):
+    return (from_numpy_result(values.reshape(lead + out), self._dtype),
+            from_numpy_result(flat.astype(np.int64).reshape(lead + out), int64))
+
+
+def _spatial_rows(self, d):
+    return self._array().reshape((-1,) + self._sizes[-d:])
+
+
+def _empty_max_results(self, lead, out):
+    return (self.new_empty(lead + out), self.new_empty(lead + out, dtype=int64))
+
+
+# --------------------------------------------------------------------------- adaptive max pooling
+
+def _adaptive_max_output(self, d, output_size, name):
+    """Checked output sizes of ``d``-dim adaptive max pooling, PyTorch's errors."""
+    shape = tuple(self.shape)
+    if d == 1:
+        if len(shape) not in (2, 3):
+            raise RuntimeError(f"Expected 2 to 3 dimensions, but got {len(shape)}-dimensional "
+                               f"tensor for argument #1 'self' (while checking arguments for "
+                               f"{name})")
+        _check_non_batch_sizes(shape, f"{name}()")
+        if not isinstance(output_size, (int, np.integer)):
+            if len(tuple(output_size)) != 1:
+                raise RuntimeError(f"{name}() argument 'output_size' should contain one int "
+                                   f"(got {len(tuple(output_size))})")
+    else:
+        if len(shape) not in (d + 1, d + 2):
+            raise RuntimeError(f"{name}(): Expected {d + 1}D or {d + 2}D tensor, but got: "
+                               f"{list(shape)}")
+        _check_non_batch_sizes(shape, f"{name}()")
+        if not isinstance(output_size, (int, np.integer)) and len(tuple(output_size)) != d:
+            raise RuntimeError(f"{name}(): internal error: output_size.size() must be {d}")
+    size = (int(output_size),) * d if isinstance(output_size, (int, np.integer)) \
+        else tuple(output_size)
+    out = tuple(shape[-d + i] if s is None else int(s) for i, s in enumerate(size))
+    lead = shape[:-d]
+    if any(o < 0 for o in out):
+        # PyTorch pools 1-d as 2-d planes one row high, and names that shape
+        shown = lead + (1,) * (d == 1) + out
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{min(out)}: {list(shown)}")
+    return out
+
+
+def _adaptive_max_checks(d, name, kernel_name):
+    """The checks of ``d``-dim adaptive max pooling: ``check(self, output_size)`` returns
+    the output sizes."""
+    def check(self, output_size):
+        out = _adaptive_max_output(self, d, output_size, name)
+        _require_floating(self, kernel_name)
+        return out
+    return check
+
+
+_ADAPTIVE_MAX_CHECKS = {1: _adaptive_max_checks(1, "adaptive_max_pool1d", "adaptive_max_pool2d"),
+                        3: _adaptive_max_checks(3, "adaptive_max_pool3d",
+                                                "adaptive_max_pool3d_cpu")}
+
+
+def _adaptive_max(self, d, output_size):
+    out = _ADAPTIVE_MAX_CHECKS[d](self, output_size)
+    lead = self._sizes[:-d]
+    if 0 in out or 0 in lead:
+        return _empty_max_results(self, lead, out)
+    rows = _spatial_rows(self, d)
+    xp = array_module(rows)
+    windows = [xp.asarray(_adaptive_windows(n, o)[2])[None]
+               for n, o in zip(self._sizes[-d:], out)]
+    values, flat = _window_max(rows, windows)
+    return _max_results(self, values, flat, lead, out)
+
+
+def _adaptive_max_samples(d):
+    def samples(make):
+        spatial = {1: ((7,), (4,), (5,)), 3: ((4, 5, 3), (3, 3, 4), (5, 2, 3))}[d]
+        sizes = {1: (3, 2, 5), 3: ((2, 3, 2), 2, (5, 1, 2))}[d]
+        return [Sample(_distinct(2, 3, *spatial[0]), sizes[0]),
+                Sample(_distinct(2, *spatial[1]), sizes[1]),
+                Sample(_distinct(1, 2, *spatial[2]), sizes[2])]
+    return samples
+
+
+def _distinct(*shape):
+    """Values without ties (a maximum's gradient is then defined everywhere)."""
+    count = math.prod(shape)
+    values = np.random.default_rng(count).permutation(count).astype(np.float64)
+    return tensor(values.reshape(shape) / count)
+
+
+@op(method=False, samples=_adaptive_max_samples(1))
+def adaptive_max_pool1d(self, output_size):
+    """The maximum over each adaptive window of the last dim (PyTorch's ``floor``/``ceil``
+    bounds) and its index."""
+    return _adaptive_max(self, 1, output_size)
+
+
+@op(method=False, samples=_adaptive_max_samples(3))
+def adaptive_max_pool3d(self, output_size):
+    """The maximum over each adaptive window of the last three dims and its flat index in
+    the input volume."""
+    return _adaptive_max(self, 3, output_size)
+
+
+@adaptive_max_pool1d.def_derivative("self")
+def adaptive_max_pool1d(grad, self_shape, result1):
+    return scatter_to_indices(grad[0], self_shape, result1, 1)
+
+
+@adaptive_max_pool3d.def_derivative("self")
+def adaptive_max_pool3d(grad, self_shape, result1):
+    return scatter_to_indices(grad[0], self_shape, result1, 3)
+
+
+# --------------------------------------------------------------------------- adaptive average 3-d
+
+def _adaptive_avg_pool3d_output(self, output_size):
+    shape = tuple(self.shape)
+    if len(shape) not in (4, 5):
+        raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
+                           f"{list(shape)}")
+    _check_non_batch_sizes(shape, "adaptive_avg_pool3d()")
+    size = expand_param(output_size, 3, "output_size", "adaptive_avg_pool3d") \
+        if isinstance(output_size, (int, np.integer)) or len(tuple(output_size)) == 3 else None
+    if size is None:
+        raise RuntimeError("adaptive_avg_pool3d: output_size must be 3")
+    out = tuple(shape[-3 + i] if s is None else int(s) for i, s in enumerate(size))
+    if any(o < 0 for o in out):
+        raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater "
+                           f"than or equal to 0 but received {{{out[0]}, {out[1]},{out[2]}}}")
+    _require_floating(self, "adaptive_avg_pool3d_cpu")
+    return out
+
+
+def _adaptive_avg_3d_samples(make):
+    return [Sample(make(2, 3, 4, 5, 3), (2, 3, 2)), Sample(make(2, 3, 3, 4), 2),
+            Sample(make(1, 2, 3, 2, 4), (None, 1, 3)), Sample(make(2, 2, 3, 3, 2), 1)]
+
+
+@op(kind="composite", method=False, samples=_adaptive_avg_3d_samples)
+def adaptive_avg_pool3d(self, output_size):
+    """Means over adaptive windows of the last three dims: a product with an averaging
+    matrix per dim (a mean when every output size is 1, as PyTorch computes it)."""
+    od, oh, ow = _adaptive_avg_pool3d_output(self, output_size)
+    shape = tuple(self.shape)
+    if (od, oh, ow) == (1, 1, 1):
+        mean = self.mean((-3, -2, -1), keepdim=True)
+        # PyTorch's result is laid out channels_last_3d (a copy: strides of size-1 dims
+        # included) when the input is
+        suggests = self.dim() == 5 and not self.is_contiguous() and \
+            self.is_contiguous(memory_format=channels_last_3d)
+        return mean.clone(memory_format=channels_last_3d) if suggests else mean
+    lead, (d, h, w) = shape[:-3], shape[-3:]
+    result = self.matmul(_averaging_rows(w, ow, self).mT)           # (..., d, h, ow)
+    result = _averaging_rows(h, oh, self).matmul(result)            # (..., d, oh, ow)
+    result = _averaging_rows(d, od, self).matmul(result.reshape(lead + (d, oh * ow)))
+    return result.reshape(lead + (od, oh, ow))
+
+
+def _averaging_rows(n, o, like):
+    """``pooling._averaging_matrix``, and no rows for an output size of 0."""
+    if o == 0:
+        return from_numpy_result(np.zeros((0, n)), like.dtype).to(like.device)
+    return _averaging_matrix(n, o, like)
+
+
+# --------------------------------------------------------------------------- the batching rule
+
+def _fold_batch_rule(op, level, args, kwargs):
+    """The vmap batch folded into N: each sample's (N, C, *spatial) or (C, *spatial)
+    tensors as one (B*N, C, *spatial) call (``random_samples``: its first N rows of each
+    sample), the results reshaped back.  Per-sample checks run first, on the samples'
+    shapes, so that a folded call raises nothing a sample would not."""
+    bound = op.bind(args, kwargs)
+    d, check = _FOLDED[op.name]
+    check(**bound)
+    x = bound.pop("self")
+    sample = tuple(x.shape)
+    size = batch_size(level)
+    folded = front_or_expanded(x, level, size).reshape((-1,) + sample[-(d + 1):])
+    if "indices" in bound:
+        bound["indices"] = front_or_expanded(bound["indices"], level, size).reshape(
+            folded.shape)
+    if "random_samples" in bound:
+        rows = sample[0] if len(sample) == d + 2 else 1
+        bound["random_samples"] = front_or_expanded(bound["random_samples"], level, size)[
+            :, :rows].reshape((-1,) + tuple(bound["random_samples"].shape[1:]))
+    results = call(op, (folded,), bound)
+    lead = (size,) + sample[:-(d + 1)]
+    if not isinstance(results, tuple):
+        return wrap(results.reshape(lead + tuple(results.shape[1:])), 0, level)
+    return tuple(wrap(r.reshape(lead + tuple(r.shape[1:])), 0, level) for r in results)
+
+
+_FOLDED = {"adaptive_max_pool1d": (1, _ADAPTIVE_MAX_CHECKS[1]),
+           "adaptive_max_pool3d": (3, _ADAPTIVE_MAX_CHECKS[3])}
+adaptive_max_pool1d.def_batch_rule(_fold_batch_rule)
+adaptive_max_pool3d.def_batch_rule(_fold_batch_rule)
+
+__all__ = ["adaptive_max_pool1d", "adaptive_max_pool3d", "adaptive_avg_pool3d"]
