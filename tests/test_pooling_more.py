@@ -253,3 +253,249 @@ def test_adaptive_derivatives_are_differentiable():
                lambda s: F.adaptive_max_pool1d(s[0, 0, 0], 2)]:
         assert gradcheck(fn, (x,))
         assert gradgradcheck(fn, (x,))
+
+
+# --------------------------------------------------------------------------- max unpooling
+
+def pooled(d, shape, kernel, **kwargs):
+    """Values and indices of a PyTorch max pooling of distinct values: the unpoolings'
+    inputs, as microtensor and PyTorch tensors."""
+    _, tx = distinct(*shape)
+    values, indices = getattr(TF, f"max_pool{d}d")(tx, kernel, return_indices=True, **kwargs)
+    return (mt.tensor(values.numpy()), mt.tensor(indices.numpy())), (values, indices)
+
+
+UNPOOL_CASES = [
+    (1, (2, 3, 8), 2, {}, {}), (1, (3, 9), 3, dict(stride=2, padding=1), {}),
+    (1, (2, 2, 7), 2, {}, dict(output_size=(7,))),
+    (2, (2, 3, 6, 4), 2, {}, {}), (2, (3, 5, 5), 2, {}, dict(output_size=(5, 5))),
+    (2, (1, 2, 7, 6), (3, 2), dict(stride=(2, 1), padding=(1, 0)), {}),
+    (2, (2, 2, 5, 6), 2, {}, dict(output_size=(2, 2, 5, 7))),
+    (3, (1, 2, 4, 4, 5), 2, {}, dict(output_size=(4, 4, 5))),
+    (3, (2, 5, 4, 6), (2, 1, 3), dict(padding=(1, 0, 1)), dict(output_size=(5, 4, 6))),
+]
+
+
+@pytest.mark.parametrize("d, shape, kernel, pool_kwargs, unpool_kwargs", UNPOOL_CASES)
+def test_max_unpool_matches_torch(d, shape, kernel, pool_kwargs, unpool_kwargs):
+    (values, indices), (tvalues, tindices) = pooled(d, shape, kernel, **pool_kwargs)
+    kwargs = dict(pool_kwargs, **unpool_kwargs)
+    compare(lambda s: getattr(F, f"max_unpool{d}d")(s, indices, kernel, **kwargs),
+            lambda s: getattr(TF, f"max_unpool{d}d")(s, tindices, kernel, **kwargs),
+            values, tvalues)
+
+
+def test_max_unpool_keeps_the_last_of_repeated_indices_as_torch():
+    values = np.array([[[[1.0], [2.0], [3.0]]]])
+    indices = np.array([[[[1], [1], [0]]]])
+    ours = F.max_unpool2d(mt.tensor(values), mt.tensor(indices), (1, 1), output_size=(3, 1))
+    theirs = torch.ops.aten.max_unpool2d(torch.tensor(values), torch.tensor(indices), (3, 1))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_max_unpool_layouts_and_dtypes_as_torch():
+    (values, indices), (tvalues, tindices) = pooled(2, (2, 3, 6, 4), 2)
+    cases = [(values.contiguous(memory_format=mt.channels_last),
+              tvalues.contiguous(memory_format=torch.channels_last), indices, tindices),
+             (values.transpose(2, 3), tvalues.transpose(2, 3), indices.transpose(2, 3),
+              tindices.transpose(2, 3)),
+             (values.float(), tvalues.float(), indices, tindices)]
+    for x, tx, i, ti in cases:
+        ours, theirs = F.max_unpool2d(x, i, 2), TF.max_unpool2d(tx, ti, 2)
+        assert ours.stride() == theirs.stride() and ours.dtype.name == str(theirs.dtype)[6:]
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    (values, indices), (tvalues, tindices) = pooled(3, (2, 3, 4, 4, 4), 2)
+    ours = F.max_unpool3d(values.contiguous(memory_format=mt.channels_last_3d), indices, 2)
+    theirs = TF.max_unpool3d(tvalues.contiguous(memory_format=torch.channels_last_3d),
+                             tindices, 2)
+    assert ours.stride() == theirs.stride()
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def _unpool_inputs(m, d, shift=0):
+    """Pooled values and indices (in module ``m``'s tensors) of a fixed input; ``shift``
+    added to the first index alone (one invalid index: PyTorch reports any of several)."""
+    shape = (2, 3, 4, 4) if d == 2 else (2, 3, 4, 4, 4) if d == 3 else (2, 3, 4)
+    x = m.arange(float(np.prod(shape))).reshape(shape)
+    pool = {1: "max_pool1d", 2: "max_pool2d", 3: "max_pool3d"}[d]
+    values, indices = getattr(TF if m is torch else F, pool)(x, 2, return_indices=True)
+    indices.view(-1)[0] += shift
+    return values, indices
+
+
+@pytest.mark.parametrize("call", [
+    lambda F, m: F.max_unpool2d(_unpool_inputs(m, 2)[0], _unpool_inputs(m, 2)[1].int(), 2),
+    lambda F, m: F.max_unpool2d(_unpool_inputs(m, 2)[0], _unpool_inputs(m, 2)[1][:1], 2),
+    lambda F, m: F.max_unpool2d(*_unpool_inputs(m, 2, 100), 2),
+    lambda F, m: F.max_unpool2d(_unpool_inputs(m, 2)[0][0, 0], _unpool_inputs(m, 2)[1][0, 0], 2),
+    lambda F, m: F.max_unpool2d(*_unpool_inputs(m, 2), 2, output_size=(9, 9)),
+    lambda F, m: F.max_unpool2d(*_unpool_inputs(m, 2), 2, output_size=(5,)),
+    lambda F, m: F.max_unpool2d(*_unpool_inputs(m, 2), 2, padding=3),
+    lambda F, m: F.max_unpool2d(_unpool_inputs(m, 2)[0][:, :0], _unpool_inputs(m, 2)[1][:, :0],
+                                2),
+    lambda F, m: F.max_unpool2d(_unpool_inputs(m, 2)[0].int(), _unpool_inputs(m, 2)[1], 2),
+    lambda F, m: F.max_unpool1d(*_unpool_inputs(m, 1, -10), 2),
+    lambda F, m: F.max_unpool1d(_unpool_inputs(m, 2)[0], _unpool_inputs(m, 2)[1], 2),
+    lambda F, m: F.max_unpool3d(*_unpool_inputs(m, 3), 2, stride=0),
+    lambda F, m: F.max_unpool3d(*_unpool_inputs(m, 3, 1000), 2),
+    lambda F, m: F.max_unpool3d(_unpool_inputs(m, 3)[0], _unpool_inputs(m, 3)[1].int(), 2),
+    lambda F, m: F.max_unpool3d(_unpool_inputs(m, 3)[0][0, 0], _unpool_inputs(m, 3)[1][0, 0],
+                                2),
+    lambda F, m: F.max_unpool3d(_unpool_inputs(m, 3)[0], _unpool_inputs(m, 3)[1][:1], 2),
+    lambda F, m: F.max_unpool3d(*_unpool_inputs(m, 3), 2, output_size=(1, 2, 3)),
+    lambda F, m: F.max_unpool3d(_unpool_inputs(m, 3)[0].long(), _unpool_inputs(m, 3)[1], 2),
+])
+def test_max_unpool_errors_as_torch(call):
+    assert_errors_alike(call)
+
+
+def test_max_unpool_op_errors_as_torch():
+    """The checks of the ops themselves (the functional forms pass them valid sizes)."""
+    (values, indices), (tvalues, tindices) = pooled(2, (2, 3, 4, 4), 2)
+    (values3, indices3), (tvalues3, tindices3) = pooled(3, (2, 3, 4, 4, 4), 2)
+    from microtensor.ops import REGISTRY
+    for ours, theirs in [
+        (lambda: REGISTRY["max_unpool2d"](values, indices, (4,)),
+         lambda: torch.ops.aten.max_unpool2d(tvalues, tindices, (4,))),
+        (lambda: REGISTRY["max_unpool2d"](values, indices, (-1, 4)),
+         lambda: torch.ops.aten.max_unpool2d(tvalues, tindices, (-1, 4))),
+        (lambda: REGISTRY["max_unpool3d"](values3, indices3, (4, 4), (2, 2, 2), (0, 0, 0)),
+         lambda: torch.ops.aten.max_unpool3d(tvalues3, tindices3, (4, 4), (2, 2, 2), (0, 0, 0))),
+        (lambda: REGISTRY["max_unpool3d"](values3, indices3, (4, 4, 4), (2, 2), (0, 0, 0)),
+         lambda: torch.ops.aten.max_unpool3d(tvalues3, tindices3, (4, 4, 4), (2, 2), (0, 0, 0))),
+        (lambda: REGISTRY["max_unpool3d"](values3, indices3, (4, 4, 4), (2, 2, 2), (0, 0)),
+         lambda: torch.ops.aten.max_unpool3d(tvalues3, tindices3, (4, 4, 4), (2, 2, 2), (0, 0))),
+    ]:
+        assert message(ours) == message(theirs) and message(ours) is not None
+
+
+# --------------------------------------------------------------------------- LP pooling
+
+LP_CASES = [(1, (2, 3, 7), 2, 3, {}), (1, (3, 8), 3, 2, dict(stride=2, ceil_mode=True)),
+            (1, (2, 2, 7), 1.5, 2, dict(stride=3)),
+            (2, (2, 3, 6, 5), 2, 2, {}), (2, (2, 7, 6), 3, (3, 2), dict(stride=(2, 1))),
+            (2, (1, 2, 5, 5), 2.5, 2, dict(ceil_mode=True)),
+            (2, (2, 2, 4, 6), float("inf"), 2, {}), (2, (2, 2, 4, 6), -float("inf"), 3, {}),
+            (3, (1, 2, 4, 5, 4), 2, 2, {}), (3, (2, 4, 5, 5), 3, (2, 3, 2), dict(ceil_mode=True)),
+            (3, (1, 2, 4, 4, 4), float("inf"), 2, dict(stride=1))]
+
+
+@pytest.mark.parametrize("d, shape, norm_type, kernel, kwargs", LP_CASES)
+def test_lp_pool_matches_torch(d, shape, norm_type, kernel, kwargs):
+    x, tx = distinct(*shape)       # positive: every power is real
+    x, tx = x + 0.5, tx + 0.5
+    compare(lambda s: getattr(F, f"lp_pool{d}d")(s, norm_type, kernel, **kwargs),
+            lambda s: getattr(TF, f"lp_pool{d}d")(s, norm_type, kernel, **kwargs), x, tx)
+
+
+def test_lp_pool_zero_windows_have_zero_gradient_and_negative_sums_nan_as_torch():
+    values = np.array([[[0.0, 0.0, 1.0, -2.0, -1.0, -1.0, 2.0, 0.5]]])
+    for norm_type in (2, 3, 1.0):
+        x = mt.tensor(values, requires_grad=True)
+        tx = torch.tensor(values, requires_grad=True)
+        with warnings.catch_warnings():   # NumPy's of roots of negatives, 0 ** -0.5
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ours = F.lp_pool1d(x, norm_type, 2)
+            ours.sum().backward()
+        theirs = TF.lp_pool1d(tx, norm_type, 2)
+        theirs.sum().backward()
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(),
+                                   equal_nan=True)
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), equal_nan=True)
+
+
+@pytest.mark.parametrize("call", [
+    lambda F, m: F.lp_pool2d(m.ones(2, 3, 4, 4), 2, (2, 2, 2)),
+    lambda F, m: F.lp_pool2d(m.ones(2, 3, 4, 4), 2, (2,)),
+    lambda F, m: F.lp_pool3d(m.ones(2, 3, 4, 4, 4), 2, (2, 2)),
+    lambda F, m: F.lp_pool2d(m.ones(2, 3, 4, 4), 2, 0),
+    lambda F, m: F.lp_pool1d(m.ones(2, 4), 0, 2),
+    lambda F, m: F.lp_pool2d(m.ones(2, 3, 1, 1), 2, 2),
+])
+def test_lp_pool_errors_as_torch(call):
+    assert_errors_alike(call)
+
+
+def test_lp_pool_keeps_the_average_poolings_layout():
+    x = np.arange(2 * 3 * 6 * 4, dtype=np.float64).reshape(2, 3, 6, 4) / 10
+    ours = F.lp_pool2d(mt.tensor(x).contiguous(memory_format=mt.channels_last), 2, 2)
+    theirs = TF.lp_pool2d(torch.tensor(x).contiguous(memory_format=torch.channels_last), 2, 2)
+    assert ours.stride() == theirs.stride()
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy())
+
+
+UNPOOL_LP_MODULES = [("MaxUnpool1d(2)", dict(kernel_size=2)),
+                     ("MaxUnpool2d((2, 3), stride=1, padding=(1, 0))",
+                      dict(kernel_size=(2, 3), stride=1, padding=(1, 0))),
+                     ("MaxUnpool3d(2, 2)", dict(kernel_size=2)), ("LPPool1d(2, 3)", None),
+                     ("LPPool2d(1.5, (2, 3), stride=1)", None),
+                     ("LPPool3d(3, 2, ceil_mode=True)", None)]
+UNPOOL_INPUTS = {1: (2, 3, 8), 2: (2, 3, 6, 7), 3: (2, 2, 4, 6, 4)}
+
+
+@pytest.mark.parametrize("spec, pool_kwargs", UNPOOL_LP_MODULES)
+def test_unpool_and_lp_modules_as_torch(spec, pool_kwargs):
+    ours, theirs = eval("nn." + spec), eval("torch.nn." + spec)
+    assert repr(ours) == repr(theirs)
+    d = int(spec.split("(")[0][-2])
+    if pool_kwargs is None:
+        x, tx = distinct(*MODULE_INPUTS[f"{d}d"])
+        compare(ours, theirs, x, tx)
+        return
+    kernel = pool_kwargs.pop("kernel_size")
+    (values, indices), (tvalues, tindices) = pooled(d, UNPOOL_INPUTS[d], kernel, **pool_kwargs)
+    compare(lambda s: ours(s, indices), lambda s: theirs(s, tindices), values, tvalues)
+    for size in (UNPOOL_INPUTS[d][-d:], [n + 5 for n in UNPOOL_INPUTS[d][-d:]]):
+        expected = message(lambda: theirs(tvalues, tindices, size))
+        assert message(lambda: ours(values, indices, size)) == expected
+
+
+def test_unpool_and_lp_signatures_as_torch():
+    for name in ["max_unpool1d", "max_unpool2d", "max_unpool3d", "lp_pool1d", "lp_pool2d",
+                 "lp_pool3d"]:
+        assert_same_signature(name)
+
+
+@pytest.mark.parametrize("d, shape, batched", [
+    (1, (2, 8), "both"), (2, (2, 3, 4, 4), "values"), (2, (3, 4, 6), "indices"),
+    (3, (2, 2, 4, 4, 2), "both")])
+def test_max_unpool_vmap_and_per_sample_gradients_match_torch_func(d, shape, batched):
+    """Three samples of ``shape`` pooled as one batch, split back into samples."""
+    (values, indices), (tvalues, tindices) = pooled(d, (3 * shape[0],) + shape[1:], 2)
+    x, i = (t.reshape((3, -1) + tuple(t.shape[1:])) for t in (values, indices))
+    tx, ti = (t.reshape((3, -1) + tuple(t.shape[1:])) for t in (tvalues, tindices))
+    if batched == "values":
+        i, ti = i[0], ti[0]
+    if batched == "indices":
+        x, tx = x[0], tx[0]
+    in_dims = (0 if batched != "indices" else None, 0 if batched != "values" else None)
+    name = f"max_unpool{d}d"
+    ours = no_fallback(lambda s, j: getattr(F, name)(s, j, 2), in_dims)(x, i)
+    theirs = torch.func.vmap(lambda s, j: getattr(TF, name)(s, j, 2), in_dims)(tx, ti)
+    close(ours, theirs)
+    if batched == "indices":
+        return
+
+    def loss(s, j):
+        return getattr(F, name)(s, j, 2).sin().sum()
+
+    def tloss(s, j):
+        return getattr(TF, name)(s, j, 2).sin().sum()
+    close(no_fallback(mt.func.grad(loss), in_dims)(x, i),
+          torch.func.vmap(torch.func.grad(tloss), in_dims)(tx, ti))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_lp_pool_vmap_and_per_sample_gradients_match_torch_func(d):
+    x, tx = distinct(3, 2, *(5, 4, 4)[:d])
+    x, tx = x + 0.5, tx + 0.5
+    name = f"lp_pool{d}d"
+    ours = no_fallback(lambda s: getattr(F, name)(s, 2, 2))(x)
+    close(ours, torch.func.vmap(lambda s: getattr(TF, name)(s, 2, 2))(tx))
+
+    def loss(s):
+        return getattr(F, name)(s, 3, 2, ceil_mode=True).sum()
+
+    def tloss(s):
+        return getattr(TF, name)(s, 3, 2, ceil_mode=True).sum()
+    close(no_fallback(mt.func.grad(loss))(x), torch.func.vmap(torch.func.grad(tloss))(tx))

@@ -21,11 +21,12 @@ from microtensor._C.tensor import int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _running_max,
                                      _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
-                                     expand_param, max_pool1d_with_indices,
+                                     expand_param, in_layout_of, max_pool1d_with_indices,
                                      max_pool2d_with_indices, max_pool3d_with_indices,
                                      scatter_to_indices)
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.factory import tensor
+from microtensor.ops.pointwise import where
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
 _DIM_NAMES = {2: "(height, width)", 3: "(depth, height, width)"}
@@ -242,6 +243,186 @@ def _averaging_rows(n, o, like):
     return _averaging_matrix(n, o, like)
 
 
+# --------------------------------------------------------------------------- max unpooling
+
+def _max_unpool_checks(d):
+    """The checks of ``d``-dim max unpooling, in PyTorch's order and words:
+    ``check(self, indices, output_size, stride=None, padding=None)``."""
+    name = f"max_unpooling{d}d"
+
+    def check(self, indices, output_size, stride=None, padding=None):
+        shape, index_shape = tuple(self.shape), tuple(indices.shape)
+        output_size = tuple(output_size)
+        if indices.dtype is not int64:
+            got = f" but got: {_type_name(indices.dtype)}" if d == 2 else ""
+            raise RuntimeError(f"elements in indices should be type int64{got}")
+        if d == 3 and len(shape) not in (4, 5):
+            raise RuntimeError(f"Input to {name} should be a 4d or 5d Tensor, but got a "
+                               f"tensor with {len(shape)} dimensions.")
+        if len(output_size) != d:
+            raise RuntimeError(f"There should be exactly {_COUNT_NAMES[d]} elements "
+                               f"{_DIM_NAMES[d]} in output_size, but got {len(output_size)} "
+                               f"elements.")
+        if d == 3:
+            for what, value in (("stride", stride), ("padding", padding)):
+                if len(tuple(value)) != 3:
+                    raise RuntimeError(f"There should be exactly three elements (depth, "
+                                       f"height, width) in {what}, but got: "
+                                       f"{len(tuple(value))} elements.")
+        if d == 2 and len(shape) not in (3, 4):
+            raise RuntimeError(f"Input to {name} should be a 3d or 4d Tensor, but got a "
+                               f"tensor with {len(shape)} dimensions.")
+        if any(o < 0 for o in output_size):
+            raise RuntimeError(f"{name}(): output_size must contain non-negative spatial "
+                               f"dimensions, but got output_size={output_size}")
+        if shape != index_shape:
+            raise RuntimeError(f"Expected shape of indices to be same as that of the input "
+                               f"tensor ({list(shape)}) but got indices tensor with shape: "
+                               f"{list(index_shape)}")
+        _check_non_batch_sizes(shape, f"{name}_forward_out_cpu()", "got", ".")
+        if d == 3 and any(s <= 0 for s in stride):
+            raise RuntimeError(f"strides should be greater than zero, but got stride: "
+                               f"{list(stride)}")
+        _require_floating(self, f"max_unpool{d}d")
+    return check
+
+
+_MAX_UNPOOL_CHECKS = {2: _max_unpool_checks(2), 3: _max_unpool_checks(3)}
+
+
+def _max_unpool(self, indices, output_size, d):
+    """Each value put at its flat index in a zero plane of ``output_size``."""
+    out = tuple(int(o) for o in output_size)
+    lead, plane = self._sizes[:-d], math.prod(out)
+    values = self._array().reshape((-1, math.prod(self._sizes[-d:])))
+    positions = indices._array().reshape(values.shape)
+    xp = array_module(values)
+    invalid = (positions < 0) | (positions >= plane)
+    if invalid.any():
+        raise RuntimeError(f"Found an invalid max index: {int(positions[invalid][0])} (output "
+                           f"volumes are of size {'x'.join(map(str, out))})")
+    result = xp.zeros((values.shape[0], plane), dtype=values.dtype)
+    # (a repeated index keeps its last value, as PyTorch's loop does)
+    result[xp.arange(values.shape[0])[:, None], positions] = values
+    return from_numpy_result(result.reshape(lead + out), self._dtype)
+
+
+def _gather_from_indices(grad, indices, self_shape, d):
+    """The gradient of max unpooling: each value's gradient read at its flat index."""
+    lead = tuple(self_shape[:-d])
+    planes = grad.reshape(lead + (-1,))
+    return planes.gather(-1, indices.reshape(lead + (-1,))).reshape(tuple(self_shape))
+
+
+def _max_unpool_samples(d):
+    def samples(make):
+        pool = max_pool2d_with_indices if d == 2 else max_pool3d_with_indices
+        cases = [((2, 3, 4, 6), 2), ((3, 5, 5), 2), ((1, 2, 6, 5), (3, 2))] if d == 2 else \
+            [((1, 2, 4, 4, 5), 2), ((2, 3, 5, 4), (2, 1, 2))]
+        found = []
+        for shape, kernel in cases:
+            indices = pool(_distinct(*shape), kernel)[1]
+            extra = ((kernel,) * 3 if isinstance(kernel, int) else kernel, (0, 0, 0)) \
+                if d == 3 else ()
+            found.append(Sample(make(*indices.shape), indices, shape[-d:], *extra))
+        return found
+    return samples
+
+
+@op(inputs=("self",), method=False, samples=_max_unpool_samples(2))
+def max_unpool2d(self, indices, output_size):
+    """The partial inverse of 2-d max pooling: values at their indices, zeros elsewhere."""
+    _MAX_UNPOOL_CHECKS[2](self, indices, output_size)
+    return in_layout_of(self, (_max_unpool(self, indices, output_size, 2),), 2)[0]
+
+
+@op(inputs=("self",), method=False, samples=_max_unpool_samples(3))
+def max_unpool3d(self, indices, output_size, stride, padding):
+    """The partial inverse of 3-d max pooling (``stride`` and ``padding`` are checked only,
+    as in PyTorch)."""
+    _MAX_UNPOOL_CHECKS[3](self, indices, output_size, stride, padding)
+    return _max_unpool(self, indices, output_size, 3)
+
+
+@max_unpool2d.def_derivative("self")
+def max_unpool2d(grad, indices, self_shape):
+    return _gather_from_indices(grad, indices, self_shape, 2)
+
+
+@max_unpool3d.def_derivative("self")
+def max_unpool3d(grad, indices, self_shape):
+    return _gather_from_indices(grad, indices, self_shape, 3)
+
+
+# --------------------------------------------------------------------------- LP pooling
+
+def ntuple(value, n):
+    """``value`` as a tuple: itself if a sequence, else repeated ``n`` times (PyTorch's
+    ``_single``/``_pair``/``_triple``)."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+_MAX_POOLS = {1: max_pool1d_with_indices, 2: max_pool2d_with_indices,
+              3: max_pool3d_with_indices}
+_AVG_POOLS = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}
+
+
+def _lp_pool(self, d, norm_type, kernel_size, stride, ceil_mode):
+    """PyTorch's formula: the ``norm_type`` power averaged over each window, times the
+    window's size, to the power ``1 / norm_type`` (a max of magnitudes for an infinite
+    ``norm_type``)."""
+    window = kernel_size
+    if d > 1:   # PyTorch unpacks exactly ``d`` sizes (its ValueError otherwise)
+        window = math.prod(_unpacked(ntuple(kernel_size, d), d))
+    stride = () if stride is None else stride
+    if isinstance(norm_type, (int, float)) and norm_type == math.inf:
+        return _MAX_POOLS[d](self.abs(), kernel_size, stride, 0, 1, ceil_mode)[0]
+    if isinstance(norm_type, (int, float)) and norm_type == -math.inf:
+        return -_MAX_POOLS[d](-self.abs(), kernel_size, stride, 0, 1, ceil_mode)[0]
+    out = _AVG_POOLS[d](self.pow(norm_type), kernel_size, stride, 0, ceil_mode)
+    magnitude = out.abs()
+    # Where a window's sum is 0 the root's gradient is infinite and PyTorch's is 0: its
+    # relu's derivative selects (threshold_backward) and its sign's is zeros, where
+    # products with 0 would give NaN.  So relu is a select here, and sign (derivative
+    # zero) is detached.
+    rectified = where(magnitude > 0, magnitude, 0)
+    return (out.sign().detach() * rectified).mul(window).pow(1.0 / norm_type)
+
+
+def _unpacked(sizes, d):
+    if len(sizes) > d:
+        raise ValueError(f"too many values to unpack (expected {d})")
+    if len(sizes) < d:
+        raise ValueError(f"not enough values to unpack (expected {d}, got {len(sizes)})")
+    return sizes
+
+
+def _lp_pool_samples(d):
+    def samples(make):
+        def positive(*spatial):
+            return make(2, 3, *spatial[:d], low=0.5, high=2.0)
+        return [Sample(positive(5, 4, 4), 2, 2), Sample(positive(6, 5, 4), 3, 3, 2, True),
+                Sample(positive(4, 5, 3), 1.5, (2, 3, 2)[:d] if d > 1 else 2, 1),
+                Sample(positive(5, 4, 3), float("inf"), 2, 1),
+                Sample(make(1, 2, *(4, 4, 4)[:d]), -float("inf"), 2)]
+    return samples
+
+
+def _declare_lp_pool(d):
+    def lp_pool(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        return _lp_pool(self, d, norm_type, kernel_size, stride, ceil_mode)
+    lp_pool.__name__ = f"lp_pool{d}d"
+    lp_pool.__doc__ = (f"{d}-d power-average pooling: ``(sum over the window of "
+                       f"x ** norm_type) ** (1 / norm_type)``, PyTorch's formula.")
+    return op(f"lp_pool{d}d", kind="composite", method=False, samples=_lp_pool_samples(d))(
+        lp_pool)
+
+
+lp_pool1d = _declare_lp_pool(1)
+lp_pool2d = _declare_lp_pool(2)
+lp_pool3d = _declare_lp_pool(3)
+
+
 # --------------------------------------------------------------------------- the batching rule
 
 def _fold_batch_rule(op, level, args, kwargs):
@@ -271,8 +452,12 @@ def _fold_batch_rule(op, level, args, kwargs):
 
 
 _FOLDED = {"adaptive_max_pool1d": (1, _ADAPTIVE_MAX_CHECKS[1]),
-           "adaptive_max_pool3d": (3, _ADAPTIVE_MAX_CHECKS[3])}
+           "adaptive_max_pool3d": (3, _ADAPTIVE_MAX_CHECKS[3]),
+           "max_unpool2d": (2, _MAX_UNPOOL_CHECKS[2]), "max_unpool3d": (3, _MAX_UNPOOL_CHECKS[3])}
 adaptive_max_pool1d.def_batch_rule(_fold_batch_rule)
 adaptive_max_pool3d.def_batch_rule(_fold_batch_rule)
+max_unpool2d.def_batch_rule(_fold_batch_rule)
+max_unpool3d.def_batch_rule(_fold_batch_rule)
 
-__all__ = ["adaptive_max_pool1d", "adaptive_max_pool3d", "adaptive_avg_pool3d"]
+__all__ = ["adaptive_max_pool1d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "max_unpool2d",
+           "max_unpool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d"]
