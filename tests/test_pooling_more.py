@@ -499,3 +499,238 @@ def test_lp_pool_vmap_and_per_sample_gradients_match_torch_func(d):
     def tloss(s):
         return getattr(TF, name)(s, 3, 2, ceil_mode=True).sum()
     close(no_fallback(mt.func.grad(loss))(x), torch.func.vmap(torch.func.grad(tloss))(tx))
+
+
+# --------------------------------------------------------------------------- fractional max pooling
+
+def fractional_case(d, shape, dtype=np.float64, seed=0):
+    """Distinct values and uniform samples (N, C, d), as microtensor and PyTorch tensors."""
+    rng = np.random.default_rng(seed)
+    values = (rng.permutation(int(np.prod(shape))).reshape(shape) / np.prod(shape))
+    batch = shape[0] if len(shape) == d + 2 else 1
+    samples = rng.random((batch, shape[-d - 1], d))
+    return [(mt.tensor(a.astype(dtype)), torch.tensor(a.astype(dtype)))
+            for a in (values, samples)]
+
+
+FRACTIONAL_CASES = [
+    (2, (2, 3, 7, 6), 2, (3, 4), {}), (2, (3, 9, 8), (3, 2), (4, 5), {}),
+    (2, (2, 2, 6, 6), 2, (5, 5), {}), (2, (1, 2, 8, 7), 2, (1, 1), {}),
+    (2, (2, 3, 10, 9), 3, None, dict(output_ratio=(0.5, 0.6))),
+    (3, (1, 2, 5, 6, 4), 2, (3, 4, 2), {}), (3, (2, 5, 6, 7), (1, 2, 3), (4, 3, 2), {}),
+    (3, (2, 1, 7, 6, 6), 2, None, dict(output_ratio=0.5)),
+]
+
+
+@pytest.mark.parametrize("d, shape, kernel, out, kwargs", FRACTIONAL_CASES)
+def test_fractional_max_pool_matches_torch_with_the_same_samples(d, shape, kernel, out, kwargs):
+    (x, tx), (u, tu) = fractional_case(d, shape)
+    name = f"fractional_max_pool{d}d"
+    compare(lambda s: getattr(F, name)(s, kernel, out, return_indices=True, _random_samples=u,
+                                       **kwargs),
+            lambda s: getattr(TF, name)(s, kernel, out, return_indices=True,
+                                        _random_samples=tu, **kwargs), x, tx)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fractional_intervals_are_torchs_over_many_geometries(d, dtype):
+    """The windows' starts follow PyTorch's arithmetic in the input's dtype exactly: the
+    same indices over random sizes, kernels and samples."""
+    rng = np.random.default_rng(d)
+    name = f"fractional_max_pool{d}d"
+    for _ in range(40):
+        sizes = tuple(int(n) for n in rng.integers(3, 40, d))
+        kernel = tuple(int(k) for k in rng.integers(1, 4, d))
+        # PyTorch's 3-d pool leaves at least one element out of the last window's reach
+        out = tuple(int(rng.integers(1, n - k + (2 if d == 2 else 1)))
+                    for n, k in zip(sizes, kernel))
+        values = rng.standard_normal((2, 2) + sizes).astype(dtype)
+        samples = rng.random((2, 2, d)).astype(dtype)
+        ours = getattr(F, name)(mt.tensor(values), kernel, out, return_indices=True,
+                                _random_samples=mt.tensor(samples))
+        theirs = getattr(TF, name)(torch.tensor(values), kernel, out, return_indices=True,
+                                   _random_samples=torch.tensor(samples))
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+        np.testing.assert_array_equal(ours[0].numpy(), theirs[0].numpy())
+
+
+def test_fractional_max_pool_of_half_precision_and_edge_geometries_as_torch():
+    (x, tx), (u, tu) = fractional_case(2, (2, 3, 9, 8))
+    for ours_dtype, their_dtype in [(mt.float16, torch.float16), (mt.bfloat16, torch.bfloat16)]:
+        ours = F.fractional_max_pool2d(x.to(ours_dtype), 2, (5, 4), return_indices=True,
+                                       _random_samples=u.to(ours_dtype))
+        theirs = TF.fractional_max_pool2d(tx.to(their_dtype), 2, (5, 4), return_indices=True,
+                                          _random_samples=tu.to(their_dtype))
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+    from microtensor.ops import REGISTRY
+    for kernel, out in [((0, 2), (3, 3)), ((2, 2), (0, 3)), ((2, 2), (1, 1))]:
+        ours = REGISTRY["fractional_max_pool2d"](x, kernel, out, u)
+        theirs = torch.ops.aten.fractional_max_pool2d(tx, kernel, out, tu)
+        for a, b in zip(ours, theirs):
+            assert tuple(a.shape) == tuple(b.shape)
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # more sample rows than the batch: the first rows are used
+    (x, tx), _ = fractional_case(2, (2, 3, 7, 7))
+    u = np.random.default_rng(3).random((4, 3, 2))
+    close(F.fractional_max_pool2d(x, 2, 3, _random_samples=mt.tensor(u)),
+          TF.fractional_max_pool2d(tx, 2, 3, _random_samples=torch.tensor(u)))
+
+
+def test_fractional_max_pool_draws_its_samples_from_the_generator():
+    x = mt.randn(2, 3, 9, 9)
+    mt.manual_seed(5)
+    first = F.fractional_max_pool2d(x, 2, output_ratio=(0.5, 0.5), return_indices=True)
+    mt.manual_seed(5)
+    samples = mt.rand(2, 3, 2)
+    again = F.fractional_max_pool2d(x, 2, (4, 4), return_indices=True,
+                                    _random_samples=samples)
+    assert first[1].tolist() == again[1].tolist()
+    assert tuple(first[0].shape) == (2, 3, 4, 4)
+    one = F.fractional_max_pool3d(mt.randn(3, 6, 6, 6), 2, output_ratio=0.5)
+    assert tuple(one.shape) == (3, 3, 3, 3)
+
+
+def test_fractional_results_are_contiguous_as_torch():
+    (x, tx), (u, tu) = fractional_case(3, (2, 3, 6, 7, 5))
+    ours = F.fractional_max_pool3d(x.contiguous(memory_format=mt.channels_last_3d), 2, 3,
+                                   return_indices=True, _random_samples=u)
+    theirs = TF.fractional_max_pool3d(tx.contiguous(memory_format=torch.channels_last_3d), 2, 3,
+                                      return_indices=True, _random_samples=tu)
+    for a, b in zip(ours, theirs):
+        assert a.stride() == b.stride()
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    (x, tx), (u, tu) = fractional_case(2, (2, 3, 7, 6))
+    ours = F.fractional_max_pool2d(x.contiguous(memory_format=mt.channels_last), 2, 3,
+                                   _random_samples=u)
+    theirs = TF.fractional_max_pool2d(tx.contiguous(memory_format=torch.channels_last), 2, 3,
+                                      _random_samples=tu)
+    assert ours.stride() == theirs.stride()
+
+
+def _samples(m, *shape, dtype=None):
+    return m.full(shape, 0.5, dtype=dtype or m.float32)
+
+
+@pytest.mark.parametrize("call", [
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, output_ratio=(0.5, 0.5, 0.5)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, output_ratio=0.5),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), (2, 2, 2), 3),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, (3, 3, 3)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, (7, 3)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, (3, 6)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 0, 7, 6), 2, 3),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, (-1, 3)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, 3,
+                                         _random_samples=_samples(m, 2, 3, 2, dtype=m.float64)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, 3,
+                                         _random_samples=_samples(m, 1, 3, 2)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, 3,
+                                         _random_samples=_samples(m, 2, 2, 2)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, 3,
+                                         _random_samples=_samples(m, 2, 3, 3)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6), 2, 3,
+                                         _random_samples=_samples(m, 2, 3)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6, dtype=m.int32), 2, 3,
+                                         _random_samples=_samples(m, 2, 3, 2, dtype=m.int32)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (5, 3, 3)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (3, 6, 3)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (3, 3, 4)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), (2, 2), 3),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (3, 3)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 0, 6, 7, 5), 2, 3),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, 3,
+                                         _random_samples=_samples(m, 2, 3, 2)),
+    lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5, dtype=m.float64), 2, 3,
+                                         _random_samples=_samples(m, 1, 3, 3, dtype=m.float64)),
+])
+def test_fractional_errors_as_torch(call):
+    assert_errors_alike(call)
+
+
+def test_fractional_op_errors_as_torch():
+    from microtensor.ops import REGISTRY
+    x, u = mt.ones(6, 7, 5), mt.full((1, 3, 3), 0.5)
+    tx, tu = torch.ones(6, 7, 5), torch.full((1, 3, 3), 0.5)
+    for name, args in [("fractional_max_pool3d", ((2, 2, 2), (3, 3, 3))),
+                       ("fractional_max_pool2d", ((2, 2), (3, 3)))]:
+        ours = message(lambda: REGISTRY[name](x[0] if "2d" in name else x, *args, u))
+        theirs = message(lambda: getattr(torch.ops.aten, name)(tx[0] if "2d" in name else tx,
+                                                               *args, tu))
+        assert ours == theirs and ours is not None
+
+
+FRACTIONAL_MODULES = ["FractionalMaxPool2d(2, output_size=(3, 4))",
+                      "FractionalMaxPool2d((2, 3), output_ratio=0.5, return_indices=True)",
+                      "FractionalMaxPool3d(2, output_size=2)",
+                      "FractionalMaxPool3d(2, output_ratio=(0.5, 0.6, 0.5))"]
+
+
+@pytest.mark.parametrize("spec", FRACTIONAL_MODULES)
+def test_fractional_modules_as_torch(spec):
+    ours, theirs = eval("nn." + spec), eval("torch.nn." + spec)
+    assert repr(ours) == repr(theirs)
+    d = int(spec.split("(")[0][-2])
+    (x, tx), (u, tu) = fractional_case(d, (2, 2, 7, 8) if d == 2 else (1, 2, 5, 6, 5))
+    ours._random_samples, theirs._random_samples = u, tu
+    compare(ours, theirs, x, tx)
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["_random_samples"]
+
+
+@pytest.mark.parametrize("spec", [
+    "FractionalMaxPool2d(2)", "FractionalMaxPool2d(2, output_size=2, output_ratio=0.5)",
+    "FractionalMaxPool2d(2, output_ratio=1.5)", "FractionalMaxPool3d(0, output_size=2)",
+    "FractionalMaxPool3d(2, output_ratio=(0.5, 0.5, 1.0))"])
+def test_fractional_module_errors_as_torch(spec):
+    ours = message(lambda: eval("nn." + spec))
+    assert ours is not None and ours == message(lambda: eval("torch.nn." + spec))
+
+
+def test_fractional_signatures_as_torch():
+    for name in ["fractional_max_pool2d", "fractional_max_pool3d",
+                 "fractional_max_pool2d_with_indices", "fractional_max_pool3d_with_indices"]:
+        assert_same_signature(name)
+
+
+@pytest.mark.parametrize("d, shape, batched", [
+    (2, (2, 3, 7, 6), "both"), (2, (3, 7, 6), "values"), (2, (2, 3, 7, 6), "samples"),
+    (3, (2, 5, 6, 4), "both"), (3, (1, 2, 5, 6, 4), "values")])
+def test_fractional_vmap_and_per_sample_gradients_match_torch_func(d, shape, batched):
+    rng = np.random.default_rng(len(shape))
+    x, tx = distinct(3, *shape)
+    batch = shape[0] if len(shape) == d + 2 else 1
+    u = rng.random((3, batch, shape[-d - 1], d))
+    u, tu = mt.tensor(u), torch.tensor(u)
+    if batched == "values":
+        u, tu = u[0], tu[0]
+    if batched == "samples":
+        x, tx = x[0], tx[0]
+    in_dims = (None if batched == "samples" else 0, None if batched == "values" else 0)
+    name = f"fractional_max_pool{d}d"
+    out = (3, 2, 2)[:d]
+    ours = no_fallback(lambda s, v: getattr(F, name)(s, 2, out, return_indices=True,
+                                                     _random_samples=v), in_dims)(x, u)
+    theirs = torch.func.vmap(lambda s, v: getattr(TF, name)(
+        s, 2, out, return_indices=True, _random_samples=v), in_dims)(tx, tu)
+    for a, b in zip(ours, theirs):
+        close(a, b)
+    if batched == "samples":
+        return
+
+    def loss(s, v):
+        return getattr(F, name)(s, 2, out, _random_samples=v).sin().sum()
+
+    def tloss(s, v):
+        return getattr(TF, name)(s, 2, out, _random_samples=v).sin().sum()
+    close(no_fallback(mt.func.grad(loss), in_dims)(x, u),
+          torch.func.vmap(torch.func.grad(tloss), in_dims)(tx, tu))
+
+
+def test_fractional_derivatives_are_differentiable():
+    (x, _), (u, _) = fractional_case(2, (1, 2, 7, 6))
+    x.requires_grad_()
+    assert gradcheck(lambda s: F.fractional_max_pool2d(s, 2, (3, 4), _random_samples=u), (x,))
+    assert gradgradcheck(lambda s: F.fractional_max_pool2d(s, 2, (3, 4), _random_samples=u),
+                         (x,))

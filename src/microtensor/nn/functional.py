@@ -836,3 +836,51 @@ def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
 
 def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
     return _op("lp_pool3d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def _fractional_max_pool(d, input, kernel_size, output_size, output_ratio, _random_samples):
+    """The op's call as PyTorch's functional form makes it: ``output_size`` from
+    ``output_ratio`` (truncated products), and one uniform sample per plane and dim drawn
+    from microtensor's generator unless ``_random_samples`` is given."""
+    name = f"fractional_max_pool{d}d"
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an "
+                         f"output_ratio")
+    if output_size is None:
+        if d == 2 and len(output_ratio) > 2:
+            raise ValueError(f"{name} requires output_ratio to either be a single Int or "
+                             f"tuple of Ints.")
+        ratio = _ntuple(output_ratio, d)
+        output_size = [int(input.size(-d + i) * ratio[i]) for i in range(d)]
+    if _random_samples is None:
+        batch = 1 if input.dim() == d + 1 else input.size(0)
+        from microtensor.ops.factory import rand
+        _random_samples = rand(batch, input.size(-d - 1), d, dtype=input.dtype,
+                               device=input.device)
+    return _op(name, input, kernel_size, output_size, _random_samples)
+
+
+def fractional_max_pool2d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio,
+                                _random_samples)
+
+
+def fractional_max_pool3d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio,
+                                _random_samples)
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    values, indices = _fractional_max_pool(2, input, kernel_size, output_size, output_ratio,
+                                           _random_samples)
+    return (values, indices) if return_indices else values
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    values, indices = _fractional_max_pool(3, input, kernel_size, output_size, output_ratio,
+                                           _random_samples)
+    return (values, indices) if return_indices else values

@@ -41,13 +41,14 @@ def _require_floating(self, kernel_name):
                                   f"'{_type_name(self._dtype)}'")
 
 
-def _check_non_batch_sizes(shape, name, sizes_word="input has sizes", end=""):
-    """PyTorch's refusal of an empty non-batch dim (dim 0 may be empty when batched)."""
+def _check_non_batch_sizes(shape, name, got="but input has sizes ", end=""):
+    """PyTorch's refusal of an empty non-batch dim (dim 0 may be empty when batched), in
+    the op's own words (``got``, ``end``)."""
     for i in range(1, len(shape)):
         if shape[i] == 0:
             raise RuntimeError(f"{name}: Expected input to have non-zero size for non-batch "
-                               f"dimensions, but {sizes_word} {list(shape)} with dimension "
-                               f"{i} being empty{end}")
+                               f"dimensions, {got}{list(shape)} with dimension {i} being "
+                               f"empty{end}")
 
 
 def _window_max(rows, windows):
@@ -279,7 +280,7 @@ def _max_unpool_checks(d):
             raise RuntimeError(f"Expected shape of indices to be same as that of the input "
                                f"tensor ({list(shape)}) but got indices tensor with shape: "
                                f"{list(index_shape)}")
-        _check_non_batch_sizes(shape, f"{name}_forward_out_cpu()", "got", ".")
+        _check_non_batch_sizes(shape, f"{name}_forward_out_cpu()", "but got ", ".")
         if d == 3 and any(s <= 0 for s in stride):
             raise RuntimeError(f"strides should be greater than zero, but got stride: "
                                f"{list(stride)}")
@@ -423,6 +424,149 @@ lp_pool2d = _declare_lp_pool(2)
 lp_pool3d = _declare_lp_pool(3)
 
 
+# --------------------------------------------------------------------------- fractional max pooling
+
+def _sizes_of(value, d, message):
+    sizes = (int(value),) * d if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(sizes) != d:
+        raise RuntimeError(message)
+    return sizes
+
+
+def _fractional_checks(d):
+    """The checks of ``d``-dim fractional max pooling in PyTorch's order and words (its
+    3-d pool must be strictly shorter than the input plus one, not at most): ``check(self,
+    kernel_size, output_size, random_samples)`` returns the kernel and output sizes."""
+    name = f"fractional_max_pool{d}d"
+    prefix = f"{name}()" if d == 2 else f"{name}_out()"
+    ints = "Ints" if d == 2 else "three Ints"
+    # the order PyTorch checks the dims in, and its names for them
+    order = (("height", 0), ("width", 1)) if d == 2 else \
+        (("time", 0), ("width", 2), ("height", 1))
+
+    def check(self, kernel_size, output_size, random_samples):
+        kernel = _sizes_of(kernel_size, d, f"{name}: kernel_size must either be a single Int "
+                                           f"or tuple of {ints}")
+        out = _sizes_of(output_size, d, f"{name}: output_size must either be a single Int "
+                                        f"or tuple of {ints}")
+        shape = tuple(self.shape)
+        if len(shape) not in (d + 1, d + 2):
+            raise RuntimeError(f"{prefix}: Expected {d + 1}D or {d + 2}D tensor, but got: "
+                               f"{list(shape)}")
+        _check_non_batch_sizes(shape, prefix, "but got", ".")
+        for word, k in order:
+            n = shape[-d + k]
+            if out[k] + kernel[k] - 1 > n - (d == 3):
+                raise RuntimeError(f"{prefix}: pool {word} {kernel[k]} too large relative to "
+                                   f"input {word} {n}")
+        if any(o < 0 for o in out):
+            raise RuntimeError(f"Trying to create tensor with negative dimension {min(out)}: "
+                               f"{list(shape[:-d] + out)}")
+        _check_random_samples(self, random_samples, d)
+        _require_floating(self, f"{name}_out_frame")
+        return kernel, out
+    return check
+
+
+def _check_random_samples(self, random_samples, d):
+    shape, samples = tuple(self.shape), tuple(random_samples.shape)
+    if random_samples.dtype is not self.dtype:
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    if len(samples) != 3:
+        raise RuntimeError(f"Expect _random_samples to have 3 dimensions, got {len(samples)}")
+    batch = shape[0] if len(shape) == d + 2 else 1
+    if samples[0] < batch:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    if samples[1] != shape[-d - 1]:
+        raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+    if samples[2] != d:
+        raise RuntimeError(f"Expect _random_samples.size(2) equals to {d}; got {samples[2]}.")
+
+
+_FRACTIONAL_CHECKS = {2: _fractional_checks(2), 3: _fractional_checks(3)}
+
+
+def _fractional_starts(samples, n, o, k):
+    """PyTorch's interval generation: the window starts ``(R, o)`` along a dim of ``n``
+    for one sample ``u`` per row, ``int((i + u) * alpha) - int(u * alpha)`` with ``alpha =
+    (n - k) / (o - 1)``, computed in the samples' own dtype (float32 samples round as
+    PyTorch's float arithmetic does), and the last window ending at the input's end."""
+    xp = array_module(samples)
+    starts = xp.empty(samples.shape + (o,), dtype=np.int64)
+    if o > 1:
+        scalar = samples.dtype.type
+        alpha = scalar(n - k) / scalar(o - 1)
+        steps = xp.arange(o - 1).astype(samples.dtype)
+        starts[:, :-1] = ((steps + samples[:, None]) * alpha).astype(np.int64) - \
+            (samples * alpha).astype(np.int64)[:, None]
+    if o > 0:
+        starts[:, -1] = n - k
+    return starts
+
+
+def _fractional_max_pool(self, kernel_size, output_size, random_samples, d):
+    kernel, out = _FRACTIONAL_CHECKS[d](self, kernel_size, output_size, random_samples)
+    lead, sizes = self._sizes[:-d], self._sizes[-d:]
+    if 0 in out or 0 in lead:
+        return _empty_max_results(self, lead, out)
+    rows = _spatial_rows(self, d)
+    xp = array_module(rows)
+    batch = self._sizes[0] if self.dim() == d + 2 else 1
+    # each plane's samples: W then H in 2-d, T, H, W in 3-d (PyTorch's order)
+    samples = random_samples._array()[:batch].reshape((-1, d))
+    columns = (1, 0) if d == 2 else (0, 1, 2)
+    starts = [_fractional_starts(xp.ascontiguousarray(samples[:, c]), n, o, k)
+              for c, n, o, k in zip(columns, sizes, out, kernel)]
+    if min(kernel) < 1:
+        # an empty window: PyTorch's -inf at the window's start
+        flat = 0
+        for k, (start, n) in enumerate(zip(starts, sizes)):
+            flat = flat * n + start.reshape((-1,) + (1,) * k + (out[k],) + (1,) * (d - 1 - k))
+        values = xp.full(flat.shape, -np.inf, dtype=rows.dtype)
+        return _max_results(self, values, flat, lead, out)
+    windows = [start[:, :, None] + xp.arange(k) for start, k in zip(starts, kernel)]
+    values, flat = _window_max(rows, windows)
+    return _max_results(self, values, flat, lead, out)
+
+
+def _fractional_samples(d):
+    def samples(make):
+        def uniform(*shape):
+            return make(*shape, low=0.0, high=1.0)
+        if d == 2:
+            return [Sample(_distinct(2, 3, 7, 6), (2, 2), (3, 4), uniform(2, 3, 2)),
+                    Sample(_distinct(2, 5, 5), 3, 2, uniform(1, 2, 2)),
+                    Sample(_distinct(1, 2, 6, 7), (2, 3), (5, 1), uniform(3, 2, 2))]
+        return [Sample(_distinct(1, 2, 5, 6, 4), (2, 2, 2), (3, 4, 2), uniform(1, 2, 3)),
+                Sample(_distinct(2, 4, 5, 4), 2, 2, uniform(1, 2, 3)),
+                Sample(_distinct(2, 1, 4, 4, 5), (1, 2, 3), (3, 1, 2), uniform(2, 1, 3))]
+    return samples
+
+
+@op(method=False, samples=_fractional_samples(2))
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    """The maximum over windows of ``kernel_size`` starting at pseudo-random places (from
+    ``random_samples``: one per plane and dim) that make ``output_size`` outputs, and its
+    flat index in the input plane."""
+    return _fractional_max_pool(self, kernel_size, output_size, random_samples, 2)
+
+
+@op(method=False, samples=_fractional_samples(3))
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    """``fractional_max_pool2d`` over volumes."""
+    return _fractional_max_pool(self, kernel_size, output_size, random_samples, 3)
+
+
+@fractional_max_pool2d.def_derivative("self")
+def fractional_max_pool2d(grad, self_shape, result1):
+    return scatter_to_indices(grad[0], self_shape, result1, 2)
+
+
+@fractional_max_pool3d.def_derivative("self")
+def fractional_max_pool3d(grad, self_shape, result1):
+    return scatter_to_indices(grad[0], self_shape, result1, 3)
+
+
 # --------------------------------------------------------------------------- the batching rule
 
 def _fold_batch_rule(op, level, args, kwargs):
@@ -453,11 +597,16 @@ def _fold_batch_rule(op, level, args, kwargs):
 
 _FOLDED = {"adaptive_max_pool1d": (1, _ADAPTIVE_MAX_CHECKS[1]),
            "adaptive_max_pool3d": (3, _ADAPTIVE_MAX_CHECKS[3]),
-           "max_unpool2d": (2, _MAX_UNPOOL_CHECKS[2]), "max_unpool3d": (3, _MAX_UNPOOL_CHECKS[3])}
+           "max_unpool2d": (2, _MAX_UNPOOL_CHECKS[2]), "max_unpool3d": (3, _MAX_UNPOOL_CHECKS[3]),
+           "fractional_max_pool2d": (2, _FRACTIONAL_CHECKS[2]),
+           "fractional_max_pool3d": (3, _FRACTIONAL_CHECKS[3])}
 adaptive_max_pool1d.def_batch_rule(_fold_batch_rule)
 adaptive_max_pool3d.def_batch_rule(_fold_batch_rule)
 max_unpool2d.def_batch_rule(_fold_batch_rule)
 max_unpool3d.def_batch_rule(_fold_batch_rule)
+fractional_max_pool2d.def_batch_rule(_fold_batch_rule)
+fractional_max_pool3d.def_batch_rule(_fold_batch_rule)
 
 __all__ = ["adaptive_max_pool1d", "adaptive_max_pool3d", "adaptive_avg_pool3d", "max_unpool2d",
-           "max_unpool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d"]
+           "max_unpool3d", "lp_pool1d", "lp_pool2d", "lp_pool3d", "fractional_max_pool2d",
+           "fractional_max_pool3d"]
