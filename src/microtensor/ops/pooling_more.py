@@ -21,7 +21,7 @@ from microtensor._C.tensor import int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _running_max,
                                      _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
-                                     expand_param, in_layout_of, max_pool1d_with_indices,
+                                     in_layout_of, max_pool1d_with_indices,
                                      max_pool2d_with_indices, max_pool3d_with_indices,
                                      scatter_to_indices)
 from microtensor.ops.registry import Sample, op
@@ -49,6 +49,14 @@ def _check_non_batch_sizes(shape, name, got="but input has sizes ", end=""):
             raise RuntimeError(f"{name}: Expected input to have non-zero size for non-batch "
                                f"dimensions, {got}{list(shape)} with dimension {i} being "
                                f"empty{end}")
+
+
+def _sizes_of(value, d, message):
+    """An int or a ``d``-sequence of sizes as a ``d``-tuple (``message`` otherwise)."""
+    sizes = (int(value),) * d if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(sizes) != d:
+        raise RuntimeError(message)
+    return sizes
 
 
 def _window_max(rows, windows):
@@ -109,10 +117,8 @@ def _adaptive_max_output(self, d, output_size, name):
             raise RuntimeError(f"{name}(): Expected {d + 1}D or {d + 2}D tensor, but got: "
                                f"{list(shape)}")
         _check_non_batch_sizes(shape, f"{name}()")
-        if not isinstance(output_size, (int, np.integer)) and len(tuple(output_size)) != d:
-            raise RuntimeError(f"{name}(): internal error: output_size.size() must be {d}")
-    size = (int(output_size),) * d if isinstance(output_size, (int, np.integer)) \
-        else tuple(output_size)
+    size = _sizes_of(output_size, d, f"{name}(): internal error: output_size.size() must be "
+                                     f"{d}")
     out = tuple(shape[-d + i] if s is None else int(s) for i, s in enumerate(size))
     lead = shape[:-d]
     if any(o < 0 for o in out):
@@ -200,10 +206,7 @@ def _adaptive_avg_pool3d_output(self, output_size):
         raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got "
                            f"{list(shape)}")
     _check_non_batch_sizes(shape, "adaptive_avg_pool3d()")
-    size = expand_param(output_size, 3, "output_size", "adaptive_avg_pool3d") \
-        if isinstance(output_size, (int, np.integer)) or len(tuple(output_size)) == 3 else None
-    if size is None:
-        raise RuntimeError("adaptive_avg_pool3d: output_size must be 3")
+    size = _sizes_of(output_size, 3, "adaptive_avg_pool3d: output_size must be 3")
     out = tuple(shape[-3 + i] if s is None else int(s) for i, s in enumerate(size))
     if any(o < 0 for o in out):
         raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater "
@@ -425,13 +428,6 @@ lp_pool3d = _declare_lp_pool(3)
 
 
 # --------------------------------------------------------------------------- fractional max pooling
-
-def _sizes_of(value, d, message):
-    sizes = (int(value),) * d if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(sizes) != d:
-        raise RuntimeError(message)
-    return sizes
-
 
 def _fractional_checks(d):
     """The checks of ``d``-dim fractional max pooling in PyTorch's order and words (its
