@@ -126,6 +126,16 @@ def test_adaptive_pools_of_float32_and_non_contiguous_inputs():
         close(ours, theirs, 1e-6)
 
 
+def test_long_adaptive_windows_take_the_last_nan_as_torch():
+    """A window of the whole input (one reduction, not a pass per position)."""
+    values = RNG.standard_normal((2, 3, 6, 7, 5))
+    values[0, 1, 2, 3, 1] = values[0, 1, 4, 0, 2] = values[1, 2, 0, 0, 0] = np.nan
+    ours = F.adaptive_max_pool3d(mt.tensor(values), 1, True)
+    theirs = TF.adaptive_max_pool3d(torch.tensor(values), 1, True)
+    np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+    np.testing.assert_array_equal(ours[0].numpy(), theirs[0].numpy())
+
+
 def test_adaptive_max_pools_take_nan_and_the_first_maximum_as_torch():
     values = np.array([[[1.0, np.nan, 3.0, np.nan, 2.0, 3.0, 3.0]]])
     for size in (1, 2, 3):
@@ -634,7 +644,9 @@ def _samples(m, *shape, dtype=None):
                                          _random_samples=_samples(m, 2, 3)),
     lambda F, m: F.fractional_max_pool2d(m.ones(2, 3, 7, 6, dtype=m.int32), 2, 3,
                                          _random_samples=_samples(m, 2, 3, 2, dtype=m.int32)),
+    lambda F, m: F.fractional_max_pool2d(m.ones(7, 6), 2, 3),
     lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2),
+    lambda F, m: F.fractional_max_pool3d(m.ones(6, 7, 5), 2, 3),
     lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (5, 3, 3)),
     lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (3, 6, 3)),
     lambda F, m: F.fractional_max_pool3d(m.ones(2, 3, 6, 7, 5), 2, (3, 3, 4)),

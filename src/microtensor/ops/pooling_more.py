@@ -4,8 +4,8 @@ arguments, checks, errors and result layouts.
 
 Max pooling over windows that are not one strided view (adaptive windows, fractional
 windows starting at random places) gathers the windows as index arrays per spatial dim
-and reduces them with the running maximum of max pooling (``pooling._running_max``:
-the first maximum, any NaN, as PyTorch's kernels); indices are flat positions in each
+and reduces them along one axis (the first maximum, or the last NaN, as PyTorch's
+kernels); indices are flat positions in each
 input plane and the derivative scatters there (``pooling.scatter_to_indices``).  Max
 unpooling puts each value at its flat index in a zero plane; its derivative gathers from
 there.  Adaptive average pooling in 3-d and LP pooling are composites (products with
@@ -18,9 +18,8 @@ import numpy as np
 
 from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
-from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _running_max,
-                                     _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result, is_floating_array
+from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
                                      in_layout_of, max_pool1d_with_indices,
                                      max_pool2d_with_indices, max_pool3d_with_indices,
                                      scatter_to_indices)
@@ -63,7 +62,7 @@ def _window_max(rows, windows):
     """The maximum over windows of the spatial dims of ``rows`` (R, *sizes), and its flat
     index in each plane.  ``windows[k]``: the positions along dim ``k`` of every window,
     an integer array (1 or R, outputs, width); gathered as one array (R, *outputs,
-    *widths) and reduced by one running maximum."""
+    window) and reduced along its last axis."""
     d = len(windows)
     xp = array_module(rows)
     count, sizes = rows.shape[0], rows.shape[1:]
@@ -74,14 +73,27 @@ def _window_max(rows, windows):
         shape = [w.shape[0]] + [1] * (2 * d)
         shape[1 + k], shape[1 + d + k] = out[k], widths[k]
         index.append(w.reshape(shape))
-    gathered = rows[tuple(index)]
-    values, picked = _running_max(gathered, widths, list(range(math.prod(widths))))
+    gathered = rows[tuple(index)].reshape((count,) + out + (-1,))
+    values, picked = _max_first_or_last_nan(gathered)
     flat = 0
     for k, (w, j) in enumerate(zip(windows, _unravel(picked, widths))):
         which = xp.arange(count).reshape((count,) + (1,) * d) if w.shape[0] > 1 else 0
         place = xp.arange(out[k]).reshape((out[k],) + (1,) * (d - 1 - k))
         flat = flat * sizes[k] + w[which, place, j]
     return values, flat
+
+
+def _max_first_or_last_nan(windows):
+    """The maximum of each row of the last axis and its position: the first maximum, or
+    the last NaN when there is one (PyTorch's kernels keep a value when it is greater, or
+    NaN); two reductions whatever the window's length."""
+    values, picked = windows.max(-1), windows.argmax(-1)
+    if is_floating_array(windows):
+        xp = array_module(windows)
+        missing = xp.isnan(windows)
+        last_nan = windows.shape[-1] - 1 - missing[..., ::-1].argmax(-1)
+        picked = xp.where(missing.any(-1), last_nan, picked)
+    return values, picked
 
 
 def _max_results(self, values, flat, lead, out):
