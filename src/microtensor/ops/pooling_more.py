@@ -90,7 +90,7 @@ def _max_first_or_last_nan(windows):
     values, picked = windows.max(-1), windows.argmax(-1)
     if is_floating_array(windows):
         xp = array_module(windows)
-        missing = xp.isnan(windows)
+        missing = windows != windows    # NaN
         last_nan = windows.shape[-1] - 1 - missing[..., ::-1].argmax(-1)
         picked = xp.where(missing.any(-1), last_nan, picked)
     return values, picked
