@@ -729,7 +729,9 @@ from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F
 # Adaptive pooling in 1-d and 3-d, the ``*_with_indices`` names, max unpooling, LP pooling
 # and fractional max pooling: the ops of ``ops.pooling_more``.
 
+from microtensor.ops.factory import rand as _rand  # noqa: E402
 from microtensor.ops.pooling_more import ntuple as _ntuple  # noqa: E402
+
 
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
                             ceil_mode=False, return_indices=False):
@@ -854,9 +856,8 @@ def _fractional_max_pool(d, input, kernel_size, output_size, output_ratio, _rand
         output_size = [int(input.size(-d + i) * ratio[i]) for i in range(d)]
     if _random_samples is None:
         batch = 1 if input.dim() == d + 1 else input.size(0)
-        from microtensor.ops.factory import rand
-        _random_samples = rand(batch, input.size(-d - 1), d, dtype=input.dtype,
-                               device=input.device)
+        _random_samples = _rand(batch, input.size(-d - 1), d, dtype=input.dtype,
+                                device=input.device)
     return _op(name, input, kernel_size, output_size, _random_samples)
 
 

@@ -126,6 +126,7 @@ __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "Avg
 
 from microtensor.ops.pooling_more import ntuple as _ntuple  # noqa: E402
 
+
 class AdaptiveAvgPool3d(_AdaptivePool):
     _function = staticmethod(F.adaptive_avg_pool3d)
 
