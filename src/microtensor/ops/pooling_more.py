@@ -20,8 +20,9 @@ from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result,
                                    is_floating_array)
-from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _unravel, avg_pool1d, avg_pool2d, avg_pool3d,
-                                     in_layout_of, max_pool1d_with_indices,
+from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _unravel,
+                                     avg_pool1d, avg_pool2d, avg_pool3d, in_layout_of,
+                                     max_pool1d_with_indices,
                                      max_pool2d_with_indices, max_pool3d_with_indices,
                                      scatter_to_indices)
 from microtensor.ops.registry import Sample, op
