@@ -3,7 +3,7 @@ max unpooling, power-average (LP) pooling and fractional max pooling, with PyTor
 arguments, checks, errors and result layouts.
 
 Max pooling over windows that are not one strided view (adaptive windows, fractional
-windows starting at random places) gathers the windows as index arrays per spatial dim
+windows starting at random places) gathers the windows by their elements' flat positions
 and reduces them along one axis (the first maximum, or the last NaN, as PyTorch's
 kernels); indices are flat positions in each
 input plane and the derivative scatters there (``pooling.scatter_to_indices``).  Max
@@ -20,11 +20,10 @@ from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result,
                                    is_floating_array)
-from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, _unravel,
-                                     avg_pool1d, avg_pool2d, avg_pool3d, in_layout_of,
-                                     max_pool1d_with_indices,
-                                     max_pool2d_with_indices, max_pool3d_with_indices,
-                                     scatter_to_indices)
+from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, avg_pool1d,
+                                     avg_pool2d, avg_pool3d, in_layout_of,
+                                     max_pool1d_with_indices, max_pool2d_with_indices,
+                                     max_pool3d_with_indices, scatter_to_indices)
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.factory import tensor
 from microtensor.ops.pointwise import where
@@ -63,25 +62,28 @@ def _sizes_of(value, d, message):
 def _window_max(rows, windows):
     """The maximum over windows of the spatial dims of ``rows`` (R, *sizes), and its flat
     index in each plane.  ``windows[k]``: the positions along dim ``k`` of every window,
-    an integer array (1 or R, outputs, width); gathered as one array (R, *outputs,
+    an integer array (1 or R, outputs, width).  Each window element's flat position in its
+    plane is formed once; the elements are gathered with it as one array (R, outputs,
     window) and reduced along its last axis."""
     d = len(windows)
     xp = array_module(rows)
     count, sizes = rows.shape[0], rows.shape[1:]
     out = tuple(w.shape[1] for w in windows)
-    widths = tuple(w.shape[2] for w in windows)
-    index = [xp.arange(count).reshape((count,) + (1,) * (2 * d))]
+    positions = 0
     for k, w in enumerate(windows):
         shape = [w.shape[0]] + [1] * (2 * d)
-        shape[1 + k], shape[1 + d + k] = out[k], widths[k]
-        index.append(w.reshape(shape))
-    gathered = rows[tuple(index)].reshape((count,) + out + (-1,))
+        shape[1 + k], shape[1 + d + k] = out[k], w.shape[2]
+        positions = positions * sizes[k] + w.reshape(shape)
+    positions = positions.reshape((positions.shape[0], math.prod(out), -1))
+    planes = rows.reshape((count, -1))
+    if positions.shape[0] == 1:     # the same windows in every plane
+        gathered = planes[:, positions[0]]
+        which = 0
+    else:
+        which = xp.arange(count)[:, None]
+        gathered = planes[which[:, :, None], positions]
     values, picked = _max_first_or_last_nan(gathered)
-    flat = 0
-    for k, (w, j) in enumerate(zip(windows, _unravel(picked, widths))):
-        which = xp.arange(count).reshape((count,) + (1,) * d) if w.shape[0] > 1 else 0
-        place = xp.arange(out[k]).reshape((out[k],) + (1,) * (d - 1 - k))
-        flat = flat * sizes[k] + w[which, place, j]
+    flat = positions[which, xp.arange(positions.shape[1]), picked]
     return values, flat
 
 
@@ -90,11 +92,10 @@ def _max_first_or_last_nan(windows):
     the last NaN when there is one (PyTorch's kernels keep a value when it is greater, or
     NaN); two reductions whatever the window's length."""
     values, picked = windows.max(-1), windows.argmax(-1)
-    if is_floating_array(windows):
-        xp = array_module(windows)
-        missing = windows != windows    # NaN
-        last_nan = windows.shape[-1] - 1 - missing[..., ::-1].argmax(-1)
-        picked = xp.where(missing.any(-1), last_nan, picked)
+    with_nan = values != values     # the maximum is NaN where a window holds one
+    if is_floating_array(windows) and with_nan.any():
+        last_nan = windows.shape[-1] - 1 - (windows != windows)[..., ::-1].argmax(-1)
+        picked = array_module(windows).where(with_nan, last_nan, picked)
     return values, picked
 
 
