@@ -1033,3 +1033,163 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         raise ValueError(f"{reduction} is not a valid value for reduction")
     return _op("ctc_loss", log_probs, targets, input_lengths, target_lengths, blank,
                _REDUCTION_ENUM[reduction], zero_infinity)
+# ------------------------------------------------------------------ more pooling
+# Adaptive pooling in 1-d and 3-d, the ``*_with_indices`` names, max unpooling, LP pooling
+# and fractional max pooling: the ops of ``ops.pooling_more``.
+
+from microtensor.ops.factory import rand as _rand  # noqa: E402
+from microtensor.ops.pooling_more import ntuple as _ntuple  # noqa: E402
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool1d", input, output_size)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    values, indices = _op("adaptive_max_pool3d", input, output_size)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool1d", input, output_size)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool2d", input, output_size)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    return _op("adaptive_max_pool3d", input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    return _op("adaptive_avg_pool3d", input, output_size)
+
+
+def _unpool_output_size(input, kernel_size, stride, padding, output_size):
+    """The spatial output size of max unpooling: the pooling's input size by default, or
+    ``output_size`` (its last dims) within a stride of it, PyTorch's checks."""
+    d = len(kernel_size)
+    default = [(input.shape[-d + i] - 1) * stride[i] + kernel_size[i] - 2 * padding[i]
+               for i in range(d)]
+    if output_size is None:
+        size = default
+    else:
+        if len(output_size) == d + 2:
+            output_size = output_size[2:]
+        if len(output_size) != d:
+            raise ValueError(f"output_size should be a sequence containing {d} or {d + 2} "
+                             f"elements, but it has a length of '{len(output_size)}'")
+        for i in range(d):
+            low, high = default[i] - stride[i], default[i] + stride[i]
+            if not low < output_size[i] < high:
+                raise ValueError(f'invalid output_size "{output_size}" (dim {i} must be '
+                                 f'between {low} and {high})')
+        size = output_size
+    for i in range(d):
+        if size[i] < 0:
+            raise ValueError(f"max_unpooling: output_size must contain non-negative spatial "
+                             f"dimensions, but got output_size[{i}]={size[i]}")
+    return size
+
+
+def _unpool_geometry(d, kernel_size, stride, padding):
+    kernel_size = _ntuple(kernel_size, d)
+    return kernel_size, kernel_size if stride is None else _ntuple(stride, d), \
+        _ntuple(padding, d)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool1d``: 2-d unpooling of planes one column wide, as
+    PyTorch computes it."""
+    kernel_size, stride, padding = _unpool_geometry(1, kernel_size, stride, padding)
+    size = tuple(_unpool_output_size(input, kernel_size, stride, padding, output_size))
+    return _op("max_unpool2d", input.unsqueeze(-1), indices.unsqueeze(-1),
+               size + (1,)).squeeze(-1)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    kernel_size, stride, padding = _unpool_geometry(2, kernel_size, stride, padding)
+    size = _unpool_output_size(input, kernel_size, stride, padding, output_size)
+    return _op("max_unpool2d", input, indices, size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    kernel_size, stride, padding = _unpool_geometry(3, kernel_size, stride, padding)
+    size = _unpool_output_size(input, kernel_size, stride, padding, output_size)
+    return _op("max_unpool3d", input, indices, size, stride, padding)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _op("lp_pool1d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _op("lp_pool2d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _op("lp_pool3d", input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def _fractional_max_pool(d, input, kernel_size, output_size, output_ratio, _random_samples):
+    """The op's call as PyTorch's functional form makes it: ``output_size`` from
+    ``output_ratio`` (truncated products), and one uniform sample per plane and dim drawn
+    from microtensor's generator unless ``_random_samples`` is given."""
+    name = f"fractional_max_pool{d}d"
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"{name} requires specifying either an output_size or an "
+                         f"output_ratio")
+    if output_size is None:
+        if d == 2 and len(output_ratio) > 2:
+            raise ValueError(f"{name} requires output_ratio to either be a single Int or "
+                             f"tuple of Ints.")
+        ratio = _ntuple(output_ratio, d)
+        output_size = [int(input.size(-d + i) * ratio[i]) for i in range(d)]
+    if _random_samples is None:
+        batch = 1 if input.dim() == d + 1 else input.size(0)
+        _random_samples = _rand(batch, input.size(-d - 1), d, dtype=input.dtype,
+                                device=input.device)
+    return _op(name, input, kernel_size, output_size, _random_samples)
+
+
+def fractional_max_pool2d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return _fractional_max_pool(2, input, kernel_size, output_size, output_ratio,
+                                _random_samples)
+
+
+def fractional_max_pool3d_with_indices(input, kernel_size, output_size=None, output_ratio=None,
+                                       return_indices=False, _random_samples=None):
+    return _fractional_max_pool(3, input, kernel_size, output_size, output_ratio,
+                                _random_samples)
+
+
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    values, indices = _fractional_max_pool(2, input, kernel_size, output_size, output_ratio,
+                                           _random_samples)
+    return (values, indices) if return_indices else values
+
+
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None,
+                          return_indices=False, _random_samples=None):
+    values, indices = _fractional_max_pool(3, input, kernel_size, output_size, output_ratio,
+                                           _random_samples)
+    return (values, indices) if return_indices else values

@@ -1,5 +1,5 @@
-"""Pooling layers: ``MaxPool1d/2d/3d``, ``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d`` and
-``AdaptiveMaxPool2d``, with PyTorch's constructor arguments and repr."""
+"""Pooling layers: max, average and adaptive pooling in 1-, 2- and 3-d, max unpooling, LP
+pooling and fractional max pooling, with PyTorch's constructor arguments and repr."""
 from microtensor.nn import functional as F
 from microtensor.nn.modules import Module
 
@@ -119,3 +119,128 @@ class AdaptiveMaxPool2d(_AdaptivePool):
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d"]
+
+
+# --------------------------------------------------------------------------- more pooling
+# Adaptive pooling in 1-d and 3-d, max unpooling, LP pooling and fractional max pooling.
+
+from microtensor.ops.pooling_more import ntuple as _ntuple  # noqa: E402
+
+
+class AdaptiveAvgPool3d(_AdaptivePool):
+    _function = staticmethod(F.adaptive_avg_pool3d)
+
+
+class _AdaptiveMaxPoolNd(_AdaptivePool):
+    def __init__(self, output_size, return_indices=False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        return self._function(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    _function = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    _function = staticmethod(F.adaptive_max_pool3d)
+
+
+__all__ += ["AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool3d"]
+
+
+class _MaxUnpoolNd(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = _ntuple(kernel_size, self._dims)
+        self.stride = _ntuple(stride if stride is not None else kernel_size, self._dims)
+        self.padding = _ntuple(padding, self._dims)
+
+    def forward(self, input, indices, output_size=None):
+        return self._function(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _dims, _function = 1, staticmethod(F.max_unpool1d)
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _dims, _function = 2, staticmethod(F.max_unpool2d)
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _dims, _function = 3, staticmethod(F.max_unpool3d)
+
+
+class _LPPoolNd(Module):
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__()
+        self.norm_type = norm_type
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return self._function(input, float(self.norm_type), self.kernel_size, self.stride,
+                              self.ceil_mode)
+
+    def extra_repr(self):
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    _function = staticmethod(F.lp_pool1d)
+
+
+class LPPool2d(_LPPoolNd):
+    _function = staticmethod(F.lp_pool2d)
+
+
+class LPPool3d(_LPPoolNd):
+    _function = staticmethod(F.lp_pool3d)
+
+
+__all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "LPPool1d", "LPPool2d", "LPPool3d"]
+
+
+class _FractionalMaxPoolNd(Module):
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                 _random_samples=None):
+        super().__init__()
+        d, name = self._dims, type(self).__name__
+        if d == 3 and any(k <= 0 for k in _ntuple(kernel_size, d)):
+            raise ValueError(f"kernel_size must be greater than 0, but got {kernel_size}")
+        self.kernel_size = _ntuple(kernel_size, d)
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = _ntuple(output_size, d) if output_size is not None else None
+        self.output_ratio = _ntuple(output_ratio, d) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling "
+                             f"ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input):
+        return self._function(input, self.kernel_size, self.output_size, self.output_ratio,
+                              self.return_indices, _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    _dims, _function = 2, staticmethod(F.fractional_max_pool2d)
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    _dims, _function = 3, staticmethod(F.fractional_max_pool3d)
+
+
+__all__ += ["FractionalMaxPool2d", "FractionalMaxPool3d"]
