@@ -965,9 +965,9 @@ def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
     index = soft.argmax(dim, keepdim=True)
     one_hot = _op("zeros_like", logits).scatter(dim, index, 1.0)
     return one_hot - soft.detach() + soft
-# --------------------------------------------------------------------------- sampling grids
 
-import warnings as _warnings  # noqa: E402
+
+# --------------------------------------------------------------------------- sampling grids
 
 _GRID_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 _GRID_PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
