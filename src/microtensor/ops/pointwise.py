@@ -5,6 +5,8 @@ type promotion; the result follows the inputs' layout.  Each op with an in-place
 declares it with ``inplace_variant``.  Derivatives are written in microtensor ops; the
 engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
+import inspect
+
 import numpy as np
 
 from microtensor._C import kernels, nnkernels
@@ -276,7 +278,6 @@ def div(grad, self, other, rounding_mode):
 
 
 div_ = inplace_variant(div)
-true_divide = div
 
 
 @op(kind="composite")
@@ -474,8 +475,6 @@ sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
     a, 0, out=out, dtype=dtype, casting=casting), floating=False)
 
-absolute = abs
-negative = neg
 
 
 @neg.def_derivative("self")
@@ -684,7 +683,6 @@ def clamp(grad, self, min, max):
 
 
 clamp_ = inplace_variant(clamp)
-clip = clamp
 
 
 @op(kind="composite")
@@ -827,7 +825,6 @@ lt = _comparison("lt", np.less)
 le = _comparison("le", np.less_equal)
 gt = _comparison("gt", np.greater)
 ge = _comparison("ge", np.greater_equal)
-greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
 
 def _logical(name, ufunc, arity):
@@ -968,3 +965,39 @@ def zero_(self):
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
             "TensorBase", "bool_", "int64", "BINARY", "Sample", "info", "compute_numpy")]
+
+
+# --------------------------------------------------------------------------- aliases
+# PyTorch's other names of ops declared above: composites that call the op, so autograd,
+# vmap and ``out=`` are the op's own.
+
+def _alias(name, base, *, function=True):
+    def kernel(*args, **kwargs):
+        return base(*args, **kwargs)
+    kernel.__signature__ = inspect.signature(base.kernel)
+    kernel.__name__ = name
+    kernel.__doc__ = f"Alias of ``{base.name}``."
+    return op(name, kind="composite", inputs=base.inputs, function=function)(kernel)
+
+
+_ALIASES = {   # name: (op, whether PyTorch has the in-place variant as a function too)
+    "absolute": (abs, False), "arccos": (acos, True), "arcsin": (asin, True),
+    "arctan": (atan, True), "greater": (gt, False), "greater_equal": (ge, False),
+    "less": (lt, False), "less_equal": (le, False), "not_equal": (ne, False),
+    "multiply": (mul, False), "divide": (div, False), "subtract": (sub, False),
+    "negative": (neg, True), "true_divide": (div, False), "fix": (trunc, True),
+}
+for _name, (_base, _inplace_function) in _ALIASES.items():
+    _alias(_name, _base)
+    _alias(_name + "_", REGISTRY[_base.name + "_"], function=_inplace_function)
+
+
+@op(kind="composite")
+def positive(self):
+    """``self`` itself (PyTorch refuses bool tensors)."""
+    if self._dtype is bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return self
+
+
+__all__ += [*_ALIASES, *(name + "_" for name in _ALIASES), "positive"]
