@@ -451,3 +451,222 @@ def test_isin_under_vmap_takes_its_rule():
                          (lambda t: mt.isin(5, t), (tests,))]:
             loop = mt.stack([fn(*(a[i] for a in args)) for i in range(2)])
             assert mt.equal(mt.vmap(fn)(*args), loop)
+
+
+# ---------------------------------------------------------------- reductions
+
+WITH_NANS = [[1.0, NAN, 3.0, -2.0], [NAN, NAN, NAN, NAN], [0.5, INF, -1.0, NAN],
+             [2.0, 2.0, -INF, 0.0]]
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["nansum", "nanmean"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+def test_nansum_nanmean(name, dtype):
+    values = WITH_NANS if dtype != "int64" else [[1, 2, 3], [4, -5, 6]]
+    a, ta = pair(values, dtype)
+    for args, kwargs in [((), {}), ((1,), {}), ((0, True), {}), (((0, 1),), {}),
+                         ((), {"dtype": torch.float64})]:
+        mt_kwargs = {k: getattr(mt, str(v)[6:]) for k, v in kwargs.items()}
+        try:
+            expected = getattr(torch, name)(ta, *args, **kwargs)
+        except RuntimeError:
+            raises_like_torch(lambda: getattr(mt, name)(a, *args, **mt_kwargs),
+                              lambda: getattr(torch, name)(ta, *args, **kwargs))
+            continue
+        assert_same(getattr(mt, name)(a, *args, **mt_kwargs), expected, 1e-6)
+        assert_same(getattr(a, name)(*args, **mt_kwargs), expected, 1e-6)
+    if dtype == "float64":
+        # (along dim 0 no slice is all NaN: there PyTorch's gradient is NaN, ours 0)
+        x, tx = a.clone().requires_grad_(), ta.clone().requires_grad_()
+        g, = mt.autograd.grad(getattr(mt, name)(x, 0).nan_to_num().sum(), x)
+        tg, = torch.autograd.grad(getattr(torch, name)(tx, 0).nan_to_num().sum(), tx)
+        assert_same(g, tg)
+
+
+@needs_torch
+def test_aminmax():
+    for values in (WITH_NANS, [[1, 5, -3], [2, 2, 0]], [[True, False]], 3.5):
+        a, ta = mt.tensor(values), torch.tensor(values)
+        for kwargs in ({}, {"dim": 1}, {"dim": -1, "keepdim": True}, {"keepdim": True},
+                       {"dim": 0}):
+            if a.dim() == 0 and kwargs.get("dim") == 1:
+                continue
+            ours, theirs = mt.aminmax(a, **kwargs), torch.aminmax(ta, **kwargs)
+            assert_same(tuple(ours), tuple(theirs))
+            assert ours.min is ours[0] and ours.max is ours[1]
+            assert_same(tuple(a.aminmax(**kwargs)), tuple(theirs))
+    raises_like_torch(lambda: mt.aminmax(mt.zeros(0)), lambda: torch.aminmax(torch.zeros(0)))
+    assert_same(tuple(mt.aminmax(mt.zeros(2, 0), dim=0)),
+                tuple(torch.aminmax(torch.zeros(2, 0), dim=0)))
+    assert repr(mt.aminmax(mt.tensor([1.0]))).startswith("microtensor.return_types.aminmax(")
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+def test_var_mean_std_mean(name):
+    a, ta = pair([[1.0, 2.0, 4.0], [3.0, -1.0, 0.5]])
+    for args, kwargs in [((), {}), ((1,), {}), ((1,), {"correction": 0}), ((1, True, True), {}),
+                         ((False,), {}), (((0, 1),), {"keepdim": True, "correction": 2}),
+                         ((), {"unbiased": False})]:
+        assert_same(getattr(mt, name)(a, *args, **kwargs),
+                    getattr(torch, name)(ta, *args, **kwargs))
+    raises_like_torch(lambda: getattr(mt, name)(mt.tensor([1, 2])),
+                      lambda: getattr(torch, name)(torch.tensor([1, 2])))
+    x, tx = a.clone().requires_grad_(), ta.clone().requires_grad_()
+    ours = mt.autograd.grad(sum(t.sum() * w for t, w in zip(getattr(mt, name)(x, 1), (2, 3))), x)
+    theirs = torch.autograd.grad(sum(t.sum() * w for t, w in zip(getattr(torch, name)(tx, 1),
+                                                                 (2, 3))), tx)
+    assert_same(ours[0], theirs[0])
+
+
+@needs_torch
+def test_logcumsumexp():
+    for values in ([0.0, 1000.0, -INF, INF, 2.0], [-INF, -INF, 3.0], [[1.0, -700.0, 5.0],
+                                                                      [NAN, 0.0, 1.0]], 2.5):
+        a, ta = pair(values)
+        for dim in range(-max(a.dim(), 1), max(a.dim(), 1)):
+            assert_same(mt.logcumsumexp(a, dim), torch.logcumsumexp(ta, dim))
+            assert_same(a.logcumsumexp(dim), ta.logcumsumexp(dim))
+            assert_same(mt.logcumsumexp(a.float(), dim), torch.logcumsumexp(ta.float(), dim),
+                        1e-6)
+    raises_like_torch(lambda: mt.logcumsumexp(mt.tensor([1, 2]), 0),
+                      lambda: torch.logcumsumexp(torch.tensor([1, 2]), 0))
+    # large values: no overflow in the gradient either
+    a, ta = pair([[800.0, -5.0, 900.0, 1.0], [0.5, 0.25, -3.0, 2.0]])
+    w, tw = pair([[1.0, -2.0, 0.5, 3.0], [-1.0, 0.0, 2.0, 1.0]])
+    x, tx = a.clone().requires_grad_(), ta.clone().requires_grad_()
+    g, = mt.autograd.grad((mt.logcumsumexp(x, 1) * w).sum(), x)
+    tg, = torch.autograd.grad((torch.logcumsumexp(tx, 1) * tw).sum(), tx)
+    assert_same(g, tg)
+    out = mt.empty(0, dtype=mt.float64)
+    assert mt.logcumsumexp(a, 1, out=out) is out
+    assert_same(out, torch.logcumsumexp(ta, 1))
+
+
+@needs_torch
+def test_nanmedian():
+    a, ta = pair(WITH_NANS)
+    assert_same(mt.nanmedian(a), torch.nanmedian(ta))
+    assert_same(a.nanmedian(), ta.nanmedian())
+    for dim, keepdim in [(1, False), (0, True), (-1, True)]:
+        ours, theirs = mt.nanmedian(a, dim, keepdim), torch.nanmedian(ta, dim, keepdim)
+        assert_same(ours.values, theirs.values)
+        # indices: where a row has a value that is not NaN (PyTorch's index in a row of NaN
+        # only is whichever NaN its partial sort leaves in the middle; ours is the first)
+        rows = ~torch.isnan(ta).all(dim, keepdim=keepdim)
+        np.testing.assert_array_equal(ours.indices._array()[rows.numpy()],
+                                      theirs.indices[rows].numpy())
+    b, tb = mt.tensor([[3, 1, 2], [1, 1, 5]]), torch.tensor([[3, 1, 2], [1, 1, 5]])
+    assert_same(mt.nanmedian(b), torch.nanmedian(tb))
+    assert_same(tuple(mt.nanmedian(b, 1)), tuple(torch.nanmedian(tb, 1)))
+    assert_same(mt.nanmedian(mt.zeros(0)), torch.nanmedian(torch.zeros(0)))
+    raises_like_torch(lambda: mt.nanmedian(mt.zeros(2, 0), 1),
+                      lambda: torch.nanmedian(torch.zeros(2, 0), 1))
+
+
+QUANTILE_CASES = [[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0], [0.5, -1.0, 8.0, 2.0]],
+                  [[1.0, NAN, 3.0, -2.0], [NAN, NAN, NAN, NAN], [0.5, 2.0, -1.0, 4.0]]]
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["quantile", "nanquantile"])
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+def test_quantile(name, interpolation):
+    for values in QUANTILE_CASES:
+        a, ta = pair(values)
+        for q in (0.0, 0.5, 1 / 3, 1.0, [0.25, 0.5, 1 / 6], [0.75]):
+            mq, tq = (pair(q)) if isinstance(q, list) else (q, q)
+            for args in [(), (1,), (0, True), (-1, True), (None, True)]:
+                # (PyTorch's lerp rounds differently when the weight is 1/2 or more)
+                assert_same(getattr(mt, name)(a, mq, *args, interpolation=interpolation),
+                            getattr(torch, name)(ta, tq, *args, interpolation=interpolation),
+                            1e-12, 1e-15)
+                assert_same(getattr(a, name)(mq, *args, interpolation=interpolation),
+                            getattr(ta, name)(tq, *args, interpolation=interpolation),
+                            1e-12, 1e-15)
+    a, ta = pair(QUANTILE_CASES[0])
+    x, tx = a.clone().requires_grad_(), ta.clone().requires_grad_()
+    g, = mt.autograd.grad(getattr(mt, name)(x, 0.3, 1, interpolation=interpolation).sum(), x)
+    tg, = torch.autograd.grad(getattr(torch, name)(tx, 0.3, 1,
+                                                   interpolation=interpolation).sum(), tx)
+    assert_same(g, tg)
+
+
+@needs_torch
+def test_quantile_errors_and_out():
+    a, ta = pair([[1.0, 2.0], [3.0, 4.0]])
+    for args, kwargs in [((1.5,), {}), ((-0.1,), {}), ((0.5,), {"interpolation": "bad"})]:
+        raises_like_torch(lambda: mt.quantile(a, *args, **kwargs),
+                          lambda: torch.quantile(ta, *args, **kwargs))
+    raises_like_torch(lambda: mt.quantile(mt.tensor([1, 2]), 0.5),
+                      lambda: torch.quantile(torch.tensor([1, 2]), 0.5))
+    raises_like_torch(lambda: mt.quantile(mt.zeros(0), 0.5),
+                      lambda: torch.quantile(torch.zeros(0), 0.5))
+    raises_like_torch(lambda: mt.nanquantile(a, mt.tensor([[0.5]], dtype=mt.float64)),
+                      lambda: torch.nanquantile(ta, torch.tensor([[0.5]], dtype=torch.float64)))
+    raises_like_torch(lambda: mt.quantile(a, mt.tensor([0.5])),
+                      lambda: torch.quantile(ta, torch.tensor([0.5])))
+    raises_like_torch(lambda: mt.quantile(a, mt.tensor([0.5, 2.0], dtype=mt.float64)),
+                      lambda: torch.quantile(ta, torch.tensor([0.5, 2.0], dtype=torch.float64)))
+    out = mt.empty(0, dtype=mt.float64)
+    assert mt.quantile(a, 0.5, 1, out=out) is out
+    assert_same(out, torch.quantile(ta, 0.5, 1))
+
+
+@needs_torch
+def test_histc():
+    rng = np.random.default_rng(0)
+    data = np.concatenate([rng.standard_normal(200), [0.0, 1.0, -1.0, 3.0, NAN, 0.5, 2.5]])
+    for dtype in ("float64", "float32"):
+        a, ta = mt.tensor(data.astype(dtype)), torch.from_numpy(data.astype(dtype))
+        finite = a[~a.isnan()]
+        tfinite = ta[~ta.isnan()]
+        for args in [(), (7,), (4, 0, 3), (5, -1.0, 1.0), (3, 1.0, 1.0), (10, 0.5, 2.5)]:
+            assert_same(mt.histc(finite, *args), torch.histc(tfinite, *args))
+            assert_same(finite.histc(*args), tfinite.histc(*args))
+            if len(args) == 3 and args[1] != args[2]:   # the NaN is not counted
+                assert_same(mt.histc(a, *args), torch.histc(ta, *args))
+            else:   # the data's range is NaN (PyTorch prints it as C++ does: -nan)
+                with pytest.raises(RuntimeError, match="is not finite"):
+                    mt.histc(a, *args)
+    assert_same(mt.histc(mt.tensor([1.0, 1.0]), 3), torch.histc(torch.tensor([1.0, 1.0]), 3))
+    for bad, tbad in [((mt.tensor([1.0, 2.0]), 3, 3, 1), (torch.tensor([1.0, 2.0]), 3, 3, 1)),
+                      ((mt.tensor([1.0, INF]), 3), (torch.tensor([1.0, INF]), 3)),
+                      ((mt.tensor([1.0, 2.0]), -1), (torch.tensor([1.0, 2.0]), -1)),
+                      ((mt.tensor([1, 2]), 3), (torch.tensor([1, 2]), 3))]:
+        raises_like_torch(lambda: mt.histc(*bad), lambda: torch.histc(*tbad))
+    out = mt.empty(0)
+    assert mt.histc(mt.tensor([1.0, 2.0]), 4, out=out) is out
+    assert_same(out, torch.histc(torch.tensor([1.0, 2.0]), 4))
+
+
+def test_histc_under_vmap_takes_each_sample_range():
+    rows = mt.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0], [5.0, 5.0, 5.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args in [(3,), (4, 0, 5)]:
+            batched = mt.vmap(lambda r: mt.histc(r, *args))(rows)
+            assert mt.equal(batched, mt.stack([mt.histc(r, *args) for r in rows]))
+
+
+@needs_torch
+def test_bincount():
+    a, ta = pair([1, 4, 1, 0, 6, 4], "int64")
+    w, tw = pair([0.5, 1.0, 2.0, -1.0, 3.0, 0.25])
+    assert_same(mt.bincount(a), torch.bincount(ta))
+    assert_same(a.bincount(), ta.bincount())
+    assert_same(mt.bincount(a, w), torch.bincount(ta, tw))
+    assert_same(mt.bincount(a, w.float(), 9), torch.bincount(ta, tw.float(), 9))
+    assert_same(mt.bincount(a, mt.tensor([1, 2, 3, 4, 5, 6])),
+                torch.bincount(ta, torch.tensor([1, 2, 3, 4, 5, 6])))
+    assert_same(mt.bincount(mt.tensor([], dtype=mt.int64), minlength=3),
+                torch.bincount(torch.tensor([], dtype=torch.int64), minlength=3))
+    assert_same(mt.bincount(a.to(mt.uint8)), torch.bincount(ta.to(torch.uint8)))
+    for bad, tbad in [((mt.tensor([-1]),), (torch.tensor([-1]),)),
+                      ((mt.tensor([1.0]),), (torch.tensor([1.0]),)),
+                      ((mt.tensor([[1]]),), (torch.tensor([[1]]),)),
+                      ((a, w[:2]), (ta, tw[:2])), ((a, None, -1), (ta, None, -1))]:
+        raises_like_torch(lambda: mt.bincount(*bad), lambda: torch.bincount(*tbad))
+    with pytest.raises(RuntimeError, match="dynamic shape"):
+        mt.vmap(mt.bincount)(mt.tensor([[1, 2], [0, 0]]))

@@ -159,7 +159,7 @@ NOT_A_LOOP = {"as_strided"}
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
 # (test_selection2.py checks it), so there is no batched result to compare.
-DYNAMIC_SHAPE = {"nonzero", "unique"}
+DYNAMIC_SHAPE = {"nonzero", "unique", "bincount"}
 
 
 def sweep_names():
@@ -361,11 +361,11 @@ def torch_callable(name):
 
 # Not comparable: private ops and ops whose samples pass index tuples/lists torch reads
 # differently; and two where torch.func.vmap disagrees with plain torch on one sample
-# (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
-# batched 0-d index: the whole row instead of one element), where microtensor follows the
-# per-sample result.
+# (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1), aminmax's the same;
+# index_select with a batched 0-d index: the whole row instead of one element), where
+# microtensor follows the per-sample result.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select"}
+                 "argmax", "argmin", "index_select", "aminmax"}
 
 
 @needs_torch
