@@ -24,8 +24,8 @@ from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, co
 from microtensor._dtype import info
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
-from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result, new_result,
-                                   reduce, reduced_shape)
+from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
+                                   from_numpy_result, new_result, reduce, reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
@@ -998,12 +998,14 @@ def _histc_rows(self, bins=100, min=0, max=0):
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
                            f"dimension 0")
     rows = self._array()
+    xp = array_module(rows)
     dt = rows.dtype.type
-    lows, highs = np.full((rows.shape[0], 1), dt(min)), np.full((rows.shape[0], 1), dt(max))
+    zeros = xp.zeros((rows.shape[0], 1), dtype=rows.dtype)
+    lows, highs = zeros + dt(min), zeros + dt(max)
     if min == max and rows.shape[1]:
         lows, highs = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
-    for low, high in zip(lows[:, 0], highs[:, 0]):
-        if not (np.isfinite(low) and np.isfinite(high)):
+    for low, high in zip(lows[:, 0].tolist(), highs[:, 0].tolist()):
+        if not (math.isfinite(low) and math.isfinite(high)):
             raise RuntimeError(f"torch.histc: range of [{low:g}, {high:g}] is not finite")
     same = lows == highs
     lows, highs = np.where(same, lows - 1, lows), np.where(same, highs + 1, highs)
@@ -1014,7 +1016,7 @@ def _histc_rows(self, bins=100, min=0, max=0):
         position = ((rows - lows) * bins / (highs - lows))
         inside = (rows >= lows) & (rows <= highs)
     index = np.minimum(np.where(inside, position, 0).astype(np.int64), bins - 1)
-    flat = (index + bins * np.arange(rows.shape[0])[:, None])[inside]
+    flat = (index + bins * xp.arange(rows.shape[0])[:, None])[inside]
     counts = np.bincount(flat, minlength=rows.shape[0] * bins)
     return _fresh(counts.reshape(rows.shape[0], bins).astype(rows.dtype), self._dtype)
 

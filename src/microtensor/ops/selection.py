@@ -668,8 +668,9 @@ def _nanmedian(self, dim, keepdim=False):
     order = np.argsort(arr, axis=axis, kind="stable")     # NaN last
     ordered = np.take_along_axis(arr, order, axis=axis)
     k = _nan_median_positions(ordered, axis)
-    chosen = np.take_along_axis(order, np.broadcast_to(
-        np.asarray(k), ordered.shape[:axis] + (1,) + ordered.shape[axis + 1:]), axis=axis)
+    positions = array_module(arr).zeros(ordered.shape[:axis] + (1,) + ordered.shape[axis + 1:],
+                                        dtype=np.int64) + k
+    chosen = np.take_along_axis(order, positions, axis=axis)
     return _values_indices(self, arr, axis, chosen, keepdim)
 
 
@@ -686,13 +687,14 @@ def _nanmedian_all(self, dim=None, keepdim=False):
     dims = dims_of(dim, arr.ndim)
     kept = [d for d in range(arr.ndim) if d not in dims]
     rows = np.transpose(arr, kept + list(dims)).reshape([arr.shape[d] for d in kept] + [-1])
+    xp = array_module(arr)
     if rows.shape[-1] == 0:
-        values = np.full(rows.shape[:-1], np.nan, dtype=rows.dtype)
+        values = xp.zeros(rows.shape[:-1], dtype=rows.dtype) + np.nan
     else:
         ordered = np.sort(rows, axis=-1)
-        k = _nan_median_positions(ordered, -1)
-        values = np.take_along_axis(ordered, np.broadcast_to(
-            np.asarray(k), ordered.shape[:-1] + (1,)), axis=-1)[..., 0]
+        positions = xp.zeros(ordered.shape[:-1] + (1,), dtype=np.int64) + \
+            _nan_median_positions(ordered, -1)
+        values = np.take_along_axis(ordered, positions, axis=-1)[..., 0]
     if keepdim:
         values = np.expand_dims(values, dims)
     return _fresh(values, self._dtype)

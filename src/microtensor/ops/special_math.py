@@ -18,6 +18,11 @@ _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617
               43867 / 798)
 
 
+def _float64(x):
+    """``x`` (a NumPy or CuPy array, or a number) as float64, a copy."""
+    return x.astype(np.float64) if hasattr(x, "astype") else np.float64(x)
+
+
 def _abs_sin_pi(x):
     """|sin(pi x)| with the argument reduced first, exactly 0 at the integers."""
     return np.abs(np.sin(np.pi * (x - np.round(x))))
@@ -73,7 +78,7 @@ def _lgamma_near_1_and_2(x):
 
 def lgamma(x):
     """log|Γ(x)|: +inf at the poles (0 and the negative integers) and at ±inf."""
-    x = np.asarray(x, dtype=np.float64)
+    x = _float64(x)
     with np.errstate(all="ignore"):
         reflected = x < 0.5
         y = np.where(reflected, 1.0 - x, x)
@@ -105,7 +110,7 @@ def _digamma_from_half(x):
 def digamma(x):
     """ψ(x) = d/dx log Γ(x): NaN at the negative integers and at -inf, -inf at +0 and
     +inf at -0 (PyTorch's signs)."""
-    x = np.asarray(x, dtype=np.float64)
+    x = _float64(x)
     with np.errstate(all="ignore"):
         reflected = x < 0.5
         direct = _digamma_from_half(np.where(reflected, 1.0 - x, x))
@@ -133,21 +138,20 @@ def hurwitz_zeta(s, q):
     """ζ(s, q) = Σ_k (q + k)^-s for a whole s > 1: the terms summed directly until
     q + k >= 10 (negative q included), then the Euler-Maclaurin tail.  +inf at the poles
     (q a non-positive integer)."""
-    q = np.asarray(q, dtype=np.float64)
+    q = _float64(q)
     with np.errstate(all="ignore"):
-        # C order: the loop below updates them through flat views
-        total = np.zeros(q.shape)
-        a = np.array(q, order="C")
-        # a loop over steps, each over the whole array; a finite very negative q takes
-        # -q steps (PyTorch's summation takes as many)
-        lowest = np.nanmin(np.where(np.isfinite(q), q, _SHIFT_TO)) if q.size else _SHIFT_TO
+        # flat copies, updated in place by the loop
+        a = q.reshape(-1).astype(np.float64)
+        total = np.zeros_like(a)
+        # a loop over steps, each over the elements still below the threshold; a finite
+        # very negative q takes -q steps (PyTorch's summation takes as many)
+        lowest = float(np.nanmin(np.where(np.isfinite(a), a, _SHIFT_TO))) if a.size \
+            else _SHIFT_TO
         moving = np.flatnonzero(a < _SHIFT_TO)
-        flat_a, flat_total = a.reshape(-1), total.reshape(-1)
         for _ in range(max(0, math.ceil(_SHIFT_TO - lowest))):
-            # only the elements still below the threshold
-            flat_total[moving] += 1.0 / _power(flat_a[moving], s)
-            flat_a[moving] += 1
-            moving = moving[flat_a[moving] < _SHIFT_TO]
+            total[moving] += 1.0 / _power(a[moving], s)
+            a[moving] += 1
+            moving = moving[a[moving] < _SHIFT_TO]
         inv_power = 1.0 / _power(a, s - 1)          # a^(1 - s)
         tail = inv_power / (s - 1) + 0.5 * inv_power / a
         rising = float(s)           # s (s+1) ... (s + 2j - 2)
@@ -159,7 +163,7 @@ def hurwitz_zeta(s, q):
             rising *= (s + 2 * j - 1) * (s + 2 * j)
             factorial *= (2 * j + 1) * (2 * j + 2)
             power = power * inv_a2
-        result = total + tail
+        result = (total + tail).reshape(q.shape)
     return np.where((q <= 0) & (q == np.floor(q)), np.inf, result)
 
 
@@ -167,7 +171,7 @@ def polygamma(n, x):
     """ψ^(n)(x), the n-th derivative of digamma: (-1)^(n+1) n! ζ(n + 1, x) for n >= 1."""
     if n == 0:
         return digamma(x)
-    x = np.asarray(x, dtype=np.float64)
+    x = _float64(x)
     sign = 1.0 if n % 2 else -1.0
     with np.errstate(all="ignore"):
         result = sign * math.factorial(n) * hurwitz_zeta(n + 1, x)
@@ -178,7 +182,7 @@ def polygamma(n, x):
 def _bessel_i(order, x):
     """I_order(|x|) for order 0 or 1: the power series up to 30, the asymptotic series of
     e^x / sqrt(2 pi x) above (NaN at infinity, as PyTorch's)."""
-    ax = np.abs(np.asarray(x, dtype=np.float64))
+    ax = np.abs(_float64(x))
     with np.errstate(all="ignore"):
         small = np.minimum(ax, 30.0)
         half_sq = 0.25 * small * small
@@ -205,7 +209,7 @@ def i0(x):
 
 def i1(x):
     """The modified Bessel function of the first kind, order 1 (odd)."""
-    x = np.asarray(x, dtype=np.float64)
+    x = _float64(x)
     return np.copysign(_bessel_i(1, x), x)
 
 
