@@ -670,3 +670,38 @@ def test_bincount():
         raises_like_torch(lambda: mt.bincount(*bad), lambda: torch.bincount(*tbad))
     with pytest.raises(RuntimeError, match="dynamic shape"):
         mt.vmap(mt.bincount)(mt.tensor([[1, 2], [0, 0]]))
+
+
+@needs_torch
+def test_out_of_the_reductions_and_isin():
+    a, ta = pair(WITH_NANS)
+    for name in ("nansum", "nanmean"):
+        out = mt.empty(0, dtype=mt.float64)
+        assert getattr(mt, name)(a, 1, out=out) is out
+        assert_same(out, getattr(torch, name)(ta, 1))
+        cast = mt.empty(0)     # the result is cast into an out of another float dtype
+        getattr(mt, name)(a, 1, out=cast)
+        assert_same(cast, getattr(torch, name)(ta, 1, out=torch.empty(0)), 1e-6)
+    low, high = mt.empty(0, dtype=mt.float64), mt.empty(0, dtype=mt.float64)
+    result = mt.aminmax(a, dim=0, out=(low, high))
+    assert result.min is low and result.max is high
+    assert_same((low, high), tuple(torch.aminmax(ta, dim=0)))
+    values, indices = mt.empty(0, dtype=mt.float64), mt.empty(0, dtype=mt.int64)
+    result = mt.nanmedian(a, 0, out=(values, indices))
+    assert result.values is values and result.indices is indices
+    assert_same((values, indices), tuple(torch.nanmedian(ta, 0)))
+    raises_like_torch(lambda: mt.nanmedian(a, out=(values, indices)),
+                      lambda: torch.nanmedian(ta, out=(torch.empty(0), torch.empty(0))))
+    for ours, theirs in [
+            (lambda: mt.nanmedian(a, 0, out=(mt.empty(0), indices)),
+             lambda: torch.nanmedian(ta, 0, out=(torch.empty(0), torch.empty(0).long()))),
+            (lambda: mt.aminmax(a, dim=0, out=(mt.empty(0), mt.empty(0))),
+             lambda: torch.aminmax(ta, dim=0, out=(torch.empty(0), torch.empty(0)))),
+            (lambda: mt.quantile(a, 0.5, 1, out=mt.empty(0)),
+             lambda: torch.quantile(ta, 0.5, 1, out=torch.empty(0))),
+            (lambda: mt.histc(a[0, :1], 3, out=mt.empty(0)),
+             lambda: torch.histc(ta[0, :1], 3, out=torch.empty(0)))]:
+        raises_like_torch(ours, theirs)
+    found = mt.empty(0, dtype=mt.bool)
+    assert mt.isin(a, mt.tensor([1.0, 2.0], dtype=mt.float64), out=found) is found
+    assert_same(found, torch.isin(ta, torch.tensor([1.0, 2.0], dtype=torch.float64)))

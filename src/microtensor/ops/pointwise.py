@@ -19,8 +19,8 @@ from microtensor._dtype import check_scalar_fits, info, result_type, wrap_scalar
 from microtensor.ops import special_math
 from microtensor.ops.loops import float_dtype, from_numpy_result, pointwise, store
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
-from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error, same_level,
-                                      to_front, wrap)
+from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
+                                      no_fallback, same_level, to_front, wrap)
 from microtensor.vmap.rules import pointwise as pointwise_family
 
 BINARY = ("self", "other")
@@ -1515,7 +1515,7 @@ def _check_isin(elements, test_elements):
 
 
 @op(inputs=(), method=False, differentiable=False, samples=_isin_samples)
-def isin(elements, test_elements, *, assume_unique=False, invert=False):
+def isin(elements, test_elements, *, assume_unique=False, invert=False, out=None):
     """Whether each of ``elements`` is among ``test_elements`` (either may be a number)."""
     _check_isin(elements, test_elements)
     tests = test_elements._array() if isinstance(test_elements, TensorBase) else test_elements
@@ -1531,6 +1531,8 @@ def isin(op, level, args, kwargs):
     (one broadcast ``eq``)."""
     bound = op.bind(args, kwargs)
     elements, tests = bound.pop("elements"), bound.pop("test_elements")
+    if bound.pop("out") is not None:
+        raise no_fallback(op)
     _check_isin(elements, tests)
     if not same_level(tests, level):
         return wrap(call(op, (to_front(elements._value, elements._bdim), tests), bound), 0,

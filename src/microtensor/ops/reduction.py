@@ -780,21 +780,23 @@ def _nan_samples(make):
 
 
 @op(kind="composite", samples=_nan_samples)
-def nansum(self, dim=None, keepdim=False, *, dtype=None):
+def nansum(self, dim=None, keepdim=False, *, dtype=None, out=None):
     """``sum`` with NaN counted as 0 (no gradient to them)."""
     if self._dtype.is_floating_point:
         self = self.masked_fill(self.isnan(), 0)
-    return sum(self, dim, keepdim, dtype=dtype)
+    result = sum(self, dim, keepdim, dtype=dtype)
+    return result if out is None else _into(out, result, cast=True)
 
 
 @op(kind="composite", samples=_nan_samples)
-def nanmean(self, dim=None, keepdim=False, *, dtype=None):
+def nanmean(self, dim=None, keepdim=False, *, dtype=None, out=None):
     """``mean`` of the values that are not NaN (NaN where there are none)."""
     if not self._dtype.is_floating_point:
         raise RuntimeError(f"nanmean(): expected input to have floating point or complex "
                            f"dtype but got {_type_name(self._dtype)}")
     present = self.isnan().logical_not()
-    return nansum(self, dim, keepdim, dtype=dtype) / present.sum(dim, keepdim)
+    result = nansum(self, dim, keepdim, dtype=dtype) / present.sum(dim, keepdim)
+    return result if out is None else _into(out, result, cast=True)
 
 
 class ReturnAminmax(namedtuple("aminmax", ("min", "max"))):
@@ -816,7 +818,7 @@ def _aminmax_samples(make):
 
 
 @op(kind="composite", samples=_aminmax_samples)
-def aminmax(self, *, dim=None, keepdim=False):
+def aminmax(self, *, dim=None, keepdim=False, out=None):
     """``(amin, amax)`` over ``dim`` (every dim when None)."""
     if not self._numel and (dim is None or not self.dim() or self._sizes[
             meta.wrap_dim(dim, self.dim())] == 0):
@@ -825,7 +827,8 @@ def aminmax(self, *, dim=None, keepdim=False):
     dims = () if dim is None else dim
     if dim is None and keepdim and self.dim() == 0:
         keepdim = False
-    return ReturnAminmax(amin(self, dims, keepdim), amax(self, dims, keepdim))
+    result = ReturnAminmax(amin(self, dims, keepdim), amax(self, dims, keepdim))
+    return result if out is None else ReturnAminmax(*map(_into, out, result))
 
 
 def _statistic_and_mean(name, statistic):
@@ -957,12 +960,15 @@ def _nanquantile_samples(make):
     return _quantile_samples(make) + [Sample(with_nans, 0.5, 1), Sample(with_nans, 0.3)]
 
 
+_QUANTILE_OUT = "quantile() out tensor must be same dtype as the input tensor"
+
+
 @op(kind="composite", samples=_quantile_samples)
 def quantile(self, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
     """The ``q``-th quantiles over ``dim`` (of all elements when None), NaN for a slice
     with NaN; ``q`` a number in [0, 1] or a 1-D tensor of them (its dim first)."""
     result = _quantile("quantile", self, q, dim, keepdim, interpolation, ignore_nan=False)
-    return result if out is None else _into(out, result)
+    return result if out is None else _into(out, result, _QUANTILE_OUT)
 
 
 @op(kind="composite", samples=_nanquantile_samples)
@@ -970,15 +976,18 @@ def nanquantile(self, q, dim=None, keepdim=False, *, interpolation="linear", out
     """``quantile`` of the values that are not NaN (NaN for a slice of NaN only)."""
     # (PyTorch's messages name quantile() for both)
     result = _quantile("quantile", self, q, dim, keepdim, interpolation, ignore_nan=True)
-    return result if out is None else _into(out, result)
+    return result if out is None else _into(out, result, _QUANTILE_OUT)
 
 
-def _into(out, result):
+def _into(out, result, message=None, cast=False):
     """``result`` written into ``out`` by the rules of ``out=`` (resized, refused when
-    autograd would record; ``mul`` by 1 keeps every value)."""
-    if out._dtype is not result._dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {info(result._dtype).cpp_name}, "
-                           f"but got {info(out._dtype).cpp_name} instead")
+    autograd would record; ``mul`` by 1 keeps every value).  An ``out`` of another dtype
+    takes the result cast when ``cast``, else is refused with ``message`` (by default the
+    message of PyTorch's reductions)."""
+    if out._dtype is not result._dtype and not cast:
+        raise RuntimeError(message or f"Expected out tensor to have dtype "
+                           f"{info(result._dtype).cpp_name}, but got "
+                           f"{info(out._dtype).cpp_name} instead")
     return mul(result, 1, out=out)
 
 
@@ -1038,7 +1047,11 @@ def histc(self, bins=100, min=0, max=0, *, out=None):
     """A histogram of ``bins`` equal bins over [min, max] (the data's range when both are
     0); values outside the range, and NaN, are not counted."""
     result = _histc_rows(self.reshape(1, -1), bins, min, max).reshape(bins)
-    return result if out is None else _into(out, result)
+    if out is None:
+        return result
+    return _into(out, result, f"torch.histogram: input tensor and hist tensor should have the "
+                              f"same dtype, but got input {info(self._dtype).cpp_name} and "
+                              f"hist {info(out._dtype).cpp_name}")
 
 
 __all__ += ["nansum", "nanmean", "aminmax", "ReturnAminmax", "var_mean", "std_mean",

@@ -18,7 +18,7 @@ from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, dims_of, is_floating_array,
                                    new_result)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
-                                       _check_reducible, _fresh, _integer_to_int64)
+                                       _check_reducible, _fresh, _integer_to_int64, _into)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
@@ -705,11 +705,22 @@ _nanmedian_all.def_derivative("self")(_evenly_to_extrema)
 
 
 @op(kind="composite", samples=lambda make: _nanmedian_samples(make) + [Sample(make(0))])
-def nanmedian(self, dim=None, keepdim=False):
+def nanmedian(self, dim=None, keepdim=False, *, out=None):
     """``median`` ignoring NaN: of all elements, or ``(values, indices)`` along ``dim``."""
     if dim is None:
+        if out is not None:
+            raise TypeError("nanmedian() missing 1 required positional arguments: \"dim\"")
         return _nanmedian_all(self)
-    return ReturnNanmedian(*_nanmedian(self, dim, keepdim))
+    result = _nanmedian(self, dim, keepdim)
+    if out is None:
+        return ReturnNanmedian(*result)
+    return ReturnNanmedian(
+        _into(out[0], result[0], f"Expected tensor for 'values' to have the same type as "
+                                 f"tensor for argument #2 'self'; but type "
+                                 f"torch.{_type_name(out[0]._dtype)}Tensor does not equal "
+                                 f"torch.{_type_name(self._dtype)}Tensor (while checking "
+                                 f"arguments for median)"),
+        _into(out[1], result[1]))
 
 
 def _bincount_samples(make):
