@@ -159,7 +159,7 @@ NOT_A_LOOP = {"as_strided", "as_strided_"}
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
 # (test_selection2.py checks it), so there is no batched result to compare.
-DYNAMIC_SHAPE = {"nonzero", "unique", "argwhere", "unique_consecutive"}
+DYNAMIC_SHAPE = {"nonzero", "unique", "argwhere", "unique_consecutive", "bincount"}
 
 
 def sweep_names():
@@ -371,16 +371,16 @@ def torch_callable(name):
 
 # Not comparable: private ops and ops whose samples pass index tuples/lists torch reads
 # differently; and two where torch.func.vmap disagrees with plain torch on one sample
-# (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1); index_select with a
-# batched 0-d index: the whole row instead of one element), where microtensor follows the
-# per-sample result; column_stack, as_strided_scatter and chain_matmul, which
-# torch.func.vmap refuses on every sample; svd, whose singular vectors are defined up to sign.
-# torch.func.vmap's grid_sampler puts the batch dim second when input and grid are batched
-# at different dims (the per-sample loop puts it first, as here); PyTorch's CPU ctc_loss
-# reads non-contiguous concatenated targets as if contiguous.
+# (argmax/argmin(keepdim=True) without dim: (1,) instead of (1, 1, 1), aminmax's the same;
+# index_select with a batched 0-d index: the whole row instead of one element), where
+# microtensor follows the per-sample result; column_stack, as_strided_scatter and
+# chain_matmul, which torch.func.vmap refuses on every sample; svd, whose singular vectors
+# are defined up to sign.  torch.func.vmap's grid_sampler puts the batch dim second when
+# input and grid are batched at different dims (the per-sample loop puts it first, as
+# here); PyTorch's CPU ctc_loss reads non-contiguous concatenated targets as if contiguous.
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
-                 "argmax", "argmin", "index_select", "column_stack", "as_strided_scatter",
-                 "chain_matmul", "svd", "grid_sampler", "ctc_loss"}
+                 "argmax", "argmin", "index_select", "aminmax", "column_stack",
+                 "as_strided_scatter", "chain_matmul", "svd", "grid_sampler", "ctc_loss"}
 # torch.func.vmap refuses every call of these ("we do not yet support aten::rrelu"):
 # nothing to compare (test_op_matches_loop checks them against the loop)
 TORCH_VMAP_REFUSES = {"rrelu"}

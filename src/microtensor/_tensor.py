@@ -335,6 +335,9 @@ class Tensor(TensorBase):
     def __ixor__(self, other):
         return call_by_name("bitwise_xor_", self, other)
 
+    def polygamma(self, n):
+        return call_by_name("polygamma", n, self)   # the function takes ``n`` first
+
     def where(self, condition, other):
         """``self`` where ``condition`` holds, else ``other`` (``mt.where(condition, self,
         other)``, whose argument order differs)."""

@@ -20,6 +20,7 @@ from microtensor._C.tensor import float32, int64
 from microtensor._dtype import cast_scalar, finfo, result_type
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
+from microtensor.ops.loops import store as _store
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import actual_dim, call, wrap
@@ -35,17 +36,6 @@ _GELU_C = 0.044715
 
 
 # --------------------------------------------------------------------------- kernels
-
-def _store(fn):
-    """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype.  Kernels
-    call NumPy's functions, which CuPy's arrays take to CuPy's own."""
-    def loop(*arrays, out, dtype, casting):
-        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
-                    for a in arrays]
-        np.copyto(out, fn(*operands), casting=casting)
-        return out
-    return loop
-
 
 def _float_only(kernel, self):
     """PyTorch's kernels of most activations exist for floating types only (its error

@@ -1,4 +1,6 @@
-"""Copies: ``copy_`` between any two layouts, ``clone``, ``contiguous`` and dtype/device moves.
+"""Copies: ``copy_`` between any two layouts, ``clone``, ``contiguous`` and dtype/device moves
+(``to``, ``type_as``), with the questions about a tensor's dtype, device and size that
+PyTorch answers next to them (``is_signed``, ``is_complex``, ``get_device`` ...).
 
 ``copy_`` is the one strided copy of the library; its kernel (``_C.kernels.copy_``)
 coalesces dimensions and tiles when the source and destination orders differ (the call
@@ -192,3 +194,58 @@ def to(self, *args, **kwargs):
         return self
     return self._to_copy(target_dtype, target_device if not same_device else None,
                          memory_format)
+
+
+# --------------------------------------------------------------------------- type_as, predicates
+
+def _require_tensor(function, argument, position, value):
+    if not isinstance(value, TensorBase):
+        raise TypeError(f"{function}(): argument '{argument}' (position {position}) must be "
+                        f"Tensor, not {type(value).__name__}")
+
+
+@op(kind="composite", function=False)
+def type_as(self, other):
+    """``self`` in ``other``'s dtype and on its device (``self`` when both match)."""
+    _require_tensor("type_as", "other", 1, other)
+    return to(self, dtype=other._dtype, device=other.device)
+
+
+@op(kind="composite")
+def is_signed(self):
+    """Whether the dtype holds negative values (bool and uint8 do not)."""
+    _require_tensor("is_signed", "input", 1, self)
+    return self._dtype.is_signed
+
+
+@op(kind="composite")
+def is_complex(self):
+    """False: microtensor has no complex dtypes."""
+    _require_tensor("is_complex", "input", 1, self)
+    return False
+
+
+@op(kind="composite")
+def is_nonzero(self):
+    """``bool(self)`` of a one-element tensor; PyTorch's errors for any other size."""
+    _require_tensor("is_nonzero", "input", 1, self)
+    if self._numel == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if self._numel > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(self.item())
+
+
+@op(kind="composite")
+def is_same_size(self, other):
+    """Whether ``self`` and ``other`` have the same shape."""
+    _require_tensor("is_same_size", "input", 1, self)
+    _require_tensor("is_same_size", "other", 2, other)
+    return self._sizes == other._sizes
+
+
+@op(kind="composite")
+def get_device(self):
+    """The device index of a GPU tensor; -1 for a CPU tensor."""
+    _require_tensor("get_device", "input", 1, self)
+    return -1 if self.device.type == "cpu" else (self.device.index or 0)

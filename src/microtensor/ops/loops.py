@@ -181,6 +181,17 @@ def float_dtype(dt):
     return dt if dt.is_floating_point else get_default_dtype()
 
 
+def store(fn):
+    """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype.  Kernels
+    call NumPy's functions, which CuPy's arrays take to CuPy's own."""
+    def loop(*arrays, out, dtype, casting):
+        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
+                    for a in arrays]
+        np.copyto(out, fn(*operands), casting=casting)
+        return out
+    return loop
+
+
 def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     """Apply ``ufunc`` elementwise with broadcasting and PyTorch's type promotion.
 

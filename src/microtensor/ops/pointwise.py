@@ -5,16 +5,22 @@ type promotion; the result follows the inputs' layout.  Each op with an in-place
 declares it with ``inplace_variant``.  Derivatives are written in microtensor ops; the
 engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
+import inspect
+from collections import namedtuple
+
 import numpy as np
 
 from microtensor._C import kernels, nnkernels
 from microtensor._C.dispatch import batching, set_unary_kernel
-from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous, int64,
+from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous,
+                                    float32, float64, get_default_dtype, int32, int64,
                                     is_grad_enabled)
 from microtensor._dtype import check_scalar_fits, info, result_type, wrap_scalar
-from microtensor.ops.loops import float_dtype, pointwise
+from microtensor.ops import special_math
+from microtensor.ops.loops import float_dtype, from_numpy_result, pointwise, store
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
-from microtensor.vmap.helpers import aligned, call, inplace_error, same_level, to_front
+from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
+                                      no_fallback, same_level, to_front, wrap)
 from microtensor.vmap.rules import pointwise as pointwise_family
 
 BINARY = ("self", "other")
@@ -276,7 +282,6 @@ def div(grad, self, other, rounding_mode):
 
 
 div_ = inplace_variant(div)
-true_divide = div
 
 
 @op(kind="composite")
@@ -396,10 +401,28 @@ def pow(grad, self, exponent):
 pow_ = inplace_variant(pow)
 
 
-@op(kind="composite", method=False)
-def float_power(self, exponent):
-    return pow(self.double() if isinstance(self, TensorBase) else self,
-               exponent.double() if isinstance(exponent, TensorBase) else exponent)
+def _double(x):
+    return x.double() if isinstance(x, TensorBase) else x
+
+
+def _check_double(what, name, t):
+    if t._dtype is not float64:
+        raise RuntimeError(f"the {what} given to {name} has dtype {info(t._dtype).scalar_name} "
+                           f"but the operation's result requires dtype Double")
+
+
+@op(kind="composite")
+def float_power(self, exponent, *, out=None):
+    """``pow`` computed in (and returning) float64."""
+    if out is not None:
+        _check_double("output", "float_power", out)
+    return pow(_double(self), _double(exponent), out=out)
+
+
+@op(kind="composite", function=False)
+def float_power_(self, exponent):
+    _check_double("base", "float_power_", self)
+    return pow_(self, _double(exponent))
 
 
 # --------------------------------------------------------------------------- unary math
@@ -454,7 +477,9 @@ acos = _unary("acos", np.arccos, samples=_unary_samples(low=-0.9, high=0.9, inte
 atan = _unary("atan", np.arctan)
 sqrt = _unary("sqrt", np.sqrt, samples=_unary_samples(low=0.5))
 abs = _unary("abs", np.absolute, floating=False)
-sign = _unary("sign", np.sign, floating=False)
+sign = _unary("sign", lambda a, out, dtype, casting: np.nan_to_num(
+    np.sign(a, out=out, dtype=dtype, casting=casting), copy=False, nan=0.0, posinf=np.inf,
+    neginf=-np.inf), floating=False)   # 0 at NaN, as PyTorch
 floor = _unary("floor", np.floor, floating=False)
 ceil = _unary("ceil", np.ceil, floating=False)
 round = _unary("round", lambda a, out, dtype, casting: np.rint(
@@ -474,8 +499,6 @@ sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
     a, 0, out=out, dtype=dtype, casting=casting), floating=False)
 
-absolute = abs
-negative = neg
 
 
 @neg.def_derivative("self")
@@ -685,7 +708,6 @@ def clamp(grad, self, min, max):
 
 
 clamp_ = inplace_variant(clamp)
-clip = clamp
 
 
 @op(kind="composite")
@@ -828,7 +850,6 @@ lt = _comparison("lt", np.less)
 le = _comparison("le", np.less_equal)
 gt = _comparison("gt", np.greater)
 ge = _comparison("ge", np.greater_equal)
-greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
 
 def _logical(name, ufunc, arity):
@@ -969,3 +990,567 @@ def zero_(self):
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
            ("np", "op", "inplace_variant", "pointwise", "result_type", "float_dtype",
             "TensorBase", "bool_", "int64", "BINARY", "Sample", "info", "compute_numpy")]
+
+
+# --------------------------------------------------------------------------- aliases
+# PyTorch's other names of ops declared above: composites that call the op, so autograd,
+# vmap and ``out=`` are the op's own.
+
+def _alias(name, base, *, function=True):
+    def kernel(*args, **kwargs):
+        return base(*args, **kwargs)
+    kernel.__signature__ = inspect.signature(base.kernel)
+    kernel.__name__ = name
+    kernel.__doc__ = f"Alias of ``{base.name}``."
+    return op(name, kind="composite", inputs=base.inputs, function=function)(kernel)
+
+
+_ALIASES = {   # name: (op, whether PyTorch has the in-place variant as a function too)
+    "absolute": (abs, False), "arccos": (acos, True), "arcsin": (asin, True),
+    "arctan": (atan, True), "greater": (gt, False), "greater_equal": (ge, False),
+    "less": (lt, False), "less_equal": (le, False), "not_equal": (ne, False),
+    "multiply": (mul, False), "divide": (div, False), "subtract": (sub, False),
+    "negative": (neg, True), "true_divide": (div, False), "fix": (trunc, True),
+}
+for _name, (_base, _inplace_function) in _ALIASES.items():
+    _alias(_name, _base)
+    _alias(_name + "_", REGISTRY[_base.name + "_"], function=_inplace_function)
+
+
+@op(kind="composite")
+def positive(self):
+    """``self`` itself (PyTorch refuses bool tensors)."""
+    if self._dtype is bool_:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return self
+
+
+# --------------------------------------------------------------------------- more math
+# PyTorch's other elementwise functions.  Integer and bool inputs of the float functions
+# compute in the default float dtype; the gamma family and the Bessel functions come from
+# ``special_math`` (NumPy has none of them).
+
+def _float_unary_samples(low=None, high=None):
+    """``_unary_samples`` and a float32 case (the special functions compute in float64 and
+    round once)."""
+    def samples(make):
+        return _unary_samples(low, high)(make) + [
+            Sample(make(2, 3, dtype=float32, low=low, high=high))]
+    return samples
+
+
+def _gamma_samples(make):
+    """Positive arguments, and negative ones between two poles."""
+    # (float32 away from the zeros, where PyTorch's float32 loops lose digits)
+    return _unary_samples(low=0.3, high=6.0)(make) + [
+        Sample(make(2, 3, dtype=float32, low=2.5, high=6.0)),
+        Sample(make(3, low=-2.8, high=-2.2)), Sample(make(2, 2, low=-0.8, high=-0.2))]
+
+
+acosh = _unary("acosh", np.arccosh, samples=_unary_samples(low=1.2, high=3.0))
+asinh = _unary("asinh", np.arcsinh)
+atanh = _unary("atanh", np.arctanh, samples=_unary_samples(low=-0.9, high=0.9, integers=False))
+exp2 = _unary("exp2", np.exp2)
+deg2rad = _unary("deg2rad", np.deg2rad)
+rad2deg = _unary("rad2deg", np.rad2deg)
+lgamma = _unary("lgamma", store(special_math.lgamma), samples=_gamma_samples)
+digamma = _unary("digamma", store(special_math.digamma), samples=_gamma_samples)
+i0 = _unary("i0", store(special_math.i0), samples=_float_unary_samples(low=-4.0, high=4.0))
+sinc = _unary("sinc", store(np.sinc), samples=_float_unary_samples(low=-3.0, high=3.0))
+
+
+@acosh.def_derivative("self")
+def acosh(grad, self):
+    return grad * (self * self - 1).rsqrt()
+
+
+@asinh.def_derivative("self")
+def asinh(grad, self):
+    return grad * (self * self + 1).rsqrt()
+
+
+@atanh.def_derivative("self")
+def atanh(grad, self):
+    return grad / (1 - self * self)
+
+
+@exp2.def_derivative("self")
+def exp2(grad, result):
+    return grad * result * 0.6931471805599453
+
+
+@deg2rad.def_derivative("self")
+def deg2rad(grad):
+    return grad * (np.pi / 180)
+
+
+@rad2deg.def_derivative("self")
+def rad2deg(grad):
+    return grad * (180 / np.pi)
+
+
+@lgamma.def_derivative("self")
+def lgamma(grad, self):
+    return grad * digamma(self)
+
+
+@digamma.def_derivative("self")
+def digamma(grad, self):
+    return grad * polygamma(1, self)
+
+
+@i0.def_derivative("self")
+def i0(grad, self):
+    return grad * special_i1(self)
+
+
+@sinc.def_derivative("self")
+def sinc(grad, self):
+    # (cos(pi x) pi x - sin(pi x)) / (pi x^2), 0 at x = 0 (its limit)
+    zero = self == 0
+    x = where(zero, self.new_ones(()), self) * np.pi
+    slope = ((x * x.cos() - x.sin()) / (x * x)) * np.pi
+    return grad * where(zero, slope.new_zeros(()), slope)
+
+
+@op(method=False, function=False, family="pointwise", samples=_float_unary_samples(-4.0, 4.0))
+def special_i1(self, *, out=None):
+    """The modified Bessel function I1 (``torch.special.i1``): ``i0``'s derivative."""
+    return pointwise(store(special_math.i1), self, out=out, dtype=float_dtype(self._dtype))
+
+
+@special_i1.def_derivative("self")
+def special_i1(grad, self, result):
+    # I1' = I0 - I1 / x, 1/2 at x = 0 (its limit)
+    zero = self == 0
+    slope = i0(self) - result / where(zero, self.new_ones(()), self)
+    return grad * where(zero, slope.new_full((), 0.5), slope)
+
+
+def _logit_samples(make):
+    return [Sample(make(3, 4, low=0.05, high=0.95)), Sample(make((), low=0.1, high=0.9)),
+            Sample(make(4, 3, low=0.05, high=0.95).t(), 0.2),
+            Sample(make(5, low=0.05, high=0.95), eps=0.3),
+            Sample(make(2, 3, dtype=float32, low=0.05, high=0.95)),
+            Sample(make(2, 3, dtype=int64, low=0, high=2))]
+
+
+def _logit(eps):
+    def loop(a):
+        if eps is not None:   # PyTorch's order when eps > 1/2: below eps first
+            a = np.where(a < eps, eps, np.where(a > 1 - eps, 1 - eps, a))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(a / (1 - a))
+    return store(loop)
+
+
+@op(family="pointwise", samples=_logit_samples)
+def logit(self, eps=None, *, out=None):
+    return pointwise(_logit(eps), self, out=out, dtype=float_dtype(self._dtype))
+
+
+@logit.def_derivative("self")
+def logit(grad, self, eps):
+    # PyTorch's: NaN outside [0, 1] without eps, 0 outside [eps, 1 - eps] with it
+    slope = grad / (self * (1 - self))
+    if eps is None:
+        return where((self < 0) | (self > 1), slope.new_full((), np.nan), slope)
+    return where((self < eps) | (self > 1 - eps), slope.new_zeros(()), slope)
+
+
+logit_ = inplace_variant(logit)
+
+
+def _polygamma_samples(make):
+    return [Sample(1, make(3, 4, low=0.3, high=5.0)), Sample(2, make(5, low=-2.8, high=-2.2)),
+            Sample(0, make(4, 3, low=0.3, high=5.0).t()), Sample(3, make((), low=0.5)),
+            Sample(1, make(2, 3, dtype=float32, low=0.3, high=5.0)),
+            Sample(1, make(2, 3, dtype=int64, low=1, high=5))]
+
+
+@op(inputs=("self",), method=False, family="pointwise", samples=_polygamma_samples)
+def polygamma(n, self, *, out=None):
+    """The ``n``-th derivative of ``digamma`` (``Tensor.polygamma(n)`` as a method)."""
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return pointwise(store(lambda a: special_math.polygamma(n, a)), self, out=out,
+                     dtype=float_dtype(self._dtype))
+
+
+@polygamma.def_derivative("self")
+def polygamma(grad, n, self):
+    return grad * polygamma(n + 1, self)
+
+
+def _polygamma_inplace_samples(make):
+    return [Sample(s.args[1], s.args[0]) for s in _polygamma_samples(make)[:4]]
+
+
+@op(kind="inplace", inplace_of=polygamma, family="pointwise", function=False,
+    samples=_polygamma_inplace_samples)
+def polygamma_(self, n):
+    return polygamma.kernel(n, self, out=self)
+
+
+def _mvlgamma_samples(make):
+    return [Sample(make(3, 4, low=1.6, high=5.0), 1), Sample(make(5, low=2.1, high=5.0), 3),
+            Sample(make((), low=1.6, high=4.0), 2)]
+
+
+@op(kind="composite", samples=_mvlgamma_samples)
+def mvlgamma(self, p, *, out=None):
+    """The multivariate log-gamma of dimension ``p``:
+    ``log(pi) p (p - 1) / 4 + sum_i lgamma(self - i / 2)``."""
+    if p < 1:
+        raise RuntimeError("p has to be greater than or equal to 1")
+    if not self._dtype.is_floating_point:
+        self = self.to(get_default_dtype())
+    total = lgamma(self)
+    for i in range(1, p):
+        total = total + lgamma(self - i / 2)
+    return add(total, np.log(np.pi) * p * (p - 1) / 4, out=out)
+
+
+@op(kind="composite", function=False)
+def mvlgamma_(self, p):
+    if not self._dtype.is_floating_point:
+        raise RuntimeError(f"mvlgamma: result type {info(self._dtype).scalar_name} can't be "
+                           f"cast to the desired output type "
+                           f"{info(get_default_dtype()).scalar_name}")
+    return self.copy_(mvlgamma(self, p))
+
+
+# ---- two inputs
+
+def _float_binary_samples(low=None, high=None, scalar=True):
+    """Float pairs (``other`` in ``[low, high)``), a number ``other``, float32 and integer
+    pairs."""
+    def samples(make):
+        cases = [Sample(make(3, 4), make(3, 4, low=low, high=high)),
+                 Sample(make(3, 4), make(4, low=low, high=high)),
+                 Sample(make(2, 3), make((), low=low, high=high)),
+                 Sample(make(4, 3).t(), make(3, 4, low=low, high=high)),
+                 Sample(make(2, 3, dtype=float32), make(2, 3, dtype=float32, low=low,
+                                                       high=high)),
+                 Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=1))]
+        if scalar:
+            cases.append(Sample(make(3), 2.5 if low is None else low + 0.5))
+        return cases
+    return samples
+
+
+def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
+                 differentiable=True, integer_kernel=True, inplace=True):
+    """Declare a two-input elementwise op (kernel only) and its in-place variant (unless
+    ``inplace`` is False: PyTorch has none).
+    ``result``: "float" (integers promote to the default float), "promoted" (PyTorch's
+    promotion) or "integer" (integer inputs only); ``integer_kernel`` False: PyTorch has
+    no kernel for integer or bool inputs (its error names the kernel)."""
+    def kernel(self, other, *, out=None):
+        if tensors_only:
+            _require_tensors(name, input=self, other=other)
+        dt = result_type(self, other)
+        if result == "integer" and (dt.is_floating_point or dt is bool_) or \
+                not integer_kernel and not dt.is_floating_point:
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+                                      f"'{info(dt).scalar_name}'")
+        return pointwise(store(fn), self, other, out=out,
+                         dtype=float_dtype(dt) if result == "float" else dt)
+    kernel.__name__ = name
+    declared = op(name, inputs=BINARY, family="pointwise", samples=samples,
+                  differentiable=differentiable)(kernel)
+    if inplace:
+        inplace_variant(declared, differentiable=differentiable)
+    return declared
+
+
+def _xlogy(x, y):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((x == 0) & ~np.isnan(y), 0.0, x * np.log(y))
+
+
+def _logaddexp(base):
+    ufunc = np.logaddexp if base == "e" else np.logaddexp2
+
+    def loop(a, b):
+        with np.errstate(invalid="ignore"):
+            return ufunc(a, b)
+    return loop
+
+
+xlogy = _binary_math("xlogy", _xlogy, samples=_float_binary_samples(low=0.3, high=3.0))
+hypot = _binary_math("hypot", np.hypot, tensors_only=True, integer_kernel=False,
+                     samples=_float_binary_samples(low=0.5, scalar=False))
+copysign = _binary_math("copysign", np.copysign, samples=_float_binary_samples())
+logaddexp = _binary_math("logaddexp", _logaddexp("e"), tensors_only=True,
+                         integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
+logaddexp2 = _binary_math("logaddexp2", _logaddexp("2"), tensors_only=True,
+                          integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
+nextafter = _binary_math("nextafter", np.nextafter, result="promoted", tensors_only=True,
+                         integer_kernel=False, differentiable=False,
+                         samples=_float_binary_samples(scalar=False))
+fmax = _binary_math("fmax", np.fmax, result="promoted", tensors_only=True,
+                    inplace=False, samples=_tensor_pair_samples)
+fmin = _binary_math("fmin", np.fmin, result="promoted", tensors_only=True,
+                    inplace=False, samples=_tensor_pair_samples)
+gcd = _binary_math("gcd", np.gcd, result="integer", tensors_only=True, differentiable=False,
+                   samples=lambda make: [Sample(make(3, 4, dtype=int64), make(4, dtype=int64))])
+lcm = _binary_math("lcm", np.lcm, result="integer", tensors_only=True, differentiable=False,
+                   samples=lambda make: [Sample(make(3, 4, dtype=int64), make(4, dtype=int64))])
+
+
+@xlogy.def_derivative("self")
+def xlogy(grad, self, other):
+    # PyTorch's: 0 where self is 0 and other <= 0 (where log(other) is not finite)
+    slope = xlogy(grad, other)
+    return where((self == 0) & (other <= 0), slope.new_zeros(()), slope)
+
+
+@xlogy.def_derivative("other")
+def xlogy(grad, self, other):
+    return grad * self / other
+
+
+@hypot.def_derivative("self")
+def hypot(grad, self, result):
+    return grad * self / result
+
+
+@hypot.def_derivative("other")
+def hypot(grad, other, result):
+    return grad * other / result
+
+
+@copysign.def_derivative("self")
+def copysign(grad, self, result):
+    ratio = result / where(self == 0, self.new_ones(()), self)
+    return grad * where(self == 0, ratio.new_zeros(()), ratio)
+
+
+@copysign.def_derivative("other")
+def copysign(grad):
+    return grad * 0
+
+
+@logaddexp.def_derivative("self")
+def logaddexp(grad, self, other):
+    return grad / (1 + (other - self).exp())
+
+
+@logaddexp.def_derivative("other")
+def logaddexp(grad, self, other):
+    return grad / (1 + (self - other).exp())
+
+
+@logaddexp2.def_derivative("self")
+def logaddexp2(grad, self, other):
+    return grad / (1 + exp2(other - self))
+
+
+@logaddexp2.def_derivative("other")
+def logaddexp2(grad, self, other):
+    return grad / (1 + exp2(self - other))
+
+
+# a tie and a NaN ``other`` send the gradient to ``self``, as PyTorch does
+@fmax.def_derivative("self")
+def fmax(grad, self, other):
+    return where((self >= other) | other.isnan(), grad, grad.new_zeros(()))
+
+
+@fmax.def_derivative("other")
+def fmax(grad, self, other):
+    return where((self >= other) | other.isnan(), grad.new_zeros(()), grad)
+
+
+@fmin.def_derivative("self")
+def fmin(grad, self, other):
+    return where((self <= other) | other.isnan(), grad, grad.new_zeros(()))
+
+
+@fmin.def_derivative("other")
+def fmin(grad, self, other):
+    return where((self <= other) | other.isnan(), grad.new_zeros(()), grad)
+
+
+def _heaviside_samples(make):
+    return [Sample(_with_zeros(make(3, 4)), make(3, 4)), Sample(_with_zeros(make(3, 4)), make(4)),
+            Sample(make(2, 3, dtype=int64), make((), dtype=int64))]
+
+
+def _with_zeros(t):
+    """``t`` with a zero in every other element (where the step is decided by ``values``)."""
+    t._array().reshape(-1)[::2] = 0
+    return t
+
+
+@op(inputs=("self", "values"), differentiable=False, family="pointwise",
+    samples=_heaviside_samples)
+def heaviside(self, values, *, out=None):
+    _require_tensors("heaviside", input=self, values=values)
+    if self._dtype is not values._dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different "
+                           "dtypes.")
+    return pointwise(lambda a, v, out, dtype, casting: np.copyto(
+        out, np.where(a == 0, v, a > 0), casting=casting) or out, self, values, out=out)
+
+
+heaviside_ = inplace_variant(heaviside, differentiable=False)
+
+
+@op(inputs=("self", "other"), kind="composite")
+def ldexp(self, other, *, out=None):
+    """``self * 2 ** other``."""
+    _require_tensors("ldexp", input=self, other=other)
+    return mul(self, pow(2.0, other), out=out)
+
+
+@op(kind="composite")
+def ldexp_(self, other):
+    _require_tensors("ldexp", input=self, other=other)
+    if not self._dtype.is_floating_point:    # the result is a float
+        raise RuntimeError(f"ldexp can't be cast to the desired output type "
+                           f"{info(self._dtype).scalar_name}")
+    return mul_(self, pow(2.0, other))
+
+
+# ---- predicates and the rest
+
+def _sign_samples(make):
+    return [Sample(make(3, 4)), Sample(make(())), Sample(make(2, 3, dtype=int64)),
+            Sample(make(4, dtype=bool_))]
+
+
+@op(differentiable=False, family="pointwise", samples=_sign_samples)
+def signbit(self, *, out=None):
+    # integers and bool tested as float64 (np.signbit has no bool loop)
+    return pointwise(_predicate(np.signbit), self, out=out, dtype=bool_,
+                     compute_dtype=self._dtype if self._dtype.is_floating_point else float64)
+
+
+def _infinity_test(name, sign):
+    def kernel(self, *, out=None):
+        if not self._dtype.is_floating_point:    # no integer is infinite
+            return pointwise(_predicate(np.isinf), self, out=out, dtype=bool_,
+                             compute_dtype=float_dtype(self._dtype))
+        return pointwise(lambda a, out, dtype, casting: np.equal(a, sign * np.inf, out=out),
+                         self, out=out, dtype=bool_, compute_dtype=self._dtype)
+    kernel.__name__ = name
+    return op(name, differentiable=False, family="pointwise", samples=_float_only_samples)(
+        kernel)
+
+
+isposinf = _infinity_test("isposinf", 1)
+isneginf = _infinity_test("isneginf", -1)
+
+
+@op(kind="composite")
+def isreal(self):
+    """True everywhere: microtensor has no complex dtypes."""
+    return self.new_ones(self.shape, dtype=bool_)
+
+
+_alias("sgn", sign)
+_alias("sgn_", REGISTRY["sign_"], function=False)
+for _name in ("acosh", "asinh", "atanh"):
+    _alias("arc" + _name[1:], REGISTRY[_name])
+    _alias("arc" + _name[1:] + "_", REGISTRY[_name + "_"])
+
+
+def _frexp_samples(make):
+    return [Sample(make(3, 4)), Sample(make(())), Sample(make(2, 3, dtype=float32))]
+
+
+@op(method=False, function=False, family="pointwise", samples=_frexp_samples)
+def _frexp(self):
+    if not self._dtype.is_floating_point:
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    mantissa, exponent = np.frexp(self._array())
+    return (from_numpy_result(mantissa, self._dtype),
+            from_numpy_result(exponent.astype(np.int32), int32))
+
+
+@_frexp.def_derivative("self")
+def _frexp(grad, result1):
+    return grad[0] / exp2(result1)
+
+
+ReturnFrexp = type("frexp", (namedtuple("frexp", ("mantissa", "exponent")),),
+                   {"__slots__": (), "__module__": "microtensor.return_types"})
+
+
+@op(kind="composite", samples=_frexp_samples)
+def frexp(self, *, out=None):
+    """``(mantissa, exponent)`` with ``self = mantissa * 2 ** exponent`` and
+    ``0.5 <= |mantissa| < 1`` (both 0 at 0)."""
+    mantissa, exponent = _frexp(self)
+    if out is None:
+        return ReturnFrexp(mantissa, exponent)
+    if out[0]._dtype is not self._dtype:
+        raise RuntimeError(f"torch.frexp() expects mantissa to have dtype "
+                           f"{info(self._dtype).cpp_name} but got "
+                           f"{info(out[0]._dtype).cpp_name}")
+    if out[1]._dtype is not int32:
+        raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got "
+                           f"{info(out[1]._dtype).cpp_name}")
+    # ``mul`` by 1 writes by the rules of ``out=`` (resizing, refusing autograd), keeping -0
+    return ReturnFrexp(mul(mantissa, 1, out=out[0]), mul(exponent, 1, out=out[1]))
+
+
+
+def _isin_samples(make):
+    return [Sample(make(3, 4, dtype=int64, low=0, high=5), make(3, dtype=int64, low=0, high=5)),
+            Sample(make(2, 3, dtype=int64, low=0, high=4), make(2, 2, dtype=int64, low=0,
+                                                               high=4), invert=True),
+            Sample(make(5, dtype=int64, low=0, high=3), 1),
+            Sample(make(4, low=0, high=1), make(2, low=0, high=1), assume_unique=True)]
+
+
+def _check_isin(elements, test_elements):
+    if not isinstance(elements, TensorBase) and not isinstance(test_elements, TensorBase):
+        raise TypeError(f"isin() received an invalid combination of arguments - got "
+                        f"({type(elements).__name__}, {type(test_elements).__name__})")
+    for value in (elements, test_elements):
+        if isinstance(value, TensorBase) and value._dtype is bool_:
+            raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+
+
+@op(inputs=(), method=False, differentiable=False, samples=_isin_samples)
+def isin(elements, test_elements, *, assume_unique=False, invert=False, out=None):
+    """Whether each of ``elements`` is among ``test_elements`` (either may be a number)."""
+    _check_isin(elements, test_elements)
+    tests = test_elements._array() if isinstance(test_elements, TensorBase) else test_elements
+    values = elements._array() if isinstance(elements, TensorBase) else elements
+    return from_numpy_result(np.isin(values, tests, assume_unique=assume_unique,
+                                     invert=invert), bool_)
+
+
+@isin.def_batch_rule
+def isin(op, level, args, kwargs):
+    """Elementwise in ``elements``: one physical call when only they are batched; with
+    batched ``test_elements``, each sample's elements compared with its own test elements
+    (one broadcast ``eq``)."""
+    bound = op.bind(args, kwargs)
+    elements, tests = bound.pop("elements"), bound.pop("test_elements")
+    if bound.pop("out") is not None:
+        raise no_fallback(op)
+    _check_isin(elements, tests)
+    if not same_level(tests, level):
+        return wrap(call(op, (to_front(elements._value, elements._bdim), tests), bound), 0,
+                    level)
+    size = tests._value.shape[tests._bdim]
+    tests = to_front(tests._value, tests._bdim).reshape(size, 1, tests.numel())
+    if isinstance(elements, TensorBase):
+        elements = front_or_expanded(elements, level, size)
+    else:
+        elements = tests.new_full((size,), elements)
+    found = (elements.reshape(size, -1, 1) == tests).any(-1).reshape(elements.shape)
+    return wrap(found.logical_not() if bound["invert"] else found, 0, level)
+
+
+__all__ += ["positive", "float_power_", "acosh", "asinh", "atanh", "exp2", "deg2rad",
+            "rad2deg", "lgamma", "digamma", "i0", "sinc", "special_i1", "logit", "logit_",
+            "polygamma", "polygamma_", "mvlgamma", "mvlgamma_", "xlogy", "hypot", "copysign",
+            "logaddexp", "logaddexp2", "nextafter", "fmax", "fmin", "gcd", "lcm", "heaviside",
+            "heaviside_", "ldexp", "ldexp_", "signbit", "isposinf", "isneginf", "isreal",
+            "frexp", "isin"]   # and the aliases and in-place variants, in the registry only

@@ -20,12 +20,13 @@ import numpy as np
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
-                                   float32, uint8)
+                                   float32, float64, uint8)
+from microtensor._dtype import info
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import arange
-from microtensor.ops.loops import (_type_name, dims_of, float_dtype, from_numpy_result, new_result,
-                                   reduce, reduced_shape)
-from microtensor.ops.pointwise import maximum, minimum, where
+from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
+                                   from_numpy_result, new_result, reduce, reduced_shape)
+from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
 from microtensor.vmap.rules import reduction as reduction_family
@@ -765,3 +766,295 @@ def count_nonzero(self, dim=None):
 __all__ = ["sum", "sum_to_size", "mean", "prod", "amax", "amin", "max", "min", "argmax",
            "argmin", "var", "std", "norm", "logsumexp", "softmax", "log_softmax", "cumsum",
            "all", "any", "count_nonzero", "unsqueeze_reduced", "ReturnMax", "ReturnMin"]
+
+
+# --------------------------------------------------------------------------- NaN-aware, statistics
+# nansum, nanmean, aminmax, var_mean, std_mean, logcumsumexp, quantile, nanquantile, histc:
+# composites of the ops above where PyTorch's definition is one (their autograd and vmap
+# are their parts'), kernels otherwise.
+
+def _nan_samples(make):
+    with_nans = make(3, 4)
+    with_nans._array()[0, 1] = with_nans._array()[2, 0] = with_nans._array()[2, 3] = np.nan
+    return [Sample(make(3, 4)), Sample(with_nans), Sample(with_nans, 1),
+            Sample(with_nans, (0, 1), True), Sample(make(2, 3, 4), -1, keepdim=True),
+            Sample(make()), Sample(make(2, 3, dtype=float32), 0)]
+
+
+@op(kind="composite", samples=_nan_samples)
+def nansum(self, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``sum`` with NaN counted as 0 (no gradient to them)."""
+    if self._dtype.is_floating_point:
+        self = self.masked_fill(self.isnan(), 0)
+    result = sum(self, dim, keepdim, dtype=dtype)
+    return result if out is None else _into(out, result, cast=True)
+
+
+@op(kind="composite", samples=_nan_samples)
+def nanmean(self, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``mean`` of the values that are not NaN (NaN where there are none)."""
+    if not self._dtype.is_floating_point:
+        raise RuntimeError(f"nanmean(): expected input to have floating point or complex "
+                           f"dtype but got {_type_name(self._dtype)}")
+    present = self.isnan().logical_not()
+    result = nansum(self, dim, keepdim, dtype=dtype) / present.sum(dim, keepdim)
+    return result if out is None else _into(out, result, cast=True)
+
+
+class ReturnAminmax(namedtuple("aminmax", ("min", "max"))):
+    __slots__ = ()
+
+    def __repr__(self):
+        return (f"microtensor.return_types.aminmax(\nmin={self.min!r},\nmax={self.max!r})")
+
+
+ReturnAminmax.__module__ = "microtensor.return_types"
+ReturnAminmax.__name__ = ReturnAminmax.__qualname__ = "aminmax"
+
+
+def _aminmax_samples(make):
+    return [Sample(make(3, 4)), Sample(make(3, 4), dim=1), Sample(make(3, 4), dim=-1,
+                                                                  keepdim=True),
+            Sample(make(2, 3), keepdim=True), Sample(make()), Sample(make(), dim=0),
+            Sample(make(2, 3, dtype=int64), dim=0)]
+
+
+@op(kind="composite", samples=_aminmax_samples)
+def aminmax(self, *, dim=None, keepdim=False, out=None):
+    """``(amin, amax)`` over ``dim`` (every dim when None)."""
+    if not self._numel and (dim is None or not self.dim() or self._sizes[
+            meta.wrap_dim(dim, self.dim())] == 0):
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
+                           "operation has no identity.")
+    dims = () if dim is None else dim
+    if dim is None and keepdim and self.dim() == 0:
+        keepdim = False
+    result = ReturnAminmax(amin(self, dims, keepdim), amax(self, dims, keepdim))
+    return result if out is None else ReturnAminmax(*map(_into, out, result))
+
+
+def _statistic_and_mean(name, statistic):
+    def composite(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if not self._dtype.is_floating_point:
+            raise RuntimeError(f"{name} only support floating point and complex dtypes")
+        dim, correction = _var_arguments(dim, unbiased, correction)
+        return statistic(self, dim, correction, keepdim), mean(self, dim, keepdim)
+    composite.__name__ = name
+    composite.__doc__ = f"``({name[:3]}, mean)`` over ``dim``, as ``{name[:3]}`` takes them."
+    return op(name, kind="composite", method=False, samples=_var_samples)(composite)
+
+
+var_mean = _statistic_and_mean("var_mean", _var)
+std_mean = _statistic_and_mean("std_mean", _std)
+
+
+def _logcumsumexp_samples(make):
+    return _single_dim_samples(make) + [Sample(make(2, 3, dtype=float32), 1)]
+
+
+@op(family="reduction", samples=_logcumsumexp_samples)
+def logcumsumexp(self, dim, *, out=None):
+    """``log(cumsum(exp(self)))`` along ``dim``, without overflow (running ``logaddexp``)."""
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(f"\"logcumsumexp_out_cpu\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+    arr, axis = _along(self, dim)
+    result = new_result(self._sizes, self._dtype, device=self.device)
+    if self._numel:
+        with np.errstate(invalid="ignore"):
+            accumulated = np.logaddexp.accumulate(arr.astype(compute_numpy(self._dtype)),
+                                                  axis=axis)
+        result._array().reshape(arr.shape)[...] = accumulated
+    return result
+
+
+@logcumsumexp.def_derivative("self")
+def logcumsumexp(grad, self, dim, result):
+    # grad_j = sum_{i >= j} grad_i exp(self_j - result_i), the positive and negative parts
+    # of grad summed apart in log space (PyTorch's formula): no overflow
+    if grad.dim() == 0:
+        return grad
+    d = _single_dim(dim, grad.dim())
+    lowest = float(np.finfo(grad._dtype.np).min)
+    log_abs = grad.abs().log()
+    positive = where(grad > 0, log_abs, log_abs.new_full((), lowest))
+    negative = where(grad < 0, log_abs, log_abs.new_full((), lowest))
+
+    def reverse_logcumsumexp(x):
+        return logcumsumexp(x.flip(d), d).flip(d)
+    return (reverse_logcumsumexp(positive - result) + self).exp() - \
+        (reverse_logcumsumexp(negative - result) + self).exp()
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(name, self, q, dim, keepdim, interpolation, ignore_nan):
+    """PyTorch's definition: sort along ``dim`` (NaN last), take the values at ranks
+    ``q * (n - 1)`` (n: the values that are not NaN for ``nanquantile``; a slice with NaN
+    gives NaN for ``quantile``) and interpolate between the two neighbours."""
+    from microtensor.vmap.batched import active_levels
+    if self._dtype not in (float32, float64):
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if not self._numel:
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    if isinstance(q, TensorBase):
+        if q.dim() > 1:
+            raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+        if q._dtype is not self._dtype:
+            raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+        if not active_levels() and q._numel and bool(((q < 0) | (q > 1)).any()):
+            raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+        scalar_q, qs = q.dim() == 0, q.reshape(-1)
+    else:
+        if not 0 <= q <= 1:
+            raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
+        scalar_q, qs = True, self.new_full((1,), q)
+    if interpolation not in _INTERPOLATIONS:
+        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
+                           f"midpoint or nearest, but got {interpolation}")
+    rows = self.reshape(-1) if dim is None else self.movedim(
+        _single_dim(dim, self.dim()), -1) if self.dim() else self.reshape(1)
+    ordered = rows.sort(-1).values.unsqueeze(0)           # [1, *kept, n]
+    n = ordered.shape[-1]
+    qs = qs.reshape((-1,) + (1,) * (ordered.dim() - 1))   # [m, 1, ..., 1]
+    nans = ordered.isnan()
+    if ignore_nan:
+        ranks = qs * (nans.logical_not().sum(-1, keepdim=True) - 1).to(self._dtype)
+        ranks = ranks.clamp(min=0)
+    else:
+        ranks = where(nans.any(-1, keepdim=True), qs.new_full((), n - 1), qs * (n - 1))
+    if interpolation == "lower":
+        ranks = ranks.floor()
+    elif interpolation == "higher":
+        ranks = ranks.ceil()
+    elif interpolation == "nearest":
+        ranks = ranks.round()
+    ordered = ordered.expand(ranks.shape[:1] + ordered.shape[1:])
+    below = ranks.long()
+    values = ordered.gather(-1, below)
+    if interpolation in ("linear", "midpoint"):
+        weights = ranks - below.to(ranks.dtype) if interpolation == "linear" else \
+            ranks.new_full((), 0.5).expand(ranks.shape)
+        values = values.lerp(ordered.gather(-1, ranks.ceil().long()), weights)
+    values = values.squeeze(-1)                           # [m, *kept]
+    if keepdim:
+        if dim is None:
+            values = values.reshape((values.shape[0],) + (1,) * self.dim())
+        elif self.dim():
+            values = values.unsqueeze(_single_dim(dim, self.dim()) + 1)
+    return values.squeeze(0) if scalar_q else values
+
+
+def _quantile_samples(make):
+    return [Sample(make(3, 5), 0.3), Sample(make(3, 5), make(2, low=0, high=1), 1),
+            Sample(make(2, 3, 4), 0.75, -1, True), Sample(make(4, 3), 0.4, 0,
+                                                           interpolation="lower"),
+            Sample(make(4, 3), make(3, low=0, high=1), 1, interpolation="higher"),
+            Sample(make(7), 0.5, interpolation="midpoint"),
+            Sample(make(2, 5), 0.375, 1, True, interpolation="nearest"),
+            Sample(make(2, 3), 0.6, keepdim=True), Sample(make(2, 3, dtype=float32), 0.25, 0)]
+
+
+def _nanquantile_samples(make):
+    with_nans = make(3, 5)
+    with_nans._array()[0, 1] = with_nans._array()[2, 0] = with_nans._array()[2, 3] = np.nan
+    return _quantile_samples(make) + [Sample(with_nans, 0.5, 1), Sample(with_nans, 0.3)]
+
+
+_QUANTILE_OUT = "quantile() out tensor must be same dtype as the input tensor"
+
+
+@op(kind="composite", samples=_quantile_samples)
+def quantile(self, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """The ``q``-th quantiles over ``dim`` (of all elements when None), NaN for a slice
+    with NaN; ``q`` a number in [0, 1] or a 1-D tensor of them (its dim first)."""
+    result = _quantile("quantile", self, q, dim, keepdim, interpolation, ignore_nan=False)
+    return result if out is None else _into(out, result, _QUANTILE_OUT)
+
+
+@op(kind="composite", samples=_nanquantile_samples)
+def nanquantile(self, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """``quantile`` of the values that are not NaN (NaN for a slice of NaN only)."""
+    # (PyTorch's messages name quantile() for both)
+    result = _quantile("quantile", self, q, dim, keepdim, interpolation, ignore_nan=True)
+    return result if out is None else _into(out, result, _QUANTILE_OUT)
+
+
+def _into(out, result, message=None, cast=False):
+    """``result`` written into ``out`` by the rules of ``out=`` (resized, refused when
+    autograd would record; ``mul`` by 1 keeps every value).  An ``out`` of another dtype
+    takes the result cast when ``cast``, else is refused with ``message`` (by default the
+    message of PyTorch's reductions)."""
+    if out._dtype is not result._dtype and not cast:
+        raise RuntimeError(message or f"Expected out tensor to have dtype "
+                           f"{info(result._dtype).cpp_name}, but got "
+                           f"{info(out._dtype).cpp_name} instead")
+    return mul(result, 1, out=out)
+
+
+def _histc_samples(make):
+    return [Sample(make(2, 12)), Sample(make(3, 10), 4), Sample(make(2, 6), 5, -0.5, 0.5),
+            Sample(make(2, 4, dtype=float32), 3, 0, 1), Sample(make(1, 5).expand(3, 5), 2)]
+
+
+@op(method=False, function=False, differentiable=False, samples=_histc_samples)
+def _histc_rows(self, bins=100, min=0, max=0):
+    """``histc`` of each row of the 2-D ``self`` (rows: what vmap stacks), each row over its
+    own range when ``min == max == 0``."""
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(f"\"histogram_cpu\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
+                           f"dimension 0")
+    rows = self._array()
+    xp = array_module(rows)
+    dt = rows.dtype.type
+    zeros = xp.zeros((rows.shape[0], 1), dtype=rows.dtype)
+    lows, highs = zeros + dt(min), zeros + dt(max)
+    if min == max and rows.shape[1]:
+        lows, highs = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
+    for low, high in zip(lows[:, 0].tolist(), highs[:, 0].tolist()):
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise RuntimeError(f"torch.histc: range of [{low:g}, {high:g}] is not finite")
+    same = lows == highs
+    lows, highs = np.where(same, lows - 1, lows), np.where(same, highs + 1, highs)
+    if (lows > highs).any():
+        raise RuntimeError("torch.histc: max must be larger than min")
+    with np.errstate(invalid="ignore"):
+        # PyTorch's position, in the input's dtype: (x - low) * bins / (high - low)
+        position = ((rows - lows) * bins / (highs - lows))
+        inside = (rows >= lows) & (rows <= highs)
+    index = np.minimum(np.where(inside, position, 0).astype(np.int64), bins - 1)
+    flat = (index + bins * xp.arange(rows.shape[0])[:, None])[inside]
+    counts = np.bincount(flat, minlength=rows.shape[0] * bins)
+    return _fresh(counts.reshape(rows.shape[0], bins).astype(rows.dtype), self._dtype)
+
+
+@_histc_rows.def_batch_rule
+def _histc_rows(op, level, args, kwargs):
+    """The batch's rows are more rows."""
+    bound = op.bind(args, kwargs)
+    self = bound.pop("self")
+    rows = to_front(self._value, self._bdim)
+    size = rows.shape[0]
+    result = call(op, (rows.reshape((-1,) + tuple(rows.shape[2:])),), bound)
+    return wrap(result.reshape((size, -1) + tuple(result.shape[1:])), 0, level)
+
+
+@op(kind="composite", samples=lambda make: [Sample(s.args[0][0], *s.args[1:])
+                                            for s in _histc_samples(make)])
+def histc(self, bins=100, min=0, max=0, *, out=None):
+    """A histogram of ``bins`` equal bins over [min, max] (the data's range when both are
+    0); values outside the range, and NaN, are not counted."""
+    result = _histc_rows(self.reshape(1, -1), bins, min, max).reshape(bins)
+    if out is None:
+        return result
+    return _into(out, result, f"torch.histogram: input tensor and hist tensor should have the "
+                              f"same dtype, but got input {info(self._dtype).cpp_name} and "
+                              f"hist {info(out._dtype).cpp_name}")
+
+
+__all__ += ["nansum", "nanmean", "aminmax", "ReturnAminmax", "var_mean", "std_mean",
+            "logcumsumexp", "quantile", "nanquantile", "histc"]

@@ -13,11 +13,12 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import int32, int64
+from microtensor._C.tensor import bool_, float32, float64, int32, int64
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import array_module, dims_of, is_floating_array, new_result
+from microtensor.ops.loops import (_type_name, array_module, dims_of, is_floating_array,
+                                   new_result)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
-                                       _check_reducible, _fresh, _integer_to_int64)
+                                       _check_reducible, _fresh, _integer_to_int64, _into)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
@@ -684,3 +685,117 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 
 
 unique_consecutive.def_batch_rule(dynamic_shape_batch_rule)
+# --------------------------------------------------------------------------- nanmedian, bincount
+
+ReturnNanmedian = _return_type("nanmedian")
+
+
+def _nan_median_positions(sorted_rows, axis):
+    """Along ``axis`` of rows sorted with NaN last: the position of the lower median of the
+    values that are not NaN (0 in a row of NaN only, which then gives NaN)."""
+    if not is_floating_array(sorted_rows):
+        return (sorted_rows.shape[axis] - 1) // 2
+    count = np.sum(~np.isnan(sorted_rows), axis=axis, keepdims=True)
+    return np.maximum((count - 1) // 2, 0)
+
+
+def _nanmedian_samples(make):
+    # (a row of NaN only: PyTorch's index there is whichever NaN its partial sort leaves
+    # in the middle, ours the first)
+    nan = float("nan")
+    with_nans = tensor([[1.0, nan, 3.0, -2.0], [nan, 4.0, nan, nan], [0.5, 2.0, -1.0, nan]])
+    return [Sample(_distinct(make, 3, 4), 1), Sample(_distinct(make, 2, 3, 4), -2, True),
+            Sample(_distinct(make), 0), Sample(with_nans, 1), Sample(with_nans, 0),
+            Sample(tensor([[3, 1, 2], [1, 1, 5]]), 1)]
+
+
+@op(family="reduction", method=False, function=False, samples=_nanmedian_samples)
+def _nanmedian(self, dim, keepdim=False):
+    _check_reducible("median", self, dim)      # PyTorch's message names median()
+    arr, axis = _along(self, dim)
+    order = np.argsort(arr, axis=axis, kind="stable")     # NaN last
+    ordered = np.take_along_axis(arr, order, axis=axis)
+    k = _nan_median_positions(ordered, axis)
+    positions = array_module(arr).zeros(ordered.shape[:axis] + (1,) + ordered.shape[axis + 1:],
+                                        dtype=np.int64) + k
+    chosen = np.take_along_axis(order, positions, axis=axis)
+    return _values_indices(self, arr, axis, chosen, keepdim)
+
+
+_nanmedian.def_derivative("self")(_selected_derivative)
+
+
+@op(family="reduction", method=False, function=False,
+    samples=lambda make: [Sample(s.args[0]) for s in _nanmedian_samples(make)[2:5]] +
+    [Sample(make(0))])
+def _nanmedian_all(self, dim=None, keepdim=False):
+    """The lower median of the values that are not NaN over ``dim`` (every dim when None):
+    ``nanmedian(input)``, and what vmap makes of it; NaN when there are none."""
+    arr = self._array()
+    dims = dims_of(dim, arr.ndim)
+    kept = [d for d in range(arr.ndim) if d not in dims]
+    rows = np.transpose(arr, kept + list(dims)).reshape([arr.shape[d] for d in kept] + [-1])
+    xp = array_module(arr)
+    if rows.shape[-1] == 0:
+        values = xp.zeros(rows.shape[:-1], dtype=rows.dtype) + np.nan
+    else:
+        ordered = np.sort(rows, axis=-1)
+        positions = xp.zeros(ordered.shape[:-1] + (1,), dtype=np.int64) + \
+            _nan_median_positions(ordered, -1)
+        values = np.take_along_axis(ordered, positions, axis=-1)[..., 0]
+    if keepdim:
+        values = np.expand_dims(values, dims)
+    return _fresh(values, self._dtype)
+
+
+# as median: the gradient shared evenly by the elements equal to the result
+_nanmedian_all.def_derivative("self")(_evenly_to_extrema)
+
+
+@op(kind="composite", samples=lambda make: _nanmedian_samples(make) + [Sample(make(0))])
+def nanmedian(self, dim=None, keepdim=False, *, out=None):
+    """``median`` ignoring NaN: of all elements, or ``(values, indices)`` along ``dim``."""
+    if dim is None:
+        if out is not None:
+            raise TypeError("nanmedian() missing 1 required positional arguments: \"dim\"")
+        return _nanmedian_all(self)
+    result = _nanmedian(self, dim, keepdim)
+    if out is None:
+        return ReturnNanmedian(*result)
+    return ReturnNanmedian(
+        _into(out[0], result[0], f"Expected tensor for 'values' to have the same type as "
+                                 f"tensor for argument #2 'self'; but type "
+                                 f"torch.{_type_name(out[0]._dtype)}Tensor does not equal "
+                                 f"torch.{_type_name(self._dtype)}Tensor (while checking "
+                                 f"arguments for median)"),
+        _into(out[1], result[1]))
+
+
+def _bincount_samples(make):
+    counts = tensor([1, 4, 1, 0, 6, 4])
+    return [Sample(counts), Sample(counts, make(6)), Sample(counts, minlength=9),
+            Sample(counts, make(6, dtype=int64), 3), Sample(tensor([], dtype=int64))]
+
+
+@op(differentiable=False, samples=_bincount_samples)
+def bincount(self, weights=None, minlength=0):
+    """How often each value 0, 1, ... occurs in the 1-D non-negative integer ``self``
+    (summing ``weights`` instead of counting when given), at least ``minlength`` long."""
+    if self._dtype.is_floating_point or self._dtype is bool_:
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    values = self._array()
+    if self.dim() != 1 or (self._numel and values.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is None:
+        return _fresh(np.bincount(values, minlength=minlength).astype(np.int64), int64)
+    if weights.dim() != 1 or weights._numel != self._numel:
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    dtype = float32 if weights._dtype is float32 else float64   # PyTorch's two outputs
+    return _fresh(np.bincount(values, weights._array().astype(np.float64),
+                              minlength=minlength).astype(dtype.np), dtype)
+
+
+bincount.def_batch_rule(dynamic_shape_batch_rule)
