@@ -290,3 +290,19 @@ def test_channels_last_max_pool2d_as_torch(geometry, dtype):
         got[0].backward(mt.tensor(weights).contiguous(memory_format=mt.channels_last))
         assert mx.grad.stride() == tx.grad.stride()
         np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("pool,args", [("max_pool2d", (2,)), ("max_pool3d", (2,)),
+                                       ("avg_pool2d", (2,)), ("avg_pool3d", (2,)),
+                                       ("adaptive_max_pool2d", (2,)),
+                                       ("fractional_max_pool2d", (2,))])
+def test_pooling_nodes_are_named_as_pytorch_names_them(pool, args):
+    """PyTorch capitalises the dimension count: ``MaxPool2DWithIndicesBackward0``."""
+    names = []
+    for lib, functional in ((mt, F), (torch, TF)):
+        shape = (1, 2, 4, 4, 4) if pool.endswith("3d") else (1, 2, 4, 4)
+        x = lib.ones(shape, dtype=lib.float64, requires_grad=True)
+        kwargs = {"output_size": 2} if pool.startswith("fractional") else {}
+        out = getattr(functional, pool)(x, *args, **kwargs)
+        names.append(type(out.grad_fn).__name__ if lib is torch else out.grad_fn.name())
+    assert names[0] == names[1]

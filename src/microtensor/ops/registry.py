@@ -55,7 +55,10 @@ _METADATA = {
 
 
 def _camel(name):
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name.strip("_")))
+    """``max_pool2d_with_indices`` -> ``MaxPool2DWithIndices``: PyTorch's node names
+    capitalise the ``d`` of a dimension count."""
+    camel = "".join(part[:1].upper() + part[1:] for part in re.split(r"_+", name.strip("_")))
+    return re.sub(r"(?<=\d)d(?=[A-Z]|$)", "D", camel)
 
 
 class Sample:
