@@ -245,7 +245,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if use_input_stats:
         _check_batch_statistics(input, math.prod(shape[2:]), "spatial element")
     n, c = shape[0], shape[1]
-    folded = input.reshape((1, n * c) + shape[2:])
+    folded = input.contiguous().view((1, n * c) + shape[2:])   # as PyTorch: contiguous out
     repeated = [None if t is None else t.repeat(n) for t in (running_mean, running_var)]
     out = _op("batch_norm", folded, None, None, repeated[0], repeated[1], use_input_stats,
               momentum, eps).reshape(shape)

@@ -8,8 +8,9 @@ sees views of microtensor storages, so results and in-place writes land where th
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import (TensorBase, bool_, cpu, empty_strided_unchecked, float32,
-                                   from_array, get_default_dtype, pointwise_fast, compute_numpy)
+from microtensor._C.tensor import (Storage, TensorBase, bool_, cpu, empty_strided_unchecked,
+                                   float32, from_array, get_default_dtype, pointwise_fast,
+                                   compute_numpy, dtype_from_numpy, wrap_storage)
 from microtensor._dtype import can_cast, result_type, wrap_scalar, info
 from microtensor.backends import cuda
 from microtensor.backends import meta as meta_backend
@@ -228,14 +229,52 @@ def reduced_shape(shape, dims, keepdim):
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
-def from_numpy_result(arr, dtype=None):
-    """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it."""
+def from_numpy_result(arr, dtype=None, memory_format=None):
+    """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it:
+    contiguous, or strided as ``empty_in_format`` lays ``memory_format`` out (zero-copy
+    when the array already lies so, as NumPy's element-wise results over a view of an
+    input in that format do)."""
     if type(arr) is not np.ndarray and cuda.is_device_array(arr):
-        return cuda.from_result(arr, dtype)
+        out = cuda.from_result(arr, dtype)
+        return out if memory_format is None else out.clone(memory_format=memory_format)
+    if memory_format is not None and memory_format is not meta.contiguous_format:
+        return _in_format(arr, dtype, memory_format)
     arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
     if arr.base is not None or not arr.flags.c_contiguous:
         arr = np.array(arr, order="C")
     return from_array(arr)
+
+
+def memory_format_of(t):
+    """PyTorch's ``suggest_memory_format()``: channels_last(_3d) when ``t``'s strides look
+    like it (ambiguous size-1 dims included), else contiguous_format."""
+    return meta.suggest_memory_format(t._sizes, t._strides)
+
+
+def empty_in_format(sizes, memory_format, dtype, device=cpu):
+    """A fresh tensor strided as ``empty(sizes, memory_format=...)``: how PyTorch allocates
+    the results of normalisation, pooling, upsampling and padding, in the input's
+    ``memory_format_of``.  Unlike ``contiguous(memory_format=)``, which keeps a tensor that
+    already qualifies, this gives the size-1 dims the format's own strides too."""
+    sizes = tuple(sizes)
+    return empty_strided_unchecked(sizes, meta.strides_for_format(sizes, memory_format),
+                                   dtype, device)
+
+
+def _in_format(arr, dtype, memory_format):
+    sizes = tuple(np.shape(arr))
+    strides = meta.strides_for_format(sizes, memory_format)
+    if dtype is None:
+        dtype = dtype_from_numpy(arr.dtype)
+    if type(arr) is np.ndarray and arr.base is None and arr.dtype == dtype.np and all(
+            n == 1 or s == t * arr.itemsize for n, s, t in zip(sizes, arr.strides, strides)):
+        # a fresh block already in the format's order: adopt its memory
+        flat = np.lib.stride_tricks.as_strided(arr, (arr.size,), (arr.itemsize,))
+        return wrap_storage(Storage(flat, cpu), sizes, strides, 0, dtype)
+    out = empty_strided_unchecked(sizes, strides, dtype)
+    if out._numel:
+        out._array()[...] = arr
+    return out
 
 
 def reduce(np_reduction, self, dim, keepdim, dtype, *, round_each_step=False, **np_kwargs):

@@ -1,0 +1,109 @@
+"""Result strides (memory format) of layer ops against PyTorch: normalisation, pooling,
+upsampling, padding, unfold, masked_fill and scalar arithmetic on channels_last(_3d)
+inputs, the ambiguous shapes (C=1, H=W=1, N=1) included, and on contiguous ones.  Each
+case compares sizes, strides and values with torch's, and, for the layouts whose strides
+are not ambiguous, the input gradient's strides and values too."""
+import numpy as np
+import pytest
+
+import microtensor as mt
+
+torch = pytest.importorskip("torch", reason="PyTorch is the oracle of the strides")
+
+
+def F(lib):
+    return lib.nn.functional
+
+
+def spatial(x):
+    return x.dim() - 2
+
+
+def by_rank(lib, x, name):
+    """``F.<name>2d`` for a 4-D ``x``, ``F.<name>3d`` for a 5-D one."""
+    return getattr(F(lib), f"{name}{spatial(x)}d")
+
+
+def ones(lib, x):
+    return lib.ones(x.shape[1], dtype=x.dtype)
+
+
+def bn_module(lib, x, training):
+    module = getattr(lib.nn, f"BatchNorm{spatial(x)}d")(x.shape[1]).to(x.dtype)
+    return module.train(training)(x)
+
+
+CASES = {
+    "batch_norm": lambda lib, x: F(lib).batch_norm(x, None, None, training=True),
+    "batch_norm_affine": lambda lib, x: F(lib).batch_norm(
+        x, None, None, ones(lib, x), ones(lib, x) / 2, training=True),
+    "batch_norm_eval": lambda lib, x: F(lib).batch_norm(
+        x, ones(lib, x) / 4, ones(lib, x) * 2, ones(lib, x) * 3, ones(lib, x)),
+    "batch_norm_eval_plain": lambda lib, x: F(lib).batch_norm(
+        x, ones(lib, x) / 4, ones(lib, x) * 2),
+    "BatchNorm_train": lambda lib, x: bn_module(lib, x, True),
+    "BatchNorm_eval": lambda lib, x: bn_module(lib, x, False),
+    "group_norm": lambda lib, x: F(lib).group_norm(x, 1, ones(lib, x) * 2, ones(lib, x)),
+    "instance_norm": lambda lib, x: F(lib).instance_norm(x),
+    "layer_norm": lambda lib, x: F(lib).layer_norm(x, x.shape[-1:]),
+}
+
+
+def make_input(shape, layout):
+    """The same float64 values for torch and microtensor, laid out in ``layout``."""
+    values = np.random.default_rng(sum(shape)).standard_normal(shape)
+    fmt = {"cl": "channels_last", "cl3d": "channels_last_3d", "contiguous": "contiguous_format"}
+    pair = []
+    for lib in (torch, mt):
+        t = lib.tensor(values).to(memory_format=getattr(lib, fmt[layout]))
+        pair.append(t)
+    assert pair[0].stride() == pair[1].stride()
+    return pair
+
+
+# (shape, layout, whether the strides are unambiguous: then the gradient is compared too)
+LAYOUTS = [((2, 3, 4, 4), "cl", True), ((1, 3, 4, 4), "cl", True), ((2, 1, 4, 4), "cl", False),
+           ((2, 3, 1, 4), "cl", False), ((2, 3, 4, 1), "cl", False), ((2, 3, 1, 1), "cl", False),
+           ((2, 3, 4, 4), "contiguous", True), ((2, 3, 2, 4, 4), "cl3d", True),
+           ((2, 1, 2, 4, 4), "cl3d", False), ((2, 3, 1, 1, 1), "cl3d", False),
+           ((2, 3, 2, 4, 4), "contiguous", True)]
+
+
+def as_numpy(t):
+    return t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t.detach())
+
+
+def check_same(expected, actual, what):
+    assert tuple(actual.shape) == tuple(expected.shape), what
+    assert actual.stride() == expected.stride(), what
+    np.testing.assert_allclose(as_numpy(actual), as_numpy(expected), rtol=1e-7, atol=1e-9,
+                               err_msg=what)
+
+
+def run_case(fn, shape, layout, unambiguous, with_grad=True):
+    outputs, grads = [], []
+    for lib, x in zip((torch, mt), make_input(shape, layout)):
+        x.requires_grad_(with_grad)
+        try:
+            y = fn(lib, x)
+        except Exception as e:       # the same refusal on both sides
+            outputs.append(type(e))
+            continue
+        outputs.append(y)
+        if with_grad and unambiguous:
+            weights = lib.tensor(np.arange(y.numel(), dtype=np.float64).reshape(y.shape) % 7)
+            (y * weights).sum().backward()
+            grads.append(x.grad)
+    if isinstance(outputs[0], type):
+        assert outputs[1] is outputs[0]
+        return
+    what = f"{shape} {layout}"
+    check_same(outputs[0], outputs[1], what)
+    if grads:
+        check_same(grads[0], grads[1], what + " input gradient")
+
+
+@pytest.mark.parametrize("shape,layout,unambiguous", LAYOUTS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_normalization_layout(name, shape, layout, unambiguous):
+    run_case(CASES[name], shape, layout, unambiguous)
