@@ -33,7 +33,7 @@ def bn_module(lib, x, training):
     return module.train(training)(x)
 
 
-CASES = {
+NORM_CASES = {
     "batch_norm": lambda lib, x: F(lib).batch_norm(x, None, None, training=True),
     "batch_norm_affine": lambda lib, x: F(lib).batch_norm(
         x, None, None, ones(lib, x), ones(lib, x) / 2, training=True),
@@ -46,6 +46,38 @@ CASES = {
     "group_norm": lambda lib, x: F(lib).group_norm(x, 1, ones(lib, x) * 2, ones(lib, x)),
     "instance_norm": lambda lib, x: F(lib).instance_norm(x),
     "layer_norm": lambda lib, x: F(lib).layer_norm(x, x.shape[-1:]),
+}
+
+
+def pool_kernel(x):
+    return (1,) * (spatial(x) - 1) + (2,)
+
+
+def interp(mode, **options):
+    return lambda lib, x: F(lib).interpolate(x, mode=mode, **options)
+
+
+# each case with the ranks of the inputs it takes
+LAYER_CASES = {
+    "max_pool": (lambda lib, x: by_rank(lib, x, "max_pool")(x, pool_kernel(x)), (4, 5)),
+    "max_pool_indices": (lambda lib, x: by_rank(lib, x, "max_pool")(
+        x, pool_kernel(x), return_indices=True)[1], (4, 5)),
+    "avg_pool": (lambda lib, x: by_rank(lib, x, "avg_pool")(x, pool_kernel(x)), (4, 5)),
+    "adaptive_avg_pool_1": (lambda lib, x: F(lib).adaptive_avg_pool2d(x, 1), (4,)),
+    "adaptive_avg_pool_2": (lambda lib, x: F(lib).adaptive_avg_pool2d(x, 2), (4,)),
+    "adaptive_max_pool_1": (lambda lib, x: F(lib).adaptive_max_pool2d(x, 1), (4,)),
+    "adaptive_max_pool_2": (lambda lib, x: F(lib).adaptive_max_pool2d(x, (2, 3)), (4,)),
+    "nearest": (interp("nearest", scale_factor=2), (4, 5)),
+    "nearest_same_size": (lambda lib, x: F(lib).interpolate(x, size=x.shape[2:]), (4, 5)),
+    "nearest-exact": (interp("nearest-exact", scale_factor=2), (4, 5)),
+    "bilinear": (interp("bilinear", scale_factor=2), (4,)),
+    "bilinear_corners": (interp("bilinear", size=(3, 5), align_corners=True), (4,)),
+    "bicubic": (interp("bicubic", scale_factor=2), (4,)),
+    "trilinear": (interp("trilinear", scale_factor=2), (5,)),
+    "area_1": (lambda lib, x: F(lib).interpolate(x, size=(1,) * spatial(x), mode="area"),
+               (4, 5)),
+    "area_2": (lambda lib, x: F(lib).interpolate(x, size=(2,) * spatial(x), mode="area"),
+               (4, 5)),
 }
 
 
@@ -90,7 +122,7 @@ def run_case(fn, shape, layout, unambiguous, with_grad=True):
             outputs.append(type(e))
             continue
         outputs.append(y)
-        if with_grad and unambiguous:
+        if with_grad and unambiguous and y.dtype == lib.float64:
             weights = lib.tensor(np.arange(y.numel(), dtype=np.float64).reshape(y.shape) % 7)
             (y * weights).sum().backward()
             grads.append(x.grad)
@@ -104,6 +136,13 @@ def run_case(fn, shape, layout, unambiguous, with_grad=True):
 
 
 @pytest.mark.parametrize("shape,layout,unambiguous", LAYOUTS)
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(NORM_CASES))
 def test_normalization_layout(name, shape, layout, unambiguous):
-    run_case(CASES[name], shape, layout, unambiguous)
+    run_case(NORM_CASES[name], shape, layout, unambiguous)
+
+
+@pytest.mark.parametrize("name,shape,layout,unambiguous", [
+    (name, *layout) for name, (_, ranks) in sorted(LAYER_CASES.items())
+    for layout in LAYOUTS if len(layout[0]) in ranks])
+def test_pooling_and_upsampling_layout(name, shape, layout, unambiguous):
+    run_case(LAYER_CASES[name][0], shape, layout, unambiguous)

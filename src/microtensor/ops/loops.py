@@ -261,14 +261,24 @@ def empty_in_format(sizes, memory_format, dtype, device=cpu):
                                    dtype, device)
 
 
+def in_format(t, memory_format):
+    """``t`` when it is strided as ``empty_in_format`` lays ``memory_format`` out, else a
+    copy that is (``clone``: differentiable, for composites)."""
+    if t._strides == meta.strides_for_format(t._sizes, memory_format):
+        return t
+    return t.clone(memory_format=memory_format)
+
+
 def _in_format(arr, dtype, memory_format):
     sizes = tuple(np.shape(arr))
     strides = meta.strides_for_format(sizes, memory_format)
     if dtype is None:
         dtype = dtype_from_numpy(arr.dtype)
-    if type(arr) is np.ndarray and arr.base is None and arr.dtype == dtype.np and all(
-            n == 1 or s == t * arr.itemsize for n, s, t in zip(sizes, arr.strides, strides)):
-        # a fresh block already in the format's order: adopt its memory
+    owner = arr if type(arr) is not np.ndarray or arr.base is None else arr.base
+    if type(owner) is np.ndarray and owner.flags.owndata and owner.nbytes == arr.nbytes and \
+            arr.dtype == dtype.np and all(n == 1 or s == t * arr.itemsize
+                                          for n, s, t in zip(sizes, arr.strides, strides)):
+        # all of a fresh block, already in the format's order: adopt its memory
         flat = np.lib.stride_tricks.as_strided(arr, (arr.size,), (arr.itemsize,))
         return wrap_storage(Storage(flat, cpu), sizes, strides, 0, dtype)
     out = empty_strided_unchecked(sizes, strides, dtype)

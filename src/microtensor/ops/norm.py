@@ -15,7 +15,7 @@ from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import compute_numpy, is_grad_enabled
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
-from microtensor.ops.loops import _type_name, from_numpy_result, memory_format_of
+from microtensor.ops.loops import _type_name, from_numpy_result, in_format, memory_format_of
 from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
@@ -464,8 +464,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable
         out = out * channel_view(weight, len(shape))
     if bias is not None:
         out = out + channel_view(bias, len(shape))
-    fmt = memory_format_of(input)    # PyTorch's result: in the input's suggested format
-    return out if fmt is contiguous_format else out.clone(memory_format=fmt)
+    return in_format(out, memory_format_of(input))   # PyTorch's layout of the result
 
 
 def _rms_norm_samples(make):
