@@ -58,7 +58,7 @@ def interp(mode, **options):
 
 
 # each case with the ranks of the inputs it takes
-LAYER_CASES = {
+LAYER_CASES = {     # pooling, upsampling, padding, unfold
     "max_pool": (lambda lib, x: by_rank(lib, x, "max_pool")(x, pool_kernel(x)), (4, 5)),
     "max_pool_indices": (lambda lib, x: by_rank(lib, x, "max_pool")(
         x, pool_kernel(x), return_indices=True)[1], (4, 5)),
@@ -78,6 +78,19 @@ LAYER_CASES = {
                (4, 5)),
     "area_2": (lambda lib, x: F(lib).interpolate(x, size=(2,) * spatial(x), mode="area"),
                (4, 5)),
+    "pad_constant": (lambda lib, x: F(lib).pad(x, (1, 2) * spatial(x), value=0.5), (4, 5)),
+    "pad_zero": (lambda lib, x: F(lib).pad(x, (0, 0) * spatial(x)), (4, 5)),
+    "pad_crop": (lambda lib, x: F(lib).pad(x, (0, -1) + (1, 0) * (spatial(x) - 1)),
+                 (4, 5)),
+    "pad_crop_only": (lambda lib, x: F(lib).pad(x, (-1, 0)), (4, 5)),
+    "pad_reflect": (lambda lib, x: F(lib).pad(x, (1, 0) * spatial(x), mode="reflect"),
+                    (4, 5)),
+    "pad_replicate": (lambda lib, x: F(lib).pad(x, (1, 2) * spatial(x), mode="replicate"),
+                      (4, 5)),
+    "pad_circular": (lambda lib, x: F(lib).pad(x, (1, 0) * spatial(x), mode="circular"),
+                     (4, 5)),
+    "unfold": (lambda lib, x: F(lib).unfold(x, (1, 1)), (4,)),
+    "unfold_blocks": (lambda lib, x: F(lib).unfold(x, (1, 2), padding=(0, 1)), (4,)),
 }
 
 
@@ -144,5 +157,5 @@ def test_normalization_layout(name, shape, layout, unambiguous):
 @pytest.mark.parametrize("name,shape,layout,unambiguous", [
     (name, *layout) for name, (_, ranks) in sorted(LAYER_CASES.items())
     for layout in LAYOUTS if len(layout[0]) in ranks])
-def test_pooling_and_upsampling_layout(name, shape, layout, unambiguous):
+def test_layer_layout(name, shape, layout, unambiguous):
     run_case(LAYER_CASES[name][0], shape, layout, unambiguous)

@@ -3,7 +3,9 @@ differentiable and vmappable without further work)."""
 import math
 
 from microtensor._C.dispatch import call as _call
+from microtensor._C.meta import contiguous_format
 from microtensor.ops.dispatch import call_by_name as _op
+from microtensor.ops.loops import in_format
 from microtensor.ops.registry import REGISTRY
 
 _LINEAR = REGISTRY["linear"]   # called on every layer: no lookup by name
@@ -474,7 +476,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     blocks = _conv.convolution(input, _block_selector(input, channels, kernel_size), None,
                                _pair(stride, "stride"), _pair(padding, "padding"),
                                _pair(dilation, "dilation"), False, (0, 0), channels)
-    out = blocks.reshape(tuple(blocks.shape[:2]) + (-1,))
+    # contiguous, as PyTorch's (a channels_last input's convolution is not)
+    out = in_format(blocks.reshape(tuple(blocks.shape[:2]) + (-1,)), contiguous_format)
     return out.squeeze(0) if unbatched else out
 
 
