@@ -11,6 +11,15 @@ import microtensor as mt
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of the strides")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny inputs: torch's thread start-ups would dominate on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def F(lib):
     return lib.nn.functional
 
@@ -93,6 +102,32 @@ LAYER_CASES = {     # pooling, upsampling, padding, unfold
     "unfold_blocks": (lambda lib, x: F(lib).unfold(x, (1, 2), padding=(0, 1)), (4,)),
 }
 
+# pointwise ops with a Python number: PyTorch's binary ops take it as a 0-d operand (the
+# result follows the input's strides, size-1 dims included), ops with a number parameter
+# (pow, clamp) and ``number / tensor`` (a reciprocal) do not; masked_fill is contiguous
+SCALAR_CASES = {
+    "add": lambda lib, x: x + 1,
+    "radd": lambda lib, x: 1.5 + x,
+    "rsub": lambda lib, x: 1 - x,
+    "mul": lambda lib, x: x * 2.0,
+    "div": lambda lib, x: x / 2,
+    "rdiv": lambda lib, x: 2 / (x.abs() + 1),
+    "add_method": lambda lib, x: x.add(1),
+    "floor_divide": lambda lib, x: lib.div(x, 2, rounding_mode="floor"),
+    "remainder": lambda lib, x: x % 2,
+    "gt": lambda lib, x: x > 0.5,
+    "where": lambda lib, x: lib.where(x > 0.5, x, 0.0),
+    "where_first": lambda lib, x: lib.where(x > 0.5, 1.0, x),
+    "bool_add": lambda lib, x: (x > 0.5) + 1,
+    "int_and": lambda lib, x: (x * 10).to(lib.int32) & 3,
+    "pow": lambda lib, x: x ** 2,
+    "clamp": lambda lib, x: x.clamp(-0.5, 0.5),
+    "masked_fill": lambda lib, x: x.masked_fill(x > 0.5, 0.0),
+    "masked_fill_broadcast": lambda lib, x: x.masked_fill(
+        lib.tensor([True, False] * (x.shape[-1] // 2) + [True] * (x.shape[-1] % 2)), 2.0),
+    "masked_fill_": lambda lib, x: x.clone().masked_fill_(x > 0.5, 0.0),
+}
+
 
 def make_input(shape, layout):
     """The same float64 values for torch and microtensor, laid out in ``layout``."""
@@ -148,14 +183,22 @@ def run_case(fn, shape, layout, unambiguous, with_grad=True):
         check_same(grads[0], grads[1], what + " input gradient")
 
 
-@pytest.mark.parametrize("shape,layout,unambiguous", LAYOUTS)
+def run_layouts(fn, ranks=(4, 5)):
+    for shape, layout, unambiguous in LAYOUTS:
+        if len(shape) in ranks:
+            run_case(fn, shape, layout, unambiguous)
+
+
 @pytest.mark.parametrize("name", sorted(NORM_CASES))
-def test_normalization_layout(name, shape, layout, unambiguous):
-    run_case(NORM_CASES[name], shape, layout, unambiguous)
+def test_normalization_layout(name):
+    run_layouts(NORM_CASES[name])
 
 
-@pytest.mark.parametrize("name,shape,layout,unambiguous", [
-    (name, *layout) for name, (_, ranks) in sorted(LAYER_CASES.items())
-    for layout in LAYOUTS if len(layout[0]) in ranks])
-def test_layer_layout(name, shape, layout, unambiguous):
-    run_case(LAYER_CASES[name][0], shape, layout, unambiguous)
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_layer_layout(name):
+    run_layouts(*LAYER_CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR_CASES))
+def test_scalar_pointwise_layout(name):
+    run_layouts(SCALAR_CASES[name])

@@ -72,12 +72,15 @@ def _has_dims(operands, dev):
     return any(isinstance(x, TensorBase) and x.device == dev and x._sizes for x in operands)
 
 
-def new_result(shape, dtype, operands=(), device=None):
-    """A fresh tensor for an elementwise result: strides follow the tensor operands."""
+def new_result(shape, dtype, operands=(), device=None, wrapped_numbers=False):
+    """A fresh tensor for an elementwise result: strides follow the tensor operands (and
+    the numbers among them as 0-d ones when ``wrapped_numbers``: see ``pointwise``)."""
     layouts = []           # a loop, not a comprehension: no frame of its own
     for t in operands:
         if isinstance(t, TensorBase):
             layouts.append((t._sizes, t._strides))
+        elif wrapped_numbers:
+            layouts.append(((), ()))
     strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
         meta.contiguous_strides(shape)
     return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
@@ -182,14 +185,17 @@ def float_dtype(dt):
     return dt if dt.is_floating_point else get_default_dtype()
 
 
-def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
+def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None,
+              wrapped_numbers=False):
     """Apply ``ufunc`` elementwise with broadcasting and PyTorch's type promotion.
 
     ``dtype`` is the result dtype (default: promotion of the operands); ``compute_dtype``
     the dtype NumPy computes in (default: ``dtype``; comparisons pass the promoted type).
+    ``wrapped_numbers``: Python numbers count as 0-d operands in the result's layout, as
+    in PyTorch's binary ops (see ``pointwise_fast``).
     """
     if out is None:
-        result = pointwise_fast(ufunc, operands, dtype, compute_dtype)
+        result = pointwise_fast(ufunc, operands, dtype, compute_dtype, wrapped_numbers)
         if result is not None:
             return result
     promoted = result_type(*operands)
@@ -199,7 +205,7 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     shape = meta.broadcast_shapes(*[x._sizes for x in operands if isinstance(x, TensorBase)])
     dev = device_of(*operands)
     if out is None:
-        out = new_result(shape, dtype, operands)
+        out = new_result(shape, dtype, operands, wrapped_numbers=wrapped_numbers)
     else:
         check_out(out, shape, dtype)
         check_writable(out, operands)
