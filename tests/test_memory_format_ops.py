@@ -67,7 +67,7 @@ def interp(mode, **options):
 
 
 # each case with the ranks of the inputs it takes
-LAYER_CASES = {     # pooling, upsampling, padding, unfold
+LAYER_CASES = {     # pooling, upsampling, padding, unfold, pixel (un)shuffle
     "max_pool": (lambda lib, x: by_rank(lib, x, "max_pool")(x, pool_kernel(x)), (4, 5)),
     "max_pool_indices": (lambda lib, x: by_rank(lib, x, "max_pool")(
         x, pool_kernel(x), return_indices=True)[1], (4, 5)),
@@ -100,6 +100,10 @@ LAYER_CASES = {     # pooling, upsampling, padding, unfold
                      (4, 5)),
     "unfold": (lambda lib, x: F(lib).unfold(x, (1, 1)), (4,)),
     "unfold_blocks": (lambda lib, x: F(lib).unfold(x, (1, 2), padding=(0, 1)), (4,)),
+    "pixel_shuffle": (lambda lib, x: F(lib).pixel_shuffle(lib.cat([x] * 4, 1), 2), (4,)),
+    "pixel_unshuffle": (lambda lib, x: F(lib).pixel_unshuffle(x, 2), (4,)),
+    "pixel_unshuffle_repeated": (lambda lib, x: F(lib).pixel_unshuffle(
+        x.repeat(1, 1, 2, 2), 2), (4,)),
 }
 
 # pointwise ops with a Python number: PyTorch's binary ops take it as a 0-d operand (the

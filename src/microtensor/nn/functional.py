@@ -5,7 +5,7 @@ import math
 from microtensor._C.dispatch import call as _call
 from microtensor._C.meta import contiguous_format
 from microtensor.ops.dispatch import call_by_name as _op
-from microtensor.ops.loops import in_format
+from microtensor.ops.loops import in_format, memory_format_of
 from microtensor.ops.registry import REGISTRY
 
 _LINEAR = REGISTRY["linear"]   # called on every layer: no lookup by name
@@ -543,7 +543,9 @@ def pixel_shuffle(input, upscale_factor):
     k = len(lead)
     out = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
     out = out.permute(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
-    return out.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+    # laid out as PyTorch allocates it: in the input's suggested memory format
+    return in_format(out.reshape(tuple(lead) + (c // (r * r), h * r, w * r)),
+                     memory_format_of(input))
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -564,7 +566,8 @@ def pixel_unshuffle(input, downscale_factor):
     k = len(lead)
     out = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     out = out.permute(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
-    return out.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+    return in_format(out.reshape(tuple(lead) + (c * r * r, h // r, w // r)),
+                     memory_format_of(input))
 
 
 # --------------------------------------------------------------------------- more losses
