@@ -242,8 +242,9 @@ def from_numpy_result(arr, dtype=None, memory_format=None):
     input in that format do)."""
     if type(arr) is not np.ndarray and cuda.is_device_array(arr):
         out = cuda.from_result(arr, dtype)
-        return out if memory_format is None else out.clone(memory_format=memory_format)
-    if memory_format is not None and memory_format is not meta.contiguous_format:
+        return out if memory_format in (None, meta.contiguous_format) else \
+            out.clone(memory_format=memory_format)
+    if memory_format not in (None, meta.contiguous_format):
         return _in_format(arr, dtype, memory_format)
     arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
     if arr.base is not None or not arr.flags.c_contiguous:

@@ -196,12 +196,13 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
+    fmt = pool_format(self, d)
     if d == 2 and nnkernels.supports(self._array()):
         # fresh arrays, stored channels last when the input is: wrapped as they lie
         values, indices = nnkernels.max_pool2d(self._array(), kernel, stride, padding, dilation,
                                                out)
-        return (from_numpy_result(values, self._dtype, pool_format(self, d)),
-                from_numpy_result(indices, int64, pool_format(self, d)))
+        return (from_numpy_result(values, self._dtype, fmt),
+                from_numpy_result(indices, int64, fmt))
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
     # narrow integers pool in int64, whose lowest value no element can tie with (a
@@ -223,7 +224,6 @@ def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mod
     starts = [(xp.arange(o) * s - p).reshape((o,) + (1,) * (d - 1 - i))
               for i, (o, s, p) in enumerate(zip(out, stride, padding))]
     indices = picked + _flat_indices(starts, sizes)
-    fmt = pool_format(self, d)
     return (from_numpy_result(values.reshape(lead + out), self._dtype, fmt),
             from_numpy_result(indices.reshape(lead + out), int64, fmt))
 
