@@ -220,3 +220,41 @@ def test_layer_layout(name):
 @pytest.mark.parametrize("name", sorted(SCALAR_CASES))
 def test_scalar_pointwise_layout(name):
     run_layouts(SCALAR_CASES[name])
+
+
+# ops whose backward allocates as PyTorch's does, so that PyTorch's leaf-gradient layout
+# contract (a gradient that has the leaf's strides on all but its size-1 dims is kept as
+# it is) gives the very same ``.grad`` strides on the ambiguous layouts
+LEAF_CASES = {
+    "relu": lambda lib, x: x.relu(),
+    "add": lambda lib, x: x + 1,
+    "mul": lambda lib, x: x * lib.tensor(2.0, dtype=x.dtype),
+    "softmax": lambda lib, x: x.softmax(1),
+    "layer_norm": NORM_CASES["layer_norm"],
+    "instance_norm": NORM_CASES["instance_norm"],
+    "pad": LAYER_CASES["pad_constant"][0],
+    "nearest": LAYER_CASES["nearest"][0],
+    "cat": lambda lib, x: lib.cat([x, x], 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEAF_CASES))
+def test_leaf_gradient_layout_contract(name):
+    for shape, layout, unambiguous in LAYOUTS:
+        if unambiguous:
+            continue
+        grads = []
+        for lib, x in zip((torch, mt), make_input(shape, layout)):
+            x.requires_grad_()
+            try:
+                y = LEAF_CASES[name](lib, x)
+            except Exception as e:     # the same refusal on both sides
+                grads.append(type(e))
+                continue
+            (y * lib.tensor(np.arange(y.numel(), dtype=np.float64).reshape(tuple(y.shape)))
+             ).sum().backward()
+            grads.append(x.grad)
+        if isinstance(grads[0], type):
+            assert grads[1] is grads[0]
+            continue
+        check_same(grads[0], grads[1], f"{name} {shape} {layout} .grad")
