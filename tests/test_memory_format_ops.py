@@ -235,6 +235,7 @@ LEAF_CASES = {
     "pad": LAYER_CASES["pad_constant"][0],
     "nearest": LAYER_CASES["nearest"][0],
     "cat": lambda lib, x: lib.cat([x, x], 1),
+    "masked_fill": SCALAR_CASES["masked_fill"],
 }
 
 

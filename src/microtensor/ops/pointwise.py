@@ -745,7 +745,7 @@ def masked_fill(self, mask, value, *, out=None):
 
 @masked_fill.def_derivative("self")
 def masked_fill(grad, mask):
-    return where(mask, grad.new_zeros(()), grad)
+    return grad.masked_fill(mask, 0)    # as PyTorch's: contiguous, like the op's result
 
 
 @masked_fill.def_derivative("value")
