@@ -433,6 +433,7 @@ cdef object _binary(object left, object right, char opcode, str name):
     cdef char* b_ptr
     cdef char* number
     cdef bint left_tensor = _float_cpu(left), right_tensor = _float_cpu(right), flat
+    strides = None
     if left_tensor and right_tensor and (<TensorBase>left)._dtype is (<TensorBase>right)._dtype:
         ta, tb = <TensorBase>left, <TensorBase>right
         flat = ta._sizes == tb._sizes and ta._is_contig and tb._is_contig
@@ -443,9 +444,14 @@ cdef object _binary(object left, object right, char opcode, str name):
     elif (left_tensor and _exact_number(right)) or (right_tensor and _exact_number(left)):
         ta = tb = <TensorBase>(left if left_tensor else right)
         flat = ta._is_contig
-        if not flat:
-            sizes = ta._sizes
-            strides = meta.elementwise_output_strides(sizes, ((sizes, ta._strides),))
+        sizes = ta._sizes
+        if flat and _canonical(sizes, ta._strides):
+            strides = ta._strides
+        elif not flat or left_tensor or opcode != b"/":
+            # PyTorch wraps the number as a 0-d operand: no same-shape fast setup, so the
+            # layout follows the tensor's strides, size-1 dims included (``number / t`` is
+            # a reciprocal, then a product: contiguous).  Still one flat loop when dense.
+            strides = meta.elementwise_output_strides(sizes, ((sizes, ta._strides), ((), ())))
     elif isinstance(left, TensorBase) and (isinstance(right, TensorBase) or
                                            isinstance(right, (int, float, bool))):
         # the registered op, straight to the dispatcher (a batched operand under vmap, say)
@@ -453,8 +459,10 @@ cdef object _binary(object left, object right, char opcode, str name):
     else:
         return _dispatch_binary(name, left, right)
     if flat:   # every tensor operand contiguous with the result's sizes: one flat loop
-        sizes = ta._sizes
-        strides = ta._strides if _canonical(sizes, ta._strides) else _contiguous_strides(sizes)
+        if strides is None:
+            sizes = ta._sizes
+            strides = ta._strides if _canonical(sizes, ta._strides) else \
+                _contiguous_strides(sizes)
         ndim = 1
         shape[0] = ta._numel
         out_strides[0] = a_strides[0] = b_strides[0] = 1
@@ -546,15 +554,18 @@ cdef bint _reduced_dims(object dim, int ndim, bint* reduced) except -1:
     return True
 
 
-def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtype):
+def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtype,
+                   bint wrapped_numbers=False):
     """``ufunc`` over ``operands`` into a fresh result, when no type promotion is needed:
     CPU tensors of one dtype, with Python numbers that do not promote it (an int beside a
     non-bool dtype, a float beside a floating one).  The result has ``result_dtype`` (None:
     the operands'), NumPy computes in ``compute_dtype`` (None: the result's), and the
-    layout follows PyTorch's rule for elementwise outputs.  None when the operands do not
-    qualify (``ops.loops.pointwise`` then promotes and checks devices in Python)."""
+    layout follows PyTorch's rule for elementwise outputs, in which the numbers are 0-d
+    operands when ``wrapped_numbers`` (PyTorch's binary ops wrap them so; ops that take a
+    number as a parameter, such as ``pow`` or ``clamp``, do not).  None when the operands
+    do not qualify (``ops.loops.pointwise`` then promotes and checks devices in Python)."""
     cdef TensorBase first = None, t
-    cdef bint alike = True
+    cdef bint alike = True, numbers = False
     cdef list layouts = None
     for x in operands:
         if isinstance(x, TensorBase):
@@ -569,7 +580,10 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
                 alike = False
         elif not (type(x) is int or type(x) is float):
             return None
-    if first is None or not first._is_contig:
+        else:
+            numbers = wrapped_numbers
+    if first is None or not first._is_contig or \
+            (numbers and not _canonical(first._sizes, first._strides)):
         alike = False
     for x in operands:
         if (type(x) is float and not first._dtype.is_floating_point) or \
@@ -585,6 +599,8 @@ def pointwise_fast(ufunc, tuple operands, dtype result_dtype, dtype compute_dtyp
                 t = <TensorBase>x
                 sizes = meta.broadcast_pair(sizes, t._sizes)
                 layouts.append((t._sizes, t._strides))
+        if numbers:
+            layouts.append(((), ()))
         strides = meta.elementwise_output_strides(sizes, layouts)
     if result_dtype is None:
         result_dtype = first._dtype

@@ -75,10 +75,15 @@ def _accumulate_into_leaf(variable, grad, create_graph):
 
 
 def _obeys_layout(grad, variable):
-    """PyTorch's layout contract for ``.grad``: the parameter's strides when the parameter
-    is dense, contiguous strides otherwise."""
+    """PyTorch's layout contract for ``.grad`` (``obeys_layout_contract``): the
+    parameter's strides when the parameter is dense, but on its size-1 dims, where any
+    stride but 0 passes (a stride-0 size-1 dim may be a view); contiguous strides
+    otherwise."""
     if meta.is_non_overlapping_and_dense(variable._sizes, variable._strides):
-        return grad._strides == variable._strides
+        for size, stride, own in zip(grad._sizes, grad._strides, variable._strides):
+            if stride != own if size != 1 else stride == 0:
+                return False
+        return True
     return grad.is_contiguous()
 
 

@@ -3,7 +3,9 @@ differentiable and vmappable without further work)."""
 import math
 
 from microtensor._C.dispatch import call as _call
+from microtensor._C.meta import channels_last, contiguous_format
 from microtensor.ops.dispatch import call_by_name as _op
+from microtensor.ops.loops import in_format, memory_format_of
 from microtensor.ops.registry import REGISTRY
 
 _LINEAR = REGISTRY["linear"]   # called on every layer: no lookup by name
@@ -245,7 +247,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if use_input_stats:
         _check_batch_statistics(input, math.prod(shape[2:]), "spatial element")
     n, c = shape[0], shape[1]
-    folded = input.reshape((1, n * c) + shape[2:])
+    folded = input.contiguous().view((1, n * c) + shape[2:])   # as PyTorch: contiguous out
     repeated = [None if t is None else t.repeat(n) for t in (running_mean, running_var)]
     out = _op("batch_norm", folded, None, None, repeated[0], repeated[1], use_input_stats,
               momentum, eps).reshape(shape)
@@ -478,9 +480,10 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     blocks = _conv.convolution(input, _block_selector(input, channels, kernel_size), None,
                                _pair(stride, "stride"), _pair(padding, "padding"),
                                _pair(dilation, "dilation"), False, (0, 0), channels)
-    # contiguous, as PyTorch's, whatever layout the convolution chose
-    out = blocks.reshape(tuple(blocks.shape[:2]) + (blocks.shape[2] * blocks.shape[3],))
-    out = out.contiguous()
+    # contiguous (exactly, size-1 dims too), as PyTorch's, whatever layout the convolution
+    # chose
+    out = in_format(blocks.reshape(tuple(blocks.shape[:2]) +
+                                   (blocks.shape[2] * blocks.shape[3],)), contiguous_format)
     return out.squeeze(0) if unbatched else out
 
 
@@ -522,7 +525,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             _block_selector(input, channels, kernel_size), None, stride,
                             padding, dilation, True,
                             tuple(o - r for o, r in zip(output_size, reached)), channels)
-    out = out.contiguous()     # as PyTorch's, whatever layout the convolution chose
+    out = in_format(out, contiguous_format)   # as PyTorch's, whatever layout the convolution chose
     return out.squeeze(0) if unbatched else out
 
 
@@ -546,24 +549,19 @@ def pixel_shuffle(input, upscale_factor):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be "
                            f"divisible by the square of upscale_factor, but input.size(-3)={c}"
                            f" is not divisible by {r * r}")
-    if _suggests_channels_last(input):
+    if input.dim() == 4 and memory_format_of(input) is channels_last:
         # shuffled in the (N, H, W, C) order of its memory: PyTorch's channels-last result
         n = lead[0]
         out = input.permute(0, 2, 3, 1).reshape(n, h, w, c // (r * r), r, r)
         out = out.permute(0, 1, 4, 2, 5, 3).reshape(n, h * r, w * r, c // (r * r))
-        return out.permute(0, 3, 1, 2)
+        # (in_format: a reshape that could stay a view leaves other strides)
+        return in_format(out.permute(0, 3, 1, 2), channels_last)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
     out = out.permute(tuple(range(k)) + (k, k + 3, k + 1, k + 4, k + 2))
-    return out.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
-
-
-def _suggests_channels_last(input):
-    """Whether a 4-D ``input``'s layout suggests channels-last (PyTorch's
-    ``suggest_memory_format``), whose results keep that layout."""
-    from microtensor._C import meta
-    return input.dim() == 4 and meta.suggest_memory_format(
-        tuple(input.shape), tuple(input.stride())) is meta.channels_last
+    # laid out as PyTorch allocates it: in the input's suggested memory format
+    return in_format(out.reshape(tuple(lead) + (c // (r * r), h * r, w * r)),
+                     memory_format_of(input))
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -581,15 +579,16 @@ def pixel_unshuffle(input, downscale_factor):
     if w % r:
         raise RuntimeError(f"pixel_unshuffle expects width to be divisible by "
                            f"downscale_factor, but input.size(-1)={w} is not divisible by {r}")
-    if _suggests_channels_last(input):
+    if input.dim() == 4 and memory_format_of(input) is channels_last:
         n = lead[0]
         out = input.permute(0, 2, 3, 1).reshape(n, h // r, r, w // r, r, c)
         out = out.permute(0, 1, 3, 5, 2, 4).reshape(n, h // r, w // r, c * r * r)
-        return out.permute(0, 3, 1, 2)
+        return in_format(out.permute(0, 3, 1, 2), channels_last)
     k = len(lead)
     out = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     out = out.permute(tuple(range(k)) + (k, k + 2, k + 4, k + 1, k + 3))
-    return out.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+    return in_format(out.reshape(tuple(lead) + (c * r * r, h // r, w // r)),
+                     memory_format_of(input))
 
 
 # --------------------------------------------------------------------------- more losses

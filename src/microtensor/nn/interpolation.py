@@ -14,6 +14,9 @@ import warnings
 
 import numpy as np
 
+from microtensor._C.meta import contiguous_format
+from microtensor.ops.loops import in_format, memory_format_of
+
 MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 # the number of spatial dims a mode needs (the others take 1, 2 or 3)
 _SPATIAL_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
@@ -192,7 +195,11 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             m = tensor(_weight_matrix(mode, n_in, n_out, scale, align_corners),
                        dtype=input.dtype, device=input.device)
             out = (out.movedim(dim, -1) @ m.T).movedim(-1, dim)
-    return out
+    # PyTorch's layout: the input's suggested format, but "area" in 3-d (its adaptive
+    # average pooling) is contiguous unless it pools to one element
+    fmt = contiguous_format if mode == "area" and d == 3 and tuple(output) != (1, 1, 1) else \
+        memory_format_of(input)
+    return out.clone(memory_format=fmt) if out is input else in_format(out, fmt)
 
 
 def _sizes(sizes):

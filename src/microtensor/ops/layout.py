@@ -9,7 +9,11 @@ are differentiable to any order.  They share one batching rule.
 """
 import math
 
-from microtensor.ops.loops import array_module, from_numpy_result, update_at
+from microtensor._C import meta
+from microtensor._C.meta import contiguous_format
+from microtensor._C.tensor import empty_strided_unchecked
+from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
+                                  memory_format_of, update_at)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
 
@@ -96,19 +100,40 @@ def pad(self, pad, mode="constant", value=None):
     xp = array_module(arr)
     ndim = arr.ndim
     if mode == "constant":
-        crops, widths = [slice(None)] * ndim, [(0, 0)] * ndim
-        for i in range(len(pad) // 2):
-            d, lo, hi = ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
-            crops[d] = slice(max(-lo, 0), arr.shape[d] - max(-hi, 0))
-            widths[d] = (max(lo, 0), max(hi, 0))
-        out = xp.pad(arr[tuple(crops)], widths, constant_values=0 if value is None else value)
+        return _constant_pad(self, arr, pad, value)
+    out = arr
+    for i in range(len(pad) // 2):
+        d = ndim - 1 - i
+        out = xp.take(out, source_index(xp, arr.shape[d], pad[2 * i], pad[2 * i + 1], mode),
+                      axis=d)
+    # PyTorch's layout: the input's suggested memory format, but contiguous for "circular"
+    return from_numpy_result(out, self._dtype, contiguous_format if mode == "circular" else
+                             memory_format_of(self))
+
+
+def _constant_pad(self, arr, pad, value):
+    """The input cropped where pads are negative, written into a fresh result filled with
+    ``value``, laid out as PyTorch lays it out: in the input's suggested memory format, or,
+    when no pad is positive (a crop), as a clone of the cropped input."""
+    crops, inside = [slice(None)] * arr.ndim, [slice(None)] * arr.ndim
+    sizes = list(arr.shape)
+    for i in range(len(pad) // 2):
+        d, lo, hi = arr.ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
+        crops[d] = slice(max(-lo, 0), arr.shape[d] - max(-hi, 0))
+        sizes[d] = arr.shape[d] + lo + hi
+        inside[d] = slice(max(lo, 0), max(lo, 0) + arr.shape[d] - max(-lo, 0) - max(-hi, 0))
+    sizes = tuple(sizes)
+    if all(p <= 0 for p in pad):
+        out = empty_strided_unchecked(sizes, meta.preserve_format_strides(sizes, self._strides),
+                                      self._dtype, self.device)
     else:
-        out = arr
-        for i in range(len(pad) // 2):
-            d = ndim - 1 - i
-            out = xp.take(out, source_index(xp, arr.shape[d], pad[2 * i], pad[2 * i + 1],
-                                            mode), axis=d)
-    return from_numpy_result(out, self._dtype)
+        out = empty_in_format(sizes, memory_format_of(self), self._dtype, self.device)
+    if out._numel:
+        target = out._array()
+        if any(p > 0 for p in pad):
+            target.fill(0 if value is None else value)
+        target[tuple(inside)] = arr[tuple(crops)]
+    return out
 
 
 @pad.def_derivative("self")

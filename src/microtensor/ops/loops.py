@@ -8,8 +8,9 @@ sees views of microtensor storages, so results and in-place writes land where th
 import numpy as np
 
 from microtensor._C import kernels, meta
-from microtensor._C.tensor import (TensorBase, bool_, cpu, empty_strided_unchecked, float32,
-                                   from_array, get_default_dtype, pointwise_fast, compute_numpy)
+from microtensor._C.tensor import (Storage, TensorBase, bool_, cpu, empty_strided_unchecked,
+                                   float32, from_array, get_default_dtype, pointwise_fast,
+                                   compute_numpy, dtype_from_numpy, wrap_storage)
 from microtensor._dtype import can_cast, result_type, wrap_scalar, info
 from microtensor.backends import cuda
 from microtensor.backends import meta as meta_backend
@@ -71,12 +72,15 @@ def _has_dims(operands, dev):
     return any(isinstance(x, TensorBase) and x.device == dev and x._sizes for x in operands)
 
 
-def new_result(shape, dtype, operands=(), device=None):
-    """A fresh tensor for an elementwise result: strides follow the tensor operands."""
+def new_result(shape, dtype, operands=(), device=None, wrapped_numbers=False):
+    """A fresh tensor for an elementwise result: strides follow the tensor operands (and
+    the numbers among them as 0-d ones when ``wrapped_numbers``: see ``pointwise``)."""
     layouts = []           # a loop, not a comprehension: no frame of its own
     for t in operands:
         if isinstance(t, TensorBase):
             layouts.append((t._sizes, t._strides))
+        elif wrapped_numbers:
+            layouts.append(((), ()))
     strides = meta.elementwise_output_strides(shape, layouts) if layouts else \
         meta.contiguous_strides(shape)
     return empty_strided_unchecked(tuple(shape), tuple(strides), dtype,
@@ -192,14 +196,17 @@ def store(fn):
     return loop
 
 
-def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
+def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None,
+              wrapped_numbers=False):
     """Apply ``ufunc`` elementwise with broadcasting and PyTorch's type promotion.
 
     ``dtype`` is the result dtype (default: promotion of the operands); ``compute_dtype``
     the dtype NumPy computes in (default: ``dtype``; comparisons pass the promoted type).
+    ``wrapped_numbers``: Python numbers count as 0-d operands in the result's layout, as
+    in PyTorch's binary ops (see ``pointwise_fast``).
     """
     if out is None:
-        result = pointwise_fast(ufunc, operands, dtype, compute_dtype)
+        result = pointwise_fast(ufunc, operands, dtype, compute_dtype, wrapped_numbers)
         if result is not None:
             return result
     promoted = result_type(*operands)
@@ -209,7 +216,7 @@ def pointwise(ufunc, *operands, out=None, dtype=None, compute_dtype=None):
     shape = meta.broadcast_shapes(*[x._sizes for x in operands if isinstance(x, TensorBase)])
     dev = device_of(*operands)
     if out is None:
-        out = new_result(shape, dtype, operands)
+        out = new_result(shape, dtype, operands, wrapped_numbers=wrapped_numbers)
     else:
         check_out(out, shape, dtype)
         check_writable(out, operands)
@@ -247,14 +254,63 @@ def reduced_shape(shape, dims, keepdim):
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
-def from_numpy_result(arr, dtype=None):
-    """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it."""
+def from_numpy_result(arr, dtype=None, memory_format=None):
+    """Wrap an array (or scalar) that a kernel computed as a new tensor that owns it:
+    contiguous, or strided as ``empty_in_format`` lays ``memory_format`` out (zero-copy
+    when the array already lies so, as NumPy's element-wise results over a view of an
+    input in that format do)."""
     if type(arr) is not np.ndarray and cuda.is_device_array(arr):
-        return cuda.from_result(arr, dtype)
+        out = cuda.from_result(arr, dtype)
+        return out if memory_format in (None, meta.contiguous_format) else \
+            out.clone(memory_format=memory_format)
+    if memory_format not in (None, meta.contiguous_format):
+        return _in_format(arr, dtype, memory_format)
     arr = np.asarray(arr, dtype=None if dtype is None else dtype.np)
     if arr.base is not None or not arr.flags.c_contiguous:
         arr = np.array(arr, order="C")
     return from_array(arr)
+
+
+def memory_format_of(t):
+    """PyTorch's ``suggest_memory_format()``: channels_last(_3d) when ``t``'s strides look
+    like it (ambiguous size-1 dims included), else contiguous_format."""
+    return meta.suggest_memory_format(t._sizes, t._strides)
+
+
+def empty_in_format(sizes, memory_format, dtype, device=cpu):
+    """A fresh tensor strided as ``empty(sizes, memory_format=...)``: how PyTorch allocates
+    the results of normalisation, pooling, upsampling and padding, in the input's
+    ``memory_format_of``.  Unlike ``contiguous(memory_format=)``, which keeps a tensor that
+    already qualifies, this gives the size-1 dims the format's own strides too."""
+    sizes = tuple(sizes)
+    return empty_strided_unchecked(sizes, meta.strides_for_format(sizes, memory_format),
+                                   dtype, device)
+
+
+def in_format(t, memory_format):
+    """``t`` when it is strided as ``empty_in_format`` lays ``memory_format`` out, else a
+    copy that is (``clone``: differentiable, for composites)."""
+    if t._strides == meta.strides_for_format(t._sizes, memory_format):
+        return t
+    return t.clone(memory_format=memory_format)
+
+
+def _in_format(arr, dtype, memory_format):
+    sizes = tuple(np.shape(arr))
+    strides = meta.strides_for_format(sizes, memory_format)
+    if dtype is None:
+        dtype = dtype_from_numpy(arr.dtype)
+    owner = arr if type(arr) is not np.ndarray or arr.base is None else arr.base
+    if type(owner) is np.ndarray and owner.flags.owndata and owner.nbytes == arr.nbytes and \
+            arr.dtype == dtype.np and all(n == 1 or s == t * arr.itemsize
+                                          for n, s, t in zip(sizes, arr.strides, strides)):
+        # all of a fresh block, already in the format's order: adopt its memory
+        flat = np.lib.stride_tricks.as_strided(arr, (arr.size,), (arr.itemsize,))
+        return wrap_storage(Storage(flat, cpu), sizes, strides, 0, dtype)
+    out = empty_strided_unchecked(sizes, strides, dtype)
+    if out._numel:
+        out._array()[...] = arr
+    return out
 
 
 def reduce(np_reduction, self, dim, keepdim, dtype, *, round_each_step=False, **np_kwargs):

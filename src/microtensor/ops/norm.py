@@ -14,7 +14,8 @@ import numpy as np
 from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import compute_numpy, is_grad_enabled
-from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
+from microtensor.ops.loops import _type_name, from_numpy_result, in_format, memory_format_of
 from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
@@ -228,6 +229,28 @@ def channel_view(t, ndim):
     return t.reshape((-1,) + (1,) * (ndim - 2))
 
 
+def _dense_in_a_format(t):
+    return t.is_contiguous() or any(t.is_contiguous(memory_format=fmt)
+                                    for fmt in (channels_last, channels_last_3d))
+
+
+def batch_norm_format(input, params=(), grad=None):
+    """The layout of ``batch_norm``'s result (``grad``: of its input gradient), PyTorch's
+    rule: when the input (and ``grad``, in the input's suggested format) is contiguous in
+    some format and the parameters are contiguous, that format, plain contiguous first
+    (so a channels_last input with size-1 dims can give a contiguous result); else the
+    input's suggested format."""
+    dense = _dense_in_a_format(input) and all(t is None or t.is_contiguous() for t in params)
+    if dense and grad is not None:
+        dense = _dense_in_a_format(grad) and memory_format_of(grad) is memory_format_of(input)
+    if dense:
+        if input.is_contiguous():
+            return contiguous_format
+        return channels_last_3d if input.is_contiguous(memory_format=channels_last_3d) else \
+            channels_last
+    return memory_format_of(input)
+
+
 @op(inputs=("input", "weight", "bias"), method=False, samples=_batch_norm_samples)
 def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps,
                cudnn_enabled=False):
@@ -235,25 +258,65 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     statistics when ``training``, updating
     ``running_mean``/``running_var`` in place (unbiased variance), else with the running
     statistics.  Arguments in ``torch.batch_norm``'s order (``cudnn_enabled``: accepted
-    for that signature, it changes nothing here)."""
+    for that signature, it changes nothing here).  The result is computed in the input's
+    layout (NumPy's element-wise results follow it); a channels-last input's statistics
+    are products of its (rows, C) view."""
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
     arr = input._array().astype(compute_numpy(input._dtype), copy=False)   # half: float32
-    ndim = input.dim()
-    shape = (-1,) + (1,) * (ndim - 2)
+    shape = (-1,) + (1,) * (input.dim() - 2)
     if training:
-        axes = (0,) + tuple(range(2, ndim))
-        out, mean, var = _normalize_over(arr, axes, eps)
+        mean, var = _batch_statistics(arr)
         _update_running_stats(running_mean, running_var, mean, var,
                               input._numel // input._sizes[1], momentum)
     else:
-        mean = running_mean._array().reshape(shape)
-        rstd = 1.0 / (running_var._array().reshape(shape) + eps) ** 0.5
-        out = (arr - mean) * rstd
+        mean, var = running_mean._array(), running_var._array()
+    scale = 1.0 / (var.reshape(shape) + eps) ** 0.5
     if weight is not None:
-        out *= weight._array().reshape(shape)
+        scale = scale * weight._array().reshape(shape)
+    shift = -mean.reshape(shape) * scale
     if bias is not None:
-        out += bias._array().reshape(shape)
-    return from_numpy_result(out, input._dtype)
+        shift += bias._array().reshape(shape)
+    out = np.multiply(arr, scale.astype(arr.dtype, copy=False))
+    out += shift
+    return from_numpy_result(out, input._dtype, batch_norm_format(
+        input, (weight, bias, running_mean, running_var)))
+
+
+def _channel_views(*arrays):
+    """Views of (N, C, ...) arrays of one shape, with the einsum subscripts of one view
+    and of its channels: (rows, C) when their channels are all innermost (channels-last),
+    (N, C, rest) when they are all C-contiguous; else None."""
+    if not arrays[0].size:
+        return None
+    moved = [np.moveaxis(a, 1, -1) for a in arrays]
+    if all(m.flags.c_contiguous for m in moved):
+        return [m.reshape(-1, m.shape[-1]) for m in moved], "ij", "j"
+    if all(a.flags.c_contiguous for a in arrays):
+        return [a.reshape(a.shape[0], a.shape[1], -1) for a in arrays], "ncs", "c"
+    return None
+
+
+def _channel_sums(a, b=None):
+    """``a.sum`` (``(a * b).sum``) over every dim but the channels (dim 1) of (N, C, ...)
+    arrays: one pass over their (rows, C) or (N, C, rest) views when they have one."""
+    found = _channel_views(a) if b is None else _channel_views(a, b)
+    if found is None:
+        axes = (0,) + tuple(range(2, a.ndim))
+        return (a if b is None else a * b).sum(axis=axes)
+    views, each, channels = found
+    if b is None:     # NumPy's sums: pairwise along a contiguous axis
+        return views[0].sum(0) if each == "ij" else views[0].sum(-1).sum(0)
+    # (BLAS's gemv is no faster here, and slow when its threads meet a busy machine)
+    return np.einsum(f"{each},{each}->{channels}", views[0], views[1])
+
+
+def _batch_statistics(arr):
+    """The per-channel mean and biased variance of an (N, C, ...) array."""
+    count = max(arr.size // arr.shape[1], 1)
+    shape = (-1,) + (1,) * (arr.ndim - 2)
+    mean = _channel_sums(arr) / count
+    centered = arr - mean.reshape(shape).astype(arr.dtype, copy=False)
+    return mean, _channel_sums(centered, centered) / count
 
 
 def _update_running_stats(running_mean, running_var, mean, var, count, momentum):
@@ -270,6 +333,10 @@ def _update_running_stats(running_mean, running_var, mean, var, count, momentum)
 
 @batch_norm.def_joint_derivative     # the gradients share the normalised input
 def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
+    if batching() is None and not is_grad_enabled():
+        # no graph of the backward pass is being built, nor a vmap: fused NumPy passes
+        return _fused_batch_norm_backward(grad, input, weight, running_mean, running_var,
+                                          training, eps)
     ndim = input.dim()
     dims = (0,) + tuple(range(2, ndim))
     scale = None if weight is None else channel_view(weight, ndim)
@@ -281,6 +348,38 @@ def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
         grad_input = grad * (rstd if scale is None else rstd * scale)
     grad_weight = None if weight is None else (grad * xhat).sum(dims)
     return grad_input, grad_weight, grad.sum(dims)
+
+
+def _fused_batch_norm_backward(grad, input, weight, running_mean, running_var, training,
+                               eps):
+    """``batch_norm``'s derivative on the arrays, in the input's layout:
+    ``scale * (g - mean(g) - x̂ mean(g x̂))`` in training (``scale * g`` in eval), with
+    ``scale = weight * rstd``; the input gradient laid out as PyTorch lays it out."""
+    compute = compute_numpy(input._dtype)
+    g = grad._array().astype(compute, copy=False)
+    x = input._array().astype(compute, copy=False)
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    if training:
+        mean, var = _batch_statistics(x)
+    else:
+        mean, var = running_mean._array(), running_var._array()
+    rstd = 1.0 / (var + eps) ** 0.5
+    scale = rstd if weight is None else rstd * weight._array()
+    centered = x - mean.reshape(shape).astype(compute, copy=False)
+    grad_bias = _channel_sums(g)
+    grad_weight = _channel_sums(g, centered) * rstd      # sum(g x̂)
+    if training:
+        count = max(x.size // x.shape[1], 1)
+        grad_input = centered      # updated in place: one fresh buffer
+        grad_input *= (-scale * rstd * grad_weight / count).reshape(shape).astype(compute)
+        grad_input += g * scale.reshape(shape).astype(compute, copy=False)
+        grad_input -= (scale * grad_bias / count).reshape(shape).astype(compute)
+    else:
+        grad_input = g * scale.reshape(shape).astype(compute, copy=False)
+    dtype = input._dtype
+    return (from_numpy_result(grad_input, dtype, batch_norm_format(input, (weight,), grad)),
+            None if weight is None else from_numpy_result(grad_weight, dtype),
+            from_numpy_result(grad_bias, dtype))
 
 
 RUNNING_STATS_ERROR = (
@@ -342,7 +441,8 @@ def _group_norm_samples(make):
 @op(kind="composite", method=False, samples=_group_norm_samples)
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=False):
     """The channels (dim 1) split into ``num_groups`` groups, each normalised over its
-    channels and spatial dims: one ``layer_norm`` over a (N, groups, rest) view."""
+    channels and spatial dims: one ``layer_norm`` over a (N, groups, rest) view (a
+    channels-last input's result is then laid out in its format)."""
     shape = tuple(input.shape)
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received "
@@ -364,7 +464,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable
         out = out * channel_view(weight, len(shape))
     if bias is not None:
         out = out + channel_view(bias, len(shape))
-    return out
+    return in_format(out, memory_format_of(input))   # PyTorch's layout of the result
 
 
 def _rms_norm_samples(make):

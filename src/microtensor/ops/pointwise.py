@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from microtensor._C import kernels, nnkernels
+from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching, set_unary_kernel
 from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous,
                                     float32, float64, get_default_dtype, int32, int64,
@@ -148,7 +148,7 @@ def _float_result(*operands):
 def add(self, other, *, alpha=1, out=None):
     if alpha != 1:
         other = other * alpha
-    return pointwise(np.add, self, other, out=out)
+    return pointwise(np.add, self, other, out=out, wrapped_numbers=True)
 
 
 @add.def_derivative("self")
@@ -182,7 +182,7 @@ def sub(self, other, *, alpha=1, out=None):
     _check_bool_subtraction(self, other)
     if alpha != 1:
         other = other * alpha
-    return pointwise(np.subtract, self, other, out=out)
+    return pointwise(np.subtract, self, other, out=out, wrapped_numbers=True)
 
 
 @sub.def_derivative("self")
@@ -207,7 +207,7 @@ def rsub(self, other, *, alpha=1):
 
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples())
 def mul(self, other, *, out=None):
-    return pointwise(np.multiply, self, other, out=out)
+    return pointwise(np.multiply, self, other, out=out, wrapped_numbers=True)
 
 
 @mul.def_derivative("self")
@@ -247,19 +247,22 @@ def _check_integer_divisor(self, other):
 
 @op(inputs=BINARY, family="pointwise", samples=_div_samples)
 def div(self, other, *, rounding_mode=None, out=None):
+    # ``number / tensor`` is PyTorch's reciprocal and product: no wrapped number
+    wrapped = isinstance(self, TensorBase)
     if rounding_mode is None:
-        return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other))
+        return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other),
+                         wrapped_numbers=wrapped)
     if rounding_mode in ("floor", "trunc"):
         _check_not_bool(f"div_{rounding_mode}_cpu", self, other)
         _check_integer_divisor(self, other)
     if rounding_mode == "floor":
-        return pointwise(np.floor_divide, self, other, out=out)
+        return pointwise(np.floor_divide, self, other, out=out, wrapped_numbers=wrapped)
     if rounding_mode == "trunc":
         dt = result_type(self, other)
         if dt.is_floating_point:
-            quotient = pointwise(np.true_divide, self, other, out=out)
+            quotient = pointwise(np.true_divide, self, other, out=out, wrapped_numbers=wrapped)
             return pointwise(np.trunc, quotient, out=quotient)
-        return pointwise(_trunc_int_divide, self, other, out=out)
+        return pointwise(_trunc_int_divide, self, other, out=out, wrapped_numbers=wrapped)
     raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but "
                        f"found '{rounding_mode}'")
 
@@ -298,7 +301,7 @@ def floor_divide_(self, other):
 def remainder(self, other, *, out=None):
     _check_not_bool("remainder_cpu", self, other)
     _check_integer_divisor(self, other)
-    return pointwise(np.remainder, self, other, out=out)
+    return pointwise(np.remainder, self, other, out=out, wrapped_numbers=True)
 
 
 @remainder.def_derivative("self")
@@ -317,7 +320,7 @@ remainder_ = inplace_variant(remainder)
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def fmod(self, other, *, out=None):
     _check_integer_divisor(self, other)
-    return pointwise(np.fmod, self, other, out=out)
+    return pointwise(np.fmod, self, other, out=out, wrapped_numbers=True)
 
 
 @fmod.def_derivative("self")
@@ -731,7 +734,8 @@ def where(condition, self, other):
     check_scalar_fits(self, dt)
     check_scalar_fits(other, dt)
     return pointwise(lambda c, a, b, out, dtype, casting: np.copyto(
-        out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt)
+        out, np.where(c, a, b), casting=casting) or out, condition, self, other, dtype=dt,
+        wrapped_numbers=True)
 
 
 @where.def_derivative("self")
@@ -756,13 +760,15 @@ def masked_fill(self, mask, value, *, out=None):
         value = value.item()   # as PyTorch: a value inside ``self`` is read before writing
     dt = self._dtype
     check_scalar_fits(value, dt)
+    if out is None:    # PyTorch fills a contiguous clone, whatever the layout of ``self``
+        out = empty_contiguous(meta.broadcast_pair(self._sizes, mask._sizes), dt, self.device)
     return pointwise(lambda a, m, v, out, dtype, casting: np.copyto(
         out, np.where(m, v, a), casting=casting) or out, self, mask, value, out=out, dtype=dt)
 
 
 @masked_fill.def_derivative("self")
 def masked_fill(grad, mask):
-    return where(mask, grad.new_zeros(()), grad)
+    return grad.masked_fill(mask, 0)    # as PyTorch's: contiguous, like the op's result
 
 
 @masked_fill.def_derivative("value")
@@ -836,7 +842,7 @@ def _predicate(ufunc):
 def _comparison(name, ufunc):
     def kernel(self, other, *, out=None):
         return pointwise(_predicate(ufunc), self, other, out=out, dtype=bool_,
-                         compute_dtype=result_type(self, other))
+                         compute_dtype=result_type(self, other), wrapped_numbers=True)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
                   samples=_comparison_samples)(kernel)
@@ -879,7 +885,7 @@ def _bitwise(name, ufunc):
         if dt.is_floating_point:
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
-        return pointwise(ufunc, self, other, out=out)
+        return pointwise(ufunc, self, other, out=out, wrapped_numbers=True)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
                   samples=_bitwise_samples)(kernel)

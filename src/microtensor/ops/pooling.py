@@ -19,12 +19,13 @@ import math
 import numpy as np
 
 from microtensor._C import nnkernels
-from microtensor._C.meta import channels_last, channels_last_3d
+from microtensor._C.meta import contiguous_format
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
 from microtensor.ops.conv import convolution
 from microtensor.ops.factory import ones, tensor
-from microtensor.ops.loops import array_module, from_numpy_result, is_floating_array
+from microtensor.ops.loops import (array_module, from_numpy_result, in_format,
+                                  is_floating_array, memory_format_of)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
 
@@ -185,29 +186,23 @@ def _flat_indices(coords, sizes):
 
 # --------------------------------------------------------------------------- max pooling
 
-def in_layout_of(self, results, d):
-    """``results`` laid out as PyTorch's pools leave them: channels_last (channels_last_3d)
-    when ``self`` is in that format and not plain contiguous, else as they are."""
-    fmt = channels_last if d == 2 else channels_last_3d
-    if self.dim() == d + 2 and not self.is_contiguous() and self.is_contiguous(memory_format=fmt):
-        return tuple(r.contiguous(memory_format=fmt) for r in results)
-    return results
+def pool_format(self, d):
+    """PyTorch's layout of a ``d``-dim pool's results: a batched input's suggested memory
+    format (exact strides, size-1 dims included), else contiguous."""
+    return memory_format_of(self) if self.dim() == d + 2 else contiguous_format
 
 
 def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
-    return in_layout_of(self, _max_pool_values(self, d, op_name, kernel_size, stride, padding,
-                                               dilation, ceil_mode), d)
-
-
-def _max_pool_values(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
+    fmt = pool_format(self, d)
     if d == 2 and nnkernels.supports(self._array()):
         # fresh arrays, stored channels last when the input is: wrapped as they lie
         values, indices = nnkernels.max_pool2d(self._array(), kernel, stride, padding, dilation,
                                                out)
-        return from_array(values), from_array(indices)
+        return (from_numpy_result(values, self._dtype, fmt),
+                from_numpy_result(indices, int64, fmt))
     extents = [(o - 1) * s + e * (k - 1) + 1
                for o, s, e, k in zip(out, stride, dilation, kernel)]
     # narrow integers pool in int64, whose lowest value no element can tie with (a
@@ -229,8 +224,8 @@ def _max_pool_values(self, d, op_name, kernel_size, stride, padding, dilation, c
     starts = [(xp.arange(o) * s - p).reshape((o,) + (1,) * (d - 1 - i))
               for i, (o, s, p) in enumerate(zip(out, stride, padding))]
     indices = picked + _flat_indices(starts, sizes)
-    return (from_numpy_result(values.reshape(lead + out), self._dtype),
-            from_numpy_result(indices.reshape(lead + out), int64))
+    return (from_numpy_result(values.reshape(lead + out), self._dtype, fmt),
+            from_numpy_result(indices.reshape(lead + out), int64, fmt))
 
 
 def scatter_to_indices(grad, self_shape, indices, d):
@@ -341,9 +336,9 @@ def adaptive_max_pool2d(self, output_size):
     jh, jw = _unravel(picked, (rows.shape[1], cols.shape[1]))
     indices = rows[xp.arange(oh)[:, None], jh] * w + cols[xp.arange(ow)[None, :], jw]
     lead = self._sizes[:-2]
-    return in_layout_of(self, (
-        from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype),
-        from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64)), 2)
+    fmt = pool_format(self, 2)
+    return (from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype, fmt),
+            from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64, fmt))
 
 
 @adaptive_max_pool2d.def_derivative("self")
@@ -399,7 +394,7 @@ def _adaptive_avg_pool(self, output_size, d, name):
     if d == 2:   # rows: (oh, h) @ (..., h, w)
         result = _averaging_matrix(sizes[0], out[0], self).matmul(result)
     result = result.matmul(_averaging_matrix(sizes[-1], out[-1], self).mT)
-    return in_layout_of(self, (result,), d)[0] if d == 2 else result
+    return in_format(result, pool_format(self, d))
 
 
 @op(kind="composite", method=False, samples=_adaptive_avg_samples(1))
@@ -485,9 +480,9 @@ def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_incl
     else:
         values = _avg_pool_arrays(x, d, kernel, stride, padding, out, count_include_pad,
                                   divisor_override)
-    result = from_numpy_result(values, self._dtype)
     # PyTorch keeps channels_last for 2-d average pooling only
-    return in_layout_of(self, (result,), d)[0] if d == 2 else result
+    return from_numpy_result(values, self._dtype,
+                             pool_format(self, d) if d == 2 else contiguous_format)
 
 
 def _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride, padding, ceil_mode,

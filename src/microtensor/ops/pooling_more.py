@@ -18,12 +18,12 @@ import numpy as np
 
 from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
-from microtensor.ops.loops import (_type_name, array_module, from_numpy_result,
+from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, in_format,
                                    is_floating_array)
 from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, avg_pool1d,
-                                     avg_pool2d, avg_pool3d, in_layout_of,
-                                     max_pool1d_with_indices, max_pool2d_with_indices,
-                                     max_pool3d_with_indices, scatter_to_indices)
+                                     avg_pool2d, avg_pool3d, max_pool1d_with_indices,
+                                     max_pool2d_with_indices, max_pool3d_with_indices,
+                                     pool_format, scatter_to_indices)
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.factory import tensor
 from microtensor.ops.pointwise import where
@@ -352,7 +352,7 @@ def _max_unpool_samples(d):
 def max_unpool2d(self, indices, output_size):
     """The partial inverse of 2-d max pooling: values at their indices, zeros elsewhere."""
     _MAX_UNPOOL_CHECKS[2](self, indices, output_size)
-    return in_layout_of(self, (_max_unpool(self, indices, output_size, 2),), 2)[0]
+    return in_format(_max_unpool(self, indices, output_size, 2), pool_format(self, 2))
 
 
 @op(inputs=("self",), method=False, samples=_max_unpool_samples(3))
