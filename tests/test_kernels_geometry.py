@@ -49,7 +49,13 @@ def test_sum_over_dims_on_strided_rows(dtype, data):
     out = mt.from_numpy(view).sum(dim, keepdim=keepdim)
     expected = view.astype(np.float64).sum(axis=dim, keepdims=keepdim)
     assert tuple(out.shape) == expected.shape and out.is_contiguous()
-    np.testing.assert_allclose(out.numpy(), expected, **tolerance(dtype))
+    if dtype == np.float32:
+        # a float32 sum (PyTorch's too) is exact to a few roundings of the magnitudes it
+        # adds, not of its result: a sum near 0 of many terms is off by more than 1e-5
+        magnitude = np.abs(view).astype(np.float64).sum(axis=dim, keepdims=keepdim)
+        assert np.all(np.abs(out.numpy() - expected) <= 1e-5 + 4 * 1.2e-7 * magnitude)
+    else:
+        np.testing.assert_allclose(out.numpy(), expected, **tolerance(dtype))
 
 
 @settings(max_examples=20, deadline=None)
