@@ -294,3 +294,20 @@ def test_result_type_by_hand():
     assert mt.promote_types(mt.int32, mt.float32) is mt.float32
     assert mt.promote_types(mt.bool, mt.int32) is mt.int32
     assert mt.can_cast(mt.float32, mt.int32) is False and mt.can_cast(mt.int32, mt.float32)
+
+
+@pytest.mark.parametrize("args", [(0, 1, 5), (0, 3, 4), (-2, 2, 7), (1, 1, 1), (0, 1, 0),
+                                  (0, 2, 5, 2.0), (0, 1, 6, 0.5), (0, 2, 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@requires_torch
+def test_logspace_matches_pytorch(args, dtype):
+    ours = mt.logspace(*args, dtype=getattr(mt, dtype))
+    theirs = torch.logspace(*args, dtype=getattr(torch, dtype))
+    assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+
+
+def test_linspace_and_logspace_refuse_what_cannot_be_allocated_as_pytorch():
+    for make in (mt.linspace, mt.logspace):
+        with pytest.raises(RuntimeError, match="can't allocate memory"):
+            make(0, 1, 2 ** 48)

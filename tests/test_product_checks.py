@@ -83,3 +83,34 @@ def test_linear_of_a_non_contiguous_input_adds_the_bias_in_place():
         results.append((y.detach().tolist(), str(y.dtype).split(".")[-1], b.grad.tolist(),
                         str(b.grad.dtype).split(".")[-1]))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4, 2)), ((2, 3, 4), (4,)), ((4,), (2, 4, 3))])
+@pytest.mark.parametrize("dtypes", [("bool", "float32"), ("float32", "float64"),
+                                    ("float32", "bool"), ("int64", "float32")])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("smaller_requires_grad", [False, True])
+def test_a_stack_times_a_matrix_refuses_as_the_kernel_pytorch_folds_it_into(
+        shapes, dtypes, transposed, smaller_requires_grad):
+    """PyTorch folds a stack into one matrix product (mm or mv messages) when its leading
+    dims merge without a copy or the smaller operand requires grad, else runs bmm."""
+    left, right = shapes
+    stacked_left = len(left) == 3
+    smaller_dtype = dtypes[1] if stacked_left else dtypes[0]
+    if smaller_requires_grad and smaller_dtype not in ("float32", "float64"):
+        pytest.skip("only floating tensors require grad")
+
+    def product(lib):
+        def stack(shape, dtype):
+            if not transposed:
+                return lib.ones(shape, dtype=getattr(lib, dtype))
+            swapped = lib.ones((shape[1], shape[0], shape[2]), dtype=getattr(lib, dtype))
+            return swapped.transpose(0, 1)   # leading dims that do not merge
+
+        def small(shape, dtype):
+            return lib.ones(shape, dtype=getattr(lib, dtype),
+                            requires_grad=smaller_requires_grad)
+        if stacked_left:
+            return stack(left, dtypes[0]) @ small(right, dtypes[1])
+        return small(left, dtypes[0]) @ stack(right, dtypes[1])
+    same_outcome(product)

@@ -34,8 +34,8 @@ from microtensor.autograd.grad_mode import (enable_grad, inference_mode,  # noqa
 from microtensor.autograd.anomaly_mode import is_anomaly_enabled  # noqa: E402
 from microtensor.ops.factory import (Generator, arange, as_tensor, default_generator,  # noqa: E402
                                      empty, empty_strided, eye, from_dlpack, from_numpy, full,
-                                     initial_seed, linspace, manual_seed, ones, scalar_tensor,
-                                     seed, tensor, zeros)
+                                     initial_seed, linspace, logspace, manual_seed, ones,
+                                     scalar_tensor, seed, tensor, zeros)
 
 install_methods(ops.REGISTRY, globals())
 _autograd_methods.install(Tensor)

@@ -197,14 +197,31 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
-    meta.check_storage_nbytes(parse_size((steps,)), dt.itemsize)
+    result = empty_contiguous(parse_size((steps,)), dt, cpu)   # refuses what cannot be held
+    result._array()[...] = _linspace_values(start, end, steps, dt)
+    return finish(result, requires_grad).to(on_device(device) or cpu)
+
+
+def _linspace_values(start, end, steps, dt):
+    """PyTorch's linspace in the result's float type (float64 for other dtypes)."""
     compute = dt.np if dt.is_floating_point else np.dtype(np.float64)
     first, last = compute.type(start), compute.type(end)
     step = (last - first) / compute.type(max(steps - 1, 1))
     index = np.arange(steps, dtype=compute)
-    values = np.where((index < steps // 2) | (steps == 1), first + step * index,
-                      last - step * (compute.type(steps - 1) - index))
-    return finish(tensor_of(values.astype(dt.np)), requires_grad).to(on_device(device) or cpu)
+    return np.where((index < steps // 2) | (steps == 1), first + step * index,
+                    last - step * (compute.type(steps - 1) - index))
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    """``base ** linspace(start, end, steps)``, computed in the result's float type."""
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    dt = pick_dtype(dtype, get_default_dtype())
+    result = empty_contiguous(parse_size((steps,)), dt, cpu)
+    exponents = _linspace_values(start, end, steps, dt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        result._array()[...] = np.power(exponents.dtype.type(base), exponents)
+    return finish(result, requires_grad).to(on_device(device) or cpu)
 
 
 # --------------------------------------------------------------------------- from data
@@ -748,5 +765,5 @@ def new_empty_strided(op, level, args, kwargs):
 
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "empty", "full",
-           "arange", "linspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
+           "arange", "linspace", "logspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
            "Generator", "default_generator", "scalar_tensor", "float64"]

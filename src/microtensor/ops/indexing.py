@@ -304,6 +304,8 @@ class _IndexPlan:
                 if dim >= len(sizes):
                     raise IndexError(f"too many indices for tensor of dimension {len(sizes)}")
                 positions = entry._array()
+                if sizes[dim] == 0 and positions.size:   # checked with the structure
+                    raise IndexError("index is out of bounds for dimension with size 0")
                 self._positions.append((positions, sizes[dim], indexed))
                 where.append(positions)
                 entry_shapes.append(entry._sizes)

@@ -45,11 +45,40 @@ DTYPE_MISMATCH = {
 BOOL_KERNEL = {"dot": "dot", "addmv": "addmv_impl_cpu", "bmm": "bmm"}
 
 
-def _product_kind(self_dim, other_dim):
-    """The kernel PyTorch's ``matmul`` runs for operands of these ranks (its messages)."""
-    if other_dim == 1:
-        return "dot" if self_dim == 1 else "addmv"
-    return "mm" if other_dim == 2 else "bmm"
+def _product_kind(self, other):
+    """The kernel PyTorch's ``matmul`` runs for these operands (whose messages it gives):
+    ``dot``, ``addmv`` or ``mm`` for vectors and matrices, and for a stack times a vector
+    or a matrix that PyTorch folds into one matrix (``_folds``), else ``bmm``."""
+    self_dim, other_dim = self.dim(), other.dim()
+    if self_dim <= 2 and other_dim <= 2:
+        if other_dim == 1:
+            return "dot" if self_dim == 1 else "addmv"
+        return "mm"   # (a vector times a matrix is one row times it)
+    if _folds(self, other):
+        return "addmv" if min(self_dim, other_dim) == 1 else "mm"
+    return "bmm"
+
+
+def _folds(self, other):
+    """PyTorch's ``should_fold``: a stack (the larger operand; ``other.mT`` when that is
+    the stack and ``self`` a vector) times a vector or matrix runs as one matrix product
+    when the smaller operand requires grad, or when the stack's leading dims merge into
+    rows without a copy."""
+    larger = self.dim() >= other.dim()
+    smaller = other if larger else self
+    if max(self.dim(), other.dim()) < 3 or smaller.dim() > 2:
+        return False
+    if smaller.requires_grad:
+        return True
+    if self.dim() == 2 or type(self) is not type(other) or not hasattr(self, "_strides"):
+        return False   # (a BatchedTensor's per-sample strides are not its own)
+    stack = self if larger else other
+    sizes, strides = list(stack._sizes), list(stack._strides)
+    if not larger:
+        sizes[-2:], strides[-2:] = sizes[:-3:-1], strides[:-3:-1]
+    if 0 in sizes:
+        return True
+    return all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(len(sizes) - 2))
 
 
 def _check_same_dtype(self, other, kind="mm"):
@@ -210,7 +239,11 @@ def matmul(self, other):
     """Matrix product with PyTorch's rank rules: 1-D operands are vectors (a dim is added
     then removed), leading dims are batch dims and broadcast."""
     shape = _matmul_shape(self, other)
-    _check_same_dtype(self, other, _product_kind(self.dim(), other.dim()))
+    kind = _product_kind(self, other)
+    if kind == "addmv" and self.dim() == 1:   # PyTorch runs other.mT (folded) @ self
+        _check_same_dtype(other, self, kind)
+    else:
+        _check_same_dtype(self, other, kind)
     return _product(np.matmul, shape, self, other)
 
 
@@ -366,8 +399,9 @@ def _check_product(op, a, b):
     if op.name == "bmm" and (a._sizes[0], a._sizes[2]) != (b._sizes[0], b._sizes[1]):
         raise _batch_size_error(a._sizes[0], a._sizes[2], b._sizes[0], b._sizes[1])
     _matmul_shape(a, b)
-    kind = {"bmm": "bmm", "mm": "mm", "mv": "addmv"}.get(op.name) or \
-        _product_kind(a.dim(), b.dim())
+    kind = {"bmm": "bmm", "mm": "mm", "mv": "addmv"}.get(op.name) or _product_kind(a, b)
+    if kind == "addmv" and a.dim() == 1:
+        a, b = b, a
     _check_same_dtype(a, b, kind)
 
 
@@ -493,7 +527,8 @@ def check_linear(input, weight, bias):
         if weight.dim() == 1:   # (stacked weights, beyond PyTorch, broadcast instead)
             raise RuntimeError("mat2 must be a matrix, got 1-D tensor")
     else:
-        _check_same_dtype(input, weight, _product_kind(input.dim(), weight.dim()))
+        _check_same_dtype(input, weight, _product_kind(input, weight.mT if weight.dim() == 2
+                                                       else weight))
     if input._sizes[-1] != weight._sizes[-1]:
         if weight.dim() == 1:
             raise _mv_size_error(math.prod(input._sizes[:-1]), input._sizes[-1],
