@@ -15,6 +15,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, int64
+from microtensor._composite import _tensors
 from microtensor._dtype import promote_types, result_type
 from microtensor.backends import cuda
 from microtensor.ops.arguments import size_arg
@@ -763,12 +764,7 @@ def rot90(self, k=1, dims=(0, 1)):
 def _at_least(name, ndim, reshape):
     def kernel(*tensors):
         single = len(tensors) == 1 and isinstance(tensors[0], TensorBase)
-        if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
-            tensors = tuple(tensors[0])
-        for i, t in enumerate(tensors):
-            if not isinstance(t, TensorBase):
-                raise TypeError(f"{name}() expected Tensor as element {i} in argument 0, but "
-                                f"got {type(t).__name__}")
+        tensors = _tensors(name, tensors)
         results = tuple(t if t.dim() >= ndim else reshape(t) for t in tensors)
         return results[0] if single else results
     kernel.__name__ = name
