@@ -15,20 +15,12 @@ import pytest
 import microtensor as mt
 import microtensor.nn as nn
 import microtensor.nn.functional as F
+from test_activation import pair, to_np   # the shared oracle helpers
 from microtensor.autograd import gradgradcheck
 
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests")
 TF = torch.nn.functional
 
-
-def to_np(t):
-    return np.array(t.detach()._array())
-
-
-def pair(values, dtype=np.float64, requires_grad=False):
-    values = np.asarray(values, dtype=dtype)
-    return (mt.tensor(values, requires_grad=requires_grad),
-            torch.tensor(values, requires_grad=requires_grad))
 
 
 def close(ours, theirs, rtol=1e-10, atol=1e-12):

@@ -12,16 +12,11 @@ import microtensor as mt
 from microtensor import nn
 from microtensor.autograd import gradcheck, gradgradcheck
 from microtensor.nn import functional as F
+from test_pooling import distinct   # tie-free values, the shared maker of the pool tests
 
 torch = pytest.importorskip("torch", reason="PyTorch is the test oracle")
 TF = torch.nn.functional
 RNG = np.random.default_rng(7)
-
-
-def distinct(*shape):
-    """Values without ties (the max's gradient is then defined everywhere)."""
-    values = RNG.permutation(int(np.prod(shape))).reshape(shape) / np.prod(shape)
-    return mt.tensor(values), torch.tensor(values)
 
 
 def close(ours, theirs, tol=1e-7):

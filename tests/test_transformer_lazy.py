@@ -11,6 +11,7 @@ import pytest
 
 import microtensor as mt
 from microtensor.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
+from test_tutorials import close, copied   # the shared float64 model helpers
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (the oracle of these "
                                             "tests)")
@@ -22,19 +23,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True",
 def to_torch(t, requires_grad=False):
     out = torch.tensor(np.array(t.detach().numpy()))
     return out.requires_grad_(requires_grad)
-
-
-def copied(model, reference):
-    """``model`` (microtensor) holding ``reference``'s (PyTorch) state, in float64."""
-    model.double()
-    model.load_state_dict({k: mt.tensor(v.detach().double().numpy())
-                           for k, v in reference.state_dict().items()})
-    return model
-
-
-def close(ours, theirs, rtol=1e-9, atol=1e-11):
-    np.testing.assert_allclose(np.asarray(ours.detach().numpy()), theirs.detach().numpy(),
-                               rtol=rtol, atol=atol)
 
 
 def pair(name, *args, **kwargs):
