@@ -798,3 +798,33 @@ def test_an_int_divisor_that_wraps_to_zero_is_a_division_by_zero(divide):
         except RuntimeError as error:
             return str(error)
     assert outcome(mt) == outcome(torch)
+
+
+# --------------------------------------------------------------------------- masked gradients
+
+def _masked_gradient(L, activation, dtype, create_graph, strided):
+    """The gradient of ``activation`` for an incoming gradient holding inf and NaN where
+    the activation is flat: PyTorch selects (0 there), it does not multiply by a mask."""
+    values = [[2.0, -1.0, 0.0, 3.0], [-2.0, 0.5, -0.5, 7.0]]
+    x = L.tensor(values, dtype=getattr(L, dtype), requires_grad=True)
+    source = x.t() if strided else x
+    y = activation(L, source)
+    incoming = L.tensor([[float("inf"), float("inf"), float("nan"), 1.0],
+                         [float("-inf"), 2.0, float("nan"), -1.0]], dtype=getattr(L, dtype))
+    incoming = incoming.t() if strided else incoming
+    return L.autograd.grad(y, x, incoming, create_graph=create_graph)[0]
+
+
+@pytest.mark.parametrize("activation", [
+    lambda L, x: x.relu(), lambda L, x: F.relu(x) if L is mt else TF.relu(x),
+    lambda L, x: (F if L is mt else TF).relu6(x),
+    lambda L, x: (F if L is mt else TF).hardtanh(x, -1.0, 1.0),
+    lambda L, x: (F if L is mt else TF).threshold(x, 0.0, 0.0),
+    lambda L, x: x.clamp(min=0.0)], ids=["relu", "F.relu", "relu6", "hardtanh", "threshold",
+                                         "clamp"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("create_graph", [False, True], ids=["backward", "create_graph"])
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "transposed"])
+def test_non_finite_gradients_are_selected_not_multiplied(activation, dtype, create_graph,
+                                                          strided):
+    assert_same_outcome(lambda L: _masked_gradient(L, activation, dtype, create_graph, strided))

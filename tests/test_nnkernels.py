@@ -256,6 +256,25 @@ def test_tanh_backward_special_values_and_in_place(dtype):
     np.testing.assert_array_equal(g, [0.0, 3.0, np.nan, np.nan, np.nan, -1.0])
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), shapes)
+def test_relu_backward_matches_numpy(data, dtype, shape):
+    y = np.maximum(data.draw(arrays(dtype, shape, -4, 4)), 0)
+    g = data.draw(arrays(dtype, shape))
+    out = out_like(y, data.draw)
+    assert nnkernels.relu_backward(out, g, y) is out
+    np.testing.assert_array_equal(out, np.where(y > 0, g, 0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_relu_backward_selects_and_writes_in_place(dtype):
+    y = np.array([1.0, 0.0, 0.0, 2.0, np.nan, 3.0], dtype)
+    g = np.array([np.inf, np.inf, np.nan, np.nan, 5.0, -1.0], dtype)
+    result = nnkernels.relu_backward(g, g, y)   # written over the gradient it reads
+    assert result is g
+    np.testing.assert_array_equal(g, [np.inf, 0.0, 0.0, np.nan, 0.0, -1.0])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tanh_mode", [False, True])
 def test_gelu_special_values_and_in_place(dtype, tanh_mode):

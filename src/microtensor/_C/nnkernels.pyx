@@ -1,5 +1,5 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
-layer_norm forward and backward, tanh's backward, GELU forward and backward, 2-d max
+layer_norm forward and backward, tanh's and relu's backward, GELU forward and backward, 2-d max
 pooling with indices and its backward, 2-d average pooling and its backward, the im2col
 of a 2-d convolution and the col2im of a unit-stride transposed one.
 
@@ -53,6 +53,8 @@ cdef extern from "nnmath.h" nogil:
                                     Py_ssize_t n, double eps)
     void mt_tanh_backward_f32(float* out, const float* g, const float* y, Py_ssize_t n)
     void mt_tanh_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
+    void mt_relu_backward_f32(float* out, const float* g, const float* y, Py_ssize_t n)
+    void mt_relu_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
     void mt_gelu_f32(float* out, const float* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_f64(double* out, const double* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_backward_f32(float* out, const float* g, const float* x, Py_ssize_t n,
@@ -276,6 +278,22 @@ def tanh_backward(out, grad, output):
                              g.size)
     else:
         mt_tanh_backward_f64(<double*>data(res), <const double*>data(g),
+                             <const double*>data(y), g.size)
+    return finish(out, res)
+
+
+def relu_backward(out, grad, output):
+    """``grad`` where ``output > 0``, else 0 (relu's gradient from its ``output``), into
+    ``out``."""
+    cdef bint f32 = is_f32(out, "relu_backward")
+    cdef object g = operand(grad, out.dtype, out.shape, "relu_backward")
+    cdef object y = operand(output, out.dtype, out.shape, "relu_backward")
+    cdef object res = target(out, "relu_backward")
+    if f32:
+        mt_relu_backward_f32(<float*>data(res), <const float*>data(g), <const float*>data(y),
+                             g.size)
+    else:
+        mt_relu_backward_f64(<double*>data(res), <const double*>data(g),
                              <const double*>data(y), g.size)
     return finish(out, res)
 

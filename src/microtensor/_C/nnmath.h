@@ -262,6 +262,13 @@ MT_CLONES static void mt_tanh_backward_##SFX(T* out, const T* g, const T* y, ptr
     for (ptrdiff_t i = 0; i < n; i++) out[i] = g[i] * (1 - y[i] * y[i]);                    \
 }                                                                                           \
                                                                                             \
+/* out = y > 0 ? g : 0: relu's gradient from its output y (a select, so that an infinite or
+   NaN g where y <= 0 gives 0, as PyTorch's threshold_backward) */                          \
+MT_CLONES static void mt_relu_backward_##SFX(T* out, const T* g, const T* y, ptrdiff_t n) { \
+    MT_SIMD                                                                                 \
+    for (ptrdiff_t i = 0; i < n; i++) out[i] = y[i] > 0 ? g[i] : (T)0;                      \
+}                                                                                           \
+                                                                                            \
 /* GELU, exact (erf) or with the tanh approximation */                                      \
 MT_CLONES static void mt_gelu_##SFX(T* out, const T* x, ptrdiff_t n, int tanh_mode) {       \
     if (tanh_mode) {                                                                        \

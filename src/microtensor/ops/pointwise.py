@@ -554,17 +554,23 @@ def tan(grad, result):
     return grad * (1 + result * result)
 
 
-@tanh.def_derivative("self")
-def tanh(grad, result):
+def _fused_backward(kernel, grad, result):
+    """``kernel``'s one C pass over ``grad`` and the op's ``result`` when no graph of the
+    backward pass is being built, nor a vmap, and both are contiguous alike; else None."""
     if batching() is None and not is_grad_enabled():
-        # no graph of the backward pass is being built, nor a vmap: one fused pass
         g, y = grad._array(), result._array()
         if grad._is_contig and result._is_contig and grad._sizes == result._sizes and \
                 nnkernels.supports(g, y):
             out = empty_contiguous(result._sizes, result._dtype, cpu)
-            nnkernels.tanh_backward(out._array(), g, y)
+            kernel(out._array(), g, y)
             return out
-    return grad * (1 - result * result)
+    return None
+
+
+@tanh.def_derivative("self")
+def tanh(grad, result):
+    fused = _fused_backward(nnkernels.tanh_backward, grad, result)
+    return grad * (1 - result * result) if fused is None else fused
 
 
 @sinh.def_derivative("self")
@@ -614,7 +620,10 @@ def sigmoid(grad, result):
 
 @relu.def_derivative("self")
 def relu(grad, result):
-    return grad * (result > 0)
+    # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
+    # gives 0, as PyTorch's
+    fused = _fused_backward(nnkernels.relu_backward, grad, result)
+    return where(result > 0, grad, grad.new_zeros(())) if fused is None else fused
 
 
 @abs.def_derivative("self")
