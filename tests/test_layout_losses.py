@@ -70,6 +70,56 @@ def test_pad_errors_match_torch(shape, pads, mode):
     assert str(got.value).splitlines()[0] == str(expected.value).splitlines()[0]
 
 
+def _crop_is_defined_in_torch(shape, pads, mode):
+    """Whether PyTorch's result for these pads is defined: its circular padding reads
+    outside the cropped input (or refuses) when a pad is larger than what is left."""
+    if mode != "circular":
+        return True
+    for i in range(len(pads) // 2):
+        lo, hi = pads[2 * i], pads[2 * i + 1]
+        left = shape[-1 - i] - max(-lo, 0) - max(-hi, 0)
+        if max(lo, hi) > left:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape,k", [((2, 5), 1), ((1, 3, 4), 2), ((1, 1, 3, 2, 4), 3)])
+def test_negative_pads_crop_as_torch(mode, shape, k):
+    """Every combination of pads from -4 to 3 on each padded dim: the values and gradients
+    where PyTorch's result is defined, the error where PyTorch refuses for a reason."""
+    import itertools
+    rng = np.random.default_rng(0)
+    for pads in itertools.product(range(-4, 4), repeat=2 * k):
+        if rng.random() > {1: 1.0, 2: 0.05, 3: 0.01}[k]:   # a sample of the 2-d and 3-d ones
+            continue
+        x, tx = _pair(*shape)
+        try:
+            expected = TF.pad(tx, pads, mode)
+        except RuntimeError as e:
+            # the refusals PyTorch means (not its internal failures on circular crops)
+            if any(text in str(e) for text in ("too small", "wrapping", "empty dimension",
+                                               "Argument #")):
+                with pytest.raises(RuntimeError) as got:
+                    F.pad(x, pads, mode)
+                # PyTorch's punctuation varies by kernel: "(H: 3, W: 4 )", "(D: 3 H: 2, W: 4)"
+                def gist(message):
+                    return message.replace(",", "").replace(" )", ")")
+                assert gist(str(got.value)) == gist(str(e)), pads
+            continue
+        if not _crop_is_defined_in_torch(shape, pads, mode):
+            continue
+        ours = F.pad(x, pads, mode)
+        assert tuple(ours.shape) == tuple(expected.shape), pads
+        _close(ours, expected)
+        g = np.random.default_rng(1).normal(size=tuple(expected.shape))
+        grad = mt.autograd.grad(ours, x, mt.tensor(g))[0]
+        if expected.numel():
+            _close(grad, torch.autograd.grad(expected, tx, torch.tensor(g))[0])
+        else:   # PyTorch's 3-d kernels leave this gradient uninitialized
+            assert not grad.any()
+
+
 def test_pad_under_vmap_matches_a_loop():
     x = mt.tensor(np.random.default_rng(1).normal(size=(3, 2, 3, 4)))
     for mode in ("constant", "reflect", "replicate", "circular"):

@@ -47,28 +47,56 @@ def check_pad(shape, pad, mode, value):
             "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
     for i in range(k):
         n, lo, hi = shape[-1 - i], pad[2 * i], pad[2 * i + 1]
-        if lo < 0 or hi < 0:
-            raise RuntimeError(f"{mode} padding: negative pads are not supported, got "
-                               f"padding ({lo}, {hi})")
         if mode == "reflect" and (lo >= n or hi >= n):
-            raise RuntimeError(f"Argument #4: Padding size should be less than the "
+            raise RuntimeError(f"Argument #{4 + 2 * i}: Padding size should be less than the "
                                f"corresponding input dimension, but got: padding ({lo}, {hi}) "
                                f"at dimension {len(shape) - 1 - i} of input {list(shape)}")
-        if mode == "circular" and (lo > n or hi > n):
-            raise RuntimeError("Padding value causes wrapping around more than once.")
         if n == 0:
             raise RuntimeError(f"{mode} padding: input dimension {len(shape) - 1 - i} is "
                                f"empty")
+    if mode == "circular":
+        empty = RuntimeError("Negative padding value is resulting in an empty dimension")
+        for i in range(k - 1, -1, -1):           # outermost padded dim first, as PyTorch
+            n, lo, hi = shape[-1 - i], pad[2 * i], pad[2 * i + 1]
+            if lo > n or hi > n:
+                raise RuntimeError("Padding value causes wrapping around more than once.")
+            if n + lo + hi < 0:
+                raise empty
+        # an input cropped to nothing with a result to fill: PyTorch fails or reads outside
+        # the input here
+        if any(_circular_reads_nothing(shape[-1 - i], pad[2 * i], pad[2 * i + 1])
+               for i in range(k)):
+            raise empty
+        return
+    # (name, input size, output size) of the padded dims, outermost first
+    dims = [(name, shape[-1 - i], shape[-1 - i] + pad[2 * i] + pad[2 * i + 1])
+            for name, i in zip("DHW"[3 - k:], range(k - 1, -1, -1))]
+    if all(out < 1 for _, _, out in dims):
+        sizes = ", ".join(f"{name}: {n}" for name, n, _ in dims)
+        outs = " ".join(f"{name}: {out}" for name, _, out in dims)
+        raise RuntimeError(f"input ({sizes}) is too small. Calculated output {outs}")
+    if any(out < 0 for _, _, out in dims):
+        sizes = list(shape[:len(shape) - k]) + [out for _, _, out in dims]
+        raise RuntimeError(f"Trying to create tensor with negative dimension "
+                           f"{min(sizes)}: {sizes}")
+
+
+def _circular_reads_nothing(n, lo, hi):
+    """Whether circular padding by ``(lo, hi)`` of a dim of size ``n`` crops the input to
+    nothing while its result is not empty (it would wrap around no element)."""
+    return n - max(-lo, 0) - max(-hi, 0) <= 0 and n + lo + hi != 0
 
 
 def source_index(xp, n, lo, hi, mode):
     """For each position of a dim of size ``n`` padded by ``(lo, hi)``: the input position
-    it copies."""
+    it copies.  A negative pad crops: reflect and replicate pad as if the input were whole
+    and then crop, circular wraps around the cropped input (as PyTorch's)."""
     j = xp.arange(-lo, n + hi)
     if mode == "replicate":
         return xp.clip(j, 0, n - 1)
     if mode == "circular":
-        return j % n
+        start, stop = max(-lo, 0), n - max(-hi, 0)
+        return start + (j - start) % max(stop - start, 1)     # j is empty when stop <= start
     j = xp.abs(j)                            # reflect: mirror at 0, then at n - 1
     return xp.where(j > n - 1, 2 * (n - 1) - j, j)
 
@@ -87,13 +115,16 @@ def _pad_samples(make):
             Sample(make(2, 2, 3, 3), (1, 0, 2, 1), "replicate"),
             Sample(make(1, 2, 2, 3, 3), (1, 1, 0, 2, 1, 1), "replicate"),
             Sample(make(2, 3, 4), (4, 2), "circular"),
-            Sample(make(2, 3, 3), (1, 2, 3, 0), "circular")]
+            Sample(make(2, 3, 3), (1, 2, 3, 0), "circular"),
+            Sample(make(2, 3, 5), (-1, 3), "reflect"),
+            Sample(make(1, 2, 4, 5), (2, -3, -1, 1), "replicate"),
+            Sample(make(2, 3, 5), (-2, 4, -1, 2), "circular")]
 
 
 @op(method=False, function=False, samples=_pad_samples)
 def pad(self, pad, mode="constant", value=None):
     """``self`` padded on its last ``len(pad) // 2`` dims, ``pad`` listing (before,
-    after) from the last dim backwards; constant pads may be negative (a crop)."""
+    after) from the last dim backwards; a negative pad crops."""
     pad = _pad_args(pad)
     check_pad(self._sizes, pad, mode, value)
     arr = self._array()
