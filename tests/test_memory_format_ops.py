@@ -259,3 +259,20 @@ def test_leaf_gradient_layout_contract(name):
             assert grads[1] is grads[0]
             continue
         check_same(grads[0], grads[1], f"{name} {shape} {layout} .grad")
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 3), (1, 2, 1), (2, 3, 4, 5), (2, 1, 4, 1)])
+def test_stack_and_cat_strides_match_torch_for_every_permutation(shape):
+    """``stack`` joins along the dim and splits it, as PyTorch's: its layout follows the
+    inputs' as ``cat`` lays them out, also where the unsqueezed inputs would suggest
+    another memory format (size-1 dims) and for channels_last inputs."""
+    import itertools
+    data = np.random.default_rng(0).random(shape).astype(np.float32)
+    for perm in itertools.permutations(range(len(shape))):
+        ours, theirs = mt.tensor(data).permute(perm), torch.tensor(data).permute(perm)
+        for dim in range(-len(shape) - 1, len(shape) + 1):
+            got, expected = mt.stack([ours, ours], dim), torch.stack([theirs, theirs], dim)
+            assert got.stride() == expected.stride(), (perm, dim)
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+        got, expected = mt.cat([ours, ours], -1), torch.cat([theirs, theirs], -1)
+        assert got.stride() == expected.stride(), perm

@@ -160,6 +160,10 @@ def stack(tensors, dim=0):
             raise RuntimeError(f"stack expects each tensor to be equal size, but got "
                                f"{list(shape)} at entry 0 and {list(t._sizes)} at entry {i}")
     d = meta.wrap_dim(dim, len(shape) + 1)
+    if d < len(shape):
+        # PyTorch's layout: the inputs joined along ``d`` as ``cat`` lays them out, then
+        # that dim split in two (the unsqueezed inputs can suggest another memory format)
+        return cat(tensors, d).unflatten(d, (len(tensors), shape[d]))
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
