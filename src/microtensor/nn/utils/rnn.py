@@ -244,9 +244,11 @@ def unpad_sequence(padded_sequences, lengths, batch_first=False):
     b-th cut to ``lengths[b]`` steps, as a list of new tensors."""
     batch_dim = 0 if batch_first else 1
     lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
-    if len(lengths) != padded_sequences.shape[batch_dim]:
-        raise ValueError(f"unpad_sequence: got {len(lengths)} lengths for a batch of "
-                         f"{padded_sequences.shape[batch_dim]} sequences")
+    batch_size = padded_sequences.shape[batch_dim]
+    if len(lengths) != batch_size:
+        raise ValueError(f"unpad_sequence: lengths is "
+                         f"{'longer' if len(lengths) > batch_size else 'shorter'} than the "
+                         f"batch: {len(lengths)} lengths for {batch_size} sequences")
     return [padded_sequences.select(batch_dim, b)[:max(length, 0)].clone(
         memory_format=mt.contiguous_format) for b, length in enumerate(lengths)]
 
