@@ -3,8 +3,8 @@ errors of pack/pad/unpad/unpack, ``PackedSequence`` conversions, gradients (grad
 gradgradcheck) and ``vmap`` without the loop fallback through packing and padding; the
 recurrent layers on packed input (outputs, final states in the caller's order, gradients
 w.r.t. the input, the initial states and every weight) for sorted, unsorted, equal and
-length-1 batches, bidirectional and stacked, and with random lengths (hypothesis); the
-``RNNBase``/``RNNCellBase`` hierarchy."""
+length-1 batches, bidirectional and stacked, and with random lengths (hypothesis), and
+their per-sample gradients under vmap; the ``RNNBase``/``RNNCellBase`` hierarchy."""
 import inspect
 import warnings
 
@@ -455,6 +455,28 @@ def test_dropout_on_packed_input_acts_between_layers_in_training_only():
     mt.manual_seed(0)
     dropped = layer(packed)[0].data
     assert dropped.tolist() != first.tolist()
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_vmap_grad_through_a_packed_layer_matches_loop_without_fallback(name):
+    """Per-sample gradients where each sample is a padded batch, packed inside."""
+    layer = getattr(nn, name)(3, 4, bidirectional=True, dtype=mt.float64)
+    params = {k: v.detach() for k, v in layer.named_parameters()}
+    x = mt.tensor(rng.standard_normal((3, 5, 3, 3)))
+
+    def loss(params, x):
+        packed = R.pack_padded_sequence(x, [2, 5, 3], enforce_sorted=False)
+        out, state = mt.func.functional_call(layer, params, (packed,))
+        h_n = state[0] if name == "LSTM" else state
+        return out.data.tanh().sum() + (h_n * h_n).sum()
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=FALLBACK)
+        grads = mt.func.vmap(mt.func.grad(loss), in_dims=(None, 0))(params, x)
+    for i in range(x.shape[0]):
+        expected = mt.func.grad(loss)(params, x[i])
+        for key in params:
+            close(grads[key][i], expected[key])
 
 
 @given(lengths=st.lists(st.integers(1, 5), min_size=1, max_size=6),

@@ -117,11 +117,6 @@ def _take_rows(rows, index, padding_value):
     return taken.reshape(tuple(index.shape) + tuple(rows.shape[1:]))
 
 
-def _steps_mask(lengths, steps):
-    """(steps, len(lengths)) bools: sequence b has a step t."""
-    return mt.arange(steps).unsqueeze(1) < lengths.unsqueeze(0)
-
-
 def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True):
     """Packs ``input`` (T x B x * padded sequences, B x T x * with ``batch_first``) whose
     sequence b has ``lengths[b]`` steps (a list or a CPU tensor).  The lengths must be
@@ -158,15 +153,14 @@ def pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)
     if longest > steps:      # PyTorch reads past the end of the input here
         raise RuntimeError(f"pack_padded_sequence: a sequence of length {longest} does not fit "
                            f"in an input of {steps} time steps (dim {time_dim})")
-    flat = mt.arange(steps * batch_size).reshape(
+    # the row of (step t, sequence b) in the input's first two dims flattened, time-major
+    rows = mt.arange(steps * batch_size).reshape(
         (batch_size, steps) if batch_first else (steps, batch_size))
-    if batch_first:
-        flat = flat.t()
-    flat = flat[:longest]
-    mask = _steps_mask(lengths, longest)
+    rows = (rows.t() if batch_first else rows)[:longest]
+    present = mt.arange(longest).unsqueeze(1) < lengths.unsqueeze(0)
     data = input.reshape((steps * batch_size,) + tuple(input.shape[2:])).index_select(
-        0, flat[mask].to(input.device))
-    return PackedSequence(data, mask.sum(1), sorted_indices, None)
+        0, rows[present].to(input.device))
+    return PackedSequence(data, present.sum(1), sorted_indices, None)
 
 
 def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_length=None):
