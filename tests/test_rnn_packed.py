@@ -74,10 +74,11 @@ def test_pack_and_pad_match_torch(pattern, batch_first, trailing):
     shape = (batch, steps) if batch_first else (steps, batch)
     x, tx = pair(*shape, *trailing)
     enforce_sorted = is_sorted(lengths)
-    for given in (lengths, tuple(lengths), torch.tensor(lengths)):
-        ours_lengths = mt.tensor(given.numpy()) if isinstance(given, torch.Tensor) else given
+    for as_given in (lengths, tuple(lengths), torch.tensor(lengths)):
+        ours_lengths = (mt.tensor(as_given.numpy()) if isinstance(as_given, torch.Tensor)
+                        else as_given)
         packed = R.pack_padded_sequence(x, ours_lengths, batch_first, enforce_sorted)
-        tpacked = TR.pack_padded_sequence(tx, given, batch_first, enforce_sorted)
+        tpacked = TR.pack_padded_sequence(tx, as_given, batch_first, enforce_sorted)
         same_packed(packed, tpacked)
     for kw in (dict(), dict(padding_value=-2.5), dict(total_length=steps + 2),
                dict(batch_first=not batch_first, padding_value=7)):
@@ -192,7 +193,7 @@ def test_packed_sequence_conversions_match_torch():
     x, tx = pair(3, 2, 2)
     packed = R.pack_padded_sequence(x, [1, 3], enforce_sorted=False)
     tpacked = TR.pack_padded_sequence(tx, [1, 3], enforce_sorted=False)
-    for method in ("float", "double", "long", "int", "short", "char", "byte"):
+    for method in ("float", "double", "half", "long", "int", "short", "char", "byte"):
         mine, theirs = getattr(packed, method)(), getattr(tpacked, method)()
         assert str(mine.data.dtype).split(".")[-1] == str(theirs.data.dtype).split(".")[-1]
         assert mine.data.tolist() == theirs.data.tolist()
