@@ -1,11 +1,15 @@
-"""Recurrent layers: ``RNNCell``/``LSTMCell``/``GRUCell`` and ``RNN``/``LSTM``/``GRU``, with
-PyTorch's arguments, parameter names, gate order, shapes, default initialisation and repr
-(a PyTorch ``state_dict`` loads unchanged).
+"""Recurrent layers: ``RNNCell``/``LSTMCell``/``GRUCell`` (on ``RNNCellBase``) and
+``RNN``/``LSTM``/``GRU`` (on ``RNNBase``), with PyTorch's arguments, parameter names, gate
+order, shapes, default initialisation and repr (a PyTorch ``state_dict`` loads unchanged).
+The sequence layers take a padded tensor or a ``PackedSequence`` of variable-length
+sequences.
 
 Each step is a few composite ops (``linear``, ``sigmoid``/``tanh``/``relu``, ``chunk``), all
 with derivatives and batching rules, so autograd, ``vmap`` and per-sample gradients work
 through them; a layer projects its input for every time step with one ``linear`` and loops
-over time in Python, as PyTorch's eager reference does."""
+over time in Python, as PyTorch's eager reference does.  On a ``PackedSequence`` (sequences
+sorted by decreasing length) step t advances the first ``batch_sizes[t]`` sequences only:
+going forwards the batch shrinks as sequences end, backwards it grows as they begin."""
 import math
 import numbers
 import warnings
@@ -15,7 +19,7 @@ from microtensor.nn import init
 from microtensor.nn.modules import Module
 from microtensor.nn.parameter import Parameter
 
-__all__ = ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
+__all__ = ["RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "RNNBase", "RNN", "LSTM", "GRU"]
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
@@ -64,19 +68,21 @@ def _uniform_init(module):
         init.uniform_(weight, -stdv, stdv)
 
 
-class _RNNCellBase(Module):
-    """One time step: parameters ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``."""
+class RNNCellBase(Module):
+    """One time step: parameters ``weight_ih``, ``weight_hh`` and ``bias_ih``, ``bias_hh``
+    with ``num_chunks * hidden_size`` rows (one block per gate).  A subclass names its
+    step in ``_mode`` (a key of ``_STEPS``) and its error messages in ``_name``."""
 
     _name = None
+    _mode = None
 
-    def __init__(self, input_size, hidden_size, bias, mode, device=None, dtype=None):
+    def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
         super().__init__()
         from microtensor.ops.factory import empty
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
-        self._mode = mode
-        gate_size = _GATES[mode] * hidden_size
+        gate_size = num_chunks * hidden_size
         kw = {"dtype": dtype, "device": device}
         self.weight_ih = Parameter(empty(gate_size, input_size, **kw))
         self.weight_hh = Parameter(empty(gate_size, hidden_size, **kw))
@@ -135,16 +141,16 @@ class _RNNCellBase(Module):
         return out
 
 
-class RNNCell(_RNNCellBase):
+class RNNCell(RNNCellBase):
     """``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or relu)."""
 
     _name = "RNNCell"
 
     def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None,
                  dtype=None):
-        mode = _check_nonlinearity(nonlinearity)
+        self._mode = _check_nonlinearity(nonlinearity)
         self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, bias, mode, device, dtype)
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype)
 
     def forward(self, input, hx=None):
         if hx is not None:
@@ -152,14 +158,15 @@ class RNNCell(_RNNCellBase):
         return self._run(input, [] if hx is None else [hx])
 
 
-class LSTMCell(_RNNCellBase):
+class LSTMCell(RNNCellBase):
     """One LSTM step; gates stacked as PyTorch's (input, forget, cell, output); returns
     ``(h', c')``."""
 
     _name = "LSTMCell"
+    _mode = "LSTM"
 
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
-        super().__init__(input_size, hidden_size, bias, "LSTM", device, dtype)
+        super().__init__(input_size, hidden_size, bias, 4, device, dtype)
 
     def forward(self, input, hx=None):
         if hx is not None:
@@ -168,14 +175,15 @@ class LSTMCell(_RNNCellBase):
         return self._run(input, [] if hx is None else list(hx))
 
 
-class GRUCell(_RNNCellBase):
+class GRUCell(RNNCellBase):
     """One GRU step; gates stacked as PyTorch's (reset, update, new), with
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``."""
 
     _name = "GRUCell"
+    _mode = "GRU"
 
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
-        super().__init__(input_size, hidden_size, bias, "GRU", device, dtype)
+        super().__init__(input_size, hidden_size, bias, 3, device, dtype)
 
     def forward(self, input, hx=None):
         if hx is not None:
@@ -218,6 +226,8 @@ class RNNBase(Module):
                              "projections")
         if proj_size >= hidden_size:
             raise ValueError("proj_size has to be smaller than hidden_size")
+        if mode not in _GATES:
+            raise ValueError("Unrecognized RNN mode: " + mode)
         self.mode = mode
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -281,15 +291,15 @@ class RNNBase(Module):
         return s
 
     def _prepare(self, input, hx):
-        """Checks ``input`` and the initial states ``hx`` (a list, empty for zeros) as
-        PyTorch does; returns the input as (L, N, H_in), the states as (D*layers, N, H)
-        (h of size proj_size for an LSTM with projections) and whether the input was
-        batched."""
+        """Checks the padded ``input`` and the initial states ``hx`` (a list, empty for
+        zeros) as PyTorch does; returns the input as (L, N, H_in), the states as
+        (D*layers, N, H) (h of size proj_size for an LSTM with projections) and whether the
+        input was batched."""
         from microtensor._tensor import Tensor
         name = type(self).__name__
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: input must be a Tensor (PackedSequence is not supported "
-                            f"yet), got {type(input).__name__}")
+            raise TypeError(f"{name}: input must be a Tensor or a PackedSequence, got "
+                            f"{type(input).__name__}")
         if input.dim() not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D "
                              f"{'tensor ' if self.mode.startswith('RNN') else ''}instead")
@@ -308,15 +318,23 @@ class RNNBase(Module):
             hx = [h.unsqueeze(1) for h in hx]
         elif self.batch_first:
             input = input.transpose(0, 1)
+        return input, self._check_forward_args(input, hx, input.shape[1]), batched
+
+    def _check_forward_args(self, input, hx, batch_size, input_dims=3):
+        """PyTorch's checks of the time-major (3-D) or packed (2-D) ``input`` and of the
+        initial states against ``batch_size``; returns the states (zeros when ``hx`` is
+        empty)."""
         if input.dtype != self.weight_ih_l0.dtype:
             raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype "
                              f"({self.weight_ih_l0.dtype}). Convert input: "
                              f"input.to({self.weight_ih_l0.dtype}), or convert model: "
                              f"model.to({input.dtype})")
+        if input.dim() != input_dims:
+            raise RuntimeError(f"input must have {input_dims} dimensions, got {input.dim()}")
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected "
                                f"{self.input_size}, got {input.shape[-1]}")
-        lead = ((2 if self.bidirectional else 1) * self.num_layers, input.shape[1])
+        lead = ((2 if self.bidirectional else 1) * self.num_layers, batch_size)
         expected = [lead + (self.proj_size or self.hidden_size,), lead + (self.hidden_size,)]
         names = ("hidden[0]", "hidden[1]") if self.mode == "LSTM" else ("hidden",)
         if not hx:
@@ -324,50 +342,122 @@ class RNNBase(Module):
         for which, h, shape in zip(names, hx, expected):
             if tuple(h.shape) != shape:
                 raise RuntimeError(f"Expected {which} size {shape}, got {list(h.shape)}")
-        return input, hx, batched
+        return hx
 
     def _forward(self, input, hx):
-        from microtensor.ops.shape import cat, stack
+        from microtensor.nn.utils.rnn import PackedSequence
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         input, hx, batched = self._prepare(input, hx)
-        step = _STEPS[self.mode]
+        x, h_n = self._layers(input, hx, None)
+        if not batched:
+            x = x.squeeze(1)
+            h_n = tuple(h.squeeze(1) for h in h_n) if self.mode == "LSTM" else h_n.squeeze(1)
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        return x, h_n
+
+    def _forward_packed(self, input, hx):
+        """As PyTorch: the states in ``hx`` follow the caller's batch order, so they are
+        put in the packed (sorted) order on the way in and back on the way out."""
+        from microtensor.nn.utils.rnn import PackedSequence
+        data, batch_sizes, sorted_indices, unsorted_indices = input
+        if sorted_indices is not None:
+            hx = [h.index_select(1, sorted_indices) for h in hx]
+        hx = self._check_forward_args(data, hx, batch_sizes[0].item(), input_dims=2)
+        x, h_n = self._layers(data, hx, batch_sizes.tolist())
+        if unsorted_indices is not None:
+            h_n = (tuple(h.index_select(1, unsorted_indices) for h in h_n)
+                   if self.mode == "LSTM" else h_n.index_select(1, unsorted_indices))
+        return PackedSequence(x, batch_sizes, sorted_indices, unsorted_indices), h_n
+
+    def _layers(self, x, hx, batch_sizes):
+        """Runs every layer and direction over ``x`` (time-major (L, N, H_in), or packed
+        rows when ``batch_sizes`` lists the packed batch sizes) from the states ``hx``;
+        returns the last layer's output and the final states stacked as ``hx``."""
+        from microtensor.ops.shape import cat, stack
         lstm = self.mode == "LSTM"
         num_directions = 2 if self.bidirectional else 1
         finals = []
-        x = input
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(num_directions):
-                suffix = "_reverse" if direction else ""
                 k = layer * num_directions + direction
-                w_ih, w_hh = (getattr(self, f"weight_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
-                b_ih, b_hh = ((getattr(self, f"bias_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
-                              if self.bias else (None, None))
-                w_hr = getattr(self, f"weight_hr_l{layer}{suffix}") if self.proj_size else None
                 state = tuple(h[k] for h in hx) if lstm else hx[0][k]
-                steps = F.linear(x, w_ih, b_ih).unbind(0)
-                seq = []
-                for x_proj in (reversed(steps) if direction else steps):
-                    state = step(x_proj, state, w_hh, b_hh)
-                    if w_hr is not None:
-                        state = (F.linear(state[0], w_hr), state[1])
-                    seq.append(state[0] if lstm else state)
-                if direction:
-                    seq.reverse()
-                outputs.append(stack(seq))
+                output, state = self._direction(x, state, layer, direction, batch_sizes)
+                outputs.append(output)
                 finals.append(state)
             x = outputs[0] if num_directions == 1 else cat(outputs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True)
         if lstm:
-            h_n = (stack([s[0] for s in finals]), stack([s[1] for s in finals]))
-        else:
-            h_n = stack(finals)
-        if not batched:
-            x = x.squeeze(1)
-            h_n = tuple(h.squeeze(1) for h in h_n) if lstm else h_n.squeeze(1)
-        elif self.batch_first:
-            x = x.transpose(0, 1)
-        return x, h_n
+            return x, (stack([s[0] for s in finals]), stack([s[1] for s in finals]))
+        return x, stack(finals)
+
+    def _direction(self, x, state, layer, direction, batch_sizes):
+        """One direction of one layer: returns its output for every step, as ``x`` is laid
+        out, and the final state of every sequence."""
+        from microtensor.ops.shape import cat, stack
+        suffix = "_reverse" if direction else ""
+        w_ih, w_hh = (getattr(self, f"weight_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
+        b_ih, b_hh = ((getattr(self, f"bias_{w}_l{layer}{suffix}") for w in ("ih", "hh"))
+                      if self.bias else (None, None))
+        w_hr = getattr(self, f"weight_hr_l{layer}{suffix}") if self.proj_size else None
+        step = _STEPS[self.mode]
+        lstm = self.mode == "LSTM"
+
+        def advance(x_proj, state):
+            state = step(x_proj, state, w_hh, b_hh)
+            if w_hr is not None:
+                state = (F.linear(state[0], w_hr), state[1])
+            return state
+
+        x_proj = F.linear(x, w_ih, b_ih)
+        seq = []
+        if batch_sizes is None:
+            steps = x_proj.unbind(0)
+            for x_t in (reversed(steps) if direction else steps):
+                state = advance(x_t, state)
+                seq.append(state[0] if lstm else state)
+            if direction:
+                seq.reverse()
+            return stack(seq), state
+        steps = x_proj.split(batch_sizes)
+        if direction:       # a sequence joins at its last step, from its initial state
+            initial, batch = state, batch_sizes[-1]
+            state = _state_rows(initial, 0, batch)
+            for x_t, size in zip(reversed(steps), reversed(batch_sizes)):
+                if size > batch:
+                    state = _state_cat([state, _state_rows(initial, batch, size)])
+                    batch = size
+                state = advance(x_t, state)
+                seq.append(state[0] if lstm else state)
+            seq.reverse()
+            return cat(seq), state
+        ended, batch = [], batch_sizes[0]   # the final states of the sequences that ended
+        for x_t, size in zip(steps, batch_sizes):
+            if size < batch:
+                ended.append(_state_rows(state, size, batch))
+                state, batch = _state_rows(state, 0, size), size
+            state = advance(x_t, state)
+            seq.append(state[0] if lstm else state)
+        ended.append(state)
+        return cat(seq), _state_cat(ended[::-1])
+
+
+def _state_rows(state, start, stop):
+    """Rows ``start:stop`` (sequences) of a state: h, or (h, c) for an LSTM."""
+    if isinstance(state, tuple):
+        return tuple(s[start:stop] for s in state)
+    return state[start:stop]
+
+
+def _state_cat(states):
+    """States of consecutive groups of sequences joined into one."""
+    from microtensor.ops.shape import cat
+    if isinstance(states[0], tuple):
+        return tuple(cat(parts) for parts in zip(*states))
+    return cat(states)
 
 
 _NO_PROJ = "proj_size argument is only supported for LSTM, not RNN or GRU"
