@@ -91,6 +91,17 @@ def _parse_to(*args, **kwargs):
     return device, dtype, non_blocking, memory_format
 
 
+class _HookWithoutModule:
+    """A hook called as ``hook(*args)`` where the module's hooks are called as
+    ``hook(module, *args)``; ``.hook`` is the hook given."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __call__(self, module, *args):
+        return self.hook(*args)
+
+
 class Module:
     """Base class of layers: tracks parameters, buffers and sub-modules by attribute, with
     PyTorch's hooks, conversions (``to``, ``float``...) and state-dict protocol."""
@@ -350,6 +361,12 @@ class Module:
             return t.to(device=device, dtype=target, non_blocking=non_blocking)
         return self._apply(convert)
 
+    def to_empty(self, *, device, recurse=True):
+        """Move every parameter and buffer to ``device`` without copying its values (a
+        module made on the meta device gets real, uninitialized tensors)."""
+        from microtensor.ops.factory import empty_like
+        return self._apply(lambda t: empty_like(t, device=device), recurse=recurse)
+
     def cuda(self, device=None):
         return self._apply(lambda t: t.cuda(device))
 
@@ -431,6 +448,13 @@ class Module:
         unexpected_keys, error_msgs)`` before ``load_state_dict`` checks this module's
         entries; may edit ``state_dict`` in place."""
         return _add_hook(self._load_state_dict_pre_hooks, hook)
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module=False):
+        """PyTorch's private form of ``register_load_state_dict_pre_hook``: ``hook`` takes
+        the module first only ``with_module`` (libraries register such hooks)."""
+        if with_module:
+            return self.register_load_state_dict_pre_hook(hook)
+        return self.register_load_state_dict_pre_hook(_HookWithoutModule(hook))
 
     def register_load_state_dict_post_hook(self, hook):
         """``hook(module, incompatible_keys)`` after ``load_state_dict`` loaded this module;
