@@ -692,3 +692,157 @@ def test_nn_utils_names_match_torch():
             continue
         ours = getattr(nn.utils, module)
         assert sorted(set(getattr(theirs, "__all__", [])) - set(dir(ours))) == []
+
+
+# --------------------------------------------------------------------------- nn gaps
+
+INIT_ALIASES = [("uniform", (3, 4), ()), ("normal", (3, 4), ()), ("constant", (3, 4), (0.5,)),
+                ("eye", (3, 4), ()), ("dirac", (2, 2, 3), ()), ("xavier_uniform", (3, 4), ()),
+                ("xavier_normal", (3, 4), ()), ("kaiming_uniform", (3, 4), ()),
+                ("kaiming_normal", (3, 4), ()), ("orthogonal", (3, 4), ()),
+                ("sparse", (4, 3), (0.5,))]
+
+
+@pytest.mark.parametrize("name, shape, args", INIT_ALIASES)
+def test_init_deprecated_aliases(name, shape, args):
+    ours, theirs = mt.empty(shape), torch.empty(shape)
+    with warnings.catch_warnings(record=True) as our_warnings:
+        warnings.simplefilter("always")
+        mt.manual_seed(0)
+        result = getattr(nn.init, name)(ours, *args)
+    with warnings.catch_warnings(record=True) as their_warnings:
+        warnings.simplefilter("always")
+        getattr(torch.nn.init, name)(theirs, *args)
+    assert [str(w.message) for w in our_warnings] == [str(w.message) for w in their_warnings]
+    assert [w.category for w in our_warnings] == [FutureWarning]
+    assert our_warnings[0].filename == __file__            # points at the caller
+    assert result is ours
+    mt.manual_seed(0)
+    expected = getattr(nn.init, name + "_")(mt.empty(shape), *args)
+    np.testing.assert_array_equal(to_np(ours), to_np(expected))
+
+
+def test_init_sparse_():
+    rows, cols, sparsity = 40, 300, 0.3
+    w = nn.init.sparse_(mt.empty(rows, cols, dtype=mt.float64), sparsity, std=2.0)
+    values = to_np(w)
+    zeros_per_column = (values == 0).sum(axis=0)
+    assert (zeros_per_column == int(np.ceil(sparsity * rows))).all()
+    # each row is zeroed in about sparsity of the columns: the zeros are spread at random
+    per_row = (values == 0).mean(axis=1)
+    assert np.abs(per_row - sparsity).max() < 0.15
+    nonzero = values[values != 0]
+    assert abs(nonzero.std() - 2.0) < 0.1 and abs(nonzero.mean()) < 0.1
+    g1, g2 = mt.Generator().manual_seed(3), mt.Generator().manual_seed(3)
+    np.testing.assert_array_equal(to_np(nn.init.sparse_(mt.empty(5, 4), 0.4, generator=g1)),
+                                  to_np(nn.init.sparse_(mt.empty(5, 4), 0.4, generator=g2)))
+    same_error(lambda: nn.init.sparse_(mt.empty(2, 3, 4), 0.1),
+               lambda: torch.nn.init.sparse_(torch.empty(2, 3, 4), 0.1))
+    meta = mt.empty(3, 4, device="meta")
+    assert nn.init.sparse_(meta, 0.5) is meta
+
+
+def test_buffer_registers_on_assignment():
+    for lib in (mt, torch):
+        m = lib.nn.Module()
+        m.a = lib.nn.Buffer(lib.ones(2))
+        m.b = lib.nn.Buffer(lib.ones(2), persistent=False)
+        m.c = lib.ones(1)                                   # a plain attribute
+        assert [n for n, _ in m.named_buffers()] == ["a", "b"]
+        assert list(m.state_dict()) == ["a"]
+        assert isinstance(m.a, lib.nn.Buffer) and not isinstance(lib.ones(1), lib.nn.Buffer)
+        m.b = lib.nn.Buffer(lib.zeros(2))                   # a Buffer says its persistence
+        assert list(m.state_dict()) == ["a", "b"]
+        m.a = lib.zeros(3)                                  # a buffer stays one
+        assert list(m.state_dict()) == ["a", "b"]
+        param = lib.nn.Parameter(lib.ones(2))
+        buffer = lib.nn.Buffer(param)
+        assert buffer.requires_grad and buffer.grad_fn is None and buffer is not param
+    ours, theirs = nn.Module(), torch.nn.Module()
+    ours.p, theirs.p = nn.Parameter(mt.ones(1)), torch.nn.Parameter(torch.ones(1))
+    same_error(lambda: setattr(ours, "p", nn.Buffer(mt.ones(1))),
+               lambda: setattr(theirs, "p", torch.nn.Buffer(torch.ones(1))))
+    ours.c, theirs.c = 1, 1
+    same_error(lambda: setattr(ours, "c", nn.Buffer(mt.ones(1))),
+               lambda: setattr(theirs, "c", torch.nn.Buffer(torch.ones(1))))
+    ours.register_buffer("r", None)
+    theirs.register_buffer("r", None)
+    same_error(lambda: setattr(ours, "r", 3), lambda: setattr(theirs, "r", 3))
+
+
+def test_sync_batch_norm_is_batch_norm_in_one_process():
+    ours, theirs = twin(lambda lib: lib.nn.SyncBatchNorm(3, momentum=None))
+    assert repr(ours) == repr(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for shape in ((4, 3), (2, 3, 5), (2, 3, 2, 2, 2)):
+        run_both(ours, theirs, shape)
+    assert_same_parameters_and_grads(ours, theirs)
+    for name, buffer in theirs.named_buffers():
+        close(ours.get_buffer(name), buffer)
+    ours.eval()
+    theirs.eval()
+    run_both(ours, theirs, (2, 3, 4))
+    same_error(lambda: ours(mt.ones(3)), lambda: theirs(torch.ones(3)))
+    same_error(lambda: ours(mt.ones(3, 0)), lambda: theirs(torch.ones(3, 0)))
+
+
+def test_convert_sync_batchnorm():
+    def build(lib):
+        return lib.nn.Sequential(lib.nn.Conv2d(2, 3, 1), lib.nn.BatchNorm2d(3),
+                                 lib.nn.Sequential(lib.nn.BatchNorm2d(3, affine=False)))
+    ours, theirs = twin(build)
+    ours.eval()
+    theirs.eval()
+    bn = ours[1]
+    converted = nn.SyncBatchNorm.convert_sync_batchnorm(ours)
+    tconverted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(theirs)
+    assert converted is ours and repr(converted) == repr(tconverted)
+    assert type(ours[1]) is nn.SyncBatchNorm and type(ours[2][0]) is nn.SyncBatchNorm
+    assert ours[1].weight is bn.weight and ours[1].running_mean is bn.running_mean
+    assert not ours[1].training
+    run_both(ours, theirs, (1, 2, 3, 3))
+    single = nn.BatchNorm1d(4)
+    assert type(nn.SyncBatchNorm.convert_sync_batchnorm(single)) is nn.SyncBatchNorm
+
+
+def test_nll_loss_2d_and_container_are_deprecated_aliases():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 4, 4))
+    target = rng.integers(0, 3, (2, 4, 4))
+    with pytest.warns(FutureWarning, match="Please use `NLLLoss`"):
+        ours = nn.NLLLoss2d(ignore_index=1)
+    theirs = quietly(torch.nn.NLLLoss2d, ignore_index=1)
+    assert isinstance(ours, nn.NLLLoss) and repr(ours) == repr(theirs)
+    close(ours(mt.tensor(x), mt.tensor(target)), theirs(torch.tensor(x), torch.tensor(target)))
+    with pytest.warns(FutureWarning, match="Subclass that instead"):
+        box = nn.Container(first=nn.Linear(1, 1))
+    assert repr(box) == repr(quietly(torch.nn.Container, first=torch.nn.Linear(1, 1)))
+
+
+SIGNATURES = ["nn.utils.parametrize.register_parametrization",
+              "nn.utils.parametrize.remove_parametrizations",
+              "nn.utils.parametrize.is_parametrized",
+              "nn.utils.parametrize.transfer_parametrizations_and_params",
+              "nn.utils.parametrizations.orthogonal", "nn.utils.parametrizations.weight_norm",
+              "nn.utils.parametrizations.spectral_norm", "nn.utils.weight_norm",
+              "nn.utils.remove_weight_norm", "nn.utils.spectral_norm",
+              "nn.utils.remove_spectral_norm", "nn.utils.fuse_conv_bn_eval",
+              "nn.utils.fuse_conv_bn_weights", "nn.utils.fuse_linear_bn_eval",
+              "nn.utils.fuse_linear_bn_weights", "nn.utils.convert_conv2d_weight_memory_format",
+              "nn.utils.convert_conv3d_weight_memory_format", "nn.utils.skip_init",
+              "nn.utils.clip_grad_norm", "nn.utils.stateless.functional_call",
+              "nn.init.sparse_", "nn.Buffer", "nn.SyncBatchNorm", "nn.NLLLoss2d.__init__",
+              "nn.Module.to_empty", "nn.SyncBatchNorm.convert_sync_batchnorm"]
+
+
+@pytest.mark.parametrize("path", SIGNATURES)
+def test_signatures_match_torch(path):
+    import inspect
+
+    def resolve(root):
+        for part in path.split("."):
+            root = getattr(root, part)
+        return inspect.signature(root)
+    ours, theirs = resolve(mt), resolve(torch)
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.parameters.values()]

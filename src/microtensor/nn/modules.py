@@ -12,7 +12,7 @@ from microtensor._C.tensor import dtype as dtype_cls
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.hooks import BackwardHook, RemovableHandle
-from microtensor.nn.parameter import Parameter, is_lazy
+from microtensor.nn.parameter import Parameter, is_buffer, is_lazy
 
 
 class IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -119,9 +119,10 @@ class Module:
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):
-        """As PyTorch: a Parameter or a Module registers under ``name``; a name already
-        registered keeps its kind (a reassigned buffer stays a buffer, persistent or not)
-        and accepts only that kind or None; anything else is a plain attribute."""
+        """As PyTorch: a Parameter, a Module or a ``Buffer`` registers under ``name``; a
+        name already registered keeps its kind (a reassigned buffer stays a buffer,
+        persistent or not, unless a ``Buffer`` says otherwise) and accepts only that kind
+        or None; anything else is a plain attribute."""
         params = self.__dict__.get("_parameters")
         modules = self.__dict__.get("_modules")
         if isinstance(value, Parameter):
@@ -144,11 +145,14 @@ class Module:
                 raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
                                 "(microtensor.nn.Module or None expected)")
             modules[name] = value
-        elif name in self.__dict__.get("_buffers", ()):
+        elif name in self.__dict__.get("_buffers", ()) or is_buffer(value):
             if value is not None and not isinstance(value, TensorBase):
                 raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
-                                "(microtensor.Tensor or None expected)")
-            self.register_buffer(name, value, name not in self._non_persistent_buffers_set)
+                                "(microtensor.nn.Buffer, microtensor.Tensor or None "
+                                "expected)")
+            persistent = value.persistent if is_buffer(value) else \
+                name not in self._non_persistent_buffers_set
+            self.register_buffer(name, value, persistent)
         else:
             object.__setattr__(self, name, value)
 
