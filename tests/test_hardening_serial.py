@@ -360,8 +360,7 @@ def _outcome(fn):
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - the exception is the outcome compared
-        return type(e).__name__, str(e).replace("torch.nn.Buffer, ", "").replace("torch",
-                                                                              "microtensor")
+        return type(e).__name__, str(e).replace("torch", "microtensor")
 
 
 def _keys(m):

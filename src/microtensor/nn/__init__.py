@@ -51,3 +51,5 @@ from microtensor.nn.parameter import UninitializedBuffer, UninitializedParameter
 __all__ += _lazy + ["UninitializedParameter", "UninitializedBuffer"]
 modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModuleMixin
 from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401
+from microtensor.nn.containers import Container  # noqa: E402,F401
+from microtensor.nn.parameter import Buffer  # noqa: E402,F401

@@ -352,3 +352,20 @@ class ParameterDict(Module):
 
 
 __all__ = ["ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
+
+
+class Container(Module):
+    """Deprecated: a Module whose keyword arguments become its children (warns when made,
+    as PyTorch's)."""
+
+    def __init__(self, **kwargs):
+        import warnings
+        warnings.warn("`nn.Container` is deprecated. All of its functionality is now "
+                      "implemented in `nn.Module`. Subclass that instead.", FutureWarning,
+                      stacklevel=2)
+        super().__init__()
+        for key, value in kwargs.items():
+            self.add_module(key, value)
+
+
+__all__ += ["Container"]

@@ -1,6 +1,7 @@
 """Parameter initialisation, as ``torch.nn.init``: every function fills ``tensor`` in
 place without recording gradients and returns it, with PyTorch's fan computations,
-gains and errors."""
+gains and errors; the names without the trailing underscore are PyTorch's deprecated
+aliases (they warn)."""
 import math
 import statistics
 import warnings
@@ -197,3 +198,50 @@ def orthogonal_(tensor, gain=1, generator=None):
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "zeros_",
            "ones_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
            "kaiming_normal_", "orthogonal_"]
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """A sparse matrix (2-D only): values from N(0, std²) with ``ceil(sparsity * rows)``
+    zeros in each column, at random rows (Martens, 2010)."""
+    from microtensor.ops.factory import rand, randn
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    if tensor.is_meta:
+        return tensor
+    rows, cols = tensor.shape
+    num_zeros = math.ceil(sparsity * rows)
+    on_cpu = dict(dtype=tensor.dtype, device="cpu", generator=generator)
+    values = randn(rows, cols, **on_cpu) * std
+    # the rows ranked first by a uniform key: a random subset per column, all at once
+    ranks = rand(rows, cols, **on_cpu).argsort(dim=0).argsort(dim=0)
+    return _fill(tensor, values.masked_fill(ranks < num_zeros, 0))
+
+
+def _deprecated(method):
+    """``method`` under its old name (without the underscore), warning as PyTorch's."""
+    new_name = method.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old_name}` is now deprecated in favor of "
+                      f"`nn.init.{new_name}`.", FutureWarning, stacklevel=2)
+        return method(*args, **kwargs)
+    deprecated_init.__name__ = old_name
+    deprecated_init.__doc__ = f"Deprecated alias of ``{new_name}``."
+    return deprecated_init
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+eye = _deprecated(eye_)
+dirac = _deprecated(dirac_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+orthogonal = _deprecated(orthogonal_)
+sparse = _deprecated(sparse_)
+
+__all__ += ["sparse_", "uniform", "normal", "constant", "eye", "dirac", "xavier_uniform",
+            "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal", "sparse"]

@@ -1,7 +1,9 @@
 """Loss modules over the ``nn.functional`` losses, PyTorch's constructor arguments."""
+import warnings
+
 from microtensor.nn import functional as F
 from microtensor.nn.distance import PairwiseDistance
-from microtensor.nn.modules import _Loss, _WeightedLoss
+from microtensor.nn.modules import NLLLoss, _Loss, _WeightedLoss
 
 
 class SmoothL1Loss(_Loss):
@@ -174,3 +176,19 @@ class CTCLoss(_Loss):
 
 
 __all__ += ["CTCLoss"]
+
+
+# --------------------------------------------------------------------------- NLLLoss2d
+
+class NLLLoss2d(NLLLoss):
+    """Deprecated alias of ``NLLLoss`` (warns when made, as PyTorch's)."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean"):
+        warnings.warn("`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead as a "
+                      "drop-in replacement and see https://pytorch.org/docs/main/nn.html"
+                      "#torch.nn.NLLLoss for more details.", FutureWarning, stacklevel=2)
+        super().__init__(weight, size_average, ignore_index, reduce, reduction)
+
+
+__all__ += ["NLLLoss2d"]

@@ -12,7 +12,7 @@ from microtensor._C.tensor import dtype as dtype_cls
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.hooks import BackwardHook, RemovableHandle
-from microtensor.nn.parameter import Parameter, is_lazy
+from microtensor.nn.parameter import Parameter, is_buffer, is_lazy
 
 
 class IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -91,6 +91,17 @@ def _parse_to(*args, **kwargs):
     return device, dtype, non_blocking, memory_format
 
 
+class _HookWithoutModule:
+    """A hook called as ``hook(*args)`` where the module's hooks are called as
+    ``hook(module, *args)``; ``.hook`` is the hook given."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __call__(self, module, *args):
+        return self.hook(*args)
+
+
 class Module:
     """Base class of layers: tracks parameters, buffers and sub-modules by attribute, with
     PyTorch's hooks, conversions (``to``, ``float``...) and state-dict protocol."""
@@ -108,9 +119,10 @@ class Module:
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):
-        """As PyTorch: a Parameter or a Module registers under ``name``; a name already
-        registered keeps its kind (a reassigned buffer stays a buffer, persistent or not)
-        and accepts only that kind or None; anything else is a plain attribute."""
+        """As PyTorch: a Parameter, a Module or a ``Buffer`` registers under ``name``; a
+        name already registered keeps its kind (a reassigned buffer stays a buffer,
+        persistent or not, unless a ``Buffer`` says otherwise) and accepts only that kind
+        or None; anything else is a plain attribute."""
         params = self.__dict__.get("_parameters")
         modules = self.__dict__.get("_modules")
         if isinstance(value, Parameter):
@@ -133,11 +145,14 @@ class Module:
                 raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' "
                                 "(microtensor.nn.Module or None expected)")
             modules[name] = value
-        elif name in self.__dict__.get("_buffers", ()):
+        elif name in self.__dict__.get("_buffers", ()) or is_buffer(value):
             if value is not None and not isinstance(value, TensorBase):
                 raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' "
-                                "(microtensor.Tensor or None expected)")
-            self.register_buffer(name, value, name not in self._non_persistent_buffers_set)
+                                "(microtensor.nn.Buffer, microtensor.Tensor or None "
+                                "expected)")
+            persistent = value.persistent if is_buffer(value) else \
+                name not in self._non_persistent_buffers_set
+            self.register_buffer(name, value, persistent)
         else:
             object.__setattr__(self, name, value)
 
@@ -350,6 +365,12 @@ class Module:
             return t.to(device=device, dtype=target, non_blocking=non_blocking)
         return self._apply(convert)
 
+    def to_empty(self, *, device, recurse=True):
+        """Move every parameter and buffer to ``device`` without copying its values (a
+        module made on the meta device gets real, uninitialized tensors)."""
+        from microtensor.ops.factory import empty_like
+        return self._apply(lambda t: empty_like(t, device=device), recurse=recurse)
+
     def cuda(self, device=None):
         return self._apply(lambda t: t.cuda(device))
 
@@ -431,6 +452,13 @@ class Module:
         unexpected_keys, error_msgs)`` before ``load_state_dict`` checks this module's
         entries; may edit ``state_dict`` in place."""
         return _add_hook(self._load_state_dict_pre_hooks, hook)
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module=False):
+        """PyTorch's private form of ``register_load_state_dict_pre_hook``: ``hook`` takes
+        the module first only ``with_module`` (libraries register such hooks)."""
+        if with_module:
+            return self.register_load_state_dict_pre_hook(hook)
+        return self.register_load_state_dict_pre_hook(_HookWithoutModule(hook))
 
     def register_load_state_dict_post_hook(self, hook):
         """``hook(module, incompatible_keys)`` after ``load_state_dict`` loaded this module;

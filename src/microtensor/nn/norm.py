@@ -269,3 +269,50 @@ class CrossMapLRN2d(_LocalResponseNormNd):
     def forward(self, input):
         from microtensor.ops.dispatch import call_by_name
         return call_by_name("cross_map_lrn2d", input, self.size, self.alpha, self.beta, self.k)
+
+
+# --------------------------------------------------------------------------- SyncBatchNorm
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm over inputs of any rank >= 2 whose statistics PyTorch reduces across the
+    processes of ``process_group``.  With one process (microtensor has no distributed
+    backend) it is batch norm over the given input, as PyTorch's without an initialized
+    process group."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_group=None, device=None, dtype=None, *,
+                 bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype, bias=bias)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+        if input.size(1) == 0:
+            raise ValueError("SyncBatchNorm number of input channels should be non-zero")
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """``module`` with every batch norm in it replaced by a ``SyncBatchNorm`` sharing its
+        parameters and running statistics (a new module when ``module`` is one)."""
+        converted = module
+        if isinstance(module, _BatchNorm):
+            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
+                            module.track_running_stats, process_group,
+                            bias=module.bias is not None)
+            if module.affine:
+                converted.weight = module.weight
+                converted.bias = module.bias
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+            converted.training = module.training
+            if hasattr(module, "qconfig"):
+                converted.qconfig = module.qconfig
+        for name, child in module.named_children():
+            converted.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return converted
+
+
+__all__ += ["SyncBatchNorm"]

@@ -182,3 +182,34 @@ class UninitializedBuffer(UninitializedTensorMixin, Tensor):
 
     def __init__(self, requires_grad=False, device=None, dtype=None, persistent=True):
         pass
+
+
+# --------------------------------------------------------------------------- Buffer
+
+class _BufferMeta(type):
+    """``isinstance(t, Buffer)`` holds for the tensors ``Buffer(...)`` returns (plain
+    tensors marked as buffers), as PyTorch's."""
+
+    def __instancecheck__(cls, instance):
+        return is_buffer(instance)
+
+
+def is_buffer(value):
+    """Whether ``value`` is a tensor marked by ``Buffer``."""
+    return isinstance(value, Tensor) and getattr(value, "_is_buffer", False)
+
+
+class Buffer(metaclass=_BufferMeta):
+    """A tensor that, assigned as a module attribute, registers as a buffer
+    (``persistent``: saved in ``state_dict``).  ``Buffer(t)`` is ``t`` detached (keeping
+    ``requires_grad``), marked.  Unlike PyTorch's, the class is not a ``Tensor``
+    subclass (no tensor is ever of this class: ``isinstance`` answers by the mark)."""
+
+    def __new__(cls, data=None, *, persistent=True):
+        from microtensor.ops.factory import empty
+        if data is None:
+            data = empty(0)
+        buffer = data.detach().requires_grad_(data.requires_grad)
+        buffer.persistent = persistent
+        buffer._is_buffer = True
+        return buffer

@@ -68,3 +68,14 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
 
 
 __all__ = ["get_total_norm", "clip_grads_with_norm_", "clip_grad_norm_", "clip_grad_value_"]
+
+
+def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                   foreach=None):
+    """Deprecated alias of ``clip_grad_norm_`` (with PyTorch's FutureWarning)."""
+    warnings.warn("`microtensor.nn.utils.clip_grad_norm` is now deprecated in favor of "
+                  "`microtensor.nn.utils.clip_grad_norm_`.", FutureWarning, stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
+
+
+__all__ += ["clip_grad_norm"]
