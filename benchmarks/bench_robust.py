@@ -169,13 +169,39 @@ def pool_cases():
            None)
 
 
+def _batch_norm_step(lib, bn, x, g):
+    """One training-mode batch norm forward and backward (input and weight gradients)."""
+    return lib.autograd.grad(bn(x), [x, bn.weight], g)
+
+
+def batch_norm_cases():
+    """BatchNorm2d in training mode, forward and backward, on contiguous and channels_last
+    inputs: many small planes, few large ones, and wide channels."""
+    for n, c, h, w in ((64, 32, 28, 28), (32, 64, 16, 16), (8, 256, 8, 8)):
+        array, grad = _floats(n, c, h, w), _floats(n, c, h, w)
+        for layout in ("contiguous", "channels_last"):
+            (x, xt), (g, gt) = _pair(array), _pair(grad)
+            if layout == "channels_last":
+                x, g = (t.contiguous(memory_format=mt.channels_last) for t in (x, g))
+                xt, gt = (t.contiguous(memory_format=torch.channels_last) for t in (xt, gt))
+            x.requires_grad_()
+            xt.requires_grad_()
+            bn, bnt = mt.nn.BatchNorm2d(c), torch.nn.BatchNorm2d(c)
+            yield (f"batch_norm fwd {(n, c, h, w)} {layout}", array.size,
+                   lambda bn=bn, x=x: bn(x), lambda bn=bnt, x=xt: bn(x), None)
+            yield (f"batch_norm fwd+bwd {(n, c, h, w)} {layout}", array.size,
+                   lambda bn=bn, x=x, g=g: _batch_norm_step(mt, bn, x, g),
+                   lambda bn=bnt, x=xt, g=gt: _batch_norm_step(torch, bn, x, g), None)
+
+
 FAMILIES = {"outer": ("stacked outer products", outer_cases),
             "sum": ("reductions along a dim", sum_cases),
             "cumsum": ("cumulative sums", cumsum_cases),
             "softmax": ("softmax along a dim", softmax_cases),
             "im2col": ("im2col (unfold, convolution weight gradient)", im2col_cases),
             "pool": ("pooling", pool_cases),
-            "binary": ("elementwise add with a transposed operand", binary_cases)}
+            "binary": ("elementwise add with a transposed operand", binary_cases),
+            "batch_norm": ("batch normalisation, training mode", batch_norm_cases)}
 
 
 def run_family(title, cases, rounds):

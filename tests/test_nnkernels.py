@@ -266,6 +266,64 @@ def test_relu_backward_matches_numpy(data, dtype, shape):
     np.testing.assert_array_equal(out, np.where(y > 0, g, 0))
 
 
+blocks = st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(1, 7))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), blocks, st.booleans())
+def test_batch_norm_sums_match_numpy(data, dtype, shape, with_grad):
+    x = data.draw(arrays(dtype, shape)) + data.draw(st.sampled_from([0.0, 100.0]))
+    g = data.draw(arrays(dtype, shape)) if with_grad else None
+    shift = np.asarray(data.draw(arrays(np.float64, (shape[1],))))
+    s1, s2 = nnkernels.batch_norm_sums(x, g, shift)
+    d = x.astype(np.float64) - shift[None, :, None]
+    expected = (g.astype(np.float64), g * d) if with_grad else (d, d * d)
+    for got, want in zip((s1, s2), expected):
+        assert got.dtype == np.float64 and got.shape == (shape[1],)
+        np.testing.assert_allclose(got, want.sum((0, 2)), rtol=1e-12,
+                                   atol=1e-12 * float(np.abs(want).sum() + 1))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), blocks, st.booleans())
+def test_batch_norm_apply_matches_numpy(data, dtype, shape, with_grad):
+    x = data.draw(arrays(dtype, shape))
+    g = data.draw(arrays(dtype, shape)) if with_grad else None
+    kx, k0, kg = (data.draw(arrays(dtype, (shape[1],))) for _ in range(3))
+    out = out_like(x, data.draw)
+    assert nnkernels.batch_norm_apply(out, x, kx, k0, g, kg if with_grad else None) is out
+    expected = x * kx[:, None] + k0[:, None] + (g * kg[:, None] if with_grad else 0)
+    close(out, expected.astype(np.float64), dtype, scale=40.0)
+
+
+def test_batch_norm_kernels_refuse_what_they_do_not_take():
+    x = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(TypeError, match="outer, C, inner"):
+        nnkernels.batch_norm_sums(np.ones((2, 3), np.float32), None, np.zeros(3))
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.batch_norm_sums(x, None, np.zeros(2))
+    with pytest.raises(TypeError, match="one dtype and shape"):
+        nnkernels.batch_norm_apply(x.copy(), x, np.ones(3), np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="go together"):
+        nnkernels.batch_norm_apply(x.copy(), x, np.ones(3, np.float32),
+                                   np.ones(3, np.float32), x)
+
+
+def test_batch_norm_statistics_do_not_cancel_for_a_large_mean():
+    """float32 values near 1e4 with a spread of 1e-2: the shifted double sums give the
+    variance to float32's resolution of the values, where sum(x**2)/n - mean**2 in
+    float32 would give noise or a negative number."""
+    rng = np.random.default_rng(0)
+    x = (1e4 + 1e-2 * rng.standard_normal((64, 3, 50))).astype(np.float32)
+    reference = x.astype(np.float64)
+    mean = reference.mean((0, 2))
+    s1, s2 = nnkernels.batch_norm_sums(x, None, reference[0, :, 0].copy())
+    n = 64 * 50
+    variance = s2 / n - (s1 / n) ** 2
+    np.testing.assert_allclose(variance, reference.var((0, 2)), rtol=1e-6)
+    np.testing.assert_allclose(reference[0, :, 0] + s1 / n, mean, rtol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_relu_backward_selects_and_writes_in_place(dtype):
     y = np.array([1.0, 0.0, 0.0, 2.0, np.nan, 3.0], dtype)

@@ -1,5 +1,6 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
-layer_norm forward and backward, tanh's and relu's backward, GELU forward and backward, 2-d max
+layer_norm forward and backward, batch_norm's sums and per-channel affine maps,
+tanh's and relu's backward, GELU forward and backward, 2-d max
 pooling with indices and its backward, 2-d average pooling and its backward, the im2col
 of a 2-d convolution and the col2im of a unit-stride transposed one.
 
@@ -55,6 +56,16 @@ cdef extern from "nnmath.h" nogil:
     void mt_tanh_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
     void mt_relu_backward_f32(float* out, const float* g, const float* y, Py_ssize_t n)
     void mt_relu_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
+    void mt_bn_sums_f32(const float* x, const float* g, Py_ssize_t outer, Py_ssize_t C,
+                        Py_ssize_t inner, const double* shift, double* s1, double* s2)
+    void mt_bn_sums_f64(const double* x, const double* g, Py_ssize_t outer, Py_ssize_t C,
+                        Py_ssize_t inner, const double* shift, double* s1, double* s2)
+    void mt_bn_apply_f32(float* out, const float* x, const float* g, Py_ssize_t outer,
+                         Py_ssize_t C, Py_ssize_t inner, const float* kx, const float* kg,
+                         const float* k0)
+    void mt_bn_apply_f64(double* out, const double* x, const double* g, Py_ssize_t outer,
+                         Py_ssize_t C, Py_ssize_t inner, const double* kx, const double* kg,
+                         const double* k0)
     void mt_gelu_f32(float* out, const float* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_f64(double* out, const double* x, Py_ssize_t n, int tanh_mode)
     void mt_gelu_backward_f32(float* out, const float* g, const float* x, Py_ssize_t n,
@@ -295,6 +306,71 @@ def relu_backward(out, grad, output):
     else:
         mt_relu_backward_f64(<double*>data(res), <const double*>data(g),
                              <const double*>data(y), g.size)
+    return finish(out, res)
+
+
+cdef object channel_blocks(object x, str kernel):
+    """``x`` as a C-contiguous (outer, C, inner) array (a copy only when strided)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 3:
+        raise TypeError(f"{kernel}: an (outer, C, inner) array expected")
+    return np.ascontiguousarray(x)
+
+
+cdef object per_channel(object k, object dtype, Py_ssize_t C, str kernel):
+    if k is None:
+        return None
+    return operand(k, dtype, (C,), kernel)
+
+
+def batch_norm_sums(x, grad, shift):
+    """Per-channel sums of an (outer, C, inner) ``x``, in float64, shifted by ``shift``
+    (C values near the channels' means): ``(sum(x - shift), sum((x - shift)**2))``, or
+    with ``grad`` (x's shape and dtype) ``(sum(grad), sum(grad * (x - shift)))``."""
+    cdef bint f32 = is_f32(x, "batch_norm_sums")
+    cdef object src = channel_blocks(x, "batch_norm_sums")
+    cdef object g = None if grad is None else operand(grad, src.dtype, src.shape,
+                                                      "batch_norm_sums")
+    cdef Py_ssize_t C = src.shape[1]
+    cdef object sh = operand(shift, np.dtype(np.float64), (C,), "batch_norm_sums")
+    cdef object s1 = np.empty(C, np.float64), s2 = np.empty(C, np.float64)
+    cdef const void* gp = NULL if g is None else data(g)
+    if f32:
+        mt_bn_sums_f32(<const float*>data(src), <const float*>gp, src.shape[0], C,
+                       src.shape[2], <const double*>data(sh), <double*>data(s1),
+                       <double*>data(s2))
+    else:
+        mt_bn_sums_f64(<const double*>data(src), <const double*>gp, src.shape[0], C,
+                       src.shape[2], <const double*>data(sh), <double*>data(s1),
+                       <double*>data(s2))
+    return s1, s2
+
+
+def batch_norm_apply(out, x, kx, k0, grad=None, kg=None):
+    """``out = kx * x + k0`` per channel of (outer, C, inner) arrays, plus ``kg * grad``
+    with ``grad``; the coefficients have one value per channel, in x's dtype."""
+    cdef bint f32 = is_f32(out, "batch_norm_apply")
+    cdef object src = operand(x, out.dtype, out.shape, "batch_norm_apply")
+    if src.ndim != 3:
+        raise TypeError("batch_norm_apply: an (outer, C, inner) array expected")
+    cdef object g = None if grad is None else operand(grad, out.dtype, out.shape,
+                                                      "batch_norm_apply")
+    cdef Py_ssize_t C = src.shape[1]
+    cdef object a = per_channel(kx, out.dtype, C, "batch_norm_apply")
+    cdef object b = per_channel(k0, out.dtype, C, "batch_norm_apply")
+    cdef object w = per_channel(kg, out.dtype, C, "batch_norm_apply")
+    if (g is None) != (w is None):
+        raise TypeError("batch_norm_apply: grad and kg go together")
+    cdef object res = target(out, "batch_norm_apply")
+    cdef const void* gp = NULL if g is None else data(g)
+    cdef const void* wp = NULL if w is None else data(w)
+    if f32:
+        mt_bn_apply_f32(<float*>data(res), <const float*>data(src), <const float*>gp,
+                        src.shape[0], C, src.shape[2], <const float*>data(a),
+                        <const float*>wp, <const float*>data(b))
+    else:
+        mt_bn_apply_f64(<double*>data(res), <const double*>data(src), <const double*>gp,
+                        src.shape[0], C, src.shape[2], <const double*>data(a),
+                        <const double*>wp, <const double*>data(b))
     return finish(out, res)
 
 

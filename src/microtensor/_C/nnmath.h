@@ -503,6 +503,92 @@ static void mt_avg_pool2d_##SFX(T* out, T* x, ptrdiff_t planes, ptrdiff_t h, ptr
     }                                                                                       \
 }
 
+/* Batch normalisation over a C-contiguous (outer, C, inner) array: a channels-last input is
+ * (rows, C, 1), a contiguous one (N, C, spatial).  Sums are in double.
+ * mt_bn_sums: s1[c] = sum(x - shift[c]) and s2[c] = sum((x - shift[c])^2), shifted by a
+ * value near each channel's mean so that the variance s2/n - (s1/n)^2 does not cancel;
+ * with g: s1[c] = sum(g) and s2[c] = sum(g (x - shift[c])) (the backward's sums).
+ * mt_bn_apply: out = kx[c] x + k0[c], plus kg[c] g with g (the backward's input gradient). */
+#define MT_BATCH_NORM(T, SFX)                                                               \
+MT_CLONES static void mt_bn_sums_##SFX(const T* x, const T* g, ptrdiff_t outer,            \
+        ptrdiff_t C, ptrdiff_t inner, const double* shift, double* s1, double* s2) {        \
+    for (ptrdiff_t c = 0; c < C; c++) s1[c] = s2[c] = 0;                                    \
+    for (ptrdiff_t o = 0; o < outer; o++) {                                                 \
+        const T* xo = x + o * C * inner;                                                    \
+        const T* go = g ? g + o * C * inner : NULL;                                         \
+        if (inner == 1 && go) {                                                             \
+            MT_SIMD                                                                         \
+            for (ptrdiff_t c = 0; c < C; c++) {                                             \
+                s1[c] += go[c];                                                             \
+                s2[c] += (double)go[c] * ((double)xo[c] - shift[c]);                        \
+            }                                                                               \
+        } else if (inner == 1) {                                                            \
+            MT_SIMD                                                                         \
+            for (ptrdiff_t c = 0; c < C; c++) {                                             \
+                double d = (double)xo[c] - shift[c];                                        \
+                s1[c] += d;                                                                 \
+                s2[c] += d * d;                                                             \
+            }                                                                               \
+        } else {                                                                            \
+            for (ptrdiff_t c = 0; c < C; c++) {                                             \
+                const T* xc = xo + c * inner;                                               \
+                double a = 0, b = 0, sh = shift[c];                                         \
+                if (go) {                                                                   \
+                    const T* gc = go + c * inner;                                           \
+                    _Pragma("omp simd reduction(+:a, b)")                                   \
+                    for (ptrdiff_t i = 0; i < inner; i++) {                                 \
+                        a += gc[i];                                                         \
+                        b += (double)gc[i] * ((double)xc[i] - sh);                          \
+                    }                                                                       \
+                } else {                                                                    \
+                    _Pragma("omp simd reduction(+:a, b)")                                   \
+                    for (ptrdiff_t i = 0; i < inner; i++) {                                 \
+                        double d = (double)xc[i] - sh;                                      \
+                        a += d;                                                             \
+                        b += d * d;                                                         \
+                    }                                                                       \
+                }                                                                           \
+                s1[c] += a;                                                                 \
+                s2[c] += b;                                                                 \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}                                                                                           \
+                                                                                            \
+MT_CLONES static void mt_bn_apply_##SFX(T* out, const T* x, const T* g, ptrdiff_t outer,   \
+        ptrdiff_t C, ptrdiff_t inner, const T* kx, const T* kg, const T* k0) {              \
+    for (ptrdiff_t o = 0; o < outer; o++) {                                                 \
+        ptrdiff_t base = o * C * inner;                                                     \
+        if (inner == 1) {                                                                   \
+            if (g) {                                                                        \
+                MT_SIMD                                                                     \
+                for (ptrdiff_t c = 0; c < C; c++)                                           \
+                    out[base + c] = x[base + c] * kx[c] + g[base + c] * kg[c] + k0[c];      \
+            } else {                                                                        \
+                MT_SIMD                                                                     \
+                for (ptrdiff_t c = 0; c < C; c++)                                           \
+                    out[base + c] = x[base + c] * kx[c] + k0[c];                            \
+            }                                                                               \
+            continue;                                                                       \
+        }                                                                                   \
+        for (ptrdiff_t c = 0; c < C; c++) {                                                 \
+            ptrdiff_t at = base + c * inner;                                                \
+            T a = kx[c], b = k0[c];                                                         \
+            if (g) {                                                                        \
+                T w = kg[c];                                                                \
+                MT_SIMD                                                                     \
+                for (ptrdiff_t i = 0; i < inner; i++)                                       \
+                    out[at + i] = x[at + i] * a + g[at + i] * w + b;                        \
+            } else {                                                                        \
+                MT_SIMD                                                                     \
+                for (ptrdiff_t i = 0; i < inner; i++) out[at + i] = x[at + i] * a + b;      \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+MT_BATCH_NORM(float, f32)
+MT_BATCH_NORM(double, f64)
 MT_AVG_POOL(float, f32)
 MT_AVG_POOL(double, f64)
 MT_IM2COL(float, f32)

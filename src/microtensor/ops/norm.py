@@ -263,23 +263,50 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     are products of its (rows, C) view."""
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
     arr = input._array().astype(compute_numpy(input._dtype), copy=False)   # half: float32
-    shape = (-1,) + (1,) * (input.dim() - 2)
+    blocks = _channel_blocks(arr)
     if training:
-        mean, var = _batch_statistics(arr)
+        mean, var = _batch_statistics(arr) if blocks is None else _block_statistics(blocks[0])
         _update_running_stats(running_mean, running_var, mean, var,
                               input._numel // input._sizes[1], momentum)
     else:
         mean, var = running_mean._array(), running_var._array()
-    scale = 1.0 / (var.reshape(shape) + eps) ** 0.5
+    scale = 1.0 / (var.reshape(-1) + eps) ** 0.5
     if weight is not None:
-        scale = scale * weight._array().reshape(shape)
-    shift = -mean.reshape(shape) * scale
+        scale = scale * weight._array().reshape(-1)
+    shift = -mean.reshape(-1) * scale
     if bias is not None:
-        shift += bias._array().reshape(shape)
-    out = np.multiply(arr, scale.astype(arr.dtype, copy=False))
-    out += shift
+        shift += bias._array().reshape(-1)
+    if blocks is None:
+        shape = (-1,) + (1,) * (input.dim() - 2)
+        out = np.multiply(arr, scale.reshape(shape).astype(arr.dtype, copy=False))
+        out += shift.reshape(shape)
+    else:     # one C pass in the input's layout
+        out = np.empty_like(arr)
+        nnkernels.batch_norm_apply(_channel_blocks(out)[0], blocks[0],
+                                   scale.astype(arr.dtype), shift.astype(arr.dtype))
     return from_numpy_result(out, input._dtype, batch_norm_format(
         input, (weight, bias, running_mean, running_var)))
+
+
+def _channel_blocks(*arrays):
+    """(outer, C, inner) views of (N, C, ...) float32/float64 arrays of one shape and
+    layout, as the C kernels take them: (rows, C, 1) channels-last, (N, C, spatial)
+    contiguous; else None."""
+    found = _channel_views(*arrays) if nnkernels.supports(*arrays) else None
+    if found is None:
+        return None
+    views, each, _ = found
+    return [v[:, :, None] if each == "ij" else v for v in views]
+
+
+def _block_statistics(x):
+    """The per-channel mean and biased variance (float64) of an (outer, C, inner) array:
+    its sums in one C pass, shifted by each channel's first element."""
+    shift = x[0, :, 0].astype(np.float64)
+    s1, s2 = nnkernels.batch_norm_sums(x, None, shift)
+    count = x.shape[0] * x.shape[2]
+    offset = s1 / count
+    return shift + offset, np.maximum(s2 / count - offset * offset, 0.0)
 
 
 def _channel_views(*arrays):
@@ -358,6 +385,48 @@ def _fused_batch_norm_backward(grad, input, weight, running_mean, running_var, t
     compute = compute_numpy(input._dtype)
     g = grad._array().astype(compute, copy=False)
     x = input._array().astype(compute, copy=False)
+    grad_input = np.empty_like(x)
+    blocks = _channel_blocks(x, g, grad_input)
+    if blocks is not None:
+        grad_weight, grad_bias = _block_batch_norm_backward(
+            *blocks, weight, running_mean, running_var, training, eps)
+    else:
+        grad_input, grad_weight, grad_bias = _numpy_batch_norm_backward(
+            g, x, weight, running_mean, running_var, training, eps)
+    dtype = input._dtype
+    return (from_numpy_result(grad_input, dtype, batch_norm_format(input, (weight,), grad)),
+            None if weight is None else from_numpy_result(grad_weight.astype(compute), dtype),
+            from_numpy_result(grad_bias.astype(compute), dtype))
+
+
+def _block_batch_norm_backward(x, g, grad_input, weight, running_mean, running_var, training,
+                               eps):
+    """The weight's and bias's gradients from (outer, C, inner) views of the input, the
+    incoming gradient and the input gradient's buffer, which it fills: the sums of ``g``
+    and ``g (x - mean)`` in one C pass, then ``grad_input = scale g + kx x + k0`` per
+    channel in another."""
+    if training:
+        mean, var = _block_statistics(x)
+    else:
+        mean = running_mean._array().astype(np.float64)
+        var = running_var._array().astype(np.float64)
+    rstd = 1.0 / (var + eps) ** 0.5
+    scale = rstd if weight is None else rstd * weight._array()
+    grad_bias, centered_sum = nnkernels.batch_norm_sums(x, g, mean)   # sum(g), sum(g (x - m))
+    if training:
+        count = x.shape[0] * x.shape[2]
+        kx = -scale * rstd * rstd * centered_sum / count
+        k0 = -scale * grad_bias / count - mean * kx
+    else:
+        kx = k0 = np.zeros_like(scale)
+    dt = x.dtype
+    nnkernels.batch_norm_apply(grad_input, x, kx.astype(dt), k0.astype(dt), g, scale.astype(dt))
+    return centered_sum * rstd, grad_bias
+
+
+def _numpy_batch_norm_backward(g, x, weight, running_mean, running_var, training, eps):
+    """The gradients with NumPy passes, for layouts the C kernels do not take."""
+    compute = x.dtype
     shape = (-1,) + (1,) * (x.ndim - 2)
     if training:
         mean, var = _batch_statistics(x)
@@ -376,10 +445,7 @@ def _fused_batch_norm_backward(grad, input, weight, running_mean, running_var, t
         grad_input -= (scale * grad_bias / count).reshape(shape).astype(compute)
     else:
         grad_input = g * scale.reshape(shape).astype(compute, copy=False)
-    dtype = input._dtype
-    return (from_numpy_result(grad_input, dtype, batch_norm_format(input, (weight,), grad)),
-            None if weight is None else from_numpy_result(grad_weight, dtype),
-            from_numpy_result(grad_bias, dtype))
+    return grad_input, grad_weight, grad_bias
 
 
 RUNNING_STATS_ERROR = (
