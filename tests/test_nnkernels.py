@@ -266,6 +266,62 @@ def test_relu_backward_matches_numpy(data, dtype, shape):
     np.testing.assert_array_equal(out, np.where(y > 0, g, 0))
 
 
+def _window_max_reference(planes, lows, highs):
+    """The maximum of each box window and its flat index, by PyTorch's rule: a value
+    replaces the maximum when greater or NaN; -inf at the start of an empty window."""
+    R, D, H, W = planes.shape
+    out = tuple(lo.shape[1] for lo in lows)
+    values, index = np.empty((R,) + out, planes.dtype), np.empty((R,) + out, np.int64)
+    for r in range(R):
+        bounds = [(lo[r % lo.shape[0]], hi[r % hi.shape[0]]) for lo, hi in zip(lows, highs)]
+        for i, j, k in np.ndindex(*out):
+            (ld, hd), (lh, hh), (lw, hw) = [(lo[n], hi[n]) for (lo, hi), n in
+                                            zip(bounds, (i, j, k))]
+            best, at = -np.inf, (ld * H + lh) * W + lw
+            for a, b, c in np.ndindex(hd - ld, hh - lh, hw - lw):
+                v = planes[r, ld + a, lh + b, lw + c]
+                if v > best or v != v:
+                    best, at = v, ((ld + a) * H + lh + b) * W + lw + c
+            values[r, i, j, k], index[r, i, j, k] = best, at
+    return values, index
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(DTYPES), st.tuples(*[st.integers(1, 4)] * 4))
+def test_window_max_matches_a_reference(data, dtype, shape):
+    """Random box windows (shared or per plane, some empty) over planes holding ties and
+    NaNs."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    planes = rng.integers(0, 3, shape).astype(dtype)
+    planes[rng.random(shape) < 0.1] = np.nan
+    lows, highs = [], []
+    for size in shape[1:]:
+        rows = shape[0] if data.draw(st.booleans()) else 1
+        outputs = data.draw(st.integers(1, 3))
+        a, b = rng.integers(0, size + 1, (2, rows, outputs))
+        lows.append(np.minimum(a, b))
+        highs.append(np.maximum(a, b))
+    values, index = nnkernels.window_max(planes, lows, highs)
+    expected_values, expected_index = _window_max_reference(planes, lows, highs)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(index, expected_index)
+
+
+def test_window_max_refuses_bounds_outside_the_planes():
+    planes = np.zeros((2, 1, 3, 4), np.float32)
+    inside = [np.zeros((1, 1), np.int64), np.zeros((1, 2), np.int64), np.zeros((2, 2), np.int64)]
+    ends = [np.ones((1, 1), np.int64), np.full((1, 2), 3), np.full((2, 2), 4)]
+    assert nnkernels.window_max(planes, inside, ends)[0].shape == (2, 1, 2, 2)
+    with pytest.raises(IndexError, match=r"W bounds must lie in \[0, 4\]"):
+        nnkernels.window_max(planes, inside, ends[:2] + [np.full((2, 2), 5)])
+    with pytest.raises(IndexError, match="H bounds"):
+        nnkernels.window_max(planes, inside[:1] + [np.full((1, 2), -1)] + inside[2:], ends)
+    with pytest.raises(ValueError, match="planes, outputs"):
+        nnkernels.window_max(planes, inside[:2] + [np.zeros((3, 2), np.int64)], ends)
+    with pytest.raises(TypeError, match="planes"):
+        nnkernels.window_max(planes[0], inside, ends)
+
+
 blocks = st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(1, 7))
 
 

@@ -743,3 +743,19 @@ def test_fractional_derivatives_are_differentiable():
     assert gradcheck(lambda s: F.fractional_max_pool2d(s, 2, (3, 4), _random_samples=u), (x,))
     assert gradgradcheck(lambda s: F.fractional_max_pool2d(s, 2, (3, 4), _random_samples=u),
                          (x,))
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_adaptive_max_pool_of_half_precision_takes_the_same_windows(d):
+    """float16 planes take the gathering path, float32 ones the C kernel: the same maxima
+    and indices, ties and a NaN included."""
+    x = mt.tensor(np.random.default_rng(0).integers(0, 5, (2, 3, 5, 6, 7)).astype(np.float32))
+    x[0, 0, 0, 0, 0] = float("nan")
+    if d == 1:
+        x = x.reshape(6, 210)[:, :9]
+    pool = getattr(mt.nn.functional, f"adaptive_max_pool{d}d")
+    size = 4 if d == 1 else (2, 3, 4)
+    values, indices = pool(x, size, return_indices=True)
+    half_values, half_indices = pool(x.half(), size, return_indices=True)
+    np.testing.assert_array_equal(indices.numpy(), half_indices.numpy())
+    np.testing.assert_array_equal(values.numpy(), half_values.float().numpy())

@@ -1,11 +1,12 @@
 """C kernels of the layers: softmax / log_softmax along the last dim and their backward,
 layer_norm forward and backward, batch_norm's sums and per-channel affine maps,
 tanh's and relu's backward, GELU forward and backward, 2-d max
-pooling with indices and its backward, 2-d average pooling and its backward, the im2col
+pooling with indices and its backward, the maximum over box windows (adaptive and
+fractional max pooling), 2-d average pooling and its backward, the im2col
 of a 2-d convolution and the col2im of a unit-stride transposed one.
 
 Each takes NumPy arrays of float32 or float64 (one dtype for all), writes into ``out`` and
-returns it.  Inputs of any strides are accepted (a non-contiguous one is copied once);
+returns it (the reductions ``batch_norm_sums`` and ``window_max`` return new arrays).  Inputs of any strides are accepted (a non-contiguous one is copied once);
 ``out`` of any strides too (a non-contiguous one is filled from a contiguous result).  The
 loops themselves are in ``nnmath.h``: one pass per quantity over rows that stay in cache,
 float32 with vectorised exp / erf.  Every other dtype is refused with a TypeError: the
@@ -56,6 +57,18 @@ cdef extern from "nnmath.h" nogil:
     void mt_tanh_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
     void mt_relu_backward_f32(float* out, const float* g, const float* y, Py_ssize_t n)
     void mt_relu_backward_f64(double* out, const double* g, const double* y, Py_ssize_t n)
+    void mt_window_max_f32(float* out, int64_t* index, const float* x, Py_ssize_t R,
+                           Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD,
+                           Py_ssize_t OH, Py_ssize_t OW, const int64_t* lo_d,
+                           const int64_t* hi_d, const int64_t* lo_h, const int64_t* hi_h,
+                           const int64_t* lo_w, const int64_t* hi_w, int per_plane_d,
+                           int per_plane_h, int per_plane_w)
+    void mt_window_max_f64(double* out, int64_t* index, const double* x, Py_ssize_t R,
+                           Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD,
+                           Py_ssize_t OH, Py_ssize_t OW, const int64_t* lo_d,
+                           const int64_t* hi_d, const int64_t* lo_h, const int64_t* hi_h,
+                           const int64_t* lo_w, const int64_t* hi_w, int per_plane_d,
+                           int per_plane_h, int per_plane_w)
     void mt_bn_sums_f32(const float* x, const float* g, Py_ssize_t outer, Py_ssize_t C,
                         Py_ssize_t inner, const double* shift, double* s1, double* s2)
     void mt_bn_sums_f64(const double* x, const double* g, Py_ssize_t outer, Py_ssize_t C,
@@ -307,6 +320,54 @@ def relu_backward(out, grad, output):
         mt_relu_backward_f64(<double*>data(res), <const double*>data(g),
                              <const double*>data(y), g.size)
     return finish(out, res)
+
+
+cdef object window_bounds(object bounds, Py_ssize_t planes, Py_ssize_t size, str which):
+    """Window bounds as a C-contiguous int64 array (1 or ``planes``, outputs) within
+    [0, ``size``]."""
+    b = np.ascontiguousarray(bounds, dtype=np.int64)
+    if b.ndim != 2 or b.shape[0] not in (1, planes):
+        raise ValueError(f"window_max: {which} bounds must be (1 or planes, outputs)")
+    if b.size and (b.min() < 0 or b.max() > size):
+        raise IndexError(f"window_max: {which} bounds must lie in [0, {size}]")
+    return b
+
+
+def window_max(x, lows, highs):
+    """The maximum over box windows of planes ``x`` (R, D, H, W) and its flat index in the
+    plane: ``lows[k]``/``highs[k]`` (1 or R, outputs along dim k) bound the windows along
+    D, H and W.  PyTorch's NaN rule (a NaN is the maximum; the last one is picked); an
+    empty window gives -inf at its start.  Returns (values (R, OD, OH, OW), int64 indices)."""
+    cdef bint f32 = is_f32(x, "window_max")
+    if x.ndim != 4:
+        raise TypeError("window_max: planes (R, D, H, W) expected")
+    cdef object src = np.ascontiguousarray(x)
+    cdef Py_ssize_t R = src.shape[0]
+    names = ("D", "H", "W")
+    lo = [window_bounds(lows[k], R, src.shape[k + 1], names[k]) for k in range(3)]
+    hi = [window_bounds(highs[k], R, src.shape[k + 1], names[k]) for k in range(3)]
+    for k in range(3):
+        if lo[k].shape != hi[k].shape:
+            raise ValueError(f"window_max: {names[k]} bounds of different shapes")
+    cdef Py_ssize_t OD = lo[0].shape[1], OH = lo[1].shape[1], OW = lo[2].shape[1]
+    values = np.empty((R, OD, OH, OW), src.dtype)
+    index = np.empty((R, OD, OH, OW), np.int64)
+    if f32:
+        mt_window_max_f32(<float*>data(values), <int64_t*>data(index), <const float*>data(src),
+                          R, src.shape[1], src.shape[2], src.shape[3], OD, OH, OW,
+                          <const int64_t*>data(lo[0]), <const int64_t*>data(hi[0]),
+                          <const int64_t*>data(lo[1]), <const int64_t*>data(hi[1]),
+                          <const int64_t*>data(lo[2]), <const int64_t*>data(hi[2]),
+                          lo[0].shape[0] > 1, lo[1].shape[0] > 1, lo[2].shape[0] > 1)
+    else:
+        mt_window_max_f64(<double*>data(values), <int64_t*>data(index),
+                          <const double*>data(src), R, src.shape[1], src.shape[2],
+                          src.shape[3], OD, OH, OW,
+                          <const int64_t*>data(lo[0]), <const int64_t*>data(hi[0]),
+                          <const int64_t*>data(lo[1]), <const int64_t*>data(hi[1]),
+                          <const int64_t*>data(lo[2]), <const int64_t*>data(hi[2]),
+                          lo[0].shape[0] > 1, lo[1].shape[0] > 1, lo[2].shape[0] > 1)
+    return values, index
 
 
 cdef object channel_blocks(object x, str kernel):

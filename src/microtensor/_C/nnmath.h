@@ -587,6 +587,47 @@ MT_CLONES static void mt_bn_apply_##SFX(T* out, const T* x, const T* g, ptrdiff_
     }                                                                                       \
 }
 
+/* The maximum over box windows of planes (R, D, H, W), C-contiguous, and its flat index in
+ * the plane: output (i, j, k)'s window spans [lo_d[i], hi_d[i]) x [lo_h[j], hi_h[j]) x
+ * [lo_w[k], hi_w[k]); each bound array holds one row of bounds for every plane (shared) or
+ * one per plane (per_plane_*).  PyTorch's rule: a value replaces the maximum when it is
+ * greater or NaN (the first maximum, or the last NaN); an empty window gives -inf at its
+ * start. */
+#define MT_WINDOW_MAX(T, SFX)                                                               \
+MT_CLONES static void mt_window_max_##SFX(T* out, int64_t* index, const T* x, ptrdiff_t R,  \
+        ptrdiff_t D, ptrdiff_t H, ptrdiff_t W, ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW,    \
+        const int64_t* lo_d, const int64_t* hi_d, const int64_t* lo_h, const int64_t* hi_h, \
+        const int64_t* lo_w, const int64_t* hi_w, int per_plane_d, int per_plane_h,         \
+        int per_plane_w) {                                                                  \
+    for (ptrdiff_t r = 0; r < R; r++) {                                                     \
+        const T* plane = x + r * D * H * W;                                                 \
+        const int64_t *ld = lo_d + (per_plane_d ? r * OD : 0), *hd = hi_d + (per_plane_d ? r * OD : 0); \
+        const int64_t *lh = lo_h + (per_plane_h ? r * OH : 0), *hh = hi_h + (per_plane_h ? r * OH : 0); \
+        const int64_t *lw = lo_w + (per_plane_w ? r * OW : 0), *hw = hi_w + (per_plane_w ? r * OW : 0); \
+        for (ptrdiff_t i = 0; i < OD; i++)                                                  \
+        for (ptrdiff_t j = 0; j < OH; j++)                                                  \
+        for (ptrdiff_t k = 0; k < OW; k++) {                                                \
+            int64_t at = (ld[i] * H + lh[j]) * W + lw[k];                                   \
+            T best = -INFINITY;                                                             \
+            for (int64_t a = ld[i]; a < hd[i]; a++)                                         \
+            for (int64_t b = lh[j]; b < hh[j]; b++) {                                       \
+                const T* row = plane + (a * H + b) * W;                                     \
+                for (int64_t c = lw[k]; c < hw[k]; c++) {                                   \
+                    T v = row[c];                                                           \
+                    if (v > best || v != v) {                                               \
+                        best = v;                                                           \
+                        at = (a * H + b) * W + c;                                           \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+            *out++ = best;                                                                  \
+            *index++ = at;                                                                  \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+MT_WINDOW_MAX(float, f32)
+MT_WINDOW_MAX(double, f64)
 MT_BATCH_NORM(float, f32)
 MT_BATCH_NORM(double, f64)
 MT_AVG_POOL(float, f32)

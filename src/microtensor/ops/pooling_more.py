@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from microtensor._C import nnkernels
 from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, in_format,
@@ -59,14 +60,27 @@ def _sizes_of(value, d, message):
     return sizes
 
 
-def _window_max(rows, windows):
-    """The maximum over windows of the spatial dims of ``rows`` (R, *sizes), and its flat
-    index in each plane.  ``windows[k]``: the positions along dim ``k`` of every window,
-    an integer array (1 or R, outputs, width).  Each window element's flat position in its
-    plane is formed once; the elements are gathered with it as one array (R, outputs,
-    window) and reduced along its last axis."""
-    d = len(windows)
+def _window_max(rows, lows, highs):
+    """The maximum over box windows of the spatial dims of ``rows`` (R, *sizes), and its
+    flat index in each plane.  ``lows[k]`` and ``highs[k]`` bound the windows along dim
+    ``k``: integer arrays (1 or R, outputs).  float32/float64 NumPy planes go through one C
+    pass; others gather every window's elements as one array (R, outputs, window), its
+    positions padded by repeating each window's last, and reduce it along its last axis."""
+    if nnkernels.supports(rows):
+        pad = 3 - len(lows)
+        planes = rows.reshape((rows.shape[0],) + (1,) * pad + rows.shape[1:])
+        first, one = np.zeros((1, 1), np.int64), np.ones((1, 1), np.int64)
+        values, flat = nnkernels.window_max(planes, [first] * pad + list(lows),
+                                            [one] * pad + list(highs))
+        out = (rows.shape[0],) + tuple(lo.shape[1] for lo in lows)
+        return values.reshape(out), flat.reshape(out)
     xp = array_module(rows)
+    windows = []
+    for lo, hi in zip(lows, highs):
+        lo, hi = xp.asarray(lo), xp.asarray(hi)
+        width = max(int((hi - lo).max()), 1)
+        windows.append(xp.minimum(lo[:, :, None] + xp.arange(width), hi[:, :, None] - 1))
+    d = len(windows)
     count, sizes = rows.shape[0], rows.shape[1:]
     out = tuple(w.shape[1] for w in windows)
     positions = 0
@@ -84,7 +98,7 @@ def _window_max(rows, windows):
         gathered = planes[which[:, :, None], positions]
     values, picked = _max_first_or_last_nan(gathered)
     flat = positions[which, xp.arange(positions.shape[1]), picked]
-    return values, flat
+    return values.reshape((count,) + out), flat.reshape((count,) + out)
 
 
 def _max_first_or_last_nan(windows):
@@ -165,10 +179,9 @@ def _adaptive_max(self, d, output_size):
     if 0 in out or 0 in lead:
         return _empty_max_results(self, lead, out)
     rows = _spatial_rows(self, d)
-    xp = array_module(rows)
-    windows = [xp.asarray(_adaptive_windows(n, o)[2])[None]
-               for n, o in zip(self._sizes[-d:], out)]
-    values, flat = _window_max(rows, windows)
+    bounds = [_adaptive_windows(n, o)[:2] for n, o in zip(self._sizes[-d:], out)]
+    values, flat = _window_max(rows, [starts[None] for starts, _ in bounds],
+                               [ends[None] for _, ends in bounds])
     return _max_results(self, values, flat, lead, out)
 
 
@@ -538,8 +551,7 @@ def _fractional_max_pool(self, kernel_size, output_size, random_samples, d):
             flat = flat * n + start.reshape((-1,) + (1,) * k + (out[k],) + (1,) * (d - 1 - k))
         values = xp.full(flat.shape, -np.inf, dtype=rows.dtype)
         return _max_results(self, values, flat, lead, out)
-    windows = [start[:, :, None] + xp.arange(k) for start, k in zip(starts, kernel)]
-    values, flat = _window_max(rows, windows)
+    values, flat = _window_max(rows, starts, [start + k for start, k in zip(starts, kernel)])
     return _max_results(self, values, flat, lead, out)
 
 
