@@ -7,6 +7,7 @@ seeds the root gradients and owns what reaching a leaf means (``.grad`` accumula
 With ``create_graph`` the pass runs in grad mode, so it is itself recorded.
 """
 import sys
+import threading
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
@@ -18,6 +19,9 @@ from microtensor.autograd.recording import gradient_edge
 from microtensor.ops.factory import fill, ones_like
 
 
+_capturing = threading.local()     # .depth: passes of this thread that capture gradients
+
+
 def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None):
     """Execute the graph.
 
@@ -25,8 +29,22 @@ def run_backward(roots, root_grads, *, retain_graph, create_graph, capture=None)
     ``capture``: edges whose incoming gradient should be returned (``autograd.grad``), in
     which case nothing accumulates into ``.grad`` and only nodes leading to them run.
     """
-    return execute(roots, root_grads, retain_graph, create_graph, capture,
-                   _accumulate_into_leaf)
+    if capture is None:
+        return execute(roots, root_grads, retain_graph, create_graph, None,
+                       _accumulate_into_leaf)
+    _capturing.depth = getattr(_capturing, "depth", 0) + 1
+    try:
+        return execute(roots, root_grads, retain_graph, create_graph, capture,
+                       _accumulate_into_leaf)
+    finally:
+        _capturing.depth -= 1
+
+
+def is_checkpoint_valid():
+    """Whether a node's backward may run a backward pass of its own that accumulates into
+    ``.grad`` (the reentrant checkpoint): not inside a pass that captures gradients
+    (``autograd.grad``, ``backward(inputs=...)``), whose leaves must not change."""
+    return getattr(_capturing, "depth", 0) == 0
 
 
 def _can_steal(grad):

@@ -1,4 +1,5 @@
-"""Utilities around the tensor core, as ``torch.utils``: ``data`` (datasets and loaders)."""
-from microtensor.utils import data
+"""Utilities around the tensor core, as ``torch.utils``: ``data`` (datasets and loaders) and
+``checkpoint`` (activation checkpointing)."""
+from microtensor.utils import checkpoint, data
 
-__all__ = ["data"]
+__all__ = ["checkpoint", "data"]
