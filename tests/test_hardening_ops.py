@@ -828,3 +828,10 @@ def _masked_gradient(L, activation, dtype, create_graph, strided):
 def test_non_finite_gradients_are_selected_not_multiplied(activation, dtype, create_graph,
                                                           strided):
     assert_same_outcome(lambda L: _masked_gradient(L, activation, dtype, create_graph, strided))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([True]) - 2 ** 80, lambda L: L.tensor([True]).sub(2 ** 80, alpha=2),
+    lambda L: 2 ** 80 - L.tensor([True]), lambda L: L.tensor([True]) - 1])
+def test_a_scalar_past_uint64_is_refused_before_the_bool_subtraction(fn):
+    assert_same_outcome(fn)

@@ -99,8 +99,8 @@ def check_scalar_fits(value, dt):
             return
         value = int(value) if isinstance(value, numbers.Integral) else float(value)
         kind = type(value)
-    if kind is int and not -2 ** 63 <= value < 2 ** 64:
-        raise OverflowError("int too big to convert")   # PyTorch's scalars hold no more
+    if kind is int:
+        check_scalar_range(value)
     if dt is bool_:
         return
     if dt.is_floating_point:
@@ -113,14 +113,19 @@ def check_scalar_fits(value, dt):
                            "overflow")
 
 
+def check_scalar_range(value):
+    """PyTorch's scalars hold a Python int from int64's minimum to uint64's maximum."""
+    if not -2 ** 63 <= value < 2 ** 64:
+        raise OverflowError("int too big to convert")
+
+
 def wrap_scalar(value, dt):
     """A Python number as an elementwise op computing in ``dt`` sees it: PyTorch takes an
     int in its scalar range (int64 and uint64) and casts it to ``dt``, wrapping beyond
     ``dt``'s range (``int32_tensor + 2**40`` adds 0); beyond that range it refuses."""
     if type(value) is not int:
         return value
-    if not -2 ** 63 <= value < 2 ** 64:
-        raise OverflowError("int too big to convert")
+    check_scalar_range(value)
     if dt in _INTEGER_RANGE:
         bits = 8 * dt.itemsize
         value &= (1 << bits) - 1

@@ -15,7 +15,8 @@ from microtensor._C.dispatch import batching, set_unary_kernel
 from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous,
                                     float32, float64, get_default_dtype, int32, int64,
                                     is_grad_enabled)
-from microtensor._dtype import check_scalar_fits, info, result_type, wrap_scalar
+from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
+                                wrap_scalar)
 from microtensor.ops import special_math
 from microtensor.ops.loops import float_dtype, from_numpy_result, pointwise, store
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -165,7 +166,11 @@ add_ = inplace_variant(add)
 
 
 def _check_bool_subtraction(self, other):
-    """PyTorch refuses any subtraction with a bool operand (a tensor or a Python bool)."""
+    """PyTorch refuses any subtraction with a bool operand (a tensor or a Python bool),
+    once its Python numbers are converted."""
+    for x in (self, other):
+        if type(x) is int:
+            check_scalar_range(x)
     bools = [x is True or x is False or (isinstance(x, TensorBase) and x._dtype is bool_)
              for x in (self, other)]
     if all(bools):
