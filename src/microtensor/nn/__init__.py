@@ -53,3 +53,36 @@ modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModul
 from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401
 from microtensor.nn.containers import Container  # noqa: E402,F401
 from microtensor.nn.parameter import Buffer  # noqa: E402,F401
+
+
+def _torch_module_paths():
+    """PyTorch's paths to the layers, ``torch.nn.modules.<file>`` (``from
+    torch.nn.modules.batchnorm import _BatchNorm``, ``nn.modules.loss._Loss``): here each
+    such module finds a name among nn's own and then in the files that define the layers
+    (private base classes included), wherever microtensor keeps it."""
+    import importlib
+    import sys
+    import types
+    files = [importlib.import_module(f"microtensor.nn.{name}") for name in (
+        "modules", "activation", "attention", "bilinear", "containers", "conv", "distance",
+        "dropout", "fold", "lazy", "loss_modules", "norm", "padding", "pooling", "rnn",
+        "shuffle", "sparse", "upsampling")]
+    here = sys.modules[__name__]
+
+    def find(name):
+        for source in [here] + files:
+            if name in vars(source):
+                return vars(source)[name]
+        raise AttributeError(f"module 'microtensor.nn.modules' has no attribute '{name}'")
+    for path in ("activation", "batchnorm", "channelshuffle", "container", "conv", "distance",
+                 "dropout", "flatten", "fold", "instancenorm", "linear", "loss", "module",
+                 "normalization", "padding", "pixelshuffle", "pooling", "rnn", "sparse",
+                 "transformer", "upsampling"):
+        alias = types.ModuleType(f"{__name__}.modules.{path}",
+                                 f"PyTorch's nn.modules.{path}: names found in microtensor.nn")
+        alias.__getattr__ = find
+        sys.modules[alias.__name__] = alias
+        setattr(modules, path, alias)
+
+
+_torch_module_paths()

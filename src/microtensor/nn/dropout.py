@@ -2,23 +2,9 @@
 ``Dropout1d/2d/3d`` and ``AlphaDropout`` / ``FeatureAlphaDropout``, PyTorch's modules over
 ``nn.functional`` (active in training mode only)."""
 from microtensor.nn import functional as F
-from microtensor.nn.modules import Module
+from microtensor.nn.modules import _DropoutNd
 
 __all__ = ["Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
-
-
-class _DropoutNd(Module):
-    """``p`` and ``inplace``, checked and printed as PyTorch does."""
-
-    def __init__(self, p=0.5, inplace=False):
-        super().__init__()
-        if p < 0 or p > 1:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-        self.p = p
-        self.inplace = inplace
-
-    def extra_repr(self):
-        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Dropout1d(_DropoutNd):

@@ -994,19 +994,24 @@ class Unflatten(Module):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
-class Dropout(Module):
+class _DropoutNd(Module):
+    """``p`` and ``inplace``, checked and printed as PyTorch does: the dropout layers'
+    base."""
+
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
-        if not 0 <= p <= 1:
+        if p < 0 or p > 1:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
         self.inplace = inplace
 
-    def forward(self, input):
-        return F.dropout(input, self.p, self.training, self.inplace)
-
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training, self.inplace)
 
 
 class Embedding(Module):
