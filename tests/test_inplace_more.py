@@ -551,6 +551,10 @@ def test_resize_same_shape_and_resize_as():
         x = lib.zeros(3, 2).t()
         x.resize_(2, 3)                                   # the same shape: left as it is
         assert x.stride() == (1, 2) and x._version == 0
+        x.resize_(2, 3, memory_format=lib.contiguous_format)     # restrided, no version step
+        assert x.stride() == (3, 1) and x._version == 0
+        with pytest.raises(RuntimeError, match="Unsupported memory format"):
+            x.resize_(2, memory_format=lib.preserve_format)
         y = lib.zeros(3)
         assert y.resize_as_(lib.zeros(2, 2).t()) is y and y.stride() == (2, 1)
         template = lib.zeros(2, 2, 3, 3).contiguous(memory_format=lib.channels_last)
@@ -730,3 +734,11 @@ def test_random_fills_in_place_rules_and_vmap(fill, args):
 def test_detach_inplace_at_top_level():
     x = mt.randn(3, requires_grad=True) * 2
     assert mt.detach_(x) is x and x.grad_fn is None and not x.requires_grad
+
+
+@needs_torch
+def test_is_set_to_and_const_data_ptr_as_pytorch():
+    for lib in (mt, torch):
+        x = lib.arange(4.)
+        assert x.is_set_to(x) and x.is_set_to(x[:]) and not x.is_set_to(x.view(2, 2))
+        assert not x.is_set_to(x.clone()) and x.const_data_ptr() == x.data_ptr()

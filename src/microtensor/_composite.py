@@ -257,12 +257,13 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
 _MANTISSA_DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 
 
-def _floating_fill(self, name, distribution):
+def _refuse_discrete(self, distribution, dtype_name):
+    """PyTorch's refusal of a continuous distribution's fill of an integer tensor (its
+    messages name the dtype differently: ``dtype_name`` gives it)."""
     if not self.is_floating_point():
-        from microtensor._dtype import info
         raise RuntimeError(f"{distribution} distribution is a continuous probability "
                            f"distribution. dtype must be a floating point but you specified "
-                           f"{info(self.dtype).cpp_name if name == 'cauchy_' else _type_name(self.dtype)}")
+                           f"{dtype_name(self.dtype)}")
 
 
 def _uniform_open(self, generator):
@@ -309,8 +310,9 @@ def random_(self, *bounds, generator=None, **named):
         raise TypeError(f"random_() received an invalid combination of arguments - got "
                         f"{len(bounds)} positional and {sorted(named)} keyword arguments")
     if len(bounds) == 1 and not named:
-        bounds = (0,) + bounds                        # random_(to)
-    low, high = (tuple(bounds) + (0, None)[len(bounds):]) if len(bounds) < 2 else bounds
+        low, high = 0, bounds[0]                      # random_(to)
+    else:
+        low, high = tuple(bounds) + (0, None)[len(bounds):]
     low, high = _random_bounds(self, named.get("from", low), named.get("to", high))
     with no_grad():
         values = randint(low, high, tuple(self.shape), generator=generator,
@@ -323,7 +325,7 @@ def exponential_(self, lambd=1.0, *, generator=None):
     from microtensor.autograd.grad_mode import no_grad
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
-    _floating_fill(self, "exponential_", "Exponential")
+    _refuse_discrete(self, "Exponential", _type_name)
     with no_grad():
         values = _uniform_open(self, generator).log() * (-1.0 / lambd)
     return self.copy_(values)
@@ -333,10 +335,11 @@ def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     """Fill ``self`` with draws from Cauchy(``median``, ``sigma``):
     ``median + sigma * tan(pi * (u - 1/2))``."""
     import math
+    from microtensor._dtype import info
     from microtensor.autograd.grad_mode import no_grad
     if not sigma > 0:
         raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
-    _floating_fill(self, "cauchy_", "Cauchy")
+    _refuse_discrete(self, "Cauchy", lambda dtype: info(dtype).cpp_name)
     with no_grad():
         values = ((_uniform_open(self, generator) - 0.5) * math.pi).tan() * sigma + median
     return self.copy_(values)

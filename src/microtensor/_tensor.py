@@ -394,8 +394,8 @@ copyreg.pickle(Storage, _reduce_storage)
 
 def legacy_new(args, kwargs, dtype=None):
     """PyTorch's legacy constructor, what ``Tensor(...)`` builds: with no argument an empty
-    1-D tensor; from sizes (ints or one ``Size``) an uninitialized tensor; from a tensor (of
-    the dtype) an alias of it; from a sequence or array a copy of its data.  New tensors
+    1-D tensor; from sizes (ints or one ``Size``) an uninitialized tensor; from a tensor an
+    alias of it (for ``Tensor.new``, of its dtype only); from a sequence or array a copy of its data.  New tensors
     take ``dtype`` (``Tensor.new``: the tensor's), else the default dtype, and live on the
     CPU."""
     from microtensor._C.tensor import Size, device, get_default_dtype
@@ -411,8 +411,8 @@ def legacy_new(args, kwargs, dtype=None):
     if len(args) == 1:
         data = args[0]
         if isinstance(data, TensorBase):
-            if data._dtype is not dt:
-                raise TypeError(f"expected {dt} (got {data._dtype})")
+            if dtype is not None and data._dtype is not dtype:
+                raise TypeError(f"expected {dtype} (got {data._dtype})")
             return data.alias()
         if isinstance(data, Size):
             return empty(data, dtype=dt)

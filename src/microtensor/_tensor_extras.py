@@ -154,6 +154,13 @@ def is_shared(self):
     return _is_shared(self._storage)
 
 
+def is_set_to(self, tensor):
+    """Whether ``self`` and ``tensor`` are the same elements: one storage, offset, shape
+    and strides."""
+    return self._storage is tensor._storage and self._offset == tensor._offset and \
+        self._sizes == tensor._sizes and self._strides == tensor._strides
+
+
 def new(self, *args, **kwargs):
     """PyTorch's legacy ``Tensor.new``: ``legacy_new`` with this tensor's dtype."""
     from microtensor._tensor import legacy_new
@@ -178,9 +185,9 @@ def _ensure_elements(storage, count):
     storage._replace_data(grown)
 
 
-def _set_geometry_growing(self, sizes, strides, offset, storage=None):
+def _set_geometry_growing(self, sizes, strides, offset, storage=None, bump=True):
     """Point ``self`` at ``storage`` (its own by default) with this geometry, the storage
-    grown to hold it, and bump the version counter once."""
+    grown to hold it, and bump the version counter once (when ``bump``)."""
     storage = self._storage if storage is None else storage
     numel = 1
     for size in sizes:
@@ -188,7 +195,7 @@ def _set_geometry_growing(self, sizes, strides, offset, storage=None):
     if numel:
         _ensure_elements(storage, offset + meta.storage_size_for(sizes, strides))
     self._set_storage(storage, sizes, strides, offset)
-    storage.version += 1
+    storage.version += bump
     return self
 
 
@@ -201,13 +208,18 @@ def _checked_sizes(sizes):
 def resize_(self, *sizes, memory_format=None):
     """Give ``self`` the shape ``sizes`` with contiguous strides (of ``memory_format``)
     from its storage offset; the storage grows when too small (new elements are
-    uninitialized) and keeps its size otherwise.  The same shape leaves ``self`` as it is."""
+    uninitialized) and keeps its size otherwise.  The same shape without a
+    ``memory_format`` leaves ``self`` as it is."""
     _refuse_grad(self)
+    if memory_format is meta.preserve_format:
+        raise RuntimeError("Unsupported memory formatPreserve")
     sizes = _checked_sizes(size_arg(sizes))
-    if sizes == self._sizes and memory_format in (None, meta.contiguous_format):
+    if sizes == self._sizes and memory_format is None:
         return self
+    # PyTorch's version counter moves when the shape changes, not for a restride alone
     return _set_geometry_growing(self, sizes, meta.strides_for_format(
-        sizes, memory_format or meta.contiguous_format), self._offset)
+        sizes, memory_format or meta.contiguous_format), self._offset,
+        bump=sizes != self._sizes)
 
 
 def resize_as_(self, the_template, *, memory_format=None):
@@ -315,8 +327,9 @@ def install(tensor_class, namespace):
     tensor_class.layout = property(lambda self: strided)
     tensor_class.mH = property(mH)
     tensor_class.H = property(H)
-    for fn in (dim_order, is_inference, pin_memory, is_pinned, share_memory_, is_shared, new,
-               resize_, resize_as_, set_, apply_, map_, map2_):
+    for fn in (dim_order, is_inference, pin_memory, is_pinned, share_memory_, is_shared,
+               is_set_to, new, resize_, resize_as_, set_, apply_, map_, map2_):
         setattr(tensor_class, fn.__name__, fn)
+    tensor_class.const_data_ptr = tensor_class.data_ptr
     namespace.update(layout=layout, strided=strided, is_inference=is_inference,
                      resize_as_=resize_as_, detach_=tensor_class.detach_)

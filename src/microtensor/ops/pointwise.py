@@ -17,7 +17,8 @@ from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_
                                     is_grad_enabled)
 from microtensor._dtype import check_scalar_fits, info, result_type, wrap_scalar
 from microtensor.ops import special_math
-from microtensor.ops.loops import float_dtype, from_numpy_result, pointwise, store
+from microtensor.ops.loops import (array_module, float_dtype, from_numpy_result, pointwise,
+                                   store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -1595,11 +1596,12 @@ def _shift(ufunc, left):
     for a left shift, the sign (0 or -1) for a right shift, as if shifted one bit at a
     time (C leaves those undefined)."""
     def apply(a, b, *, out, dtype, casting):
-        a, b = np.asarray(a).astype(dtype, copy=False), np.asarray(b).astype(dtype, copy=False)
+        xp = array_module(out)
+        a, b = xp.asarray(a).astype(dtype, copy=False), xp.asarray(b).astype(dtype, copy=False)
         in_range = (b >= 0) & (b < 8 * np.dtype(dtype).itemsize)
-        shifted = ufunc(a, np.where(in_range, b, 0).astype(dtype, copy=False))
-        beyond = np.zeros((), dtype) if left else np.where(a < 0, -1, 0).astype(dtype)
-        return np.copyto(out, np.where(in_range, shifted, beyond), casting=casting)
+        shifted = ufunc(a, xp.where(in_range, b, 0).astype(dtype, copy=False))
+        beyond = xp.zeros((), dtype) if left else xp.where(a < 0, -1, 0).astype(dtype)
+        return xp.copyto(out, xp.where(in_range, shifted, beyond), casting=casting)
     return apply
 
 
