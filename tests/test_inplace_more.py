@@ -742,3 +742,28 @@ def test_is_set_to_and_const_data_ptr_as_pytorch():
         x = lib.arange(4.)
         assert x.is_set_to(x) and x.is_set_to(x[:]) and not x.is_set_to(x.view(2, 2))
         assert not x.is_set_to(x.clone()) and x.const_data_ptr() == x.data_ptr()
+
+
+def test_toplevel_composites_are_the_method_objects():
+    """A composite in-place op is one Python function, the method and the function alike."""
+    for name in ("clip_", "square_", "clamp_min_", "clamp_max_", "addmv_"):
+        assert getattr(mt, name) is getattr(mt.Tensor, name)
+
+
+@pytest.mark.parametrize("name", ["cumsum_", "cumprod_", "lerp_", "clamp_min_", "addmm_",
+                                  "baddbmm_", "fill_diagonal_"])
+def test_inplace_methods_under_vmap_match_the_loop(name):
+    """Written into a batched tensor (a clone inside the function), sample by sample as a
+    loop, without the loop fallback."""
+    import warnings
+    self, args, kwargs, _ = METHODS[name]
+    batch = mt.tensor(np.stack([self + i for i in range(3)]))
+    mt_args = convert(mt, args)
+
+    def fn(x):
+        return getattr(x.clone(), name)(*mt_args, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # the loop fallback warns
+        batched = mt.vmap(fn)(batch)
+    expected = mt.stack([fn(batch[i]) for i in range(3)])
+    np.testing.assert_allclose(batched.numpy(), expected.numpy(), rtol=1e-12)
