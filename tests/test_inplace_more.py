@@ -767,3 +767,17 @@ def test_inplace_methods_under_vmap_match_the_loop(name):
         batched = mt.vmap(fn)(batch)
     expected = mt.stack([fn(batch[i]) for i in range(3)])
     np.testing.assert_allclose(batched.numpy(), expected.numpy(), rtol=1e-12)
+
+
+def test_as_subclass_is_an_attached_alias():
+    class Sub(mt.Tensor):
+        pass
+    x = mt.randn(3, requires_grad=True)
+    y = (x * 2).as_subclass(Sub)
+    assert type(y) is Sub and y._base is not None and y.grad_fn is not None
+    (y * 3).sum().backward()
+    assert x.grad.tolist() == [6.0] * 3
+    z = x.as_subclass(Sub)
+    assert z.data_ptr() == x.data_ptr() and z._base is x and z.requires_grad
+    with pytest.raises(TypeError, match="does not inherit from Tensor"):
+        x.as_subclass(int)

@@ -161,6 +161,17 @@ def is_set_to(self, tensor):
         self._sizes == tensor._sizes and self._strides == tensor._strides
 
 
+def as_subclass(self, cls):
+    """An alias of ``self`` (a view on its storage, attached to its autograd graph) that is
+    an instance of ``cls``, a subclass of ``Tensor``."""
+    if not (isinstance(cls, type) and issubclass(cls, TensorBase)):
+        raise TypeError("Creating a Tensor subclass from a class that does not inherit from "
+                        "Tensor is not possible. Make sure your class inherits from Tensor.")
+    alias = self.alias()
+    alias.__class__ = cls
+    return alias
+
+
 def new(self, *args, **kwargs):
     """PyTorch's legacy ``Tensor.new``: ``legacy_new`` with this tensor's dtype."""
     from microtensor._tensor import legacy_new
@@ -328,7 +339,7 @@ def install(tensor_class, namespace):
     tensor_class.mH = property(mH)
     tensor_class.H = property(H)
     for fn in (dim_order, is_inference, pin_memory, is_pinned, share_memory_, is_shared,
-               is_set_to, new, resize_, resize_as_, set_, apply_, map_, map2_):
+               is_set_to, as_subclass, new, resize_, resize_as_, set_, apply_, map_, map2_):
         setattr(tensor_class, fn.__name__, fn)
     tensor_class.const_data_ptr = tensor_class.data_ptr
     namespace.update(layout=layout, strided=strided, is_inference=is_inference,
