@@ -155,6 +155,7 @@ def assert_compared(name, compared):
 # and as_strided (offsets are read inside each sample: see test_as_strided_*).
 VALUES_UNDEFINED = {"empty_like", "new_empty", "new_empty_strided", "empty_strided"}
 NOT_A_LOOP = {"as_strided", "as_strided_"}
+NOT_A_LOOP |= {"as_strided_copy"}
 # Each sample selects a data-dependent number of elements: the loop fallback, on purpose.
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
@@ -381,6 +382,7 @@ def torch_callable(name):
 TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_with_sizes",
                  "argmax", "argmin", "index_select", "aminmax", "column_stack",
                  "as_strided_scatter", "chain_matmul", "svd", "grid_sampler", "ctc_loss"}
+TORCH_DIFFERS |= {"split_copy", "split_with_sizes_copy", "unsafe_split_with_sizes"}
 # torch.func.vmap refuses every call of these ("we do not yet support aten::rrelu"):
 # nothing to compare (test_op_matches_loop checks them against the loop)
 TORCH_VMAP_REFUSES = {"rrelu"}

@@ -248,6 +248,131 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
     return idx
 
 
+# --------------------------------------------------------------------------- random fills
+# PyTorch's in-place draws from other distributions, each a transform of ``rand_like`` (or
+# ``randint``/``randn_like``) written with ``copy_``: a leaf that requires grad is refused,
+# the version counter moves once, and under vmap the draws follow ``randomness``
+# ("error" refuses them) through the random ops they call.
+
+_MANTISSA_DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _refuse_discrete(self, distribution, dtype_name):
+    """PyTorch's refusal of a continuous distribution's fill of an integer tensor (its
+    messages name the dtype differently: ``dtype_name`` gives it)."""
+    if not self.is_floating_point():
+        raise RuntimeError(f"{distribution} distribution is a continuous probability "
+                           f"distribution. dtype must be a floating point but you specified "
+                           f"{dtype_name(self.dtype)}")
+
+
+def _uniform_open(self, generator):
+    """Draws in (0, 1], in ``self``'s dtype when floating (float64 otherwise)."""
+    from microtensor._C.tensor import float64
+    u = _rand_like(self, dtype=None if self.is_floating_point() else float64,
+                   generator=generator)
+    return 1 - u
+
+
+def _random_bounds(self, low, high):
+    """``random_``'s range [low, high): the defaults and the dtype's bounds as PyTorch."""
+    from microtensor._dtype import info, iinfo
+    name = self.dtype.name
+    if name == "bool":
+        top = 1
+    elif self.is_floating_point():
+        top = 2 ** _MANTISSA_DIGITS[name]
+    else:
+        top = iinfo(self.dtype).max
+    if high is None:
+        high = top + 1
+    elif not self.is_floating_point() and name != "bool":
+        bounds = iinfo(self.dtype)
+        if not bounds.min <= low <= bounds.max:
+            raise RuntimeError(f"from is out of bounds for {info(self.dtype).cpp_name}")
+        if not bounds.min <= high - 1 <= bounds.max:
+            raise RuntimeError(f"to - 1 is out of bounds for {info(self.dtype).cpp_name}")
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
+                           f">= to={high}")
+    return low, high
+
+
+def random_(self, *bounds, generator=None, **named):
+    """Fill ``self`` with integers drawn uniformly from [from, to): ``random_(to)`` is
+    [0, to), ``random_(from, to)`` (``to`` None: no upper bound); with no bound, up to the
+    largest integer of the dtype (for floats, the largest of the contiguous integers its
+    mantissa holds), inclusive."""
+    from microtensor.autograd.grad_mode import no_grad
+    from microtensor.ops.factory import randint
+    unknown = set(named) - {"from", "to"}
+    if unknown or len(bounds) > 2:
+        raise TypeError(f"random_() received an invalid combination of arguments - got "
+                        f"{len(bounds)} positional and {sorted(named)} keyword arguments")
+    if len(bounds) == 1 and not named:
+        low, high = 0, bounds[0]                      # random_(to)
+    else:
+        low, high = tuple(bounds) + (0, None)[len(bounds):]
+    low, high = _random_bounds(self, named.get("from", low), named.get("to", high))
+    with no_grad():
+        values = randint(low, high, tuple(self.shape), generator=generator,
+                         dtype=self.dtype, device=self.device)
+    return self.copy_(values)
+
+
+def exponential_(self, lambd=1.0, *, generator=None):
+    """Fill ``self`` with draws from Exp(``lambd``): ``-log(u) / lambd``, u in (0, 1]."""
+    from microtensor.autograd.grad_mode import no_grad
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    _refuse_discrete(self, "Exponential", _type_name)
+    with no_grad():
+        values = _uniform_open(self, generator).log() * (-1.0 / lambd)
+    return self.copy_(values)
+
+
+def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    """Fill ``self`` with draws from Cauchy(``median``, ``sigma``):
+    ``median + sigma * tan(pi * (u - 1/2))``."""
+    import math
+    from microtensor._dtype import info
+    from microtensor.autograd.grad_mode import no_grad
+    if not sigma > 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    _refuse_discrete(self, "Cauchy", lambda dtype: info(dtype).cpp_name)
+    with no_grad():
+        values = ((_uniform_open(self, generator) - 0.5) * math.pi).tan() * sigma + median
+    return self.copy_(values)
+
+
+def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    """Fill ``self`` with ``exp`` of draws from N(``mean``, ``std``²)."""
+    from microtensor.autograd.grad_mode import no_grad
+    from microtensor.ops.factory import randn_like
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    if not self.is_floating_point():
+        raise NotImplementedError(f"\"log_normal_cpu\" not implemented for "
+                                  f"'{_type_name(self.dtype)}'")
+    with no_grad():
+        values = (randn_like(self, generator=generator) * std + mean).exp()
+    return self.copy_(values)
+
+
+def geometric_(self, p, *, generator=None):
+    """Fill ``self`` with draws from Geometric(``p``): the number of trials up to the first
+    success, ``ceil(log(u) / log(1 - p))`` (at least 1), for any numeric dtype."""
+    import math
+    from microtensor.autograd.grad_mode import no_grad
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    if self.dtype.name == "bool":
+        raise NotImplementedError("\"geometric_cpu\" not implemented for 'Bool'")
+    with no_grad():
+        trials = (_uniform_open(self, generator).log() / math.log1p(-p)).ceil().clamp_min(1)
+    return self.copy_(trials)
+
+
 def install(tensor_class, namespace):
     for name in ("broadcast_tensors", "meshgrid", "bernoulli", "normal", "multinomial"):
         namespace[name] = globals()[name]
@@ -256,5 +381,7 @@ def install(tensor_class, namespace):
     tensor_class.bernoulli_ = bernoulli_
     tensor_class.normal_ = normal_
     tensor_class.uniform_ = uniform_
+    for fill in (random_, exponential_, cauchy_, log_normal_, geometric_):
+        setattr(tensor_class, fill.__name__, fill)
     tensor_class.multinomial = lambda self, num_samples, replacement=False, *, generator=None: \
         multinomial(self, num_samples, replacement, generator=generator)

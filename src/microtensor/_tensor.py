@@ -287,6 +287,18 @@ class Tensor(TensorBase):
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
+    def __lshift__(self, other):
+        return call_by_name("bitwise_left_shift", self, other)
+
+    def __rshift__(self, other):
+        return call_by_name("bitwise_right_shift", self, other)
+
+    def __rlshift__(self, other):
+        return call_by_name("bitwise_left_shift", scalar_tensor_like(other, self), self)
+
+    def __rrshift__(self, other):
+        return call_by_name("bitwise_right_shift", scalar_tensor_like(other, self), self)
+
     def __eq__(self, other):
         return call_by_name("eq", self, other)
 
@@ -335,6 +347,12 @@ class Tensor(TensorBase):
     def __ixor__(self, other):
         return call_by_name("bitwise_xor_", self, other)
 
+    def __ilshift__(self, other):
+        return call_by_name("bitwise_left_shift_", self, other)
+
+    def __irshift__(self, other):
+        return call_by_name("bitwise_right_shift_", self, other)
+
     def polygamma(self, n):
         return call_by_name("polygamma", n, self)   # the function takes ``n`` first
 
@@ -374,11 +392,12 @@ def _reduce_storage(storage):
 copyreg.pickle(Storage, _reduce_storage)
 
 
-def legacy_new(args, kwargs):
+def legacy_new(args, kwargs, dtype=None):
     """PyTorch's legacy constructor, what ``Tensor(...)`` builds: with no argument an empty
     1-D tensor; from sizes (ints or one ``Size``) an uninitialized tensor; from a tensor an
-    alias of it; from a sequence or array a copy of its data.  New tensors take the default
-    dtype and live on the CPU."""
+    alias of it (for ``Tensor.new``, of its dtype only); from a sequence or array a copy of its data.  New tensors
+    take ``dtype`` (``Tensor.new``: the tensor's), else the default dtype, and live on the
+    CPU."""
     from microtensor._C.tensor import Size, device, get_default_dtype
     from microtensor.ops.factory import empty, tensor
     kwargs = dict(kwargs)
@@ -388,10 +407,12 @@ def legacy_new(args, kwargs):
     if dev is not None and device(dev).type != "cpu":
         raise RuntimeError(f"legacy constructor expects device type: cpu but device type: "
                            f"{device(dev).type} was passed")
-    dt = get_default_dtype()
+    dt = dtype or get_default_dtype()
     if len(args) == 1:
         data = args[0]
         if isinstance(data, TensorBase):
+            if dtype is not None and data._dtype is not dtype:
+                raise TypeError(f"expected {dtype} (got {data._dtype})")
             return data.alias()
         if isinstance(data, Size):
             return empty(data, dtype=dt)

@@ -223,6 +223,12 @@ cdef class Storage:
     def nbytes(self):
         return self.data.nbytes
 
+    def _replace_data(self, data):
+        """Swap the buffer for ``data`` (1-D, the same element type): a storage that grows
+        (``resize_``) or moves into shared memory (``share_memory_``) stays the one object
+        that every tensor over it holds, as PyTorch's storage does."""
+        self.data = data
+
     def size(self):
         return self.data.shape[0]
 

@@ -18,7 +18,7 @@ from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
-from microtensor.ops.linalg import bmm, scaled_sum
+from microtensor.ops.linalg import _checked_inplace, bmm, scaled_sum
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -669,3 +669,13 @@ def pdist(self, p=2.0):
     if self._dtype.name not in ("float32", "float64") and self.shape[0] > 1:
         raise NotImplementedError(f"\"pdist\" not implemented for '{_type_name(self._dtype)}'")
     return _pdist(self, p)
+
+
+# --------------------------------------------------------------------------- more in-place
+
+@op(kind="composite", inputs=("self", "batch1", "batch2"), function=False)
+def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+    return _checked_inplace(self, baddbmm(self, batch1, batch2, beta=beta, alpha=alpha))
+
+
+__all__ += ["baddbmm_"]

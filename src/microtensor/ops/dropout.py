@@ -94,3 +94,31 @@ def feature_alpha_dropout(input, p, train):
 
 
 __all__ = ["feature_dropout", "alpha_dropout", "feature_alpha_dropout"]
+
+
+# --------------------------------------------------------------------------- top-level in-place
+# ``torch.dropout`` and the in-place functions of the four variants: ``input`` itself,
+# written into only when something is dropped (as PyTorch, whose version counter then
+# moves), through ``mul_``/``add_``, so a leaf that requires grad is refused.
+
+@op(kind="composite", method=False, inputs=("input",), samples=_deterministic_samples)
+def dropout(input, p, train):
+    """Each element zeroed with probability ``p``, the kept ones scaled by ``1 / (1 - p)``."""
+    return _dropout(input, p, train, False, False, False)
+
+
+def _inplace(name, feature, alpha):
+    def kernel(input, p, train):
+        return inplace_dropout(input, p, train, feature, alpha)
+    kernel.__name__ = name
+    kernel.__doc__ = f"``{name[:-1]}`` written into ``input``."
+    return op(name, kind="composite", method=False, inputs=("input",))(kernel)
+
+
+dropout_ = _inplace("dropout_", False, False)
+feature_dropout_ = _inplace("feature_dropout_", True, False)
+alpha_dropout_ = _inplace("alpha_dropout_", False, True)
+feature_alpha_dropout_ = _inplace("feature_alpha_dropout_", True, True)
+
+__all__ += ["dropout", "dropout_", "feature_dropout_", "alpha_dropout_",
+            "feature_alpha_dropout_"]

@@ -1417,3 +1417,29 @@ def put(self, index, source, accumulate=False):
 @op(kind="composite", inputs=("self", "source"), function=False)
 def put_(self, index, source, accumulate=False):
     return _put(self, index, source, accumulate, inplace=True)
+
+
+# --------------------------------------------------------------------------- more in-place
+
+@op(kind="composite", function=False)
+def fill_diagonal_(self, fill_value, wrap=False):
+    """Fill the main diagonal (every index equal) of a matrix or of an n-D tensor with
+    dims of equal length; ``wrap``: in a matrix taller than wide, restart the diagonal
+    every ``width + 1`` rows, as NumPy's ``fill_diagonal``.  PyTorch's ``as_strided``
+    plan: the diagonal is one stride, the sum of the tensor's strides."""
+    if self.dim() < 2:
+        raise RuntimeError("dimensions must larger than 1")
+    height, width = self.shape[0], self.shape[1]
+    if self.dim() > 2 and any(n != height for n in self.shape[1:]):
+        raise RuntimeError("all dimensions of input must be of equal length")
+    stride, offset = sum(self.stride()), self.storage_offset()
+    size = min(height, width)
+    self.as_strided((size,), (stride,), offset).fill_(fill_value)
+    step = width + 1
+    if wrap and self.dim() == 2 and height > step:
+        wrapped = (self.numel() + step - 1) // step - size
+        self.as_strided((wrapped,), (stride,), offset + self.stride(0) * step).fill_(fill_value)
+    return self
+
+
+__all__ += ["fill_diagonal_"]

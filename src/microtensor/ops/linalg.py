@@ -1168,3 +1168,13 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
         return ((1 if dx is None else dx) / 2.0 * pairs).cumsum(d)
     spacing = _trapezoid_spacing("cumulative_trapezoid", y, x, d)
     return (spacing * pairs).cumsum(d) / 2.0
+
+
+# --------------------------------------------------------------------------- more in-place
+
+@op(kind="composite", inputs=("self", "mat1", "mat2"), function=False)
+def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+    return _checked_inplace(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+
+
+__all__ += ["addmm_"]

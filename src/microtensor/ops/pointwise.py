@@ -18,7 +18,8 @@ from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
 from microtensor.ops import special_math
-from microtensor.ops.loops import float_dtype, from_numpy_result, pointwise, store
+from microtensor.ops.loops import (array_module, float_dtype, from_numpy_result, pointwise,
+                                   store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -893,16 +894,18 @@ logical_xor = _logical("logical_xor", np.logical_xor, 2)
 logical_not = _logical("logical_not", np.logical_not, 1)
 
 
-def _bitwise(name, ufunc):
+def _bitwise(name, ufunc, samples=_bitwise_samples, loop_name=None):
+    """Declare a two-input integer op (``loop_name``: PyTorch's kernel name in its refusal
+    of floats, ``name`` by default) and its in-place variant."""
     def kernel(self, other, *, out=None):
         dt = result_type(self, other)
         if dt.is_floating_point:
-            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+            raise NotImplementedError(f"\"{loop_name or name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
         return pointwise(ufunc, self, other, out=out, wrapped_numbers=True)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
-                  samples=_bitwise_samples)(kernel)
+                  samples=samples)(kernel)
     inplace_variant(declared, differentiable=False)
     return declared
 
@@ -914,11 +917,11 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
 
 @op(differentiable=False, family="pointwise",
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
-def bitwise_not(self):
+def bitwise_not(self, *, out=None):
     if self._dtype.is_floating_point:
         raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for "
                                   f"'{info(self._dtype).scalar_name}'")
-    return pointwise(np.invert, self)
+    return pointwise(np.invert, self, out=out)
 
 
 @op(differentiable=False, family="pointwise", samples=_float_only_samples)
@@ -1574,3 +1577,88 @@ __all__ += ["positive", "float_power_", "acosh", "asinh", "atanh", "exp2", "deg2
             "logaddexp", "logaddexp2", "nextafter", "fmax", "fmin", "gcd", "lcm", "heaviside",
             "heaviside_", "ldexp", "ldexp_", "signbit", "isposinf", "isneginf", "isreal",
             "frexp", "isin"]   # and the aliases and in-place variants, in the registry only
+
+
+# --------------------------------------------------------------------------- more in-place
+# PyTorch's in-place variants of the ops above, and the bit shifts.
+
+@op(kind="composite", function=False)
+def clamp_min_(self, min):
+    return clamp_(self, min)
+
+
+@op(kind="composite", function=False)
+def clamp_max_(self, max):
+    return clamp_(self, None, max)
+
+
+lerp_ = inplace_variant(lerp)
+bitwise_not_ = inplace_variant(bitwise_not, differentiable=False)
+
+
+def _shift(ufunc, left):
+    """``ufunc`` (NumPy's shift) with PyTorch's answers for amounts outside [0, bits): 0
+    for a left shift, the sign (0 or -1) for a right shift, as if shifted one bit at a
+    time (C leaves those undefined)."""
+    def apply(a, b, *, out, dtype, casting):
+        xp = array_module(out)
+        a, b = xp.asarray(a).astype(dtype, copy=False), xp.asarray(b).astype(dtype, copy=False)
+        in_range = (b >= 0) & (b < 8 * np.dtype(dtype).itemsize)
+        shifted = ufunc(a, xp.where(in_range, b, 0).astype(dtype, copy=False))
+        beyond = xp.zeros((), dtype) if left else xp.where(a < 0, -1, 0).astype(dtype)
+        return xp.copyto(out, xp.where(in_range, shifted, beyond), casting=casting)
+    return apply
+
+
+def _shift_samples(make):
+    return [Sample(make(3, 4, dtype=int64, low=-50, high=50), make(3, 4, dtype=int64, low=0,
+                                                                   high=8)),
+            Sample(make(3, dtype=int64, low=-9, high=9), 2)]
+
+
+bitwise_left_shift = _bitwise("bitwise_left_shift", _shift(np.left_shift, True),
+                              _shift_samples, "lshift")
+bitwise_right_shift = _bitwise("bitwise_right_shift", _shift(np.right_shift, False),
+                               _shift_samples, "rshift")
+
+
+
+# conjugation: microtensor's dtypes are real, so the conjugate (and the resolved conjugate
+# or negation bit, which a real tensor never carries) is the tensor itself, as in PyTorch
+
+def _itself(name):
+    def kernel(self):
+        return self
+    kernel.__name__ = name
+    kernel.__doc__ = "``self`` itself: a real tensor is its own conjugate and has no lazy bit."
+    return op(name, kind="composite")(kernel)
+
+
+def _no_bit(name):
+    def kernel(self):
+        return False
+    kernel.__name__ = name
+    kernel.__doc__ = "False: a real tensor never carries the lazy conjugate or negation bit."
+    return op(name, kind="composite")(kernel)
+
+
+conj, conj_physical, resolve_conj, resolve_neg = map(
+    _itself, ("conj", "conj_physical", "resolve_conj", "resolve_neg"))
+is_conj, is_neg = map(_no_bit, ("is_conj", "is_neg"))
+
+
+@op(kind="inplace", family="pointwise", samples=lambda make: [Sample(make(3, 4))])
+def conj_physical_(self):
+    """A write of the values themselves (a real tensor's conjugate): the version counter
+    moves and autograd records it, as PyTorch does."""
+    return self
+
+
+@conj_physical_.def_derivative("self")
+def conj_physical_(grad):
+    return grad
+
+
+__all__ += ["clamp_min_", "clamp_max_", "lerp_", "bitwise_not_", "bitwise_left_shift",
+            "bitwise_right_shift", "conj", "conj_physical", "resolve_conj", "resolve_neg",
+            "is_conj", "is_neg", "conj_physical_"]

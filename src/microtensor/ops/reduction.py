@@ -1058,3 +1058,26 @@ def histc(self, bins=100, min=0, max=0, *, out=None):
 
 __all__ += ["nansum", "nanmean", "aminmax", "ReturnAminmax", "var_mean", "std_mean",
             "logcumsumexp", "quantile", "nanquantile", "histc"]
+
+
+# --------------------------------------------------------------------------- more in-place
+
+def cumulative_(op, self, dim, dtype, source=None):
+    """``op`` (``cumsum`` or ``cumprod``) of ``source`` (``self``, or a clone of it when
+    ``op``'s derivative reads its input) written into ``self``.  PyTorch computes into
+    ``self`` itself: a ``dtype`` must be its own, and bools (whose cumulative results are
+    integers) are refused."""
+    if dtype is not None and dtype is not self._dtype:
+        raise RuntimeError(f"Bad in-place call: input tensor dtype {info(self._dtype).cpp_name} "
+                           f"and output tensor dtype {info(dtype).cpp_name} should match")
+    if self._dtype is bool_:
+        raise NotImplementedError(f"\"{op.name}_out_cpu\" not implemented for 'Bool'")
+    return self.copy_(op(self if source is None else source, dim, dtype=self._dtype))
+
+
+@op(kind="composite", function=False)
+def cumsum_(self, dim, *, dtype=None):
+    return cumulative_(cumsum, self, dim, dtype)
+
+
+__all__ += ["cumsum_"]

@@ -18,7 +18,8 @@ from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, dims_of, is_floating_array,
                                    new_result)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
-                                       _check_reducible, _fresh, _integer_to_int64, _into)
+                                       _check_reducible, _fresh, _integer_to_int64, _into,
+                                       cumulative_)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
@@ -799,3 +800,18 @@ def bincount(self, weights=None, minlength=0):
 
 
 bincount.def_batch_rule(dynamic_shape_batch_rule)
+
+
+# --------------------------------------------------------------------------- more in-place
+
+@op(kind="composite", function=False)
+def cumprod_(self, dim, *, dtype=None):
+    # cumprod's derivative reads its input, which the write would overwrite
+    return cumulative_(cumprod, self, dim, dtype, self.clone())
+
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(4, 3)), Sample(make(5))])
+def msort(self):
+    """``self`` sorted along dim 0 (the sorted values of ``sort(self, 0)``)."""
+    return sort(self, 0).values

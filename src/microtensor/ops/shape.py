@@ -9,6 +9,7 @@ are computed by NumPy on views of the storage.  Derivatives use only microtensor
 make their buffers from the incoming gradient, so they are differentiable and run under
 vmap.
 """
+from inspect import signature
 from numbers import Integral
 
 import numpy as np
@@ -1099,3 +1100,71 @@ def unravel_index(indices, shape):
     return (indices.unsqueeze(-1).floor_divide(tensor_of(coefficients.astype(np.int64))
                                                .to(device))
             % tensor_of(np.array(shape, dtype=np.int64)).to(device)).unbind(-1)
+
+
+# --------------------------------------------------------------------------- unsafe splits
+# PyTorch's ``unsafe_`` splits: the pieces of ``split`` as aliases that are not views, so
+# autograd records one function and writing into a piece is allowed (the version counter
+# is still the input's).
+
+def _aliases(pieces):
+    return tuple(p._make_alias_unchecked(p._sizes, p._strides, p._offset) for p in pieces)
+
+
+@op(samples=lambda make: [Sample(make(5, 2), 2), Sample(make(4, 3), 2, 1)])
+def unsafe_split(self, split_size, dim=0):
+    if not isinstance(split_size, Integral):
+        raise TypeError(f"unsafe_split(): argument 'split_size' (position 2) must be int, not "
+                        f"{type(split_size).__name__}")
+    return _aliases(split.kernel(self, split_size, dim))
+
+
+@unsafe_split.def_derivative("self")
+def unsafe_split(grad, self_shape, split_size, dim):
+    return _joined_grads(grad, self_shape, dim, split_sizes(self_shape, split_size, dim))
+
+
+@op(samples=_split_with_sizes_samples)
+def unsafe_split_with_sizes(self, split_sizes, dim=0):
+    return _aliases(split_with_sizes.kernel(self, split_sizes, dim))
+
+
+unsafe_split_with_sizes.def_derivative("self")(split_with_sizes.derivative.formulas[0][0])
+unsafe_split.def_batch_rule(split_batch_rule)
+unsafe_split_with_sizes.def_batch_rule(split_batch_rule)
+
+
+@op(kind="composite", samples=_chunk_samples)
+def unsafe_chunk(self, chunks, dim=0):
+    sizes = [piece.shape[dim] for piece in chunk(self.detach(), chunks, dim)]
+    return unsafe_split_with_sizes(self, sizes, dim)
+
+
+# --------------------------------------------------------------------------- view copies
+# PyTorch's ``<view>_copy`` functions: the view's values in fresh contiguous memory,
+# composites of the view and ``clone``, so autograd and vmap are theirs.
+
+def _fresh(result):
+    if isinstance(result, tuple):
+        return tuple(piece.clone(memory_format=meta.contiguous_format) for piece in result)
+    return result.clone(memory_format=meta.contiguous_format)
+
+
+def _copy_variant(base, method=False):
+    def kernel(*args, **kwargs):
+        return _fresh(base(*args, **kwargs))
+    kernel.__signature__ = signature(base.kernel)
+    kernel.__name__ = base.name + "_copy"
+    kernel.__doc__ = f"``{base.name}``'s result in fresh contiguous memory, not a view."
+    return op(kernel.__name__, kind="composite", method=method, inputs=base.inputs,
+              samples=base.samples, differentiable=base.differentiable)(kernel)
+
+
+for _name in ("view", "permute", "transpose", "t", "squeeze", "unsqueeze", "expand",
+              "diagonal", "select", "slice", "split", "split_with_sizes", "unbind",
+              "as_strided", "detach", "unfold", "alias"):
+    _copy_variant(REGISTRY[_name])
+narrow_copy = _copy_variant(REGISTRY["narrow"], method=True)
+
+
+__all__ += ["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk", "narrow_copy"]

@@ -781,3 +781,12 @@ def swapdims_(self, dim0, dim1):
 @op(kind="composite", function=False)
 def swapaxes_(self, axis0, axis1):
     return self.transpose_(axis0, axis1)
+
+
+@op(kind="composite", samples=lambda make: [Sample(make(2, 3)), Sample(make(2, 3, 4))])
+def adjoint(self):
+    """The conjugate transpose of the last two dims: their transpose for real tensors."""
+    if self.dim() < 2:
+        raise RuntimeError(f"tensor.adjoint() is only supported on matrices or batches of "
+                           f"matrices. Got {self.dim()}-D tensor.")
+    return self.transpose(-2, -1)
