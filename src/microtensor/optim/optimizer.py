@@ -11,8 +11,9 @@ from microtensor._tensor import Tensor
 from microtensor.autograd.grad_mode import enable_grad, no_grad
 
 _LABELS = {"lr": "learning rate", "eps": "epsilon value"}
-# Scalar state kept in its own dtype when loaded (PyTorch exempts only "step").
-_COUNTERS = ("step", "mu_product")
+# Scalar state kept in its own dtype when loaded (PyTorch exempts only "step"): NAdam's
+# mu_product, ASGD's eta and mu.
+_COUNTERS = ("step", "mu_product", "eta", "mu")
 
 
 def _check_hyperparameters(**values):
