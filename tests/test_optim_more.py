@@ -182,15 +182,23 @@ def test_sparse_adam_refuses_dense_gradients_and_changes_nothing(lib):
 
 
 def test_signatures_and_defaults_as_torch():
-    """The hyperparameters' names, order and defaults are PyTorch's (PyTorch adds its
-    foreach/differentiable/capturable switches, which microtensor does not take)."""
+    """The names, order and defaults of the arguments are PyTorch's (PyTorch's optimizers
+    add their foreach/differentiable/capturable switches, which microtensor does not take)."""
     import inspect
     if torch is None:
         pytest.skip("PyTorch is not installed (optional test oracle)")
     switches = {"foreach", "differentiable", "capturable"}
-    for name in ("Rprop", "ASGD", "Adafactor", "SparseAdam"):
-        ours = inspect.signature(getattr(mt.optim, name)).parameters
-        theirs = inspect.signature(getattr(torch.optim, name)).parameters
+    names = ["optim.Rprop", "optim.ASGD", "optim.Adafactor", "optim.SparseAdam",
+             "optim.lr_scheduler.CyclicLR", "optim.swa_utils.SWALR",
+             "optim.swa_utils.AveragedModel", "optim.swa_utils.update_bn",
+             "optim.swa_utils.get_ema_avg_fn", "optim.swa_utils.get_ema_multi_avg_fn",
+             "optim.swa_utils.get_swa_avg_fn", "optim.swa_utils.get_swa_multi_avg_fn"]
+    for name in names:
+        ours, theirs = mt, torch
+        for part in name.split("."):
+            ours, theirs = getattr(ours, part), getattr(theirs, part)
+        ours = inspect.signature(ours).parameters
+        theirs = inspect.signature(theirs).parameters
         assert list(ours) == [k for k in theirs if k not in switches], name
         assert all(ours[k].default == theirs[k].default for k in ours), name
 
@@ -204,3 +212,252 @@ def test_a_copied_tensor_sums_as_its_original():
     for copied in (copy.deepcopy(rows), pickle.loads(pickle.dumps(rows))):
         assert copied.untyped_storage().device is rows.untyped_storage().device
         assert copied.sum(dim=0).item() == rows.sum(dim=0).item()
+
+
+# -- CyclicLR and swa_utils ---------------------------------------------------------------
+
+from test_optim import lr_sequence  # noqa: E402  (the scheduler driver, SGD with momentum)
+
+
+class Halving:
+    """A scale_fn object, whose state a scheduler's state_dict saves."""
+
+    def __init__(self):
+        self.base = 2.0
+
+    def __call__(self, cycle):
+        return self.base ** (1 - cycle)
+
+
+SCHEDULERS = {
+    "CyclicLR": lambda s, o: [s.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=4)],
+    "CyclicLR-triangular2-uneven": lambda s, o: [
+        s.CyclicLR(o, base_lr=[0.01, 0.001], max_lr=[0.2, 0.05], step_size_up=3,
+                   step_size_down=5, mode="triangular2", base_momentum=[0.7, 0.8])],
+    "CyclicLR-exp_range": lambda s, o: [
+        s.CyclicLR(o, base_lr=0.02, max_lr=0.3, step_size_up=2, mode="exp_range",
+                   gamma=0.97, max_momentum=0.95)],
+    "CyclicLR-scale_fn-iterations": lambda s, o: [
+        s.CyclicLR(o, base_lr=0.02, max_lr=0.3, step_size_up=3, scale_fn=Halving(),
+                   scale_mode="iterations", cycle_momentum=False)],
+    "CyclicLR-scale_fn-function": lambda s, o: [
+        s.CyclicLR(o, base_lr=0.02, max_lr=0.3, step_size_up=5,
+                   scale_fn=lambda c: 1 / c)],
+    "SWALR-cos": lambda s, o: [_swalr(o, swa_lr=0.05, anneal_epochs=6)],
+    "SWALR-linear-per-group": lambda s, o: [
+        _swalr(o, swa_lr=[0.3, 0.002], anneal_epochs=4, anneal_strategy="linear")],
+    "SWALR-no-anneal": lambda s, o: [_swalr(o, swa_lr=0.02, anneal_epochs=0)],
+}
+
+
+def _swalr(optimizer, **options):
+    lib = mt if isinstance(optimizer, mt.optim.Optimizer) else torch
+    return lib.optim.swa_utils.SWALR(optimizer, **options)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_scheduler_lr_sequence_is_torch_s_exactly(name):
+    ours, scheds, _ = lr_sequence(mt, SCHEDULERS[name])
+    theirs, tscheds, _ = lr_sequence(torch, SCHEDULERS[name])
+    assert ours == theirs
+    assert [s.last_epoch for s in scheds] == [s.last_epoch for s in tscheds]
+    assert {row[0] for row in ours} != {0.1}          # the first group's rate was set
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_scheduler_state_dict_resumes(name):
+    make = SCHEDULERS[name]
+    straight, _, _ = lr_sequence(mt, make)
+    first, scheds, opt = lr_sequence(mt, make, steps=12)
+    opt_state = copy.deepcopy(opt.state_dict())
+    sched_states = copy.deepcopy([s.state_dict() for s in scheds])
+    w, b = mt.zeros(2, requires_grad=True), mt.zeros(1, requires_grad=True)
+    opt2 = mt.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.5}], lr=0.7, momentum=0.9)
+    scheds2 = make(mt.optim.lr_scheduler, opt2)
+    opt2.load_state_dict(opt_state)
+    for s, state in zip(scheds2, sched_states):
+        s.load_state_dict(state)
+    rest = []
+    for _ in range(18):
+        opt2.step()
+        for s in scheds2:
+            s.step()
+        rest.append([g["lr"] for g in opt2.param_groups] + [scheds2[-1].get_last_lr()]
+                    + [g["momentum"] for g in opt2.param_groups])
+    assert first + rest == straight
+
+
+@needs_torch
+def test_cyclic_lr_state_dict_as_torch_and_cycles_adam_beta1():
+    def run_adam(lib, scale_fn):
+        opt = lib.optim.Adam([lib.zeros(2, requires_grad=True)], lr=0.1)
+        sched = lib.optim.lr_scheduler.CyclicLR(opt, 0.001, 0.01, step_size_up=2,
+                                                scale_fn=scale_fn)
+        betas = []
+        for _ in range(7):
+            opt.step()
+            sched.step()
+            betas.append(opt.param_groups[0]["betas"])
+        return betas, sched.state_dict()
+    (betas, sd), (tbetas, tsd) = run_adam(mt, Halving()), run_adam(torch, Halving())
+    assert betas == tbetas and betas[0] != betas[1]
+    assert sd["_scale_fn_custom"] == tsd["_scale_fn_custom"] == {"base": 2.0}
+    # PyTorch's state also holds its get_lr-within-step flag.
+    assert {k: v for k, v in tsd.items() if k != "_get_lr_called_within_step"} == sd
+
+
+def test_cyclic_lr_and_swalr_checks_as_torch():
+    for lib in (mt, torch) if torch is not None else (mt,):
+        s, swa = lib.optim.lr_scheduler, lib.optim.swa_utils
+        params = make_params(lib)
+        sgd = lib.optim.SGD(params, lr=0.1, momentum=0.9)
+        cases = [
+            (lambda: s.CyclicLR(sgd, 0.01, 0.1, mode="sawtooth"), ValueError,
+             "mode is invalid and scale_fn is None"),
+            (lambda: s.CyclicLR(lib.optim.Adagrad(params), 0.01, 0.1), ValueError,
+             "optimizer must support momentum or beta1 with `cycle_momentum` option enabled"),
+            (lambda: s.CyclicLR(sgd, [0.01, 0.02], 0.1), ValueError,
+             "base_lr must have the same length as optimizer.param_groups. base_lr has 2 "
+             "values, param_groups has 1."),
+            (lambda: swa.SWALR(sgd, 0.05, anneal_strategy="step"), ValueError,
+             "anneal_strategy must be one of 'cos' or 'linear', instead got step"),
+            (lambda: swa.SWALR(sgd, 0.05, anneal_epochs=-1), ValueError,
+             "anneal_epochs must be equal or greater than 0, got -1"),
+            (lambda: swa.SWALR(sgd, 0.05, anneal_epochs=2.0), ValueError,
+             "anneal_epochs must be equal or greater than 0, got 2.0"),
+            (lambda: swa.get_ema_avg_fn(1.5), ValueError,
+             "Invalid decay value 1.5 provided. Please provide a value in [0,1] range."),
+            (lambda: swa.get_ema_multi_avg_fn(-0.1), ValueError,
+             "Invalid decay value -0.1 provided. Please provide a value in [0,1] range."),
+            (lambda: swa.AveragedModel(lib.nn.Linear(2, 1), avg_fn=swa.get_swa_avg_fn(),
+                                       multi_avg_fn=swa.get_swa_multi_avg_fn()),
+             AssertionError, "Only one of avg_fn and multi_avg_fn should be provided"),
+        ]
+        for make, error, message in cases:
+            with pytest.raises(error) as info:
+                make()
+            assert str(info.value) == message, lib.__name__
+
+
+@needs_torch
+def test_swalr_after_a_cosine_schedule_as_torch():
+    """The documented use: cosine annealing, then SWALR from epoch 5 on."""
+    def sequence(lib):
+        opt = lib.optim.SGD([lib.zeros(1, requires_grad=True)], lr=0.5)
+        cosine = lib.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)
+        swa = lib.optim.swa_utils.SWALR(opt, swa_lr=0.05, anneal_epochs=3)
+        out = []
+        for epoch in range(12):
+            opt.step()
+            (swa if epoch >= 5 else cosine).step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+    assert sequence(mt) == sequence(torch)
+
+
+def _model(lib):
+    lib.manual_seed(0)
+    return lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4), lib.nn.Linear(4, 2))
+
+
+def _twin_models():
+    """A PyTorch model and a microtensor one with its weights (float64)."""
+    theirs = _model(torch).double()
+    ours = _model(mt).double()
+    ours.load_state_dict({k: mt.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    return ours, theirs
+
+
+AVERAGING = {
+    "swa": lambda swa: {},
+    "ema-avg_fn": lambda swa: dict(avg_fn=swa.get_ema_avg_fn(0.8)),
+    "ema-multi": lambda swa: dict(multi_avg_fn=swa.get_ema_multi_avg_fn(0.8)),
+    "swa-avg_fn-buffers": lambda swa: dict(avg_fn=swa.get_swa_avg_fn(), use_buffers=True),
+    "ema-multi-buffers": lambda swa: dict(multi_avg_fn=swa.get_ema_multi_avg_fn(0.5),
+                                          use_buffers=True),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", AVERAGING)
+def test_averaged_model_matches_torch(name):
+    ours, theirs = _twin_models()
+    rng = np.random.default_rng(2)
+    steps = [(rng.standard_normal((5, 3)), [rng.standard_normal(tuple(p.shape)) * 0.1
+                                           for p in theirs.parameters()]) for _ in range(5)]
+    averaged = []
+    for lib, model in ((mt, ours), (torch, theirs)):
+        avg = lib.optim.swa_utils.AveragedModel(model, **AVERAGING[name](lib.optim.swa_utils))
+        for x, deltas in steps:
+            with lib.no_grad():
+                for p, d in zip(model.parameters(), deltas):
+                    p.add_(lib.tensor(d))
+            model(lib.tensor(x))         # train mode: the batch-norm statistics move
+            avg.update_parameters(model)
+        averaged.append(avg)
+    avg, tavg = averaged
+    sd, tsd = avg.state_dict(), tavg.state_dict()
+    assert list(sd) == list(tsd)
+    for key in tsd:
+        np.testing.assert_allclose(numpy_of(sd[key]), tsd[key].numpy(), rtol=1e-12,
+                                   atol=1e-14, err_msg=key)
+        assert str(sd[key].dtype).split(".")[-1] == str(tsd[key].dtype).split(".")[-1]
+    assert avg.n_averaged.item() == 5
+    # averaged, not the model's last weights
+    assert not np.allclose(numpy_of(sd["module.0.weight"]), numpy_of(ours[0].weight))
+    x = rng.standard_normal((2, 3))
+    avg.eval()
+    tavg.eval()
+    np.testing.assert_allclose(numpy_of(avg(mt.tensor(x))), tavg(torch.tensor(x)).detach()
+                               .numpy(), rtol=1e-12)
+
+
+@needs_torch
+def test_averaged_model_loads_a_torch_state_dict():
+    ours, theirs = _twin_models()
+    tavg = torch.optim.swa_utils.AveragedModel(theirs)
+    tavg.update_parameters(theirs)
+    avg = mt.optim.swa_utils.AveragedModel(ours)
+    avg.load_state_dict({k: mt.tensor(v.numpy()) for k, v in tavg.state_dict().items()})
+    assert avg.n_averaged.item() == 1 and avg.n_averaged.dtype == mt.int64
+
+
+@needs_torch
+@pytest.mark.parametrize("tuples", [False, True])
+def test_update_bn_matches_torch(tuples):
+    ours, theirs = _twin_models()
+    rng = np.random.default_rng(3)
+    batches = [rng.standard_normal((4, 3)) * 2 + 1 for _ in range(3)]
+    for lib, model in ((mt, ours), (torch, theirs)):
+        model.eval()
+        loader = [(lib.tensor(b), 0) if tuples else lib.tensor(b) for b in batches]
+        lib.optim.swa_utils.update_bn(loader, model)
+        assert not model.training and model[1].momentum == 0.1
+    for key, value in theirs.state_dict().items():
+        np.testing.assert_allclose(numpy_of(ours.state_dict()[key]), value.numpy(),
+                                   rtol=1e-12, err_msg=key)
+    # cumulative: the mean of the three batches' means
+    np.testing.assert_allclose(numpy_of(ours[1].running_mean), np.mean(
+        [numpy_of(ours[0](mt.tensor(b))).mean(0) for b in batches], axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("lib", [mt, pytest.param(torch, marks=needs_torch)],
+                         ids=["microtensor", "torch"])
+def test_swa_multi_avg_fn_refuses_integer_buffers_as_torch(lib):
+    """PyTorch's multi-tensor mean divides integer tensors with addcdiv, which refuses them
+    (a batch-norm's num_batches_tracked, with use_buffers)."""
+    model = lib.nn.BatchNorm1d(2)
+    avg = lib.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=lib.optim.swa_utils.get_swa_multi_avg_fn(), use_buffers=True)
+    avg.update_parameters(model)
+    with pytest.raises(RuntimeError, match="Integer division with addcdiv is no longer "
+                                           "supported"):
+        avg.update_parameters(model)
+    assert avg.n_averaged.item() == 1
+
+
+def test_update_bn_without_batch_norm_leaves_the_model_alone():
+    model = mt.nn.Linear(2, 2).eval()
+    mt.optim.swa_utils.update_bn([mt.ones(1, 2)], model)
+    assert not model.training

@@ -1,7 +1,7 @@
 """Optimizers and learning-rate schedulers with ``torch.optim``'s API: parameter groups,
 ``state_dict``/``load_state_dict`` in PyTorch's layout, ``maximize``, and PyTorch's update
 rules (single-tensor, no ``foreach``/``fused`` variants)."""
-from microtensor.optim import lr_scheduler
+from microtensor.optim import lr_scheduler, swa_utils
 from microtensor.optim.adadelta import Adadelta
 from microtensor.optim.adafactor import Adafactor
 from microtensor.optim.adagrad import Adagrad
@@ -19,4 +19,4 @@ from microtensor.optim.sparse_adam import SparseAdam
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop",
            "Adagrad", "Adadelta", "LBFGS", "lr_scheduler"]
-__all__ += ["Rprop", "ASGD", "Adafactor", "SparseAdam"]
+__all__ += ["Rprop", "ASGD", "Adafactor", "SparseAdam", "swa_utils"]
