@@ -188,7 +188,7 @@ def test_signatures_and_defaults_as_torch():
     if torch is None:
         pytest.skip("PyTorch is not installed (optional test oracle)")
     switches = {"foreach", "differentiable", "capturable"}
-    names = ["optim.Rprop", "optim.ASGD", "optim.Adafactor", "optim.SparseAdam",
+    names = ["optim.Rprop", "optim.ASGD", "optim.Adafactor", "optim.SparseAdam", "optim.Muon",
              "optim.lr_scheduler.CyclicLR", "optim.swa_utils.SWALR",
              "optim.swa_utils.AveragedModel", "optim.swa_utils.update_bn",
              "optim.swa_utils.get_ema_avg_fn", "optim.swa_utils.get_ema_multi_avg_fn",
@@ -461,3 +461,108 @@ def test_update_bn_without_batch_norm_leaves_the_model_alone():
     model = mt.nn.Linear(2, 2).eval()
     mt.optim.swa_utils.update_bn([mt.ones(1, 2)], model)
     assert not model.training
+
+
+# -- Muon ----------------------------------------------------------------------------------
+
+MUON_OPTIONS = [dict(), dict(nesterov=False, adjust_lr_fn="match_rms_adamw", weight_decay=0.01),
+                dict(momentum=0.3, ns_steps=3, adjust_lr_fn="original"),
+                dict(ns_coefficients=(2.0, -1.5, 0.5), eps=1e-3, weight_decay=0.0)]
+
+
+SHAPES = ((4, 3), (3, 5))
+try:
+    HAS_BFLOAT16 = mt.bfloat16.np is not None
+except ImportError:     # the optional 'bfloat16' extra is not installed
+    HAS_BFLOAT16 = False
+needs_bfloat16 = pytest.mark.skipif(not HAS_BFLOAT16, reason="Muon computes in bfloat16: "
+                                    "the optional 'bfloat16' extra (ml_dtypes) is missing")
+
+
+def muon_run(lib, dtype, options, steps=6, params=None, opt=None, first=0):
+    """``steps`` Muon steps (from step ``first`` of a fixed gradient sequence) on a (4, 3)
+    and a (3, 5) matrix; returns (the parameters in float64, the starts, the optimizer)."""
+    rng = np.random.default_rng(5)
+    starts = [rng.standard_normal(shape) for shape in SHAPES]
+    grads = [[rng.standard_normal(shape) for shape in SHAPES] for _ in range(first + steps)]
+    if params is None:
+        params = [lib.tensor(s, dtype=getattr(lib, dtype), requires_grad=True) for s in starts]
+    opt = opt or lib.optim.Muon(params, lr=0.05, **options)
+    for step_grads in grads[first:]:
+        for p, g in zip(params, step_grads):
+            p.grad = lib.tensor(g, dtype=getattr(lib, dtype))
+        opt.step()
+    return [np.array(p.detach().to(lib.float64).numpy()) for p in params], starts, opt
+
+
+@needs_torch
+@needs_bfloat16
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("options", MUON_OPTIONS, ids=[str(o) for o in MUON_OPTIONS])
+def test_muon_matches_torch(dtype, options):
+    """Muon orthogonalises in bfloat16: the result is PyTorch's up to an occasional
+    bfloat16 rounding that falls the other way (float32 matrix products summed in another
+    order), a few parts in a thousand of one step."""
+    (ours, starts, opt), (theirs, _, topt) = (muon_run(mt, dtype, options),
+                                               muon_run(torch, dtype, options))
+    for p, q, start in zip(ours, theirs, starts):
+        moved = np.abs(q - start).max()
+        assert moved > 0.05
+        np.testing.assert_allclose(p, q, rtol=0, atol=5e-3 * moved)
+    sd, tsd = opt.state_dict(), topt.state_dict()
+    assert [list(s) for s in sd["state"].values()] == [["momentum_buffer"]] * 2
+    assert {k: v for k, v in tsd["param_groups"][0].items() if k in sd["param_groups"][0]} \
+        == sd["param_groups"][0]
+
+
+@needs_torch
+@needs_bfloat16
+def test_muon_newton_schulz_is_torch_s_in_bfloat16():
+    from torch.optim._muon import _zeropower_via_newtonschulz
+    from microtensor.optim.muon import _orthogonalized
+    rng = np.random.default_rng(6)
+    coefficients = (3.4445, -4.7750, 2.0315)
+    same = 0
+    for shape in ((4, 3), (3, 5), (6, 6), (2, 7)):
+        g = rng.standard_normal(shape)
+        ours = _orthogonalized(mt.tensor(g), coefficients, 5, 1e-7)
+        theirs = _zeropower_via_newtonschulz(torch.tensor(g), coefficients, 5, 1e-7)
+        assert ours.dtype == mt.bfloat16 and tuple(ours.shape) == shape
+        same += np.array_equal(ours.float().numpy(), theirs.float().numpy())
+        # nearly semi-orthogonal: the singular values are pulled into a band around 1
+        singular = np.linalg.svd(ours.float().numpy(), compute_uv=False)
+        assert np.all((singular > 0.6) & (singular < 1.25)), singular
+    assert same >= 3
+
+
+@needs_bfloat16
+def test_muon_state_dict_resumes_bit_identically():
+    straight, _, _ = muon_run(mt, "float64", {}, steps=5)
+    halfway, _, opt = muon_run(mt, "float64", {}, steps=3)
+    saved = copy.deepcopy(opt.state_dict())
+    params = [mt.tensor(p, requires_grad=True) for p in halfway]
+    resumed = mt.optim.Muon(params, lr=0.05)
+    resumed.load_state_dict(saved)
+    ours, _, _ = muon_run(mt, "float64", {}, steps=2, params=params, opt=resumed, first=3)
+    for p, q in zip(ours, straight):
+        np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(lr=-1), "Learning rate should be >= 0 but is: -1"),
+    (dict(momentum=-0.5), "momentum should be >= 0 but is: -0.5"),
+    (dict(weight_decay=-1), "weight decay should be >= 0 but is: -1"),
+    (dict(adjust_lr_fn="sqrt"), "Adjust learning rate function sqrt is not supported"),
+])
+def test_muon_checks_as_torch(options, message):
+    for lib in (mt, torch) if torch is not None else (mt,):
+        with pytest.raises(ValueError) as info:
+            lib.optim.Muon([lib.zeros(2, 2, requires_grad=True)], **options)
+        assert str(info.value) == message, lib.__name__
+        with pytest.raises(ValueError, match="Muon only supports 2D parameters whereas we "
+                                             "found a parameter with size: "):
+            lib.optim.Muon([lib.zeros(3, requires_grad=True)])
+        p = lib.zeros(2, 2, requires_grad=True)
+        p.grad = lib.ones(2, 2)
+        with pytest.raises(ValueError, match="Number of steps must be less than 100"):
+            lib.optim.Muon([p], ns_steps=100).step()

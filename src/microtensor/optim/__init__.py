@@ -9,6 +9,7 @@ from microtensor.optim.adam import Adam, AdamW
 from microtensor.optim.adamax import Adamax
 from microtensor.optim.asgd import ASGD
 from microtensor.optim.lbfgs import LBFGS
+from microtensor.optim.muon import Muon
 from microtensor.optim.nadam import NAdam
 from microtensor.optim.optimizer import Optimizer
 from microtensor.optim.radam import RAdam
@@ -19,4 +20,4 @@ from microtensor.optim.sparse_adam import SparseAdam
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop",
            "Adagrad", "Adadelta", "LBFGS", "lr_scheduler"]
-__all__ += ["Rprop", "ASGD", "Adafactor", "SparseAdam", "swa_utils"]
+__all__ += ["Rprop", "ASGD", "Adafactor", "SparseAdam", "Muon", "swa_utils"]

@@ -1,6 +1,6 @@
 """Adafactor: Adam-like steps from a factored (row and column) second moment."""
 import microtensor as mt
-from microtensor.optim.optimizer import Optimizer, _scalar_tensor
+from microtensor.optim.optimizer import Optimizer, _lerp, _scalar_tensor
 
 
 class Adafactor(Optimizer):
@@ -55,15 +55,15 @@ class Adafactor(Optimizer):
         if grad.dim() > 1:
             row_var, col_var = state["row_var"], state["col_var"]
             # mean(g**2) over a dim, as the squared norm over its size (as PyTorch).
-            row_var.copy_(row_var.lerp(grad.norm(dim=-1, keepdim=True).square_()
-                                       .div_(grad.size(-1)), weight))
-            col_var.copy_(col_var.lerp(grad.norm(dim=-2, keepdim=True).square_()
-                                       .div_(grad.size(-2)), weight))
+            row_var.copy_(_lerp(row_var, grad.norm(dim=-1, keepdim=True).square_()
+                                .div_(grad.size(-1)), weight))
+            col_var.copy_(_lerp(col_var, grad.norm(dim=-2, keepdim=True).square_()
+                                .div_(grad.size(-2)), weight))
             var_estimate = (row_var @ col_var).div_(
                 row_var.mean(dim=-2, keepdim=True).clamp_(min=eps1))
         else:
             variance = state["variance"]
-            var_estimate = variance.copy_(variance.lerp(grad * grad, weight)).clone()
+            var_estimate = variance.copy_(_lerp(variance, grad * grad, weight)).clone()
         update = var_estimate.clamp_(min=eps1 * eps1).rsqrt_().mul_(grad)
         denom = max(1.0, update.norm(2).item() / (update.numel() ** 0.5 * group["d"]))
         p.add_(update, alpha=-alpha / denom)

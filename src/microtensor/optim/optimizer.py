@@ -35,6 +35,14 @@ def _scalar_tensor(value):
     return mt.tensor(value, dtype=dtype)
 
 
+def _lerp(start, end, weight):
+    """``start + weight * (end - start)`` for a number ``weight``, rounded as PyTorch's
+    lerp: from ``end`` back when ``weight >= 0.5`` (so that a weight of 1 gives ``end``)."""
+    if weight < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1 - weight)
+
+
 def _ema_(average, value, beta):
     """average <- beta * average + (1 - beta) * value, in place."""
     return average.mul_(beta).add_(value, alpha=1 - beta)

@@ -12,6 +12,7 @@ from microtensor.autograd.grad_mode import no_grad
 from microtensor.nn.modules import Module
 from microtensor.nn.norm import _BatchNorm
 from microtensor.optim.lr_scheduler import LRScheduler, _per_group
+from microtensor.optim.optimizer import _lerp
 
 __all__ = ["AveragedModel", "update_bn", "SWALR", "get_ema_multi_avg_fn",
            "get_swa_multi_avg_fn", "get_ema_avg_fn", "get_swa_avg_fn"]
@@ -32,7 +33,7 @@ def get_ema_multi_avg_fn(decay=0.999):
     def ema_update(ema_param_list, current_param_list, _):
         if ema_param_list[0].is_floating_point() or ema_param_list[0].is_complex():
             for p_ema, p_model in zip(ema_param_list, current_param_list):
-                p_ema.copy_(p_ema.lerp(p_model, 1 - decay))
+                p_ema.copy_(_lerp(p_ema, p_model, 1 - decay))
         else:
             for p_ema, p_model in zip(ema_param_list, current_param_list):
                 p_ema.copy_(p_ema * decay + p_model * (1 - decay))
@@ -46,7 +47,7 @@ def get_swa_multi_avg_fn():
         if averaged_param_list[0].is_floating_point() or averaged_param_list[0].is_complex():
             weight = float(1 / (num_averaged + 1))
             for p_avg, p_model in zip(averaged_param_list, current_param_list):
-                p_avg.copy_(p_avg.lerp(p_model, weight))
+                p_avg.copy_(_lerp(p_avg, p_model, weight))
         else:
             for p_avg, p_model in zip(averaged_param_list, current_param_list):
                 diff = p_model - p_avg
