@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import microtensor as mt
-from test_optim import (U0, factory, make_params, needs_torch, numpy_of, run,  # the shared
-                        torch)                                                # test problem
+from test_optim import (U0, factory, loss_of, make_params, needs_torch,  # the shared
+                        numpy_of, run, torch)                           # test problem
 
 OPTIMIZERS = [
     ("Rprop", dict(), {}),
@@ -566,3 +566,83 @@ def test_muon_checks_as_torch(options, message):
         p.grad = lib.ones(2, 2)
         with pytest.raises(ValueError, match="Number of steps must be less than 100"):
             lib.optim.Muon([p], ns_steps=100).step()
+
+
+# -- hooks ---------------------------------------------------------------------------------
+
+def hook_calls(lib):
+    """The calls the step and state_dict hooks see, in order, around two steps, a
+    state_dict and a load, with one hook removed half way."""
+    from importlib import import_module
+    optimizer_module = import_module(lib.__name__ + ".optim.optimizer")
+    calls = []
+    w, b, _ = make_params(lib)
+    opt = lib.optim.Adam([w, b], lr=0.1)
+    handles = [
+        optimizer_module.register_optimizer_step_pre_hook(
+            lambda o, args, kwargs: calls.append(("global pre", args == (o,), kwargs))),
+        optimizer_module.register_optimizer_step_post_hook(
+            lambda o, args, kwargs: calls.append(("global post", args == (o,), kwargs))),
+        opt.register_step_pre_hook(lambda o, args, kwargs: calls.append(("pre", len(args)))),
+        opt.register_step_post_hook(lambda o, args, kwargs: calls.append(("post", len(args)))),
+        opt.register_state_dict_pre_hook(lambda o: calls.append("sd pre")),
+        opt.register_state_dict_post_hook(
+            lambda o, sd: calls.append(("sd post", sorted(sd))) or dict(sd, extra=1)),
+        opt.register_state_dict_post_hook(lambda o, sd: calls.append("first"), prepend=True),
+        opt.register_load_state_dict_pre_hook(
+            lambda o, sd: calls.append(("load pre", sorted(sd))) or
+            {k: v for k, v in sd.items() if k != "extra"}),
+        opt.register_load_state_dict_post_hook(lambda o: calls.append("load post")),
+    ]
+    try:
+        opt.register_step_pre_hook(lambda o, args, kwargs: (args, {"closure": None}))
+        for _ in range(2):
+            opt.zero_grad()
+            loss_of(lib, [w, b, None]).backward()
+            opt.step()
+            handles[2].remove()
+        sd = opt.state_dict()
+        assert sd["extra"] == 1
+        opt.load_state_dict(sd)
+        assert "extra" in sd          # the hooks saw a copy
+    finally:
+        for handle in handles[:2]:
+            handle.remove()
+    return calls
+
+
+@needs_torch
+def test_hooks_run_as_torch_s():
+    ours = hook_calls(mt)
+    assert ours == hook_calls(torch)
+    # the step's args are (optimizer,); the second step's pre-hook was removed; the last
+    # pre-hook's (args, kwargs) replace the step's own
+    assert ours[:4] == [("global pre", True, {}), ("pre", 1), ("post", 1),
+                        ("global post", True, {"closure": None})]
+    assert ours[4:] == [("global pre", True, {}), ("post", 1),
+                        ("global post", True, {"closure": None}), "sd pre", "first",
+                        ("sd post", ["param_groups", "state"]),
+                        ("load pre", ["extra", "param_groups", "state"]), "load post"]
+
+
+def test_a_step_hook_with_a_bad_result_is_refused():
+    w, b, _ = make_params(mt)
+    opt = mt.optim.SGD([w], lr=0.1)
+    opt.register_step_pre_hook(lambda o, args, kwargs: "no")
+    with pytest.raises(RuntimeError, match="must return None or a tuple of \\(new_args, "
+                                           "new_kwargs\\), but got no"):
+        opt.step()
+
+
+def test_a_subclass_step_calling_super_runs_the_hooks_once():
+    class Counting(mt.optim.SGD):
+        def step(self, closure=None):
+            return super().step(closure)
+
+    w, b, _ = make_params(mt)
+    opt = Counting([w], lr=0.1)
+    calls = []
+    opt.register_step_post_hook(lambda o, args, kwargs: calls.append(1))
+    w.grad = mt.ones_like(w)
+    opt.step()
+    assert calls == [1]
