@@ -240,3 +240,31 @@ def test_names_and_signatures_as_torch():
     assert data.distributed.DistributedSampler is data.DistributedSampler
     assert collections.Counter(n for n in dir(data) if not n.startswith("_")) >= \
         collections.Counter(["StackDataset", "WeightedRandomSampler", "DistributedSampler"])
+
+
+@needs_torch
+def test_the_generic_classes_are_torch_s():
+    """``class MySampler(Sampler[int])`` and the like, as PyTorch code writes them."""
+    names = ["Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "Dataset",
+             "IterableDataset", "TensorDataset", "Subset", "StackDataset",
+             "WeightedRandomSampler", "DistributedSampler"]
+
+    def subscriptable(module, name):
+        try:
+            getattr(module, name)[int]
+        except TypeError:
+            return False
+        return True
+    assert [subscriptable(data, n) for n in names] == [subscriptable(tdata, n) for n in names]
+
+    class Reversed(data.Sampler[int]):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(self.n - 1, -1, -1))
+
+        def __len__(self):
+            return self.n
+    loader = data.DataLoader(list(range(5)), sampler=Reversed(5), batch_size=2)
+    assert [b.tolist() for b in loader] == [[4, 3], [2, 1], [0]]

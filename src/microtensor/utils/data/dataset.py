@@ -95,7 +95,7 @@ class ChainDataset(IterableDataset):
         return sum(len(d) for d in self._checked())
 
 
-class Subset(Dataset):
+class Subset(Dataset[T_co]):
     """The samples of ``dataset`` at ``indices``, in that order."""
 
     def __init__(self, dataset, indices):
@@ -155,7 +155,7 @@ def random_split(dataset, lengths, generator=None):
             for end, length in zip(itertools.accumulate(lengths), lengths)]
 
 
-class StackDataset(Dataset):
+class StackDataset(Dataset[T_co]):
     """Sample ``i`` is the tuple (datasets given by position) or the dict (given by name)
     of the datasets' samples ``i``; they must be equally long."""
 

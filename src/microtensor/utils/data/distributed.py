@@ -3,7 +3,7 @@ dataset.  microtensor has no process groups, so the replica count and rank must 
 without them it raises as PyTorch does when no process group is initialised."""
 import math
 
-from microtensor.utils.data.sampler import Sampler
+from microtensor.utils.data.sampler import Sampler, T_co
 
 __all__ = ["DistributedSampler"]
 
@@ -11,7 +11,7 @@ _NO_PROCESS_GROUP = ("Default process group has not been initialized, please mak
                      "call init_process_group.")
 
 
-class DistributedSampler(Sampler):
+class DistributedSampler(Sampler[T_co]):
     """As ``torch.utils.data.distributed.DistributedSampler``: the indices (a permutation
     drawn from ``seed + epoch`` with ``shuffle``, else in order) padded by repeating
     from the start to a multiple of ``num_replicas`` (or cut to one with ``drop_last``);

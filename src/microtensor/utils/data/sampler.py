@@ -1,8 +1,11 @@
 """Samplers: iterables over dataset indices (or over lists of indices, for batches)."""
 import itertools
+from typing import Generic, TypeVar
+
+T_co = TypeVar("T_co", covariant=True)
 
 
-class Sampler:
+class Sampler(Generic[T_co]):
     """Base class of the index samplers: subclasses define ``__iter__`` (and ``__len__``)."""
 
     def __init__(self, data_source=None):
