@@ -722,12 +722,20 @@ class CyclicLR(LRScheduler):
         if self._scale_fn_custom is not None:
             return
         if self.mode == "triangular":
-            self._scale_fn_ref, self.scale_mode = (lambda x: 1.0), "cycle"
+            self._scale_fn_ref, self.scale_mode = self._triangular_scale_fn, "cycle"
         elif self.mode == "triangular2":
-            self._scale_fn_ref, self.scale_mode = (lambda x: 1 / (2.0 ** (x - 1))), "cycle"
+            self._scale_fn_ref, self.scale_mode = self._triangular2_scale_fn, "cycle"
         elif self.mode == "exp_range":
             self._scale_fn_ref = functools.partial(pow, self.gamma)
             self.scale_mode = "iterations"
+
+    @staticmethod
+    def _triangular_scale_fn(x):
+        return 1.0
+
+    @staticmethod
+    def _triangular2_scale_fn(x):
+        return 1 / (2.0 ** (x - 1))
 
     def scale_fn(self, x):
         """The amplitude's scale at cycle (or step) ``x``."""
