@@ -194,8 +194,18 @@ cdef class device:
     def __hash__(self):
         return hash((self.type, self.index))
 
+    def __reduce__(self):
+        # copying and pickling give back the ``cpu`` singleton, which the fast paths test
+        # storages for by identity (a copied model must not fall off them)
+        return _device_of, (self.type, self.index)
+
 
 cpu = device("cpu")
+
+
+def _device_of(type, index):
+    """The device of ``type`` and ``index``: ``cpu`` itself for the CPU."""
+    return cpu if type == "cpu" and index is None else device(type, index)
 
 
 class NoDataError(NotImplementedError):

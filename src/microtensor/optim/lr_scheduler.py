@@ -4,6 +4,7 @@ Each scheduler sets ``group["lr"]`` of its optimizer's groups on every ``step()`
 learning rates follow PyTorch's float arithmetic exactly: most schedulers update the
 current rate multiplicatively ("chainable", so two schedulers on one optimizer compose),
 and ``step(epoch)`` (deprecated in PyTorch) uses the closed form where there is one."""
+import functools
 import math
 import types
 import warnings
@@ -16,6 +17,7 @@ __all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR
            "ConstantLR", "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
            "CosineAnnealingWarmRestarts", "OneCycleLR", "SequentialLR", "ChainedScheduler",
            "ReduceLROnPlateau"]
+__all__ += ["CyclicLR"]
 
 _EPOCH_DEPRECATED = ("The epoch parameter in `scheduler.step()` was not necessary and is "
                      "being deprecated where possible. Please use `scheduler.step()` to step "
@@ -675,3 +677,103 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict):
         self.__dict__.update(state_dict)
         self._init_is_better(self.mode, self.threshold, self.threshold_mode)
+
+
+class CyclicLR(LRScheduler):
+    """The cyclical learning rate policy: each step moves ``lr`` linearly from ``base_lr``
+    up to ``max_lr`` over ``step_size_up`` steps and back over ``step_size_down``, the
+    amplitude scaled by ``scale_fn`` of the cycle number (``"triangular"``: 1,
+    ``"triangular2"``: halved each cycle) or of the step (``"exp_range"``:
+    ``gamma ** step``); momentum (or Adam's ``beta1``) moves the opposite way between
+    ``base_momentum`` and ``max_momentum``.  Meant to be stepped after every batch."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+        _check_optimizer(optimizer)
+        self.optimizer = optimizer
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        step_size_up = float(step_size_up)
+        step_size_down = step_size_up if step_size_down is None else float(step_size_down)
+        self.total_size = step_size_up + step_size_down
+        self.step_ratio = step_size_up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode = mode
+        self.gamma = gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode
+        self._init_scale_fn()
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self.use_beta1 = _cycle_momentum_setup(optimizer, max_momentum, base_momentum,
+                                                   last_epoch)
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self):
+        """The built-in mode's scale function (and the scale_mode it implies)."""
+        if self._scale_fn_custom is not None:
+            return
+        if self.mode == "triangular":
+            self._scale_fn_ref, self.scale_mode = self._triangular_scale_fn, "cycle"
+        elif self.mode == "triangular2":
+            self._scale_fn_ref, self.scale_mode = self._triangular2_scale_fn, "cycle"
+        elif self.mode == "exp_range":
+            self._scale_fn_ref = functools.partial(pow, self.gamma)
+            self.scale_mode = "iterations"
+
+    @staticmethod
+    def _triangular_scale_fn(x):
+        return 1.0
+
+    @staticmethod
+    def _triangular2_scale_fn(x):
+        return 1 / (2.0 ** (x - 1))
+
+    def scale_fn(self, x):
+        """The amplitude's scale at cycle (or step) ``x``."""
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        return self._scale_fn_ref(x)
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        scale = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base_lr + (max_lr - base_lr) * scale_factor * scale
+               for base_lr, max_lr in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, base, top in zip(self.optimizer.param_groups, self.base_momentums,
+                                        self.max_momentums):
+                _set_momentum(group, top - (top - base) * scale_factor * scale,
+                              self.use_beta1)
+        return lrs
+
+    def state_dict(self):
+        """Every attribute but the optimizer and the scale function; a custom one is
+        saved as its ``__dict__`` when it is a callable object (None for a function)."""
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("optimizer", "_scale_fn_ref", "_scale_fn_custom")}
+        fn = self._scale_fn_custom
+        state["_scale_fn_custom"] = (None if fn is None or isinstance(fn, types.FunctionType)
+                                     else fn.__dict__.copy())
+        return state
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        fn_state = state.pop("_scale_fn_custom")
+        self.__dict__.update(state)
+        if fn_state is not None:
+            self._scale_fn_custom.__dict__.update(fn_state)
+        self._init_scale_fn()

@@ -1,18 +1,49 @@
 """The optimizer base class, as ``torch.optim.Optimizer``: parameter groups with their own
-options, per-parameter state, ``state_dict`` in PyTorch's layout and the step loop every
-update rule shares.  Updates run under ``no_grad`` and write into the parameters in place."""
+options, per-parameter state, ``state_dict`` in PyTorch's layout, the step loop every
+update rule shares, and the step and state_dict hooks (per optimizer, and the global step
+hooks of ``register_optimizer_step_pre_hook``/``_post_hook``).  Updates run under
+``no_grad`` and write into the parameters in place."""
 import copy
 import functools
+import itertools
 import warnings
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import microtensor as mt
 from microtensor._tensor import Tensor
 from microtensor.autograd.grad_mode import enable_grad, no_grad
+from microtensor.nn.hooks import RemovableHandle
+
+# The step hooks of every optimizer (run before, resp. after, each one's own).
+_global_optimizer_pre_hooks = OrderedDict()
+_global_optimizer_post_hooks = OrderedDict()
+_HOOK_TABLES = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+                "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks")
+
+
+def register_optimizer_step_pre_hook(hook):
+    """``hook(optimizer, args, kwargs)`` before every optimizer's ``step``; it may return
+    ``(new_args, new_kwargs)``.  Returns a ``RemovableHandle``."""
+    return _add_hook(_global_optimizer_pre_hooks, hook)
+
+
+def register_optimizer_step_post_hook(hook):
+    """``hook(optimizer, args, kwargs)`` after every optimizer's ``step``."""
+    return _add_hook(_global_optimizer_post_hooks, hook)
+
+
+def _add_hook(table, hook, prepend=False):
+    handle = RemovableHandle(table)
+    table[handle.id] = hook
+    if prepend:
+        table.move_to_end(handle.id, last=False)
+    return handle
 
 _LABELS = {"lr": "learning rate", "eps": "epsilon value"}
-# Scalar state kept in its own dtype when loaded (PyTorch exempts only "step").
-_COUNTERS = ("step", "mu_product")
+# Scalar state kept in its own dtype when loaded (PyTorch exempts only "step"): NAdam's
+# mu_product, ASGD's eta and mu.
+_COUNTERS = ("step", "mu_product", "eta", "mu")
 
 
 def _check_hyperparameters(**values):
@@ -34,6 +65,14 @@ def _scalar_tensor(value):
     return mt.tensor(value, dtype=dtype)
 
 
+def _lerp(start, end, weight):
+    """``start + weight * (end - start)`` for a number ``weight``, rounded as PyTorch's
+    lerp: from ``end`` back when ``weight >= 0.5`` (so that a weight of 1 gives ``end``)."""
+    if weight < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1 - weight)
+
+
 def _ema_(average, value, beta):
     """average <- beta * average + (1 - beta) * value, in place."""
     return average.mul_(beta).add_(value, alpha=1 - beta)
@@ -53,12 +92,16 @@ class Optimizer:
     for every parameter with a gradient, after negating it (``maximize``), counting
     ``state["step"]`` and applying weight decay."""
 
+    _stepping = False   # inside a hooked step (a subclass's step calling super().step())
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "step" in vars(cls):
-            cls.step = _records_step(vars(cls)["step"])
+            cls.step = _hooked_step(vars(cls)["step"])
 
     def __init__(self, params, defaults):
+        for table in _HOOK_TABLES:
+            setattr(self, table, OrderedDict())
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable "
                             f"of Tensors or dicts, but got {type(params).__name__}")
@@ -146,7 +189,6 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        self._opt_called = True
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -184,12 +226,43 @@ class Optimizer:
     def _update(self, p, grad, state, group):
         raise NotImplementedError
 
+    # -- hooks -----------------------------------------------------------------------------
+
+    def register_step_pre_hook(self, hook):
+        """``hook(optimizer, args, kwargs)`` before each ``step``; it may return
+        ``(new_args, new_kwargs)`` for the step.  Returns a ``RemovableHandle``."""
+        return _add_hook(self._optimizer_step_pre_hooks, hook)
+
+    def register_step_post_hook(self, hook):
+        """``hook(optimizer, args, kwargs)`` after each ``step``."""
+        return _add_hook(self._optimizer_step_post_hooks, hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend=False):
+        """``hook(optimizer)`` before ``state_dict`` builds the dict."""
+        return _add_hook(self._optimizer_state_dict_pre_hooks, hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend=False):
+        """``hook(optimizer, state_dict)`` on the dict built; a dict it returns replaces it."""
+        return _add_hook(self._optimizer_state_dict_post_hooks, hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend=False):
+        """``hook(optimizer, state_dict)`` before loading (on a shallow copy of the dict
+        given); a dict it returns is loaded instead."""
+        return _add_hook(self._optimizer_load_state_dict_pre_hooks, hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend=False):
+        """``hook(optimizer)`` after loading."""
+        return _add_hook(self._optimizer_load_state_dict_post_hooks, hook, prepend)
+
     # -- saving and resuming -------------------------------------------------------------
 
     def state_dict(self):
         """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``:
         parameters are numbered in group order, as PyTorch.  The state's tensors are the
-        optimizer's own (not copies), as PyTorch: save or deepcopy the dict to keep it."""
+        optimizer's own (not copies), as PyTorch: save or deepcopy the dict to keep it.
+        The state_dict hooks run before and on the dict."""
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
         index = {}
         groups = []
         for group in self.param_groups:
@@ -204,13 +277,24 @@ class Optimizer:
             groups.append(packed)
         state = {index[id(p)] if isinstance(p, Tensor) else p: value
                  for p, value in self.state.items()}
-        return {"state": state, "param_groups": groups}
+        state_dict = {"state": state, "param_groups": groups}
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
+        return state_dict
 
     def load_state_dict(self, state_dict):
         """Loads a ``state_dict()``: parameters are matched by their index in group order;
         the state is copied, floating tensors cast to their parameter's dtype (``step``
         and NAdam's ``mu_product`` kept as saved, so that a resumed run is bit-identical).
-        Mismatched groups raise before anything changes."""
+        Mismatched groups raise before anything changes.  The load_state_dict pre-hooks
+        see (and may replace) a shallow copy of ``state_dict``; the post-hooks run after."""
+        state_dict = dict(state_dict)
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         saved_groups = copy.deepcopy(state_dict["param_groups"])
         if len(saved_groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
@@ -232,16 +316,43 @@ class Optimizer:
                 saved.setdefault("param_names", group["param_names"])
         self.state = state
         self.param_groups = saved_groups
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
 
 
-def _records_step(step):
-    """``step`` that notes it ran, for the schedulers' warning about stepping them first
-    (also for the ``step`` of optimizers written outside this package)."""
+def _hooked_step(step):
+    """``step`` with the step hooks (global pre-hooks, the optimizer's pre-hooks, then
+    after it the optimizer's and the global post-hooks), noting that it ran for the
+    schedulers' warning about stepping them first.  Also wraps the ``step`` of optimizers
+    written outside this package; a ``step`` that calls ``super().step()`` runs them once."""
     @functools.wraps(step)
-    def recorded(self, *args, **kwargs):
+    def hooked(*args, **kwargs):
+        # The hooks see the optimizer in args, as PyTorch's (and return it in new args).
+        self = args[0]
+        if self._stepping:
+            return step(*args, **kwargs)
         self._opt_called = True
-        return step(self, *args, **kwargs)
-    return recorded
+        for pre_hook in itertools.chain(_global_optimizer_pre_hooks.values(),
+                                        self._optimizer_step_pre_hooks.values()):
+            result = pre_hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{step} must return None or a tuple of (new_args, "
+                                       f"new_kwargs), but got {result}.")
+                args, kwargs = result
+        self._stepping = True
+        try:
+            out = step(*args, **kwargs)
+        finally:
+            self._stepping = False
+        for post_hook in itertools.chain(self._optimizer_step_post_hooks.values(),
+                                         _global_optimizer_post_hooks.values()):
+            post_hook(self, args, kwargs)
+        return out
+    return hooked
+
+
+Optimizer.step = _hooked_step(Optimizer.step)
 
 
 def _cast_state(param, value, key=None):

@@ -55,13 +55,14 @@ def collate(batch, *, collate_fn_map=None):
         return _rebuild_mapping(elem, lambda key: collate([d[key] for d in batch],
                                                           collate_fn_map=collate_fn_map))
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(collate(list(samples), collate_fn_map=collate_fn_map)
+        return type(elem)(*(collate(samples, collate_fn_map=collate_fn_map)
                             for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         if any(len(sample) != len(elem) for sample in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        items = [collate(list(samples), collate_fn_map=collate_fn_map)
-                 for samples in zip(*batch)]
+        # each field's samples stay a tuple, as PyTorch's (a field of strings collates
+        # into that tuple)
+        items = [collate(samples, collate_fn_map=collate_fn_map) for samples in zip(*batch)]
         # PyTorch collates a batch of tuples into a list
         return items if isinstance(elem, tuple) else _rebuild_sequence(elem, items)
     raise TypeError(default_collate_err_msg_format.format(type(elem)))

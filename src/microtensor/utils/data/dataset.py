@@ -95,7 +95,7 @@ class ChainDataset(IterableDataset):
         return sum(len(d) for d in self._checked())
 
 
-class Subset(Dataset):
+class Subset(Dataset[T_co]):
     """The samples of ``dataset`` at ``indices``, in that order."""
 
     def __init__(self, dataset, indices):
@@ -153,3 +153,48 @@ def random_split(dataset, lengths, generator=None):
     indices = randperm(sum(lengths), generator=generator or default_generator).tolist()
     return [Subset(dataset, indices[end - length:end])
             for end, length in zip(itertools.accumulate(lengths), lengths)]
+
+
+class StackDataset(Dataset[T_co]):
+    """Sample ``i`` is the tuple (datasets given by position) or the dict (given by name)
+    of the datasets' samples ``i``; they must be equally long."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("Supported either ``tuple``- (via ``args``) or``dict``- (via "
+                             "``kwargs``) like input/output, but both types are given.")
+        if not (args or kwargs):
+            raise ValueError("At least one dataset should be passed")
+        datasets = list(args or kwargs.values())
+        self._length = len(datasets[0])
+        if any(self._length != len(dataset) for dataset in datasets):
+            raise ValueError("Size mismatch between datasets")
+        self.datasets = args or kwargs
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: dataset[index] for k, dataset in self.datasets.items()}
+        return tuple(dataset[index] for dataset in self.datasets)
+
+    def __getitems__(self, indices):
+        # each dataset fetches the batch at once when it can
+        named = isinstance(self.datasets, dict)
+        keys = list(self.datasets) if named else range(len(self.datasets))
+        columns = [_batch_of(self.datasets[k], indices) for k in keys]
+        if named:
+            return [dict(zip(keys, row)) for row in zip(*columns)]
+        return [tuple(row) for row in zip(*columns)]
+
+    def __len__(self):
+        return self._length
+
+
+def _batch_of(dataset, indices):
+    """``dataset``'s samples at ``indices``, through its ``__getitems__`` when it has one."""
+    if callable(getattr(dataset, "__getitems__", None)):
+        items = dataset.__getitems__(indices)
+        if len(items) != len(indices):
+            raise ValueError("Nested dataset's output size mismatch. Expected "
+                             f"{len(indices)}, got {len(items)}")
+        return items
+    return [dataset[i] for i in indices]

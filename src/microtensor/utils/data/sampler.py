@@ -1,8 +1,11 @@
 """Samplers: iterables over dataset indices (or over lists of indices, for batches)."""
 import itertools
+from typing import Generic, TypeVar
+
+T_co = TypeVar("T_co", covariant=True)
 
 
-class Sampler:
+class Sampler(Generic[T_co]):
     """Base class of the index samplers: subclasses define ``__iter__`` (and ``__len__``)."""
 
     def __init__(self, data_source=None):
@@ -116,3 +119,33 @@ class _InfiniteConstantSampler(Sampler):
 
     def __iter__(self):
         return itertools.repeat(None)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probabilities proportional to ``weights``
+    (float64), with replacement unless ``replacement=False``."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None):
+        import microtensor as mt
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or \
+                num_samples <= 0:
+            raise ValueError("num_samples should be a positive integer value, but got "
+                             f"num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError("replacement should be a boolean value, but got "
+                             f"replacement={replacement}")
+        weights = mt.as_tensor(weights, dtype=mt.double)
+        if weights.dim() != 1:
+            raise ValueError("weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(weights.shape)}")
+        self.weights = weights
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+
+    def __iter__(self):
+        yield from self.weights.multinomial(self.num_samples, self.replacement,
+                                            generator=self.generator).tolist()
+
+    def __len__(self):
+        return self.num_samples
