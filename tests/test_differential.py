@@ -855,7 +855,9 @@ def family_huge(draw, d, i):
         start = draw(st.sampled_from([None, signed()]))
         stop = draw(st.sampled_from([None, signed()]))
         step = draw(st.sampled_from([None, 1, 2, huge_number(draw)]))
-        if wraps(step):
+        # PyTorch's slice length, (length + step - 1) // step, overflows int64 there
+        overflows = step is not None and d.values[i].shape[dim] + step - 1 >= 2 ** 63
+        if wraps(step) or overflows:
             return None
         index = (slice(None),) * (dim % n) + (slice(start, stop, step),)
         return Step(f"v{i}[{index}]", lambda L, v: v[i][index])
