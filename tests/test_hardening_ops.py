@@ -835,3 +835,27 @@ def test_non_finite_gradients_are_selected_not_multiplied(activation, dtype, cre
     lambda L: 2 ** 80 - L.tensor([True]), lambda L: L.tensor([True]) - 1])
 def test_a_scalar_past_uint64_is_refused_before_the_bool_subtraction(fn):
     assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.tensor([3]).add(L.tensor([2]), alpha=1.0),
+    lambda L: L.tensor([3]).sub(L.tensor([2]), alpha=1.0),
+    lambda L: L.tensor([True]).add(L.tensor([True]), alpha=True),
+    lambda L: L.tensor([True]).add(L.tensor([True]), alpha=2),
+    lambda L: L.tensor([1.0]).add(L.tensor([2.0]), alpha=True),
+    lambda L: L.tensor([3]).add(2, alpha=1.5),
+    lambda L: L.tensor([3]).add(2.5, alpha=1.5),
+    lambda L: L.tensor([3]).add(L.tensor([2]), alpha=L.tensor(2)),
+    lambda L: L.tensor([1.0], dtype=L.float64).add(L.tensor([0.1]), alpha=0.0577),
+    lambda L: L.tensor([1.0], dtype=L.float64).sub(L.tensor([0.1]), alpha=0.0577),
+    lambda L: L.tensor([1.0], dtype=L.float64).add_(L.tensor([0.1]), alpha=0.0577)])
+def test_add_and_sub_take_alpha_in_the_result_dtype(fn):
+    """alpha is checked against the result's dtype and multiplies in it: a float32 operand
+    of a float64 sum is not rounded to float32 first (values compared to 1e-15 here)."""
+    ours, theirs = outcome(fn, mt), outcome(fn, torch)
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] == "error":
+        assert ours[1] is theirs[1] and ours[2] == theirs[2]
+    else:
+        np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-15)
+        assert ours[1].dtype == theirs[1].dtype

@@ -146,11 +146,26 @@ def _float_result(*operands):
 
 # --------------------------------------------------------------------------- arithmetic
 
+def _scaled(self, other, alpha):
+    """``alpha * other`` as ``add`` and ``sub`` take it: PyTorch's checks of ``alpha``
+    against the result's dtype, and the product computed in that dtype (a float32
+    ``other`` of a float64 sum is not rounded to float32 first)."""
+    if type(alpha) is int and alpha == 1:
+        return other
+    dt = result_type(self, other)
+    if isinstance(alpha, bool) and dt is not bool_:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if isinstance(alpha, float) and not dt.is_floating_point:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating "
+                           "point number.")
+    if isinstance(other, TensorBase) and other._dtype is not dt:
+        other = other.to(dt)
+    return other * (bool(alpha) if dt is bool_ else alpha)
+
+
 @op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def add(self, other, *, alpha=1, out=None):
-    if alpha != 1:
-        other = other * alpha
-    return pointwise(np.add, self, other, out=out, wrapped_numbers=True)
+    return pointwise(np.add, self, _scaled(self, other, alpha), out=out, wrapped_numbers=True)
 
 
 @add.def_derivative("self")
@@ -186,9 +201,8 @@ def _check_bool_subtraction(self, other):
 @op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def sub(self, other, *, alpha=1, out=None):
     _check_bool_subtraction(self, other)
-    if alpha != 1:
-        other = other * alpha
-    return pointwise(np.subtract, self, other, out=out, wrapped_numbers=True)
+    return pointwise(np.subtract, self, _scaled(self, other, alpha), out=out,
+                     wrapped_numbers=True)
 
 
 @sub.def_derivative("self")
