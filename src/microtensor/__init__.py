@@ -56,6 +56,7 @@ from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa:
 from microtensor.ops.shape import (broadcast_shapes, tril_indices,  # noqa: E402
                                    triu_indices)
 from math import e, inf, nan, pi  # noqa: E402
+from microtensor._settings import *  # noqa: E402,F401,F403  (threads, determinism, compile ...)
 
 from microtensor import _dtype_table  # noqa: E402
 # microtensor.half, .float, .long ...: the table's other names of each dtype
