@@ -310,3 +310,244 @@ def test_autocast_dtypes_as_pytorch(restore_settings):
     with pytest.warns(UserWarning, match="Disabling autocast"):
         mt.set_autocast_enabled("cpu", True)
     assert not mt.is_autocast_enabled("cpu")
+
+
+# ---------------------------------------------------------------- factories
+
+def pair(data):
+    """The same array for microtensor and PyTorch (separate memory)."""
+    return np.array(data), np.array(data)
+
+
+@needs_torch
+@pytest.mark.parametrize("kwargs", [
+    {}, {"copy": True}, {"copy": False}, {"dtype": "float32"}, {"dtype": "float64"},
+    {"dtype": "float32", "copy": False}, {"requires_grad": True}, {"copy": True,
+                                                                   "requires_grad": True},
+])
+def test_asarray_of_a_numpy_array_as_pytorch(kwargs):
+    ours_arr, torch_arr = pair(np.arange(6.0).reshape(2, 3))
+    ours_kw = {k: getattr(mt, v) if k == "dtype" else v for k, v in kwargs.items()}
+    torch_kw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kwargs.items()}
+    ours = outcome(lambda: mt.asarray(ours_arr, **ours_kw))
+    theirs = outcome(lambda: torch.asarray(torch_arr, **torch_kw))
+    assert ours[0] == theirs[0]
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    x, t = ours[1], theirs[1]
+    assert x.dtype.name == str(t.dtype).split(".")[1] and x.stride() == t.stride()
+    assert x.requires_grad == t.requires_grad
+    ours_arr[0, 0] = torch_arr[0, 0] = 42.0        # shared memory shows the write
+    np.testing.assert_array_equal(x.detach().numpy(), t.detach().numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("kwargs", [
+    {}, {"copy": True}, {"copy": False}, {"dtype": "float64"}, {"dtype": "float32"},
+    {"dtype": "float64", "copy": False}, {"requires_grad": False},
+    {"requires_grad": False, "copy": True}, {"dtype": "float64", "requires_grad": True},
+])
+@pytest.mark.parametrize("source_requires_grad", [True, False])
+def test_asarray_of_a_tensor_as_pytorch(kwargs, source_requires_grad):
+    ours_kw = {k: getattr(mt, v) if k == "dtype" else v for k, v in kwargs.items()}
+    torch_kw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kwargs.items()}
+    x = mt.arange(4.0)[1:].requires_grad_(source_requires_grad)
+    t = torch.arange(4.0)[1:].requires_grad_(source_requires_grad)
+    with warnings.catch_warnings(record=True) as ours_warnings:
+        warnings.simplefilter("always")
+        ours = outcome(lambda: mt.asarray(x, **ours_kw))
+    with warnings.catch_warnings(record=True) as torch_warnings:
+        warnings.simplefilter("always")
+        theirs = outcome(lambda: torch.asarray(t, **torch_kw))
+    assert ours[0] == theirs[0]
+    assert len(ours_warnings) == len(torch_warnings)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    y, u = ours[1], theirs[1]
+    assert (y is x) == (u is t)
+    assert (y.data_ptr() == x.data_ptr()) == (u.data_ptr() == t.data_ptr())
+    assert (y.requires_grad, y.is_leaf, x.requires_grad) == \
+        (u.requires_grad, u.is_leaf, t.requires_grad)
+    assert y.storage_offset() == u.storage_offset() and y.dtype.name == \
+        str(u.dtype).split(".")[1]
+    nonleaf_x, nonleaf_t = x * 1, t * 1
+    ours, theirs = mt.asarray(nonleaf_x, **ours_kw), torch.asarray(nonleaf_t, **torch_kw)
+    assert (ours is nonleaf_x, ours.requires_grad, ours.is_leaf) == \
+        (theirs is nonleaf_t, theirs.requires_grad, theirs.is_leaf)
+    if u.requires_grad and not u.is_leaf:       # a copy stays differentiable
+        y.sum().backward()
+        u.sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("obj", [
+    [1, 2, 3], [1.0, 2, 3], 3.5, (1, 2.5), [[1, 2], [3, 4]], np.float64(2.0), True,
+    [[1, 2], [3]],
+])
+@pytest.mark.parametrize("copy", [None, False])
+def test_asarray_of_python_data_as_pytorch(obj, copy):
+    ours, theirs = outcome(lambda: mt.asarray(obj, copy=copy)), \
+        outcome(lambda: torch.asarray(obj, copy=copy))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] == "ok":
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+        assert ours[1].dtype.name == str(theirs[1].dtype).split(".")[1]
+    else:
+        assert ours[1] == theirs[1]
+
+
+@needs_torch
+def test_asarray_of_a_buffer_shares_memory():
+    import array
+    for make in (lambda: bytearray(range(8)), lambda: array.array("f", [1.0, 2.5]),
+                 lambda: memoryview(bytearray(range(8)))):
+        for dtype in (None, "int16", "uint8"):
+            ours_buffer, torch_buffer = make(), make()
+            x = mt.asarray(ours_buffer, dtype=dtype and getattr(mt, dtype))
+            t = torch.asarray(torch_buffer, dtype=dtype and getattr(torch, dtype))
+            np.testing.assert_array_equal(x.numpy(), t.numpy())
+            x[0] = 3
+            assert bytes(ours_buffer) != bytes(make())   # written through
+
+
+def test_asarray_keeps_a_tensor_and_refuses_a_device_change():
+    x = mt.ones(2)
+    assert mt.asarray(x) is x
+    assert mt.asarray(x, device="cpu") is x
+    with pytest.raises(ValueError, match="can't alias tensor from device 'cpu' to 'meta'"):
+        mt.asarray(x, device="meta", copy=False)
+    assert mt.asarray(x, device="meta").is_meta
+
+
+@needs_torch
+@pytest.mark.parametrize("kwargs", [
+    {"dtype": "int32"}, {"dtype": "int32", "count": 2, "offset": 4},
+    {"dtype": "int32", "count": 5}, {"dtype": "int32", "offset": 3},
+    {"dtype": "int32", "offset": 16}, {"dtype": "int32", "offset": -1},
+    {"dtype": "int32", "count": 0}, {"dtype": "int32", "count": -2},
+    {"dtype": "float64", "offset": 8}, {"dtype": "float32", "requires_grad": True},
+    {"dtype": "uint8", "count": 3, "offset": 13}, {"dtype": "int16", "count": 1, "offset": 15},
+])
+def test_frombuffer_as_pytorch(kwargs):
+    ours_kw = {k: getattr(mt, v) if k == "dtype" else v for k, v in kwargs.items()}
+    torch_kw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kwargs.items()}
+    ours_buffer, torch_buffer = bytearray(range(16)), bytearray(range(16))
+    ours = outcome(lambda: mt.frombuffer(ours_buffer, **ours_kw))
+    theirs = outcome(lambda: torch.frombuffer(torch_buffer, **torch_kw))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    x, t = ours[1], theirs[1]
+    np.testing.assert_array_equal(x.detach().numpy(), t.detach().numpy())
+    assert x.requires_grad == t.requires_grad
+    ours_buffer[kwargs.get("offset", 0)] = torch_buffer[kwargs.get("offset", 0)] = 200
+    np.testing.assert_array_equal(x.detach().numpy(), t.detach().numpy())
+
+
+@needs_torch
+def test_frombuffer_refusals_as_pytorch():
+    for call in (lambda lib: lib.frombuffer([1, 2], dtype=lib.int32),
+                 lambda lib: lib.frombuffer(bytearray(), dtype=lib.int32),
+                 lambda lib: lib.frombuffer(bytearray(3), dtype=lib.int32),
+                 lambda lib: lib.frombuffer(memoryview(bytearray(8))[::2], dtype=lib.uint8),
+                 lambda lib: lib.frombuffer(bytearray(8), dtype=lib.int32,
+                                            requires_grad=True)):
+        ours, theirs = outcome(lambda: call(mt)), outcome(lambda: call(torch))
+        assert ours[0] == theirs[0] and ours[1].lower() == theirs[1].lower()
+    with pytest.raises(TypeError):
+        mt.frombuffer(bytearray(8))
+
+
+def test_frombuffer_of_a_read_only_buffer_warns_and_refuses_writes():
+    with pytest.warns(UserWarning, match="not writable"):
+        x = mt.frombuffer(b"\x01\x00\x02\x00", dtype=mt.int16)
+    assert x.tolist() == [1, 2]
+    with pytest.raises(Exception):
+        x[0] = 5
+
+
+@needs_torch
+@pytest.mark.parametrize("args, kwargs", [
+    ((1, 4), {}), ((1, 4, 0.5), {}), ((0, 1, 0.3), {}), ((4, 1, -1), {}), ((4, 1), {}),
+    ((1, 4, 0), {}), ((1, 4), {"dtype": "int64"}), ((1, 1), {}), ((0, float("inf")), {}),
+    ((1, 4), {"dtype": "bool"}), ((0, 0.9999999, 0.1), {}), ((1, 4), {"dtype": "float64"}),
+    ((-3, 3, 2), {"requires_grad": True}),
+])
+def test_range_as_pytorch(args, kwargs):
+    ours_kw = {k: getattr(mt, v) if k == "dtype" else v for k, v in kwargs.items()}
+    torch_kw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kwargs.items()}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = outcome(lambda: mt.range(*args, **ours_kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = outcome(lambda: torch.range(*args, **torch_kw))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    assert any("torch.range is deprecated" in str(w.message) and w.category is UserWarning
+               for w in caught)
+    x, t = ours[1], theirs[1]
+    np.testing.assert_allclose(x.detach().numpy(), t.detach().numpy(), rtol=1e-7)
+    assert x.dtype.name == str(t.dtype).split(".")[1] and x.requires_grad == t.requires_grad
+    assert mt.range.__name__ == "range"
+
+
+@needs_torch
+@pytest.mark.parametrize("size, layout", [
+    ((2, 3, 4, 5), (0, 2, 3, 1)), ((2, 3), (1, 0)), ((2, 3), (1,)), ((2, 3), (1, 1)),
+    ((2, 3), (0, 2)), ((2, 3), (0, -1)), ((2, -3), (0, 1)), ((2, 0, 3), (2, 1, 0)), ((), ()),
+    (2, (0,)), ([4, 2, 3], [2, 0, 1]),
+])
+def test_empty_permuted_as_pytorch(size, layout):
+    ours, theirs = same_outcome(lambda: mt.empty_permuted(size, layout),
+                                lambda: torch.empty_permuted(size, layout)), None
+    if ours[0] == "ok":
+        t = torch.empty_permuted(size, layout)
+        assert ours[1].shape == t.shape and ours[1].stride() == t.stride()
+    x = mt.empty_permuted((2, 3), (1, 0), dtype=mt.int64, requires_grad=False)
+    assert x.dtype is mt.int64 and x.stride() == (1, 2)
+
+
+@needs_torch
+@pytest.mark.parametrize("args, kwargs", [
+    ((5,), {}), ((3, 5), {}), ((5, 5), {}), ((), {"low": 2, "high": 5}), ((), {"high": 5}),
+    ((5,), {"dtype": "int64"}), ((-5, 0), {"dtype": "uint8"}), ((300,), {"dtype": "uint8"}),
+    ((5,), {"dtype": "bool"}), ((2,), {"dtype": "bool"}), ((5,), {"requires_grad": True}),
+    ((2.5,), {}), ((-128, 128), {"dtype": "int8"}), ((-128, 127), {"dtype": "int8"}),
+])
+def test_randint_like_as_pytorch(args, kwargs):
+    ours_kw = {k: getattr(mt, v) if k == "dtype" else v for k, v in kwargs.items()}
+    torch_kw = {k: getattr(torch, v) if k == "dtype" else v for k, v in kwargs.items()}
+    ours = outcome(lambda: mt.randint_like(mt.zeros(40, 30).t(), *args, **ours_kw))
+    theirs = outcome(lambda: torch.randint_like(torch.zeros(40, 30).t(), *args, **torch_kw))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        if ours[0] == "RuntimeError":
+            assert ours[1] == theirs[1]
+        return
+    x, t = ours[1], theirs[1]
+    assert x.shape == t.shape and x.stride() == t.stride() and x.requires_grad == \
+        t.requires_grad and x.dtype.name == str(t.dtype).split(".")[1]
+    values = x.detach().numpy().astype(np.int64)
+    low, high = (0, args[0]) if len(args) == 1 else args or (kwargs.get("low", 0),
+                                                              kwargs["high"])
+    assert values.min() >= low and values.max() < high
+    assert set(np.unique(values)) == set(range(low, high)) or high - low > 50
+
+
+def test_randint_like_follows_the_generator_and_vmap_randomness():
+    g = mt.Generator().manual_seed(3)
+    a = mt.randint_like(mt.zeros(5), 100, generator=g)
+    g.manual_seed(3)
+    assert mt.equal(a, mt.randint_like(mt.zeros(5), 100, generator=g))
+    same = mt.vmap(lambda x: mt.randint_like(x, 10 ** 6), randomness="same")(mt.zeros(3, 8))
+    assert all(mt.equal(same[0], row) for row in same)
+    different = mt.vmap(lambda x: mt.randint_like(x, 10 ** 6),
+                        randomness="different")(mt.zeros(3, 8))
+    assert not mt.equal(different[0], different[1])
