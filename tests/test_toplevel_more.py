@@ -551,3 +551,190 @@ def test_randint_like_follows_the_generator_and_vmap_randomness():
     different = mt.vmap(lambda x: mt.randint_like(x, 10 ** 6),
                         randomness="different")(mt.zeros(3, 8))
     assert not mt.equal(different[0], different[1])
+
+
+# ---------------------------------------------------------------- aten-signature aliases
+
+def _arrays(rng, *shapes):
+    return [rng.standard_normal(shape) for shape in shapes]
+
+
+class Fixed:
+    """An array argument that does not require grad (microtensor's loss weights cannot)."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+def _alias_cases():
+    rng = np.random.default_rng(7)
+    a, b, c = _arrays(rng, (4, 3), (4, 3), (4, 3))
+    probs = rng.uniform(0.1, 0.9, (4, 3))
+    signs = np.array([1.0, -1.0, 1.0, -1.0])
+    image, image3 = rng.standard_normal((2, 3, 5, 5)), rng.standard_normal((1, 2, 4, 4, 4))
+    seq = rng.standard_normal((2, 3, 7))
+    grid, grid3 = rng.uniform(-1, 1, (2, 3, 4, 2)), rng.uniform(-1, 1, (1, 2, 2, 3, 3))
+    cases = []
+    for reduction in (0, 1, 2, 7):
+        cases += [
+            ("kl_div", (a, probs, reduction), {}),
+            ("kl_div", (a, b, reduction), {"log_target": True}),
+            ("binary_cross_entropy_with_logits", (a, probs, None, None, reduction), {}),
+            ("binary_cross_entropy_with_logits",
+             (a, probs, Fixed(np.abs(c[0])), Fixed(np.abs(c[1])), reduction), {}),
+            ("cosine_embedding_loss", (a, b, signs, 0.2, reduction), {}),
+            ("hinge_embedding_loss", (a, np.sign(b), 0.5, reduction), {}),
+            ("margin_ranking_loss", (a[:, 0], b[:, 0], signs, 0.1, reduction), {}),
+            ("poisson_nll_loss", (a, np.abs(b), True, False, 1e-8, reduction), {}),
+            ("poisson_nll_loss", (np.abs(a) + 0.1, np.abs(b), False, True, 1e-8, reduction),
+             {}),
+            ("triplet_margin_loss", (a, b, c, 0.5, 1.0, 1e-6, True, reduction), {}),
+        ]
+    cases += [
+        ("kl_div", (a, probs), {}), ("hinge_embedding_loss", (a, np.sign(b)), {}),
+        ("margin_ranking_loss", (a[:, 0], b[:, 0], signs), {}),
+        ("cosine_embedding_loss", (a, b, signs), {}), ("triplet_margin_loss", (a, b, c), {}),
+        ("binary_cross_entropy_with_logits", (a, probs), {}),
+        ("instance_norm", (seq, None, None, None, None, True, 0.1, 1e-5, False), {}),
+        ("instance_norm", (seq, np.abs(a[0]), c[1], None, None, True, 0.1, 1e-5, True), {}),
+        ("max_pool1d", (seq, 2), {}), ("max_pool1d", (seq, 3, [], 1, 1, True), {}),
+        ("max_pool2d", (image, 2), {}), ("max_pool2d", (image, (2, 3), 1, 1, 2, False), {}),
+        ("max_pool2d", (image, 3), {"stride": [], "ceil_mode": True}),
+        ("max_pool3d", (image3, 2), {}), ("max_pool3d", (image3, 2, [1, 2, 1], 1), {}),
+        ("pixel_shuffle", (rng.standard_normal((1, 8, 2, 3)), 2), {}),
+        ("pixel_unshuffle", (rng.standard_normal((1, 2, 4, 6)), 2), {}),
+        ("grid_sampler_2d", (rng.standard_normal((2, 2, 4, 5)), grid, 0, 0, False), {}),
+        ("grid_sampler_2d", (rng.standard_normal((2, 2, 4, 5)), grid, 1, 1, True), {}),
+        ("grid_sampler_2d", (rng.standard_normal((2, 2, 4, 5)), grid, 2, 2, False), {}),
+        ("grid_sampler_3d", (rng.standard_normal((1, 2, 3, 4, 3)), grid3, 0, 2, True), {}),
+        ("frobenius_norm", (rng.standard_normal((2, 3, 4)), (1, 2)), {}),
+        ("frobenius_norm", (rng.standard_normal((3, 4)), 1, True), {}),
+        ("nuclear_norm", (rng.standard_normal((3, 4)),), {}),
+        ("nuclear_norm", (rng.standard_normal((3, 4)), True), {}),
+        ("nuclear_norm", (rng.standard_normal((2, 3, 4)), (0, 2)), {"keepdim": True}),
+    ]
+    return cases
+
+
+ALIAS_CASES = _alias_cases()
+
+
+def _convert(lib, value, requires_grad):
+    if isinstance(value, Fixed):
+        return lib.tensor(value.array)
+    if isinstance(value, np.ndarray):
+        t = lib.tensor(value)
+        return t.requires_grad_() if requires_grad and t.is_floating_point() else t
+    return value
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(len(ALIAS_CASES)),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(ALIAS_CASES)])
+def test_aten_alias_matches_pytorch(case):
+    """Values and every input's gradient as PyTorch's, and the same op as nn.functional's
+    (the gradient comes from the op's own derivative)."""
+    name, args, kwargs = ALIAS_CASES[case]
+    ours_args = [_convert(mt, a, True) for a in args]
+    torch_args = [_convert(torch, a, True) for a in args]
+    with warnings.catch_warnings(record=True) as ours_warnings:
+        warnings.simplefilter("always")
+        ours = getattr(mt, name)(*ours_args, **kwargs)
+    with warnings.catch_warnings(record=True) as torch_warnings:
+        warnings.simplefilter("always")
+        theirs = getattr(torch, name)(*torch_args, **kwargs)
+    if name in ("frobenius_norm", "nuclear_norm"):     # PyTorch warns once a process
+        assert [w.category for w in ours_warnings] == [UserWarning]
+        assert "deprecated" in str(ours_warnings[0].message)
+    else:
+        assert [w.category for w in ours_warnings] == [w.category for w in torch_warnings]
+    assert tuple(ours.shape) == tuple(theirs.shape)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-6,
+                               atol=1e-9)
+    weights = np.random.default_rng(case).standard_normal(tuple(ours.shape))
+    (ours * mt.tensor(weights)).sum().backward()
+    (theirs * torch.tensor(weights)).sum().backward()
+    for x, t in zip(ours_args, torch_args):
+        if getattr(t, "grad", None) is not None:
+            np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-9)
+
+
+@needs_torch
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.kl_div(lib.zeros(2), lib.ones(2), "mean"),
+    lambda lib: lib.margin_ranking_loss(lib.zeros(2), lib.ones(2), lib.ones(2), 0.0, 1.5),
+    lambda lib: lib.poisson_nll_loss(lib.zeros(2), lib.ones(2), True, False),
+    lambda lib: lib.max_pool2d(lib.zeros(1, 1, 2, 2), 3),
+    lambda lib: lib.dropout(lib.zeros(2), 1.5, True),
+    lambda lib: lib.dropout(lib.zeros(2), 0.5),
+    lambda lib: lib.native_dropout(lib.zeros(2), -0.5, True),
+    lambda lib: lib.native_group_norm(lib.zeros(2, 6, 5), None, None, 2, 6, 4, 3, 1e-5),
+    lambda lib: lib.frobenius_norm(lib.zeros(3, 4)),
+    lambda lib: lib.constant_pad_nd(lib.zeros(2, 2), [1]),
+    lambda lib: lib.constant_pad_nd(lib.zeros(2, 2), [-3, 0]),
+])
+def test_aten_alias_refusals_as_pytorch(call):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = outcome(lambda: call(mt)), outcome(lambda: call(torch))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] in ("RuntimeError", "ValueError"):
+        assert ours[1].split("(Could")[0].strip() == theirs[1].split("(Could")[0].strip()
+
+
+@needs_torch
+def test_grid_sampler_2d_refuses_a_volume():
+    with pytest.raises(RuntimeError, match="expected 4D input"):
+        mt.grid_sampler_2d(mt.zeros(1, 1, 2, 2, 2), mt.zeros(1, 2, 2, 2, 3), 0, 0, False)
+    with pytest.raises(RuntimeError):
+        torch.grid_sampler_2d(torch.zeros(1, 1, 2, 2, 2), torch.zeros(1, 2, 2, 2, 3), 0, 0,
+                              False)
+
+
+def test_aten_aliases_are_nn_functional_ops_under_vmap():
+    """Batched like nn.functional's calls (no loop fallback: a fallback warns)."""
+    x = mt.randn(3, 4, 5)
+    target = mt.rand(3, 4, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = mt.vmap(lambda a, b: mt.kl_div(a, b, 2))(x, target)
+        pooled = mt.vmap(lambda a: mt.max_pool1d(a, 2))(x)
+    loop = mt.stack([mt.nn.functional.kl_div(a, b, reduction="sum") for a, b in zip(x, target)])
+    assert mt.allclose(batched, loop)
+    assert mt.allclose(pooled, mt.stack([mt.nn.functional.max_pool1d(a, 2) for a in x]))
+
+
+@needs_torch
+def test_dropout_and_native_dropout_draws():
+    x = mt.ones(2000, dtype=mt.float64)
+    out = mt.dropout(x, 0.25, True)
+    kept = out != 0
+    assert mt.allclose(out[kept], mt.full((int(kept.sum()),), 1 / 0.75, dtype=mt.float64))
+    assert abs(kept.double().mean().item() - 0.75) < 0.05
+    assert mt.dropout(x, 0.25, False) is x
+    out, mask = mt.native_dropout(x, 0.25, None)
+    assert mask.dtype is mt.bool and mt.equal(out != 0, mask)
+    assert abs(mask.double().mean().item() - 0.75) < 0.05
+    out, mask = mt.native_dropout(x, 0.25, False)
+    assert out is not x and mt.equal(out, x) and bool(mask.all())
+    # the draw follows vmap's randomness setting
+    same = mt.vmap(lambda a: mt.dropout(a, 0.5, True), randomness="same")(mt.ones(3, 50))
+    assert all(mt.equal(same[0], row) for row in same)
+
+
+@needs_torch
+@pytest.mark.parametrize("name, args", [
+    ("native_layer_norm", lambda lib, x: (x, [4], None, None, 1e-5)),
+    ("native_batch_norm", lambda lib, x: (x, None, None, lib.zeros(3, dtype=x.dtype),
+                                          lib.ones(3, dtype=x.dtype), True, 0.1, 1e-5)),
+    ("native_batch_norm", lambda lib, x: (x, None, None, lib.zeros(3, dtype=x.dtype),
+                                          lib.ones(3, dtype=x.dtype), False, 0.1, 1e-5)),
+    ("native_group_norm", lambda lib, x: (x, None, None, 2, 3, 4, 3, 1e-5)),
+])
+def test_native_norms_statistics_as_pytorch(name, args):
+    data = np.random.default_rng(0).standard_normal((2, 3, 4))
+    ours = getattr(mt, name)(*args(mt, mt.tensor(data)))
+    theirs = getattr(torch, name)(*args(torch, torch.tensor(data)))
+    for x, t in zip(ours, theirs):
+        assert tuple(x.shape) == tuple(t.shape)
+        np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-6, atol=1e-12)

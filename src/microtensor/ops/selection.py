@@ -799,3 +799,14 @@ def bincount(self, weights=None, minlength=0):
 
 
 bincount.def_batch_rule(dynamic_shape_batch_rule)
+
+
+# --------------------------------------------------------------------------- msort
+
+@op(kind="composite", samples=lambda make: [Sample(_distinct(make, 3, 4)),
+                                            Sample(_distinct(make, 5)),
+                                            Sample(_distinct(make, 4, 3).mT),
+                                            Sample(tensor([[2, 1], [0, 3], [1, 1]]))])
+def msort(self):
+    """``self`` sorted along dim 0 (the values of ``sort(self, 0)``)."""
+    return sort(self, 0).values

@@ -641,6 +641,7 @@ __all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chu
            "roll", "flip", "repeat", "tile", "tril", "triu", "tril_", "triu_", "trace", "diag",
            "diag_embed", "fresh_tensor"]
 __all__ += ["channel_shuffle", "native_channel_shuffle"]
+__all__ += ["row_stack"]
 
 
 # --------------------------------------------------------------------------- channel shuffle
@@ -1095,3 +1096,11 @@ def unravel_index(indices, shape):
     return (indices.unsqueeze(-1).floor_divide(tensor_of(coefficients.astype(np.int64))
                                                .to(device))
             % tensor_of(np.array(shape, dtype=np.int64)).to(device)).unbind(-1)
+
+
+# --------------------------------------------------------------------------- row_stack
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
+def row_stack(tensors):
+    """``vstack``'s other name."""
+    return vstack(tensors)
