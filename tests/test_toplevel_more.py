@@ -738,3 +738,80 @@ def test_native_norms_statistics_as_pytorch(name, args):
     for x, t in zip(ours, theirs):
         assert tuple(x.shape) == tuple(t.shape)
         np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-6, atol=1e-12)
+
+
+# ---------------------------------------------------------------- gradient
+
+def _coords(lib, *values):
+    return lib.tensor(values, dtype=lib.float64)
+
+
+GRADIENT_CASES = [
+    ((3, 4), lambda lib: {}), ((5,), lambda lib: {"spacing": 2.0}),
+    ((3, 4), lambda lib: {"spacing": [0.5, 2]}),
+    ((3, 4), lambda lib: {"dim": 1}), ((3, 4), lambda lib: {"dim": [-1]}),
+    ((3, 4, 5), lambda lib: {"dim": (2, 0), "spacing": [3.0, 0.25], "edge_order": 2}),
+    ((3, 4), lambda lib: {"edge_order": 2}),
+    ((3, 4), lambda lib: {"spacing": lib.tensor(2.0)}),
+    ((4, 3), lambda lib: {"spacing": (_coords(lib, 0.0, 0.5, 2.0, 2.5),), "dim": 0}),
+    ((3, 4), lambda lib: {"spacing": (_coords(lib, 0.0, 1.0, 3.0),
+                                      _coords(lib, -1.0, 0.0, 0.5, 2.0))}),
+    ((3, 4), lambda lib: {"spacing": [_coords(lib, 0.0, 1.0, 3.0),
+                                      _coords(lib, -1.0, 0.0, 0.5, 2.0)], "edge_order": 2}),
+    ((2, 5), lambda lib: {"spacing": (_coords(lib, 0.0, 0.1, 0.3, 0.4, 1.0),), "dim": -1,
+                          "edge_order": 2}),
+    ((2, 3), lambda lib: {}), ((), lambda lib: {}),
+    # refusals
+    ((3, 4), lambda lib: {"spacing": [2.0]}), ((3, 4), lambda lib: {"spacing": [1.0],
+                                                                    "dim": (0, 1)}),
+    ((3, 4), lambda lib: {"edge_order": 3}), ((2, 4), lambda lib: {"edge_order": 2}),
+    ((3, 4), lambda lib: {"dim": 2}), ((3, 4), lambda lib: {"dim": [0, 0]}),
+    ((3, 4), lambda lib: {"spacing": [lib.tensor(2.0), lib.tensor(1.0)]}),
+    ((3, 4), lambda lib: {"spacing": (lib.ones(1, 3), lib.ones(4))}),
+    ((1, 4), lambda lib: {}),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(len(GRADIENT_CASES)))
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+def test_gradient_as_pytorch(case, dtype):
+    shape, options = GRADIENT_CASES[case]
+    data = np.random.default_rng(case).standard_normal(shape) * 10
+    ours = outcome(lambda: mt.gradient(mt.tensor(data).to(getattr(mt, dtype)), **options(mt)))
+    theirs = outcome(lambda: torch.gradient(torch.tensor(data).to(getattr(torch, dtype)),
+                                            **options(torch)))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    assert isinstance(ours[1], tuple) and len(ours[1]) == len(theirs[1])
+    for x, t in zip(ours[1], theirs[1]):
+        assert x.dtype.name == str(t.dtype).split(".")[1] and tuple(x.shape) == tuple(t.shape)
+        np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-5 if dtype == "float32"
+                                   else 1e-12, atol=1e-5 if dtype == "float32" else 1e-12)
+
+
+@needs_torch
+def test_gradient_is_differentiable_in_input_and_coordinates_as_pytorch():
+    data = np.random.default_rng(0).standard_normal((3, 5))
+    coords = np.array([0.0, 0.3, 1.0, 1.2, 2.0])
+    results = []
+    for lib in (mt, torch):
+        x = lib.tensor(data, requires_grad=True)
+        c = lib.tensor(coords, requires_grad=True)
+        parts = lib.gradient(x, spacing=(c,), dim=1, edge_order=2) + lib.gradient(x, dim=0)
+        sum((p * p).sum() for p in parts).backward()
+        results.append((x.grad.numpy(), c.grad.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10)
+
+
+def test_gradient_matches_numpy():
+    data = np.random.default_rng(1).standard_normal((4, 6))
+    x = np.array([0.0, 0.2, 0.9, 1.0, 1.7, 3.0])
+    for edge_order in (1, 2):
+        ours = mt.gradient(mt.tensor(data), spacing=(mt.tensor(x),), dim=1,
+                           edge_order=edge_order)[0]
+        np.testing.assert_allclose(ours.numpy(), np.gradient(data, x, axis=1,
+                                                             edge_order=edge_order))
