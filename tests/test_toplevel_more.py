@@ -815,3 +815,139 @@ def test_gradient_matches_numpy():
                            edge_order=edge_order)[0]
         np.testing.assert_allclose(ours.numpy(), np.gradient(data, x, axis=1,
                                                              edge_order=edge_order))
+
+
+# ---------------------------------------------------------------- histogram, histogramdd
+
+def _to(lib, value, dtype):
+    if isinstance(value, np.ndarray):
+        return lib.tensor(value).to(getattr(lib, dtype))
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        return [lib.tensor(v).to(getattr(lib, dtype)) for v in value]
+    return value
+
+
+HISTOGRAM_CASES = [
+    (lambda r: (r.standard_normal(50), 7), {}),
+    (lambda r: (r.standard_normal((4, 5)), 3), {"range": (-0.5, 0.5)}),
+    (lambda r: (r.standard_normal(30), np.array([-1.0, -0.2, 0.0, 0.7, 1.0])), {}),
+    (lambda r: (r.standard_normal(30), 5), {"weight": "w", "density": True}),
+    (lambda r: (r.standard_normal(30), np.array([-3.0, -1.0, 0.5, 3.0])), {"density": True}),
+    (lambda r: (np.ones(3), 2), {}), (lambda r: (np.zeros(0), 2), {}),
+    (lambda r: (np.array([1.0, 2, 1, 4, 2.5]), 3), {"range": (2.0, 2.0)}),
+    (lambda r: (np.array([0.1, 0.2, 0.3]), np.array([0.1, 0.2, 0.3])), {}),
+    (lambda r: (np.round(r.standard_normal(40), 1), 10), {}),   # values on the edges
+    (lambda r: (r.standard_normal(20),), {}),                     # bins=100
+    # refusals
+    (lambda r: (r.standard_normal(5), 3), {"range": (3.0, 0.0)}),
+    (lambda r: (r.standard_normal(5), 0), {}), (lambda r: (r.standard_normal(5), -1), {}),
+    (lambda r: (np.array([1.0, np.nan]), 2), {}), (lambda r: (np.array([1.0, np.inf]), 2), {}),
+    (lambda r: (r.standard_normal(5), np.array([[0.0, 2.0, 1.0]])), {}),
+    (lambda r: (r.standard_normal(5), np.array([1.0])), {}),
+    (lambda r: (r.standard_normal(5), 2), {"range": (0, 1, 2)}),
+    (lambda r: (r.standard_normal(5), 2), {"range": (float("nan"), 1.0)}),
+    (lambda r: (r.standard_normal(5), 2), {"weight": "short"}),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(len(HISTOGRAM_CASES)))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_histogram_as_pytorch(case, dtype):
+    rng = np.random.default_rng(case)
+    make, options = HISTOGRAM_CASES[case]
+    args = make(rng)
+    weights = {"w": rng.uniform(0, 1, args[0].shape), "short": np.ones(4)}
+
+    def run(lib):
+        kwargs = {k: (_to(lib, weights[v], dtype) if k == "weight" else v)
+                  for k, v in options.items()}
+        return lib.histogram(*[_to(lib, a, dtype) for a in args], **kwargs)
+    ours, theirs = outcome(lambda: run(mt)), outcome(lambda: run(torch))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    assert isinstance(ours[1], mt.return_types.histogram) and ours[1].hist is ours[1][0]
+    for x, t in zip(ours[1], theirs[1]):
+        assert x.dtype.name == str(t.dtype).split(".")[1] and tuple(x.shape) == tuple(t.shape)
+        np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
+
+
+@needs_torch
+def test_histogram_refuses_integers_and_mixed_dtypes_as_pytorch():
+    for call in (lambda lib: lib.histogram(lib.tensor([1, 2]), 2),
+                 lambda lib: lib.histogram(lib.ones(3), lib.tensor([0.0, 2.0],
+                                                                    dtype=lib.float64)),
+                 lambda lib: lib.histogram(lib.ones(3), 2, weight=lib.ones(3,
+                                                                          dtype=lib.float64))):
+        same_outcome(lambda: call(mt), lambda: call(torch))
+
+
+HISTOGRAMDD_CASES = [
+    ((20, 2), [3, 4], {}), ((20, 2), 2, {}), ((5, 4, 3), [2, 3, 2], {}),
+    ((20, 2), (2, 3), {"range": [-1.0, 1.0, -0.5, 0.5]}),
+    ((20, 2), [np.array([-2.0, 0.0, 1.0, 2.0]), np.array([-1.0, 1.0])], {}),
+    ((20, 2), [2, 2], {"weight": True, "density": True}),
+    ((6, 1), [4], {}), ((4, 0), [], {}),
+    ((20, 2), [2], {}), ((20, 2), [2, 2], {"range": [0.0, 1.0]}), ((4,), [2], {}),
+    ((20, 2), [2, 2], {"weight": "bad"}),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(len(HISTOGRAMDD_CASES)))
+def test_histogramdd_as_pytorch(case):
+    rng = np.random.default_rng(case)
+    shape, bins, options = HISTOGRAMDD_CASES[case]
+    points = rng.standard_normal(shape)
+    weights = {True: rng.uniform(0, 1, shape[:-1]), "bad": np.ones(shape[:-1] + (1,))}
+
+    def run(lib):
+        kwargs = {k: (lib.tensor(weights[v]) if k == "weight" else v)
+                  for k, v in options.items()}
+        return lib.histogramdd(lib.tensor(points), _to(lib, bins, "float64"), **kwargs)
+    ours, theirs = outcome(lambda: run(mt)), outcome(lambda: run(torch))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    assert isinstance(ours[1], mt.return_types.histogramdd)
+    assert isinstance(ours[1].bin_edges, tuple)
+    np.testing.assert_allclose(ours[1].hist.numpy(), theirs[1].hist.numpy(), rtol=1e-12)
+    assert len(ours[1].bin_edges) == len(theirs[1].bin_edges)
+    for x, t in zip(ours[1].bin_edges, theirs[1].bin_edges):
+        np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-12)
+
+
+def test_histograms_under_vmap_match_the_loop():
+    """Each sample's own edges (``bins=int`` spans each sample's extent), in one call:
+    no loop fallback (it would warn)."""
+    x = mt.randn(4, 30)
+    edges = mt.sort(mt.randn(4, 5), -1).values
+    weight = mt.rand(30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counted = mt.vmap(lambda a: mt.histogram(a, 6, weight=weight, density=True))(x)
+        given = mt.vmap(lambda a, e: mt.histogram(a, e))(x, edges)
+        shared = mt.vmap(lambda a: mt.histogram(a, edges[0]))(x)
+        points = mt.vmap(lambda p: mt.histogramdd(p, [3, 2]))(x.reshape(4, 15, 2))
+        nested = mt.vmap(mt.vmap(lambda a: mt.histogram(a, 3).hist))(x.reshape(2, 2, 30))
+    for i in range(4):
+        loop = mt.histogram(x[i], 6, weight=weight, density=True)
+        assert mt.allclose(counted.hist[i], loop.hist)
+        assert mt.allclose(counted.bin_edges[i], loop.bin_edges)
+        assert mt.equal(given.hist[i], mt.histogram(x[i], edges[i]).hist)
+        assert mt.equal(shared.hist[i], mt.histogram(x[i], edges[0]).hist)
+        assert mt.equal(shared.bin_edges[i], edges[0])
+        loop_dd = mt.histogramdd(x[i].reshape(15, 2), [3, 2])
+        assert mt.equal(points.hist[i], loop_dd.hist)
+        assert all(mt.equal(e[i], f) for e, f in zip(points.bin_edges, loop_dd.bin_edges))
+        assert mt.equal(nested[i // 2, i % 2], mt.histogram(x[i], 3).hist)
+
+
+def test_histogram_is_not_differentiable():
+    x = mt.randn(10, requires_grad=True)
+    result = mt.histogram(x, 3)
+    assert not result.hist.requires_grad and not result.bin_edges.requires_grad
+    assert mt.equal(x.histogram(3).hist, result.hist)

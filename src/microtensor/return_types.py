@@ -12,3 +12,6 @@ from microtensor.ops.selection import ReturnSort as sort
 from microtensor.ops.selection import ReturnTopk as topk
 
 __all__ = ["cummax", "cummin", "kthvalue", "max", "median", "min", "mode", "sort", "topk"]
+from microtensor.ops.histogram import ReturnHistogram as histogram  # noqa: E402
+from microtensor.ops.histogram import ReturnHistogramdd as histogramdd  # noqa: E402
+__all__ += ["histogram", "histogramdd"]
