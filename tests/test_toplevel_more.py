@@ -105,7 +105,7 @@ def test_deterministic_settings_as_pytorch(restore_settings, steps):
         lib.use_deterministic_algorithms(False)
     for step in steps:
         if step[0] == "use":
-            same_outcome(lambda lib=mt: lib.use_deterministic_algorithms(step[1], warn_only=step[2]),
+            same_outcome(lambda: mt.use_deterministic_algorithms(step[1], warn_only=step[2]),
                          lambda: torch.use_deterministic_algorithms(step[1], warn_only=step[2]),
                          compare_message=False)
         else:
@@ -373,7 +373,9 @@ def test_asarray_of_a_tensor_as_pytorch(kwargs, source_requires_grad):
     assert y.storage_offset() == u.storage_offset() and y.dtype.name == \
         str(u.dtype).split(".")[1]
     nonleaf_x, nonleaf_t = x * 1, t * 1
-    ours, theirs = mt.asarray(nonleaf_x, **ours_kw), torch.asarray(nonleaf_t, **torch_kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # the warning is compared above
+        ours, theirs = mt.asarray(nonleaf_x, **ours_kw), torch.asarray(nonleaf_t, **torch_kw)
     assert (ours is nonleaf_x, ours.requires_grad, ours.is_leaf) == \
         (theirs is nonleaf_t, theirs.requires_grad, theirs.is_leaf)
     if u.requires_grad and not u.is_leaf:       # a copy stays differentiable
@@ -505,13 +507,18 @@ def test_range_as_pytorch(args, kwargs):
     (2, (0,)), ([4, 2, 3], [2, 0, 1]),
 ])
 def test_empty_permuted_as_pytorch(size, layout):
-    ours, theirs = same_outcome(lambda: mt.empty_permuted(size, layout),
-                                lambda: torch.empty_permuted(size, layout)), None
+    ours = same_outcome(lambda: mt.empty_permuted(size, layout),
+                        lambda: torch.empty_permuted(size, layout))
     if ours[0] == "ok":
         t = torch.empty_permuted(size, layout)
         assert ours[1].shape == t.shape and ours[1].stride() == t.stride()
+
+
+def test_empty_permuted_takes_the_factory_options():
     x = mt.empty_permuted((2, 3), (1, 0), dtype=mt.int64, requires_grad=False)
-    assert x.dtype is mt.int64 and x.stride() == (1, 2)
+    assert x.dtype is mt.int64 and x.stride() == (1, 2) and not x.requires_grad
+    y = mt.empty_permuted((2, 3), (1, 0), requires_grad=True)
+    assert y.requires_grad and y.dtype is mt.float32 and y.is_leaf
 
 
 @needs_torch

@@ -773,8 +773,8 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", 
 # --------------------------------------------------------------------------- more factories
 # ``asarray``, ``frombuffer``, ``range``, ``empty_permuted`` and ``randint_like``
 
-def _cannot_alias(what, dt):
-    return ValueError(f"can't alias {what} into dtype '{_dtype_table.BY_NAME[dt.name].scalar_name}'.")
+def _scalar_name(dt):
+    return _dtype_table.BY_NAME[dt.name].scalar_name
 
 
 def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None):
@@ -816,8 +816,8 @@ def _asarray_tensor(t, dt, dev, copy, requires_grad):
     changes_dtype = dt is not None and dt is not t.dtype
     changes_device = dev is not None and dev != t.device
     if copy is False and changes_dtype:
-        raise _cannot_alias(f"tensor with dtype "
-                            f"'{_dtype_table.BY_NAME[t.dtype.name].scalar_name}'", dt)
+        raise ValueError(f"can't alias tensor with dtype '{_scalar_name(t.dtype)}' into "
+                         f"dtype '{_scalar_name(dt)}'.")
     if copy is False and changes_device:
         raise ValueError(f"can't alias tensor from device '{t.device}' to '{dev}'.")
     if requires_grad is None:

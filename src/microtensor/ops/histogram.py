@@ -10,6 +10,7 @@ row; the counts are then one ``bincount`` over (row, bin, bin, ...) flattened.  
 by 0.5 on each side when they are equal).
 
 Histograms have no derivative (PyTorch's has none either): the ops are not differentiable.
+A GPU tensor's histogram is computed on the CPU and the results moved back.
 """
 from collections import namedtuple
 from numbers import Integral
@@ -168,7 +169,8 @@ def _check_arguments(input, bins, ranges, weight, dims, function):
 def _rows_samples(make):
     from microtensor.ops.factory import tensor
     edges = tensor([[-1.0, 0.0, 0.5, 1.0], [-0.5, -0.25, 0.25, 0.5]], dtype=make().dtype)
-    return [Sample(make(2, 5, 1), [3]), Sample(make(1, 6, 2), [2, edges[:1]], [-1.0, 1.0, -1.0, 1.0]),
+    return [Sample(make(2, 5, 1), [3]),
+            Sample(make(1, 6, 2), [2, edges[:1]], [-1.0, 1.0, -1.0, 1.0]),
             Sample(make(2, 4, 1), [edges], None, make(2, 4, low=0.0, high=1.0), True)]
 
 
@@ -177,17 +179,21 @@ def _histogram_rows(points, bins, range=None, weight=None, density=False):
     """The histograms of R rows of points at once: ``points`` (R, N, D); ``bins`` per dim
     a count or the edges (R, E); ``weight`` (R, N) or None.  ``(hist (R, K_0, ...),
     edges (R, K_0 + 1), ...)``; the public ops (and vmap, whose batch becomes rows) call it."""
-    arr = np.asarray(points._array())
+    arr = _host(points)
     rows, _, dims = arr.shape
     counts = [b if isinstance(b, Integral) else 0 for b in bins]
     edges = _outer_edges(arr, counts, range, points.dtype)
     for d, b in enumerate(bins):
         if isinstance(b, TensorBase):
-            edges[d] = np.ascontiguousarray(np.broadcast_to(np.asarray(b._array()),
-                                                            (rows, b.shape[-1])))
-    weight = None if weight is None else np.asarray(weight._array()).reshape(rows, -1)
+            edges[d] = np.ascontiguousarray(np.broadcast_to(_host(b), (rows, b.shape[-1])))
+    weight = None if weight is None else _host(weight).reshape(rows, -1)
     hist = _counts(arr, edges, weight, density)
-    return (from_numpy_result(hist),) + tuple(from_numpy_result(e) for e in edges)
+    return tuple(from_numpy_result(a).to(points.device) for a in [hist] + edges)
+
+
+def _host(t):
+    """``t``'s values as a NumPy array (copied from a GPU: the core runs on the CPU)."""
+    return np.asarray(t.cpu()._array())
 
 
 @_histogram_rows.def_batch_rule
