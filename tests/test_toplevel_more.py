@@ -958,3 +958,43 @@ def test_histogram_is_not_differentiable():
     result = mt.histogram(x, 3)
     assert not result.hist.requires_grad and not result.bin_edges.requires_grad
     assert mt.equal(x.histogram(3).hist, result.hist)
+
+
+# ---------------------------------------------------------------- from_file
+
+@needs_torch
+@pytest.mark.parametrize("shared", [None, False, True])
+@pytest.mark.parametrize("size, dtype", [(0, None), (4, None), (4, "float64"), (11, None),
+                                         (3, "int64"), (-1, None)])
+def test_from_file_as_pytorch(tmp_path, shared, size, dtype):
+    values = np.arange(10, dtype=np.float32)
+    ours_path, torch_path = str(tmp_path / "ours.bin"), str(tmp_path / "theirs.bin")
+    values.tofile(ours_path)
+    values.tofile(torch_path)
+    ours = outcome(lambda: mt.from_file(ours_path, shared, size,
+                                        dtype=dtype and getattr(mt, dtype)))
+    theirs = outcome(lambda: torch.from_file(torch_path, shared, size,
+                                             dtype=dtype and getattr(torch, dtype)))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1].replace(ours_path, "F") == theirs[1].replace(torch_path, "F")
+        return
+    x, t = ours[1], theirs[1]
+    np.testing.assert_array_equal(x.numpy(), t.numpy())
+    assert x.dtype.name == str(t.dtype).split(".")[1]
+    if size > 0:
+        x[0] = t[0] = 42
+        np.testing.assert_array_equal(np.fromfile(ours_path, np.float32),
+                                      np.fromfile(torch_path, np.float32))
+        assert np.array_equal(np.fromfile(ours_path, np.float32), values) == (not shared)
+
+
+@needs_torch
+def test_from_file_shared_creates_the_file_and_refuses_a_missing_one(tmp_path):
+    path = str(tmp_path / "new.bin")
+    with pytest.raises(RuntimeError, match="unable to open file"):
+        mt.from_file(path, size=2)
+    x = mt.from_file(path, shared=True, size=2, requires_grad=True)
+    assert x.tolist() == [0.0, 0.0] and x.requires_grad
+    import os
+    assert os.path.getsize(path) == 8

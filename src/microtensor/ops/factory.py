@@ -7,6 +7,7 @@ so are the random factories, which vmap must see to apply its ``randomness`` set
 """
 import math
 import numbers
+import os
 import warnings
 
 import numpy as np
@@ -982,4 +983,34 @@ def randint_like(self, low=0, high=None, *, generator=None, dtype=None, device=N
     return finish(t, requires_grad)
 
 
-__all__ += ["asarray", "frombuffer", "range_inclusive", "empty_permuted", "randint_like"]
+def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=None,
+              pin_memory=False, requires_grad=False):
+    """A 1-D tensor of ``size`` elements of ``dtype`` over the file's first bytes, mapped
+    into memory: ``shared=True`` maps the file itself (writes reach it; a missing or
+    shorter file is created or extended), otherwise a private copy-on-write mapping of an
+    existing file (writes stay in the tensor)."""
+    dt = pick_dtype(dtype, get_default_dtype())
+    nbytes = size * dt.itemsize
+    if size < 0:
+        raise RuntimeError(f"unable to mmap {nbytes} bytes from file <{filename}>: Cannot "
+                           f"allocate memory (12)")
+    if shared:
+        with open(filename, "ab") as f:      # created if missing; extended if shorter
+            if f.tell() < nbytes:
+                f.truncate(nbytes)
+    elif not os.path.exists(filename):
+        raise RuntimeError(f"unable to open file <{filename}> in read-only mode: No such file "
+                           f"or directory (2)")
+    elif os.path.getsize(filename) < nbytes:
+        raise RuntimeError(f"file <{filename}> size <{os.path.getsize(filename)}> is smaller "
+                           f"than the required mapping size <{nbytes}>")
+    if size == 0:
+        t = empty_contiguous((0,), dt, cpu)
+    else:
+        t = _alias_numpy(np.memmap(filename, dtype=dt.np, mode="r+" if shared else "c",
+                                   shape=(size,)))
+    return finish(t.to(on_device(device) or cpu), requires_grad)
+
+
+__all__ += ["asarray", "frombuffer", "range_inclusive", "empty_permuted", "randint_like",
+            "from_file"]
