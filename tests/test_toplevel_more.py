@@ -998,3 +998,54 @@ def test_from_file_shared_creates_the_file_and_refuses_a_missing_one(tmp_path):
     assert x.tolist() == [0.0, 0.0] and x.requires_grad
     import os
     assert os.path.getsize(path) == 8
+
+
+# ---------------------------------------------------------------- segment_reduce
+
+SEGMENT_CASES = [
+    ((6,), "sum", {"lengths": [2, 0, 3, 1]}), ((6,), "mean", {"lengths": [2, 0, 3, 1]}),
+    ((6,), "max", {"lengths": [2, 0, 3, 1]}), ((6,), "min", {"lengths": [2, 0, 3, 1]}),
+    ((6,), "prod", {"lengths": [2, 0, 3, 1]}), ((6,), "amax", {"lengths": [6]}),
+    ((6,), "max", {"lengths": [2, 0, 3, 1], "initial": 0.0}),
+    ((6,), "mean", {"lengths": [2, 0, 3, 1], "initial": 10.0}),
+    ((6,), "prod", {"lengths": [2, 0, 3, 1], "initial": 2.0}),
+    ((6,), "sum", {"offsets": [0, 2, 2, 5, 6]}),
+    ((3, 2), "sum", {"lengths": [1, 2]}), ((3, 2, 2), "mean", {"lengths": [2, 1]}),
+    ((2, 3), "sum", {"lengths": [[1, 2], [3, 0]], "axis": 1}),
+    ((2, 3), "max", {"offsets": [[0, 1, 3], [0, 0, 3]], "axis": -1}),
+    # refusals
+    ((6,), "foo", {"lengths": [2, 0, 3, 1]}), ((6,), "sum", {"lengths": [2, 2]}),
+    ((6,), "sum", {}), ((6,), "sum", {"lengths": [2, -1, 5]}),
+    ((2, 3), "sum", {"lengths": [1, 2], "axis": 1}),
+    ((6,), "sum", {"indices": [0, 0, 2, 2, 2, 3]}),
+    ((6,), "sum", {"lengths": [2, 2], "unsafe": True}),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", range(len(SEGMENT_CASES)))
+def test_segment_reduce_as_pytorch(case):
+    shape, reduce, options = SEGMENT_CASES[case]
+    data = np.random.default_rng(case).standard_normal(shape)
+
+    def run(lib):
+        x = lib.tensor(data, requires_grad=True)
+        kwargs = {k: lib.tensor(v) if isinstance(v, list) else v for k, v in options.items()}
+        return x, lib.segment_reduce(x, reduce, **kwargs)
+    ours, theirs = outcome(lambda: run(mt)), outcome(lambda: run(torch))
+    assert ours[0] == theirs[0], (ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+        return
+    (x, y), (t, u) = ours[1], theirs[1]
+    np.testing.assert_allclose(y.detach().numpy(), u.detach().numpy(), rtol=1e-12)
+    weights = np.random.default_rng(0).standard_normal(tuple(y.shape))
+    (y.nan_to_num(0.0, 0.0, 0.0) * mt.tensor(weights)).sum().backward()
+    (u.nan_to_num(0.0, 0.0, 0.0) * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+def test_segment_reduce_refuses_integers_as_pytorch():
+    same_outcome(lambda: mt.segment_reduce(mt.arange(4), "sum", lengths=mt.tensor([4])),
+                 lambda: torch.segment_reduce(torch.arange(4), "sum", lengths=torch.tensor([4])))

@@ -347,6 +347,8 @@ def to_torch(value):
         return torch.from_numpy(to_np(value).copy())
     if isinstance(value, (list, tuple)):
         return type(value)(to_torch(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_torch(v) for k, v in value.items()}
     if isinstance(value, mt.dtype):
         return getattr(torch, value.name)
     return value
