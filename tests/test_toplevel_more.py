@@ -1049,3 +1049,39 @@ def test_segment_reduce_as_pytorch(case):
 def test_segment_reduce_refuses_integers_as_pytorch():
     same_outcome(lambda: mt.segment_reduce(mt.arange(4), "sum", lengths=mt.tensor([4])),
                  lambda: torch.segment_reduce(torch.arange(4), "sum", lengths=torch.tensor([4])))
+
+
+# ---------------------------------------------------------------- *_copy
+
+COPY_CASES = [
+    ("alias_copy", ()), ("detach_copy", ()), ("diagonal_copy", ()),
+    ("diagonal_copy", (1, 1, 2)), ("narrow_copy", (1, 0, 2)), ("select_copy", (1, 0)),
+    ("slice_copy", (2, 1, None, 2)), ("split_copy", (2, 2)),
+    ("split_with_sizes_copy", ([1, 3], 2)), ("squeeze_copy", ()), ("transpose_copy", (0, 2)),
+    ("unbind_copy", (1,)), ("unfold_copy", (2, 2, 1)), ("unsqueeze_copy", (0,)),
+    ("expand_copy", ((2, 2, 3, 4),)), ("permute_copy", ((2, 0, 1),)), ("view_copy", ((6, 4),)),
+    ("as_strided_copy", ((2, 2), (1, 2), 1)),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("name, args", COPY_CASES, ids=[c[0] for c in COPY_CASES])
+def test_copy_functions_as_pytorch(name, args):
+    """Fresh contiguous tensors with the view's values; the copy shares no memory and,
+    except for detach_copy, carries the view's gradient."""
+    data = np.random.default_rng(0).standard_normal((2, 3, 4))
+    x = mt.tensor(data).permute(0, 2, 1).permute(0, 2, 1).requires_grad_()
+    t = torch.tensor(data).permute(0, 2, 1).permute(0, 2, 1).requires_grad_()
+    ours, theirs = getattr(mt, name)(x, *args), getattr(torch, name)(t, *args)
+    pairs = list(zip(ours, theirs)) if isinstance(theirs, (tuple, list)) else [(ours, theirs)]
+    assert isinstance(ours, tuple) == isinstance(theirs, (tuple, list))
+    for y, u in pairs:
+        assert tuple(y.shape) == tuple(u.shape) and y.stride() == u.stride()
+        np.testing.assert_array_equal(y.detach().numpy(), u.detach().numpy())
+        assert y.untyped_storage() is not x.untyped_storage()
+        # PyTorch's detach_copy requires grad with a grad_fn that refuses; ours does not
+        assert y.requires_grad == (u.requires_grad and name != "detach_copy")
+    if name != "detach_copy":
+        sum((y * y).sum() for y, _ in pairs).backward()
+        sum((u * u).sum() for _, u in pairs).backward()
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy())

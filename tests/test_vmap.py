@@ -154,7 +154,7 @@ def assert_compared(name, compared):
 # Ops whose per-sample result is not defined by a loop over samples: uninitialised memory,
 # and as_strided (offsets are read inside each sample: see test_as_strided_*).
 VALUES_UNDEFINED = {"empty_like", "new_empty", "new_empty_strided", "empty_strided"}
-NOT_A_LOOP = {"as_strided", "as_strided_"}
+NOT_A_LOOP = {"as_strided", "as_strided_", "as_strided_copy"}
 # Each sample selects a data-dependent number of elements: the loop fallback, on purpose.
 FALLBACK_ON_PURPOSE = {"masked_select"}
 # The result shape depends on the values: vmap raises torch.func's "dynamic shape" error
@@ -385,9 +385,9 @@ TORCH_DIFFERS = {"index", "index_put", "index_put_", "_cat", "split", "split_wit
                  "argmax", "argmin", "index_select", "aminmax", "column_stack",
                  "as_strided_scatter", "chain_matmul", "svd", "grid_sampler", "ctc_loss"}
 # torch.func.vmap refuses every call of these ("we do not yet support aten::rrelu",
-# "Batching rule not implemented for aten::histogramdd"): nothing to compare
-# (test_op_matches_loop checks them against the loop)
-TORCH_VMAP_REFUSES = {"rrelu", "histogramdd"}
+# "Batching rule not implemented for aten::histogramdd", "... aten::split_copy.Tensor"):
+# nothing to compare (test_op_matches_loop checks them against the loop)
+TORCH_VMAP_REFUSES = {"rrelu", "histogramdd", "split_copy"}
 
 
 @needs_torch

@@ -9,6 +9,7 @@ are computed by NumPy on views of the storage.  Derivatives use only microtensor
 make their buffers from the incoming gradient, so they are differentiable and run under
 vmap.
 """
+import inspect
 from numbers import Integral
 
 import numpy as np
@@ -642,6 +643,10 @@ __all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chu
            "diag_embed", "fresh_tensor"]
 __all__ += ["channel_shuffle", "native_channel_shuffle"]
 __all__ += ["row_stack", "gradient"]
+__all__ += [name + "_copy" for name in ("alias", "as_strided", "detach", "diagonal", "expand",
+                                        "narrow", "permute", "select", "slice", "split",
+                                        "split_with_sizes", "squeeze", "t", "transpose",
+                                        "unbind", "unfold", "unsqueeze", "view")]
 
 
 # --------------------------------------------------------------------------- channel shuffle
@@ -1218,3 +1223,53 @@ def gradient(self, *, spacing=1, dim=None, edge_order=1):
         if isinstance(h, TensorBase) and h.dim() == 1 else
         _gradient_uniform(self, d, h, edge_order)
         for d, h in zip(dims, spacings))
+
+
+
+# --------------------------------------------------------------------------- *_copy
+# PyTorch's ``<view>_copy`` functions: the view's values in a fresh contiguous tensor
+# (``transpose_copy(x, 0, 1)`` is ``x.transpose(0, 1).clone(contiguous_format)``), composites
+# of the view and ``clone``, so autograd and vmap follow those two.
+
+def _fresh(result):
+    if isinstance(result, (tuple, list)):
+        return tuple(r.clone(memory_format=meta.contiguous_format) for r in result)
+    return result.clone(memory_format=meta.contiguous_format)
+
+
+def _declare_copy(base, samples=None):
+    """``<base>_copy``, with the base view's signature and samples (or ``samples``)."""
+    def kernel(self, *args, **kwargs):
+        return _fresh(REGISTRY[base](self, *args, **kwargs))
+    kernel.__signature__ = inspect.signature(REGISTRY[base].kernel)
+    kernel.__name__ = kernel.__qualname__ = base + "_copy"
+    kernel.__doc__ = f"``{base}``'s values in a fresh contiguous tensor."
+    return op(base + "_copy", kind="composite", method=False,
+              samples=samples or REGISTRY[base].samples,
+              differentiable=base != "detach")(kernel)
+
+
+for _base in ("alias", "as_strided", "detach", "diagonal", "narrow", "select", "slice",
+              "split", "split_with_sizes", "squeeze", "transpose", "unbind", "unfold",
+              "unsqueeze"):
+    _declare_copy(_base)
+_declare_copy("t", lambda make: [Sample(make(2, 3)), Sample(make(3)), Sample(make())])
+
+
+# aten's forms take the sizes (dims) as one list, not spread
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(3, 1), (2, 3, 4)), Sample(make(2), [3, -1])])
+def expand_copy(self, size, *, implicit=False):
+    return _fresh(self.expand(size))
+
+
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(4, 3).t(), [1, 0])])
+def permute_copy(self, dims):
+    return _fresh(self.permute(dims))
+
+
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(2, 3, 4), (6, 4)), Sample(make(2, 6), [-1])])
+def view_copy(self, size):
+    return _fresh(self.view(size))
