@@ -1,6 +1,6 @@
 """The named tuples some ops return, as ``torch.return_types``: ``max``, ``min``, ``sort``,
 ``topk``, ``kthvalue``, ``median``, ``mode``, ``cummax`` and ``cummin`` give
-``(values, indices)``."""
+``(values, indices)``; ``histogram`` and ``histogramdd`` give ``(hist, bin_edges)``."""
 from microtensor.ops.reduction import ReturnMax as max  # noqa: A001
 from microtensor.ops.reduction import ReturnMin as min  # noqa: A001
 from microtensor.ops.selection import ReturnCummax as cummax

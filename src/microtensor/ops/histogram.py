@@ -18,7 +18,7 @@ from numbers import Integral
 import numpy as np
 
 from microtensor._C.tensor import TensorBase
-from microtensor.ops.factory import _linspace_values
+from microtensor.ops.factory import _linspace_values, tensor
 from microtensor.ops.loops import _type_name, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
@@ -167,7 +167,6 @@ def _check_arguments(input, bins, ranges, weight, dims, function):
 
 
 def _rows_samples(make):
-    from microtensor.ops.factory import tensor
     edges = tensor([[-1.0, 0.0, 0.5, 1.0], [-0.5, -0.25, 0.25, 0.5]], dtype=make().dtype)
     return [Sample(make(2, 5, 1), [3]),
             Sample(make(1, 6, 2), [2, edges[:1]], [-1.0, 1.0, -1.0, 1.0]),
@@ -215,7 +214,6 @@ def _histogram_rows(op, level, args, kwargs):
 # --------------------------------------------------------------------------- the ops
 
 def _histogram_samples(make):
-    from microtensor.ops.factory import tensor
     return [Sample(make(10), 4), Sample(make(3, 4), 3, range=(-0.5, 0.5)),
             Sample(make(8), tensor([-1.0, -0.2, 0.0, 0.7, 1.0], dtype=make().dtype)),
             Sample(make(6), 5, weight=make(6, low=0.0, high=1.0), density=True),
