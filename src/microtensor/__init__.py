@@ -59,6 +59,10 @@ from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa:
 from microtensor.ops.shape import (broadcast_shapes, tril_indices,  # noqa: E402
                                    triu_indices)
 from math import e, inf, nan, pi  # noqa: E402
+from microtensor.ops.factory import (asarray, empty_permuted, from_file,  # noqa: E402
+                                     frombuffer, range_inclusive as range)
+from microtensor._aten_aliases import *  # noqa: E402,F401,F403  (kl_div, max_pool2d ...)
+from microtensor._settings import *  # noqa: E402,F401,F403  (threads, determinism, compile ...)
 
 from microtensor import _dtype_table  # noqa: E402
 # microtensor.half, .float, .long ...: the table's other names of each dtype

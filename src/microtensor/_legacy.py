@@ -72,8 +72,15 @@ def convert_to_type(t, type, non_blocking=False):
     device; a name or constructor also says the device (``cuda.`` in the name, else CPU)."""
     if isinstance(type, dtype):
         return t.to(dtype=type, non_blocking=non_blocking)
+    cls, on_cuda = legacy_type(type)
+    return t.to(device="cuda" if on_cuda else cpu, dtype=cls.dtype, non_blocking=non_blocking)
+
+
+def legacy_type(type):
+    """``(typed constructor, on_cuda)`` for a typed constructor or a legacy name whose
+    prefix is ``microtensor.`` or ``torch.`` (``cuda.`` in the name: on the GPU)."""
     if isinstance(type, _LegacyTensorType):
-        return t.to(device=cpu, dtype=type.dtype, non_blocking=non_blocking)
+        return type, False
     if not isinstance(type, str):
         raise TypeError("dtype must be a type, str, or dtype object")
     prefix, _, rest = type.partition(".")
@@ -81,4 +88,4 @@ def convert_to_type(t, type, non_blocking=False):
     cls = TYPED_CONSTRUCTORS.get(rest[5:] if on_cuda else rest)
     if prefix not in ("microtensor", "torch") or cls is None:
         raise ValueError(f"invalid type: '{type}'")
-    return t.to(device="cuda" if on_cuda else cpu, dtype=cls.dtype, non_blocking=non_blocking)
+    return cls, on_cuda

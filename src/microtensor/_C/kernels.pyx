@@ -3,7 +3,8 @@ the Layout every strided kernel walks; copy with casting (and fill); the sum of 
 elements; the raw-pointer entry points of the tensor's fast paths (+ - * / with
 broadcasting, sums over dims); gather / scatter_add along a dim; softmax / log_softmax, its
 backward and cumulative sums along a dim; nll_loss and its backward; stacked outer
-products; small matrix products.
+products; small matrix products.  Last, the thread's floating-point mode
+(``set_flush_denormal``).
 
 Kernels take NumPy ndarrays (zero-copy views of storages), so they know nothing of Tensor.
 Every strided kernel first builds a Layout: size-1 dims dropped, dims ordered by the
@@ -2267,3 +2268,32 @@ cdef void matmul_small(floating* out, const floating* a, Py_ssize_t a_rs, Py_ssi
             for p in range(k):
                 acc = acc + a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs]
             out[i * n + j] = acc
+
+
+# ---------------------------------------------------------------------------------------
+# The calling thread's floating-point mode: flushing denormals (x86's MXCSR register, which
+# every SSE/AVX loop of this thread reads, NumPy's and BLAS's included).
+# ---------------------------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #if defined(__x86_64__) || defined(_M_X64)
+    #include <xmmintrin.h>
+    /* FTZ (bit 15) flushes denormal results to zero, DAZ (bit 6) reads denormal operands
+       as zero */
+    static int mt_set_flush_denormal(int on) {
+        unsigned int csr = _mm_getcsr();
+        _mm_setcsr(on ? (csr | 0x8040u) : (csr & ~0x8040u));
+        return 1;
+    }
+    #else
+    static int mt_set_flush_denormal(int on) { (void)on; return 0; }
+    #endif
+    """
+    int mt_set_flush_denormal(int on) nogil
+
+
+def set_flush_denormal(bint on):
+    """Flush denormal floats to zero on the calling thread (or stop): True where the CPU
+    supports it (x86-64), else False and nothing changes."""
+    return bool(mt_set_flush_denormal(on))

@@ -6,6 +6,7 @@ only the call that creates the generator) in the mode.
 """
 import functools
 import inspect
+import threading
 
 from microtensor._C import tensor as _core
 
@@ -109,9 +110,33 @@ class set_grad_enabled(_GradModeContext):
         return set_grad_enabled(self._target)
 
 
+class _InferenceState(threading.local):
+    enabled = False
+
+
+_inference = _InferenceState()
+
+
+def is_inference_mode_enabled():
+    """True inside ``inference_mode()`` (on this thread), as PyTorch's."""
+    return _inference.enabled
+
+
 class inference_mode(no_grad):
+    """``no_grad`` that also says so to ``is_inference_mode_enabled`` (microtensor has no
+    inference tensors: what runs inside is what ``no_grad`` runs)."""
+
     def __init__(self, mode=True):
         self._target = not mode
+
+    def __enter__(self):
+        self._prev_inference = _inference.enabled
+        _inference.enabled = not self._target
+        super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        _inference.enabled = self._prev_inference
 
     def clone(self):
         return inference_mode(not self._target)

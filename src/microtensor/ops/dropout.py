@@ -16,7 +16,8 @@ tests/test_nn_missing_modules.py.
 """
 import math
 
-from microtensor.ops.factory import rand
+from microtensor._C.tensor import bool_
+from microtensor.ops.factory import ones_like, rand, zeros_like
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
 
@@ -122,3 +123,28 @@ feature_alpha_dropout_ = _inplace("feature_alpha_dropout_", True, True)
 
 __all__ += ["dropout", "dropout_", "feature_dropout_", "alpha_dropout_",
             "feature_alpha_dropout_"]
+
+
+# ``torch.native_dropout(input, p, train)``: the aten form that also returns the mask
+
+def _native_dropout_samples(make):
+    return [Sample(make(2, 3), 0.5, False), Sample(make(3, 4), 0.0, True),
+            Sample(make(2, 3), 1.0, True)]
+
+
+@op(kind="composite", method=False, inputs=("input",), samples=_native_dropout_samples)
+def native_dropout(input, p, train):
+    """``(output, mask)``: the kept elements (``mask``, bool) scaled by ``1 / (1 - p)``,
+    the others zeroed; not ``train`` (``False``; None means training): a copy of ``input``
+    and an all-True mask."""
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={1 - p}")
+    if train is False or p == 0:
+        return input.clone(), ones_like(input, dtype=bool_)
+    if p == 1:
+        return input * 0, zeros_like(input, dtype=bool_)
+    mask = rand(tuple(input.shape), dtype=input.dtype, device=input.device) >= p
+    return input * mask * (1 / (1 - p)), mask
+
+
+__all__ += ["native_dropout"]

@@ -7,10 +7,12 @@ so are the random factories, which vmap must see to apply its ``randomness`` set
 """
 import math
 import numbers
+import os
 import warnings
 
 import numpy as np
 
+from microtensor import _dtype_table
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
@@ -767,3 +769,248 @@ def new_empty_strided(op, level, args, kwargs):
 __all__ = ["tensor", "as_tensor", "from_numpy", "from_dlpack", "zeros", "ones", "empty", "full",
            "arange", "linspace", "logspace", "eye", "empty_strided", "manual_seed", "seed", "initial_seed",
            "Generator", "default_generator", "scalar_tensor", "float64"]
+
+
+# --------------------------------------------------------------------------- more factories
+# ``asarray``, ``frombuffer``, ``range``, ``empty_permuted`` and ``randint_like``
+
+def _scalar_name(dt):
+    return _dtype_table.BY_NAME[dt.name].scalar_name
+
+
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None):
+    """``obj`` as a tensor, sharing its memory when it can: a tensor (itself, or an alias
+    without autograd history when ``requires_grad=False``), a NumPy array, an object
+    exporting DLPack, or a buffer (its bytes read as ``dtype``, by default the default
+    dtype, as ``frombuffer``); anything else (numbers, nested sequences) is copied.
+    ``copy=True`` always copies, ``copy=False`` refuses (ValueError) what would need a
+    copy; ``requires_grad`` defaults to the tensor's own (else False).  A copy or a
+    conversion of a tensor stays differentiable, as PyTorch's."""
+    pick_dtype(dtype, None)
+    dev = to_device(device)
+    if isinstance(obj, TensorBase):
+        return _asarray_tensor(obj, dtype, dev, copy, requires_grad)
+    if isinstance(obj, np.ndarray) or (hasattr(obj, "__dlpack__") and
+                                       not isinstance(obj, np.generic)):
+        shared = from_numpy(obj) if isinstance(obj, np.ndarray) else from_dlpack(obj)
+        return _asarray_tensor(shared, dtype, dev, copy, bool(requires_grad))
+    if isinstance(obj, (bytes, bytearray, memoryview)) or _is_buffer(obj):
+        shared = frombuffer(obj, dtype=dtype or get_default_dtype())
+        return _asarray_tensor(shared, None, dev, copy, bool(requires_grad))
+    if copy is False:
+        if isinstance(obj, np.generic):
+            raise RuntimeError("can't alias NumPy scalars. Either remove copy=False or "
+                               "transform it in a ndarray. ")
+        raise ValueError("can't alias arbitrary sequence into a tensor.")
+    return tensor(obj, dtype=dtype, device=dev, requires_grad=bool(requires_grad))
+
+
+def _is_buffer(obj):
+    try:
+        memoryview(obj)
+    except TypeError:
+        return False
+    return not isinstance(obj, np.generic)
+
+
+def _asarray_tensor(t, dt, dev, copy, requires_grad):
+    changes_dtype = dt is not None and dt is not t.dtype
+    changes_device = dev is not None and dev != t.device
+    if copy is False and changes_dtype:
+        raise ValueError(f"can't alias tensor with dtype '{_scalar_name(t.dtype)}' into "
+                         f"dtype '{_scalar_name(dt)}'.")
+    if copy is False and changes_device:
+        raise ValueError(f"can't alias tensor from device '{t.device}' to '{dev}'.")
+    if requires_grad is None:
+        requires_grad = t.requires_grad
+        if requires_grad and copy is None and dt is None and dev is None:
+            warnings.warn("torch.asarray: unspecified requires_grad now defaults to "
+                          "obj.requires_grad instead of False. Pass requires_grad=False "
+                          "explicitly to get the old behavior and silence this warning.",
+                          UserWarning, stacklevel=3)
+    if not (copy or changes_dtype or changes_device):
+        if requires_grad == t.requires_grad:
+            return t
+        if not t.is_leaf:
+            return t.detach()
+        return t.requires_grad_(requires_grad)   # as PyTorch: the flag of ``obj`` itself
+    source = t if requires_grad else t.detach()
+    result = source.to(dtype=dt, device=dev, copy=bool(copy)) \
+        if changes_dtype or changes_device else source.clone()
+    if requires_grad and not result.requires_grad:
+        result.requires_grad_(True)
+    return result
+
+
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
+    """A 1-D tensor over the bytes of an object with Python's buffer protocol (``bytes``,
+    ``bytearray``, ``array.array``, ``memoryview`` ...), read as ``dtype`` from byte
+    ``offset``: ``count`` elements, or all that remain (``count`` < 0).  It shares the
+    buffer's memory (writes show through both ways; a read-only buffer gives a tensor that
+    refuses writes, with a warning)."""
+    pick_dtype(dtype, None)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise ValueError("object does not implement Python buffer protocol.") from None
+    if not view.c_contiguous:
+        raise RuntimeError("could not retrieve buffer from object")
+    length, item = view.nbytes, dtype.itemsize
+    if length == 0 or count == 0:
+        raise ValueError(f"both buffer length ({length}) and count ({count}) must not be 0")
+    if not 0 <= offset < length:
+        raise ValueError(f"offset ({offset} bytes) must be non-negative and no greater than "
+                         f"buffer length ({length} bytes) minus 1")
+    if count < 0:
+        if (length - offset) % item:
+            raise ValueError(f"buffer length ({length - offset} bytes) after offset ({offset} "
+                             f"bytes) must be a multiple of element size ({item})")
+        count = (length - offset) // item
+    elif offset + count * item > length:
+        raise ValueError(f"requested buffer length ({count} * {item} bytes) after offset "
+                         f"({offset} bytes) must not be greater than actual buffer length "
+                         f"({length} bytes)")
+    raw = np.frombuffer(view.cast("B"), dtype=np.uint8, count=count * item, offset=offset)
+    if not raw.flags.writeable:
+        warnings.warn("The given buffer is not writable: the tensor shares its memory "
+                      "read-only, so writing to the tensor raises. You may want to copy the "
+                      "buffer or make it writable before converting it to a tensor.",
+                      UserWarning, stacklevel=2)
+    return finish(_alias_numpy(raw.view(dtype.np)), requires_grad)
+
+
+def range_inclusive(start, end, step=1, *, dtype=None, device=None, requires_grad=False):
+    """``range``, deprecated in PyTorch and here: ``start`` to ``end`` *inclusive* by
+    ``step`` (``floor((end - start) / step) + 1`` values), in the default dtype unless
+    ``dtype`` is given.  Use ``arange``, which stops before ``end``."""
+    warnings.warn("torch.range is deprecated and will be removed in a future release because "
+                  "its behavior is inconsistent with Python's range builtin. Instead, use "
+                  "torch.arange, which produces values in [start, end).", UserWarning,
+                  stacklevel=2)
+    start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
+    dt = pick_dtype(dtype, get_default_dtype())
+    if dt is bool_:
+        raise NotImplementedError("\"range_cpu\" not implemented for 'Bool'")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if not all(math.isfinite(x) for x in (start, end)):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
+    if (end - start) / step < 0:
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    length = int(math.floor((end - start) / step)) + 1
+    result = empty_contiguous(parse_size((length,)), dt, cpu)
+    result._array()[...] = start + step * np.arange(length, dtype=np.float64)
+    return finish(result, requires_grad).to(on_device(device) or cpu)
+
+
+# a module-level ``range`` would hide the builtin from the rest of this module: the function
+# is ``mt.range`` under its PyTorch name
+range_inclusive.__name__ = range_inclusive.__qualname__ = "range"
+
+
+def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None,
+                   requires_grad=False, pin_memory=False):
+    """An uninitialised tensor of sizes ``size`` whose memory is laid out in the dim order
+    ``physical_layout`` (outermost first): ``empty(size[p] for p in physical_layout)``
+    permuted back, so ``empty_permuted((N, C, H, W), (0, 2, 3, 1))`` is channels-last."""
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"empty_permuted(): argument 'size' (position 1) must be tuple of "
+                        f"ints, not {type(size).__name__}")
+    sizes = parse_size((size,))
+    order = int_tuple(physical_layout, "physical_layout")
+    if len(order) != len(sizes):
+        raise RuntimeError(f"Number of dimensions in size does not match the length of the "
+                           f"physical_layout; i.e. len(size) = {len(sizes)} is not equal to "
+                           f"len(physical_layout) = {len(order)}")
+    for i, d in enumerate(order):
+        if not 0 <= d < len(sizes):
+            raise RuntimeError(f"Dimension out of range (expected to be between 0 and "
+                               f"{len(sizes) - 1}, but got {d} at index {i}).  NB: negative "
+                               f"dims not currently supported; file an issue if you want it.")
+    if len(set(order)) != len(order):
+        raise RuntimeError("Duplicate dim not allowed")
+    physical = meta.contiguous_strides(tuple(sizes[d] for d in order))
+    strides = [0] * len(sizes)
+    for d, stride in zip(order, physical):
+        strides[d] = stride
+    t = empty_strided_unchecked(sizes, tuple(strides), pick_dtype(dtype, get_default_dtype()),
+                                on_device(device) or cpu)
+    return finish(t, requires_grad)
+
+
+_C_INTEGER_NAMES = {"uint8": "unsigned char", "int8": "signed char", "int16": "short",
+                    "int32": "int", "int64": "long", "bool": "bool"}
+
+
+def _check_random_bounds(low, high, dt):
+    """PyTorch's refusals for ``random_(from, to)``: an empty range, or bounds the dtype
+    cannot hold."""
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
+                           f">= to={high}")
+    if dt.name in _C_INTEGER_NAMES:
+        lo, hi = (0, 1) if dt is bool_ else (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max))
+        if not lo <= low <= hi:
+            raise RuntimeError(f"from is out of bounds for {_C_INTEGER_NAMES[dt.name]}")
+        if not lo <= high - 1 <= hi:
+            raise RuntimeError(f"to - 1 is out of bounds for {_C_INTEGER_NAMES[dt.name]}")
+
+
+def _integer_bound(value, name):
+    if isinstance(value, TensorBase):
+        value = value.item()
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"randint_like(): argument '{name}' must be int, not "
+                        f"{type(value).__name__}")
+    return int(value)
+
+
+@op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
+    family="factory",
+    samples=lambda make: [Sample(make(2, 3), 5), Sample(make(4, 3).t(), -2, 3),
+                          Sample(make(3, dtype=int64), 7), Sample(make(), 1, 4)])
+def randint_like(self, low=0, high=None, *, generator=None, dtype=None, device=None,
+                 requires_grad=False, memory_format=preserve_format):
+    """Integers drawn uniformly from ``[low, high)`` (``randint_like(x, high)``: from 0)
+    in a tensor shaped like ``self``, of its dtype unless ``dtype`` is given."""
+    if high is None:
+        low, high = 0, low
+    low, high = _integer_bound(low, "low"), _integer_bound(high, "high")
+    t = _new_like(self, dtype, device, memory_format)
+    _check_random_bounds(low, high, t._dtype)
+    if t._numel:
+        _fill_from_host(t, (generator or default_generator)._rng.integers(low, high, t._sizes))
+    return finish(t, requires_grad)
+
+
+def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=None,
+              pin_memory=False, requires_grad=False):
+    """A 1-D tensor of ``size`` elements of ``dtype`` over the file's first bytes, mapped
+    into memory: ``shared=True`` maps the file itself (writes reach it; a missing or
+    shorter file is created or extended), otherwise a private copy-on-write mapping of an
+    existing file (writes stay in the tensor)."""
+    dt = pick_dtype(dtype, get_default_dtype())
+    nbytes = size * dt.itemsize
+    if size < 0:
+        raise RuntimeError(f"unable to mmap {nbytes} bytes from file <{filename}>: Cannot "
+                           f"allocate memory (12)")
+    if shared:
+        with open(filename, "ab") as f:      # created if missing; extended if shorter
+            if f.tell() < nbytes:
+                f.truncate(nbytes)
+    elif not os.path.exists(filename):
+        raise RuntimeError(f"unable to open file <{filename}> in read-only mode: No such file "
+                           f"or directory (2)")
+    elif os.path.getsize(filename) < nbytes:
+        raise RuntimeError(f"file <{filename}> size <{os.path.getsize(filename)}> is smaller "
+                           f"than the required mapping size <{nbytes}>")
+    if size == 0:
+        t = empty_contiguous((0,), dt, cpu)
+    else:
+        t = _alias_numpy(np.memmap(filename, dtype=dt.np, mode="r+" if shared else "c",
+                                   shape=(size,)))
+    return finish(t.to(on_device(device) or cpu), requires_grad)
+
+
+__all__ += ["asarray", "frombuffer", "range_inclusive", "empty_permuted", "randint_like",
+            "from_file"]

@@ -14,7 +14,7 @@ from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import empty_strided_unchecked
 from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
                                   memory_format_of, update_at)
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
 
 MODES = ("constant", "reflect", "replicate", "circular")
@@ -227,3 +227,19 @@ _pad_backward.def_batch_rule(pad_batch_rule)
 
 
 __all__ = ["check_pad", "pad"]
+__all__ += ["constant_pad_nd"]
+
+
+# --------------------------------------------------------------------------- constant_pad_nd
+
+def _constant_pad_nd_samples(make):
+    return [Sample(make(2, 3), (1, 2)), Sample(make(2, 3, 4), [1, 0, 0, 2], 1.5),
+            Sample(make(3, 4), (-1, 2)), Sample(make(2, 2), (0, 0, 1, -1), value=-2.0)]
+
+
+@op(kind="composite", method=False, samples=_constant_pad_nd_samples)
+def constant_pad_nd(self, pad, value=0):
+    """``pad(self, pad, "constant", value)``: the aten name, ``value`` defaulting to 0."""
+    if len(pad) % 2:
+        raise RuntimeError(f"Length of pad must be even but instead it equals {len(pad)}")
+    return REGISTRY["pad"](self, pad, "constant", value)

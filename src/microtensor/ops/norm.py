@@ -666,3 +666,75 @@ def cross_map_lrn2d(input, size, alpha=1e-4, beta=0.75, k=1):
     kept = (arange(input.shape[1], device=input.device) > half).to(input.dtype)
     sums = sums + squares[:, :1] * kept.view(1, -1, 1, 1)
     return input * (sums * (alpha / size) + k) ** -beta
+
+
+# --------------------------------------------------------------------------- aten names
+# ``native_layer_norm``, ``native_batch_norm`` and ``native_group_norm``: PyTorch's aten
+# forms, returning with the output the statistics they normalised with (``mean`` and
+# ``rstd``, the reciprocal standard deviation).  Those are differentiable here (PyTorch
+# marks them non-differentiable): they are computed in ops, so autograd and vmap see them.
+
+def _statistics(values, dims, eps):
+    """The mean and ``1 / sqrt(biased variance + eps)`` of ``values`` over ``dims``,
+    kept as size-1 dims."""
+    mean = values.mean(dims, keepdim=True)
+    return mean, (values.var(dims, correction=0, keepdim=True) + eps).rsqrt()
+
+
+def _native_layer_norm_samples(make):
+    return [Sample(make(3, 4), (4,), make(4), make(4), 1e-5),
+            Sample(make(2, 3, 4), [3, 4], None, make(3, 4), 1e-3),
+            Sample(make(2, 5), (5,), None, None, 1e-5)]
+
+
+@op(kind="composite", method=False, inputs=("input", "weight", "bias"),
+    samples=_native_layer_norm_samples)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """``(layer_norm(...), mean, rstd)``, the statistics over the normalised dims, kept
+    as size-1 dims."""
+    out = layer_norm(input, normalized_shape, weight, bias, eps)
+    return (out,) + _statistics(input, tuple(range(-len(normalized_shape), 0)), eps)
+
+
+def _native_batch_norm_samples(make):
+    pos = dict(low=0.5, high=2.0)
+    return [Sample(make(4, 3), make(3), make(3), None, None, True, 0.1, 1e-5),
+            Sample(make(2, 3, 2), None, make(3), None, None, True, 0.1, 1e-5),
+            Sample(make(3, 2, 2), make(2), None, make(2), make(2, **pos), False, 0.1, 1e-5)]
+
+
+@op(kind="composite", method=False, inputs=("input", "weight", "bias"),
+    samples=_native_batch_norm_samples)
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+                      eps):
+    """``(batch_norm(...), save_mean, save_invstd)``: when ``training``, the batch's
+    per-channel mean and ``1 / sqrt(biased variance + eps)``; in evaluation, two empty
+    tensors, as PyTorch's CPU kernel returns."""
+    out = batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if not training:
+        empty = input.new_empty((0,))
+        return out, empty, empty.clone()
+    dims = (0,) + tuple(range(2, input.dim()))
+    mean, rstd = _statistics(input, dims, eps)
+    return out, mean.reshape(-1), rstd.reshape(-1)
+
+
+def _native_group_norm_samples(make):
+    return [Sample(make(2, 4, 3), make(4), make(4), 2, 4, 3, 2, 1e-5),
+            Sample(make(3, 6), None, None, 3, 6, 1, 3, 1e-5),
+            Sample(make(2, 4, 2, 2), make(4), None, 2, 4, 4, 4, 1e-3)]
+
+
+@op(kind="composite", method=False, inputs=("input", "weight", "bias"),
+    samples=_native_group_norm_samples)
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """``(group_norm(...), mean, rstd)``, the statistics of each (sample, group), shaped
+    (N, group); ``N``, ``C`` and ``HxW`` must describe the input."""
+    if input.numel() != N * C * HxW:
+        raise RuntimeError("Expected X.numel() == N * C * HxW to be true, but got false.")
+    out = group_norm(input, group, weight, bias, eps)
+    mean, rstd = _statistics(input.reshape(N, group, -1), (2,), eps)
+    return out, mean.reshape(N, group), rstd.reshape(N, group)
+
+
+__all__ += ["native_layer_norm", "native_batch_norm", "native_group_norm"]

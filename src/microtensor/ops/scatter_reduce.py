@@ -10,13 +10,14 @@ the shared extremum or the masked products).  Its batching rule is gather/scatte
 """
 import numpy as np
 
+from microtensor._C import meta
 from microtensor._C.autograd import Node, detached_alias, gradient_edge
 from microtensor._C.tensor import TensorBase, bool_, int64
-from microtensor.ops.factory import tensor
+from microtensor.ops.factory import arange, full, tensor
 from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
                                      dimwise_index_batch_rule)
-from microtensor.ops.loops import array_module, is_floating_array, update_at
-from microtensor.ops.registry import Sample, inplace_variant, op
+from microtensor.ops.loops import _type_name, array_module, is_floating_array, update_at
+from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 _UFUNCS = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "maximum",
@@ -165,3 +166,81 @@ def _refusing_double_backward(t):
 scatter_reduce_ = inplace_variant(scatter_reduce)
 
 __all__ = ["scatter_reduce", "scatter_reduce_"]
+__all__ += ["segment_reduce"]
+
+
+# --------------------------------------------------------------------------- segment_reduce
+
+_SEGMENT_REDUCTIONS = {"sum": "sum", "mean": "sum", "max": "amax", "amax": "amax",
+                       "min": "amin", "amin": "amin", "prod": "prod"}
+# what an empty segment holds without ``initial`` (the reduction's identity; mean: 0 / 0)
+_EMPTY_SEGMENT = {"sum": 0.0, "mean": 0.0, "amax": float("-inf"), "amin": float("inf"),
+                  "prod": 1.0}
+
+
+def _segment_lengths(data, lengths, indices, offsets, axis, unsafe):
+    """The segments' lengths (..., S) and the axis they split, with PyTorch's checks."""
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    if lengths is None and offsets is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    if lengths is None:
+        lengths = offsets.diff(dim=-1)
+    axis = meta.wrap_dim(axis, data.dim())
+    if axis != lengths.dim() - 1:
+        raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of "
+                           f"lengths but got {axis}.")
+    if bool((lengths < 0).any()):
+        raise RuntimeError("lengths contains negative value!")
+    if not unsafe and not bool((lengths.sum(-1) == data.shape[axis]).all()):
+        raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to sum "
+                           "to data.size(lengths.dim()-1) when !unsafe.")
+    return lengths, axis
+
+
+def _segment_reduce_samples(make):
+    # an empty segment's mean, max or min without ``initial`` is NaN or infinite, where a
+    # numerical gradient cannot be taken: those samples have none
+    lengths, filled = tensor([2, 0, 3, 1]), tensor([2, 1, 3])
+    return [Sample(make(6), "sum", lengths=lengths), Sample(make(6), "mean", lengths=filled),
+            Sample(make(6), "max", lengths=filled), Sample(make(6), "min", lengths=lengths,
+                                                           initial=0.5),
+            Sample(make(6, 2), "prod", offsets=tensor([0, 2, 2, 5, 6])),
+            Sample(make(2, 3), "sum", lengths=tensor([[1, 2], [3, 0]]), axis=1),
+            Sample(make(6), "mean", lengths=lengths, initial=2.0)]
+
+
+@op(kind="composite", inputs=("data",), method=False, samples=_segment_reduce_samples)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    """``data`` reduced ("sum", "mean", "max", "min" or "prod") over consecutive segments
+    of dim ``axis``, given by their ``lengths`` (or by ``offsets`` into it): one
+    ``scatter_reduce`` into the segments, each element sent to the segment it falls in.
+    ``initial`` joins every segment (a mean still divides by the segment's length); an
+    empty segment holds ``initial``, else the reduction's identity (NaN for a mean)."""
+    if reduce not in _SEGMENT_REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, "
+                           f"got {reduce}")
+    if not data.is_floating_point():
+        raise NotImplementedError(f"\"_segment_reduce_cpu\" not implemented for "
+                                  f"'{_type_name(data.dtype)}'")
+    lengths, axis = _segment_lengths(data, lengths, indices, offsets, axis, unsafe)
+    size = data.shape[axis]
+    positions = arange(size, device=data.device).expand(tuple(lengths.shape[:-1]) + (size,))
+    segment = REGISTRY["searchsorted"](lengths.cumsum(-1).contiguous(), positions, right=True)
+    trailing = data.dim() - axis - 1
+    index = segment.reshape(tuple(segment.shape) + (1,) * trailing).expand(tuple(data.shape))
+    # one more segment collects what ``unsafe`` lengths leave uncovered, then is dropped
+    segments = lengths.shape[-1]
+    out_shape = tuple(data.shape[:axis]) + (segments + 1,) + tuple(data.shape[axis + 1:])
+    how = _SEGMENT_REDUCTIONS[reduce]
+    start = _EMPTY_SEGMENT[how] if initial is None else initial
+    base = full(out_shape, start, dtype=data.dtype, device=data.device)
+    result = base.scatter_reduce(axis, index, data, how, include_self=initial is not None)
+    result = result.narrow(axis, 0, segments)
+    if reduce != "mean":
+        return result
+    counts = lengths.reshape(tuple(lengths.shape) + (1,) * trailing).to(data.dtype)
+    if initial is None:
+        return result / counts          # an empty segment: 0 / 0
+    return (result / counts).where(counts > 0, result)

@@ -810,8 +810,12 @@ def cumprod_(self, dim, *, dtype=None):
     return cumulative_(cumprod, self, dim, dtype, self.clone())
 
 
+# --------------------------------------------------------------------------- msort
 
-@op(kind="composite", samples=lambda make: [Sample(make(4, 3)), Sample(make(5))])
+@op(kind="composite", samples=lambda make: [Sample(_distinct(make, 3, 4)),
+                                            Sample(_distinct(make, 5)),
+                                            Sample(_distinct(make, 4, 3).mT),
+                                            Sample(tensor([[2, 1], [0, 3], [1, 1]]))])
 def msort(self):
-    """``self`` sorted along dim 0 (the sorted values of ``sort(self, 0)``)."""
+    """``self`` sorted along dim 0 (the values of ``sort(self, 0)``)."""
     return sort(self, 0).values

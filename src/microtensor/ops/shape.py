@@ -9,7 +9,7 @@ are computed by NumPy on views of the storage.  Derivatives use only microtensor
 make their buffers from the incoming gradient, so they are differentiable and run under
 vmap.
 """
-from inspect import signature
+import inspect
 from numbers import Integral
 
 import numpy as np
@@ -646,6 +646,11 @@ __all__ = ["cat", "stack", "hstack", "vstack", "split", "split_with_sizes", "chu
            "roll", "flip", "repeat", "tile", "tril", "triu", "tril_", "triu_", "trace", "diag",
            "diag_embed", "fresh_tensor"]
 __all__ += ["channel_shuffle", "native_channel_shuffle"]
+__all__ += ["row_stack", "gradient"]
+__all__ += [name + "_copy" for name in ("alias", "as_strided", "detach", "diagonal", "expand",
+                                        "narrow", "permute", "select", "slice", "split",
+                                        "split_with_sizes", "squeeze", "t", "transpose",
+                                        "unbind", "unfold", "unsqueeze", "view")]
 
 
 # --------------------------------------------------------------------------- channel shuffle
@@ -1140,31 +1145,177 @@ def unsafe_chunk(self, chunks, dim=0):
     return unsafe_split_with_sizes(self, sizes, dim)
 
 
-# --------------------------------------------------------------------------- view copies
-# PyTorch's ``<view>_copy`` functions: the view's values in fresh contiguous memory,
-# composites of the view and ``clone``, so autograd and vmap are theirs.
+__all__ += ["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]
+
+
+# --------------------------------------------------------------------------- row_stack
+
+@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
+def row_stack(tensors):
+    """``vstack``'s other name."""
+    return vstack(tensors)
+
+
+# --------------------------------------------------------------------------- gradient
+
+def _gradient_dims(self, dim):
+    """The dims ``gradient`` differentiates along, wrapped, each once."""
+    if dim is None:
+        return list(range(self.dim()))
+    dims = [meta.wrap_dim(d, self.dim()) for d in ((dim,) if isinstance(dim, Integral)
+                                                   else dim)]
+    for d in dims:
+        if dims.count(d) > 1:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    return dims
+
+
+def _gradient_spacings(spacing, dims, dim_given, ndim):
+    """One spacing per dim: a number or 0-d tensor (uniform), or a 1-D tensor of the
+    coordinates of the samples along that dim."""
+    if not isinstance(spacing, (tuple, list)):
+        if isinstance(spacing, TensorBase) and spacing.dim() != 0:
+            raise TypeError(f"gradient(): argument 'spacing' must be a number or a tuple of "
+                            f"tensors, not a {spacing.dim()}-D Tensor")
+        return [spacing] * len(dims)
+    if len(spacing) != len(dims):
+        if dim_given:
+            raise RuntimeError(f"torch.gradient expected spacing to be unspecified, a scalar "
+                               f"or it's spacing and dim arguments to have the same length, "
+                               f"but got a spacing argument of length {len(spacing)} and a "
+                               f"dim argument of length {len(dims)}.")
+        raise RuntimeError(f"torch.gradient expected spacing to be unspecified, a scalar, or "
+                           f"a list of length equal to 'self.dim() = {ndim}', since dim "
+                           f"argument was not given, but got a list of length {len(spacing)}")
+    if any(isinstance(s, TensorBase) for s in spacing):
+        _tensors("gradient", spacing)
+        for s in spacing:
+            if s.dim() != 1:
+                raise RuntimeError(f"torch.gradient expected each element of spacing to have "
+                                   f"one dimension, but got an element with {s.dim()} "
+                                   f"dimensions!")
+    return list(spacing)
+
+
+def _gradient_uniform(f, d, h, edge_order):
+    """Central differences inside, one-sided (first or second order) at the two ends, for
+    samples ``h`` apart."""
+    def part(start, stop=None):
+        return f.narrow(d, start % f.shape[d], 1 if stop is None else stop - start)
+    n = f.shape[d]
+    center = (f.narrow(d, 2, n - 2) - f.narrow(d, 0, n - 2)) / h
+    if edge_order == 1:
+        first, last = (part(1) - part(0)) / h, (part(-1) - part(-2)) / h
+    else:
+        first = (-1.5 * part(0) + 2 * part(1) - 0.5 * part(2)) / h
+        last = (0.5 * part(-3) - 2 * part(-2) + 1.5 * part(-1)) / h
+    return cat([first, center / 2, last], d)
+
+
+def _gradient_coordinates(f, d, x, edge_order):
+    """The second-order accurate differences of unevenly spaced samples at coordinates
+    ``x`` (NumPy's and PyTorch's weights), first or second order at the two ends."""
+    def part(start):
+        return f.narrow(d, start % f.shape[d], 1)
+    n = f.shape[d]
+    shape = [1] * f.dim()
+    shape[d] = -1
+    dx = x.diff()
+    dx1, dx2 = dx[:-1], dx[1:]
+    a = (-dx2 / (dx1 * (dx1 + dx2))).reshape(shape)
+    b = ((dx2 - dx1) / (dx1 * dx2)).reshape(shape)
+    c = (dx1 / (dx2 * (dx1 + dx2))).reshape(shape)
+    center = a * f.narrow(d, 0, n - 2) + b * f.narrow(d, 1, n - 2) + c * f.narrow(d, 2, n - 2)
+    if edge_order == 1:
+        first, last = (part(1) - part(0)) / dx[0], (part(-1) - part(-2)) / dx[-1]
+    else:
+        h0, h1, hl, hm = dx[0], dx[1], dx[-1], dx[-2]
+        first = (-(2.0 * h0 + h1) / (h0 * (h0 + h1)) * part(0) + (h0 + h1) / (h0 * h1) * part(1)
+                 - h0 / (h1 * (h0 + h1)) * part(2))
+        last = (hl / (hm * (hl + hm)) * part(-3) - (hl + hm) / (hl * hm) * part(-2)
+                + (2 * hl + hm) / (hl * (hl + hm)) * part(-1))
+    return cat([first, center, last], d)
+
+
+def _gradient_samples(make):
+    def coordinates(*values):
+        return tensor_of(np.array(values, dtype=np.float64))
+    return [Sample(make(3, 4)), Sample(make(5), spacing=2.0),
+            Sample(make(3, 4), spacing=[0.5, 2.0], edge_order=2),
+            Sample(make(4, 3), spacing=(coordinates(0.0, 0.5, 2.0, 2.5),), dim=0),
+            Sample(make(3, 4), spacing=(coordinates(0.0, 1.0, 3.0),
+                                        coordinates(-1.0, 0.0, 0.5, 2.0)), edge_order=2),
+            Sample(make(3, 2, 4), dim=(-1, 0), edge_order=2)]
+
+
+@op(kind="composite", inputs=("self", "spacing"), method=False, samples=_gradient_samples)
+def gradient(self, *, spacing=1, dim=None, edge_order=1):
+    """The derivative of the function sampled in ``self`` along each of ``dim`` (every dim
+    by default): a tuple of tensors shaped like ``self``.  Inside, central differences;
+    at the ends, one-sided ones of ``edge_order`` 1 or 2.  ``spacing``: the samples' step
+    (one number for every dim, or one per dim), or per dim the 1-D tensor of the
+    samples' coordinates."""
+    dims = _gradient_dims(self, dim)
+    spacings = _gradient_spacings(spacing, dims, dim is not None, self.dim())
+    if edge_order not in (1, 2):
+        raise RuntimeError("torch.gradient only supports edge_order=1 and edge_order=2.")
+    for d in dims:
+        if self.shape[d] < edge_order + 1:
+            raise RuntimeError("torch.gradient expected each dimension size to be at least "
+                               "edge_order+1")
+    return tuple(
+        _gradient_coordinates(self, d, h, edge_order)
+        if isinstance(h, TensorBase) and h.dim() == 1 else
+        _gradient_uniform(self, d, h, edge_order)
+        for d, h in zip(dims, spacings))
+
+
+
+# --------------------------------------------------------------------------- *_copy
+# PyTorch's ``<view>_copy`` functions: the view's values in a fresh contiguous tensor
+# (``transpose_copy(x, 0, 1)`` is ``x.transpose(0, 1).clone(contiguous_format)``), composites
+# of the view and ``clone``, so autograd and vmap follow those two.
 
 def _fresh(result):
-    if isinstance(result, tuple):
-        return tuple(piece.clone(memory_format=meta.contiguous_format) for piece in result)
+    if isinstance(result, (tuple, list)):
+        return tuple(r.clone(memory_format=meta.contiguous_format) for r in result)
     return result.clone(memory_format=meta.contiguous_format)
 
 
-def _copy_variant(base, method=False):
-    def kernel(*args, **kwargs):
-        return _fresh(base(*args, **kwargs))
-    kernel.__signature__ = signature(base.kernel)
-    kernel.__name__ = base.name + "_copy"
-    kernel.__doc__ = f"``{base.name}``'s result in fresh contiguous memory, not a view."
-    return op(kernel.__name__, kind="composite", method=method, inputs=base.inputs,
-              samples=base.samples, differentiable=base.differentiable)(kernel)
+def _declare_copy(base, samples=None, method=False):
+    """``<base>_copy``, with the base view's signature and samples (or ``samples``)."""
+    def kernel(self, *args, **kwargs):
+        return _fresh(REGISTRY[base](self, *args, **kwargs))
+    kernel.__signature__ = inspect.signature(REGISTRY[base].kernel)
+    kernel.__name__ = kernel.__qualname__ = base + "_copy"
+    kernel.__doc__ = f"``{base}``'s values in a fresh contiguous tensor."
+    return op(base + "_copy", kind="composite", method=method,
+              samples=samples or REGISTRY[base].samples,
+              differentiable=base != "detach")(kernel)
 
 
-for _name in ("view", "permute", "transpose", "t", "squeeze", "unsqueeze", "expand",
-              "diagonal", "select", "slice", "split", "split_with_sizes", "unbind",
-              "as_strided", "detach", "unfold", "alias"):
-    _copy_variant(REGISTRY[_name])
-narrow_copy = _copy_variant(REGISTRY["narrow"], method=True)
+_declare_copy("narrow", method=True)      # also a Tensor method, as PyTorch's
+for _base in ("alias", "as_strided", "detach", "diagonal", "select", "slice",
+              "split", "split_with_sizes", "squeeze", "transpose", "unbind", "unfold",
+              "unsqueeze"):
+    _declare_copy(_base)
+_declare_copy("t", lambda make: [Sample(make(2, 3)), Sample(make(3)), Sample(make())])
 
 
-__all__ += ["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk", "narrow_copy"]
+# aten's forms take the sizes (dims) as one list, not spread
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(3, 1), (2, 3, 4)), Sample(make(2), [3, -1])])
+def expand_copy(self, size, *, implicit=False):
+    return _fresh(self.expand(size))
+
+
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(4, 3).t(), [1, 0])])
+def permute_copy(self, dims):
+    return _fresh(self.permute(dims))
+
+
+@op(kind="composite", method=False,
+    samples=lambda make: [Sample(make(2, 3, 4), (6, 4)), Sample(make(2, 6), [-1])])
+def view_copy(self, size):
+    return _fresh(self.view(size))

@@ -292,6 +292,16 @@ def _random_request(op, args, kwargs):
         options.setdefault("dtype", self.dtype)
         options.setdefault("device", self.device)
         return tuple(self.shape), lambda shape: dispatch.run_kernel(base, shape, options)
+    if op.name == "randint_like":
+        # the op itself, on an unbatched stand-in of the drawn shape (its dtype and device)
+        bound = op.bind(args, kwargs)
+        self = bound.pop("self")
+        bound.pop("memory_format")
+
+        def draw(shape):
+            template = REGISTRY["new_empty"].kernel(getattr(self, "_value", self), shape)
+            return dispatch.run_kernel(op, (template,), bound)
+        return tuple(self.shape), draw
     return None, None
 
 
