@@ -725,8 +725,8 @@ def linalg_multi_dot(tensors):
     for i, t in enumerate(tensors[1:], 1):
         if t._dtype is not tensors[0]._dtype:
             raise RuntimeError(f"multi_dot(): all tensors must have be the same dtype but "
-                               f"tensor 0 is {tensors[0]._dtype.name} and tensor {i} "
-                               f"{t._dtype.name}")
+                               f"tensor 0 is {_type_name(tensors[0]._dtype).lower()} and "
+                               f"tensor {i} {_type_name(t._dtype).lower()}")
     row, column = tensors[0].dim() == 1, tensors[-1].dim() == 1
     if row:
         tensors[0] = tensors[0].unsqueeze(0)
@@ -850,8 +850,12 @@ def linalg_cond(A, p=None):
     check_matrix(A, f"linalg.cond(ord={p})")
     from microtensor import linalg
     inverse, info = linalg_inv_ex(A)
+    singular = info > 0
+    # a singular matrix's inverse (infinities) is left out of the norm: its result is inf
+    inverse = REGISTRY["where"](singular.unsqueeze(-1).unsqueeze(-1), A.new_zeros(()),
+                                inverse)
     value = linalg.matrix_norm(A, p) * linalg.matrix_norm(inverse, p)
-    return REGISTRY["where"](info > 0, value.new_full((), math.inf), value)
+    return REGISTRY["where"](singular, value.new_full((), math.inf), value)
 
 
 # --------------------------------------------------------------------------- triangular
@@ -930,7 +934,7 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     if (rows if left else columns) != n:
         raise RuntimeError(f"{fn}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({n}x{n} and {rows}x{columns})")
-    _broadcast_shapes(A._sizes[:-2], B._sizes[:-2])     # PyTorch's error when they do not
+    _broadcast_shapes(B._sizes[:-2], A._sizes[:-2])     # PyTorch's error when they do not
     return _result(solve_triangular_array(_array(A), _array(B), upper, left, unitriangular),
                    A)
 
@@ -1436,9 +1440,9 @@ def linalg_tensorsolve(A, B, dims=None):
 @op(kind="composite", inputs=("A",), samples=lambda make: [
     Sample(make(3, 3)), Sample(make(2, 3, 3), get_infos=True), Sample(make(4, 2), True)])
 def lu(A, pivot=True, get_infos=False):
-    """``(LU, pivots)`` of ``linalg.lu_factor`` (``get_infos``: and ``info``, else a zero
-    pivot raises)."""
-    result = LUWithInfo(*linalg_lu_factor_ex(A, pivot=pivot, check_errors=not get_infos))
+    """``(LU, pivots)`` of ``linalg.lu_factor`` (``get_infos``: and ``info``); a zero
+    pivot does not raise, as PyTorch's."""
+    result = LUWithInfo(*linalg_lu_factor_ex(A, pivot=pivot))
     return result if get_infos else result[:2]
 
 
