@@ -80,9 +80,8 @@ def raises_as_torch(fn_mt, fn_torch, error=RuntimeError, match=None):
 
 def test_every_real_linalg_function_of_torch_is_here():
     missing = {n for n in dir(torch.linalg) if not n.startswith("_")} - set(dir(mt.linalg))
-    # eig and eigvals return complex tensors; ldl_* are not written yet
-    assert missing <= {"eig", "eigvals", "common_notes", "ldl_factor", "ldl_factor_ex",
-                       "ldl_solve"}, missing
+    # eig and eigvals return complex tensors, which microtensor does not have
+    assert missing <= {"eig", "eigvals", "common_notes"}, missing
 
 
 @pytest.mark.parametrize("name", ["cholesky_solve", "cholesky_inverse", "triangular_solve",
@@ -689,3 +688,81 @@ def test_vmap_matches_torch(name, make, in_dims):
 def test_lu_factor_error_under_vmap_reads_every_sample():
     with pytest.raises(RuntimeError, match="is zero and using it on lu_solve"):
         mt.vmap(mt.linalg.lu_factor)(mt.tensor(SINGULAR))
+
+
+# --------------------------------------------------------------------------- LDLᵀ
+
+def symmetric(*shape):
+    values = random(*shape)
+    return values + np.swapaxes(values, -1, -2)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (40, 6, 6), (2, 1, 1), (0, 3, 3)])
+def test_ldl_factor_matches_lapack(shape):
+    """Bunch-Kaufman's pivots, 2x2 blocks (negative pivots) among them, and the compact
+    factor as LAPACK's sytrf; the solve against PyTorch's."""
+    values = symmetric(*shape)
+    ours, theirs = both(values)
+    result, expected = mt.linalg.ldl_factor_ex(ours), torch.linalg.ldl_factor_ex(theirs)
+    assert result._fields == ("LD", "pivots", "info")
+    close(result.LD, expected.LD, atol=1e-12)
+    np.testing.assert_array_equal(arr(result.pivots), expected.pivots.numpy())
+    np.testing.assert_array_equal(arr(result.info), expected.info.numpy())
+    if shape[0] == 40:
+        assert (arr(result.pivots) < 0).any()            # some 2x2 blocks were taken
+    for hermitian in (False, True):
+        LD, pivots = mt.linalg.ldl_factor(ours, hermitian=hermitian)
+        close(LD, result.LD)
+        B = random(*shape[:-1], 2)
+        close(mt.linalg.ldl_solve(LD, pivots, mt.tensor(B), hermitian=hermitian),
+              torch.linalg.ldl_solve(expected.LD, expected.pivots, torch.tensor(B),
+                                     hermitian=hermitian), rtol=1e-6, atol=1e-9)
+
+
+def test_ldl_reads_the_lower_triangle_and_reports_zero_blocks():
+    values = np.stack([np.zeros((3, 3)), [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0],
+                                          [0.0, 0.0, 2.0]], np.tril(symmetric(3, 3))])
+    ours, theirs = both(values)
+    result, expected = mt.linalg.ldl_factor_ex(ours), torch.linalg.ldl_factor_ex(theirs)
+    close(result, expected)
+    with pytest.raises(mt.linalg.LinAlgError, match=r"\(Batch element 0\).*D\[1,1\] is zero"):
+        mt.linalg.ldl_factor(ours)
+    with pytest.raises(mt.linalg.LinAlgError, match="torch.linalg.ldl_factor_ex"):
+        mt.linalg.ldl_factor_ex(ours, check_errors=True)
+
+
+def test_ldl_solve_broadcasts():
+    values = symmetric(4, 4)
+    LD, pivots = mt.linalg.ldl_factor(mt.tensor(values))
+    B = random(3, 4, 2)
+    np.testing.assert_allclose(arr(mt.linalg.ldl_solve(LD, pivots, mt.tensor(B))),
+                               np.linalg.solve(values, B), atol=1e-10)
+
+
+@pytest.mark.parametrize("LD, pivots, B", [
+    ((3, 3), (2,), (3, 2)), ((3, 3), "float", (3, 2)), ((3,), (3,), (3, 2)),
+    ((3, 2), (3,), (3, 2)), ((3, 3), (3,), (3,)), ((3, 3), (3,), (4, 2)),
+    ((2, 3, 3), (2, 3), (3, 3, 2))])
+def test_ldl_errors(LD, pivots, B):
+    def args(lib):
+        p = lib.ones(3) if pivots == "float" else lib.ones(pivots, dtype=lib.int32)
+        return lib.eye(3).expand(LD) if len(LD) == 3 else lib.ones(LD), p, lib.ones(B)
+    raises_as_torch(lambda: mt.linalg.ldl_solve(*args(mt)),
+                    lambda: torch.linalg.ldl_solve(*args(torch)),
+                    IndexError if B == (3,) else RuntimeError)
+    raises_as_torch(lambda: mt.linalg.ldl_solve(mt.eye(3), mt.ones(3, dtype=mt.int32),
+                                                mt.ones(3, 2, dtype=mt.float64)),
+                    lambda: torch.linalg.ldl_solve(torch.eye(3), torch.ones(3, dtype=torch.int32),
+                                                   torch.ones(3, 2, dtype=torch.float64)))
+    for shape in ((3,), (3, 2)):
+        raises_as_torch(lambda: mt.linalg.ldl_factor(mt.ones(shape)),
+                        lambda: torch.linalg.ldl_factor(torch.ones(shape)))
+
+
+def test_ldl_vmap_matches_torch():
+    values, B = symmetric(3, 5, 5), random(3, 5, 2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=FALLBACK)
+        ours = mt.vmap(lambda a, b: mt.linalg.ldl_solve(*mt.linalg.ldl_factor(a), b))(
+            mt.tensor(values), mt.tensor(B))
+    np.testing.assert_allclose(arr(ours), np.linalg.solve(values, B), atol=1e-10)

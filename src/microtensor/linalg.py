@@ -181,7 +181,8 @@ __all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "det", "s
 __all__ += ["cross", "diagonal", "matmul", "vecdot", "vander", "multi_dot", "matrix_power",
             "matrix_exp", "matrix_rank", "cond", "solve_triangular", "solve_ex", "inv_ex",
             "cholesky_ex", "lu_factor", "lu_factor_ex", "lu", "lu_solve",
-            "householder_product", "tensorinv", "tensorsolve"]
+            "householder_product", "tensorinv", "tensorsolve", "ldl_factor", "ldl_factor_ex",
+            "ldl_solve"]
 
 
 # --------------------------------------------------------------------------- the rest of
@@ -281,3 +282,16 @@ def tensorinv(A, ind=2):
 
 def tensorsolve(A, B, dims=None):
     return _decomp.linalg_tensorsolve(A, B, dims)
+
+
+def ldl_factor_ex(A, *, hermitian=False, check_errors=False):
+    return _decomp.LDLFactorExResult(*_decomp.linalg_ldl_factor_ex(
+        A, hermitian=hermitian, check_errors=check_errors))
+
+
+def ldl_factor(A, *, hermitian=False):
+    return _decomp.linalg_ldl_factor(A, hermitian=hermitian)
+
+
+def ldl_solve(LD, pivots, B, *, hermitian=False):
+    return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)

@@ -427,7 +427,8 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "cholesky_inverse", "linalg_lu_factor_ex", "_lu_unpack", "lu_unpack", "linalg_lu",
             "linalg_lu_solve", "linalg_solve_ex", "linalg_inv_ex", "linalg_cholesky_ex",
             "linalg_householder_product", "orgqr", "linalg_tensorinv", "linalg_tensorsolve",
-            "lu", "lu_solve", "qr", "raise_for_info"]
+            "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
+            "linalg_ldl_factor", "linalg_ldl_solve"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -608,6 +609,8 @@ InvExResult = _named("linalg_inv_ex", ("inverse", "info"))
 CholeskyExResult = _named("linalg_cholesky_ex", ("L", "info"))
 TriangularSolveResult = _named("triangular_solve", ("solution", "cloned_coefficient"))
 QRTuple = _named("qr", ("Q", "R"))
+LDLFactorResult = _named("linalg_ldl_factor", ("LD", "pivots"))
+LDLFactorExResult = _named("linalg_ldl_factor_ex", ("LD", "pivots", "info"))
 
 
 def _physical_array(t):
@@ -1457,3 +1460,230 @@ def lu_solve(self, LU_data, LU_pivots):
 def qr(self, some=True):
     """``linalg.qr(self, 'reduced' if some else 'complete')``."""
     return QRTuple(*linalg_qr(self, "reduced" if some else "complete"))
+
+
+# --------------------------------------------------------------------------- LDLᵀ
+# LAPACK's sytf2/sytrs for the lower triangle (Bunch-Kaufman pivoting: 1x1 and 2x2 blocks
+# of D; negative pivots mark a 2x2 block), written out over the whole batch at once: each
+# matrix of the batch keeps its own column pointer, since the block sizes differ.
+
+_BUNCH_KAUFMAN_ALPHA = (1 + math.sqrt(17)) / 8
+
+
+def _swap_rows(M, first, second, where):
+    """Rows ``first[b]`` and ``second[b]`` of each ``M[b]`` swapped where ``where[b, :]``
+    (a mask over the columns)."""
+    every = np.arange(M.shape[0])
+    a, b = M[every, first].copy(), M[every, second].copy()
+    M[every, first] = np.where(where, b, a)
+    M[every, second] = np.where(where, a, b)
+
+
+def ldl_array(a):
+    """``(LD, pivots, info)`` of the symmetric matrices whose lower triangles ``a`` holds:
+    LAPACK's sytf2 (``info``: the 1-based index of the first zero of D, 0 if none)."""
+    batch, n = a.shape[:-2], a.shape[-1]
+    M = np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
+    M = M.reshape((-1, n, n)).copy()
+    count = M.shape[0]
+    every, index = np.arange(count), np.arange(n)
+    pivots = np.zeros((count, n), np.int32)
+    info = np.zeros(count, np.int32)
+    k = np.zeros(count, np.int64)
+    while (k < n).any():
+        active = k < n
+        kc = np.minimum(k, n - 1)
+        column = np.abs(M[every, :, kc])
+        below = np.where(index > kc[:, None], column, -1.0)
+        imax = np.argmax(below, -1)                # the first largest, as LAPACK's idamax
+        colmax = np.maximum(below.max(-1), 0.0)
+        absakk = column[every, kc]
+        row = np.abs(M[every, imax])
+        rowmax = np.where((index >= kc[:, None]) & (index != imax[:, None]), row, 0.0).max(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            keep = (absakk >= _BUNCH_KAUFMAN_ALPHA * colmax) | \
+                (absakk >= _BUNCH_KAUFMAN_ALPHA * colmax * (colmax / rowmax))
+        zero = active & (np.maximum(absakk, colmax) == 0)
+        info[zero & (info == 0)] = (kc + 1)[zero & (info == 0)]
+        two = active & ~zero & ~keep & (row[every, imax] < _BUNCH_KAUFMAN_ALPHA * rowmax)
+        kp = np.where(zero | keep, kc, imax)
+        step = np.where(two, 2, 1)
+        kk = np.minimum(kc + step - 1, n - 1)
+        # the symmetric interchange of kk and kp in the trailing matrix
+        trailing = active[:, None] & (index >= kc[:, None])
+        _swap_rows(M, kk, kp, trailing)
+        M_t = np.swapaxes(M, -1, -2)
+        _swap_rows(M_t, kk, kp, trailing)
+        rest = index > kk[:, None]
+        block = (active & ~zero)[:, None, None] & rest[:, :, None] & rest[:, None, :]
+        x = np.where(rest, M[every, :, kc], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # one row of D: a 1x1 block
+            d = M[every, kc, kc]
+            one_step = np.where((active & ~zero & ~two)[:, None], x / np.where(
+                d == 0, 1, d)[:, None], 0.0)
+            # a 2x2 block [[a, b], [b, c]]: the rows of D⁻¹ applied to columns k, k+1
+            k1 = np.minimum(kc + 1, n - 1)
+            y = np.where(rest, M[every, :, k1], 0.0)
+            b = np.where(two, M[every, k1, kc], 1.0)
+            d11, d22 = M[every, k1, k1] / b, M[every, kc, kc] / b
+            scale = (1 / (d11 * d22 - 1)) / b
+            wk = np.where(two[:, None], scale[:, None] * (d11[:, None] * x - y), 0.0)
+            wk1 = np.where(two[:, None], scale[:, None] * (d22[:, None] * y - x), 0.0)
+        update = x[:, :, None] * one_step[:, None, :] + x[:, :, None] * wk[:, None, :] + \
+            y[:, :, None] * wk1[:, None, :]
+        M -= np.where(block, update, 0.0)
+        factor = active & ~zero
+        M[every, :, kc] = np.where((factor & ~two)[:, None] & rest, one_step, M[every, :, kc])
+        M[every, :, kc] = np.where(two[:, None] & rest, wk, M[every, :, kc])
+        M[every, :, k1] = np.where(two[:, None] & rest, wk1, M[every, :, k1])
+        pivots[every[active], kc[active]] = np.where(two, -(kp + 1), kp + 1)[active]
+        pivots[every[two], k1[two]] = -(kp + 1)[two]
+        k = np.where(active, k + step, k)
+    return (np.tril(M).reshape(a.shape), pivots.reshape(batch + (n,)), info.reshape(batch))
+
+
+def ldl_solve_array(LD, pivots, B):
+    """``X`` with ``A X = B`` for ``A = L D Lᵀ`` packed by ``ldl_array``: LAPACK's sytrs
+    (batch dims of ``LD``/``pivots`` and ``B`` broadcast)."""
+    n = LD.shape[-1]
+    batch = tuple(np.broadcast_shapes(LD.shape[:-2], B.shape[:-2]))
+    LD = np.broadcast_to(LD, batch + (n, n)).reshape((-1, n, n))
+    pivots = np.broadcast_to(pivots, batch + (n,)).reshape((-1, n)).astype(np.int64)
+    X = np.array(np.broadcast_to(B, batch + B.shape[-2:]), dtype=np.result_type(LD, B))
+    X = X.reshape((-1,) + B.shape[-2:])
+    count = X.shape[0]
+    every, index = np.arange(count), np.arange(n)
+    columns = np.ones(X.shape[-1], bool)
+    # L D Y = B: blocks forward
+    k = np.zeros(count, np.int64)
+    while (k < n).any():
+        active = k < n
+        kc = np.minimum(k, n - 1)
+        two = active & (pivots[every, kc] < 0)
+        k1 = np.minimum(kc + 1, n - 1)
+        kk = np.where(two, k1, kc)
+        kp = np.abs(pivots[every, kc]) - 1
+        _swap_rows(X, kk, np.where(active, kp, kk), active[:, None] & columns)
+        rest = index > kk[:, None]
+        lk = np.where(rest & active[:, None], LD[every, :, kc], 0.0)
+        lk1 = np.where(rest & two[:, None], LD[every, :, k1], 0.0)
+        xk, xk1 = X[every, kc].copy(), X[every, k1].copy()
+        X -= lk[:, :, None] * xk[:, None, :] + lk1[:, :, None] * xk1[:, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b = np.where(two, LD[every, k1, kc], 1.0)[:, None]
+            a_, c_ = LD[every, kc, kc][:, None] / b, LD[every, k1, k1][:, None] / b
+            denominator = a_ * c_ - 1
+            first = (c_ * (xk / b) - xk1 / b) / denominator
+            second = (a_ * (xk1 / b) - xk / b) / denominator
+            single = xk / LD[every, kc, kc][:, None]
+        X[every, kc] = np.where(two[:, None], first, np.where(active[:, None], single, xk))
+        X[every, k1] = np.where(two[:, None], second, X[every, k1])
+        k = np.where(active, k + np.where(two, 2, 1), k)
+    # Lᵀ X = Y: blocks backward
+    k = np.full(count, n - 1, np.int64)
+    while (k >= 0).any():
+        active = k >= 0
+        kc = np.maximum(k, 0)
+        two = active & (pivots[every, kc] < 0)
+        k0 = np.where(two, np.maximum(kc - 1, 0), kc)        # the block's first row
+        rest = (index > kc[:, None]) & active[:, None]
+        X[every, kc] -= np.einsum("bi,bij->bj", np.where(rest, LD[every, :, kc], 0.0), X)
+        X[every, k0] -= np.einsum("bi,bij->bj", np.where(rest & two[:, None],
+                                                          LD[every, :, k0], 0.0), X)
+        kp = np.abs(pivots[every, kc]) - 1
+        _swap_rows(X, kc, np.where(active, kp, kc), active[:, None] & columns)
+        k = np.where(active, k - np.where(two, 2, 1), k)
+    return X.reshape(batch + B.shape[-2:])
+
+
+def _ldl_samples(make):
+    def symmetric(*shape):
+        M = make(*shape)
+        return (M + M.mT).detach()
+    return [Sample(symmetric(4, 4)), Sample(symmetric(3, 5, 5)), Sample(make(3, 3)),
+            Sample(symmetric(3, 3), hermitian=True), Sample(symmetric(2, 2), check_errors=True)]
+
+
+# PyTorch has no derivative of the LDLᵀ factorization or its solve: neither has one here
+@op(inputs=("A",), method=False, function=False, differentiable=False, samples=_ldl_samples)
+def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
+    """``(LD, pivots, info)``: LAPACK's compact LDLᵀ of each symmetric matrix of ``A``
+    (lower triangle read; ``hermitian`` is the same for real dtypes), its int32
+    Bunch-Kaufman pivots (negative for a 2x2 block of D) and the index of the first zero
+    of D (0: none)."""
+    fn = "torch.linalg.ldl_factor_ex"
+    check_matrix(A, fn)
+    arr = _array(A)
+    LD, pivots, info = ldl_array(np.asarray(arr.get() if hasattr(arr, "get") else arr))
+    if check_errors:
+        _raise_for_ldl_info(info, fn, A.dim() > 2)
+    xp = array_module(arr)
+    return (_result(xp.asarray(LD), A), from_numpy_result(xp.asarray(pivots), int32),
+            from_numpy_result(xp.asarray(info), int32))
+
+
+linalg_ldl_factor_ex.def_batch_rule(one_matrix_batch_rule)
+
+
+def _raise_for_ldl_info(info, fn, batched):
+    values = _physical_array(info)
+    failed = np.flatnonzero(values > 0)
+    if failed.size:
+        where = f"(Batch element {failed[0]}): " if batched else ""
+        k = int(values[failed[0]])
+        raise LinAlgError(f"{fn}: {where}The factorization could not be completed because "
+                          f"the block diagonal matrix D is singular (D[{k},{k}] is zero).")
+
+
+@op(kind="composite", inputs=("A",), method=False, function=False, differentiable=False,
+    samples=lambda make: _ldl_samples(make)[:4])
+def linalg_ldl_factor(A, *, hermitian=False):
+    """``(LD, pivots)``; a zero in D raises (``ldl_factor_ex`` reports it instead)."""
+    LD, pivots, info = linalg_ldl_factor_ex(A, hermitian=hermitian)
+    _raise_for_ldl_info(info, "torch.linalg.ldl_factor", A.dim() > 2)
+    return LDLFactorResult(LD, pivots)
+
+
+def _ldl_solve_samples(make):
+    factors = [linalg_ldl_factor_ex(s.args[0])[:2] for s in _ldl_samples(make)[:2]]
+    return [Sample(*factors[0], make(4, 2)), Sample(*factors[1], make(3, 5, 1)),
+            Sample(*factors[0], make(2, 4, 3), hermitian=True)]
+
+
+@op(inputs=("LD", "B"), method=False, function=False, differentiable=False,
+    samples=_ldl_solve_samples)
+def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
+    """``X`` with ``A @ X = B`` for ``A`` factored by ``linalg.ldl_factor`` (batch dims of
+    ``B`` broadcast)."""
+    fn = "torch.linalg.ldl_solve"
+    check_matrix(LD, fn)
+    if B.dim() < 2:
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-max(B.dim(), 1)}, {max(B.dim(), 1) - 1}], but got -2)")
+    n = LD._sizes[-1]
+    if B._sizes[-2] != n:
+        raise RuntimeError(f"Incompatible matrix sizes for {fn}: each A matrix is {n} by {n} "
+                           f"but each b matrix is {B._sizes[-2]} by {B._sizes[-1]}")
+    _check_same_dtype(None, "b", B, "A", LD, end=" instead.")
+    if pivots._dtype.is_floating_point:
+        raise RuntimeError(f"{fn}: Expected pivots to be integers. Got "
+                           f"{_type_name(pivots._dtype)}")
+    if pivots._sizes != LD._sizes[:-1]:
+        raise RuntimeError(f"{fn}: Expected LD.shape[:-1] and pivots.shape to be the same, "
+                           f"but got pivots with shape {list(pivots._sizes)} instead")
+    _broadcast_shapes(B._sizes[:-2], LD._sizes[:-2])
+    p = _array(pivots)
+    return _result(ldl_solve_array(_array(LD), np.asarray(p.get() if hasattr(p, "get") else p),
+                                   _array(B)), LD)
+
+
+@linalg_ldl_solve.def_batch_rule
+def linalg_ldl_solve(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    LD, pivots, B = (bound.pop(name) for name in ("LD", "pivots", "B"))
+    size, batch_dims = batch_size(level), max(LD.dim(), B.dim()) - 2
+    physical = (_in_front(LD, level, size, 2, batch_dims),
+                _in_front(pivots, level, size, 1, batch_dims),
+                _in_front(B, level, size, 2, batch_dims))
+    return wrap(call(op, physical, bound), 0, level)
