@@ -613,14 +613,28 @@ LDLFactorResult = _named("linalg_ldl_factor", ("LD", "pivots"))
 LDLFactorExResult = _named("linalg_ldl_factor_ex", ("LD", "pivots", "info"))
 
 
+def _host_array(arr):
+    """``arr`` as a NumPy array (a device array copied to the host): the kernels written
+    out in NumPy below run on the host."""
+    return arr.get() if hasattr(arr, "get") else np.asarray(arr)
+
+
+def _host(t):
+    return _host_array(t._array())
+
+
+def _on_device_of(like, arr, dtype=None):
+    """A host array computed for the tensor ``like``, as a tensor on its device."""
+    return from_numpy_result(array_module(like._array()).asarray(arr),
+                             like._dtype if dtype is None else dtype)
+
+
 def _physical_array(t):
     """The values of ``t`` (an array, or a tensor under any vmap levels: a check reads
     every sample) as a flat NumPy array."""
     while isinstance(t, BatchedTensor):
         t = t._value
-    if hasattr(t, "_array"):
-        t = t._array()
-    return np.asarray(t.get() if hasattr(t, "get") else t).reshape(-1)
+    return (_host(t) if hasattr(t, "_array") else _host_array(t)).reshape(-1)
 
 
 def raise_for_info(info, fn, kind, batched):
@@ -938,8 +952,8 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
         raise RuntimeError(f"{fn}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({n}x{n} and {rows}x{columns})")
     _broadcast_shapes(B._sizes[:-2], A._sizes[:-2])     # PyTorch's error when they do not
-    return _result(solve_triangular_array(_array(A), _array(B), upper, left, unitriangular),
-                   A)
+    return _on_device_of(A, solve_triangular_array(_host(A), _host(B), upper, left,
+                                                   unitriangular))
 
 
 @linalg_solve_triangular.def_joint_derivative
@@ -1073,13 +1087,11 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the "
                            "CPU")
-    arr = _array(A)
-    lu, pivots, info = lu_array(np.asarray(arr.get() if hasattr(arr, "get") else arr))
+    lu, pivots, info = lu_array(_host(A))
     if check_errors:
         raise_for_info(info, fn, "lu", A.dim() > 2)
-    xp = array_module(arr)
-    return (_result(xp.asarray(lu), A), from_numpy_result(xp.asarray(pivots), int32),
-            from_numpy_result(xp.asarray(info), int32))
+    return (_on_device_of(A, lu), _on_device_of(A, pivots, int32),
+            _on_device_of(A, info, int32))
 
 
 def _lu_factor_backward(gLU, P, L, U):
@@ -1149,21 +1161,21 @@ def _lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
         raise RuntimeError(f"torch.lu_unpack: Expected LU_pivots of shape "
                            f"{list(LU_data._sizes[:-2]) + [k]}, but got "
                            f"{list(LU_pivots._sizes)}")
-    empty = _result(np.empty((0,), LU_data._dtype.np), LU_data)
-    a = _array(LU_data)
+    empty = _on_device_of(LU_data, np.empty((0,), LU_data._dtype.np))
+    a = _host(LU_data)
     if unpack_data:
         L = np.tril(a[..., :, :k], -1) + np.eye(m, k, dtype=a.dtype)
-        L, U = _result(L, LU_data), _result(np.triu(a[..., :k, :]), LU_data)
+        L, U = _on_device_of(LU_data, L), _on_device_of(LU_data, np.triu(a[..., :k, :]))
     else:
         L = U = empty
     if not unpack_pivots:
         return empty, L, U
-    pivots = np.asarray(_array(LU_pivots))
+    pivots = _host(LU_pivots)
     if pivots.size and (pivots.min() < 1 or pivots.max() > m):
         raise RuntimeError("pivots passed to lu_unpack must be between 1 and LU.size(-2) "
                            "inclusive.Did you properly pass the result of lu_factor?")
     P = permutation_array(pivots, m, a.dtype)
-    return _result(array_module(a).asarray(P), LU_data), L, U
+    return _on_device_of(LU_data, P), L, U
 
 
 @_lu_unpack.def_derivative("LU_data")
@@ -1325,13 +1337,11 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     """``(L, info)``: ``linalg.cholesky``'s factor, and per matrix the order of the first
     leading minor that is not positive-definite (0: none) instead of an error."""
     check_matrix(A, "linalg.cholesky")
-    arr = _array(A)
-    L, info = cholesky_array(np.asarray(arr.get() if hasattr(arr, "get") else arr))
+    L, info = cholesky_array(_host(A))
     if check_errors:
         raise_for_info(info, "linalg.cholesky_ex", "cholesky", A.dim() > 2)
-    xp = array_module(arr)
-    L = xp.asarray(np.swapaxes(L, -1, -2) if upper else L)
-    return _result(L, A), from_numpy_result(xp.asarray(info), int32)
+    return (_on_device_of(A, np.swapaxes(L, -1, -2) if upper else L),
+            _on_device_of(A, info, int32))
 
 
 @linalg_cholesky_ex.def_derivative("A")
@@ -1614,13 +1624,11 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     of D (0: none)."""
     fn = "torch.linalg.ldl_factor_ex"
     check_matrix(A, fn)
-    arr = _array(A)
-    LD, pivots, info = ldl_array(np.asarray(arr.get() if hasattr(arr, "get") else arr))
+    LD, pivots, info = ldl_array(_host(A))
     if check_errors:
         _raise_for_ldl_info(info, fn, A.dim() > 2)
-    xp = array_module(arr)
-    return (_result(xp.asarray(LD), A), from_numpy_result(xp.asarray(pivots), int32),
-            from_numpy_result(xp.asarray(info), int32))
+    return (_on_device_of(A, LD), _on_device_of(A, pivots, int32),
+            _on_device_of(A, info, int32))
 
 
 linalg_ldl_factor_ex.def_batch_rule(one_matrix_batch_rule)
@@ -1673,9 +1681,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
         raise RuntimeError(f"{fn}: Expected LD.shape[:-1] and pivots.shape to be the same, "
                            f"but got pivots with shape {list(pivots._sizes)} instead")
     _broadcast_shapes(B._sizes[:-2], LD._sizes[:-2])
-    p = _array(pivots)
-    return _result(ldl_solve_array(_array(LD), np.asarray(p.get() if hasattr(p, "get") else p),
-                                   _array(B)), LD)
+    return _on_device_of(LD, ldl_solve_array(_host(LD), _host(pivots), _host(B)))
 
 
 @linalg_ldl_solve.def_batch_rule
