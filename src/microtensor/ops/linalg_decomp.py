@@ -639,7 +639,7 @@ def _physical_array(t):
 
 def raise_for_info(info, fn, kind, batched):
     """PyTorch's error for the first nonzero ``info`` of a factorization (``kind``: 'lu',
-    'inv', 'solve' or 'cholesky'), naming the batch element when ``batched``."""
+    'inv', 'solve', 'cholesky' or 'ldl'), naming the batch element when ``batched``."""
     values = _physical_array(info)
     failed = np.flatnonzero(values > 0)
     if not failed.size:
@@ -657,6 +657,10 @@ def raise_for_info(info, fn, kind, batched):
     if kind == "solve":
         raise LinAlgError(f"{fn}: {where}The solver failed because the input matrix is "
                           "singular.")
+    if kind == "ldl":
+        # PyTorch's fails an internal assertion here: the message is LAPACK's meaning
+        raise LinAlgError(f"{fn}: {where}The factorization could not be completed because "
+                          f"the block diagonal matrix D is singular (D[{k},{k}] is zero).")
     raise LinAlgError(f"{fn}: {where}The factorization could not be completed because the "
                       f"input is not positive-definite (the leading minor of order {k} is "
                       "not positive-definite).")
@@ -691,13 +695,10 @@ def _check_same_dtype(fn, a_name, A, b_name, B, end=" instead"):
                            f"{_type_name(B._dtype)}{end}")
 
 
-def _square_of(t):
-    return t @ t.mT
-
-
 def _triangular(make, *batch, n=3, upper=False, unit=False):
     """A well-conditioned triangular matrix (unit diagonal if ``unit``)."""
-    T = make(*batch, n, n) * 0.3 + _eye_like(make(1), n) * (1.0 if unit else 2.0)
+    T = make(*batch, n, n)
+    T = T * 0.3 + _eye_like(T, n) * (1.0 if unit else 2.0)
     return (T.triu() if upper else T.tril()).detach()
 
 
@@ -846,7 +847,7 @@ _COND_ORDERS = (None, 2, -2, "fro", "nuc", math.inf, -math.inf, 1, -1)
 
 
 def _cond_samples(make):
-    return [Sample(make(3, 3) + _eye_like(make(1), 3) * 3)] + [
+    return [Sample(_spd(make) - make(3, 3))] + [
         Sample(_square_samples(make)[1].args[0], p) for p in _COND_ORDERS[1:]] + [
         Sample(make(4, 3)), Sample(make(2, 4), -2)]
 
@@ -993,9 +994,9 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
 
 
 @op(kind="composite", inputs=("self", "input2"),
-    samples=lambda make: [Sample(make(3, 2), _spd_factor(make)),
-                          Sample(make(2, 3, 1), _spd_factor(make, upper=True), True),
-                          Sample(make(3, 2), _spd_factor(make, 2))])
+    samples=lambda make: [Sample(make(3, 2), _triangular(make)),
+                          Sample(make(2, 3, 1), _triangular(make, upper=True), True),
+                          Sample(make(3, 2), _triangular(make, 2))])
 def cholesky_solve(self, input2, upper=False):
     """``X`` with ``A @ X = self`` for ``A = L Lᵀ`` given its Cholesky factor ``input2``
     (``Uᵀ U`` when ``upper``), of which only that triangle is read."""
@@ -1019,21 +1020,15 @@ def cholesky_solve(self, input2, upper=False):
     return linalg_solve_triangular(lower.mT, half, upper=True)
 
 
-def _spd_factor(make, *batch, upper=False):
-    return _triangular(make, *batch, upper=upper)
-
-
-@op(kind="composite", samples=lambda make: [Sample(_spd_factor(make)),
-                                             Sample(_spd_factor(make, 2, upper=True), True)])
+@op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
+                                             Sample(_triangular(make, 2, upper=True), True)])
 def cholesky_inverse(self, upper=False):
     """The inverse of ``A = L Lᵀ`` (``Uᵀ U`` when ``upper``) from its Cholesky factor."""
     check_matrix(self, "cholesky_inverse")
-    diagonal = self.diagonal(0, -2, -1)
-    # the first zero on each diagonal, counted from 1 (0: none), as LAPACK's potri reports
-    zero = diagonal == 0
-    info = (zero.long().cumsum(-1) == 0).sum(-1) + 1
-    raise_for_info(REGISTRY["where"](zero.any(-1), info, info.new_zeros(())),
-                   "cholesky_inverse", "inv", self.dim() > 2)
+    zero = self.diagonal(0, -2, -1) == 0
+    # LAPACK's potri reports the first zero on each diagonal, counted from 1 (0: none)
+    info = (zero.long().argmax(-1) + 1) * zero.any(-1)
+    raise_for_info(info, "cholesky_inverse", "inv", self.dim() > 2)
     identity = _eye_like(self, self.shape[-1]).expand(tuple(self.shape))
     return cholesky_solve(identity, self, upper)
 
@@ -1626,7 +1621,7 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     check_matrix(A, fn)
     LD, pivots, info = ldl_array(_host(A))
     if check_errors:
-        _raise_for_ldl_info(info, fn, A.dim() > 2)
+        raise_for_info(info, fn, "ldl", A.dim() > 2)
     return (_on_device_of(A, LD), _on_device_of(A, pivots, int32),
             _on_device_of(A, info, int32))
 
@@ -1634,22 +1629,12 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
 linalg_ldl_factor_ex.def_batch_rule(one_matrix_batch_rule)
 
 
-def _raise_for_ldl_info(info, fn, batched):
-    values = _physical_array(info)
-    failed = np.flatnonzero(values > 0)
-    if failed.size:
-        where = f"(Batch element {failed[0]}): " if batched else ""
-        k = int(values[failed[0]])
-        raise LinAlgError(f"{fn}: {where}The factorization could not be completed because "
-                          f"the block diagonal matrix D is singular (D[{k},{k}] is zero).")
-
-
 @op(kind="composite", inputs=("A",), method=False, function=False, differentiable=False,
     samples=lambda make: _ldl_samples(make)[:4])
 def linalg_ldl_factor(A, *, hermitian=False):
     """``(LD, pivots)``; a zero in D raises (``ldl_factor_ex`` reports it instead)."""
     LD, pivots, info = linalg_ldl_factor_ex(A, hermitian=hermitian)
-    _raise_for_ldl_info(info, "torch.linalg.ldl_factor", A.dim() > 2)
+    raise_for_info(info, "torch.linalg.ldl_factor", "ldl", A.dim() > 2)
     return LDLFactorResult(LD, pivots)
 
 
