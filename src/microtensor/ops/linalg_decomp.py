@@ -1,8 +1,12 @@
 """Matrix decompositions and solvers of ``torch.linalg``: ``linalg_inv``, ``linalg_det``,
 ``linalg_slogdet``, ``linalg_solve``, ``linalg_cholesky``, ``linalg_qr``, ``linalg_svd``,
-``linalg_eigh``.
+``linalg_eigh``; the triangular solve, the LU, LDLᵀ and info-reporting Cholesky
+factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names written
+with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``, ``cholesky_solve`` ...).
 
-Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call.
+Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call; the
+factorizations NumPy does not wrap (LU, LDLᵀ, Cholesky with its info) are LAPACK's
+algorithms written out in NumPy, a Python step per column over the whole batch.
 Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
 are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
 gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
