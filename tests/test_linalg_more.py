@@ -186,6 +186,16 @@ def test_matrix_rank_tensor_tolerances():
           torch.linalg.matrix_rank(theirs, atol=torch.tensor(atol), rtol=torch.tensor(0.2)))
 
 
+def test_matrix_rank_tol_overload():
+    ours, theirs = both(_low_rank(3))
+    for tol in (1e-30, 0.5, 3.0):
+        close(mt.linalg.matrix_rank(ours, tol), torch.linalg.matrix_rank(theirs, tol))
+        close(mt.linalg.matrix_rank(ours, tol=mt.tensor(tol)),
+              torch.linalg.matrix_rank(theirs, tol=torch.tensor(tol)))
+    with pytest.raises(TypeError):
+        mt.linalg.matrix_rank(ours, 0.1, atol=0.1)
+
+
 def test_matrix_rank_errors():
     raises_as_torch(lambda: mt.linalg.matrix_rank(mt.ones(3)),
                     lambda: torch.linalg.matrix_rank(torch.ones(3)))

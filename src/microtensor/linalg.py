@@ -222,7 +222,13 @@ def matrix_exp(A):
     return _decomp.linalg_matrix_exp(A)
 
 
-def matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
+def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
+    """The rank: singular values above ``max(atol, rtol * largest)``; the older ``tol``
+    (PyTorch's other overload) is ``atol`` with ``rtol=0``."""
+    if tol is not None:
+        if atol is not None or rtol is not None:
+            raise TypeError("linalg_matrix_rank(): tol cannot be given with atol or rtol")
+        atol, rtol = tol, 0.0
     return _decomp.linalg_matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian)
 
 
