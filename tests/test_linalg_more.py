@@ -85,7 +85,8 @@ def test_every_real_linalg_function_of_torch_is_here():
 
 
 @pytest.mark.parametrize("name", ["cholesky_solve", "cholesky_inverse", "triangular_solve",
-                                  "lu", "lu_solve", "qr", "orgqr", "lu_unpack"])
+                                  "lu", "lu_solve", "qr", "orgqr", "lu_unpack", "geqrf",
+                                  "ormqr"])
 def test_top_level_names_and_methods(name):
     assert hasattr(mt, name)
     assert hasattr(mt.Tensor, name) == hasattr(torch.Tensor, name)
@@ -776,3 +777,42 @@ def test_ldl_vmap_matches_torch():
         ours = mt.vmap(lambda a, b: mt.linalg.ldl_solve(*mt.linalg.ldl_factor(a), b))(
             mt.tensor(values), mt.tensor(B))
     np.testing.assert_allclose(arr(ours), np.linalg.solve(values, B), atol=1e-10)
+
+
+# --------------------------------------------------------------------------- geqrf, ormqr
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (3, 3)])
+def test_geqrf(shape):
+    values = random(*shape)
+    result, expected = mt.geqrf(mt.tensor(values)), torch.geqrf(torch.tensor(values))
+    assert result._fields == ("a", "tau")
+    close(result.a, expected.a, atol=1e-12)
+    close(result.tau, expected.tau, atol=1e-12)
+    close(mt.tensor(values).geqrf().tau, expected.tau, atol=1e-12)
+    raises_as_torch(lambda: mt.geqrf(mt.ones(3)), lambda: torch.geqrf(torch.ones(3)))
+    raises_as_torch(lambda: mt.geqrf(mt.ones(3, 3, dtype=mt.int64)),
+                    lambda: torch.geqrf(torch.ones(3, 3, dtype=torch.long)),
+                    NotImplementedError)
+
+
+@pytest.mark.parametrize("shape, other, left", [((4, 3), (4, 2), True), ((2, 4, 3), (2, 2, 4),
+                                                                         False),
+                                                ((3, 5), (3, 3), True)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_ormqr(shape, other, left, transpose):
+    reflectors, tau = torch.geqrf(torch.tensor(random(*shape)))
+    grads_match(lambda a, t, c: mt.ormqr(a, t, c, left, transpose),
+                lambda a, t, c: torch.ormqr(a, t, c, left, transpose),
+                reflectors.numpy(), tau.numpy(), random(*other))
+
+
+@pytest.mark.parametrize("A, tau, C, left", [
+    ((4, 3), (3,), (3, 2), True), ((4, 3), (5,), (4, 2), True), ((4, 3), (3,), (2, 3), False),
+    ((4,), (3,), (4, 2), True), ((4, 3), (3,), (4,), True), ((4, 3), (2, 3), (4, 2), True),
+    ((2, 4, 3), (2, 3), (4, 2), True)])
+def test_ormqr_errors(A, tau, C, left):
+    raises_as_torch(lambda: mt.ormqr(mt.ones(A), mt.ones(tau), mt.ones(C), left),
+                    lambda: torch.ormqr(torch.ones(A), torch.ones(tau), torch.ones(C), left))
+    raises_as_torch(lambda: mt.ormqr(mt.ones(4, 3), mt.ones(3), mt.ones(4, 2, dtype=mt.float64)),
+                    lambda: torch.ormqr(torch.ones(4, 3), torch.ones(3),
+                                        torch.ones(4, 2, dtype=torch.float64)))

@@ -24,7 +24,8 @@ from microtensor._C.tensor import float32, float64, int32
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import REGISTRY, Sample, op
-from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
+from microtensor.vmap.helpers import (BatchedTensor, batch_size, call, front_or_expanded, wrap,
+                                      wrap_result)
 
 
 class LinAlgError(RuntimeError):
@@ -432,7 +433,7 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "linalg_lu_solve", "linalg_solve_ex", "linalg_inv_ex", "linalg_cholesky_ex",
             "linalg_householder_product", "orgqr", "linalg_tensorinv", "linalg_tensorsolve",
             "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
-            "linalg_ldl_factor", "linalg_ldl_solve"]
+            "linalg_ldl_factor", "linalg_ldl_solve", "geqrf", "ormqr"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -1682,3 +1683,78 @@ def linalg_ldl_solve(op, level, args, kwargs):
                 _in_front(pivots, level, size, 1, batch_dims),
                 _in_front(B, level, size, 2, batch_dims))
     return wrap(call(op, physical, bound), 0, level)
+
+
+# --------------------------------------------------------------------------- geqrf, ormqr
+
+GeqrfResult = _named("geqrf", ("a", "tau"))
+
+
+def _geqrf_samples(make):
+    return [Sample(make(4, 3)), Sample(make(2, 3, 5)), Sample(make(3, 3))]
+
+
+# PyTorch has no derivative of geqrf: none here either
+@op(differentiable=False, samples=_geqrf_samples)
+def geqrf(self):
+    """``(a, tau)``: LAPACK's geqrf, the QR factorization of each matrix as ``R`` on and
+    above the diagonal of ``a``, Householder reflectors below it, and their scales
+    ``tau`` (``linalg.householder_product(a, tau)`` is ``Q``)."""
+    if self.dim() < 2:
+        raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
+    if self._dtype not in (float32, float64):
+        raise NotImplementedError(f"\"geqrf_cpu\" not implemented for "
+                                  f"'{_type_name(self._dtype)}'")
+    # NumPy's 'raw' mode gives LAPACK's reflectors in column-major order: transposed
+    reflectors, tau = np.linalg.qr(_host(self), mode="raw")
+    return GeqrfResult(_on_device_of(self, np.swapaxes(reflectors, -1, -2)),
+                       _on_device_of(self, tau))
+
+
+@geqrf.def_batch_rule
+def geqrf(op, level, args, kwargs):
+    physical = front_or_expanded(op.bind(args, kwargs)["self"], level, batch_size(level))
+    return wrap_result(call(op, (physical,), {}), 0, level)
+
+
+def _ormqr_samples(make):
+    return [Sample(make(4, 3), make(3), make(4, 2)),
+            Sample(make(2, 4, 3), make(2, 3), make(2, 2, 4), False, True),
+            Sample(make(3, 4), make(3), make(3, 3), True, True)]
+
+
+@op(kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
+def ormqr(self, input2, input3, left=True, transpose=False):
+    """``op(Q) @ input3`` (``left=False``: ``input3 @ op(Q)``; ``op``: the transpose when
+    ``transpose``) for the full square ``Q`` of the reflectors ``self`` and scales
+    ``input2`` that ``geqrf`` gives."""
+    fn = "torch.ormqr"
+    for name, t in (("input", self), ("other", input3)):
+        if t.dim() < 2:
+            raise RuntimeError(f"{fn}: {name} must have at least 2 dimensions.")
+    if input2.dim() != self.dim() - 1:
+        raise RuntimeError(f"{fn}: Expected tau to have one dimension less than input, but "
+                           f"got tau.ndim equal to {input2.dim()} and input.ndim is equal "
+                           f"to {self.dim()}")
+    if input3.dim() != self.dim():
+        raise RuntimeError(f"{fn}: Expected other to have the same number of dimensions as "
+                           f"input, but got other.ndim equal to {input3.dim()} and input.ndim "
+                           f"is equal to {self.dim()}")
+    m, columns = self.shape[-2:]
+    side = -2 if left else -1
+    if input3.shape[side] != m:
+        raise RuntimeError(f"{fn}: other.shape[{side}] must be equal to input.shape[-2]")
+    k = input2.shape[-1]
+    if k != min(m, columns):
+        raise RuntimeError(f"{fn}: tau.shape[-1] must be equal to min(other.shape[{side}], "
+                           "input.shape[-1])")
+    for name, t in (("tau", input2), ("other", input3)):
+        if t._dtype is not self._dtype:
+            raise RuntimeError(f"{fn}: Expected input and {name} to have the same dtype, but "
+                               f"input has dtype{_type_name(self._dtype)} and {name} has "
+                               f"dtype {_type_name(t._dtype)}")
+    # the k reflectors padded with zero columns: the first m columns of H_1 ... H_k, all of Q
+    Q = linalg_householder_product(REGISTRY["pad"](self[..., :, :k], (0, m - k)), input2)
+    if transpose:
+        Q = Q.mT
+    return Q @ input3 if left else input3 @ Q
