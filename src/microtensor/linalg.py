@@ -178,3 +178,126 @@ def lstsq(A, B, rcond=None, *, driver=None):
 
 __all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "det", "slogdet",
            "solve", "cholesky", "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "lstsq"]
+__all__ += ["cross", "diagonal", "matmul", "vecdot", "vander", "multi_dot", "matrix_power",
+            "matrix_exp", "matrix_rank", "cond", "solve_triangular", "solve_ex", "inv_ex",
+            "cholesky_ex", "lu_factor", "lu_factor_ex", "lu", "lu_solve",
+            "householder_product", "tensorinv", "tensorsolve", "ldl_factor", "ldl_factor_ex",
+            "ldl_solve"]
+
+
+# --------------------------------------------------------------------------- the rest of
+# torch.linalg for real dtypes (eig and eigvals need complex dtypes, which microtensor
+# does not have): the ops of ``ops.linalg_decomp`` and aliases of top-level ops
+
+def cross(input, other, *, dim=-1):
+    from microtensor import cross as _cross
+    return _cross(input, other, dim=dim)
+
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    return A.diagonal(offset, dim1, dim2)
+
+
+def matmul(input, other):
+    return input @ other
+
+
+def vecdot(x, y, *, dim=-1):
+    return _decomp.linalg_vecdot(x, y, dim=dim)
+
+
+def vander(x, *, N=None):
+    return _decomp.linalg_vander(x, N=N)
+
+
+def multi_dot(tensors):
+    return _decomp.linalg_multi_dot(tensors)
+
+
+def matrix_power(A, n):
+    return _decomp.matrix_power(A, n)
+
+
+def matrix_exp(A):
+    return _decomp.linalg_matrix_exp(A)
+
+
+def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
+    """The rank: singular values above ``max(atol, rtol * largest)``; the older ``tol``
+    (PyTorch's other overload) is ``atol`` with ``rtol=0``."""
+    if tol is not None:
+        if atol is not None or rtol is not None:
+            raise TypeError("linalg_matrix_rank(): tol cannot be given with atol or rtol")
+        atol, rtol = tol, 0.0
+    return _decomp.linalg_matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian)
+
+
+def cond(A, p=None):
+    return _decomp.linalg_cond(A, p)
+
+
+def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+    """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``) for triangular ``A``;
+    ``B`` is cast to ``A``'s dtype, as PyTorch does."""
+    if B.dtype is not A.dtype and A.dtype.is_floating_point:
+        B = B.to(A.dtype)
+    return _decomp.linalg_solve_triangular(A, B, upper=upper, left=left,
+                                           unitriangular=unitriangular)
+
+
+def solve_ex(A, B, *, left=True, check_errors=False):
+    return _decomp.linalg_solve_ex(A, B, left=left, check_errors=check_errors)
+
+
+def inv_ex(A, *, check_errors=False):
+    return _decomp.linalg_inv_ex(A, check_errors=check_errors)
+
+
+def cholesky_ex(A, *, upper=False, check_errors=False):
+    return _decomp.CholeskyExResult(*_decomp.linalg_cholesky_ex(
+        A, upper=upper, check_errors=check_errors))
+
+
+def lu_factor_ex(A, *, pivot=True, check_errors=False):
+    return _decomp.LUFactorExResult(*_decomp.linalg_lu_factor_ex(
+        A, pivot=pivot, check_errors=check_errors))
+
+
+def lu_factor(A, *, pivot=True):
+    """``(LU, pivots)``; a zero pivot raises (``lu_factor_ex`` reports it instead)."""
+    LU, pivots, info = _decomp.linalg_lu_factor_ex(A, pivot=pivot)
+    _decomp.raise_for_info(info, "torch.linalg.lu_factor", "lu", A.dim() > 2)
+    return _decomp.LUFactorResult(LU, pivots)
+
+
+def lu(A, *, pivot=True):
+    return _decomp.linalg_lu(A, pivot=pivot)
+
+
+def lu_solve(LU, pivots, B, *, left=True, adjoint=False):
+    return _decomp.linalg_lu_solve(LU, pivots, B, left=left, adjoint=adjoint)
+
+
+def householder_product(A, tau):
+    return _decomp.linalg_householder_product(A, tau)
+
+
+def tensorinv(A, ind=2):
+    return _decomp.linalg_tensorinv(A, ind)
+
+
+def tensorsolve(A, B, dims=None):
+    return _decomp.linalg_tensorsolve(A, B, dims)
+
+
+def ldl_factor_ex(A, *, hermitian=False, check_errors=False):
+    return _decomp.LDLFactorExResult(*_decomp.linalg_ldl_factor_ex(
+        A, hermitian=hermitian, check_errors=check_errors))
+
+
+def ldl_factor(A, *, hermitian=False):
+    return _decomp.linalg_ldl_factor(A, hermitian=hermitian)
+
+
+def ldl_solve(LD, pivots, B, *, hermitian=False):
+    return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)

@@ -375,9 +375,9 @@ def cross(input, other, dim=None):
         dim = next((i for i, n in enumerate(input.shape) if n == 3), None)
         if dim is None:
             raise RuntimeError("no dimension of size 3 in input")
-    dim = dim % input.dim() if input.dim() else 0
+    given, dim = dim, dim % input.dim() if input.dim() else 0
     if input.shape[dim] != 3:
-        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
+        raise RuntimeError(f"linalg.cross: inputs dimension {given} must have length 3. Got "
                            f"{input.shape[dim]} and {other.shape[dim]}")
     a = [input.select(dim, i) for i in range(3)]
     b = [other.select(dim, i) for i in range(3)]
