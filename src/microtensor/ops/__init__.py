@@ -7,6 +7,7 @@ from microtensor.ops import (activation, contraction, conv, copy, embedding,  # 
 from microtensor.ops import dropout  # noqa: F401
 from microtensor.ops import grid_sample  # noqa: F401
 from microtensor.ops import pooling_more  # noqa: F401
+from microtensor.ops import special  # noqa: F401
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["REGISTRY"]

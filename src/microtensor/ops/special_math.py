@@ -1,6 +1,7 @@
 """NumPy implementations of the special functions NumPy lacks, vectorised over whole arrays
 (CuPy arrays take the same code): ``lgamma``, ``digamma``, ``polygamma`` (through the
-Hurwitz zeta function) and the modified Bessel functions ``i0``, ``i1``.
+Hurwitz zeta function ``zeta``) and the modified Bessel functions ``i0``, ``i1`` (and
+their exponentially scaled ``i0e``, ``i1e``).
 
 They compute in float64 and reach its precision (relative error about 1e-15, absolute near
 the zeros of lgamma and digamma).  Each shifts its argument with the recurrence until it
@@ -134,37 +135,61 @@ def _power(a, k):
     return result
 
 
-def hurwitz_zeta(s, q):
-    """ζ(s, q) = Σ_k (q + k)^-s for a whole s > 1: the terms summed directly until
-    q + k >= 10 (negative q included), then the Euler-Maclaurin tail.  +inf at the poles
-    (q a non-positive integer)."""
-    q = _float64(q)
+def _zeta_tail(s, a):
+    """Σ_{k>=0} (a + k)^-s by Euler-Maclaurin: the integral, half the first term and the
+    Bernoulli corrections; accurate to float64 once a >= max(10, s + 19) (the corrections
+    then fall at least as fast as ((s + 18) / (2 pi a))^2)."""
+    inv_power = a ** (1.0 - s)                   # a^(1 - s)
+    tail = inv_power / (s - 1) + 0.5 * inv_power / a
+    rising = s.copy()                            # s (s+1) ... (s + 2j - 2)
+    inv_a2 = 1.0 / (a * a)
+    power = inv_power * inv_a2                   # a^(-s - 2j + 1)
+    factorial = 2.0                              # (2j)!
+    for j, b in enumerate(_BERNOULLI, 1):
+        tail += b / factorial * rising * power
+        rising *= (s + 2 * j - 1) * (s + 2 * j)
+        factorial *= (2 * j + 1) * (2 * j + 2)
+        power *= inv_a2
+    return tail
+
+
+def zeta(s, q):
+    """Hurwitz's ζ(s, q) = Σ_k (q + k)^-s for real s (arrays broadcast), with PyTorch's
+    (Cephes's) domain: +inf at s = 1 and at the poles q = 0, -1, ...; NaN for s < 1 and
+    for a negative q with a fractional s.
+
+    The terms are summed directly while q + k is below the Euler-Maclaurin threshold, an
+    element stopping early once its terms no longer reach its sum (a large s).  A very
+    negative q with a whole s takes -q steps, as PyTorch's summation does; each step runs
+    over the elements still summing, never over one element at a time."""
+    s, q = np.broadcast_arrays(_float64(s), _float64(q))
+    shape = s.shape
     with np.errstate(all="ignore"):
-        # flat copies, updated in place by the loop
-        a = q.reshape(-1).astype(np.float64)
+        s, a = s.reshape(-1).astype(np.float64), q.reshape(-1).astype(np.float64)
         total = np.zeros_like(a)
-        # a loop over steps, each over the elements still below the threshold; a finite
-        # very negative q takes -q steps (PyTorch's summation takes as many)
-        lowest = float(np.nanmin(np.where(np.isfinite(a), a, _SHIFT_TO))) if a.size \
-            else _SHIFT_TO
-        moving = np.flatnonzero(a < _SHIFT_TO)
-        for _ in range(max(0, math.ceil(_SHIFT_TO - lowest))):
-            total[moving] += 1.0 / _power(a[moving], s)
+        threshold = np.maximum(10.0, s + 19.0)
+        done = np.zeros(a.shape, dtype=bool)
+        moving = np.flatnonzero((a < threshold) & (s > 1))
+        while moving.size:
+            term = a[moving] ** -s[moving]
+            total[moving] += term
             a[moving] += 1
-            moving = moving[a[moving] < _SHIFT_TO]
-        inv_power = 1.0 / _power(a, s - 1)          # a^(1 - s)
-        tail = inv_power / (s - 1) + 0.5 * inv_power / a
-        rising = float(s)           # s (s+1) ... (s + 2j - 2)
-        power = inv_power / (a * a)                  # a^(-s - 1)
-        factorial = 2.0             # (2j)!
-        inv_a2 = 1.0 / (a * a)
-        for j, b in enumerate(_BERNOULLI, 1):
-            tail += b / factorial * rising * power
-            rising *= (s + 2 * j - 1) * (s + 2 * j)
-            factorial *= (2 * j + 1) * (2 * j + 2)
-            power = power * inv_a2
-        result = (total + tail).reshape(q.shape)
-    return np.where((q <= 0) & (q == np.floor(q)), np.inf, result)
+            # a positive term too small to change the sum with all that follows it
+            # (at most term (1 + a / (s - 1)))
+            small = (a[moving] > 1) & (term * (1 + a[moving] / (s[moving] - 1)) <=
+                                       1e-17 * total[moving])
+            done[moving[small]] = True
+            moving = moving[~small & (a[moving] < threshold[moving])]
+        result = np.where(done, total, total + _zeta_tail(s, a)).reshape(shape)
+    q, s = q.reshape(shape), s.reshape(shape)
+    result = np.where(s < 1, np.nan, result)
+    result = np.where((q <= 0) & (q != np.floor(q)) & (s != np.floor(s)), np.nan, result)
+    return np.where((s == 1) | ((q <= 0) & (q == np.floor(q))), np.inf, result)
+
+
+def hurwitz_zeta(s, q):
+    """ζ(s, q) for one whole s > 1."""
+    return zeta(float(s), q)
 
 
 def polygamma(n, x):
@@ -179,9 +204,10 @@ def polygamma(n, x):
     return np.where(x == np.inf, 0.0, np.where(x == -np.inf, np.nan, result))
 
 
-def _bessel_i(order, x):
-    """I_order(|x|) for order 0 or 1: the power series up to 30, the asymptotic series of
-    e^x / sqrt(2 pi x) above (NaN at infinity, as PyTorch's)."""
+def _bessel_i(order, x, scaled=False):
+    """I_order(|x|) for order 0 or 1 (times exp(-|x|) when ``scaled``): the power series up
+    to 30, the asymptotic series of e^x / sqrt(2 pi x) above (NaN at infinity unscaled, as
+    PyTorch's; 0 scaled)."""
     ax = np.abs(_float64(x))
     with np.errstate(all="ignore"):
         small = np.minimum(ax, 30.0)
@@ -198,8 +224,10 @@ def _bessel_i(order, x):
         for k in range(1, 30):
             term = term * -(mu - (2 * k - 1) ** 2) / (k * 8.0 * big)
             series += term
-        asymptotic = np.exp(big) * series / np.sqrt(2 * np.pi * big)
-        return np.where(ax <= 30.0, total, asymptotic)
+        asymptotic = series / np.sqrt(2 * np.pi * big)
+        if scaled:
+            return np.where(ax <= 30.0, total * np.exp(-small), asymptotic)
+        return np.where(ax <= 30.0, total, np.exp(big) * asymptotic)
 
 
 def i0(x):
@@ -211,6 +239,17 @@ def i1(x):
     """The modified Bessel function of the first kind, order 1 (odd)."""
     x = _float64(x)
     return np.copysign(_bessel_i(1, x), x)
+
+
+def i0e(x):
+    """exp(-|x|) I0(x), finite everywhere (0 at ±inf)."""
+    return _bessel_i(0, x, scaled=True)
+
+
+def i1e(x):
+    """exp(-|x|) I1(x) (odd)."""
+    x = _float64(x)
+    return np.copysign(_bessel_i(1, x, scaled=True), x)
 
 
 # ζ(k) - 1 = ζ(k, 2) for k = 2, 3, ...: the coefficients of the series of log Γ near 2

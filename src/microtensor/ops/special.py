@@ -1,0 +1,270 @@
+"""The elementwise functions of ``torch.special`` that no other op module has: the normal
+distribution (``ndtr``, ``ndtri``, ``log_ndtr``), ``erfcx``, the scaled modified Bessel
+functions, ``xlog1py``, ``entr``, Hurwitz's ``zeta`` and the regularised incomplete gamma
+functions (``igamma``/``igammac``, ``torch.special.gammainc``/``gammaincc``).
+
+Each is a pointwise op named as PyTorch's (``special_<name>``, reached as
+``microtensor.special.<name>``), its kernel NumPy vectorised over the whole tensor in
+float64 (a float32 result is rounded once), its derivative written in microtensor ops where
+PyTorch has one.  The numerics build on Cody's erf (``activation``) and ``special_math``.
+"""
+import math
+
+import numpy as np
+
+from microtensor._C.tensor import float32, float64, int64
+from microtensor._dtype import result_type
+from microtensor.ops import special_math
+from microtensor.ops.activation import _erfc, _erfinv, scaled_erfc_of_large
+from microtensor.ops.loops import float_dtype, pointwise, store
+from microtensor.ops.pointwise import where
+from microtensor.ops.registry import Sample, op
+
+_SQRT_2 = math.sqrt(2.0)
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_LOG_SQRT_2PI = math.log(_SQRT_2PI)
+_2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+# --------------------------------------------------------------------------- numerics
+# (float64 arrays in, float64 arrays out)
+
+def _exp_square(x):
+    """exp(x^2) with x^2 split as h^2 + (x - h)(x + h), h = x rounded to 1/16 (h^2 exact):
+    the rounding of x^2 would otherwise be amplified by the exponential."""
+    head = np.trunc(x * 16.0) / 16.0
+    return np.exp(head * head) * np.exp((x - head) * (x + head))
+
+
+def erfcx(x):
+    """exp(x^2) erfc(x): Cody's rational functions of the scaled erfc above 0.46875,
+    exp(x^2) erfc(x) up to it, and 2 exp(x^2) - erfcx(-x) below -0.46875 (+inf from about
+    -26.6 on)."""
+    with np.errstate(all="ignore"):
+        ax = np.abs(x)
+        scaled = scaled_erfc_of_large(ax)
+        near_zero = _exp_square(np.clip(x, -1.0, 1.0)) * _erfc(x)
+        negative = 2.0 * _exp_square(np.minimum(ax, 40.0)) - scaled
+        return np.where(ax <= 0.46875, near_zero, np.where(x < 0, negative, scaled))
+
+
+def ndtr(x):
+    """The standard normal distribution function, erfc(-x / sqrt 2) / 2."""
+    with np.errstate(all="ignore"):
+        return 0.5 * _erfc(-x * _SQRT_HALF)
+
+
+def log_ndtr(x):
+    """log ndtr(x), accurate in the far left tail through erfcx:
+    log(erfcx(-t) / 2) - t^2 with t = x / sqrt 2 below -1, log1p(-erfc(t) / 2) above."""
+    with np.errstate(all="ignore"):
+        t = x * _SQRT_HALF
+        left = np.minimum(t, 0.0)
+        tail = np.log(erfcx(-left) / 2.0) - left * left
+        return np.where(x < -1.0, tail, np.log1p(-0.5 * _erfc(t)))
+
+
+def _ndtri_lower_tail(q):
+    """ndtri(q) for 0 < q < 0.25: Abramowitz and Stegun's 26.2.23 (error below 4.5e-4),
+    then Newton steps on log ndtr(x) = log q (log ndtr is nearly linear in the tail, so
+    each step squares the relative error)."""
+    t = np.sqrt(-2.0 * np.log(q))
+    x = -(t - (2.515517 + t * (0.802853 + t * 0.010328)) /
+          (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308))))
+    log_q = np.log(q)
+    for _ in range(4):
+        log_cdf = log_ndtr(x)
+        slope = np.exp(-0.5 * x * x - log_cdf - _LOG_SQRT_2PI)   # d log ndtr / dx
+        x = x - (log_cdf - log_q) / slope
+    return x
+
+
+def ndtri(p):
+    """The inverse of ndtr: sqrt 2 erfinv(2p - 1) in [0.25, 0.75] (2p - 1 is exact there),
+    the lower tail at min(p, 1 - p) (1 - p is exact for p >= 0.5) elsewhere; -inf at 0,
+    +inf at 1, NaN outside [0, 1]."""
+    with np.errstate(all="ignore"):
+        central = _SQRT_2 * _erfinv(2.0 * p - 1.0)
+        q = np.minimum(p, 1.0 - p)
+        tail = _ndtri_lower_tail(np.clip(q, 1e-320, 0.25))
+        result = np.where(np.abs(p - 0.5) <= 0.25, central, np.where(p < 0.5, tail, -tail))
+        result = np.where(p == 0, -np.inf, np.where(p == 1, np.inf, result))
+        return np.where((p < 0) | (p > 1), np.nan, result)
+
+
+def xlog1py(x, y):
+    """x log1p(y), 0 where x is 0 and y is no NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((x == 0) & ~np.isnan(y), 0.0, x * np.log1p(y))
+
+
+def entr(x):
+    """-x log x: 0 at 0, -inf for negative x."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, -x * np.log(x), np.where(x == 0, 0.0, np.where(
+            x < 0, -np.inf, x)))
+
+
+def spherical_bessel_j0(x):
+    """sin(x) / x, by its Taylor series near 0 (1 - x^2/6 + x^4/120 - ...)."""
+    with np.errstate(all="ignore"):
+        square = x * x
+        series = 1.0 - square / 6.0 * (1.0 - square / 20.0 * (1.0 - square / 42.0 * (
+            1.0 - square / 72.0)))
+        return np.where(np.abs(x) < 0.5, series,
+                        np.where(np.isinf(x), 0.0, np.sin(x) / x))
+
+
+# --------------------------------------------------------------------------- declarations
+
+def _float_samples(low=None, high=None):
+    """Shapes, a transposed view, a 0-d tensor, float32 and integer inputs."""
+    def samples(make):
+        return [Sample(make(3, 4, low=low, high=high)), Sample(make(5, low=low, high=high)),
+                Sample(make((), low=low, high=high)),
+                Sample(make(4, 3, low=low, high=high).t()),
+                Sample(make(2, 3, dtype=float32, low=low, high=high)),
+                Sample(make(2, 3, dtype=int64, low=0 if low is None or low < 0 else
+                            math.ceil(low), high=3))]
+    return samples
+
+
+def _unary(name, fn, samples, differentiable=True):
+    """Declare ``special_<name>``: ``fn`` elementwise in float64, the result in the input's
+    float type (integers and bool: the default one)."""
+    loop = store(fn)
+
+    def kernel(self, *, out=None):
+        return pointwise(loop, self, out=out, dtype=float_dtype(self._dtype),
+                         compute_dtype=float64)
+    kernel.__name__ = "special_" + name
+    kernel.__doc__ = f"``torch.special.{name}``: {fn.__doc__.splitlines()[0]}"
+    return op("special_" + name, method=False, function=False, family="pointwise",
+              samples=samples, differentiable=differentiable)(kernel)
+
+
+def _binary(name, fn, samples, *, method=False, function=False):
+    """Declare a two-input op ``name``: ``fn`` elementwise in float64, the result in the
+    promoted float type; either input may be a Python number (not both)."""
+    loop = store(fn)
+
+    def kernel(self, other, *, out=None):
+        return pointwise(loop, self, other, out=out,
+                         dtype=float_dtype(result_type(self, other)), compute_dtype=float64)
+    kernel.__name__ = name
+    kernel.__doc__ = fn.__doc__.splitlines()[0]
+    return op(name, inputs=("self", "other"), method=method, function=function,
+              family="pointwise", samples=samples)(kernel)
+
+
+def _derivative_not_implemented(name):
+    raise NotImplementedError(f"the derivative for '{name}' is not implemented.")
+
+
+special_ndtr = _unary("ndtr", ndtr, _float_samples())
+special_ndtri = _unary("ndtri", ndtri, _float_samples(0.02, 0.98))
+special_log_ndtr = _unary("log_ndtr", log_ndtr, _float_samples(-12.0, 4.0))
+special_erfcx = _unary("erfcx", erfcx, _float_samples(-3.0, 8.0))
+special_i0e = _unary("i0e", special_math.i0e, _float_samples(-5.0, 5.0))
+special_i1e = _unary("i1e", special_math.i1e, _float_samples(-5.0, 5.0))
+special_entr = _unary("entr", entr, _float_samples(0.1, 3.0))
+# PyTorch's have no derivative: their results do not require grad
+special_modified_bessel_i0 = _unary("modified_bessel_i0", special_math.i0,
+                                    _float_samples(-5.0, 5.0), differentiable=False)
+special_modified_bessel_i1 = _unary("modified_bessel_i1", special_math.i1,
+                                    _float_samples(-5.0, 5.0), differentiable=False)
+special_spherical_bessel_j0 = _unary("spherical_bessel_j0", spherical_bessel_j0,
+                                     _float_samples(-8.0, 8.0), differentiable=False)
+
+
+@special_ndtr.def_derivative("self")
+def special_ndtr(grad, self):
+    return grad * (self * self * -0.5).exp() / _SQRT_2PI
+
+
+@special_ndtri.def_derivative("self")
+def special_ndtri(grad, result):
+    return grad * (result * result * 0.5).exp() * _SQRT_2PI
+
+
+@special_log_ndtr.def_derivative("self")
+def special_log_ndtr(grad, self, result):
+    return grad * (self * self * -0.5 - result).exp() / _SQRT_2PI
+
+
+@special_erfcx.def_derivative("self")
+def special_erfcx(grad, self, result):
+    return grad * (self * result * 2.0 - _2_OVER_SQRT_PI)
+
+
+@special_i0e.def_derivative("self")
+def special_i0e(grad, self, result):
+    return grad * (special_i1e(self) - self.sign() * result)
+
+
+@special_i1e.def_derivative("self")
+def special_i1e(grad, self, result):
+    # i0e - i1e (sgn x + 1 / x), 1/2 at x = 0 (its limit)
+    zero = self == 0
+    slope = special_i0e(self) - result * (self.sign() + 1 / where(zero, self.new_ones(()),
+                                                                  self))
+    return grad * where(zero, slope.new_full((), 0.5), slope)
+
+
+@special_entr.def_derivative("self")
+def special_entr(grad, self):
+    return grad * -(self.log() + 1)
+
+
+def _xlog1py_samples(make):
+    return [Sample(make(3, 4), make(3, 4, low=-0.7, high=3.0)),
+            Sample(make(3, 4), make(4, low=-0.7, high=3.0)),
+            Sample(make(4, 3).t(), make((), low=-0.7, high=3.0)),
+            Sample(make(2, 3, dtype=float32), make(2, 3, dtype=float32, low=-0.7, high=3.0)),
+            Sample(make(2, 3, dtype=int64), make(2, 3, dtype=int64, low=0, high=4)),
+            Sample(make(3), 1.5), Sample(2.0, make(3, 2, low=-0.7, high=3.0))]
+
+
+special_xlog1py = _binary("special_xlog1py", xlog1py, _xlog1py_samples)
+
+
+@special_xlog1py.def_derivative("self")
+def special_xlog1py(grad, self, other):
+    # PyTorch's: 0 where self is 0 and other <= -1 (where log1p(other) is not finite)
+    slope = special_xlog1py(grad, other)
+    return where((self == 0) & (other <= -1), slope.new_zeros(()), slope)
+
+
+@special_xlog1py.def_derivative("other")
+def special_xlog1py(grad, self, other):
+    return grad * self / (other + 1)
+
+
+def _zeta_samples(make):
+    # ``self`` (s) is a number or float32: PyTorch has no derivative for it
+    return [Sample(2.5, make(3, 4, low=0.3, high=4.0)), Sample(3.0, make(5, low=-2.8, high=-2.2)),
+            Sample(1.5, make(4, 3, low=0.5, high=4.0).t()),
+            Sample(make(3, 4, dtype=float32, low=1.1, high=6.0), make(4, low=0.3, high=4.0)),
+            Sample(make(2, 3, dtype=float32, low=1.1, high=6.0),
+                   make(2, 3, dtype=float32, low=0.3, high=4.0)),
+            Sample(make(2, 3, dtype=int64, low=2, high=5), make(3, dtype=int64, low=1, high=5))]
+
+
+special_zeta = _binary("special_zeta", special_math.zeta, _zeta_samples)
+
+
+@special_zeta.def_derivative("self")
+def special_zeta(grad):
+    _derivative_not_implemented("zeta")
+
+
+@special_zeta.def_derivative("other")
+def special_zeta(grad, self, other):
+    return grad * -self * special_zeta(self + 1.0, other)
+
+
+__all__ = ["special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx",
+           "special_i0e", "special_i1e", "special_entr", "special_modified_bessel_i0",
+           "special_modified_bessel_i1", "special_spherical_bessel_j0", "special_xlog1py",
+           "special_zeta"]
