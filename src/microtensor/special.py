@@ -11,7 +11,8 @@ from microtensor.ops.registry import REGISTRY as _REGISTRY
 
 # PyTorch's names for functions microtensor has at top level: the same function objects
 _SAME = {"digamma": "digamma", "erf": "erf", "erfc": "erfc", "erfinv": "erfinv",
-         "exp2": "exp2", "expit": "sigmoid", "expm1": "expm1", "gammaln": "lgamma",
+         "exp2": "exp2", "expit": "sigmoid", "expm1": "expm1", "gammainc": "igamma",
+         "gammaincc": "igammac", "gammaln": "lgamma",
          "i0": "i0", "log1p": "log1p", "log_softmax": "log_softmax", "logit": "logit",
          "logsumexp": "logsumexp", "multigammaln": "mvlgamma", "polygamma": "polygamma",
          "psi": "digamma", "round": "round", "sinc": "sinc", "softmax": "softmax",
@@ -23,7 +24,7 @@ _OWN = ("ndtr", "ndtri", "log_ndtr", "erfcx", "i0e", "i1", "i1e", "entr", "xlog1
 globals().update({name: _function(_REGISTRY["special_" + name]) for name in _OWN})
 
 __all__ = ["digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1",
-           "gammaln", "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit",
+           "gammainc", "gammaincc", "gammaln", "i0", "i0e", "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit",
            "logsumexp", "modified_bessel_i0", "modified_bessel_i1", "multigammaln", "ndtr",
            "ndtri", "polygamma", "psi", "round", "sinc", "softmax", "spherical_bessel_j0",
            "xlog1py", "xlogy", "zeta"]

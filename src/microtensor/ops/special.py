@@ -12,13 +12,13 @@ import math
 
 import numpy as np
 
-from microtensor._C.tensor import float32, float64, int64
-from microtensor._dtype import result_type
+from microtensor._C.tensor import TensorBase, float32, float64, int64
+from microtensor._dtype import info, result_type
 from microtensor.ops import special_math
 from microtensor.ops.activation import _erfc, _erfinv, scaled_erfc_of_large
 from microtensor.ops.loops import float_dtype, pointwise, store
-from microtensor.ops.pointwise import where
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.pointwise import _require_tensors, lgamma, where
+from microtensor.ops.registry import Sample, inplace_variant, op
 
 _SQRT_2 = math.sqrt(2.0)
 _SQRT_HALF = math.sqrt(0.5)
@@ -107,13 +107,130 @@ def entr(x):
 
 
 def spherical_bessel_j0(x):
-    """sin(x) / x, by its Taylor series near 0 (1 - x^2/6 + x^4/120 - ...)."""
+    """sin(x) / x: 1 at 0, 0 at ±inf."""
     with np.errstate(all="ignore"):
-        square = x * x
-        series = 1.0 - square / 6.0 * (1.0 - square / 20.0 * (1.0 - square / 42.0 * (
-            1.0 - square / 72.0)))
-        return np.where(np.abs(x) < 0.5, series,
-                        np.where(np.isinf(x), 0.0, np.sin(x) / x))
+        return np.where(x == 0, 1.0, np.where(np.isinf(x), 0.0, np.sin(x) / x))
+
+
+def _log_gamma_density(a, x):
+    """log(x^a e^-x / Γ(a)).  From a = 10 on as a (log1p(u) - u) + log(a / 2π) / 2 - S(a)
+    with u = (x - a) / a and S Stirling's series of log Γ: the direct a log x - x - log Γ(a)
+    would cancel terms of size a."""
+    with np.errstate(all="ignore"):
+        direct = a * np.log(x) - x - special_math.lgamma(a)
+        big = np.maximum(a, 10.0)
+        w = 1.0 / (big * big)
+        stirling = (1 / 12 + w * (-1 / 360 + w * (1 / 1260 + w * (-1 / 1680 + w * (
+            1 / 1188 + w * (-691 / 360360 + w / 156)))))) / big
+        u = (x - big) / big
+        uniform = big * (np.log1p(u) - u) + 0.5 * np.log(big / (2 * np.pi)) - stirling
+    return np.where(a >= 10.0, uniform, direct)
+
+
+_GAMMA_INC_STEPS = 20000   # enough below _TEMME_FROM, where x near a takes the most
+_TEMME_FROM = 1e6          # Temme's two terms reach float64 precision from there on
+
+
+def _lower_gamma_series(a, x, log_density):
+    """P(a, x) = x^a e^-x / Γ(a + 1) Σ_n x^n / ((a+1) ... (a+n)) (for x < a + 1, where the
+    terms fall)."""
+    term = np.ones_like(x)
+    total = term.copy()
+    active = np.arange(x.size)
+    for n in range(1, _GAMMA_INC_STEPS):
+        term[active] *= x[active] / (a[active] + n)
+        total[active] += term[active]
+        active = active[term[active] > 1e-17 * total[active]]
+        if not active.size:
+            break
+    return np.exp(log_density) / a * total
+
+
+def _upper_gamma_fraction(a, x, log_density):
+    """Q(a, x) = x^a e^-x / Γ(a) / (x + 1 - a - 1 (1 - a) / (x + 3 - a - 2 (2 - a) / ...))
+    by the modified Lentz method (for x >= a + 1, where the fraction converges fast)."""
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = np.full_like(x, 1.0 / tiny)
+    d = 1.0 / b
+    h = d.copy()
+    active = np.arange(x.size)
+    for i in range(1, _GAMMA_INC_STEPS):
+        an = -i * (i - a[active])
+        b[active] += 2.0
+        d_next = an * d[active] + b[active]
+        d_next = np.where(np.abs(d_next) < tiny, tiny, d_next)
+        c_next = b[active] + an / c[active]
+        c_next = np.where(np.abs(c_next) < tiny, tiny, c_next)
+        d[active] = 1.0 / d_next
+        c[active] = c_next
+        delta = d[active] * c_next
+        h[active] *= delta
+        active = active[np.abs(delta - 1.0) > 1e-16]
+        if not active.size:
+            break
+    return np.exp(log_density) * h
+
+
+def _temme_upper(a, x):
+    """Q(a, x) for a large by Temme's uniform expansion (DLMF 8.12): erfc(η sqrt(a/2)) / 2
+    + exp(-a η^2 / 2) / sqrt(2 pi a) (C0(η) + C1(η) / a), η^2 / 2 = λ - 1 - log λ with
+    λ = x / a; C0 and C1 by their Taylor series in η near λ = 1, where their closed forms
+    cancel."""
+    lam = x / a
+    d = lam - 1.0
+    eta = np.sign(d) * np.sqrt(2.0 * (d - np.log1p(d)))
+    safe_d = np.where(d == 0, 1.0, d)
+    safe_eta = np.where(eta == 0, 1.0, eta)
+    c0 = 1.0 / safe_d - 1.0 / safe_eta
+    c1 = 1.0 / safe_eta ** 3 - 1.0 / safe_d ** 3 - 1.0 / safe_d ** 2 - 1.0 / (12.0 * safe_d)
+    near = np.abs(d) < 0.03
+    c0 = np.where(near, -1 / 3 + eta * (1 / 12 + eta * (-2 / 135 + eta * (
+        1 / 864 + eta * (1 / 2835 + eta * (-139 / 777600))))), c0)
+    c1 = np.where(near, -1 / 540 + eta * (-1 / 288 + eta * (1 / 378 + eta * (
+        -7 / 8640 + eta * (-1 / 1440)))), c1)
+    return 0.5 * _erfc(eta * np.sqrt(0.5 * a)) + np.exp(-0.5 * a * eta * eta) / np.sqrt(
+        2 * np.pi * a) * (c0 + c1 / a)
+
+
+def _gamma_inc(a, x, upper):
+    """P(a, x) (``upper`` False) or Q(a, x) = 1 - P, with PyTorch's values at the edges."""
+    a, x = np.broadcast_arrays(special_math._float64(a), special_math._float64(x))
+    shape = a.shape
+    a, x = a.reshape(-1).astype(np.float64), x.reshape(-1).astype(np.float64)
+    inner = (a > 0) & (x > 0) & np.isfinite(a) & np.isfinite(x)
+    result = np.full(a.shape, np.nan)
+    with np.errstate(all="ignore"):
+        ai, xi = a[inner], x[inner]
+        series = xi < ai + 1.0
+        temme = ai >= _TEMME_FROM
+        series, fraction = series & ~temme, ~series & ~temme
+        value = np.empty_like(ai)      # P or Q, whichever each method gives directly
+        value[series] = _lower_gamma_series(ai[series], xi[series],
+                                            _log_gamma_density(ai[series], xi[series]))
+        value[fraction] = _upper_gamma_fraction(ai[fraction], xi[fraction],
+                                                _log_gamma_density(ai[fraction], xi[fraction]))
+        value[temme] = _temme_upper(ai[temme], xi[temme])
+        result[inner] = np.where(series != upper, value, 1.0 - value)
+    # the edges, for P (Q swaps 0 and 1): a = 0 with x > 0 gives 1, x = 0 gives 0, an
+    # infinite a 0 (NaN with an infinite x), an infinite x 1; negative arguments NaN
+    one, zero = (0.0, 1.0) if upper else (1.0, 0.0)
+    edge = np.where((a == 0) & (x > 0), one, np.nan)
+    edge = np.where((a > 0) & (x == 0), zero, edge)
+    edge = np.where((a > 0) & np.isposinf(a) & (x > 0) & np.isfinite(x), zero, edge)
+    edge = np.where((a > 0) & np.isfinite(a) & np.isposinf(x), one, edge)
+    result = np.where(inner | (a < 0) | (x < 0) | np.isnan(a) | np.isnan(x), result, edge)
+    return result.reshape(shape)
+
+
+def gammainc(a, x):
+    """The regularised lower incomplete gamma function P(a, x) = γ(a, x) / Γ(a)."""
+    return _gamma_inc(a, x, upper=False)
+
+
+def gammaincc(a, x):
+    """The regularised upper incomplete gamma function Q(a, x) = Γ(a, x) / Γ(a)."""
+    return _gamma_inc(a, x, upper=True)
 
 
 # --------------------------------------------------------------------------- declarations
@@ -144,18 +261,32 @@ def _unary(name, fn, samples, differentiable=True):
               samples=samples, differentiable=differentiable)(kernel)
 
 
-def _binary(name, fn, samples, *, method=False, function=False):
+def _binary(name, fn, samples, *, tensors_only=False, **options):
     """Declare a two-input op ``name``: ``fn`` elementwise in float64, the result in the
-    promoted float type; either input may be a Python number (not both)."""
+    promoted float type.  Either input may be a Python number (not both) unless
+    ``tensors_only``, where integer and bool inputs are refused too (PyTorch has no such
+    kernel)."""
     loop = store(fn)
+    short = name.replace("special_", "")
 
     def kernel(self, other, *, out=None):
-        return pointwise(loop, self, other, out=out,
-                         dtype=float_dtype(result_type(self, other)), compute_dtype=float64)
+        if tensors_only:
+            _require_tensors(name, input=self, other=other)
+        elif not isinstance(self, TensorBase) and not isinstance(other, TensorBase):
+            raise TypeError(f"{name}() received an invalid combination of arguments - got "
+                            f"({type(self).__name__}, {type(other).__name__})")
+        dt = result_type(self, other)
+        if tensors_only and not dt.is_floating_point:
+            raise NotImplementedError(f"\"{short}_cpu\" not implemented for "
+                                      f"'{info(dt).scalar_name}'")
+        return pointwise(loop, self, other, out=out, dtype=float_dtype(dt),
+                         compute_dtype=float64)
     kernel.__name__ = name
     kernel.__doc__ = fn.__doc__.splitlines()[0]
-    return op(name, inputs=("self", "other"), method=method, function=function,
-              family="pointwise", samples=samples)(kernel)
+    options.setdefault("method", False)
+    options.setdefault("function", False)
+    return op(name, inputs=("self", "other"), family="pointwise", samples=samples,
+              **options)(kernel)
 
 
 def _derivative_not_implemented(name):
@@ -264,7 +395,53 @@ def special_zeta(grad, self, other):
     return grad * -self * special_zeta(self + 1.0, other)
 
 
+def _igamma_samples(make):
+    # ``self`` (a) float32: PyTorch has no derivative for it
+    return [Sample(make(3, 4, dtype=float32, low=0.5, high=5.0), make(3, 4, low=0.2, high=8.0)),
+            Sample(make(4, dtype=float32, low=0.5, high=5.0), make(3, 4, low=0.2, high=8.0)),
+            Sample(make((), dtype=float32, low=12.0, high=20.0), make(4, 3, low=5.0,
+                                                                      high=30.0).t()),
+            Sample(make(2, 3, dtype=float32, low=0.5, high=5.0),
+                   make(2, 3, dtype=float32, low=0.2, high=8.0))]
+
+
+igamma = _binary("igamma", gammainc, _igamma_samples, tensors_only=True, method=True,
+                 function=True)
+igammac = _binary("igammac", gammaincc, _igamma_samples, tensors_only=True, method=True,
+                  function=True)
+
+
+@igamma.def_derivative("self")
+def igamma(grad):
+    _derivative_not_implemented("igamma: input")
+
+
+@igamma.def_derivative("other")
+def igamma(grad, self, other):
+    return grad * ((self - 1) * other.log() - other - lgamma(self)).exp()
+
+
+@igammac.def_derivative("self")
+def igammac(grad):
+    _derivative_not_implemented("igammac: input")
+
+
+@igammac.def_derivative("other")
+def igammac(grad, self, other):
+    return grad * -((self - 1) * other.log() - other - lgamma(self)).exp()
+
+
+def _igamma_inplace_samples(make):
+    # float32 throughout: a float64 ``other`` would be differentiated through a float32 self
+    return [Sample(make(3, 4, dtype=float32, low=0.5, high=5.0),
+                   make(4, dtype=float32, low=0.2, high=8.0))]
+
+
+igamma_ = inplace_variant(igamma, samples=_igamma_inplace_samples)
+igammac_ = inplace_variant(igammac, samples=_igamma_inplace_samples)
+
+
 __all__ = ["special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx",
            "special_i0e", "special_i1e", "special_entr", "special_modified_bessel_i0",
            "special_modified_bessel_i1", "special_spherical_bessel_j0", "special_xlog1py",
-           "special_zeta"]
+           "special_zeta", "igamma", "igammac"]

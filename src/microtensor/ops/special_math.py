@@ -255,3 +255,4 @@ def i1e(x):
 # ζ(k) - 1 = ζ(k, 2) for k = 2, 3, ...: the coefficients of the series of log Γ near 2
 # (the terms fall as 4^-k there)
 _ZETA_MINUS_1 = [float(hurwitz_zeta(k, 2.0)) for k in range(2, 40)]
+
