@@ -112,26 +112,42 @@ def spherical_bessel_j0(x):
         return np.where(x == 0, 1.0, np.where(np.isinf(x), 0.0, np.sin(x) / x))
 
 
-def _log_gamma_density(a, x):
-    """log(x^a e^-x / Γ(a)).  From a = 10 on as a (log1p(u) - u) + log(a / 2π) / 2 - S(a)
-    with u = (x - a) / a and S Stirling's series of log Γ: the direct a log x - x - log Γ(a)
-    would cancel terms of size a."""
+def _lgamma1p(a):
+    """log Γ(1 + a) for 0 <= a < 1, exact for tiny a (where 1 + a would round away a):
+    the series -γ a + Σ_k ζ(k) (-a)^k / k up to 0.2, log Γ(1 + a) above."""
+    with np.errstate(all="ignore"):
+        small = np.minimum(a, 0.2)
+        total = -special_math._EULER * small
+        power = -small
+        for k, zeta_minus_1 in enumerate(special_math._ZETA_MINUS_1, 2):
+            power = power * -small
+            total += (1.0 + zeta_minus_1) / k * power
+        return np.where(a <= 0.2, total, special_math.lgamma(1.0 + a))
+
+
+def _gamma_density(a, x):
+    """x^a e^-x / Γ(a), from its logarithm: below a = 1 as a x^a e^-x / Γ(a + 1) (log Γ(a)
+    would be large and its rounding amplified); from a = 10 on as
+    a (log1p(u) - u) + log(a / 2π) / 2 - S(a) with u = (x - a) / a and S Stirling's series
+    of log Γ (the direct a log x - x - log Γ(a) would cancel terms of size a)."""
     with np.errstate(all="ignore"):
         direct = a * np.log(x) - x - special_math.lgamma(a)
+        small = np.minimum(a, 1.0)
+        below_one = small * np.exp(small * np.log(x) - x - _lgamma1p(small))
         big = np.maximum(a, 10.0)
         w = 1.0 / (big * big)
         stirling = (1 / 12 + w * (-1 / 360 + w * (1 / 1260 + w * (-1 / 1680 + w * (
             1 / 1188 + w * (-691 / 360360 + w / 156)))))) / big
         u = (x - big) / big
         uniform = big * (np.log1p(u) - u) + 0.5 * np.log(big / (2 * np.pi)) - stirling
-    return np.where(a >= 10.0, uniform, direct)
+        return np.where(a < 1.0, below_one, np.exp(np.where(a >= 10.0, uniform, direct)))
 
 
 _GAMMA_INC_STEPS = 20000   # enough below _TEMME_FROM, where x near a takes the most
 _TEMME_FROM = 1e6          # Temme's two terms reach float64 precision from there on
 
 
-def _lower_gamma_series(a, x, log_density):
+def _lower_gamma_series(a, x, density):
     """P(a, x) = x^a e^-x / Γ(a + 1) Σ_n x^n / ((a+1) ... (a+n)) (for x < a + 1, where the
     terms fall)."""
     term = np.ones_like(x)
@@ -143,10 +159,10 @@ def _lower_gamma_series(a, x, log_density):
         active = active[term[active] > 1e-17 * total[active]]
         if not active.size:
             break
-    return np.exp(log_density) / a * total
+    return density / a * total
 
 
-def _upper_gamma_fraction(a, x, log_density):
+def _upper_gamma_fraction(a, x, density):
     """Q(a, x) = x^a e^-x / Γ(a) / (x + 1 - a - 1 (1 - a) / (x + 3 - a - 2 (2 - a) / ...))
     by the modified Lentz method (for x >= a + 1, where the fraction converges fast)."""
     tiny = 1e-300
@@ -169,7 +185,7 @@ def _upper_gamma_fraction(a, x, log_density):
         active = active[np.abs(delta - 1.0) > 1e-16]
         if not active.size:
             break
-    return np.exp(log_density) * h
+    return density * h
 
 
 def _temme_upper(a, x):
@@ -193,6 +209,18 @@ def _temme_upper(a, x):
         2 * np.pi * a) * (c0 + c1 / a)
 
 
+def _upper_gamma_small_a(a, x):
+    """Q(a, x) for a < 1 and x < a + 1, where 1 - P would cancel (P is near 1 for a small a):
+    Q = -expm1(a log x - log Γ(1 + a)) - x^a / Γ(a) Σ_{n>=1} (-x)^n / (n! (a + n))."""
+    scaled_power = np.exp(a * np.log(x) - _lgamma1p(a))          # x^a / Γ(a + 1)
+    term = np.ones_like(x)
+    total = np.zeros_like(x)
+    for n in range(1, 60):                   # x < 2: the terms fall as 2^n / n!
+        term = term * -x / n
+        total += term / (a + n)
+    return -np.expm1(a * np.log(x) - _lgamma1p(a)) - a * scaled_power * total
+
+
 def _gamma_inc(a, x, upper):
     """P(a, x) (``upper`` False) or Q(a, x) = 1 - P, with PyTorch's values at the edges."""
     a, x = np.broadcast_arrays(special_math._float64(a), special_math._float64(x))
@@ -207,19 +235,23 @@ def _gamma_inc(a, x, upper):
         series, fraction = series & ~temme, ~series & ~temme
         value = np.empty_like(ai)      # P or Q, whichever each method gives directly
         value[series] = _lower_gamma_series(ai[series], xi[series],
-                                            _log_gamma_density(ai[series], xi[series]))
+                                            _gamma_density(ai[series], xi[series]))
         value[fraction] = _upper_gamma_fraction(ai[fraction], xi[fraction],
-                                                _log_gamma_density(ai[fraction], xi[fraction]))
+                                                _gamma_density(ai[fraction], xi[fraction]))
         value[temme] = _temme_upper(ai[temme], xi[temme])
-        result[inner] = np.where(series != upper, value, 1.0 - value)
-    # the edges, for P (Q swaps 0 and 1): a = 0 with x > 0 gives 1, x = 0 gives 0, an
-    # infinite a 0 (NaN with an infinite x), an infinite x 1; negative arguments NaN
+        value = np.where(series != upper, value, 1.0 - value)
+        if upper:
+            small = series & (ai < 1.0)
+            value[small] = _upper_gamma_small_a(ai[small], xi[small])
+        result[inner] = value
+    # PyTorch's edge cases, tested in its order (a NaN can pass a test on the other
+    # argument): negative arguments, a = 0, x = 0, an infinite a, an infinite x
     one, zero = (0.0, 1.0) if upper else (1.0, 0.0)
-    edge = np.where((a == 0) & (x > 0), one, np.nan)
-    edge = np.where((a > 0) & (x == 0), zero, edge)
-    edge = np.where((a > 0) & np.isposinf(a) & (x > 0) & np.isfinite(x), zero, edge)
-    edge = np.where((a > 0) & np.isfinite(a) & np.isposinf(x), one, edge)
-    result = np.where(inner | (a < 0) | (x < 0) | np.isnan(a) | np.isnan(x), result, edge)
+    edges = [((x < 0) | (a < 0), np.nan), ((a == 0) & (x > 0), one), (a == 0, np.nan),
+             (x == 0, zero), (np.isinf(a) & np.isinf(x), np.nan), (np.isinf(a), zero),
+             (np.isinf(x), one)]
+    result = np.select([condition for condition, _ in edges] + [np.ones_like(inner)],
+                       [value for _, value in edges] + [result])
     return result.reshape(shape)
 
 
@@ -253,6 +285,7 @@ def _unary(name, fn, samples, differentiable=True):
     loop = store(fn)
 
     def kernel(self, *, out=None):
+        _require_tensors("special_" + name, input=self)
         return pointwise(loop, self, out=out, dtype=float_dtype(self._dtype),
                          compute_dtype=float64)
     kernel.__name__ = "special_" + name

@@ -182,9 +182,10 @@ def zeta(s, q):
             moving = moving[~small & (a[moving] < threshold[moving])]
         result = np.where(done, total, total + _zeta_tail(s, a)).reshape(shape)
     q, s = q.reshape(shape), s.reshape(shape)
-    result = np.where(s < 1, np.nan, result)
+    # Cephes's order: s = 1, then s < 1, then the poles, then a fractional s at q < 0
     result = np.where((q <= 0) & (q != np.floor(q)) & (s != np.floor(s)), np.nan, result)
-    return np.where((s == 1) | ((q <= 0) & (q == np.floor(q))), np.inf, result)
+    result = np.where((q <= 0) & (q == np.floor(q)), np.inf, result)
+    return np.where(s == 1, np.inf, np.where(s < 1, np.nan, result))
 
 
 def hurwitz_zeta(s, q):
