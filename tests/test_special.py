@@ -121,9 +121,11 @@ def test_log_ndtr_and_ndtri_tails_against_mpmath():
     # right of 1: log1p(-erfc(x / sqrt 2) / 2) inherits the rounding of x / sqrt 2, times
     # x^2 in erfc's relative error
     assert_close(ours[x <= 1], expected[x <= 1], 3e-15)
-    assert_close(ours[x > 1], expected[x > 1], 1e-14)
+    for value, ours_value, expected_value in zip(x[x > 1], ours[x > 1], expected[x > 1]):
+        assert_close(ours_value, expected_value, 2e-16 * (4 + value * value))
     p = np.array([1e-300, 1e-100, 1e-20, 1e-5, 0.01, 0.2, 0.4999, 0.75, 0.99, 1 - 1e-12])
-    expected = [float(-mpmath.sqrt(2) * mpmath.erfinv(1 - 2 * mpmath.mpf(v))) for v in p]
+    with mpmath.workdps(400):        # 1 - 2p keeps p = 1e-300
+        expected = [float(-mpmath.sqrt(2) * mpmath.erfinv(1 - 2 * mpmath.mpf(v))) for v in p]
     assert_close(mt.special.ndtri(mt.tensor(p)).numpy(), expected, 4e-15)
 
 
