@@ -1,7 +1,8 @@
 """The elementwise functions of ``torch.special`` that no other op module has: the normal
-distribution (``ndtr``, ``ndtri``, ``log_ndtr``), ``erfcx``, the scaled modified Bessel
-functions, ``xlog1py``, ``entr``, Hurwitz's ``zeta`` and the regularised incomplete gamma
-functions (``igamma``/``igammac``, ``torch.special.gammainc``/``gammaincc``).
+distribution (``ndtr``, ``ndtri``, ``log_ndtr``), ``erfcx``, the Bessel functions (J, Y,
+I, K and their scaled forms), ``xlog1py``, ``entr``, Hurwitz's ``zeta`` and the
+regularised incomplete gamma functions (``igamma``/``igammac``,
+``torch.special.gammainc``/``gammaincc``).
 
 Each is a pointwise op named as PyTorch's (``special_<name>``, reached as
 ``microtensor.special.<name>``), its kernel NumPy vectorised over the whole tensor in
@@ -340,6 +341,24 @@ special_modified_bessel_i1 = _unary("modified_bessel_i1", special_math.i1,
                                     _float_samples(-5.0, 5.0), differentiable=False)
 special_spherical_bessel_j0 = _unary("spherical_bessel_j0", spherical_bessel_j0,
                                      _float_samples(-8.0, 8.0), differentiable=False)
+special_bessel_j0 = _unary("bessel_j0", special_math.bessel_j0, _float_samples(-30.0, 30.0),
+                           differentiable=False)
+special_bessel_j1 = _unary("bessel_j1", special_math.bessel_j1, _float_samples(-30.0, 30.0),
+                           differentiable=False)
+special_bessel_y0 = _unary("bessel_y0", special_math.bessel_y0, _float_samples(0.1, 30.0),
+                           differentiable=False)
+special_bessel_y1 = _unary("bessel_y1", special_math.bessel_y1, _float_samples(0.1, 30.0),
+                           differentiable=False)
+special_modified_bessel_k0 = _unary("modified_bessel_k0", special_math.modified_bessel_k0,
+                                    _float_samples(0.1, 30.0), differentiable=False)
+special_modified_bessel_k1 = _unary("modified_bessel_k1", special_math.modified_bessel_k1,
+                                    _float_samples(0.1, 30.0), differentiable=False)
+special_scaled_modified_bessel_k0 = _unary(
+    "scaled_modified_bessel_k0", special_math.scaled_modified_bessel_k0,
+    _float_samples(0.1, 30.0), differentiable=False)
+special_scaled_modified_bessel_k1 = _unary(
+    "scaled_modified_bessel_k1", special_math.scaled_modified_bessel_k1,
+    _float_samples(0.1, 30.0), differentiable=False)
 
 
 @special_ndtr.def_derivative("self")
@@ -477,4 +496,7 @@ igammac_ = inplace_variant(igammac, samples=_igamma_inplace_samples)
 __all__ = ["special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx",
            "special_i0e", "special_i1e", "special_entr", "special_modified_bessel_i0",
            "special_modified_bessel_i1", "special_spherical_bessel_j0", "special_xlog1py",
-           "special_zeta", "igamma", "igammac"]
+           "special_zeta", "igamma", "igammac", "special_bessel_j0", "special_bessel_j1",
+           "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
+           "special_modified_bessel_k1", "special_scaled_modified_bessel_k0",
+           "special_scaled_modified_bessel_k1"]

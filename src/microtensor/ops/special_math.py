@@ -1,7 +1,7 @@
 """NumPy implementations of the special functions NumPy lacks, vectorised over whole arrays
 (CuPy arrays take the same code): ``lgamma``, ``digamma``, ``polygamma`` (through the
-Hurwitz zeta function ``zeta``) and the modified Bessel functions ``i0``, ``i1`` (and
-their exponentially scaled ``i0e``, ``i1e``).
+Hurwitz zeta function ``zeta``) and the Bessel functions: ``i0``, ``i1`` (and their
+exponentially scaled ``i0e``, ``i1e``), ``bessel_j0/j1/y0/y1`` and the ``K`` functions.
 
 They compute in float64 and reach its precision (relative error about 1e-15, absolute near
 the zeros of lgamma and digamma).  Each shifts its argument with the recurrence until it
@@ -257,3 +257,244 @@ def i1e(x):
 # (the terms fall as 4^-k there)
 _ZETA_MINUS_1 = [float(hurwitz_zeta(k, 2.0)) for k in range(2, 40)]
 
+
+
+# --------------------------------------------------------------------------- Bessel J and Y
+# J0, J1, Y0, Y1 of x > 0 (the callers reflect): below 1e-5 the leading terms of their
+# series; up to 25 Miller's backward recurrence J_{n-1} = (2n / x) J_n - J_{n+1}, normalised
+# by J0 + 2 (J2 + J4 + ...) = 1, with Y0 and Y1 from the same J_n by Neumann's series
+#   Y0 = (2/π) (log(x/2) + γ) J0 - (4/π) Σ_k (-1)^k J_2k / k
+#   Y1 = -Y0' = (2/π) ((log(x/2) + γ) J1 - J0 / x) + (2/π) Σ_k (-1)^k (J_2k-1 - J_2k+1) / k;
+# from 25 on Hankel's asymptotic series.  Absolute accuracy about 1e-16 times the envelope
+# sqrt(2 / (π x)), as the usual approximations (PyTorch's too) have near the zeros.
+
+_BESSEL_SERIES_BELOW = 1e-5
+_BESSEL_HANKEL_FROM = 25.0
+_RESCALE = 1e200
+
+
+def _bessel_miller(x):
+    """(J0, J1, Y0, Y1) of x in [1e-5, 25) by the backward recurrence (values rescaled as
+    they grow, which they do by 2n / x a step)."""
+    start = 2 * int((float(np.max(x)) + 40.0) / 2) if x.size else 2
+    j_next = np.zeros_like(x)                 # J_{n+1} (unnormalised)
+    j = np.full_like(x, 1e-30)                # J_n, n = start
+    norm = np.zeros_like(x)                   # J0 + 2 Σ J_2k
+    y0_sum = np.zeros_like(x)                 # Σ_k (-1)^k J_2k / k
+    y1_sum = np.zeros_like(x)                 # Σ_k (-1)^k (J_2k-1 - J_2k+1) / k
+    odd_above = np.zeros_like(x)              # J_{n+1} for the next odd-order term
+    j1 = np.zeros_like(x)
+    for n in range(start, 0, -1):
+        # here j = J_n, j_next = J_{n+1}
+        if n % 2 == 0:
+            k = n // 2
+            sign = -1.0 if k % 2 else 1.0
+            norm += 2.0 * j
+            y0_sum += sign * j / k
+            odd_above = j_next.copy()         # J_{2k+1} (rescaled with the rest)
+            pending = sign / k                # waits for J_{2k-1}
+        j_prev = 2.0 * n / x * j - j_next
+        if n % 2 == 0:
+            y1_sum += pending * (j_prev - odd_above)
+        if n == 1:
+            j1 = j.copy()
+        j_next, j = j, j_prev
+        big = np.abs(j) > _RESCALE
+        if big.any():
+            scale = np.where(big, 1.0 / _RESCALE, 1.0)
+            for array in (j, j_next, norm, y0_sum, y1_sum, odd_above, j1):
+                array *= scale
+    j0 = j
+    norm += j0
+    j0, j1 = j0 / norm, j1 / norm
+    log_term = np.log(0.5 * x) + _EULER
+    y0 = 2 / np.pi * (log_term * j0 - 2.0 * y0_sum / norm)
+    y1 = 2 / np.pi * (log_term * j1 - j0 / x + y1_sum / norm)
+    return j0, j1, y0, y1
+
+
+def _bessel_hankel(x):
+    """(J0, J1, Y0, Y1) for x >= 25 by Hankel's expansions P_ν, Q_ν in 1/x, the phases
+    x - π/4 and x - 3π/4 taken through sin x and cos x (no rounding of x - π/4)."""
+    out = []
+    sin, cos = np.sin(x), np.cos(x)
+    inv_8x = 1.0 / (8.0 * x)
+    for nu in (0, 1):
+        mu = 4.0 * nu * nu
+        term = np.ones_like(x)
+        p, q = term.copy(), np.zeros_like(x)
+        for k in range(1, 40):
+            term = term * (mu - (2 * k - 1) ** 2) * inv_8x / k
+            if k % 2:
+                q += term if (k // 2) % 2 == 0 else -term
+            else:
+                p += -term if (k // 2) % 2 else term
+        # cos(x - (2ν+1)π/4) and sin(...) from cos x, sin x
+        if nu == 0:
+            c, s = (cos + sin) / np.sqrt(2.0), (sin - cos) / np.sqrt(2.0)
+        else:
+            c, s = (sin - cos) / np.sqrt(2.0), -(sin + cos) / np.sqrt(2.0)
+        envelope = np.sqrt(2.0 / (np.pi * x))
+        out.append((envelope * (p * c - q * s), envelope * (p * s + q * c)))
+    (j0, y0), (j1, y1) = out
+    return j0, j1, y0, y1
+
+
+def _bessel_jy(x):
+    """(J0, J1, Y0, Y1) of x > 0 (finite)."""
+    result = [np.empty_like(x) for _ in range(4)]
+    tiny = x < _BESSEL_SERIES_BELOW
+    large = x >= _BESSEL_HANKEL_FROM
+    middle = ~tiny & ~large
+    t = x[tiny]
+    log_term = np.log(0.5 * t) + _EULER
+    j0 = 1.0 - 0.25 * t * t
+    series = (j0, 0.5 * t * (1.0 - 0.125 * t * t),
+              2 / np.pi * (log_term * j0 + 0.25 * t * t),
+              -2 / (np.pi * t) + t / np.pi * (log_term - 0.5))
+    for mask, values in ((tiny, series), (middle, _bessel_miller(x[middle])),
+                         (large, _bessel_hankel(x[large]))):
+        for target, value in zip(result, values):
+            target[mask] = value
+    return result
+
+
+def _bessel_of(x, pick, odd=False, at_zero=0.0, negative=np.nan):
+    """One of (J0, J1, Y0, Y1) (``pick``) elementwise: reflected for J (``odd``: J1),
+    ``negative`` (NaN) for Y of x < 0, the value at 0 given; NaN at ±inf, as PyTorch's."""
+    x = _float64(x)
+    shape = x.shape
+    flat = np.abs(x.reshape(-1)).astype(np.float64)
+    regular = (flat > 0) & np.isfinite(flat)
+    values = np.full(flat.shape, np.nan)
+    with np.errstate(all="ignore"):
+        values[regular] = _bessel_jy(flat[regular])[pick]
+    values = values.reshape(shape)
+    if odd:
+        values = np.where(x < 0, -values, values)
+    values = np.where(x == 0, at_zero, values)
+    if negative is not None:
+        values = np.where(x < 0, negative, values)
+    return np.where(np.isnan(x), np.nan, values)
+
+
+def bessel_j0(x):
+    """The Bessel function of the first kind of order 0 (even)."""
+    return _bessel_of(x, 0, at_zero=1.0, negative=None)
+
+
+def bessel_j1(x):
+    """The Bessel function of the first kind of order 1 (odd)."""
+    return _bessel_of(x, 1, odd=True, negative=None)
+
+
+def bessel_y0(x):
+    """The Bessel function of the second kind of order 0: -inf at 0, NaN below."""
+    return _bessel_of(x, 2, at_zero=-np.inf)
+
+
+def bessel_y1(x):
+    """The Bessel function of the second kind of order 1: -inf at 0, NaN below."""
+    return _bessel_of(x, 3, at_zero=-np.inf)
+
+
+# --------------------------------------------------------------------------- Bessel K
+# K0, K1 of x > 0 and their scaled e^x K: up to 1 their series
+#   K0 = -(log(x/2) + γ) I0 + Σ_k H_k (x²/4)^k / k!²
+#   K1 = 1/x + log(x/2) I1 - (x/4) Σ_k (H_k + H_k+1 - 2γ) (x²/4)^k / (k! (k+1)!)
+# (H_k the harmonic numbers); up to 25 the trapezoidal rule on
+#   e^x K_ν(x) = ∫_0^∞ exp(-x (cosh t - 1)) cosh(ν t) dt,
+# exact to float64 with steps of 0.1 (the integrand is even and entire); from 25 on the
+# asymptotic series sqrt(π / 2x) Σ_k a_k(ν) / x^k.
+
+_K_SERIES_UP_TO = 1.0
+_K_ASYMPTOTIC_FROM = 25.0
+
+
+def _bessel_k_series(x):
+    """(K0, K1) for 0 < x <= 1."""
+    half_log = np.log(0.5 * x) + _EULER
+    quarter = 0.25 * x * x
+    term = np.ones_like(x)                    # (x²/4)^k / k!²
+    k0_sum = np.zeros_like(x)
+    k1_sum = (1.0 - 2.0 * _EULER) * term      # k = 0: (H_0 + H_1 - 2γ) / (0! 1!)
+    harmonic = 0.0
+    for k in range(1, 30):
+        term = term * quarter / (k * k)
+        harmonic += 1.0 / k
+        k0_sum += harmonic * term
+        k1_sum += (2.0 * harmonic + 1.0 / (k + 1) - 2.0 * _EULER) * term / (k + 1)
+    k0 = -half_log * i0(x) + k0_sum
+    k1 = 1.0 / x + (half_log - _EULER) * i1(x) - 0.25 * x * k1_sum
+    return k0, k1
+
+
+def _scaled_bessel_k_quadrature(x):
+    """(e^x K0, e^x K1) for 1 < x < 25: one pass over the elements per node."""
+    step = 0.1
+    k0, k1 = np.zeros_like(x), np.zeros_like(x)
+    for node in np.arange(0.0, 5.0, step):     # exp(-(cosh 5 - 1)) is below 1e-31
+        decay = np.exp(-x * (np.cosh(node) - 1.0)) * (step / 2 if node == 0 else step)
+        k0 += decay
+        k1 += decay * np.cosh(node)
+    return k0, k1
+
+
+def _scaled_bessel_k_asymptotic(x):
+    """(e^x K0, e^x K1) for x >= 25."""
+    out = []
+    for nu in (0, 1):
+        mu = 4.0 * nu * nu
+        term = np.ones_like(x)
+        total = term.copy()
+        for k in range(1, 40):
+            term = term * (mu - (2 * k - 1) ** 2) / (k * 8.0 * x)
+            total += term
+        out.append(total * np.sqrt(np.pi / (2.0 * x)))
+    return out
+
+
+def _bessel_k(x, order, scaled):
+    """K_order(x) (times e^x when ``scaled``): +inf at 0, NaN below, 0 at +inf."""
+    x = _float64(x)
+    shape = x.shape
+    flat = x.reshape(-1).astype(np.float64)
+    values = np.full(flat.shape, np.nan)
+    with np.errstate(all="ignore"):
+        for low, high, method in ((0.0, _K_SERIES_UP_TO, "series"),
+                                  (_K_SERIES_UP_TO, _K_ASYMPTOTIC_FROM, "quadrature"),
+                                  (_K_ASYMPTOTIC_FROM, np.inf, "asymptotic")):
+            mask = (flat > low) & (flat <= high) if method == "series" else \
+                (flat > low) & (flat < high) if method == "quadrature" else \
+                (flat >= low) & (flat < high)
+            part = flat[mask]
+            if method == "series":
+                result = _bessel_k_series(part)[order]
+                values[mask] = result * np.exp(part) if scaled else result
+            else:
+                result = (_scaled_bessel_k_quadrature(part) if method == "quadrature"
+                          else _scaled_bessel_k_asymptotic(part))[order]
+                values[mask] = result if scaled else result * np.exp(-part)
+    values = values.reshape(shape)
+    values = np.where(x == 0, np.inf, np.where(x == np.inf, 0.0, values))
+    return np.where(x < 0, np.nan, values)
+
+
+def modified_bessel_k0(x):
+    """The modified Bessel function of the second kind of order 0."""
+    return _bessel_k(x, 0, scaled=False)
+
+
+def modified_bessel_k1(x):
+    """The modified Bessel function of the second kind of order 1."""
+    return _bessel_k(x, 1, scaled=False)
+
+
+def scaled_modified_bessel_k0(x):
+    """e^x K0(x)."""
+    return _bessel_k(x, 0, scaled=True)
+
+
+def scaled_modified_bessel_k1(x):
+    """e^x K1(x)."""
+    return _bessel_k(x, 1, scaled=True)
