@@ -19,18 +19,20 @@ _SAME = {"digamma": "digamma", "erf": "erf", "erfc": "erfc", "erfinv": "erfinv",
          "xlogy": "xlogy"}
 globals().update({name: getattr(_mt, target) for name, target in _SAME.items()})
 
-_OWN = ("ndtr", "ndtri", "log_ndtr", "erfcx", "i0e", "i1", "i1e", "entr", "xlog1py", "zeta",
-        "modified_bessel_i0", "modified_bessel_i1", "spherical_bessel_j0", "bessel_j0",
-        "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
-        "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "chebyshev_polynomial_t",
-        "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+_OWN = ("ndtr", "ndtri", "log_ndtr", "erfcx", "i0e", "i1", "i1e", "entr",
+        "xlog1py", "zeta", "modified_bessel_i0", "modified_bessel_i1",
+        "spherical_bessel_j0", "airy_ai", "bessel_j0", "bessel_j1", "bessel_y0",
+        "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+        "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+        "chebyshev_polynomial_t", "chebyshev_polynomial_u",
+        "chebyshev_polynomial_v", "chebyshev_polynomial_w",
         "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
         "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w",
-        "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
-        "legendre_polynomial_p")
+        "hermite_polynomial_h", "hermite_polynomial_he",
+        "laguerre_polynomial_l", "legendre_polynomial_p")
 globals().update({name: _function(_REGISTRY["special_" + name]) for name in _OWN})
 
-__all__ = ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+__all__ = ["airy_ai", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
            "chebyshev_polynomial_t", "chebyshev_polynomial_u",
            "chebyshev_polynomial_v", "chebyshev_polynomial_w", "digamma",
            "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1",

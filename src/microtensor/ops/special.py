@@ -1,8 +1,8 @@
 """The elementwise functions of ``torch.special`` that no other op module has: the normal
 distribution (``ndtr``, ``ndtri``, ``log_ndtr``), ``erfcx``, the Bessel functions (J, Y,
-I, K and their scaled forms), ``xlog1py``, ``entr``, Hurwitz's ``zeta`` and the
+I, K and their scaled forms) and Airy's Ai, ``xlog1py``, ``entr``, Hurwitz's ``zeta``, the
 regularised incomplete gamma functions (``igamma``/``igammac``,
-``torch.special.gammainc``/``gammaincc``).
+``torch.special.gammainc``/``gammaincc``) and the orthogonal polynomials.
 
 Each is a pointwise op named as PyTorch's (``special_<name>``, reached as
 ``microtensor.special.<name>``), its kernel NumPy vectorised over the whole tensor in
@@ -15,6 +15,7 @@ import numpy as np
 
 from microtensor._C.tensor import TensorBase, float32, float64, int64
 from microtensor._dtype import info, result_type
+from microtensor.backends import cuda
 from microtensor.ops import special_math
 from microtensor.ops.activation import _erfc, _erfinv, scaled_erfc_of_large
 from microtensor.ops.loops import float_dtype, pointwise, store
@@ -26,6 +27,19 @@ _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _LOG_SQRT_2PI = math.log(_SQRT_2PI)
 _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _host_loop(fn):
+    """A ``pointwise`` loop of ``fn``, which selects and indexes elements with NumPy's
+    array constructors: GPU (CuPy) operands are computed on the host and the result copied
+    back."""
+    def on_host(*arrays):
+        if not any(cuda.is_device_array(a) for a in arrays):
+            return fn(*arrays)
+        xp = cuda.cupy()
+        return xp.asarray(fn(*[xp.asnumpy(a) if cuda.is_device_array(a) else a
+                                for a in arrays]))
+    return store(on_host)
 
 
 # --------------------------------------------------------------------------- numerics
@@ -426,7 +440,7 @@ def _float_samples(low=None, high=None):
 def _unary(name, fn, samples, differentiable=True):
     """Declare ``special_<name>``: ``fn`` elementwise in float64, the result in the input's
     float type (integers and bool: the default one)."""
-    loop = store(fn)
+    loop = _host_loop(fn)
 
     def kernel(self, *, out=None):
         _require_tensors("special_" + name, input=self)
@@ -443,7 +457,7 @@ def _binary(name, fn, samples, *, tensors_only=False, **options):
     promoted float type.  Either input may be a Python number (not both) unless
     ``tensors_only``, where integer and bool inputs are refused too (PyTorch has no such
     kernel)."""
-    loop = store(fn)
+    loop = _host_loop(fn)
     short = name.replace("special_", "")
 
     def kernel(self, other, *, out=None):
@@ -484,6 +498,8 @@ special_modified_bessel_i1 = _unary("modified_bessel_i1", special_math.i1,
                                     _float_samples(-5.0, 5.0), differentiable=False)
 special_spherical_bessel_j0 = _unary("spherical_bessel_j0", spherical_bessel_j0,
                                      _float_samples(-8.0, 8.0), differentiable=False)
+special_airy_ai = _unary("airy_ai", special_math.airy_ai, _float_samples(-10.0, 5.0),
+                         differentiable=False)
 special_bessel_j0 = _unary("bessel_j0", special_math.bessel_j0, _float_samples(-30.0, 30.0),
                            differentiable=False)
 special_bessel_j1 = _unary("bessel_j1", special_math.bessel_j1, _float_samples(-30.0, 30.0),
@@ -652,7 +668,7 @@ def _polynomial(name, fn, samples):
     """Declare ``special_<name>(input, n)``: the polynomial of degree ``n`` (either may be a
     number) in float64, the result in the promoted float type; no derivative (PyTorch's
     results do not require grad)."""
-    loop = store(fn)
+    loop = _host_loop(fn)
 
     def kernel(self, n, *, out=None):
         if not isinstance(self, TensorBase) and not isinstance(n, TensorBase):
@@ -682,7 +698,7 @@ for _name, (_low, _high) in _POLYNOMIALS.items():
 __all__ = ["special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx",
            "special_i0e", "special_i1e", "special_entr", "special_modified_bessel_i0",
            "special_modified_bessel_i1", "special_spherical_bessel_j0", "special_xlog1py",
-           "special_zeta", "igamma", "igammac", "special_bessel_j0", "special_bessel_j1",
-           "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
+           "special_zeta", "igamma", "igammac", "special_airy_ai", "special_bessel_j0",
+           "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
            "special_modified_bessel_k1", "special_scaled_modified_bessel_k0",
            "special_scaled_modified_bessel_k1"] + ["special_" + name for name in _POLYNOMIALS]

@@ -1,7 +1,8 @@
 """NumPy implementations of the special functions NumPy lacks, vectorised over whole arrays
 (CuPy arrays take the same code): ``lgamma``, ``digamma``, ``polygamma`` (through the
 Hurwitz zeta function ``zeta``) and the Bessel functions: ``i0``, ``i1`` (and their
-exponentially scaled ``i0e``, ``i1e``), ``bessel_j0/j1/y0/y1`` and the ``K`` functions.
+exponentially scaled ``i0e``, ``i1e``), ``bessel_j0/j1/y0/y1``, the ``K`` functions and
+Airy's ``airy_ai``.
 
 They compute in float64 and reach its precision (relative error about 1e-15, absolute near
 the zeros of lgamma and digamma).  Each shifts its argument with the recurrence until it
@@ -498,3 +499,93 @@ def scaled_modified_bessel_k0(x):
 def scaled_modified_bessel_k1(x):
     """e^x K1(x)."""
     return _bessel_k(x, 1, scaled=True)
+
+
+# --------------------------------------------------------------------------- Airy Ai
+# Ai(x) by its Maclaurin series on [-2, 2]; right of 2 as sqrt(x / 3) K_{1/3}(ζ) / π with
+# ζ = 2 x^{3/2} / 3 (e^ζ K_{1/3} by the trapezoidal rule up to ζ = 25, its asymptotic
+# series beyond); left of -2 as sqrt(x) (J_{1/3}(ζ) + J_{-1/3}(ζ)) / 3, the sum written as
+#   (2/π) ∫_0^π cos(t/3) cos(ζ sin t) dt + (√3/π) ∫_0^∞ exp(-ζ sinh t) sinh(t/3) dt
+# by Gauss-Legendre quadrature up to ζ = 30, and Hankel's expansion beyond.
+
+_AIRY_0 = 0.355028053887817239260           # Ai(0)
+_AIRY_1 = 0.258819403792806798405           # -Ai'(0)
+_LEGENDRE_NODES, _LEGENDRE_WEIGHTS = np.polynomial.legendre.leggauss(80)
+
+
+def _airy_series(x):
+    """Ai(x) = Ai(0) f(x) - |Ai'(0)| g(x), f = Σ 3^k (1/3)_k x^3k / (3k)!,
+    g = Σ 3^k (2/3)_k x^(3k+1) / (3k+1)!."""
+    cube = x * x * x
+    f_term, g_term = np.ones_like(x), x.copy()
+    f, g = f_term.copy(), g_term.copy()
+    for k in range(1, 40):
+        f_term = f_term * cube / ((3 * k - 1) * (3 * k))
+        g_term = g_term * cube / ((3 * k) * (3 * k + 1))
+        f += f_term
+        g += g_term
+    return _AIRY_0 * f - _AIRY_1 * g
+
+
+def _scaled_k_third(zeta):
+    """e^ζ K_{1/3}(ζ) for ζ > 1.8."""
+    step = 0.1
+    trapezoid = np.zeros_like(zeta)
+    for node in np.arange(0.0, 5.0, step):
+        trapezoid += np.exp(-zeta * (np.cosh(node) - 1.0)) * np.cosh(node / 3) * (
+            step / 2 if node == 0 else step)
+    mu = 4.0 / 9.0
+    term = np.ones_like(zeta)
+    asymptotic = term.copy()
+    for k in range(1, 40):
+        term = term * (mu - (2 * k - 1) ** 2) / (k * 8.0 * np.maximum(zeta, 25.0))
+        asymptotic += term
+    asymptotic *= np.sqrt(np.pi / (2.0 * np.maximum(zeta, 25.0)))
+    return np.where(zeta < 25.0, trapezoid, asymptotic)
+
+
+def _airy_negative(x):
+    """Ai(x) for x < -2."""
+    r = -x
+    zeta = 2.0 / 3.0 * r * np.sqrt(r)
+    small = np.minimum(zeta, 30.0)
+    t = (_LEGENDRE_NODES[:, None] + 1.0) * (np.pi / 2)              # on [0, π]
+    oscillating = (np.pi / 2) * (_LEGENDRE_WEIGHTS[:, None] * np.cos(t / 3) *
+                                 np.cos(small[None, :] * np.sin(t))).sum(axis=0)
+    end = np.arcsinh(45.0 / small)                                  # exp(-ζ sinh t) < 1e-19
+    u = (_LEGENDRE_NODES[:, None] + 1.0) * (end[None, :] / 2)        # on [0, end]
+    decaying = (end / 2) * (_LEGENDRE_WEIGHTS[:, None] * np.exp(-small[None, :] * np.sinh(u)) *
+                            np.sinh(u / 3)).sum(axis=0)
+    quadrature = np.sqrt(r) / 3 * (2 / np.pi * oscillating + np.sqrt(3) / np.pi * decaying)
+    # Hankel: Ai(-r) = (sin(ζ + π/4) P - cos(ζ + π/4) Q) / (sqrt(π) r^(1/4))
+    big = np.maximum(zeta, 30.0)
+    term = np.ones_like(big)
+    p, q = term.copy(), np.zeros_like(big)
+    for k in range(1, 40):
+        # u_k = (6k-5)(6k-3)(6k-1) / ((2k-1) 216 k) u_{k-1}
+        term = term * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216.0 * k * big)
+        if k % 2:
+            q += term if (k // 2) % 2 == 0 else -term
+        else:
+            p += -term if (k // 2) % 2 else term
+    phase = big + np.pi / 4
+    hankel = (np.sin(phase) * p - np.cos(phase) * q) / (np.sqrt(np.pi) * np.sqrt(np.sqrt(r)))
+    return np.where(zeta < 30.0, quadrature, hankel)
+
+
+def airy_ai(x):
+    """The Airy function Ai: NaN at ±inf (as PyTorch's)."""
+    x = _float64(x)
+    shape = x.shape
+    flat = x.reshape(-1).astype(np.float64)
+    values = np.full(flat.shape, np.nan)
+    with np.errstate(all="ignore"):
+        middle = np.abs(flat) <= 2.0
+        right = (flat > 2.0) & np.isfinite(flat)
+        left = (flat < -2.0) & np.isfinite(flat)
+        values[middle] = _airy_series(flat[middle])
+        r = flat[right]
+        zeta = 2.0 / 3.0 * r * np.sqrt(r)
+        values[right] = np.sqrt(r / 3) / np.pi * _scaled_k_third(zeta) * np.exp(-zeta)
+        values[left] = _airy_negative(flat[left])
+    return values.reshape(shape)
