@@ -585,7 +585,8 @@ def special_xlog1py(grad, self, other):
 
 def _zeta_samples(make):
     # ``self`` (s) is a number or float32: PyTorch has no derivative for it
-    return [Sample(2.5, make(3, 4, low=0.3, high=4.0)), Sample(3.0, make(5, low=-2.8, high=-2.2)),
+    return [Sample(2.5, make(3, 4, low=0.3, high=4.0)),
+            Sample(3.0, make(5, low=-2.8, high=-2.2)),
             Sample(1.5, make(4, 3, low=0.5, high=4.0).t()),
             Sample(make(3, 4, dtype=float32, low=1.1, high=6.0), make(4, low=0.3, high=4.0)),
             Sample(make(2, 3, dtype=float32, low=1.1, high=6.0),
@@ -699,6 +700,7 @@ __all__ = ["special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx",
            "special_i0e", "special_i1e", "special_entr", "special_modified_bessel_i0",
            "special_modified_bessel_i1", "special_spherical_bessel_j0", "special_xlog1py",
            "special_zeta", "igamma", "igammac", "special_airy_ai", "special_bessel_j0",
-           "special_bessel_j1", "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
-           "special_modified_bessel_k1", "special_scaled_modified_bessel_k0",
-           "special_scaled_modified_bessel_k1"] + ["special_" + name for name in _POLYNOMIALS]
+           "special_bessel_j1", "special_bessel_y0", "special_bessel_y1",
+           "special_modified_bessel_k0", "special_modified_bessel_k1",
+           "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1"]
+__all__ += ["special_" + name for name in _POLYNOMIALS]
