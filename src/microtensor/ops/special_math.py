@@ -169,7 +169,7 @@ def zeta(s, q):
         s, a = s.reshape(-1).astype(np.float64), q.reshape(-1).astype(np.float64)
         total = np.zeros_like(a)
         threshold = np.maximum(10.0, s + 19.0)
-        done = np.zeros(a.shape, dtype=bool)
+        done = np.zeros_like(a, dtype=bool)
         moving = np.flatnonzero((a < threshold) & (s > 1))
         while moving.size:
             term = a[moving] ** -s[moving]
