@@ -32,14 +32,19 @@ _2_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 def _host_loop(fn):
     """A ``pointwise`` loop of ``fn``, which selects and indexes elements with NumPy's
     array constructors: GPU (CuPy) operands are computed on the host and the result copied
-    back."""
+    back.  A float32 result overflows to ±inf quietly, as PyTorch's."""
     def on_host(*arrays):
         if not any(cuda.is_device_array(a) for a in arrays):
             return fn(*arrays)
         xp = cuda.cupy()
         return xp.asarray(fn(*[xp.asnumpy(a) if cuda.is_device_array(a) else a
                                 for a in arrays]))
-    return store(on_host)
+    stored = store(on_host)
+
+    def loop(*arrays, out, dtype, casting):
+        with np.errstate(over="ignore"):
+            return stored(*arrays, out=out, dtype=dtype, casting=casting)
+    return loop
 
 
 # --------------------------------------------------------------------------- numerics
