@@ -325,9 +325,8 @@ def inplace_variant(base, name=None, **options):
     """Declare ``<base>_``: the same computation written into ``self``.
 
     Its kernel is ``base.kernel(..., out=self)`` and its samples the base op's unless
-    ``samples`` is given; its derivative is the base op's (declared
-    before this), with the old value of ``self`` copied and saved only when a formula that
-    will run reads it.
+    ``samples`` is given; its derivative is the base op's (declared before this), with the
+    old value of ``self`` copied and saved only when a formula that will run reads it.
     """
     def kernel(*args, **kwargs):
         return base.kernel(*args, out=args[0], **kwargs)
