@@ -54,6 +54,9 @@ from microtensor import _composite  # noqa: E402
 _composite.install(Tensor, globals())
 from microtensor import _tensor_extras  # noqa: E402
 _tensor_extras.install(Tensor, globals())
+from microtensor import special  # noqa: E402
+from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
+                                     hamming_window, hann_window, kaiser_window)
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402
                                      set_default_device, set_rng_state)
 from microtensor.ops.shape import (broadcast_shapes, tril_indices,  # noqa: E402

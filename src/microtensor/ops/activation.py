@@ -82,13 +82,19 @@ _TAIL_DEN = (1.0, 2.56852019228982242e00, 1.87295284992346047e00, 5.279051029514
              6.05183413124413191e-2, 2.33520497626869185e-3)
 
 
-def _erfc_of_large(y):
-    """erfc(y) for y > 0.46875 (elsewhere a value to be discarded)."""
+def scaled_erfc_of_large(y):
+    """erfcx(y) = exp(y^2) erfc(y) for y > 0.46875 (elsewhere a value to be discarded)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         middle = _polyval(_ERFC_NUM, y) / _polyval(_ERFC_DEN, y)
         z = 1.0 / (y * y)
         tail = (_1_OVER_SQRT_PI - z * _polyval(_TAIL_NUM, z) / _polyval(_TAIL_DEN, z)) / y
-        scaled = np.where(y <= 4.0, middle, tail)
+        return np.where(y <= 4.0, middle, tail)
+
+
+def _erfc_of_large(y):
+    """erfc(y) for y > 0.46875 (elsewhere a value to be discarded)."""
+    scaled = scaled_erfc_of_large(y)
+    with np.errstate(over="ignore", invalid="ignore"):
         # exp(-y^2) split as Cody does, so that the rounding of y^2 is not amplified
         # (past 30 the result is 0 anyway; capping keeps inf - inf out)
         y = np.minimum(y, 30.0)

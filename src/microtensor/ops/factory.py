@@ -16,13 +16,14 @@ from microtensor import _dtype_table
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
-                                   empty_strided_unchecked, float64, from_array, get_default_dtype,
-                                   int64, uint8)
+                                   empty_strided_unchecked, float32, float64, from_array,
+                                   get_default_dtype, int64, uint8)
 from microtensor._dtype import check_scalar_fits, promote_types, scalar_dtype
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_tuple, size_arg
 from microtensor.ops.dispatch import run_kernel
 from microtensor.ops.loops import strided_copy
+from microtensor.ops import special_math
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, empty_per_sample, to_front, wrap
 
@@ -1014,3 +1015,92 @@ def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=
 
 __all__ += ["asarray", "frombuffer", "range_inclusive", "empty_permuted", "randint_like",
             "from_file"]
+# --------------------------------------------------------------------------- windows
+# PyTorch's signal windows: computed in the result's float type step by step as PyTorch
+# does (so float32 windows round as its do); ``periodic`` computes one more point and
+# drops it (the window of a periodic signal, for spectral analysis).
+
+def _window(name, window_length, periodic, dtype, device, requires_grad, values):
+    """The window ``values(n, compute)`` of ``n`` points (``n`` >= 2, NumPy in the
+    ``compute`` type), after PyTorch's checks; length 0 is empty and length 1 is [1]."""
+    if isinstance(window_length, bool) or not isinstance(window_length, numbers.Integral):
+        raise TypeError(f"{name}(): argument 'window_length' (position 1) must be int, not "
+                        f"{type(window_length).__name__}")
+    if window_length < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got "
+                           f"window_length={window_length}")
+    dt = pick_dtype(dtype, get_default_dtype())
+    if not dt.is_floating_point:
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dt}")
+    result = empty_contiguous((window_length,), dt, cpu)
+    if window_length == 1:
+        result._array()[...] = 1
+    elif window_length:
+        compute = dt.np if dt in (float32, float64) else np.dtype(np.float32)
+        n = window_length + 1 if periodic else window_length
+        result._array()[...] = values(n, compute.type)[:window_length]
+    return finish(result, requires_grad).to(on_device(device) or cpu)
+
+
+def _cosine_window(n, compute, alpha, beta):
+    """alpha - beta cos(2 pi k / (n - 1))."""
+    angles = np.arange(n, dtype=compute) * compute(2 * math.pi / (n - 1))
+    return np.cos(angles) * compute(-beta) + compute(alpha)
+
+
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                requires_grad=False):
+    """sin(pi k / (N - 1))^2 = 1/2 - cos(2 pi k / (N - 1)) / 2."""
+    return _window("hann_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda n, compute: _cosine_window(n, compute, 0.5, 0.5))
+
+
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
+                   layout=None, device=None, requires_grad=False):
+    """alpha - beta cos(2 pi k / (N - 1))."""
+    return _window("hamming_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda n, compute: _cosine_window(n, compute, alpha, beta))
+
+
+def _blackman(n, compute):
+    angles = np.arange(n, dtype=compute) * compute(math.pi / (n - 1))
+    return (np.cos(angles * compute(4)) * compute(0.08) -
+            np.cos(angles * compute(2)) * compute(0.5) + compute(0.42))
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    requires_grad=False):
+    """0.42 - 0.5 cos(2 pi k / (N - 1)) + 0.08 cos(4 pi k / (N - 1))."""
+    return _window("blackman_window", window_length, periodic, dtype, device, requires_grad,
+                   _blackman)
+
+
+def _bartlett(n, compute):
+    ramp = np.arange(n, dtype=compute) * compute(2.0 / (n - 1))
+    half = (n - 1) // 2 + 1
+    ramp[half:] = compute(2) - ramp[half:]
+    return ramp
+
+
+def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
+                    requires_grad=False):
+    """The triangle 1 - |2k / (N - 1) - 1|."""
+    return _window("bartlett_window", window_length, periodic, dtype, device, requires_grad,
+                   _bartlett)
+
+
+def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None,
+                  device=None, requires_grad=False):
+    """I0(beta sqrt(1 - ((k - a) / a)^2)) / I0(beta), a = (N - 1) / 2: the argument in the
+    result's type (as PyTorch's), I0 in float64."""
+    def values(n, compute):
+        half = compute((n - 1) / 2.0)
+        ratio = (np.arange(n, dtype=compute) - half) / half
+        argument = compute(beta) * np.sqrt(np.abs(compute(1) - ratio * ratio))
+        return special_math.i0(argument) / special_math.i0(np.float64(compute(beta)))
+    return _window("kaiser_window", window_length, periodic, dtype, device, requires_grad,
+                   values)
+
+
+__all__ += ["hann_window", "hamming_window", "blackman_window", "bartlett_window",
+            "kaiser_window"]

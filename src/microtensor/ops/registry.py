@@ -324,15 +324,15 @@ def op(name=None, **options):
 def inplace_variant(base, name=None, **options):
     """Declare ``<base>_``: the same computation written into ``self``.
 
-    Its kernel is ``base.kernel(..., out=self)``; its derivative is the base op's (declared
-    before this), with the old value of ``self`` copied and saved only when a formula that
-    will run reads it.
+    Its kernel is ``base.kernel(..., out=self)`` and its samples the base op's unless
+    ``samples`` is given; its derivative is the base op's (declared before this), with the
+    old value of ``self`` copied and saved only when a formula that will run reads it.
     """
     def kernel(*args, **kwargs):
         return base.kernel(*args, out=args[0], **kwargs)
     kernel.__signature__ = inspect.signature(base.kernel)
+    options.setdefault("samples", base.samples)
     o = Op(name or base.name + "_", kernel, inputs=base.inputs, kind="inplace",
-           inplace_of=base, samples=base.samples, family=base.family, function=False,
-           **options)
+           inplace_of=base, family=base.family, function=False, **options)
     REGISTRY[o.name] = o
     return o
