@@ -1,0 +1,151 @@
+"""``kl_divergence(p, q)`` and ``register_kl``: closed-form KL divergences between pairs
+of distribution types, dispatched on the most specific registered pair (PyTorch's
+``torch.distributions.kl``)."""
+import math
+import warnings
+from functools import total_ordering
+
+import microtensor as mt
+from microtensor.distributions.bernoulli import Bernoulli
+from microtensor.distributions.categorical import Categorical
+from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.normal import Normal
+from microtensor.distributions.uniform import Uniform
+from microtensor.nn.functional import softplus
+
+__all__ = ["register_kl", "kl_divergence"]
+
+_KL_REGISTRY = {}   # (type_p, type_q) -> function, as registered
+_KL_MEMOIZE = {}    # (type(p), type(q)) -> the function dispatch chose
+
+
+def register_kl(type_p, type_q):
+    """Decorator registering a pairwise KL function for ``kl_divergence``::
+
+        @register_kl(Normal, Normal)
+        def kl_normal_normal(p, q): ...
+
+    Lookup picks the most specific pair by subclass order; when the orders of p and q
+    disagree it warns (register the more specific pair to settle it)."""
+    if not isinstance(type_p, type) or not issubclass(type_p, Distribution):
+        raise TypeError(f"Expected type_p to be a Distribution subclass but got {type_p}")
+    if not isinstance(type_q, type) or not issubclass(type_q, Distribution):
+        raise TypeError(f"Expected type_q to be a Distribution subclass but got {type_q}")
+
+    def decorator(fun):
+        _KL_REGISTRY[type_p, type_q] = fun
+        _KL_MEMOIZE.clear()   # dispatch may now choose differently
+        return fun
+
+    return decorator
+
+
+@total_ordering
+class _Match:
+    """A registered pair, ordered so that ``min`` finds the most specific match."""
+
+    __slots__ = ["types"]
+
+    def __init__(self, *types):
+        self.types = types
+
+    def __eq__(self, other):
+        return self.types == other.types
+
+    def __le__(self, other):
+        for x, y in zip(self.types, other.types):
+            if not issubclass(x, y):
+                return False
+            if x is not y:
+                break
+        return True
+
+
+def _dispatch_kl(type_p, type_q):
+    matches = [(super_p, super_q) for super_p, super_q in _KL_REGISTRY
+               if issubclass(type_p, super_p) and issubclass(type_q, super_q)]
+    if not matches:
+        return NotImplemented
+    left_p, left_q = min(_Match(*m) for m in matches).types
+    right_q, right_p = min(_Match(*reversed(m)) for m in matches).types
+    left_fun = _KL_REGISTRY[left_p, left_q]
+    right_fun = _KL_REGISTRY[right_p, right_q]
+    if left_fun is not right_fun:
+        warnings.warn(f"Ambiguous kl_divergence({type_p.__name__}, {type_q.__name__}). "
+                      f"Please register_kl({left_p.__name__}, {right_q.__name__})",
+                      RuntimeWarning, stacklevel=2)
+    return left_fun
+
+
+def kl_divergence(p, q):
+    """KL(p || q) = E_p[log p(x) - log q(x)], batched over the batch shape; raises
+    ``NotImplementedError`` for a pair with no registered formula."""
+    try:
+        fun = _KL_MEMOIZE[type(p), type(q)]
+    except KeyError:
+        fun = _dispatch_kl(type(p), type(q))
+        _KL_MEMOIZE[type(p), type(q)] = fun
+    if fun is NotImplemented:
+        raise NotImplementedError(f"No KL(p || q) is implemented for p type "
+                                  f"{p.__class__.__name__} and q type {q.__class__.__name__}")
+    return fun(p, q)
+
+
+def _infinite_like(tensor):
+    return mt.full_like(tensor, math.inf)
+
+
+def _x_log_x(tensor):
+    return mt.xlogy(tensor, tensor)
+
+
+def _infinite_where(mask, result):
+    return mt.where(mask, math.inf, result)
+
+
+# --------------------------------------------------------------------------- same family
+
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    t1 = p.probs * (softplus(-q.logits) - softplus(-p.logits))
+    t1 = mt.where(p.probs == 0, 0.0, _infinite_where(q.probs == 0, t1))
+    t2 = (1 - p.probs) * (softplus(q.logits) - softplus(p.logits))
+    t2 = mt.where(p.probs == 1, 0.0, _infinite_where(q.probs == 1, t2))
+    return t1 + t2
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    t = p.probs * (p.logits - q.logits)
+    t = _infinite_where((q.probs == 0).expand_as(t), t)
+    t = mt.where((p.probs == 0).expand_as(t), 0.0, t)
+    return t.sum(-1)
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    result = ((q.high - q.low) / (p.high - p.low)).log()
+    return _infinite_where((q.low > p.low) | (q.high < p.high), result)
+
+
+# --------------------------------------------------------------------------- across families
+
+@register_kl(Normal, Uniform)
+def _kl_normal_infinity(p, q):
+    return _infinite_like(p.loc)
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    common_term = p.high - p.low
+    t1 = (math.sqrt(math.pi * 2) * q.scale / common_term).log()
+    t2 = common_term.pow(2) / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
+    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)

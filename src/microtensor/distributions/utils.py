@@ -1,0 +1,118 @@
+"""Helpers the distributions share (PyTorch's ``torch.distributions.utils``): broadcasting
+parameters, converting between probabilities and logits, lazily computed properties, and
+the all-samples validity test that lets argument validation run inside ``vmap``."""
+import math
+from numbers import Number
+
+import numpy as np
+
+import microtensor as mt
+from microtensor.ops.factory import default_generator
+from microtensor.vmap.batched import BatchedTensor
+
+__all__ = ["broadcast_all", "logits_to_probs", "clamp_probs", "probs_to_logits",
+           "lazy_property"]
+
+euler_constant = 0.57721566490153286060  # Euler Mascheroni Constant
+
+
+def broadcast_all(*values):
+    """``values`` (tensors or numbers) as tensors broadcast together; numbers take the dtype
+    and device of the first tensor, or the default dtype when all are numbers."""
+    if not all(isinstance(v, (mt.Tensor, Number)) for v in values):
+        raise ValueError("Input arguments must all be instances of Number, "
+                         "microtensor.Tensor or objects implementing __torch_function__.")
+    if not all(isinstance(v, mt.Tensor) for v in values):
+        options = dict(dtype=mt.get_default_dtype())
+        for value in values:
+            if isinstance(value, mt.Tensor):
+                options = dict(dtype=value.dtype, device=value.device)
+                break
+        values = [v if isinstance(v, mt.Tensor) else mt.tensor(v, **options) for v in values]
+    return mt.broadcast_tensors(*values)
+
+
+def standard_normal(shape, dtype, device):
+    return mt.randn(shape, dtype=dtype, device=device)
+
+
+def sum_rightmost(value, dim):
+    """``value`` with its ``dim`` rightmost dimensions summed out."""
+    if dim == 0:
+        return value
+    return value.reshape(tuple(value.shape[:-dim]) + (-1,)).sum(-1)
+
+
+def logits_to_probs(logits, is_binary=False):
+    """Probabilities from log-odds (``is_binary``) or from unnormalised log-probabilities
+    along the last dimension."""
+    if is_binary:
+        return mt.sigmoid(logits)
+    return mt.softmax(logits, dim=-1)
+
+
+def clamp_probs(probs):
+    """``probs`` clamped into ``[eps, 1 - eps]`` (``eps`` of its dtype)."""
+    eps = mt.finfo(probs.dtype).eps
+    return probs.clamp(min=eps, max=1 - eps)
+
+
+def probs_to_logits(probs, is_binary=False):
+    """Log-odds (``is_binary``) or log-probabilities of (clamped) probabilities."""
+    ps_clamped = clamp_probs(probs)
+    if is_binary:
+        return mt.log(ps_clamped) - mt.log1p(-ps_clamped)
+    return mt.log(ps_clamped)
+
+
+class lazy_property:
+    """A property computed on first access (with grad enabled) and then stored on the
+    instance, so that a distribution built from ``probs`` derives ``logits`` only when
+    asked."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        self.__doc__ = wrapped.__doc__
+        self.__name__ = wrapped.__name__
+
+    def __get__(self, instance, obj_type=None):
+        if instance is None:
+            return self
+        with mt.enable_grad():
+            value = self.wrapped(instance)
+        setattr(instance, self.wrapped.__name__, value)
+        return value
+
+
+def is_all_true(valid):
+    """Whether every entry of the boolean tensor ``valid`` is true, across every ``vmap``
+    sample too (as torch.func's rule for ``_is_all_true``): validation may then run on
+    batched parameters, and refuses if any sample is invalid."""
+    while type(valid) is BatchedTensor:
+        valid = valid._value
+    return bool(valid.all())
+
+
+def numpy_rng(generator=None):
+    """The NumPy generator behind microtensor's (default) generator: samplers that have no
+    microtensor kernel (gamma, Poisson, binomial) draw from it, so ``mt.manual_seed`` makes
+    them reproducible."""
+    return (generator or default_generator)._rng
+
+
+def from_numpy_like(values, like):
+    """NumPy ``values`` as a tensor of ``like``'s dtype and device."""
+    return mt.tensor(np.asarray(values), dtype=like.dtype, device=like.device)
+
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def probs_or_logits(probs, logits):
+    """The one of ``probs``/``logits`` given, as a broadcast tensor, its name, and whether
+    it was a Python number (which makes an empty batch shape); refuses both or neither."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    name, value = ("probs", probs) if probs is not None else ("logits", logits)
+    (param,) = broadcast_all(value)
+    return param, name, isinstance(value, Number)
