@@ -1,14 +1,43 @@
 """Probability distributions (PyTorch's ``torch.distributions``), written in microtensor
 ops: sampling (``rsample`` where a reparameterization exists), log densities, entropies,
-moments, KL divergences; gradients, ``vmap`` and per-sample gradients flow through them.
+moments, KL divergences, transforms; gradients, ``vmap`` and per-sample gradients flow
+through them.
 """
-from microtensor.distributions import constraints
+from microtensor.distributions import constraints, transforms
 from microtensor.distributions.bernoulli import Bernoulli
+from microtensor.distributions.beta import Beta
+from microtensor.distributions.binomial import Binomial
 from microtensor.distributions.categorical import Categorical
+from microtensor.distributions.cauchy import Cauchy
+from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exponential import Exponential
+from microtensor.distributions.gamma import Gamma
+from microtensor.distributions.geometric import Geometric
+from microtensor.distributions.independent import Independent
 from microtensor.distributions.kl import kl_divergence, register_kl
+from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.multivariate_normal import MultivariateNormal
 from microtensor.distributions.normal import Normal
+from microtensor.distributions.one_hot_categorical import OneHotCategorical
+from microtensor.distributions.poisson import Poisson
+from microtensor.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
+from microtensor.distributions.transformed_distribution import (LogNormal,
+                                                                TransformedDistribution)
+from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
+                                                  ComposeTransform, ExpTransform,
+                                                  LowerCholeskyTransform, PowerTransform,
+                                                  SigmoidTransform, SoftmaxTransform,
+                                                  SoftplusTransform, StickBreakingTransform,
+                                                  TanhTransform, Transform, identity_transform)
 from microtensor.distributions.uniform import Uniform
 
-__all__ = ["Bernoulli", "Categorical", "Distribution", "Normal", "Uniform", "constraints",
-           "kl_divergence", "register_kl"]
+__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
+           "Cauchy", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
+           "Exponential", "Gamma", "Geometric", "Independent", "Laplace", "LogNormal",
+           "LowerCholeskyTransform", "MultivariateNormal", "Normal", "OneHotCategorical",
+           "Poisson", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
+           "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
+           "StickBreakingTransform", "TanhTransform", "Transform", "TransformedDistribution",
+           "Uniform", "constraints", "identity_transform", "kl_divergence", "register_kl",
+           "transforms"]
