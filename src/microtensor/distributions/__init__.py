@@ -9,19 +9,26 @@ from microtensor.distributions.beta import Beta
 from microtensor.distributions.binomial import Binomial
 from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.cauchy import Cauchy
+from microtensor.distributions.chi2 import Chi2
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
 from microtensor.distributions.geometric import Geometric
+from microtensor.distributions.gumbel import Gumbel
+from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.kl import kl_divergence, register_kl
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.multinomial import Multinomial
 from microtensor.distributions.multivariate_normal import MultivariateNormal
 from microtensor.distributions.normal import Normal
-from microtensor.distributions.one_hot_categorical import OneHotCategorical
+from microtensor.distributions.one_hot_categorical import (OneHotCategorical,
+                                                           OneHotCategoricalStraightThrough)
+from microtensor.distributions.pareto import Pareto
 from microtensor.distributions.poisson import Poisson
 from microtensor.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
+from microtensor.distributions.studentT import StudentT
 from microtensor.distributions.transformed_distribution import (LogNormal,
                                                                 TransformedDistribution)
 from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
@@ -33,11 +40,12 @@ from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
 from microtensor.distributions.uniform import Uniform
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
-           "Cauchy", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
-           "Exponential", "Gamma", "Geometric", "Independent", "Laplace", "LogNormal",
-           "LowerCholeskyTransform", "MultivariateNormal", "Normal", "OneHotCategorical",
-           "Poisson", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
-           "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
-           "StickBreakingTransform", "TanhTransform", "Transform", "TransformedDistribution",
-           "Uniform", "constraints", "identity_transform", "kl_divergence", "register_kl",
-           "transforms"]
+           "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
+           "Exponential", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
+           "Laplace", "LogNormal", "LowerCholeskyTransform", "Multinomial",
+           "MultivariateNormal", "Normal", "OneHotCategorical",
+           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform",
+           "SoftmaxTransform", "SoftplusTransform", "StickBreakingTransform", "StudentT",
+           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints",
+           "identity_transform", "kl_divergence", "register_kl", "transforms"]

@@ -7,8 +7,8 @@ import microtensor as mt
 __all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_than",
            "greater_than_eq", "independent", "integer_interval", "interval",
            "half_open_interval", "is_dependent", "less_than", "lower_cholesky",
-           "lower_triangular", "nonnegative", "nonnegative_integer", "one_hot", "positive",
-           "positive_semidefinite", "positive_definite", "positive_integer", "real",
+           "lower_triangular", "multinomial", "nonnegative", "nonnegative_integer", "one_hot",
+           "positive", "positive_semidefinite", "positive_definite", "positive_integer", "real",
            "real_vector", "simplex", "square", "symmetric", "unit_interval"]
 
 
@@ -252,6 +252,20 @@ class _Simplex(Constraint):
         return mt.all(value >= 0, dim=-1) & ((value.sum(-1) - 1).abs() < 1e-6)
 
 
+class _Multinomial(Constraint):
+    """Nonnegative integer vectors summing to at most ``upper_bound``."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+        super().__init__()
+
+    def check(self, x):
+        return (x >= 0).all(dim=-1) & (x.sum(dim=-1) <= self.upper_bound)
+
+
 def _is_lower_triangular(value):
     return (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).all(-1)
 
@@ -330,6 +344,7 @@ nonnegative = _GreaterThanEq(0.0)
 greater_than = _GreaterThan
 greater_than_eq = _GreaterThanEq
 less_than = _LessThan
+multinomial = _Multinomial
 unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval

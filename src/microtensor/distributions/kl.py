@@ -16,12 +16,15 @@ from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
 from microtensor.distributions.geometric import Geometric
+from microtensor.distributions.gumbel import Gumbel
+from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.laplace import Laplace
 from microtensor.distributions.multivariate_normal import (MultivariateNormal, _batch_mahalanobis,
                                                            _tril_solve)
 from microtensor.distributions.normal import Normal
 from microtensor.distributions.one_hot_categorical import OneHotCategorical
+from microtensor.distributions.pareto import Pareto
 from microtensor.distributions.poisson import Poisson
 from microtensor.distributions.transformed_distribution import TransformedDistribution
 from microtensor.distributions.uniform import Uniform
@@ -96,6 +99,22 @@ def _kl_gamma_gamma(p, q):
 @register_kl(Geometric, Geometric)
 def _kl_geometric_geometric(p, q):
     return -p.entropy() - mt.log1p(-q.probs) / p.probs - q.logits
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1 = p.scale / q.scale
+    ct2 = q.loc / q.scale
+    ct3 = p.loc / q.scale
+    t1 = -ct1.log() - ct2 + ct3
+    t2 = ct1 * euler_constant
+    t3 = mt.exp(ct2 + (1 + ct1).lgamma() - ct3)
+    return t1 + t2 + t3 - (1 + euler_constant)
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    return _kl_normal_normal(p.base_dist, q.base_dist)
 
 
 @register_kl(Independent, Independent)
@@ -298,6 +317,22 @@ def _kl_geometric_geometric(p, q):
     return -p.entropy() - mt.log1p(-q.probs) / p.probs - q.logits
 
 
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1 = p.scale / q.scale
+    ct2 = q.loc / q.scale
+    ct3 = p.loc / q.scale
+    t1 = -ct1.log() - ct2 + ct3
+    t2 = ct1 * euler_constant
+    t3 = mt.exp(ct2 + (1 + ct1).lgamma() - ct3)
+    return t1 + t2 + t3 - (1 + euler_constant)
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    return _kl_normal_normal(p.base_dist, q.base_dist)
+
+
 @register_kl(Independent, Independent)
 def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
@@ -341,6 +376,17 @@ def _kl_normal_normal(p, q):
 @register_kl(OneHotCategorical, OneHotCategorical)
 def _kl_onehotcategorical_onehotcategorical(p, q):
     return _kl_categorical_categorical(p._categorical, q._categorical)
+
+
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    # from https://www.mdpi.com/1424-8220/20/18/5196 (as PyTorch's)
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    t1 = q.alpha * scale_ratio.log()
+    t2 = -alpha_ratio.log()
+    result = t1 + t2 + alpha_ratio - 1
+    return _infinite_where(p.support.lower_bound < q.support.lower_bound, result)
 
 
 @register_kl(Poisson, Poisson)
@@ -406,7 +452,13 @@ def _kl_beta_uniform(p, q):
                            result)
 
 
+@register_kl(Beta, Pareto)
+def _kl_beta_infinity(p, q):
+    return _infinite_like(p.concentration1)
+
+
 @register_kl(Exponential, Beta)
+@register_kl(Exponential, Pareto)
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
@@ -418,6 +470,16 @@ def _kl_exponential_gamma(p, q):
     t1 = -q.concentration * mt.log(ratio)
     return (t1 + ratio + q.concentration.lgamma() + q.concentration * euler_constant
             - (1 + euler_constant))
+
+
+@register_kl(Exponential, Gumbel)
+def _kl_exponential_gumbel(p, q):
+    scale_rate_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = scale_rate_prod.log() - 1
+    t2 = mt.exp(loc_scale_ratio) * scale_rate_prod / (scale_rate_prod + 1)
+    t3 = scale_rate_prod.reciprocal()
+    return t1 - loc_scale_ratio + t2 + t3
 
 
 @register_kl(Exponential, Normal)
@@ -432,6 +494,7 @@ def _kl_exponential_normal(p, q):
 
 
 @register_kl(Gamma, Beta)
+@register_kl(Gamma, Pareto)
 @register_kl(Gamma, Uniform)
 def _kl_gamma_infinity(p, q):
     return _infinite_like(p.concentration)
@@ -440,6 +503,18 @@ def _kl_gamma_infinity(p, q):
 @register_kl(Gamma, Exponential)
 def _kl_gamma_exponential(p, q):
     return -p.entropy() - q.rate.log() + q.rate * p.concentration / p.rate
+
+
+@register_kl(Gamma, Gumbel)
+def _kl_gamma_gumbel(p, q):
+    beta_scale_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = ((p.concentration - 1) * p.concentration.digamma() - p.concentration.lgamma()
+          - p.concentration)
+    t2 = beta_scale_prod.log() + p.concentration / beta_scale_prod
+    t3 = (mt.exp(loc_scale_ratio) * (1 + beta_scale_prod.reciprocal()).pow(-p.concentration)
+          - loc_scale_ratio)
+    return t1 + t2 + t3
 
 
 @register_kl(Gamma, Normal)
@@ -455,9 +530,28 @@ def _kl_gamma_normal(p, q):
             + (t2 - t3 + t4) / var_normal)
 
 
+@register_kl(Gumbel, Beta)
+@register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Gamma)
+@register_kl(Gumbel, Pareto)
+@register_kl(Gumbel, Uniform)
+def _kl_gumbel_infinity(p, q):
+    return _infinite_like(p.loc)
+
+
+@register_kl(Gumbel, Normal)
+def _kl_gumbel_normal(p, q):
+    param_ratio = p.scale / q.scale
+    t1 = (param_ratio / math.sqrt(2 * math.pi)).log()
+    t2 = (math.pi * param_ratio * 0.5).pow(2) / 3
+    t3 = ((p.loc + p.scale * euler_constant - q.loc) / q.scale).pow(2) * 0.5
+    return -t1 + t2 + t3 - (euler_constant + 1)
+
+
 @register_kl(Laplace, Beta)
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Gamma)
+@register_kl(Laplace, Pareto)
 @register_kl(Laplace, Uniform)
 def _kl_laplace_infinity(p, q):
     return _infinite_like(p.loc)
@@ -477,9 +571,21 @@ def _kl_laplace_normal(p, q):
 @register_kl(Normal, Beta)
 @register_kl(Normal, Exponential)
 @register_kl(Normal, Gamma)
+@register_kl(Normal, Pareto)
 @register_kl(Normal, Uniform)
 def _kl_normal_infinity(p, q):
     return _infinite_like(p.loc)
+
+
+@register_kl(Normal, Gumbel)
+def _kl_normal_gumbel(p, q):
+    mean_scale_ratio = p.loc / q.scale
+    var_scale_sqr_ratio = (p.scale / q.scale).pow(2)
+    loc_scale_ratio = q.loc / q.scale
+    t1 = var_scale_sqr_ratio.log() * 0.5
+    t2 = mean_scale_ratio - loc_scale_ratio
+    t3 = mt.exp(-mean_scale_ratio + 0.5 * var_scale_sqr_ratio + loc_scale_ratio)
+    return -t1 + t2 + t3 - 0.5 * (1 + math.log(2 * math.pi))
 
 
 @register_kl(Normal, Laplace)
@@ -491,6 +597,42 @@ def _kl_normal_laplace(p, q):
     t2 = math.sqrt(2 / math.pi) * p.scale * mt.exp(-0.5 * loc_diff_scale_ratio.pow(2))
     t3 = loc_diff * mt.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
     return -t1 + (t2 + t3) / q.scale - 0.5 * (1 + math.log(0.5 * math.pi))
+
+
+@register_kl(Pareto, Beta)
+@register_kl(Pareto, Uniform)
+def _kl_pareto_infinity(p, q):
+    return _infinite_like(p.scale)
+
+
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p, q):
+    scale_rate_prod = p.scale * q.rate
+    t1 = (p.alpha / scale_rate_prod).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * scale_rate_prod / (p.alpha - 1)
+    return _infinite_where(p.alpha <= 1, t1 - t2 + t3 - 1)
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p, q):
+    common_term = p.scale.log() + p.alpha.reciprocal()
+    t1 = p.alpha.log() - common_term
+    t2 = q.concentration.lgamma() - q.concentration * q.rate.log()
+    t3 = (1 - q.concentration) * common_term
+    t4 = q.rate * p.alpha * p.scale / (p.alpha - 1)
+    return _infinite_where(p.alpha <= 1, t1 + t2 + t3 + t4 - 1)
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p, q):
+    var_normal = 2 * q.scale.pow(2)
+    common_term = p.scale / (p.alpha - 1)
+    t1 = (math.sqrt(2 * math.pi) * q.scale * p.alpha / p.scale).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * common_term.pow(2) / (p.alpha - 2)
+    t4 = (p.alpha * common_term - q.loc).pow(2)
+    return _infinite_where(p.alpha <= 2, t1 - t2 + (t3 + t4) / var_normal - 1)
 
 
 @register_kl(Poisson, Bernoulli)
@@ -517,6 +659,25 @@ def _kl_uniform_beta(p, q):
 @register_kl(Uniform, Exponential)
 def _kl_uniform_exponential(p, q):
     result = q.rate * (p.high + p.low) / 2 - ((p.high - p.low) * q.rate).log()
+    return _infinite_where(p.low < q.support.lower_bound, result)
+
+
+@register_kl(Uniform, Gumbel)
+def _kl_uniform_gumbel(p, q):
+    common_term = q.scale / (p.high - p.low)
+    high_loc_diff = (p.high - q.loc) / q.scale
+    low_loc_diff = (p.low - q.loc) / q.scale
+    t1 = common_term.log() + 0.5 * (high_loc_diff + low_loc_diff)
+    t2 = common_term * (mt.exp(-high_loc_diff) - mt.exp(-low_loc_diff))
+    return t1 - t2
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p, q):
+    support_uniform = p.high - p.low
+    t1 = (q.alpha * q.scale.pow(q.alpha) * support_uniform).log()
+    t2 = (_x_log_x(p.high) - _x_log_x(p.low) - support_uniform) / support_uniform
+    result = t2 * (q.alpha + 1) - t1
     return _infinite_where(p.low < q.support.lower_bound, result)
 
 

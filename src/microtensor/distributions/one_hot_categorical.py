@@ -5,7 +5,7 @@ from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.distribution import Distribution
 from microtensor.nn.functional import one_hot
 
-__all__ = ["OneHotCategorical"]
+__all__ = ["OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
 
 class OneHotCategorical(Distribution):
@@ -75,3 +75,15 @@ class OneHotCategorical(Distribution):
         if expand:
             values = values.expand((n,) + tuple(self.batch_shape) + (n,))
         return values
+
+
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """``OneHotCategorical`` whose ``rsample`` passes gradients straight through: the
+    value is a one-hot sample, the gradient that of ``probs``."""
+
+    has_rsample = True
+
+    def rsample(self, sample_shape=mt.Size()):
+        samples = self.sample(sample_shape)
+        probs = self._categorical.probs
+        return samples + (probs - probs.detach())
