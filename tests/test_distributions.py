@@ -601,7 +601,8 @@ def test_kl_edge_values_match_torch():
         assert_close(got, expected)
     p, q = [[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]], [[0.5, 0.0, 0.5], [0.2, 0.8, 0.0]]
     assert_close(D.kl_divergence(D.Categorical(mt.tensor(p)), D.Categorical(mt.tensor(q))),
-                 TD.kl_divergence(TD.Categorical(torch.tensor(p)), TD.Categorical(torch.tensor(q))))
+                 TD.kl_divergence(TD.Categorical(torch.tensor(p)),
+                                  TD.Categorical(torch.tensor(q))))
     got = D.kl_divergence(D.Uniform(mt.tensor([0.0, 0.0]), mt.tensor([1.0, 1.0])),
                           D.Uniform(mt.tensor([-1.0, 0.5]), mt.tensor([2.0, 2.0])))
     assert got[1].item() == math.inf and got[0].item() == pytest.approx(math.log(3.0))
@@ -769,7 +770,8 @@ def test_beta_and_dirichlet_rsample_gradients_are_unbiased(name):
 # --------------------------------------------------------------------------- more validation
 
 @pytest.mark.parametrize("make", [
-    lambda lib, dists: dists.MultivariateNormal(lib.zeros(2), lib.tensor([[1.0, 2.0], [2.0, 1.0]])),
+    lambda lib, dists: dists.MultivariateNormal(lib.zeros(2),
+                                                lib.tensor([[1.0, 2.0], [2.0, 1.0]])),
     lambda lib, dists: dists.MultivariateNormal(lib.zeros(2),
                                                 scale_tril=lib.tensor([[1.0, 0.0], [1.0, -1.0]])),
     lambda lib, dists: dists.Dirichlet(lib.tensor([1.0, 0.0])),
@@ -941,3 +943,18 @@ def test_signatures_match_torch(name):
                 assert got == _parameters(getattr(theirs, method)), method
     elif callable(ours):
         assert _parameters(ours) == _parameters(theirs)
+
+
+def test_vmap_sampling():
+    locs = mt.zeros(4, 3)
+    draw = lambda loc: D.Normal(loc, 1.0).rsample()  # noqa: E731
+    different = mt.vmap(draw, randomness="different")(locs)
+    same = mt.vmap(draw, randomness="same")(locs)
+    assert not mt.equal(different[0], different[1]) and mt.equal(same[0], same[1])
+    with pytest.raises(RuntimeError, match="randomness"):
+        mt.vmap(draw)(locs)
+    # the samplers that draw with NumPy refuse inside vmap rather than ignore its mode
+    for make in (lambda c: D.Gamma(c, 1.0), lambda c: D.Poisson(c), lambda c: D.Dirichlet(c),
+                 lambda c: D.Binomial(3, probs=c / 2)):
+        with pytest.raises(RuntimeError, match="NumPy's generator, which cannot run inside vmap"):
+            mt.vmap(lambda c: make(c).sample(), randomness="different")(mt.ones(4, 3))

@@ -65,9 +65,10 @@ class Binomial(Distribution):
 
     def sample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
+        rng = numpy_rng("Binomial.sample")
         counts = self.total_count.detach().expand(shape).numpy().astype("int64")
         probs = self.probs.detach().expand(shape).numpy()
-        return from_numpy_like(numpy_rng().binomial(counts, probs), self._param)
+        return from_numpy_like(rng.binomial(counts, probs), self._param)
 
     def log_prob(self, value):
         if self._validate_args:

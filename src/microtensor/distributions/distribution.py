@@ -195,8 +195,7 @@ class Distribution:
         return new
 
     def __repr__(self):
-        param_names = [k for k in self.arg_constraints if k in self.__dict__]
-        args_string = ", ".join(
-            f"{p}: {self.__dict__[p] if self.__dict__[p].numel() == 1 else self.__dict__[p].size()}"
-            for p in param_names)
+        params = [(k, self.__dict__[k]) for k in self.arg_constraints if k in self.__dict__]
+        args_string = ", ".join(f"{name}: {value if value.numel() == 1 else value.size()}"
+                                for name, value in params)
         return self.__class__.__name__ + "(" + args_string + ")"

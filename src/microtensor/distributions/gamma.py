@@ -36,9 +36,10 @@ def _standard_gamma_grad(alpha, x):
 def standard_gamma_rsample(concentration):
     """Standard Gamma draws of shape ``concentration.shape`` (NumPy's sampler on
     microtensor's generator) that carry the implicit gradient to ``concentration``."""
+    rng = numpy_rng("a Gamma, Beta or Dirichlet sample")
     with mt.no_grad():
         alpha = concentration.detach()
-        x = from_numpy_like(numpy_rng().standard_gamma(alpha.numpy()), alpha)
+        x = from_numpy_like(rng.standard_gamma(alpha.numpy()), alpha)
         x = x.clamp(min=mt.finfo(x.dtype).tiny)
     if not (concentration.requires_grad and mt.is_grad_enabled()):
         return x

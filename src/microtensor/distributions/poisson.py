@@ -37,8 +37,9 @@ class Poisson(Distribution):
 
     def sample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
+        rng = numpy_rng("Poisson.sample")
         rate = self.rate.detach().expand(shape).numpy()
-        return from_numpy_like(numpy_rng().poisson(rate), self.rate)
+        return from_numpy_like(rng.poisson(rate), self.rate)
 
     def log_prob(self, value):
         if self._validate_args:

@@ -8,7 +8,7 @@ import numpy as np
 
 import microtensor as mt
 from microtensor.ops.factory import default_generator
-from microtensor.vmap.batched import BatchedTensor
+from microtensor.vmap.batched import BatchedTensor, active_levels
 
 __all__ = ["broadcast_all", "logits_to_probs", "clamp_probs", "probs_to_logits",
            "lazy_property"]
@@ -20,8 +20,8 @@ def broadcast_all(*values):
     """``values`` (tensors or numbers) as tensors broadcast together; numbers take the dtype
     and device of the first tensor, or the default dtype when all are numbers."""
     if not all(isinstance(v, (mt.Tensor, Number)) for v in values):
-        raise ValueError("Input arguments must all be instances of Number, "
-                         "microtensor.Tensor or objects implementing __torch_function__.")
+        raise ValueError("Input arguments must all be instances of Number or "
+                         "microtensor.Tensor.")
     if not all(isinstance(v, mt.Tensor) for v in values):
         options = dict(dtype=mt.get_default_dtype())
         for value in values:
@@ -93,11 +93,15 @@ def is_all_true(valid):
     return bool(valid.all())
 
 
-def numpy_rng(generator=None):
-    """The NumPy generator behind microtensor's (default) generator: samplers that have no
+def numpy_rng(what):
+    """The NumPy generator behind microtensor's default generator: samplers that have no
     microtensor kernel (gamma, Poisson, binomial) draw from it, so ``mt.manual_seed`` makes
-    them reproducible."""
-    return (generator or default_generator)._rng
+    them reproducible. Inside ``vmap`` such a draw could honour neither ``randomness``
+    mode nor per-sample parameters, so it is refused there."""
+    if active_levels():
+        raise RuntimeError(f"vmap: {what} draws its samples with NumPy's generator, which "
+                           "cannot run inside vmap; draw the samples outside vmap")
+    return default_generator._rng
 
 
 def from_numpy_like(values, like):
