@@ -80,6 +80,15 @@ def _power(dists, rate, exponent):
                                          dists.transforms.PowerTransform(exponent))
 
 
+def _normal_mixture(dists, logits, loc, scale):
+    return dists.MixtureSameFamily(dists.Categorical(logits=logits), dists.Normal(loc, scale))
+
+
+def _vector_mixture(dists, probs, loc, scale):
+    return dists.MixtureSameFamily(dists.Categorical(probs=probs),
+                                   dists.Independent(dists.Normal(loc, scale), 1))
+
+
 # name -> (class name or a builder(dists, **parameters), parameters as float64 arrays or
 # Python numbers, values in the support)
 CASES = {
@@ -135,6 +144,10 @@ CASES = {
                     np.array([[[1.0, 3.0, 1.0], [0.0, 0.0, 5.0]]])),
     "one_hot_straight_through": ("OneHotCategoricalStraightThrough", dict(logits=_real(2, 3)),
                                  _one_hot(2, 3)),
+    "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
+                                             scale=_pos(2, 3)), _real(4, 2)),
+    "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
+                                             scale=_pos(3, 2)), _real(4, 2)),
 }
 
 # (case, method): methods microtensor lacks where torch has them
@@ -441,7 +454,7 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "exponential", "laplace", "lognormal", "geometric_probs", "poisson", "binomial",
     "binomial_logits", "beta", "beta_scalar", "gamma", "dirichlet", "mvn_covariance",
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
-    "student_t", "gumbel", "pareto", "multinomial"])
+    "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -958,3 +971,21 @@ def test_vmap_sampling():
                  lambda c: D.Binomial(3, probs=c / 2)):
         with pytest.raises(RuntimeError, match="NumPy's generator, which cannot run inside vmap"):
             mt.vmap(lambda c: make(c).sample(), randomness="different")(mt.ones(4, 3))
+
+
+def test_mixture_argument_errors_match_torch():
+    for make in (lambda lib, dists: dists.MixtureSameFamily(dists.Normal(0.0, 1.0),
+                                                            dists.Normal(0.0, 1.0)),
+                 lambda lib, dists: dists.MixtureSameFamily(
+                     dists.Categorical(logits=lib.zeros(3)), dists.Normal(lib.zeros(2), 1.0)),
+                 lambda lib, dists: dists.MixtureSameFamily(
+                     dists.Categorical(logits=lib.zeros(4, 3)),
+                     dists.Normal(lib.zeros(2, 3), 1.0))):
+        assert (_message(lambda: make(mt, D)).replace("microtensor", "torch")
+                == _message(lambda: make(torch, TD)))
+    d = D.MixtureSameFamily(D.Categorical(logits=mt.zeros(2)),
+                            D.Uniform(mt.tensor([0.0, 1.0]), mt.tensor([2.0, 3.0])))
+    t = TD.MixtureSameFamily(TD.Categorical(logits=torch.zeros(2)),
+                             TD.Uniform(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0])))
+    assert repr(d.support).replace("microtensor", "torch") == repr(t.support)
+    assert d.support.check(mt.tensor([0.5, 1.5, 2.5])).tolist() == [False, True, False]

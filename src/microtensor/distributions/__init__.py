@@ -20,6 +20,7 @@ from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.kl import kl_divergence, register_kl
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.mixture_same_family import MixtureSameFamily
 from microtensor.distributions.multinomial import Multinomial
 from microtensor.distributions.multivariate_normal import MultivariateNormal
 from microtensor.distributions.normal import Normal
@@ -42,8 +43,8 @@ from microtensor.distributions.uniform import Uniform
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
            "Exponential", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
-           "Laplace", "LogNormal", "LowerCholeskyTransform", "Multinomial",
-           "MultivariateNormal", "Normal", "OneHotCategorical",
+           "Laplace", "LogNormal", "LowerCholeskyTransform", "MixtureSameFamily",
+           "Multinomial", "MultivariateNormal", "Normal", "OneHotCategorical",
            "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform",
            "SoftmaxTransform", "SoftplusTransform", "StickBreakingTransform", "StudentT",

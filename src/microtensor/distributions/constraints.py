@@ -7,7 +7,7 @@ import microtensor as mt
 __all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_than",
            "greater_than_eq", "independent", "integer_interval", "interval",
            "half_open_interval", "is_dependent", "less_than", "lower_cholesky",
-           "lower_triangular", "multinomial", "nonnegative", "nonnegative_integer", "one_hot",
+           "lower_triangular", "MixtureSameFamilyConstraint", "multinomial", "nonnegative", "nonnegative_integer", "one_hot",
            "positive", "positive_semidefinite", "positive_definite", "positive_integer", "real",
            "real_vector", "simplex", "square", "symmetric", "unit_interval"]
 
@@ -119,6 +119,36 @@ class _IndependentConstraint(Constraint):
     def __repr__(self):
         return (f"{self.__class__.__name__[1:]}({self.base_constraint!r}, "
                 f"{self.reinterpreted_batch_ndims})")
+
+
+class MixtureSameFamilyConstraint(Constraint):
+    """The support of a ``MixtureSameFamily``: a value is valid when it lies in the
+    support of every component (the component dim is added back before checking)."""
+
+    def __init__(self, base_constraint):
+        if not isinstance(base_constraint, Constraint):
+            raise AssertionError(f"base_constraint must be a Constraint, got "
+                                 f"{type(base_constraint).__name__}")
+        self.base_constraint = base_constraint
+        super().__init__()
+
+    @property
+    def is_discrete(self):
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self):
+        return self.base_constraint.event_dim
+
+    def check(self, value):
+        result = self.base_constraint.check(value.unsqueeze(-1 - self.event_dim))
+        if value.dim() < self.event_dim:
+            raise ValueError(f"Expected value.dim() >= {self.event_dim} but got {value.dim()}")
+        kept = tuple(result.shape[:value.dim() - self.event_dim])
+        return result.reshape(kept + (-1,)).all(-1)
+
+    def __repr__(self):
+        return f"{self.__class__.__name__}({self.base_constraint!r})"
 
 
 class _Boolean(Constraint):
