@@ -623,7 +623,9 @@ def test_kl_edge_values_match_torch():
 
 def test_kl_dispatch_and_register_kl():
     with pytest.raises(NotImplementedError, match="No KL\\(p \\|\\| q\\) is implemented for "
-                                                  "p type Bernoulli and q type Normal"):
+                                                  "p type Cauchy and q type Normal"):
+        D.kl_divergence(D.Cauchy(0.0, 1.0), D.Normal(0.0, 1.0))
+    with pytest.raises(NotImplementedError, match="different exponential families"):
         D.kl_divergence(D.Bernoulli(0.5), D.Normal(0.0, 1.0))
 
     class MyNormal(D.Normal):
@@ -989,3 +991,30 @@ def test_mixture_argument_errors_match_torch():
                              TD.Uniform(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0])))
     assert repr(d.support).replace("microtensor", "torch") == repr(t.support)
     assert d.support.check(mt.tensor([0.5, 1.5, 2.5])).tolist() == [False, True, False]
+
+
+# --------------------------------------------------------------------------- exponential family
+
+@pytest.mark.parametrize("case", ["normal", "bernoulli_probs", "exponential", "gamma"])
+def test_exponential_family_entropy_and_kl_fallback_match_the_closed_forms(case):
+    d, leaves = _shifted(case, mt, 0.0, True)
+    q, _ = _shifted(case, mt, 0.3, False)
+    assert isinstance(d, D.ExponentialFamily)
+    assert_close(D.ExponentialFamily.entropy(d), d.entropy())
+    from microtensor.distributions import kl
+    bregman = kl._kl_expfamily_expfamily(d, q)
+    assert_close(bregman, D.kl_divergence(d, q))
+    t, tleaves = _shifted(case, torch, 0.0, True)
+    tq, _ = _shifted(case, torch, 0.3, False)
+    tbregman = TD.kl._kl_expfamily_expfamily(t, tq)
+    bregman.sum().backward()
+    tbregman.sum().backward()
+    for name in leaves:
+        assert_close(leaves[name].grad, tleaves[name].grad)
+
+
+def test_poisson_entropy_is_not_implemented_as_in_torch():
+    with pytest.raises(NotImplementedError):
+        TD.Poisson(torch.tensor([1.0])).entropy()
+    with pytest.raises(NotImplementedError):
+        D.Poisson(mt.tensor([1.0])).entropy()

@@ -12,6 +12,7 @@ from microtensor.distributions.cauchy import Cauchy
 from microtensor.distributions.chi2 import Chi2
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
 from microtensor.distributions.geometric import Geometric
@@ -42,11 +43,12 @@ from microtensor.distributions.uniform import Uniform
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
-           "Exponential", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
-           "Laplace", "LogNormal", "LowerCholeskyTransform", "MixtureSameFamily",
-           "Multinomial", "MultivariateNormal", "Normal", "OneHotCategorical",
-           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PowerTransform",
-           "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform",
-           "SoftmaxTransform", "SoftplusTransform", "StickBreakingTransform", "StudentT",
-           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "constraints",
-           "identity_transform", "kl_divergence", "register_kl", "transforms"]
+           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal",
+           "Independent", "Laplace", "LogNormal", "LowerCholeskyTransform",
+           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "Normal",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
+           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
+           "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
+           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
+           "TransformedDistribution", "Uniform", "constraints", "identity_transform",
+           "kl_divergence", "register_kl", "transforms"]

@@ -3,7 +3,7 @@ import math
 
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import (broadcast_all, lazy_property, logits_to_probs,
                                              probs_or_logits, probs_to_logits)
 from microtensor.nn.functional import binary_cross_entropy_with_logits
@@ -11,7 +11,7 @@ from microtensor.nn.functional import binary_cross_entropy_with_logits
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(Distribution):
+class Bernoulli(ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -74,3 +74,10 @@ class Bernoulli(Distribution):
         if expand:
             values = values.expand((-1,) + tuple(self._batch_shape))
         return values
+
+    @property
+    def _natural_params(self):
+        return (mt.logit(self.probs),)
+
+    def _log_normalizer(self, x):
+        return mt.log1p(mt.exp(x))

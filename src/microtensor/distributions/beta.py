@@ -5,12 +5,13 @@ import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import broadcast_all
 
 __all__ = ["Beta"]
 
 
-class Beta(Distribution):
+class Beta(ExponentialFamily):
     """Density ``x^(c1 - 1) (1 - x)^(c0 - 1) / B(c1, c0)``, with ``c1 =
     concentration1`` and ``c0 = concentration0``."""
 
@@ -67,3 +68,10 @@ class Beta(Distribution):
     @property
     def concentration0(self):
         return self._dirichlet.concentration[..., 1]
+
+    @property
+    def _natural_params(self):
+        return self.concentration1, self.concentration0
+
+    def _log_normalizer(self, x, y):
+        return mt.lgamma(x) + mt.lgamma(y) - mt.lgamma(x + y)

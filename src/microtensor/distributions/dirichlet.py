@@ -2,14 +2,14 @@
 ``concentration`` along the last dimension."""
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.gamma import standard_gamma_rsample
 from microtensor.nn.functional import one_hot
 
 __all__ = ["Dirichlet"]
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
     """Density ``prod(x_i^(a_i - 1)) / B(a)`` on the simplex. ``rsample`` normalises
     reparameterized standard Gamma draws (see ``Gamma``)."""
 
@@ -63,3 +63,10 @@ class Dirichlet(Distribution):
         return (mt.lgamma(self.concentration).sum(-1) - mt.lgamma(a0)
                 - (k - a0) * mt.digamma(a0)
                 - ((self.concentration - 1.0) * mt.digamma(self.concentration)).sum(-1))
+
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
+
+    def _log_normalizer(self, x):
+        return x.lgamma().sum(-1) - mt.lgamma(x.sum(-1))

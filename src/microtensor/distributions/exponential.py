@@ -3,13 +3,13 @@ from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import broadcast_all
 
 __all__ = ["Exponential"]
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
     """Density ``rate * exp(-rate * x)`` on ``x >= 0``."""
 
     arg_constraints = {"rate": constraints.positive}
@@ -61,3 +61,10 @@ class Exponential(Distribution):
 
     def entropy(self):
         return 1.0 - mt.log(self.rate)
+
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -mt.log(-x)

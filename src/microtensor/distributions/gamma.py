@@ -11,7 +11,7 @@ from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import broadcast_all, from_numpy_like, numpy_rng
 
 __all__ = ["Gamma"]
@@ -47,7 +47,7 @@ def standard_gamma_rsample(concentration):
     return x + _standard_gamma_grad(alpha, x) * (concentration - alpha)
 
 
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
     """Density ``rate^c x^(c-1) exp(-rate x) / Gamma(c)`` with ``c = concentration``."""
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
@@ -94,3 +94,10 @@ class Gamma(Distribution):
     def entropy(self):
         return (self.concentration - mt.log(self.rate) + mt.lgamma(self.concentration)
                 + (1.0 - self.concentration) * mt.digamma(self.concentration))
+
+    @property
+    def _natural_params(self):
+        return self.concentration - 1, -self.rate
+
+    def _log_normalizer(self, x, y):
+        return mt.lgamma(x + 1) + (x + 1) * mt.log(-y.reciprocal())

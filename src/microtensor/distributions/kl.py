@@ -13,6 +13,7 @@ from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.cauchy import Cauchy
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
 from microtensor.distributions.geometric import Geometric
@@ -40,117 +41,7 @@ _KL_MEMOIZE = {}    # (type(p), type(q)) -> the function dispatch chose
 def register_kl(type_p, type_q):
     """Decorator registering a pairwise KL function for ``kl_divergence``::
 
-        @register_kl(Beta, Beta)
-def _kl_beta_beta(p, q):
-    sum_params_p = p.concentration1 + p.concentration0
-    sum_params_q = q.concentration1 + q.concentration0
-    t1 = q.concentration1.lgamma() + q.concentration0.lgamma() + sum_params_p.lgamma()
-    t2 = p.concentration1.lgamma() + p.concentration0.lgamma() + sum_params_q.lgamma()
-    t3 = (p.concentration1 - q.concentration1) * mt.digamma(p.concentration1)
-    t4 = (p.concentration0 - q.concentration0) * mt.digamma(p.concentration0)
-    t5 = (sum_params_q - sum_params_p) * mt.digamma(sum_params_p)
-    return t1 - t2 + t3 + t4 + t5
-
-
-@register_kl(Binomial, Binomial)
-def _kl_binomial_binomial(p, q):
-    # with q's total count larger, p's support is inside q's but the formula is unknown
-    if (p.total_count < q.total_count).any():
-        raise NotImplementedError("KL between Binomials where q.total_count > "
-                                  "p.total_count is not implemented")
-    kl = p.total_count * (p.probs * (p.logits - q.logits) + (-p.probs).log1p()
-                          - (-q.probs).log1p())
-    return _infinite_where(p.total_count > q.total_count, kl)
-
-
-@register_kl(Cauchy, Cauchy)
-def _kl_cauchy_cauchy(p, q):
-    t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
-    t2 = (4 * p.scale * q.scale).log()
-    return t1 - t2
-
-
-@register_kl(Dirichlet, Dirichlet)
-def _kl_dirichlet_dirichlet(p, q):
-    sum_p_concentration = p.concentration.sum(-1)
-    sum_q_concentration = q.concentration.sum(-1)
-    t1 = sum_p_concentration.lgamma() - sum_q_concentration.lgamma()
-    t2 = (p.concentration.lgamma() - q.concentration.lgamma()).sum(-1)
-    t3 = p.concentration - q.concentration
-    t4 = p.concentration.digamma() - sum_p_concentration.digamma().unsqueeze(-1)
-    return t1 - t2 + (t3 * t4).sum(-1)
-
-
-@register_kl(Exponential, Exponential)
-def _kl_exponential_exponential(p, q):
-    rate_ratio = q.rate / p.rate
-    return -rate_ratio.log() + rate_ratio - 1
-
-
-@register_kl(Gamma, Gamma)
-def _kl_gamma_gamma(p, q):
-    t1 = q.concentration * (p.rate / q.rate).log()
-    t2 = mt.lgamma(q.concentration) - mt.lgamma(p.concentration)
-    t3 = (p.concentration - q.concentration) * mt.digamma(p.concentration)
-    t4 = (q.rate - p.rate) * (p.concentration / p.rate)
-    return t1 + t2 + t3 + t4
-
-
-@register_kl(Geometric, Geometric)
-def _kl_geometric_geometric(p, q):
-    return -p.entropy() - mt.log1p(-q.probs) / p.probs - q.logits
-
-
-@register_kl(Gumbel, Gumbel)
-def _kl_gumbel_gumbel(p, q):
-    ct1 = p.scale / q.scale
-    ct2 = q.loc / q.scale
-    ct3 = p.loc / q.scale
-    t1 = -ct1.log() - ct2 + ct3
-    t2 = ct1 * euler_constant
-    t3 = mt.exp(ct2 + (1 + ct1).lgamma() - ct3)
-    return t1 + t2 + t3 - (1 + euler_constant)
-
-
-@register_kl(HalfNormal, HalfNormal)
-def _kl_halfnormal_halfnormal(p, q):
-    return _kl_normal_normal(p.base_dist, q.base_dist)
-
-
-@register_kl(Independent, Independent)
-def _kl_independent_independent(p, q):
-    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
-        raise NotImplementedError
-    return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
-
-
-@register_kl(Laplace, Laplace)
-def _kl_laplace_laplace(p, q):
-    scale_ratio = p.scale / q.scale
-    loc_abs_diff = (p.loc - q.loc).abs()
-    t1 = -scale_ratio.log()
-    t2 = loc_abs_diff / q.scale
-    t3 = scale_ratio * mt.exp(-loc_abs_diff / p.scale)
-    return t1 + t2 + t3 - 1
-
-
-@register_kl(MultivariateNormal, MultivariateNormal)
-def _kl_multivariatenormal_multivariatenormal(p, q):
-    if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different "
-                         "event shapes cannot be computed")
-    half_term1 = q._half_log_det() - p._half_log_det()
-    combined_batch_shape = tuple(mt.broadcast_shapes(q._unbroadcasted_scale_tril.shape[:-2],
-                                                     p._unbroadcasted_scale_tril.shape[:-2]))
-    n = p.event_shape[0]
-    q_scale_tril = q._unbroadcasted_scale_tril.expand(combined_batch_shape + (n, n))
-    p_scale_tril = p._unbroadcasted_scale_tril.expand(combined_batch_shape + (n, n))
-    term2 = _batch_trace_XXT(_tril_solve(q_scale_tril, p_scale_tril))
-    term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
-    return half_term1 + 0.5 * (term2 + term3 - n)
-
-
-@register_kl(Normal, Normal)
+        @register_kl(Normal, Normal)
         def kl_normal_normal(p, q): ...
 
     Lookup picks the most specific pair by subclass order; when the orders of p and q
@@ -301,6 +192,22 @@ def _kl_dirichlet_dirichlet(p, q):
 def _kl_exponential_exponential(p, q):
     rate_ratio = q.rate / p.rate
     return -rate_ratio.log() + rate_ratio - 1
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    """The Bregman divergence of the log normalizer, between natural parameters."""
+    if type(p) is not type(q):
+        raise NotImplementedError("The cross KL-divergence between different exponential "
+                                  "families cannot be computed using Bregman divergences")
+    p_nparams = [param.detach().requires_grad_() for param in p._natural_params]
+    q_nparams = q._natural_params
+    lg_normal = p._log_normalizer(*p_nparams)
+    gradients = mt.autograd.grad(lg_normal.sum(), p_nparams, create_graph=True)
+    result = q._log_normalizer(*q_nparams) - lg_normal
+    for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
+        result = result - sum_rightmost((qnp - pnp) * g, len(q.event_shape))
+    return result
 
 
 @register_kl(Gamma, Gamma)

@@ -4,13 +4,13 @@ from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import broadcast_all, standard_normal
 
 __all__ = ["Normal"]
 
 
-class Normal(Distribution):
+class Normal(ExponentialFamily):
     """A normal distribution with mean ``loc`` and standard deviation ``scale``."""
 
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
@@ -67,3 +67,10 @@ class Normal(Distribution):
 
     def entropy(self):
         return 0.5 + 0.5 * math.log(2 * math.pi) + mt.log(self.scale)
+
+    @property
+    def _natural_params(self):
+        return self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal()
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * mt.log(-math.pi / y)

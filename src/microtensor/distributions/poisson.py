@@ -3,13 +3,13 @@ from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
-from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.utils import broadcast_all, from_numpy_like, numpy_rng
 
 __all__ = ["Poisson"]
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
     """``P(k) = rate^k exp(-rate) / k!`` for ``k = 0, 1, 2, ...``."""
 
     arg_constraints = {"rate": constraints.nonnegative}
@@ -46,3 +46,10 @@ class Poisson(Distribution):
             self._validate_sample(value)
         rate, value = broadcast_all(self.rate, value)
         return value.xlogy(rate) - rate - (value + 1).lgamma()
+
+    @property
+    def _natural_params(self):
+        return (mt.log(self.rate),)
+
+    def _log_normalizer(self, x):
+        return mt.exp(x)
