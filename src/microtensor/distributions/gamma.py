@@ -5,32 +5,49 @@ A Gamma draw has no explicit reparameterization; its gradient with respect to th
 concentration is the implicit one, ``dx/dalpha = -(dF/dalpha)(x; alpha) / f(x; alpha)``
 (``F``/``f`` the standard Gamma cdf/density), as PyTorch's. ``dF/dalpha`` comes from the
 series ``F(x; a) = sum_n x^(a+n) e^-x / Gamma(a+n+1)`` differentiated term by term, in
-float64 microtensor ops (its terms by running products and sums over ``n``)."""
+float64 microtensor ops (its terms by running products and sums over ``n``); the same series gives
+``Gamma.cdf``."""
 import math
 from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import broadcast_all, from_numpy_like, numpy_rng
+from microtensor.distributions.utils import broadcast_all, from_numpy_like, numpy_rng, physical
 
 __all__ = ["Gamma"]
 
 
-def _standard_gamma_grad(alpha, x):
-    """``dx/dalpha`` of standard Gamma draws ``x`` of concentrations ``alpha``."""
+def _series_terms(alpha, x):
+    """``(log x, log r_n, n)`` for the series of the standard Gamma cdf: term n of
+    ``F(x; a) = sum_n x^(a+n) e^-x / Gamma(a+n+1)`` divided by the density ``f(x; a)`` is
+    ``r_n = prod_{k<=n} x / (a + k)`` (a running product over the last dim).  The terms
+    grow up to n ~ x - a, then fall geometrically: enough of them are taken for the tail
+    beyond to be negligible in float64."""
     alpha64, x64 = alpha.to(mt.float64).unsqueeze(-1), x.to(mt.float64).unsqueeze(-1)
-    largest = float(x64.max()) if x64.numel() else 0.0
-    # the terms grow up to n ~ x - alpha, then fall geometrically: enough of them for
-    # the tail beyond that to be negligible in float64
+    largest = float(physical(x64).max()) if x64.numel() else 0.0
     k = mt.arange(int(largest + 10 * math.sqrt(largest) + 40), dtype=mt.float64)
     log_x = x64.log()
-    # term n of F over the density f is prod_{k<=n} x / (alpha + k), and
-    # digamma(alpha + n + 1) = digamma(alpha) + sum_{k<=n} 1 / (alpha + k)
-    log_ratio = (log_x - (alpha64 + k).log()).cumsum(-1)
+    return alpha64, log_x, (log_x - (alpha64 + k).log()).cumsum(-1), k
+
+
+def _standard_gamma_grad(alpha, x):
+    """``dx/dalpha`` of standard Gamma draws ``x`` of concentrations ``alpha``:
+    ``-(dF/dalpha) / f``, with ``digamma(a + n + 1) = digamma(a) + sum_{k<=n} 1/(a+k)``."""
+    alpha64, log_x, log_ratio, k = _series_terms(alpha, x)
     digammas = mt.digamma(alpha64) + (alpha64 + k).reciprocal().cumsum(-1)
     dF_over_f = (mt.exp(log_ratio) * (log_x - digammas)).sum(-1)
     return (-dF_over_f).to(x.dtype)
+
+
+def _standard_gamma_cdf(alpha, x):
+    """``F(x; alpha)``, the regularized lower incomplete gamma function, differentiable in
+    both arguments; 0 at ``x = 0``."""
+    x = x.clamp(min=0)
+    alpha64, log_x, log_ratio, _ = _series_terms(alpha, x.clamp(min=mt.finfo(x.dtype).tiny))
+    log_density = (alpha64 - 1) * log_x - log_x.exp() - mt.lgamma(alpha64)
+    cdf = mt.exp(log_ratio + log_density).sum(-1).clamp(max=1)
+    return mt.where(x == 0, 0.0, cdf.to(x.dtype))
 
 
 def standard_gamma_rsample(concentration):
@@ -90,6 +107,11 @@ class Gamma(ExponentialFamily):
         return (mt.xlogy(self.concentration, self.rate)
                 + mt.xlogy(self.concentration - 1, value)
                 - self.rate * value - mt.lgamma(self.concentration))
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return _standard_gamma_cdf(*broadcast_all(self.concentration, self.rate * value))
 
     def entropy(self):
         return (self.concentration - mt.log(self.rate) + mt.lgamma(self.concentration)

@@ -84,13 +84,19 @@ class lazy_property:
         return value
 
 
+def physical(t):
+    """``t``'s values across every ``vmap`` sample (its physical tensor), for a decision
+    that must hold for all samples at once."""
+    while type(t) is BatchedTensor:
+        t = t._value
+    return t
+
+
 def is_all_true(valid):
     """Whether every entry of the boolean tensor ``valid`` is true, across every ``vmap``
     sample too (as torch.func's rule for ``_is_all_true``): validation may then run on
     batched parameters, and refuses if any sample is invalid."""
-    while type(valid) is BatchedTensor:
-        valid = valid._value
-    return bool(valid.all())
+    return bool(physical(valid).all())
 
 
 def numpy_rng(what):
