@@ -144,6 +144,12 @@ CASES = {
                     np.array([[[1.0, 3.0, 1.0], [0.0, 0.0, 5.0]]])),
     "one_hot_straight_through": ("OneHotCategoricalStraightThrough", dict(logits=_real(2, 3)),
                                  _one_hot(2, 3)),
+    "half_cauchy": ("HalfCauchy", dict(scale=_pos(3)), _pos(2, 3)),
+    "weibull": ("Weibull", dict(scale=_pos(3), concentration=_pos(3) + 1), _pos(2, 3)),
+    "negative_binomial": ("NegativeBinomial", dict(total_count=_pos(3) * 3, probs=_unit(3)),
+                          _counts(7, 2, 3)),
+    "negative_binomial_logits": ("NegativeBinomial", dict(total_count=4.0, logits=_real(3)),
+                                 _counts(7, 2, 3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -453,7 +459,8 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "exponential", "laplace", "lognormal", "geometric_probs", "poisson", "binomial",
     "binomial_logits", "beta", "beta_scalar", "gamma", "dirichlet", "mvn_covariance",
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
-    "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture"])
+    "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
+    "weibull", "negative_binomial"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -706,7 +713,8 @@ def test_multivariate_normal_sample_covariance():
     assert np.all(np.abs(sample_cov - cov) < 5 * se)
 
 
-@pytest.mark.parametrize("case", ["cauchy", "relaxed_bernoulli", "tanh_composed", "power"])
+@pytest.mark.parametrize("case", ["cauchy", "relaxed_bernoulli", "tanh_composed", "power",
+                                  "half_cauchy"])
 def test_samples_follow_the_cdf(case):
     """Where moments do not exist or have no closed form: the fraction of samples below a
     few points matches torch's cdf there."""
@@ -969,7 +977,8 @@ def test_vmap_sampling():
         mt.vmap(draw)(locs)
     # the samplers that draw with NumPy refuse inside vmap rather than ignore its mode
     for make in (lambda c: D.Gamma(c, 1.0), lambda c: D.Poisson(c), lambda c: D.Dirichlet(c),
-                 lambda c: D.Binomial(3, probs=c / 2)):
+                 lambda c: D.Binomial(3, probs=c / 2),
+                 lambda c: D.NegativeBinomial(c, probs=c / 2)):
         with pytest.raises(RuntimeError, match="NumPy's generator, which cannot run inside vmap"):
             mt.vmap(lambda c: make(c).sample(), randomness="different")(mt.ones(4, 3))
 

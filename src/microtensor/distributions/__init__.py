@@ -17,6 +17,7 @@ from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
 from microtensor.distributions.geometric import Geometric
 from microtensor.distributions.gumbel import Gumbel
+from microtensor.distributions.half_cauchy import HalfCauchy
 from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.kl import kl_divergence, register_kl
@@ -24,6 +25,7 @@ from microtensor.distributions.laplace import Laplace
 from microtensor.distributions.mixture_same_family import MixtureSameFamily
 from microtensor.distributions.multinomial import Multinomial
 from microtensor.distributions.multivariate_normal import MultivariateNormal
+from microtensor.distributions.negative_binomial import NegativeBinomial
 from microtensor.distributions.normal import Normal
 from microtensor.distributions.one_hot_categorical import (OneHotCategorical,
                                                            OneHotCategoricalStraightThrough)
@@ -40,15 +42,16 @@ from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
                                                   SoftplusTransform, StickBreakingTransform,
                                                   TanhTransform, Transform, identity_transform)
 from microtensor.distributions.uniform import Uniform
+from microtensor.distributions.weibull import Weibull
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
-           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal",
-           "Independent", "Laplace", "LogNormal", "LowerCholeskyTransform",
-           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "Normal",
-           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
-           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
+           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
+           "HalfNormal", "Independent", "Laplace", "LogNormal", "LowerCholeskyTransform",
+           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
+           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto",
+           "Poisson", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
            "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
            "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "constraints", "identity_transform",
-           "kl_divergence", "register_kl", "transforms"]
+           "TransformedDistribution", "Uniform", "Weibull", "constraints",
+           "identity_transform", "kl_divergence", "register_kl", "transforms"]

@@ -3,8 +3,9 @@ probability ``probs`` (or ``sigmoid(logits)``)."""
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import (broadcast_all, from_numpy_like, lazy_property,
-                                             logits_to_probs, numpy_rng, probs_to_logits)
+from microtensor.distributions.utils import (count_and_probs_or_logits, from_numpy_like,
+                                             lazy_property, logits_to_probs, numpy_rng,
+                                             probs_to_logits)
 
 __all__ = ["Binomial"]
 
@@ -23,11 +24,8 @@ class Binomial(Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        name, value = ("probs", probs) if probs is not None else ("logits", logits)
-        total_count, self._param = broadcast_all(total_count, value)
-        self.total_count = total_count.type_as(self._param)
+        self.total_count, self._param, name = count_and_probs_or_logits(total_count, probs,
+                                                                        logits)
         setattr(self, name, self._param)
         super().__init__(self._param.size(), validate_args=validate_args)
 

@@ -126,3 +126,13 @@ def probs_or_logits(probs, logits):
     name, value = ("probs", probs) if probs is not None else ("logits", logits)
     (param,) = broadcast_all(value)
     return param, name, isinstance(value, Number)
+
+
+def count_and_probs_or_logits(total_count, probs, logits):
+    """``(total_count, parameter, name)`` for the count distributions: the given one of
+    ``probs``/``logits`` broadcast with ``total_count``, which takes its dtype."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    name, value = ("probs", probs) if probs is not None else ("logits", logits)
+    total_count, param = broadcast_all(total_count, value)
+    return total_count.type_as(param), param, name
