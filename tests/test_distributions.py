@@ -150,6 +150,10 @@ CASES = {
                           _counts(7, 2, 3)),
     "negative_binomial_logits": ("NegativeBinomial", dict(total_count=4.0, logits=_real(3)),
                                  _counts(7, 2, 3)),
+    "lowrank": ("LowRankMultivariateNormal", dict(loc=_real(2, 3), cov_factor=_real(3, 2),
+                                                  cov_diag=_pos(3)), _real(4, 2, 3)),
+    "lowrank_batched": ("LowRankMultivariateNormal", dict(loc=_real(3), cov_factor=_real(2, 3, 1),
+                                                          cov_diag=_pos(2, 3)), _real(2, 3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -460,7 +464,7 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "binomial_logits", "beta", "beta_scalar", "gamma", "dirichlet", "mvn_covariance",
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
     "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
-    "weibull", "negative_binomial"])
+    "weibull", "negative_binomial", "lowrank", "lowrank_batched"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -556,16 +560,18 @@ KL_PAIRS = [
     ("uniform", "gumbel"), ("gumbel", "normal"), ("pareto", "exponential"),
     ("pareto", "gamma"), ("pareto", "normal"), ("uniform_wide", "pareto"),
     ("uniform_unit", "pareto"), ("beta", "pareto"), ("gumbel", "uniform"),
-    ("pareto", "uniform"), ("normal", "pareto"),
+    ("pareto", "uniform"), ("normal", "pareto"), ("lowrank", "lowrank_batched"),
+    ("mvn_covariance", "lowrank"), ("lowrank", "mvn_scale_tril"),
+    ("lowrank_batched", "mvn_precision"),
 ]
 CASES["uniform_unit"] = ("Uniform", dict(low=_unit(3) * 0.4, high=0.55 + _unit(3) * 0.4),
                          RNG.uniform(0.45, 0.55, (2, 3)))
 CASES["uniform_wide"] = ("Uniform", dict(low=-_pos(3), high=1 + _pos(3)), _unit(2, 3))
 KL_PAIRS += [("beta", "uniform_wide")]
 
-_REAL_PARAMS = ("loc", "logits", "high")
+_REAL_PARAMS = ("loc", "logits", "high", "cov_factor")
 _POSITIVE_PARAMS = ("scale", "rate", "concentration", "concentration1", "concentration0",
-                    "covariance_matrix", "precision_matrix", "df", "alpha")
+                    "covariance_matrix", "precision_matrix", "df", "alpha", "cov_diag")
 
 
 def _shifted(case, lib, delta, requires_grad):
@@ -1043,3 +1049,12 @@ def test_gamma_cdf_gradients():
         torch.tensor(x)).sum(0).numpy()
     np.testing.assert_allclose(c.grad.numpy(), (cdf(conc + h) - cdf(conc - h)) / (2 * h),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["mvn_covariance", "mvn_precision", "mvn_scale_tril",
+                                  "lowrank", "lowrank_batched"])
+def test_matrix_parameters_match_torch(case):
+    d, _ = build(case, mt)
+    t, _ = build(case, torch)
+    for name in ("covariance_matrix", "precision_matrix", "scale_tril", "variance"):
+        assert_close(getattr(d, name), getattr(t, name), rtol=1e-6, atol=1e-10)

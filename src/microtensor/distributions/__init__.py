@@ -22,6 +22,7 @@ from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.kl import kl_divergence, register_kl
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from microtensor.distributions.mixture_same_family import MixtureSameFamily
 from microtensor.distributions.multinomial import Multinomial
 from microtensor.distributions.multivariate_normal import MultivariateNormal
@@ -47,7 +48,8 @@ from microtensor.distributions.weibull import Weibull
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
            "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
-           "HalfNormal", "Independent", "Laplace", "LogNormal", "LowerCholeskyTransform",
+           "HalfNormal", "Independent", "Laplace", "LogNormal", "LowRankMultivariateNormal",
+           "LowerCholeskyTransform",
            "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
            "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto",
            "Poisson", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",

@@ -21,6 +21,8 @@ from microtensor.distributions.gumbel import Gumbel
 from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.lowrank_multivariate_normal import (
+    LowRankMultivariateNormal, _batch_lowrank_mahalanobis)
 from microtensor.distributions.multivariate_normal import (MultivariateNormal, _batch_mahalanobis,
                                                            _tril_solve)
 from microtensor.distributions.normal import Normal
@@ -257,11 +259,65 @@ def _kl_laplace_laplace(p, q):
     return t1 + t2 + t3 - 1
 
 
+def _same_event_shapes(p, q, what):
+    if p.event_shape != q.event_shape:
+        raise ValueError(f"KL-divergence between two {what} with different event shapes "
+                         f"cannot be computed")
+
+
+@register_kl(LowRankMultivariateNormal, LowRankMultivariateNormal)
+def _kl_lowrankmultivariatenormal_lowrankmultivariatenormal(p, q):
+    _same_event_shapes(p, q, "Low Rank Multivariate Normals")
+    term1 = q._log_det() - p._log_det()
+    term3 = _batch_lowrank_mahalanobis(q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag,
+                                       q.loc - p.loc, q._capacitance_tril)
+    # the trace term, expanded through the Woodbury identity
+    qWt_qDinv = q._unbroadcasted_cov_factor.mT / q._unbroadcasted_cov_diag.unsqueeze(-2)
+    A = _tril_solve(q._capacitance_tril, qWt_qDinv)
+    term21 = (p._unbroadcasted_cov_diag / q._unbroadcasted_cov_diag).sum(-1)
+    term22 = _batch_trace_XXT(p._unbroadcasted_cov_factor
+                              * q._unbroadcasted_cov_diag.rsqrt().unsqueeze(-1))
+    term23 = _batch_trace_XXT(A * p._unbroadcasted_cov_diag.sqrt().unsqueeze(-2))
+    term24 = _batch_trace_XXT(A.matmul(p._unbroadcasted_cov_factor))
+    term2 = term21 + term22 - term23 - term24
+    return 0.5 * (term1 + term2 + term3 - p.event_shape[0])
+
+
+@register_kl(MultivariateNormal, LowRankMultivariateNormal)
+def _kl_multivariatenormal_lowrankmultivariatenormal(p, q):
+    _same_event_shapes(p, q, "(Low Rank) Multivariate Normals")
+    term1 = q._log_det() - 2 * p._half_log_det()
+    term3 = _batch_lowrank_mahalanobis(q._unbroadcasted_cov_factor, q._unbroadcasted_cov_diag,
+                                       q.loc - p.loc, q._capacitance_tril)
+    qWt_qDinv = q._unbroadcasted_cov_factor.mT / q._unbroadcasted_cov_diag.unsqueeze(-2)
+    A = _tril_solve(q._capacitance_tril, qWt_qDinv)
+    term21 = _batch_trace_XXT(p._unbroadcasted_scale_tril
+                              * q._unbroadcasted_cov_diag.rsqrt().unsqueeze(-1))
+    term22 = _batch_trace_XXT(A.matmul(p._unbroadcasted_scale_tril))
+    return 0.5 * (term1 + term21 - term22 + term3 - p.event_shape[0])
+
+
+@register_kl(LowRankMultivariateNormal, MultivariateNormal)
+def _kl_lowrankmultivariatenormal_multivariatenormal(p, q):
+    _same_event_shapes(p, q, "(Low Rank) Multivariate Normals")
+    term1 = 2 * q._half_log_det() - p._log_det()
+    term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
+    combined_batch_shape = tuple(mt.broadcast_shapes(
+        q._unbroadcasted_scale_tril.shape[:-2], p._unbroadcasted_cov_factor.shape[:-2]))
+    n = p.event_shape[0]
+    q_scale_tril = q._unbroadcasted_scale_tril.expand(combined_batch_shape + (n, n))
+    p_cov_factor = p._unbroadcasted_cov_factor.expand(
+        combined_batch_shape + (n, p.cov_factor.size(-1)))
+    p_cov_diag = mt.diag_embed(p._unbroadcasted_cov_diag.sqrt()).expand(
+        combined_batch_shape + (n, n))
+    term21 = _batch_trace_XXT(_tril_solve(q_scale_tril, p_cov_factor))
+    term22 = _batch_trace_XXT(_tril_solve(q_scale_tril, p_cov_diag))
+    return 0.5 * (term1 + term21 + term22 + term3 - p.event_shape[0])
+
+
 @register_kl(MultivariateNormal, MultivariateNormal)
 def _kl_multivariatenormal_multivariatenormal(p, q):
-    if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different "
-                         "event shapes cannot be computed")
+    _same_event_shapes(p, q, "Multivariate Normals")
     half_term1 = q._half_log_det() - p._half_log_det()
     combined_batch_shape = tuple(mt.broadcast_shapes(q._unbroadcasted_scale_tril.shape[:-2],
                                                      p._unbroadcasted_scale_tril.shape[:-2]))
