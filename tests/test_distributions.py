@@ -863,6 +863,7 @@ TRANSFORMS = {
                                                   T.AffineTransform(1.0, 3.0)]),
     "stick_breaking": lambda T, lib: T.StickBreakingTransform(),
     "inverse_sigmoid": lambda T, lib: T.SigmoidTransform().inv,
+    "independent": lambda T, lib: T.IndependentTransform(T.ExpTransform(), 1),
 }
 
 
@@ -1058,3 +1059,66 @@ def test_matrix_parameters_match_torch(case):
     t, _ = build(case, torch)
     for name in ("covariance_matrix", "precision_matrix", "scale_tril", "variance"):
         assert_close(getattr(d, name), getattr(t, name), rtol=1e-6, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- constraint registry
+
+REGISTRY_CONSTRAINTS = {
+    "real": lambda C, lib: C.real, "positive": lambda C, lib: C.positive,
+    "nonnegative": lambda C, lib: C.nonnegative,
+    "greater_than": lambda C, lib: C.greater_than(lib.tensor([1.0, -2.0, 0.5])),
+    "greater_than_eq": lambda C, lib: C.greater_than_eq(-1.5),
+    "less_than": lambda C, lib: C.less_than(2.0),
+    "unit_interval": lambda C, lib: C.unit_interval,
+    "interval": lambda C, lib: C.interval(lib.tensor([-1.0, 0.0, 2.0]), 3.0),
+    "half_open_interval": lambda C, lib: C.half_open_interval(0.0, 2.0),
+    "simplex": lambda C, lib: C.simplex,
+    "real_vector": lambda C, lib: C.real_vector,
+    "positive_vector": lambda C, lib: C.independent(C.positive, 1),
+    "lower_cholesky": lambda C, lib: C.lower_cholesky,
+    "positive_definite": lambda C, lib: C.positive_definite,
+}
+
+
+@pytest.mark.parametrize("name", REGISTRY_CONSTRAINTS)
+@pytest.mark.parametrize("registry", ["biject_to", "transform_to"])
+def test_constraint_registry_matches_torch(name, registry):
+    ours_c = REGISTRY_CONSTRAINTS[name](constraints, mt)
+    theirs_c = REGISTRY_CONSTRAINTS[name](TD.constraints, torch)
+    try:
+        theirs = getattr(TD, registry)(theirs_c)
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError, match="Cannot transform"):
+            getattr(D, registry)(ours_c)
+        return
+    ours = getattr(D, registry)(ours_c)
+    assert repr(ours).replace("microtensor.", "torch.") == repr(theirs)
+    shape = (2, 3, 3) if ours_c.event_dim == 2 else (2, 3)
+    x = _real(*shape) if name != "simplex" or registry == "transform_to" else _real(2, 2)
+    mx, tx = mt.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y, ty = ours(mx), theirs(tx)
+    assert_close(y, ty)
+    assert ours_c.check(y).all().item()
+    if theirs.bijective:
+        assert_close(ours.inv(y), theirs.inv(ty), rtol=1e-6, atol=1e-8)
+        jac, tjac = ours.log_abs_det_jacobian(mx, y), theirs.log_abs_det_jacobian(tx, ty)
+        assert_close(jac, tjac)
+        assert jac.requires_grad == tjac.requires_grad
+        if tjac.requires_grad:
+            jac.sum().backward()
+            tjac.sum().backward()
+            assert_close(mx.grad, tx.grad)
+
+
+def test_constraint_registry_register():
+    registry = D.constraint_registry.ConstraintRegistry()
+
+    @registry.register(constraints.positive)
+    def _softplus(constraint):
+        return D.transforms.SoftplusTransform()
+
+    assert isinstance(registry(constraints.positive), D.transforms.SoftplusTransform)
+    with pytest.raises(NotImplementedError, match="Cannot transform _Real constraints"):
+        registry(constraints.real)
+    with pytest.raises(TypeError, match="Expected constraint to be either a Constraint"):
+        registry.register(int, _softplus)

@@ -10,6 +10,7 @@ from microtensor.distributions.binomial import Binomial
 from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.cauchy import Cauchy
 from microtensor.distributions.chi2 import Chi2
+from microtensor.distributions.constraint_registry import biject_to, transform_to
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.exp_family import ExponentialFamily
@@ -38,7 +39,9 @@ from microtensor.distributions.transformed_distribution import (LogNormal,
                                                                 TransformedDistribution)
 from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
                                                   ComposeTransform, ExpTransform,
-                                                  LowerCholeskyTransform, PowerTransform,
+                                                  IndependentTransform,
+                                                  LowerCholeskyTransform,
+                                                  PositiveDefiniteTransform, PowerTransform,
                                                   SigmoidTransform, SoftmaxTransform,
                                                   SoftplusTransform, StickBreakingTransform,
                                                   TanhTransform, Transform, identity_transform)
@@ -48,12 +51,12 @@ from microtensor.distributions.weibull import Weibull
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
            "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
-           "HalfNormal", "Independent", "Laplace", "LogNormal", "LowRankMultivariateNormal",
-           "LowerCholeskyTransform",
-           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
-           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto",
-           "Poisson", "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical",
-           "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
-           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "Weibull", "constraints",
-           "identity_transform", "kl_divergence", "register_kl", "transforms"]
+           "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogNormal",
+           "LowRankMultivariateNormal", "LowerCholeskyTransform", "MixtureSameFamily",
+           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
+           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PositiveDefiniteTransform",
+           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform",
+           "SoftmaxTransform", "SoftplusTransform", "StickBreakingTransform", "StudentT",
+           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "Weibull",
+           "biject_to", "constraints", "identity_transform", "kl_divergence", "register_kl",
+           "transform_to", "transforms"]
