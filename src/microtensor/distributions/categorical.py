@@ -5,7 +5,8 @@ import math
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import lazy_property, logits_to_probs, probs_to_logits
+from microtensor.distributions.utils import (given_probs_or_logits, lazy_property,
+                                             logits_to_probs, probs_to_logits)
 
 __all__ = ["Categorical"]
 
@@ -18,17 +19,13 @@ class Categorical(Distribution):
     has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            if probs.dim() < 1:
-                raise ValueError("`probs` parameter must be at least one-dimensional.")
-            self.probs = probs / probs.sum(-1, keepdim=True)
+        name, value = given_probs_or_logits(probs, logits)
+        if value.dim() < 1:
+            raise ValueError(f"`{name}` parameter must be at least one-dimensional.")
+        if name == "probs":
+            self._param = self.probs = value / value.sum(-1, keepdim=True)
         else:
-            if logits.dim() < 1:
-                raise ValueError("`logits` parameter must be at least one-dimensional.")
-            self.logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-        self._param = self.probs if probs is not None else self.logits
+            self._param = self.logits = value - value.logsumexp(dim=-1, keepdim=True)
         self._num_events = self._param.size()[-1]
         batch_shape = self._param.size()[:-1] if self._param.dim() > 1 else mt.Size()
         super().__init__(batch_shape, validate_args=validate_args)

@@ -8,7 +8,7 @@ from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.multivariate_normal import (_batch_mahalanobis, _batch_mv,
                                                            _cholesky, _tril_solve)
-from microtensor.distributions.utils import lazy_property, standard_normal
+from microtensor.distributions.utils import lazy_property
 
 __all__ = ["LowRankMultivariateNormal"]
 
@@ -122,8 +122,8 @@ class LowRankMultivariateNormal(Distribution):
     def rsample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
         W_shape = tuple(shape[:-1]) + tuple(self.cov_factor.shape[-1:])
-        eps_W = standard_normal(W_shape, dtype=self.loc.dtype, device=self.loc.device)
-        eps_D = standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps_W = mt.randn(W_shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps_D = mt.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return (self.loc + _batch_mv(self._unbroadcasted_cov_factor, eps_W)
                 + self._unbroadcasted_cov_diag.sqrt() * eps_D)
 

@@ -5,7 +5,7 @@ import math
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import lazy_property, standard_normal
+from microtensor.distributions.utils import lazy_property
 
 __all__ = ["MultivariateNormal"]
 
@@ -119,7 +119,7 @@ class MultivariateNormal(Distribution):
 
     def rsample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
-        eps = standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps = mt.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + _batch_mv(self._unbroadcasted_scale_tril, eps)
 
     def _half_log_det(self):

@@ -5,7 +5,7 @@ from numbers import Number
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import broadcast_all, standard_normal
+from microtensor.distributions.utils import broadcast_all
 
 __all__ = ["Normal"]
 
@@ -47,7 +47,7 @@ class Normal(ExponentialFamily):
 
     def rsample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
-        eps = standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps = mt.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         return self.loc + eps * self.scale
 
     def log_prob(self, value):

@@ -6,7 +6,7 @@ import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.chi2 import Chi2
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import broadcast_all, standard_normal
+from microtensor.distributions.utils import broadcast_all
 
 __all__ = ["StudentT"]
 
@@ -46,7 +46,7 @@ class StudentT(Distribution):
 
     def rsample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)
-        X = standard_normal(shape, dtype=self.df.dtype, device=self.df.device)
+        X = mt.randn(shape, dtype=self.df.dtype, device=self.df.device)
         Z = self._chi2.rsample(sample_shape)
         return self.loc + self.scale * X * mt.rsqrt(Z / self.df)
 

@@ -1,7 +1,6 @@
 """Helpers the distributions share (PyTorch's ``torch.distributions.utils``): broadcasting
 parameters, converting between probabilities and logits, lazily computed properties, and
 the all-samples validity test that lets argument validation run inside ``vmap``."""
-import math
 from numbers import Number
 
 import numpy as np
@@ -30,10 +29,6 @@ def broadcast_all(*values):
                 break
         values = [v if isinstance(v, mt.Tensor) else mt.tensor(v, **options) for v in values]
     return mt.broadcast_tensors(*values)
-
-
-def standard_normal(shape, dtype, device):
-    return mt.randn(shape, dtype=dtype, device=device)
 
 
 def sum_rightmost(value, dim):
@@ -115,15 +110,19 @@ def from_numpy_like(values, like):
     return mt.tensor(np.asarray(values), dtype=like.dtype, device=like.device)
 
 
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+def given_probs_or_logits(probs, logits):
+    """``(name, value)`` of the one of ``probs``/``logits`` given; refuses both or
+    neither."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    return ("probs", probs) if probs is not None else ("logits", logits)
 
 
 def probs_or_logits(probs, logits):
     """The one of ``probs``/``logits`` given, as a broadcast tensor, its name, and whether
     it was a Python number (which makes an empty batch shape); refuses both or neither."""
-    if (probs is None) == (logits is None):
-        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-    name, value = ("probs", probs) if probs is not None else ("logits", logits)
+    name, value = given_probs_or_logits(probs, logits)
     (param,) = broadcast_all(value)
     return param, name, isinstance(value, Number)
 
@@ -131,8 +130,6 @@ def probs_or_logits(probs, logits):
 def count_and_probs_or_logits(total_count, probs, logits):
     """``(total_count, parameter, name)`` for the count distributions: the given one of
     ``probs``/``logits`` broadcast with ``total_count``, which takes its dtype."""
-    if (probs is None) == (logits is None):
-        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-    name, value = ("probs", probs) if probs is not None else ("logits", logits)
+    name, value = given_probs_or_logits(probs, logits)
     total_count, param = broadcast_all(total_count, value)
     return total_count.type_as(param), param, name
