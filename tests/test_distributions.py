@@ -154,6 +154,14 @@ CASES = {
                                                   cov_diag=_pos(3)), _real(4, 2, 3)),
     "lowrank_batched": ("LowRankMultivariateNormal", dict(loc=_real(3), cov_factor=_real(2, 3, 1),
                                                           cov_diag=_pos(2, 3)), _real(2, 3)),
+    "inverse_gamma": ("InverseGamma", dict(concentration=_pos(3) + 3, rate=_pos(3)),
+                      _pos(2, 3)),
+    "kumaraswamy": ("Kumaraswamy", dict(concentration1=_pos(3) + 1, concentration0=_pos(3) + 1),
+                    _unit(2, 3)),
+    "logistic_normal": ("LogisticNormal", dict(loc=_real(2, 3), scale=_pos(2, 3)),
+                        _simplex(2, 4)),
+    "fisher_snedecor": ("FisherSnedecor", dict(df1=_pos(3) * 4, df2=_pos(3) * 4 + 10),
+                        _pos(2, 3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -464,7 +472,8 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "binomial_logits", "beta", "beta_scalar", "gamma", "dirichlet", "mvn_covariance",
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
     "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
-    "weibull", "negative_binomial", "lowrank", "lowrank_batched"])
+    "weibull", "negative_binomial", "lowrank", "lowrank_batched", "inverse_gamma",
+    "kumaraswamy", "fisher_snedecor"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)

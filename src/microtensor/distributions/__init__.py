@@ -16,13 +16,17 @@ from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.exp_family import ExponentialFamily
 from microtensor.distributions.exponential import Exponential
 from microtensor.distributions.gamma import Gamma
+from microtensor.distributions.fishersnedecor import FisherSnedecor
 from microtensor.distributions.geometric import Geometric
 from microtensor.distributions.gumbel import Gumbel
 from microtensor.distributions.half_cauchy import HalfCauchy
 from microtensor.distributions.half_normal import HalfNormal
 from microtensor.distributions.independent import Independent
+from microtensor.distributions.inverse_gamma import InverseGamma
 from microtensor.distributions.kl import kl_divergence, register_kl
+from microtensor.distributions.kumaraswamy import Kumaraswamy
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.logistic_normal import LogisticNormal
 from microtensor.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from microtensor.distributions.mixture_same_family import MixtureSameFamily
 from microtensor.distributions.multinomial import Multinomial
@@ -50,13 +54,13 @@ from microtensor.distributions.weibull import Weibull
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
            "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
-           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy",
-           "HalfNormal", "Independent", "IndependentTransform", "Laplace", "LogNormal",
-           "LowRankMultivariateNormal", "LowerCholeskyTransform", "MixtureSameFamily",
-           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
-           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "PositiveDefiniteTransform",
-           "PowerTransform", "RelaxedBernoulli", "RelaxedOneHotCategorical", "SigmoidTransform",
-           "SoftmaxTransform", "SoftplusTransform", "StickBreakingTransform", "StudentT",
-           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "Weibull",
-           "biject_to", "constraints", "identity_transform", "kl_divergence", "register_kl",
-           "transform_to", "transforms"]
+           "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel",
+           "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "InverseGamma",
+           "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
+           "LowerCholeskyTransform", "MixtureSameFamily", "Multinomial", "MultivariateNormal",
+           "NegativeBinomial", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough",
+           "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
+           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
+           "TransformedDistribution", "Uniform", "Weibull", "biject_to", "constraints",
+           "identity_transform", "kl_divergence", "register_kl", "transform_to", "transforms"]
