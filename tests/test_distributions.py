@@ -162,6 +162,8 @@ CASES = {
                         _simplex(2, 4)),
     "fisher_snedecor": ("FisherSnedecor", dict(df1=_pos(3) * 4, df2=_pos(3) * 4 + 10),
                         _pos(2, 3)),
+    "von_mises": ("VonMises", dict(loc=_real(3), concentration=np.array([0.5, 3.0, 12.0])),
+                  RNG.uniform(-3, 3, (2, 3))),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -1131,3 +1133,16 @@ def test_constraint_registry_register():
         registry(constraints.real)
     with pytest.raises(TypeError, match="Expected constraint to be either a Constraint"):
         registry.register(int, _softplus)
+
+
+def test_von_mises_samples_match_the_density():
+    """Circular statistics of the samples: E[cos(x - loc)] = I1(k) / I0(k), and the
+    samples lie in [-pi, pi)."""
+    mt.manual_seed(0)
+    n = 20000
+    d, _ = build("von_mises", mt)
+    x = d.sample((n,))
+    assert x.shape == (n, 3) and (x.abs() <= math.pi).all().item()
+    resultant = mt.cos(x - d.loc).numpy()
+    expected = 1 - d.variance.numpy()
+    assert np.all(np.abs(resultant.mean(0) - expected) < 5 * resultant.std(0) / np.sqrt(n))

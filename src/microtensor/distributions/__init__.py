@@ -50,6 +50,7 @@ from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
                                                   SoftplusTransform, StickBreakingTransform,
                                                   TanhTransform, Transform, identity_transform)
 from microtensor.distributions.uniform import Uniform
+from microtensor.distributions.von_mises import VonMises
 from microtensor.distributions.weibull import Weibull
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
@@ -62,5 +63,5 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "
            "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
            "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "Weibull", "biject_to", "constraints",
+           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to", "constraints",
            "identity_transform", "kl_divergence", "register_kl", "transform_to", "transforms"]
