@@ -164,6 +164,10 @@ CASES = {
                         _pos(2, 3)),
     "von_mises": ("VonMises", dict(loc=_real(3), concentration=np.array([0.5, 3.0, 12.0])),
                   RNG.uniform(-3, 3, (2, 3))),
+    "continuous_bernoulli": ("ContinuousBernoulli", dict(probs=np.array([0.2, 0.4995, 0.9])),
+                             _unit(2, 3)),
+    "continuous_bernoulli_logits": ("ContinuousBernoulli", dict(logits=_real(2, 3)),
+                                    _unit(2, 3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -475,7 +479,7 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
     "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
     "weibull", "negative_binomial", "lowrank", "lowrank_batched", "inverse_gamma",
-    "kumaraswamy", "fisher_snedecor"])
+    "kumaraswamy", "fisher_snedecor", "continuous_bernoulli", "continuous_bernoulli_logits"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -574,6 +578,12 @@ KL_PAIRS = [
     ("pareto", "uniform"), ("normal", "pareto"), ("lowrank", "lowrank_batched"),
     ("mvn_covariance", "lowrank"), ("lowrank", "mvn_scale_tril"),
     ("lowrank_batched", "mvn_precision"),
+    ("continuous_bernoulli", "continuous_bernoulli_logits"),
+    ("beta", "continuous_bernoulli"), ("continuous_bernoulli", "pareto"),
+    ("continuous_bernoulli", "exponential"), ("continuous_bernoulli", "normal"),
+    ("continuous_bernoulli", "uniform"), ("continuous_bernoulli", "uniform_wide"),
+    ("exponential", "continuous_bernoulli"), ("normal", "continuous_bernoulli"),
+    ("uniform_unit", "continuous_bernoulli"), ("uniform", "continuous_bernoulli"),
 ]
 CASES["uniform_unit"] = ("Uniform", dict(low=_unit(3) * 0.4, high=0.55 + _unit(3) * 0.4),
                          RNG.uniform(0.45, 0.55, (2, 3)))
@@ -1021,7 +1031,8 @@ def test_mixture_argument_errors_match_torch():
 
 # --------------------------------------------------------------------------- exponential family
 
-@pytest.mark.parametrize("case", ["normal", "bernoulli_probs", "exponential", "gamma"])
+@pytest.mark.parametrize("case", ["normal", "bernoulli_probs", "exponential", "gamma",
+                                  "continuous_bernoulli_logits"])
 def test_exponential_family_entropy_and_kl_fallback_match_the_closed_forms(case):
     d, leaves = _shifted(case, mt, 0.0, True)
     q, _ = _shifted(case, mt, 0.3, False)

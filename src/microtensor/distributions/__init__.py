@@ -10,6 +10,7 @@ from microtensor.distributions.binomial import Binomial
 from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.cauchy import Cauchy
 from microtensor.distributions.chi2 import Chi2
+from microtensor.distributions.continuous_bernoulli import ContinuousBernoulli
 from microtensor.distributions.constraint_registry import biject_to, transform_to
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
@@ -54,13 +55,14 @@ from microtensor.distributions.von_mises import VonMises
 from microtensor.distributions.weibull import Weibull
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
-           "Cauchy", "Chi2", "ComposeTransform", "Dirichlet", "Distribution", "ExpTransform",
-           "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel",
-           "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "InverseGamma",
-           "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
-           "LowerCholeskyTransform", "MixtureSameFamily", "Multinomial", "MultivariateNormal",
-           "NegativeBinomial", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough",
-           "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
+           "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli", "Dirichlet",
+           "Distribution", "ExpTransform", "Exponential", "ExponentialFamily", "FisherSnedecor",
+           "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
+           "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LogNormal",
+           "LogisticNormal", "LowRankMultivariateNormal", "LowerCholeskyTransform",
+           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
+           "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
            "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
            "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to", "constraints",

@@ -11,6 +11,7 @@ from microtensor.distributions.beta import Beta
 from microtensor.distributions.binomial import Binomial
 from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.cauchy import Cauchy
+from microtensor.distributions.continuous_bernoulli import ContinuousBernoulli
 from microtensor.distributions.dirichlet import Dirichlet
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.exp_family import ExponentialFamily
@@ -177,6 +178,14 @@ def _kl_cauchy_cauchy(p, q):
     t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
     t2 = (4 * p.scale * q.scale).log()
     return t1 - t2
+
+
+@register_kl(ContinuousBernoulli, ContinuousBernoulli)
+def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
+    t1 = p.mean * (p.logits - q.logits)
+    t2 = p._cont_bern_log_norm() + mt.log1p(-p.probs)
+    t3 = -q._cont_bern_log_norm() - mt.log1p(-q.probs)
+    return t1 + t2 + t3
 
 
 @register_kl(Dirichlet, Dirichlet)
@@ -379,6 +388,12 @@ def _kl_bernoulli_poisson(p, q):
     return -p.entropy() - (p.probs * q.rate.log() - q.rate)
 
 
+@register_kl(Beta, ContinuousBernoulli)
+def _kl_beta_continuous_bernoulli(p, q):
+    return (-p.entropy() - p.mean * q.logits - mt.log1p(-q.probs)
+            - q._cont_bern_log_norm())
+
+
 @register_kl(Beta, Exponential)
 def _kl_beta_exponential(p, q):
     return (-p.entropy() - q.rate.log()
@@ -420,7 +435,34 @@ def _kl_beta_infinity(p, q):
     return _infinite_like(p.concentration1)
 
 
+@register_kl(ContinuousBernoulli, Pareto)
+def _kl_continuous_bernoulli_infinity(p, q):
+    return _infinite_like(p.probs)
+
+
+@register_kl(ContinuousBernoulli, Exponential)
+def _kl_continuous_bernoulli_exponential(p, q):
+    return -p.entropy() - mt.log(q.rate) + q.rate * p.mean
+
+
+@register_kl(ContinuousBernoulli, Normal)
+def _kl_continuous_bernoulli_normal(p, q):
+    t1 = -p.entropy()
+    t2 = 0.5 * (math.log(2.0 * math.pi) + mt.square(q.loc / q.scale)) + mt.log(q.scale)
+    t3 = ((p.variance + mt.square(p.mean) - 2.0 * q.loc * p.mean)
+          / (2.0 * mt.square(q.scale)))
+    return t1 + t2 + t3
+
+
+@register_kl(ContinuousBernoulli, Uniform)
+def _kl_continuous_bernoulli_uniform(p, q):
+    result = -p.entropy() + (q.high - q.low).log()
+    outside = (q.low >= p.support.lower_bound) | (q.high <= p.support.upper_bound)
+    return _infinite_where(outside, result)
+
+
 @register_kl(Exponential, Beta)
+@register_kl(Exponential, ContinuousBernoulli)
 @register_kl(Exponential, Pareto)
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
@@ -457,6 +499,7 @@ def _kl_exponential_normal(p, q):
 
 
 @register_kl(Gamma, Beta)
+@register_kl(Gamma, ContinuousBernoulli)
 @register_kl(Gamma, Pareto)
 @register_kl(Gamma, Uniform)
 def _kl_gamma_infinity(p, q):
@@ -494,6 +537,7 @@ def _kl_gamma_normal(p, q):
 
 
 @register_kl(Gumbel, Beta)
+@register_kl(Gumbel, ContinuousBernoulli)
 @register_kl(Gumbel, Exponential)
 @register_kl(Gumbel, Gamma)
 @register_kl(Gumbel, Pareto)
@@ -512,6 +556,7 @@ def _kl_gumbel_normal(p, q):
 
 
 @register_kl(Laplace, Beta)
+@register_kl(Laplace, ContinuousBernoulli)
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Gamma)
 @register_kl(Laplace, Pareto)
@@ -532,6 +577,7 @@ def _kl_laplace_normal(p, q):
 
 
 @register_kl(Normal, Beta)
+@register_kl(Normal, ContinuousBernoulli)
 @register_kl(Normal, Exponential)
 @register_kl(Normal, Gamma)
 @register_kl(Normal, Pareto)
@@ -563,6 +609,7 @@ def _kl_normal_laplace(p, q):
 
 
 @register_kl(Pareto, Beta)
+@register_kl(Pareto, ContinuousBernoulli)
 @register_kl(Pareto, Uniform)
 def _kl_pareto_infinity(p, q):
     return _infinite_like(p.scale)
@@ -617,6 +664,14 @@ def _kl_uniform_beta(p, q):
     result = t3 + t4 - t1 - t2
     return _infinite_where((p.high > q.support.upper_bound) | (p.low < q.support.lower_bound),
                            result)
+
+
+@register_kl(Uniform, ContinuousBernoulli)
+def _kl_uniform_continuous_bernoulli(p, q):
+    result = (-p.entropy() - p.mean * q.logits - mt.log1p(-q.probs)
+              - q._cont_bern_log_norm())
+    outside = (p.high >= q.support.upper_bound) | (p.low <= q.support.lower_bound)
+    return _infinite_where(outside, result)
 
 
 @register_kl(Uniform, Exponential)
