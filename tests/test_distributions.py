@@ -426,6 +426,7 @@ def test_support_and_arg_constraints():
     ("positive_semidefinite", [[[1.0, 1.0], [1.0, 1.0]], [[1.0, 2.0], [2.0, 1.0]]]),
     ("symmetric", [[[1.0, 2.0], [2.0, 1.0]], [[1.0, 2.0], [0.0, 1.0]]]),
     ("square", [[[1.0, 2.0], [2.0, 1.0]]]),
+    ("corr_cholesky", [[[1.0, 0.0], [0.6, 0.8]], [[1.0, 0.0], [0.6, 0.9]]]),
 ])
 def test_constraints_check_as_torch(name, value):
     ours, theirs = getattr(constraints, name), getattr(TD.constraints, name)
@@ -885,6 +886,13 @@ TRANSFORMS = {
     "stick_breaking": lambda T, lib: T.StickBreakingTransform(),
     "inverse_sigmoid": lambda T, lib: T.SigmoidTransform().inv,
     "independent": lambda T, lib: T.IndependentTransform(T.ExpTransform(), 1),
+    "reshape": lambda T, lib: T.ReshapeTransform((3,), (3, 1)),
+    "cat": lambda T, lib: T.CatTransform([T.ExpTransform(), T.AffineTransform(1.0, 2.0)],
+                                         dim=-1, lengths=[1, 2]),
+    "cat_batch_dim": lambda T, lib: T.CatTransform([T.ExpTransform(), T.TanhTransform()],
+                                                   dim=0),
+    "stack": lambda T, lib: T.StackTransform([T.ExpTransform(), T.SigmoidTransform(),
+                                              T.AffineTransform(0.0, -1.0)], dim=1),
 }
 
 
@@ -905,8 +913,9 @@ def test_transforms_match_torch(name):
     assert repr(ours.domain) == repr(theirs.domain)
     assert repr(ours.codomain) == repr(theirs.codomain)
     assert ours.bijective == theirs.bijective
-    assert tuple(ours.forward_shape((4, 3))) == tuple(theirs.forward_shape((4, 3)))
-    assert tuple(ours.inverse_shape((4, 3))) == tuple(theirs.inverse_shape((4, 3)))
+    forward = theirs.forward_shape((4, 3))
+    assert tuple(ours.forward_shape((4, 3))) == tuple(forward)
+    assert tuple(ours.inverse_shape(forward)) == tuple(theirs.inverse_shape(forward))
     try:
         sign = theirs.sign
     except NotImplementedError:
@@ -1099,6 +1108,8 @@ REGISTRY_CONSTRAINTS = {
     "positive_vector": lambda C, lib: C.independent(C.positive, 1),
     "lower_cholesky": lambda C, lib: C.lower_cholesky,
     "positive_definite": lambda C, lib: C.positive_definite,
+    "cat": lambda C, lib: C.cat([C.positive, C.interval(-1.0, 1.0)], dim=-1, lengths=[2, 1]),
+    "stack": lambda C, lib: C.stack([C.real, C.positive], dim=0),
 }
 
 
@@ -1157,3 +1168,22 @@ def test_von_mises_samples_match_the_density():
     resultant = mt.cos(x - d.loc).numpy()
     expected = 1 - d.variance.numpy()
     assert np.all(np.abs(resultant.mean(0) - expected) < 5 * resultant.std(0) / np.sqrt(n))
+
+
+def test_cumulative_distribution_transform_matches_torch():
+    ours = D.transforms.CumulativeDistributionTransform(D.Normal(mt.tensor(0.5), 2.0))
+    theirs = TD.transforms.CumulativeDistributionTransform(TD.Normal(torch.tensor(0.5), 2.0))
+    x = _real(4)
+    y, ty = ours(mt.tensor(x)), theirs(torch.tensor(x))
+    assert_close(y, ty)
+    assert_close(ours.inv(y), theirs.inv(ty))
+    assert_close(ours.log_abs_det_jacobian(mt.tensor(x), y),
+                 theirs.log_abs_det_jacobian(torch.tensor(x), ty))
+    assert repr(ours.domain) == repr(theirs.domain) and ours.sign == 1
+
+
+def test_reshape_transform_errors_match_torch():
+    for make in (lambda T: T.ReshapeTransform((3,), (2,)),
+                 lambda T: T.ReshapeTransform((3,), (3, 1)).forward_shape((2, 4)),
+                 lambda T: T.ReshapeTransform((2, 3), (6,)).forward_shape((3,))):
+        assert _message(lambda: make(D.transforms)) == _message(lambda: make(TD.transforms))

@@ -43,10 +43,12 @@ from microtensor.distributions.studentT import StudentT
 from microtensor.distributions.transformed_distribution import (LogNormal,
                                                                 TransformedDistribution)
 from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
-                                                  ComposeTransform, ExpTransform,
-                                                  IndependentTransform,
+                                                  CatTransform, ComposeTransform,
+                                                  CumulativeDistributionTransform,
+                                                  ExpTransform, IndependentTransform,
                                                   LowerCholeskyTransform,
                                                   PositiveDefiniteTransform, PowerTransform,
+                                                  ReshapeTransform, StackTransform,
                                                   SigmoidTransform, SoftmaxTransform,
                                                   SoftplusTransform, StickBreakingTransform,
                                                   TanhTransform, Transform, identity_transform)
@@ -54,16 +56,17 @@ from microtensor.distributions.uniform import Uniform
 from microtensor.distributions.von_mises import VonMises
 from microtensor.distributions.weibull import Weibull
 
-__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "Categorical",
-           "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli", "Dirichlet",
-           "Distribution", "ExpTransform", "Exponential", "ExponentialFamily", "FisherSnedecor",
-           "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
-           "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LogNormal",
-           "LogisticNormal", "LowRankMultivariateNormal", "LowerCholeskyTransform",
-           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
-           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
-           "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
-           "StickBreakingTransform", "StudentT", "TanhTransform", "Transform",
-           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to", "constraints",
-           "identity_transform", "kl_divergence", "register_kl", "transform_to", "transforms"]
+__all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "CatTransform",
+           "Categorical", "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli",
+           "CumulativeDistributionTransform", "Dirichlet", "Distribution", "ExpTransform",
+           "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel",
+           "HalfCauchy", "HalfNormal", "Independent", "IndependentTransform", "InverseGamma",
+           "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
+           "LowerCholeskyTransform", "MixtureSameFamily", "Multinomial", "MultivariateNormal",
+           "NegativeBinomial", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough",
+           "Pareto", "Poisson", "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
+           "SoftplusTransform", "StackTransform", "StickBreakingTransform", "StudentT",
+           "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "VonMises",
+           "Weibull", "biject_to", "constraints", "identity_transform", "kl_divergence",
+           "register_kl", "transform_to", "transforms"]

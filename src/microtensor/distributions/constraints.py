@@ -4,13 +4,13 @@ batch shape (the rightmost ``event_dim`` dimensions folded); distributions use t
 ``arg_constraints`` and ``support`` to validate their arguments."""
 import microtensor as mt
 
-__all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_than",
-           "greater_than_eq", "independent", "integer_interval", "interval",
+__all__ = ["Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property",
+           "greater_than", "greater_than_eq", "independent", "integer_interval", "interval",
            "half_open_interval", "is_dependent", "less_than", "lower_cholesky",
            "lower_triangular", "MixtureSameFamilyConstraint", "multinomial", "nonnegative",
            "nonnegative_integer", "one_hot", "positive", "positive_semidefinite",
            "positive_definite", "positive_integer", "real", "real_vector", "simplex", "square",
-           "symmetric", "unit_interval"]
+           "stack", "symmetric", "unit_interval"]
 
 
 class Constraint:
@@ -320,6 +320,18 @@ class _LowerCholesky(Constraint):
         return _is_lower_triangular(value) & positive_diagonal
 
 
+class _CorrCholesky(Constraint):
+    """Lower-Cholesky factors of correlation matrices: rows of unit length."""
+
+    event_dim = 2
+
+    def check(self, value):
+        tol = mt.finfo(value.dtype).eps * value.size(-1) * 10   # an adjustable fudge factor
+        row_norm = mt.linalg.norm(value.detach(), dim=-1)
+        unit_row_norm = (row_norm - 1.0).abs().le(tol).all(dim=-1)
+        return _LowerCholesky().check(value) & unit_row_norm
+
+
 class _Square(Constraint):
     """Square matrices."""
 
@@ -360,6 +372,70 @@ class _PositiveDefinite(_Symmetric):
         return mt.linalg.eigvalsh(value).gt(0).all(-1)
 
 
+class _Cat(Constraint):
+    """``cseq[i]`` on consecutive pieces of ``lengths[i]`` entries along ``dim``."""
+
+    def __init__(self, cseq, dim=0, lengths=None):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("All elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.lengths = list([1] * len(self.cseq) if lengths is None else lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise AssertionError(f"lengths ({len(self.lengths)}) must match cseq "
+                                 f"({len(self.cseq)})")
+        self.dim = dim
+        super().__init__()
+
+    @property
+    def is_discrete(self):
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self):
+        return max(c.event_dim for c in self.cseq)
+
+    def check(self, value):
+        _check_dim(self.dim, value, "value")
+        checks, start = [], 0
+        for constr, length in zip(self.cseq, self.lengths):
+            checks.append(constr.check(value.narrow(self.dim, start, length)))
+            start = start + length
+        return mt.cat(checks, self.dim)
+
+
+class _Stack(Constraint):
+    """``cseq[i]`` on the ``i``-th slice along ``dim``."""
+
+    def __init__(self, cseq, dim=0):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("All elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.dim = dim
+        super().__init__()
+
+    @property
+    def is_discrete(self):
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self):
+        dim = max(c.event_dim for c in self.cseq)
+        if self.dim + dim < 0:
+            dim += 1
+        return dim
+
+    def check(self, value):
+        _check_dim(self.dim, value, "value")
+        slices = [value.select(self.dim, i) for i in range(value.size(self.dim))]
+        return mt.stack([constr.check(v) for v, constr in zip(slices, self.cseq)], self.dim)
+
+
+def _check_dim(dim, value, name):
+    if not -value.dim() <= dim < value.dim():
+        raise AssertionError(f"dim {dim} out of range for {name} with {value.dim()} "
+                             f"dimensions")
+
+
 dependent = _Dependent()
 dependent_property = _DependentProperty
 independent = _IndependentConstraint
@@ -381,8 +457,11 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_triangular = _LowerTriangular()
+corr_cholesky = _CorrCholesky()
 lower_cholesky = _LowerCholesky()
 square = _Square()
 symmetric = _Symmetric()
 positive_semidefinite = _PositiveSemidefinite()
 positive_definite = _PositiveDefinite()
+cat = _Cat
+stack = _Stack

@@ -11,13 +11,16 @@ from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
+from microtensor.distributions.constraints import _check_dim
 from microtensor.distributions.utils import broadcast_all, lazy_property, sum_rightmost
 from microtensor.nn.functional import logsigmoid, pad, softplus
 
-__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform",
-           "IndependentTransform", "LowerCholeskyTransform", "PositiveDefiniteTransform",
-           "PowerTransform", "SigmoidTransform", "SoftplusTransform", "SoftmaxTransform",
-           "StickBreakingTransform", "TanhTransform", "Transform", "identity_transform"]
+__all__ = ["AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform",
+           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
+           "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
+           "ReshapeTransform", "SigmoidTransform", "SoftplusTransform", "SoftmaxTransform",
+           "StackTransform", "StickBreakingTransform", "TanhTransform", "Transform",
+           "identity_transform"]
 
 
 class Transform:
@@ -633,3 +636,212 @@ class PositiveDefiniteTransform(_Stateless):
 
     def _inverse(self, y):
         return LowerCholeskyTransform().inv(mt.linalg.cholesky(y))
+
+
+class ReshapeTransform(Transform):
+    """Reshapes the rightmost ``in_shape`` dims to ``out_shape`` (Jacobian term 0)."""
+
+    bijective = True
+
+    def __init__(self, in_shape, out_shape, cache_size=0):
+        self.in_shape = mt.Size(in_shape)
+        self.out_shape = mt.Size(out_shape)
+        if self.in_shape.numel() != self.out_shape.numel():
+            raise ValueError("in_shape, out_shape have different numbers of elements")
+        super().__init__(cache_size=cache_size)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.independent(constraints.real, len(self.in_shape))
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.independent(constraints.real, len(self.out_shape))
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
+
+    def _call(self, x):
+        batch_shape = tuple(x.shape[:x.dim() - len(self.in_shape)])
+        return x.reshape(batch_shape + tuple(self.out_shape))
+
+    def _inverse(self, y):
+        batch_shape = tuple(y.shape[:y.dim() - len(self.out_shape)])
+        return y.reshape(batch_shape + tuple(self.in_shape))
+
+    def log_abs_det_jacobian(self, x, y):
+        return x.new_zeros(tuple(x.shape[:x.dim() - len(self.in_shape)]))
+
+    def forward_shape(self, shape):
+        return _reshaped(shape, self.in_shape, self.out_shape)
+
+    def inverse_shape(self, shape):
+        return _reshaped(shape, self.out_shape, self.in_shape)
+
+
+def _reshaped(shape, old, new):
+    if len(shape) < len(old):
+        raise ValueError("Too few dimensions on input")
+    cut = len(shape) - len(old)
+    if tuple(shape[cut:]) != tuple(old):
+        raise ValueError(f"Shape mismatch: expected {shape[cut:]} but got {old}")
+    return mt.Size(tuple(shape[:cut]) + tuple(new))
+
+
+def _check_length(dim, t, length, name, what):
+    _check_dim(dim, t, name)
+    if t.size(dim) != length:
+        raise AssertionError(f"{name}.size({dim}) = {t.size(dim)} must equal {what} {length}")
+
+
+class CatTransform(Transform):
+    """``tseq[i]`` applied to consecutive pieces of ``lengths[i]`` entries along
+    ``dim``, the results concatenated."""
+
+    def __init__(self, tseq, dim=0, lengths=None, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.lengths = list([1] * len(self.transforms) if lengths is None else lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise AssertionError(f"lengths ({len(self.lengths)}) must match transforms "
+                                 f"({len(self.transforms)})")
+        self.dim = dim
+
+    @lazy_property
+    def event_dim(self):
+        return max(t.event_dim for t in self.transforms)
+
+    @lazy_property
+    def length(self):
+        return sum(self.lengths)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    def _pieces(self, t):
+        start = 0
+        for length in self.lengths:
+            yield t.narrow(self.dim, start, length)
+            start = start + length
+
+    def _call(self, x):
+        _check_length(self.dim, x, self.length, "x", "length")
+        return mt.cat([t(piece) for t, piece in zip(self.transforms, self._pieces(x))],
+                      dim=self.dim)
+
+    def _inverse(self, y):
+        _check_length(self.dim, y, self.length, "y", "length")
+        return mt.cat([t.inv(piece) for t, piece in zip(self.transforms, self._pieces(y))],
+                      dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_length(self.dim, x, self.length, "x", "length")
+        _check_length(self.dim, y, self.length, "y", "length")
+        logdetjacs = []
+        for t, xpiece, ypiece in zip(self.transforms, self._pieces(x), self._pieces(y)):
+            logdetjac = t.log_abs_det_jacobian(xpiece, ypiece)
+            if t.event_dim < self.event_dim:
+                logdetjac = sum_rightmost(logdetjac, self.event_dim - t.event_dim)
+            logdetjacs.append(logdetjac)
+        dim = self.dim - x.dim() if self.dim >= 0 else self.dim
+        dim = dim + self.event_dim
+        # the pieces stay apart when dim is a batch dim, else they add up
+        return mt.cat(logdetjacs, dim=dim) if dim < 0 else sum(logdetjacs)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+
+class StackTransform(Transform):
+    """``tseq[i]`` applied to the ``i``-th slice along ``dim``, the results stacked."""
+
+    def __init__(self, tseq, dim=0, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    def _slice(self, z):
+        return [z.select(self.dim, i) for i in range(z.size(self.dim))]
+
+    def _call(self, x):
+        _check_length(self.dim, x, len(self.transforms), "x", "len(transforms)")
+        return mt.stack([t(s) for s, t in zip(self._slice(x), self.transforms)], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_length(self.dim, y, len(self.transforms), "y", "len(transforms)")
+        return mt.stack([t.inv(s) for s, t in zip(self._slice(y), self.transforms)],
+                        dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_length(self.dim, x, len(self.transforms), "x", "len(transforms)")
+        _check_length(self.dim, y, len(self.transforms), "y", "len(transforms)")
+        return mt.stack([t.log_abs_det_jacobian(xs, ys) for xs, ys, t in
+                         zip(self._slice(x), self._slice(y), self.transforms)], dim=self.dim)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
+
+
+class CumulativeDistributionTransform(Transform):
+    """A univariate distribution's cdf: onto the unit interval (a copula's margins)."""
+
+    bijective = True
+    codomain = constraints.unit_interval
+    sign = +1
+
+    def __init__(self, distribution, cache_size=0):
+        super().__init__(cache_size=cache_size)
+        self.distribution = distribution
+
+    @property
+    def domain(self):
+        return self.distribution.support
+
+    def _call(self, x):
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y):
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return self.distribution.log_prob(x)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CumulativeDistributionTransform(self.distribution, cache_size=cache_size)
