@@ -48,10 +48,14 @@ class Kumaraswamy(TransformedDistribution):
 
     @property
     def mode(self):
-        log_mode = (self.concentration0.reciprocal() * (-self.concentration0).log1p()
-                    - (-self.concentration0 * self.concentration1).log1p())
+        """``((c1 - 1) / (c1 c0 - 1))^(1/c1)``, NaN where a concentration is below 1
+        (PyTorch's formula gives NaN everywhere)."""
         undefined = (self.concentration0 < 1) | (self.concentration1 < 1)
-        return mt.where(undefined, math.nan, log_mode).exp()
+        # any valid stand-in where undefined, so that no log of a negative is taken
+        c1 = mt.where(undefined, 2.0, self.concentration1)
+        c0 = mt.where(undefined, 2.0, self.concentration0)
+        log_mode = ((c1 - 1).log() - (c1 * c0 - 1).log()) / c1
+        return mt.where(undefined, math.nan, log_mode.exp())
 
     @property
     def variance(self):

@@ -35,7 +35,8 @@ def _log_modified_bessel_fn(x, order=0):
     small = _eval_poly(y, _COEF_SMALL[order])
     if order == 1:
         small = x.abs() * small
-    large = x - 0.5 * x.log() + _eval_poly(3.75 / x, _COEF_LARGE[order]).log()
+    x_large = x.clamp(min=3.75)   # the large-x form only where it applies (no log of < 0)
+    large = x_large - 0.5 * x_large.log() + _eval_poly(3.75 / x_large, _COEF_LARGE[order]).log()
     return mt.where(x < 3.75, small.log(), large)
 
 
