@@ -89,6 +89,14 @@ def _vector_mixture(dists, probs, loc, scale):
                                    dists.Independent(dists.Normal(loc, scale), 1))
 
 
+_GENERALIZED_PARETO = dict(loc=_real(3), scale=_pos(3), concentration=np.array([-0.2, 0.0, 0.3]))
+
+
+def _generalized_pareto(dists, loc, scale, concentration):
+    # in float32: torch's log_prob compares with a float32 zero and refuses float64
+    return dists.GeneralizedPareto(loc.float(), scale.float(), concentration.float())
+
+
 # name -> (class name or a builder(dists, **parameters), parameters as float64 arrays or
 # Python numbers, values in the support)
 CASES = {
@@ -168,6 +176,9 @@ CASES = {
                              _unit(2, 3)),
     "continuous_bernoulli_logits": ("ContinuousBernoulli", dict(logits=_real(2, 3)),
                                     _unit(2, 3)),
+    "generalized_pareto": (_generalized_pareto, _GENERALIZED_PARETO,
+                           _GENERALIZED_PARETO["loc"]
+                           + _GENERALIZED_PARETO["scale"] * _unit(2, 3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -484,7 +495,8 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "mvn_precision", "mvn_scale_tril", "independent_normal", "half_normal", "chi2",
     "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
     "weibull", "negative_binomial", "lowrank", "lowrank_batched", "inverse_gamma",
-    "kumaraswamy", "fisher_snedecor", "continuous_bernoulli", "continuous_bernoulli_logits"])
+    "kumaraswamy", "fisher_snedecor", "continuous_bernoulli", "continuous_bernoulli_logits",
+    "generalized_pareto"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -1201,3 +1213,13 @@ def test_kumaraswamy_mode_maximises_the_density():
     best = grid.squeeze(-1)[d.log_prob(grid).argmax(0)]
     assert np.allclose(d.mode[:3].numpy(), best[:3].numpy(), atol=1e-4)
     assert math.isnan(d.mode[3].item())
+
+
+def test_generalized_pareto_in_float64():
+    # torch refuses float64 here (it compares with a float32 zero); microtensor computes it
+    params = {k: mt.tensor(v) for k, v in _GENERALIZED_PARETO.items()}
+    x = mt.tensor(CASES["generalized_pareto"][2])
+    d = D.GeneralizedPareto(**params)
+    t, _ = build("generalized_pareto", torch)
+    assert d.log_prob(x).dtype == mt.float64
+    assert_close(d.log_prob(x).float(), t.log_prob(torch.tensor(x.numpy()).float()), rtol=1e-5)
