@@ -97,6 +97,18 @@ def _generalized_pareto(dists, loc, scale, concentration):
     return dists.GeneralizedPareto(loc.float(), scale.float(), concentration.float())
 
 
+def _lkj_cholesky(dists, concentration):
+    return dists.LKJCholesky(3, concentration)
+
+
+def _corr_cholesky(*batch):
+    """Cholesky factors of random correlation matrices."""
+    a = RNG.normal(size=batch + (3, 3))
+    cov = a @ np.swapaxes(a, -1, -2) + np.eye(3)
+    d = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
+    return np.linalg.cholesky(cov / d[..., :, None] / d[..., None, :])
+
+
 # name -> (class name or a builder(dists, **parameters), parameters as float64 arrays or
 # Python numbers, values in the support)
 CASES = {
@@ -179,6 +191,7 @@ CASES = {
     "generalized_pareto": (_generalized_pareto, _GENERALIZED_PARETO,
                            _GENERALIZED_PARETO["loc"]
                            + _GENERALIZED_PARETO["scale"] * _unit(2, 3)),
+    "lkj_cholesky": (_lkj_cholesky, dict(concentration=_pos(2) * 2), _corr_cholesky(4, 2)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -1223,3 +1236,21 @@ def test_generalized_pareto_in_float64():
     t, _ = build("generalized_pareto", torch)
     assert d.log_prob(x).dtype == mt.float64
     assert_close(d.log_prob(x).float(), t.log_prob(torch.tensor(x.numpy()).float()), rtol=1e-5)
+
+
+def test_lkj_cholesky_samples():
+    """Samples are Cholesky factors of correlation matrices, and their off-diagonal
+    correlations have LKJ's marginal: Beta(c - 1 + d/2, c - 1 + d/2) on [-1, 1], variance
+    1 / (2c + d - 1)."""
+    mt.manual_seed(0)
+    n, dim = 20000, 3
+    d = D.LKJCholesky(dim, mt.tensor([0.5, 2.0], dtype=mt.float64))
+    L = d.sample((n,))
+    assert L.shape == (n, 2, dim, dim)
+    assert constraints.corr_cholesky.check(L).all().item()
+    corr = (L @ L.mT).numpy()
+    c = np.array([0.5, 2.0])
+    off_diagonal = corr[..., 1, 0]
+    _check_mean_and_variance(mt.tensor(off_diagonal), np.zeros(2), 1 / (2 * c + dim - 1), n)
+    with pytest.raises(ValueError, match="Expected dim to be an integer greater than or equal"):
+        D.LKJCholesky(1)

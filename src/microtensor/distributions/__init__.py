@@ -28,6 +28,7 @@ from microtensor.distributions.inverse_gamma import InverseGamma
 from microtensor.distributions.kl import kl_divergence, register_kl
 from microtensor.distributions.kumaraswamy import Kumaraswamy
 from microtensor.distributions.laplace import Laplace
+from microtensor.distributions.lkj_cholesky import LKJCholesky
 from microtensor.distributions.logistic_normal import LogisticNormal
 from microtensor.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from microtensor.distributions.mixture_same_family import MixtureSameFamily
@@ -62,8 +63,8 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "
            "CumulativeDistributionTransform", "Dirichlet", "Distribution", "ExpTransform",
            "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "GeneralizedPareto",
            "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
-           "IndependentTransform", "InverseGamma", "Kumaraswamy", "Laplace", "LogNormal",
-           "LogisticNormal", "LowRankMultivariateNormal", "LowerCholeskyTransform",
+           "IndependentTransform", "InverseGamma", "Kumaraswamy", "LKJCholesky", "Laplace",
+           "LogNormal", "LogisticNormal", "LowRankMultivariateNormal", "LowerCholeskyTransform",
            "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
            "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
            "PositiveDefiniteTransform", "PowerTransform", "RelaxedBernoulli",
