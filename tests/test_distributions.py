@@ -920,6 +920,7 @@ TRANSFORMS = {
                                          dim=-1, lengths=[1, 2]),
     "cat_batch_dim": lambda T, lib: T.CatTransform([T.ExpTransform(), T.TanhTransform()],
                                                    dim=0),
+    "corr_cholesky": lambda T, lib: T.CorrCholeskyTransform(),
     "stack": lambda T, lib: T.StackTransform([T.ExpTransform(), T.SigmoidTransform(),
                                               T.AffineTransform(0.0, -1.0)], dim=1),
 }
@@ -1139,6 +1140,7 @@ REGISTRY_CONSTRAINTS = {
     "positive_definite": lambda C, lib: C.positive_definite,
     "cat": lambda C, lib: C.cat([C.positive, C.interval(-1.0, 1.0)], dim=-1, lengths=[2, 1]),
     "stack": lambda C, lib: C.stack([C.real, C.positive], dim=0),
+    "corr_cholesky": lambda C, lib: C.corr_cholesky,
 }
 
 
@@ -1254,3 +1256,19 @@ def test_lkj_cholesky_samples():
     _check_mean_and_variance(mt.tensor(off_diagonal), np.zeros(2), 1 / (2 * c + dim - 1), n)
     with pytest.raises(ValueError, match="Expected dim to be an integer greater than or equal"):
         D.LKJCholesky(1)
+
+
+@pytest.mark.parametrize("diag", [0, -1, -2, 1])
+def test_tril_matrix_vec_round_trip_matches_torch(diag):
+    from microtensor.distributions.utils import tril_matrix_to_vec, vec_to_tril_matrix
+    from torch.distributions import utils as tutils
+    mat = _real(2, 4, 4)
+    vec = tril_matrix_to_vec(mt.tensor(mat), diag)
+    assert_close(vec, tutils.tril_matrix_to_vec(torch.tensor(mat), diag))
+    assert_close(vec_to_tril_matrix(vec, diag), tutils.vec_to_tril_matrix(
+        torch.tensor(vec.numpy()), diag))
+    if diag in (0, -1):   # where torch's (one-sided) size check refuses 5 entries too
+        with pytest.raises(ValueError, match="cannot be expressed as the lower triangular"):
+            vec_to_tril_matrix(mt.zeros(5), diag)
+        with pytest.raises(ValueError, match="cannot be expressed as the lower triangular"):
+            tutils.vec_to_tril_matrix(torch.zeros(5), diag)

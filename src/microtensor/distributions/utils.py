@@ -10,7 +10,7 @@ from microtensor.ops.factory import default_generator
 from microtensor.vmap.batched import BatchedTensor, active_levels
 
 __all__ = ["broadcast_all", "logits_to_probs", "clamp_probs", "probs_to_logits",
-           "lazy_property"]
+           "lazy_property", "tril_matrix_to_vec", "vec_to_tril_matrix"]
 
 euler_constant = 0.57721566490153286060  # Euler Mascheroni Constant
 
@@ -133,3 +133,36 @@ def count_and_probs_or_logits(total_count, probs, logits):
     name, value = given_probs_or_logits(probs, logits)
     total_count, param = broadcast_all(total_count, value)
     return total_count.type_as(param), param, name
+
+
+def _tril_flat_indices(n, diag, device):
+    """Positions in a flattened ``n x n`` matrix of the entries on or below diagonal
+    ``diag``, row by row."""
+    rows, cols = mt.tril_indices(n, n, offset=diag, device=device)
+    return rows * n + cols
+
+
+def tril_matrix_to_vec(mat, diag=0):
+    """The entries of (a batch of) square ``mat`` on or below diagonal ``diag``, row by
+    row, as vectors."""
+    n = mat.shape[-1]
+    if diag < -n or diag >= n:
+        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
+    flat = mat.reshape(tuple(mat.shape[:-2]) + (n * n,))
+    return flat.index_select(-1, _tril_flat_indices(n, diag, mat.device))
+
+
+def vec_to_tril_matrix(vec, diag=0):
+    """The inverse of ``tril_matrix_to_vec``: square matrices, zero above diagonal
+    ``diag``."""
+    # n solves n (n + 1) / 2 + diag n + ... = len(vec) for a diagonal offset diag
+    n = (-(1 + 2 * diag) + ((1 + 2 * diag) ** 2 + 8 * vec.shape[-1]
+                            + 4 * abs(diag) * (diag + 1)) ** 0.5) / 2
+    eps = mt.finfo(vec.dtype).eps
+    if round(n) - n > eps:
+        raise ValueError(f"The size of last dimension is {vec.shape[-1]} which cannot be "
+                         "expressed as the lower triangular part of a square D x D matrix.")
+    n = round(n)
+    flat = vec.new_zeros(tuple(vec.shape[:-1]) + (n * n,))
+    flat = flat.index_copy(-1, _tril_flat_indices(n, diag, vec.device), vec)
+    return flat.reshape(tuple(vec.shape[:-1]) + (n, n))
