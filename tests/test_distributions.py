@@ -109,6 +109,11 @@ def _corr_cholesky(*batch):
     return np.linalg.cholesky(cov / d[..., :, None] / d[..., None, :])
 
 
+def _spd_batch(*batch):
+    a = RNG.normal(size=batch + (3, 5))
+    return a @ np.swapaxes(a, -1, -2) + 0.5 * np.eye(3)
+
+
 # name -> (class name or a builder(dists, **parameters), parameters as float64 arrays or
 # Python numbers, values in the support)
 CASES = {
@@ -192,6 +197,12 @@ CASES = {
                            _GENERALIZED_PARETO["loc"]
                            + _GENERALIZED_PARETO["scale"] * _unit(2, 3)),
     "lkj_cholesky": (_lkj_cholesky, dict(concentration=_pos(2) * 2), _corr_cholesky(4, 2)),
+    "wishart": ("Wishart", dict(df=np.array([4.0, 6.5]), covariance_matrix=_spd(3)),
+                _spd_batch(4, 2)),
+    "wishart_tril": ("Wishart", dict(df=np.array([5.0, 3.0]), scale_tril=_tril(2, 3, 3)),
+                     _spd_batch(2)),
+    "wishart_precision": ("Wishart", dict(df=np.array(3.5), precision_matrix=_spd(3)),
+                          _spd_batch(3)),
     "normal_mixture": (_normal_mixture, dict(logits=_real(2, 3), loc=_real(2, 3),
                                              scale=_pos(2, 3)), _real(4, 2)),
     "vector_mixture": (_vector_mixture, dict(probs=_simplex(3), loc=_real(3, 2) * 3,
@@ -509,7 +520,7 @@ def _check_mean_and_variance(samples, mean, variance, n):
     "student_t", "gumbel", "pareto", "multinomial", "normal_mixture", "vector_mixture",
     "weibull", "negative_binomial", "lowrank", "lowrank_batched", "inverse_gamma",
     "kumaraswamy", "fisher_snedecor", "continuous_bernoulli", "continuous_bernoulli_logits",
-    "generalized_pareto"])
+    "generalized_pareto", "wishart"])
 def test_sample_moments(case):
     mt.manual_seed(0)
     d, _ = build(case, mt)
@@ -1272,3 +1283,11 @@ def test_tril_matrix_vec_round_trip_matches_torch(diag):
             vec_to_tril_matrix(mt.zeros(5), diag)
         with pytest.raises(ValueError, match="cannot be expressed as the lower triangular"):
             tutils.vec_to_tril_matrix(torch.zeros(5), diag)
+
+
+def test_wishart_with_a_number_df_and_batched_scale():
+    # torch's mean fails here (its 0-d df does not view as the batch); ours broadcasts it
+    tril = mt.tensor(_tril(2, 3, 3))
+    d = D.Wishart(5.0, scale_tril=tril)
+    assert_close(d.mean, D.Wishart(mt.tensor([5.0, 5.0], dtype=mt.float64),
+                                   scale_tril=tril).mean)

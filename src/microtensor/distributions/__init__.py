@@ -58,6 +58,7 @@ from microtensor.distributions.transforms import (AbsTransform, AffineTransform,
 from microtensor.distributions.uniform import Uniform
 from microtensor.distributions.von_mises import VonMises
 from microtensor.distributions.weibull import Weibull
+from microtensor.distributions.wishart import Wishart
 
 __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "CatTransform",
            "Categorical", "Cauchy", "Chi2", "ComposeTransform", "ContinuousBernoulli",
@@ -72,5 +73,5 @@ __all__ = ["AbsTransform", "AffineTransform", "Bernoulli", "Beta", "Binomial", "
            "RelaxedOneHotCategorical", "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform",
            "SoftplusTransform", "StackTransform", "StickBreakingTransform", "StudentT",
            "TanhTransform", "Transform", "TransformedDistribution", "Uniform", "VonMises",
-           "Weibull", "biject_to", "constraints", "identity_transform", "kl_divergence",
+           "Weibull", "Wishart", "biject_to", "constraints", "identity_transform", "kl_divergence",
            "register_kl", "transform_to", "transforms"]
