@@ -31,7 +31,7 @@ def broadcast_tensors(*tensors):
                 continue
             raise RuntimeError(f"The size of tensor a ({out[j]}) must match the size of tensor "
                                f"b ({n}) at non-singleton dimension {j}")
-    return tuple(t.expand(*out) for t in tensors)
+    return tuple(t if t.shape == tuple(out) else t.expand(out) for t in tensors)
 
 
 def meshgrid(*tensors, indexing=None):

@@ -1,0 +1,100 @@
+"""The binomial distribution: successes in ``total_count`` Bernoulli trials of success
+probability ``probs`` (or ``sigmoid(logits)``)."""
+import microtensor as mt
+from microtensor.distributions import constraints
+from microtensor.distributions.distribution import Distribution
+from microtensor.distributions.utils import (count_and_probs_or_logits, from_numpy_like,
+                                             lazy_property, logits_to_probs, numpy_rng,
+                                             probs_to_logits)
+
+__all__ = ["Binomial"]
+
+
+def _clamp_by_zero(x):
+    # x.clamp(min=0) with gradient 1/2 at 0, as PyTorch's
+    return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
+
+
+class Binomial(Distribution):
+    """``P(k) = C(n, k) p^k (1 - p)^(n - k)``; ``total_count`` broadcasts with the
+    probabilities."""
+
+    arg_constraints = {"total_count": constraints.nonnegative_integer,
+                       "probs": constraints.unit_interval, "logits": constraints.real}
+    has_enumerate_support = True
+
+    def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
+        self.total_count, self._param, name = count_and_probs_or_logits(total_count, probs,
+                                                                        logits)
+        setattr(self, name, self._param)
+        super().__init__(self._param.size(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        return self._expanded(Binomial, batch_shape, _instance,
+                              ("total_count", "probs", "logits"))
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self):
+        return constraints.integer_interval(0, self.total_count)
+
+    @property
+    def mean(self):
+        return self.total_count * self.probs
+
+    @property
+    def mode(self):
+        return ((self.total_count + 1) * self.probs).floor().clamp(max=self.total_count)
+
+    @property
+    def variance(self):
+        return self.total_count * self.probs * (1 - self.probs)
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def param_shape(self):
+        return self._param.size()
+
+    def sample(self, sample_shape=mt.Size()):
+        shape = self._extended_shape(sample_shape)
+        rng = numpy_rng("Binomial.sample")
+        counts = self.total_count.detach().expand(shape).numpy().astype("int64")
+        probs = self.probs.detach().expand(shape).numpy()
+        return from_numpy_like(rng.binomial(counts, probs), self._param)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        log_factorial_n = mt.lgamma(self.total_count + 1)
+        log_factorial_k = mt.lgamma(value + 1)
+        log_factorial_nmk = mt.lgamma(self.total_count - value + 1)
+        # n * log(1 + exp(logits)), computed without overflow
+        normalize_term = (self.total_count * _clamp_by_zero(self.logits)
+                          + self.total_count * mt.log1p(mt.exp(-mt.abs(self.logits)))
+                          - log_factorial_n)
+        return value * self.logits - log_factorial_k - log_factorial_nmk - normalize_term
+
+    def _homogeneous_total_count(self, what):
+        total_count = int(self.total_count.max())
+        if not self.total_count.min() == total_count:
+            raise NotImplementedError(f"Inhomogeneous total count not supported by `{what}`.")
+        return total_count
+
+    def entropy(self):
+        self._homogeneous_total_count("entropy")
+        log_prob = self.log_prob(self.enumerate_support(False))
+        return -(mt.exp(log_prob) * log_prob).sum(0)
+
+    def enumerate_support(self, expand=True):
+        total_count = self._homogeneous_total_count("enumerate_support")
+        values = mt.arange(1 + total_count, dtype=self._param.dtype, device=self._param.device)
+        values = values.view((-1,) + (1,) * len(self._batch_shape))
+        if expand:
+            values = values.expand((-1,) + tuple(self._batch_shape))
+        return values
