@@ -150,8 +150,6 @@ def _scaled(self, other, alpha):
     """``alpha * other`` as ``add`` and ``sub`` take it: PyTorch's checks of ``alpha``
     against the result's dtype, and the product computed in that dtype (a float32
     ``other`` of a float64 sum is not rounded to float32 first)."""
-    if type(alpha) is int and alpha == 1:
-        return other
     dt = result_type(self, other)
     if isinstance(alpha, bool) and dt is not bool_:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")
@@ -165,7 +163,9 @@ def _scaled(self, other, alpha):
 
 @op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def add(self, other, *, alpha=1, out=None):
-    return pointwise(np.add, self, _scaled(self, other, alpha), out=out, wrapped_numbers=True)
+    if type(alpha) is not int or alpha != 1:
+        other = _scaled(self, other, alpha)
+    return pointwise(np.add, self, other, out=out, wrapped_numbers=True)
 
 
 @add.def_derivative("self")
@@ -201,8 +201,9 @@ def _check_bool_subtraction(self, other):
 @op(inputs=BINARY, family="pointwise", samples=_add_samples)
 def sub(self, other, *, alpha=1, out=None):
     _check_bool_subtraction(self, other)
-    return pointwise(np.subtract, self, _scaled(self, other, alpha), out=out,
-                     wrapped_numbers=True)
+    if type(alpha) is not int or alpha != 1:
+        other = _scaled(self, other, alpha)
+    return pointwise(np.subtract, self, other, out=out, wrapped_numbers=True)
 
 
 @sub.def_derivative("self")
