@@ -859,3 +859,22 @@ def test_add_and_sub_take_alpha_in_the_result_dtype(fn):
     else:
         np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-15)
         assert ours[1].dtype == theirs[1].dtype
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lerp_uses_torchs_two_formulas(dtype):
+    """A weight of 1 gives ``end`` exactly (``a + 1 * (b - a)`` need not), and every weight
+    agrees with PyTorch to an ulp (PyTorch's vector loop fuses the multiply-add)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(500).astype(dtype) * 1e3 for _ in range(2))
+    weights = rng.uniform(-1.5, 2.5, 500).astype(dtype)
+    for weight in (1.0, 0.5, 0.25, -0.7, 2.0, weights):
+        ours = mt.lerp(mt.tensor(a), mt.tensor(b), mt.tensor(weight) if
+                       isinstance(weight, np.ndarray) else weight).numpy()
+        theirs = torch.lerp(torch.tensor(a), torch.tensor(b), torch.tensor(weight) if
+                            isinstance(weight, np.ndarray) else weight).numpy()
+        # the rounding of the product w (b - a) (fused or not) is the error's scale
+        terms = np.maximum(np.abs(a), np.abs(b)) * np.maximum(1, np.abs(weight))
+        assert (np.abs(ours - theirs) <= 4 * np.spacing(terms.astype(dtype))).all(), weight
+        if isinstance(weight, float) and weight == 1.0:
+            np.testing.assert_array_equal(ours, b)

@@ -836,9 +836,17 @@ def lerp(self, end, weight, *, out=None):
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
                                   f"'{self._dtype.name.capitalize()}'")
-    return pointwise(lambda a, b, w, out, dtype, casting: np.add(
-        a, np.multiply(w, np.subtract(b, a)), out=out, dtype=dtype, casting=casting),
-        self, end, weight, out=out)
+    return pointwise(_lerp_kernel, self, end, weight, out=out)
+
+
+def _lerp_kernel(a, b, w, out, dtype, casting):
+    """PyTorch's two formulas: ``a + w (b - a)`` for weights below 0.5, ``b - (1 - w)
+    (b - a)`` from 0.5 on, so that a weight of 1 gives ``end`` exactly."""
+    xp = array_module(a) if hasattr(a, "dtype") else np
+    a, b, w = (xp.asarray(x, dtype=dtype) for x in (a, b, w))
+    difference = b - a
+    result = xp.where(xp.abs(w) < 0.5, a + w * difference, b - difference * (1 - w))
+    return xp.copyto(out, result, casting=casting) if out is not None else result
 
 
 @lerp.def_derivative("self")
