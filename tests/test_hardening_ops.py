@@ -878,3 +878,27 @@ def test_lerp_uses_torchs_two_formulas(dtype):
         assert (np.abs(ours - theirs) <= 4 * np.spacing(terms.astype(dtype))).all(), weight
         if isinstance(weight, float) and weight == 1.0:
             np.testing.assert_array_equal(ours, b)
+
+
+_ADD_PRODUCT_SHAPES = {"addmm": ((2, 2), (2, 3), (3, 2)), "addmv": ((2,), (2, 3), (3,)),
+                       "baddbmm": ((2, 2, 2), (2, 2, 3), (2, 3, 2)),
+                       "addbmm": ((2, 2), (2, 2, 3), (2, 3, 2)), "addr": ((2, 3), (2,), (3,))}
+
+
+@pytest.mark.parametrize("name", [n + suffix for n in _ADD_PRODUCT_SHAPES for suffix in ("", "_")])
+def test_add_products_of_mixed_dtypes_as_torch(name):
+    """The add*mm family refuses operands of different dtypes (addr promotes), each with
+    PyTorch's message, and the in-place forms refuse a result their tensor cannot hold."""
+    import itertools
+    shapes = _ADD_PRODUCT_SHAPES[name.rstrip("_")]
+    for dtypes in itertools.product(["float32", "float64", "int64"], repeat=3):
+        def call(L):
+            args = [L.ones(s, dtype=getattr(L, dt)) for s, dt in zip(shapes, dtypes)]
+            return getattr(args[0], name)(*args[1:])
+        ours, theirs = outcome(call, mt), outcome(call, torch)
+        assert ours[0] == theirs[0], (dtypes, ours, theirs)
+        if ours[0] == "error":
+            assert ours[1] is theirs[1] and ours[2] == theirs[2], (dtypes, ours, theirs)
+        else:
+            np.testing.assert_array_equal(ours[1], theirs[1])
+            assert call(mt).dtype.name == str(call(torch).dtype).split(".")[-1]

@@ -18,7 +18,7 @@ from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
-from microtensor.ops.linalg import _checked_inplace, bmm, scaled_sum
+from microtensor.ops.linalg import _checked_inplace, bmm, require_one_dtype, scaled_sum
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -338,6 +338,7 @@ def _baddbmm_samples(make):
 @op(kind="composite", inputs=("self", "batch1", "batch2"), samples=_baddbmm_samples)
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
+    require_one_dtype(self, batch1, batch2, "baddbmm")
     return scaled_sum(self, bmm(batch1, batch2), beta, alpha)
 
 
@@ -675,6 +676,7 @@ def pdist(self, p=2.0):
 
 @op(kind="composite", inputs=("self", "batch1", "batch2"), function=False)
 def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+    require_one_dtype(self, batch1, batch2, "baddbmm_")
     return _checked_inplace(self, baddbmm(self, batch1, batch2, beta=beta, alpha=alpha))
 
 

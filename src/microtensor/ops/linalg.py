@@ -483,7 +483,35 @@ def outer(self, vec2):
 @op(kind="composite", samples=_addmm_samples)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
+    require_one_dtype(self, mat1, mat2, "addmm")
     return scaled_sum(self, mm(mat1, mat2), beta, alpha)
+
+
+def require_one_dtype(self, first, second, name):
+    """PyTorch's refusal of operands of different dtypes in ``addmm``, ``addbmm``,
+    ``addmv`` and ``baddbmm`` (``addr`` promotes them), each with its own message."""
+    dtypes = (self._dtype, first._dtype, second._dtype)
+    if dtypes[0] is dtypes[1] is dtypes[2]:
+        return
+    scalar = [info(dt).scalar_name for dt in dtypes]
+    if name == "addmv":
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got "
+                           f"{scalar[0]}, {scalar[1]}, and {scalar[2]}")
+    cpp = [info(dt).cpp_name for dt in dtypes]
+    if name.startswith("baddbmm") and dtypes[0] is dtypes[1]:
+        # the batches' product refuses first (in place: the result's dtype)
+        if name == "baddbmm_":
+            raise RuntimeError(f"Bad in-place call: input tensor dtype {cpp[0]} and output "
+                               f"tensor dtype {cpp[2]} should match")
+        raise RuntimeError(f"expected scalar type {scalar[0]} but found {scalar[2]}")
+    if name.startswith("baddbmm"):
+        raise RuntimeError(f"Input dtypes must be the same, got: input {cpp[0]}, batch1: "
+                           f"{cpp[1]}, batch2: {cpp[2]}")
+    if dtypes[0] is not dtypes[2]:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {scalar[0]} and "
+                           f"{scalar[2]}")
+    raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {scalar[1]} and "
+                       f"{scalar[2]}")
 
 
 def scaled_sum(self, product, beta, alpha):
@@ -858,10 +886,14 @@ def addmv(self, mat, vec, *, beta=1, alpha=1):
                                f"({mat.shape[0]}x{mat.shape[1]}), vec ({vec.shape[0]})")
         raise RuntimeError(f"vector + matrix @ vector expected, got {self.dim()}, {mat.dim()}, "
                            f"{vec.dim()}")
+    require_one_dtype(self, mat, vec, "addmv")
     return scaled_sum(self, mv(mat, vec), beta, alpha)
 
 
 def _checked_inplace(self, result):
+    if not can_cast(result._dtype, self._dtype):
+        raise RuntimeError(f"result type {info(result._dtype).scalar_name} can't be cast to "
+                           f"the desired output type {info(self._dtype).scalar_name}")
     if tuple(result.shape) != tuple(self.shape):
         raise RuntimeError(f"Bad in-place call: input tensor size {list(self.shape)} and output "
                            f"tensor size {list(result.shape)} should match")
@@ -923,6 +955,7 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     if batch2.shape[1] != k:
         raise RuntimeError(f"Incompatible matrix sizes for bmm ({n}x{k} and "
                            f"{batch2.shape[1]}x{batch2.shape[2]})")
+    require_one_dtype(self, batch1, batch2, "addbmm")
     product = mm(batch1.permute(1, 0, 2).reshape(n, b * k), batch2.reshape(b * k, batch2.shape[2]))
     return scaled_sum(_expanded_to(self, tuple(product.shape)), product, beta, alpha)
 
