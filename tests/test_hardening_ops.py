@@ -902,3 +902,20 @@ def test_add_products_of_mixed_dtypes_as_torch(name):
         else:
             np.testing.assert_array_equal(ours[1], theirs[1])
             assert call(mt).dtype.name == str(call(torch).dtype).split(".")[-1]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["addmm", "baddbmm"])
+def test_half_precision_add_products_round_once_as_torch(dtype, name):
+    """``beta * self + alpha * (a @ b)`` in float32, rounded once to the tensors' dtype:
+    PyTorch's results bit for bit (rounding the product first differs in about half of
+    the elements)."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((8, 8), (8, 16), (16, 8))]
+    if name == "baddbmm":
+        arrays = [np.stack([x, 2 * x]) for x in arrays]
+
+    def call(L):
+        c, a, b = (L.tensor(x).to(getattr(L, dtype)) for x in arrays)
+        return getattr(L, name)(c, a, b, beta=0.7, alpha=1.3).float()
+    np.testing.assert_array_equal(call(mt).numpy(), call(torch).numpy())

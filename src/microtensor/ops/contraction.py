@@ -18,7 +18,8 @@ from microtensor._C import meta
 from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
-from microtensor.ops.linalg import _checked_inplace, bmm, require_one_dtype, scaled_sum
+from microtensor.ops.linalg import (REDUCED_FLOATS, _checked_inplace, bmm, require_one_dtype,
+                                    scaled_sum)
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -339,6 +340,9 @@ def _baddbmm_samples(make):
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
     require_one_dtype(self, batch1, batch2, "baddbmm")
+    if self._dtype in REDUCED_FLOATS:     # PyTorch sums in float32 and rounds once
+        return baddbmm(self.float(), batch1.float(), batch2.float(), beta=beta,
+                       alpha=alpha).to(self._dtype)
     return scaled_sum(self, bmm(batch1, batch2), beta, alpha)
 
 

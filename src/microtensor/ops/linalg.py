@@ -16,7 +16,7 @@ import numpy as np
 
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import bool_, empty_contiguous
+from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, device_of
@@ -484,7 +484,13 @@ def outer(self, vec2):
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
     require_one_dtype(self, mat1, mat2, "addmm")
+    if self._dtype in REDUCED_FLOATS:     # PyTorch sums in float32 and rounds once
+        return addmm(self.float(), mat1.float(), mat2.float(), beta=beta,
+                     alpha=alpha).to(self._dtype)
     return scaled_sum(self, mm(mat1, mat2), beta, alpha)
+
+
+REDUCED_FLOATS = (float16, bfloat16)
 
 
 def require_one_dtype(self, first, second, name):
