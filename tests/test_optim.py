@@ -81,6 +81,17 @@ OPTIMIZERS = [
     ("Adagrad", dict(lr=0.1, maximize=True), {}),
     ("Adadelta", dict(), {}),
     ("Adadelta", dict(lr=0.5, rho=0.5, weight_decay=0.1, maximize=True), dict(eps=1e-3)),
+    ("Rprop", dict(), {}),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2)), dict(lr=0.01)),
+    ("Rprop", dict(lr=0.05, maximize=True), dict(etas=(0.6, 1.1))),
+    ("ASGD", dict(lr=0.05), {}),
+    # t0 small and lambd large, so that the average and eta move within the run.
+    ("ASGD", dict(lr=0.05, lambd=0.5, alpha=0.5, t0=2, weight_decay=0.1), dict(lr=0.02)),
+    ("ASGD", dict(lr=0.05, t0=0, maximize=True), dict(lambd=0.1)),
+    ("Adafactor", dict(), {}),
+    ("Adafactor", dict(lr=0.05, beta2_decay=-0.5, eps=(1e-6, 1e-2), d=1.5,
+                       weight_decay=0.1), dict(lr=0.2)),
+    ("Adafactor", dict(lr=0.5, maximize=True, d=1.0), dict(eps=(1e-20, 1e-3))),
 ]
 OPTIMIZER_IDS = [f"{cls}-{options}-{group}" for cls, options, group in OPTIMIZERS]
 

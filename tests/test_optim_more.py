@@ -7,22 +7,14 @@ import numpy as np
 import pytest
 
 import microtensor as mt
-from test_optim import (U0, factory, loss_of, make_params, needs_torch,  # the shared
-                        numpy_of, run, torch)                           # test problem
+import test_optim
+from test_optim import (factory, loss_of, make_params, needs_torch,  # the shared
+                        numpy_of, run, torch)                      # test problem
 
-OPTIMIZERS = [
-    ("Rprop", dict(), {}),
-    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2)), dict(lr=0.01)),
-    ("Rprop", dict(lr=0.05, maximize=True), dict(etas=(0.6, 1.1))),
-    ("ASGD", dict(lr=0.05), {}),
-    # t0 small and lambd large, so that the average and eta move within the run.
-    ("ASGD", dict(lr=0.05, lambd=0.5, alpha=0.5, t0=2, weight_decay=0.1), dict(lr=0.02)),
-    ("ASGD", dict(lr=0.05, t0=0, maximize=True), dict(lambd=0.1)),
-    ("Adafactor", dict(), {}),
-    ("Adafactor", dict(lr=0.05, beta2_decay=-0.5, eps=(1e-6, 1e-2), d=1.5,
-                       weight_decay=0.1), dict(lr=0.2)),
-    ("Adafactor", dict(lr=0.5, maximize=True, d=1.0), dict(eps=(1e-20, 1e-3))),
-]
+# the optimizers added with this file; test_optim's tests (trajectories against PyTorch,
+# resuming from a state_dict) run them too
+OPTIMIZERS = [entry for entry in test_optim.OPTIMIZERS
+              if entry[0] in ("Rprop", "ASGD", "Adafactor")]
 OPTIMIZER_IDS = [f"{cls}-{options}-{group}" for cls, options, group in OPTIMIZERS]
 
 
@@ -40,33 +32,6 @@ def assert_same_state(sd, tsd):
         # PyTorch's groups also hold its foreach/differentiable/capturable switches.
         assert {k: v for k, v in tgroup.items() if k in group} == group
         assert set(tgroup) - set(group) <= {"foreach", "differentiable", "capturable"}
-
-
-@needs_torch
-@pytest.mark.parametrize("cls, options, group", OPTIMIZERS, ids=OPTIMIZER_IDS)
-def test_optimizer_matches_torch(cls, options, group):
-    make = factory(cls, options, group)
-    ours, opt = run(mt, make, 10)
-    theirs, topt = run(torch, make, 10)
-    for p, q in zip(ours, theirs):
-        np.testing.assert_allclose(numpy_of(p), numpy_of(q), rtol=1e-10, atol=1e-12)
-    np.testing.assert_array_equal(numpy_of(ours[2]), U0)     # no gradient: untouched
-    assert not np.allclose(numpy_of(ours[0]), numpy_of(make_params(mt)[0]))
-    assert_same_state(opt.state_dict(), topt.state_dict())
-
-
-@pytest.mark.parametrize("cls, options, group", OPTIMIZERS, ids=OPTIMIZER_IDS)
-def test_state_dict_resumes_bit_identically(cls, options, group):
-    make = factory(cls, options, group)
-    straight, _ = run(mt, make, 7)
-    params, opt = run(mt, make, 3)
-    saved = copy.deepcopy(opt.state_dict())
-    fresh = [p.detach().clone().requires_grad_(True) for p in params]
-    resumed = make(mt, fresh)
-    resumed.load_state_dict(saved)
-    run(mt, make, 4, fresh, resumed)
-    for p, q in zip(fresh, straight):
-        np.testing.assert_array_equal(numpy_of(p), numpy_of(q))
 
 
 def converted(sd, tensor):

@@ -1,12 +1,11 @@
 """The Fisher-Snedecor (F) distribution with ``df1`` and ``df2`` degrees of freedom."""
 import math
-from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.gamma import Gamma
-from microtensor.distributions.utils import broadcast_all
+from microtensor.distributions.utils import batch_shape_of, broadcast_all
 
 __all__ = ["FisherSnedecor"]
 
@@ -23,10 +22,7 @@ class FisherSnedecor(Distribution):
         self.df1, self.df2 = broadcast_all(df1, df2)
         self._gamma1 = Gamma(self.df1 * 0.5, self.df1)
         self._gamma2 = Gamma(self.df2 * 0.5, self.df2)
-        if isinstance(df1, Number) and isinstance(df2, Number):
-            batch_shape = mt.Size()
-        else:
-            batch_shape = self.df1.size()
+        batch_shape = batch_shape_of((df1, df2), self.df1)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

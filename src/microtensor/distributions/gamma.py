@@ -8,12 +8,12 @@ series ``F(x; a) = sum_n x^(a+n) e^-x / Gamma(a+n+1)`` differentiated term by te
 float64 microtensor ops (its terms by running products and sums over ``n``); the same series gives
 ``Gamma.cdf``."""
 import math
-from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import broadcast_all, from_numpy_like, numpy_rng, physical
+from microtensor.distributions.utils import (batch_shape_of, broadcast_all, from_numpy_like,
+                                             numpy_rng, physical)
 
 __all__ = ["Gamma"]
 
@@ -74,10 +74,7 @@ class Gamma(ExponentialFamily):
 
     def __init__(self, concentration, rate, validate_args=None):
         self.concentration, self.rate = broadcast_all(concentration, rate)
-        if isinstance(concentration, Number) and isinstance(rate, Number):
-            batch_shape = mt.Size()
-        else:
-            batch_shape = self.concentration.size()
+        batch_shape = batch_shape_of((concentration, rate), self.concentration)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

@@ -1,11 +1,10 @@
 """The Normal (Gaussian) distribution."""
 import math
-from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import broadcast_all
+from microtensor.distributions.utils import batch_shape_of, broadcast_all
 
 __all__ = ["Normal"]
 
@@ -20,10 +19,7 @@ class Normal(ExponentialFamily):
 
     def __init__(self, loc, scale, validate_args=None):
         self.loc, self.scale = broadcast_all(loc, scale)
-        if isinstance(loc, Number) and isinstance(scale, Number):
-            batch_shape = mt.Size()
-        else:
-            batch_shape = self.loc.size()
+        batch_shape = batch_shape_of((loc, scale), self.loc)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

@@ -1,11 +1,10 @@
 """The continuous uniform distribution on ``[low, high)``."""
 import math
-from numbers import Number
 
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import broadcast_all
+from microtensor.distributions.utils import batch_shape_of, broadcast_all
 
 __all__ = ["Uniform"]
 
@@ -22,10 +21,7 @@ class Uniform(Distribution):
 
     def __init__(self, low, high, validate_args=None):
         self.low, self.high = broadcast_all(low, high)
-        if isinstance(low, Number) and isinstance(high, Number):
-            batch_shape = mt.Size()
-        else:
-            batch_shape = self.low.size()
+        batch_shape = batch_shape_of((low, high), self.low)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):

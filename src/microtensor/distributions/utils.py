@@ -31,6 +31,12 @@ def broadcast_all(*values):
     return mt.broadcast_tensors(*values)
 
 
+def batch_shape_of(given, broadcast):
+    """The batch shape of a distribution whose parameters were ``given`` and broadcast to
+    ``broadcast`` (one of them): empty when every parameter was a Python number."""
+    return mt.Size() if all(isinstance(v, Number) for v in given) else broadcast.size()
+
+
 def sum_rightmost(value, dim):
     """``value`` with its ``dim`` rightmost dimensions summed out."""
     if dim == 0:

@@ -170,9 +170,8 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     return finish(t, requires_grad)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
-    if end is None:
-        start, end = 0, start
+def _range_bounds(start, end, step):
+    """``arange``'s and ``range``'s bounds as numbers, with PyTorch's checks."""
     start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
     if step == 0:
         raise RuntimeError("step must be nonzero")
@@ -180,6 +179,13 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         raise RuntimeError(f"unsupported range: {start} -> {end}")
     if (end - start) / step < 0:
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    return start, end, step
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    start, end, step = _range_bounds(start, end, step)
     if dtype is bool_:
         raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
     if dtype is None:
@@ -888,16 +894,10 @@ def range_inclusive(start, end, step=1, *, dtype=None, device=None, requires_gra
                   "its behavior is inconsistent with Python's range builtin. Instead, use "
                   "torch.arange, which produces values in [start, end).", UserWarning,
                   stacklevel=2)
-    start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
     dt = pick_dtype(dtype, get_default_dtype())
     if dt is bool_:
         raise NotImplementedError("\"range_cpu\" not implemented for 'Bool'")
-    if step == 0:
-        raise RuntimeError("step must be nonzero")
-    if not all(math.isfinite(x) for x in (start, end)):
-        raise RuntimeError(f"unsupported range: {start} -> {end}")
-    if (end - start) / step < 0:
-        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    start, end, step = _range_bounds(start, end, step)
     length = int(math.floor((end - start) / step)) + 1
     result = empty_contiguous(parse_size((length,)), dt, cpu)
     result._array()[...] = start + step * np.arange(length, dtype=np.float64)
