@@ -61,20 +61,12 @@ class LogitRelaxedBernoulli(Distribution):
         return self.temperature.log() + diff - 2 * diff.exp().log1p()
 
 
-class RelaxedBernoulli(TransformedDistribution):
-    """``sigmoid`` of a ``LogitRelaxedBernoulli`` sample: values in (0, 1) that approach
-    Bernoulli samples as the temperature goes to 0."""
-
-    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
-    support = constraints.unit_interval
-    has_rsample = True
-
-    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        base_dist = LogitRelaxedBernoulli(temperature, probs, logits)
-        super().__init__(base_dist, SigmoidTransform(), validate_args=validate_args)
+class _Relaxed(TransformedDistribution):
+    """A relaxed distribution as a transform of its log-space base: the base's
+    ``temperature``, ``logits`` and ``probs``."""
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(RelaxedBernoulli, _instance)
+        new = self._get_checked_instance(type(self), _instance)
         return super().expand(batch_shape, _instance=new)
 
     @property
@@ -88,6 +80,19 @@ class RelaxedBernoulli(TransformedDistribution):
     @property
     def probs(self):
         return self.base_dist.probs
+
+
+class RelaxedBernoulli(_Relaxed):
+    """``sigmoid`` of a ``LogitRelaxedBernoulli`` sample: values in (0, 1) that approach
+    Bernoulli samples as the temperature goes to 0."""
+
+    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
+    support = constraints.unit_interval
+    has_rsample = True
+
+    def __init__(self, temperature, probs=None, logits=None, validate_args=None):
+        base_dist = LogitRelaxedBernoulli(temperature, probs, logits)
+        super().__init__(base_dist, SigmoidTransform(), validate_args=validate_args)
 
 
 class ExpRelaxedCategorical(Distribution):
@@ -142,7 +147,7 @@ class ExpRelaxedCategorical(Distribution):
         return score + log_scale
 
 
-class RelaxedOneHotCategorical(TransformedDistribution):
+class RelaxedOneHotCategorical(_Relaxed):
     """``exp`` of an ``ExpRelaxedCategorical`` sample: points of the simplex that approach
     one-hot vectors as the temperature goes to 0 (the Gumbel-softmax)."""
 
@@ -154,19 +159,3 @@ class RelaxedOneHotCategorical(TransformedDistribution):
         base_dist = ExpRelaxedCategorical(temperature, probs, logits,
                                           validate_args=validate_args)
         super().__init__(base_dist, ExpTransform(), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
-        return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        return self.base_dist.probs
