@@ -919,3 +919,11 @@ def test_half_precision_add_products_round_once_as_torch(dtype, name):
         c, a, b = (L.tensor(x).to(getattr(L, dtype)) for x in arrays)
         return getattr(L, name)(c, a, b, beta=0.7, alpha=1.3).float()
     np.testing.assert_array_equal(call(mt).numpy(), call(torch).numpy())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda L: L.ones(3).narrow(0, 2 ** 63, 1), lambda L: L.ones(3).select(0, 2 ** 63),
+    lambda L: L.ones(3).narrow(0, 0, 2 ** 64), lambda L: L.ones(3).unfold(0, 2 ** 63, 1),
+    lambda L: L.ones(3, 3).diagonal(2 ** 63)])
+def test_an_int_argument_past_int64_is_a_value_error_as_torch(fn):
+    assert_same_outcome(fn)

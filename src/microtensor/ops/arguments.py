@@ -1,6 +1,7 @@
 """The integer arguments ops take (sizes, strides, dims, single ints), parsed once, with
-PyTorch's rules: NumPy integers and integer one-element tensors are integers; floats,
-bools and values past int64 are a TypeError naming the argument."""
+PyTorch's rules: NumPy integers and integer one-element tensors are integers; floats and
+bools are a TypeError naming the argument, a value past int64 a ValueError for an int
+argument and a TypeError in a list of ints."""
 import operator
 
 _INT64 = 2 ** 63
@@ -15,7 +16,9 @@ def int_arg(value, name):
     except TypeError:
         raise TypeError(f"argument '{name}' must be int, not {type(value).__name__}") from None
     if not -_INT64 <= value < _INT64:
-        raise TypeError(f"argument '{name}' must fit in 64 bits, got {value}")
+        # PyTorch's type: a ValueError ("Overflow when unpacking long long")
+        raise ValueError(f"argument '{name}' must fit in 64 bits (Overflow when unpacking "
+                         f"long long), got {value}")
     return value
 
 
