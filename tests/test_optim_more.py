@@ -181,7 +181,7 @@ def test_a_copied_tensor_sums_as_its_original():
 
 # -- CyclicLR and swa_utils ---------------------------------------------------------------
 
-from test_optim import lr_sequence  # noqa: E402  (the scheduler driver, SGD with momentum)
+from test_optim import assert_scheduler_resumes, lr_sequence  # noqa: E402  (SGD with momentum)
 
 
 class Halving:
@@ -232,25 +232,7 @@ def test_scheduler_lr_sequence_is_torch_s_exactly(name):
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_scheduler_state_dict_resumes(name):
-    make = SCHEDULERS[name]
-    straight, _, _ = lr_sequence(mt, make)
-    first, scheds, opt = lr_sequence(mt, make, steps=12)
-    opt_state = copy.deepcopy(opt.state_dict())
-    sched_states = copy.deepcopy([s.state_dict() for s in scheds])
-    w, b = mt.zeros(2, requires_grad=True), mt.zeros(1, requires_grad=True)
-    opt2 = mt.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.5}], lr=0.7, momentum=0.9)
-    scheds2 = make(mt.optim.lr_scheduler, opt2)
-    opt2.load_state_dict(opt_state)
-    for s, state in zip(scheds2, sched_states):
-        s.load_state_dict(state)
-    rest = []
-    for _ in range(18):
-        opt2.step()
-        for s in scheds2:
-            s.step()
-        rest.append([g["lr"] for g in opt2.param_groups] + [scheds2[-1].get_last_lr()]
-                    + [g["momentum"] for g in opt2.param_groups])
-    assert first + rest == straight
+    assert_scheduler_resumes(SCHEDULERS[name], optimizer_first=True)
 
 
 @needs_torch

@@ -291,35 +291,36 @@ def layer_norm_backward(grad, x, Py_ssize_t k, weight, double eps):
     return grad_input, grad_weight, grad_bias
 
 
+ctypedef void (*output_backward_f32)(float*, const float*, const float*, Py_ssize_t)
+ctypedef void (*output_backward_f64)(double*, const double*, const double*, Py_ssize_t)
+
+
+cdef object output_backward(object out, object grad, object output, str kernel,
+                            output_backward_f32 f32_loop, output_backward_f64 f64_loop):
+    """An activation's gradient from its ``output`` and the incoming ``grad``, one pass of
+    ``f32_loop`` or ``f64_loop`` into ``out``."""
+    cdef bint f32 = is_f32(out, kernel)
+    cdef object g = operand(grad, out.dtype, out.shape, kernel)
+    cdef object y = operand(output, out.dtype, out.shape, kernel)
+    cdef object res = target(out, kernel)
+    if f32:
+        f32_loop(<float*>data(res), <const float*>data(g), <const float*>data(y), g.size)
+    else:
+        f64_loop(<double*>data(res), <const double*>data(g), <const double*>data(y), g.size)
+    return finish(out, res)
+
+
 def tanh_backward(out, grad, output):
     """``grad * (1 - output ** 2)`` (tanh's gradient from its ``output``) into ``out``."""
-    cdef bint f32 = is_f32(out, "tanh_backward")
-    cdef object g = operand(grad, out.dtype, out.shape, "tanh_backward")
-    cdef object y = operand(output, out.dtype, out.shape, "tanh_backward")
-    cdef object res = target(out, "tanh_backward")
-    if f32:
-        mt_tanh_backward_f32(<float*>data(res), <const float*>data(g), <const float*>data(y),
-                             g.size)
-    else:
-        mt_tanh_backward_f64(<double*>data(res), <const double*>data(g),
-                             <const double*>data(y), g.size)
-    return finish(out, res)
+    return output_backward(out, grad, output, "tanh_backward", mt_tanh_backward_f32,
+                           mt_tanh_backward_f64)
 
 
 def relu_backward(out, grad, output):
     """``grad`` where ``output > 0``, else 0 (relu's gradient from its ``output``), into
     ``out``."""
-    cdef bint f32 = is_f32(out, "relu_backward")
-    cdef object g = operand(grad, out.dtype, out.shape, "relu_backward")
-    cdef object y = operand(output, out.dtype, out.shape, "relu_backward")
-    cdef object res = target(out, "relu_backward")
-    if f32:
-        mt_relu_backward_f32(<float*>data(res), <const float*>data(g), <const float*>data(y),
-                             g.size)
-    else:
-        mt_relu_backward_f64(<double*>data(res), <const double*>data(g),
-                             <const double*>data(y), g.size)
-    return finish(out, res)
+    return output_backward(out, grad, output, "relu_backward", mt_relu_backward_f32,
+                           mt_relu_backward_f64)
 
 
 cdef object window_bounds(object bounds, Py_ssize_t planes, Py_ssize_t size, str which):
