@@ -2,37 +2,21 @@
 import math
 
 import microtensor as mt
-from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import batch_shape_of, broadcast_all
+from microtensor.distributions.location_scale import LocationScale
 
 __all__ = ["Cauchy"]
 
 
-class Cauchy(Distribution):
+class Cauchy(LocationScale, Distribution):
     """The ratio of two independent standard normals, shifted and scaled: no mean, no
     variance."""
 
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.real
-    has_rsample = True
-
-    def __init__(self, loc, scale, validate_args=None):
-        self.loc, self.scale = broadcast_all(loc, scale)
-        batch_shape = batch_shape_of((loc, scale), self.loc)
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        return self._expanded(Cauchy, batch_shape, _instance, ("loc", "scale"))
 
     @property
     def mean(self):
         return mt.full(self._extended_shape(), math.nan, dtype=self.loc.dtype,
                        device=self.loc.device)
-
-    @property
-    def mode(self):
-        return self.loc
 
     @property
     def variance(self):

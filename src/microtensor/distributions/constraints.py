@@ -352,24 +352,27 @@ class _Symmetric(_Square):
         return mt.isclose(value, value.mT, atol=1e-6).all(-2).all(-1)
 
 
-class _PositiveSemidefinite(_Symmetric):
+class _SignedSpectrum(_Symmetric):
+    """Symmetric matrices whose eigenvalues are all > 0 (``strict``) or >= 0."""
+
+    strict = False
+
+    def check(self, value):
+        sym_check = super().check(value)
+        if not sym_check.all():
+            return sym_check
+        eigenvalues = mt.linalg.eigvalsh(value)
+        return (eigenvalues.gt(0) if self.strict else eigenvalues.ge(0)).all(-1)
+
+
+class _PositiveSemidefinite(_SignedSpectrum):
     """Positive semidefinite matrices."""
 
-    def check(self, value):
-        sym_check = super().check(value)
-        if not sym_check.all():
-            return sym_check
-        return mt.linalg.eigvalsh(value).ge(0).all(-1)
 
-
-class _PositiveDefinite(_Symmetric):
+class _PositiveDefinite(_SignedSpectrum):
     """Positive definite matrices."""
 
-    def check(self, value):
-        sym_check = super().check(value)
-        if not sym_check.all():
-            return sym_check
-        return mt.linalg.eigvalsh(value).gt(0).all(-1)
+    strict = True
 
 
 class _Cat(Constraint):

@@ -1,34 +1,18 @@
 """The Laplace distribution with location ``loc`` and scale ``scale``."""
 
 import microtensor as mt
-from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import batch_shape_of, broadcast_all
+from microtensor.distributions.location_scale import LocationScale
 
 __all__ = ["Laplace"]
 
 
-class Laplace(Distribution):
+class Laplace(LocationScale, Distribution):
     """Density ``exp(-|x - loc| / scale) / (2 * scale)``."""
 
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.real
-    has_rsample = True
-
-    def __init__(self, loc, scale, validate_args=None):
-        self.loc, self.scale = broadcast_all(loc, scale)
-        batch_shape = batch_shape_of((loc, scale), self.loc)
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        return self._expanded(Laplace, batch_shape, _instance, ("loc", "scale"))
 
     @property
     def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
         return self.loc
 
     @property

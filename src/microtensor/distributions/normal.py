@@ -2,35 +2,19 @@
 import math
 
 import microtensor as mt
-from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import batch_shape_of, broadcast_all
+from microtensor.distributions.location_scale import LocationScale
 
 __all__ = ["Normal"]
 
 
-class Normal(ExponentialFamily):
+class Normal(LocationScale, ExponentialFamily):
     """A normal distribution with mean ``loc`` and standard deviation ``scale``."""
 
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.real
-    has_rsample = True
     _mean_carrier_measure = 0
-
-    def __init__(self, loc, scale, validate_args=None):
-        self.loc, self.scale = broadcast_all(loc, scale)
-        batch_shape = batch_shape_of((loc, scale), self.loc)
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        return self._expanded(Normal, batch_shape, _instance, ("loc", "scale"))
 
     @property
     def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
         return self.loc
 
     @property
