@@ -181,7 +181,7 @@ def test_a_copied_tensor_sums_as_its_original():
 
 # -- CyclicLR and swa_utils ---------------------------------------------------------------
 
-from test_optim import assert_scheduler_resumes, lr_sequence  # noqa: E402  (SGD with momentum)
+from test_optim import assert_lr_sequence_as_torch, assert_scheduler_resumes  # noqa: E402
 
 
 class Halving:
@@ -223,10 +223,7 @@ def _swalr(optimizer, **options):
 @needs_torch
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_scheduler_lr_sequence_is_torch_s_exactly(name):
-    ours, scheds, _ = lr_sequence(mt, SCHEDULERS[name])
-    theirs, tscheds, _ = lr_sequence(torch, SCHEDULERS[name])
-    assert ours == theirs
-    assert [s.last_epoch for s in scheds] == [s.last_epoch for s in tscheds]
+    ours = assert_lr_sequence_as_torch(SCHEDULERS[name])
     assert {row[0] for row in ours} != {0.1}          # the first group's rate was set
 
 
