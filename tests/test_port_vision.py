@@ -1,0 +1,367 @@
+"""Vision and generative PyTorch programs, written as in PyTorch's tutorials and examples,
+run twice: on PyTorch and on microtensor, the same code with only the library differing.
+
+Each program is a function of the library (``def program(torch, rec)``): it builds its
+model, copies the initial weights through ``rec.sync`` (PyTorch's state_dict round-trips
+through NumPy into microtensor's), feeds inputs drawn from one NumPy generator, trains a few
+steps and records (``rec(name, value)``) outputs, losses, every parameter's ``.grad``, the
+parameters after each optimizer step, eval-mode outputs and the state_dict's keys, shapes
+and dtypes.  The two recordings must agree to float32 tolerances.
+"""
+import io
+
+import numpy as np
+import pytest
+
+import microtensor
+
+try:
+    import torch as _torch
+except ImportError:     # pragma: no cover
+    _torch = None
+
+needs_torch = pytest.mark.skipif(_torch is None, reason="PyTorch is not installed: the "
+                                 "programs are compared against it")
+
+
+class Recorder:
+    """Records a program's results as NumPy values; ``sync`` shares the initial weights."""
+
+    def __init__(self, lib, weights):
+        self.lib = lib
+        self.weights = weights      # name -> {key: ndarray}, filled by the first run
+        self.values = {}
+
+    def __call__(self, name, value):
+        assert name not in self.values, name
+        self.values[name] = _numpy(value)
+
+    def sync(self, name, model):
+        """The first run publishes ``model``'s state_dict; later runs load it."""
+        if name not in self.weights:
+            self.weights[name] = {k: _numpy(v) for k, v in model.state_dict().items()}
+        else:
+            state = {k: self.lib.tensor(v) for k, v in self.weights[name].items()}
+            model.load_state_dict(state)
+
+    def grads(self, prefix, model):
+        for name, p in model.named_parameters():
+            self(f"{prefix}.grad.{name}", p.grad)
+
+    def params(self, prefix, model):
+        for name, p in model.named_parameters():
+            self(f"{prefix}.{name}", p)
+
+    def state(self, prefix, model):
+        sd = model.state_dict()
+        self(f"{prefix}.keys", list(sd))
+        for key, value in sd.items():
+            self(f"{prefix}.{key}", value)
+            self(f"{prefix}.{key}.shape", tuple(value.shape))
+            self(f"{prefix}.{key}.dtype", str(value.dtype).split(".")[-1])
+
+
+def _numpy(value):
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy().copy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_numpy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return np.float64(value)
+    return value
+
+
+def _assert_same(actual, expected, name, rtol, atol):
+    if isinstance(expected, np.ndarray):
+        assert isinstance(actual, np.ndarray), name
+        assert actual.dtype == expected.dtype, (name, actual.dtype, expected.dtype)
+        assert actual.shape == expected.shape, (name, actual.shape, expected.shape)
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=name)
+    elif isinstance(expected, (list, tuple)):
+        assert type(actual) is type(expected) and len(actual) == len(expected), name
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _assert_same(a, e, f"{name}[{i}]", rtol, atol)
+    elif isinstance(expected, dict):
+        assert list(actual) == list(expected), name
+        for key in expected:
+            _assert_same(actual[key], expected[key], f"{name}[{key!r}]", rtol, atol)
+    else:
+        assert actual == expected, (name, actual, expected)
+
+
+def _run_both(program, rtol=2e-4, atol=2e-5):
+    weights = {}
+    ref = Recorder(_torch, weights)
+    program(_torch, ref, np.random.default_rng(0))
+    got = Recorder(microtensor, weights)
+    program(microtensor, got, np.random.default_rng(0))
+    assert list(got.values) == list(ref.values)
+    for name, expected in ref.values.items():
+        _assert_same(got.values[name], expected, name, rtol, atol)
+    return ref, got
+
+
+def _input(torch, rng, *shape):
+    return torch.tensor(rng.standard_normal(shape).astype(np.float32))
+
+
+# -- MNIST-style CNN (pytorch/examples mnist/main.py, shrunk) ---------------------------
+
+def mnist_cnn(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 4, 3, 1)
+            self.bn1 = nn.BatchNorm2d(4)
+            self.conv2 = nn.Conv2d(4, 6, 3, 1)
+            self.dropout1 = nn.Dropout(0.25)
+            self.dropout2 = nn.Dropout(0.5)
+            self.fc1 = nn.Linear(6 * 4 * 4, 16)
+            self.fc2 = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = self.conv2(x)
+            x = F.relu(x)
+            x = F.max_pool2d(x, 2)
+            x = self.dropout1(x)
+            x = torch.flatten(x, 1)
+            x = F.relu(self.fc1(x))
+            x = self.dropout2(x)
+            x = self.fc2(x)
+            return F.log_softmax(x, dim=1)
+
+    model = Net()
+    rec.sync("mnist", model)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    data = _input(torch, rng, 8, 1, 12, 12)
+    target = torch.tensor(rng.integers(0, 10, 8))
+    model.train()
+    # Dropout's masks are random; the comparison trains with them off (their own test
+    # checks the train-mode masks).
+    model.dropout1.eval()
+    model.dropout2.eval()
+    for step in range(3):
+        optimizer.zero_grad()
+        output = model(data)
+        loss = F.nll_loss(output, target)
+        loss.backward()
+        rec(f"loss{step}", loss)
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        scheduler.step()
+        rec.params(f"after{step}", model)
+        rec(f"lr{step}", scheduler.get_last_lr()[0])
+    model.eval()
+    with torch.no_grad():
+        output = model(data)
+        test_loss = F.nll_loss(output, target, reduction="sum").item()
+        pred = output.argmax(dim=1, keepdim=True)
+        correct = pred.eq(target.view_as(pred)).sum().item()
+    rec("eval.output", output)
+    rec("eval.loss", test_loss)
+    rec("eval.correct", correct)
+    rec.state("state", model)
+
+
+@needs_torch
+def test_mnist_cnn():
+    _run_both(mnist_cnn)
+
+
+def test_dropout_train_mode_masks_scale_and_backpropagate():
+    x = microtensor.ones(64, 32, requires_grad=True)
+    y = microtensor.nn.Dropout(0.25)(x)
+    kept = y.detach() != 0
+    assert 0.6 < kept.float().mean().item() < 0.9
+    np.testing.assert_allclose(y.detach().numpy()[kept.numpy()], 1 / 0.75, rtol=1e-6)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), kept.float().numpy() / 0.75, rtol=1e-6)
+
+
+# -- ResNet basic blocks (torchvision's resnet.py, shrunk), channels_last ----------------
+
+def resnet(torch, rec, rng):
+    nn = torch.nn
+
+    def conv3x3(in_planes, out_planes, stride=1):
+        return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1,
+                         bias=False)
+
+    class BasicBlock(nn.Module):
+        expansion = 1
+
+        def __init__(self, inplanes, planes, stride=1, downsample=None):
+            super().__init__()
+            self.conv1 = conv3x3(inplanes, planes, stride)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = conv3x3(planes, planes)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.downsample = downsample
+            self.stride = stride
+
+        def forward(self, x):
+            identity = x
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            if self.downsample is not None:
+                identity = self.downsample(x)
+            out += identity
+            return self.relu(out)
+
+    class ResNet(nn.Module):
+        def __init__(self, layers=(1, 1), num_classes=5):
+            super().__init__()
+            self.inplanes = 4
+            self.conv1 = nn.Conv2d(3, 4, kernel_size=3, stride=1, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(4)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+            self.layer1 = self._make_layer(4, layers[0])
+            self.layer2 = self._make_layer(8, layers[1], stride=2)
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(8, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                    nn.init.constant_(m.weight, 1)
+                    nn.init.constant_(m.bias, 0)
+
+        def _make_layer(self, planes, blocks, stride=1):
+            downsample = None
+            if stride != 1 or self.inplanes != planes:
+                downsample = nn.Sequential(
+                    nn.Conv2d(self.inplanes, planes, kernel_size=1, stride=stride,
+                              bias=False),
+                    nn.BatchNorm2d(planes))
+            layers = [BasicBlock(self.inplanes, planes, stride, downsample)]
+            self.inplanes = planes
+            layers += [BasicBlock(planes, planes) for _ in range(1, blocks)]
+            return nn.Sequential(*layers)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer2(self.layer1(x))
+            x = self.avgpool(x)
+            x = torch.flatten(x, 1)
+            return self.fc(x)
+
+    model = ResNet()
+    rec.sync("resnet", model)
+    model = model.to(memory_format=torch.channels_last)
+    rec("weight_channels_last",
+        model.conv1.weight.is_contiguous(memory_format=torch.channels_last))
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True,
+                                weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)
+    images = _input(torch, rng, 4, 3, 8, 8).to(memory_format=torch.channels_last)
+    target = torch.tensor(rng.integers(0, 5, 4))
+    model.train()
+    for step in range(3):
+        output = model(images)
+        loss = criterion(output, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        rec(f"output{step}", output)
+        rec(f"loss{step}", loss)
+        rec.grads(f"step{step}", model)
+        rec(f"grad_channels_last{step}",
+            model.conv1.weight.grad.is_contiguous(memory_format=torch.channels_last))
+        optimizer.step()
+        scheduler.step()
+        rec.params(f"after{step}", model)
+    rec("lr", scheduler.get_last_lr())
+    model.eval()
+    with torch.no_grad():
+        output = model(images)
+        rec("eval.requires_grad", output.requires_grad)
+    rec("eval.output", output)
+    rec.state("state", model)
+    rec("sgd.state", [optimizer.state_dict()["state"][i]["momentum_buffer"]
+                      for i in range(3)])
+
+
+@needs_torch
+def test_resnet_channels_last():
+    _run_both(resnet)
+
+
+# -- VAE (pytorch/examples vae/main.py, shrunk) -------------------------------------------
+
+def vae(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+
+    class VAE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(36, 16)
+            self.fc21 = nn.Linear(16, 4)
+            self.fc22 = nn.Linear(16, 4)
+            self.fc3 = nn.Linear(4, 16)
+            self.fc4 = nn.Linear(16, 36)
+
+        def encode(self, x):
+            h1 = F.relu(self.fc1(x))
+            return self.fc21(h1), self.fc22(h1)
+
+        def reparameterize(self, mu, logvar, eps):
+            std = torch.exp(0.5 * logvar)
+            return mu + eps * std
+
+        def decode(self, z):
+            return self.fc4(F.relu(self.fc3(z)))      # logits
+
+        def forward(self, x, eps):
+            mu, logvar = self.encode(x.view(-1, 36))
+            z = self.reparameterize(mu, logvar, eps)
+            return self.decode(z), mu, logvar
+
+    def loss_function(recon_logits, x, mu, logvar):
+        bce = F.binary_cross_entropy_with_logits(recon_logits, x.view(-1, 36),
+                                                 reduction="sum")
+        kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+        return bce, kld
+
+    model = VAE()
+    rec.sync("vae", model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = torch.tensor(rng.uniform(size=(6, 1, 6, 6)).astype(np.float32))
+    model.train()
+    for step in range(3):
+        # the reparameterisation's noise, drawn outside so both libraries see the same
+        eps = _input(torch, rng, 6, 4)
+        optimizer.zero_grad()
+        recon, mu, logvar = model(data, eps)
+        bce, kld = loss_function(recon, data, mu, logvar)
+        loss = bce + kld
+        loss.backward()
+        rec(f"bce{step}", bce)
+        rec(f"kld{step}", kld)
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        rec.params(f"after{step}", model)
+    model.eval()
+    with torch.no_grad():
+        sample = torch.sigmoid(model.decode(_input(torch, rng, 3, 4)))
+    rec("sample", sample.view(3, 1, 6, 6))
+    state = optimizer.state_dict()
+    rec("adam.step", [float(s["step"]) for s in state["state"].values()])
+    rec("adam.exp_avg_sq", [s["exp_avg_sq"] for s in state["state"].values()])
+    # microtensor's optimizers have no foreach/fused/capturable/differentiable variants,
+    # so their groups lack those four keys
+    rec("adam.groups", [{k: g[k] for k in ("lr", "betas", "eps", "weight_decay", "amsgrad",
+                                           "maximize", "decoupled_weight_decay", "params")}
+                        for g in state["param_groups"]])
+
+
+@needs_torch
+def test_vae():
+    _run_both(vae)
