@@ -69,7 +69,7 @@ def _numpy(value):
     if isinstance(value, dict):
         return {k: _numpy(v) for k, v in value.items()}
     if isinstance(value, float):
-        return np.float64(value)
+        return np.asarray(value)
     return value
 
 
@@ -365,3 +365,189 @@ def vae(torch, rec, rng):
 @needs_torch
 def test_vae():
     _run_both(vae)
+
+
+# -- DCGAN (pytorch/examples dcgan/main.py, shrunk) ---------------------------------------
+
+def dcgan(torch, rec, rng):
+    nn = torch.nn
+    nz, ngf, ndf = 4, 6, 6
+
+    def weights_init(m):
+        classname = m.__class__.__name__
+        if classname.find("Conv") != -1:
+            torch.nn.init.normal_(m.weight, 0.0, 0.02)
+        elif classname.find("BatchNorm") != -1:
+            torch.nn.init.normal_(m.weight, 1.0, 0.02)
+            torch.nn.init.zeros_(m.bias)
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.main = nn.Sequential(
+                nn.ConvTranspose2d(nz, ngf * 2, 4, 1, 0, bias=False),    # 4x4
+                nn.BatchNorm2d(ngf * 2),
+                nn.ReLU(True),
+                nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False),   # 8x8
+                nn.BatchNorm2d(ngf),
+                nn.ReLU(True),
+                nn.ConvTranspose2d(ngf, 1, 4, 2, 1, bias=False),         # 16x16
+                nn.Tanh())
+
+        def forward(self, input):
+            return self.main(input)
+
+    class Discriminator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.main = nn.Sequential(
+                nn.Conv2d(1, ndf, 4, 2, 1, bias=False),                  # 8x8
+                nn.LeakyReLU(0.2, inplace=True),
+                nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False),            # 4x4
+                nn.BatchNorm2d(ndf * 2),
+                nn.LeakyReLU(0.2, inplace=True),
+                nn.Conv2d(ndf * 2, 1, 4, 1, 0, bias=False),
+                nn.Sigmoid())
+
+        def forward(self, input):
+            return self.main(input).view(-1, 1).squeeze(1)
+
+    netG = Generator()
+    netG.apply(weights_init)
+    netD = Discriminator()
+    netD.apply(weights_init)
+    rec.sync("G", netG)
+    rec.sync("D", netD)
+    criterion = nn.BCELoss()
+    real_label, fake_label = 1.0, 0.0
+    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    fixed_noise = _input(torch, rng, 3, nz, 1, 1)
+    for i in range(3):
+        real = torch.tensor(rng.uniform(-1, 1, size=(4, 1, 16, 16)).astype(np.float32))
+        noise = _input(torch, rng, 4, nz, 1, 1)
+        # (1) Update D: maximize log(D(x)) + log(1 - D(G(z)))
+        netD.zero_grad()
+        batch_size = real.size(0)
+        label = torch.full((batch_size,), real_label, dtype=real.dtype)
+        output = netD(real)
+        errD_real = criterion(output, label)
+        errD_real.backward()
+        D_x = output.mean().item()
+        fake = netG(noise)
+        label.fill_(fake_label)
+        output = netD(fake.detach())
+        errD_fake = criterion(output, label)
+        errD_fake.backward()
+        D_G_z1 = output.mean().item()
+        errD = errD_real + errD_fake
+        rec.grads(f"D{i}", netD)
+        rec(f"G{i}.grad_after_D", [p.grad for p in netG.parameters()])
+        optimizerD.step()
+        # (2) Update G: maximize log(D(G(z)))
+        netG.zero_grad()
+        label.fill_(real_label)
+        output = netD(fake)
+        errG = criterion(output, label)
+        errG.backward()
+        D_G_z2 = output.mean().item()
+        rec.grads(f"G{i}", netG)
+        optimizerG.step()
+        rec(f"losses{i}", [errD, errG, D_x, D_G_z1, D_G_z2])
+        rec.params(f"G{i}.after", netG)
+        rec.params(f"D{i}.after", netD)
+    netG.eval()
+    with torch.no_grad():
+        rec("fixed", netG(fixed_noise).detach())
+    rec.state("G.state", netG)
+    rec.state("D.state", netD)
+
+
+@needs_torch
+def test_dcgan():
+    _run_both(dcgan)
+
+
+# -- U-Net with GroupNorm and both kinds of bilinear upsampling ---------------------------
+
+def unet(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+
+    class DoubleConv(nn.Sequential):
+        def __init__(self, cin, cout):
+            super().__init__(
+                nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.GroupNorm(2, cout),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.GroupNorm(2, cout),
+                nn.ReLU(inplace=True))
+
+    class Up(nn.Module):
+        def __init__(self, cin, cout, align_corners):
+            super().__init__()
+            self.align_corners = align_corners
+            if not align_corners:
+                self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.conv = DoubleConv(cin, cout)
+
+        def forward(self, x1, x2):
+            if self.align_corners:
+                x1 = F.interpolate(x1, size=x2.shape[-2:], mode="bilinear",
+                                   align_corners=True)
+            else:
+                x1 = self.up(x1)
+            diffY = x2.size()[2] - x1.size()[2]
+            diffX = x2.size()[3] - x1.size()[3]
+            x1 = F.pad(x1, [diffX // 2, diffX - diffX // 2, diffY // 2, diffY - diffY // 2])
+            return self.conv(torch.cat([x2, x1], dim=1))
+
+    class UNet(nn.Module):
+        def __init__(self, n_channels=2, n_classes=3):
+            super().__init__()
+            self.inc = DoubleConv(n_channels, 4)
+            self.down1 = nn.Sequential(nn.MaxPool2d(2), DoubleConv(4, 8))
+            self.down2 = nn.Sequential(nn.MaxPool2d(2), DoubleConv(8, 8))
+            self.up1 = Up(16, 4, align_corners=True)
+            self.up2 = Up(8, 4, align_corners=False)
+            self.outc = nn.Conv2d(4, n_classes, kernel_size=1)
+
+        def forward(self, x):
+            x1 = self.inc(x)
+            x2 = self.down1(x1)
+            x3 = self.down2(x2)
+            x = self.up1(x3, x2)
+            x = self.up2(x, x1)
+            return self.outc(x)
+
+    model = UNet()
+    rec.sync("unet", model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=2e-2, total_steps=5)
+    images = _input(torch, rng, 2, 2, 10, 10)
+    masks = torch.tensor(rng.integers(0, 3, (2, 10, 10)))
+    for step in range(3):
+        optimizer.zero_grad()
+        logits = model(images)
+        loss = F.cross_entropy(logits, masks) + 0.1 * (
+            1 - F.softmax(logits, 1).gather(1, masks.unsqueeze(1)).mean())
+        loss.backward()
+        rec(f"logits{step}", logits)
+        rec(f"loss{step}", loss)
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        scheduler.step()
+        rec.params(f"after{step}", model)
+        rec(f"lr{step}", scheduler.get_last_lr())
+    model.eval()
+    with torch.inference_mode():
+        pred = model(images).argmax(1)
+    rec("pred", pred)
+    # microtensor's inference_mode is no_grad: its results are not inference tensors
+    rec("pred.requires_grad", pred.requires_grad)
+    rec.state("state", model)
+    rec("scheduler", {k: v for k, v in scheduler.state_dict().items()
+                      if k != "_get_lr_called_within_step"})    # PyTorch's private flag
+
+
+@needs_torch
+def test_unet():
+    _run_both(unet)
