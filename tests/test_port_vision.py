@@ -551,3 +551,162 @@ def unet(torch, rec, rng):
 @needs_torch
 def test_unet():
     _run_both(unet)
+
+
+# -- ViT: patch embedding, cls token, nn.TransformerEncoder --------------------------------
+
+def vit(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+
+    class PatchEmbed(nn.Module):
+        def __init__(self, img_size=8, patch_size=4, in_chans=3, embed_dim=8):
+            super().__init__()
+            self.num_patches = (img_size // patch_size) ** 2
+            self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size,
+                                  stride=patch_size)
+
+        def forward(self, x):
+            return self.proj(x).flatten(2).transpose(1, 2)     # B, N, D
+
+    class ViT(nn.Module):
+        def __init__(self, embed_dim=8, depth=2, num_heads=2, num_classes=4):
+            super().__init__()
+            self.patch_embed = PatchEmbed(embed_dim=embed_dim)
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+            self.pos_embed = nn.Parameter(
+                torch.zeros(1, self.patch_embed.num_patches + 1, embed_dim))
+            layer = nn.TransformerEncoderLayer(embed_dim, num_heads, dim_feedforward=16,
+                                               dropout=0.0, activation="gelu",
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, depth, norm=nn.LayerNorm(embed_dim),
+                                                 enable_nested_tensor=False)
+            self.head = nn.Linear(embed_dim, num_classes)
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+        def forward(self, x):
+            x = self.patch_embed(x)
+            cls = self.cls_token.expand(x.shape[0], -1, -1)
+            x = torch.cat((cls, x), dim=1) + self.pos_embed
+            x = self.encoder(x)
+            return self.head(x[:, 0])
+
+    model = ViT()
+    rec.sync("vit", model)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "token" not in n
+             and "pos_embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and
+                "token" not in n and "pos_embed" not in n)]
+    rec("groups", [len(decay), len(no_decay)])
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=5e-3)
+    warmup = 2
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+    images = _input(torch, rng, 3, 3, 8, 8)
+    labels = torch.tensor(rng.integers(0, 4, 3))
+    model.train()
+    for step in range(3):
+        optimizer.zero_grad()
+        logits = model(images)
+        loss = criterion(logits, labels)
+        loss.backward()
+        rec(f"logits{step}", logits)
+        rec(f"loss{step}", loss)
+        rec.grads(f"step{step}", model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        # The key projection's bias cannot change attention (softmax ignores a shift per
+        # query), so its gradient is round-off, which Adam scales up to a full step: pin it
+        # to zero in both libraries.
+        with torch.no_grad():
+            for layer in model.encoder.layers:
+                layer.self_attn.in_proj_bias[8:16] = 0
+        rec.params(f"after{step}", model)
+        rec(f"lr{step}", scheduler.get_last_lr())
+    model.eval()
+    with torch.no_grad():
+        rec("eval", F.softmax(model(images), dim=-1))
+        # a key padding mask and a causal mask through the encoder, in eval mode
+        tokens = torch.cat((model.cls_token.expand(3, -1, -1), model.patch_embed(images)), 1)
+        pad = torch.tensor([[False] * 5, [False] * 4 + [True], [False] * 3 + [True] * 2])
+        out = model.encoder(tokens, src_key_padding_mask=pad)
+        rec("eval.padded", out[~pad])
+        causal = nn.Transformer.generate_square_subsequent_mask(5)
+        rec("causal", causal)
+        rec("eval.causal", model.encoder(tokens, mask=causal, is_causal=True))
+    rec.state("state", model)
+
+
+@needs_torch
+def test_vit():
+    _run_both(vit)
+
+
+# -- MobileNetV3-style inverted residual: depthwise conv, ReLU6, Hardswish, SE ------------
+
+def mobilenet(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+
+    class SqueezeExcitation(nn.Module):
+        def __init__(self, channels, squeeze):
+            super().__init__()
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc1 = nn.Conv2d(channels, squeeze, 1)
+            self.fc2 = nn.Conv2d(squeeze, channels, 1)
+
+        def forward(self, x):
+            scale = F.hardsigmoid(self.fc2(F.relu(self.fc1(self.avgpool(x)))))
+            return scale * x
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin, hidden, cout, stride):
+            super().__init__()
+            self.use_res = stride == 1 and cin == cout
+            self.block = nn.Sequential(
+                nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(True),
+                nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+                nn.BatchNorm2d(hidden), nn.Hardswish(inplace=True),
+                SqueezeExcitation(hidden, 4),
+                nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = self.block(x)
+            return x + out if self.use_res else out
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, 2, 1, bias=False), nn.BatchNorm2d(4, momentum=0.01, eps=1e-3),
+        nn.Hardswish(),
+        InvertedResidual(4, 8, 4, 1), InvertedResidual(4, 12, 6, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(6, 3))
+    rec.sync("mobilenet", model)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3, alpha=0.9, eps=0.0316,
+                                    momentum=0.9, weight_decay=1e-5)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.9)
+    images = _input(torch, rng, 4, 3, 12, 12)
+    labels = torch.tensor(rng.integers(0, 3, 4))
+    model.train()
+    model[7].eval()        # dropout off: its masks are random
+    for step in range(3):
+        optimizer.zero_grad()
+        out = model(images)
+        loss = F.cross_entropy(out, labels)
+        loss.backward()
+        rec(f"loss{step}", loss)
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        scheduler.step()
+        rec.params(f"after{step}", model)
+    model.eval()
+    with torch.no_grad():
+        rec("eval", model(images))
+        rec("eval.channels_last", model.to(memory_format=torch.channels_last)(
+            images.to(memory_format=torch.channels_last)))
+    rec.state("state", model)
+
+
+@needs_torch
+def test_mobilenet():
+    _run_both(mobilenet)
