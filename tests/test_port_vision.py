@@ -710,3 +710,57 @@ def mobilenet(torch, rec, rng):
 @needs_torch
 def test_mobilenet():
     _run_both(mobilenet)
+
+
+# -- regression tests for what the programs met ------------------------------------------
+
+_KEYWORD_SIZE_CALLS = [
+    ("flip", lambda lib, x: lib.flip(x, dims=[1])),
+    ("Tensor.flip", lambda lib, x: x.flip(dims=(0, 1))),
+    ("permute", lambda lib, x: lib.permute(x, dims=[1, 0])),
+    ("Tensor.permute", lambda lib, x: x.permute(dims=(1, 0))),
+    ("Tensor.repeat", lambda lib, x: x.repeat(repeats=(1, 2))),
+    ("tile", lambda lib, x: lib.tile(x, dims=(2,))),
+    ("Tensor.tile", lambda lib, x: x.tile(dims=(2, 1, 1))),
+    ("Tensor.new_zeros", lambda lib, x: x.new_zeros(size=(2,))),
+    ("Tensor.sum_to_size", lambda lib, x: x.sum_to_size(size=(1, 3))),
+    ("reshape", lambda lib, x: lib.reshape(x, shape=(3, 2))),
+    ("randn", lambda lib, x: lib.randn(size=(2, 3)).shape),
+]
+
+
+@pytest.mark.parametrize("name, call", _KEYWORD_SIZE_CALLS, ids=[c[0] for c in
+                                                                  _KEYWORD_SIZE_CALLS])
+def test_size_and_dims_lists_by_keyword(name, call):
+    """``flip(x, dims=[1])`` and friends: PyTorch takes a size list by keyword too."""
+    x = microtensor.arange(6.).view(2, 3)
+    got = call(microtensor, x)
+    if _torch is not None:
+        expected = call(_torch, _torch.arange(6.).view(2, 3))
+        if isinstance(expected, _torch.Size):
+            assert tuple(got) == tuple(expected)
+        else:
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    else:
+        assert got.numel() > 0
+
+
+@pytest.mark.parametrize("call", [lambda lib, x: x.flip(1, dims=(1,)),
+                                  lambda lib, x: lib.permute(x, (1, 0), dims=(1, 0)),
+                                  lambda lib, x: x.flip()])
+def test_size_lists_given_twice_or_not_at_all_are_refused(call):
+    x = microtensor.arange(6.).view(2, 3)
+    with pytest.raises(TypeError, match="dims"):
+        call(microtensor, x)
+    if _torch is not None:
+        with pytest.raises(TypeError, match="dims"):
+            call(_torch, _torch.arange(6.).view(2, 3))
+
+
+def test_size_lists_by_keyword_under_vmap_and_autograd():
+    x = microtensor.randn(3, 2, 4)
+    out = microtensor.func.vmap(lambda t: t.flip(dims=[0]).permute(dims=(1, 0)))(x)
+    np.testing.assert_array_equal(out.numpy(), x.flip(1).permute(0, 2, 1).numpy())
+    y = microtensor.randn(2, 3, requires_grad=True)
+    y.flip(dims=[1]).repeat(repeats=(2, 1)).sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), np.full((2, 3), 2.0, np.float32))

@@ -429,13 +429,15 @@ def legacy_new(args, kwargs, dtype=None):
 
 
 def _method(op):
-    if op.kind == "composite":
+    # a composite op runs as its kernel, unless the dispatcher's wrapper must first take
+    # its ``*args`` by keyword
+    if op.kind == "composite" and op.varargs is None:
         return op.kernel
     return _named(op_method(op), op, "Tensor." + op.name)
 
 
 def _function(op):
-    if op.kind == "composite":
+    if op.kind == "composite" and op.varargs is None:
         return op.kernel
     return _named(op_function(op), op, op.name)
 

@@ -279,6 +279,14 @@ cpdef object call(op, args, kwargs):
 def op_method(op):
     """``Tensor.<name>`` for ``op``: a compiled function (no Python frame per call) that
     binds like a Python one."""
+    if op.varargs is not None:
+        def varargs_method(self, *args, **kwargs):
+            args = (self,) + args
+            if kwargs and op.varargs in kwargs:
+                args, kwargs = _spread_varargs(op, args, kwargs)
+            return call(op, args, kwargs)
+        return varargs_method
+
     def method(self, *args, **kwargs):
         return call(op, (self,) + args, kwargs)
     return method
@@ -286,9 +294,27 @@ def op_method(op):
 
 def op_function(op):
     """``microtensor.<name>`` for ``op``, compiled like ``op_method``."""
+    if op.varargs is not None:
+        def varargs_function(*args, **kwargs):
+            if kwargs and op.varargs in kwargs:
+                args, kwargs = _spread_varargs(op, args, kwargs)
+            return call(op, args, kwargs)
+        return varargs_function
+
     def function(*args, **kwargs):
         return call(op, args, kwargs)
     return function
+
+
+cdef tuple _spread_varargs(op, tuple args, dict kwargs):
+    """PyTorch's size and dims lists are ordinary parameters, so it takes them by keyword
+    too (``flip(x, dims=[1])``, ``randn(size=(2, 3))``); the kernels take them as
+    ``*args``: pass the keyword's value positionally, after the other arguments."""
+    if len(args) > len(op.params):
+        raise TypeError(f"{op.name}() got multiple values for argument '{op.varargs}'")
+    kwargs = dict(kwargs)
+    value = kwargs.pop(op.varargs)
+    return args + (value,), kwargs
 
 
 cdef object _record(op, args, kwargs):

@@ -406,7 +406,7 @@ def _flip_samples(make):
 
 @op(samples=_flip_samples)
 def flip(self, *dims):
-    axes = tuple(meta.wrap_dim(d, self.dim()) for d in size_arg(dims, "dims", required=False))
+    axes = tuple(meta.wrap_dim(d, self.dim()) for d in size_arg(dims, "dims"))
     if len(set(axes)) != len(axes):
         raise repeated_dim_error(axes)
     strides = meta.preserve_format_strides(self._sizes, self._strides)
@@ -425,11 +425,11 @@ def flip(grad, dims):
 @flip.def_batch_rule
 def flip(op, level, args, kwargs):
     self = args[0]
-    dims = size_arg(args[1:] if not kwargs else (kwargs["dims"],), "dims", required=False)
+    dims = size_arg(args[1:], "dims", required=False)
     b = self._bdim
     physical = tuple(actual_dim(meta.wrap_dim(d, self.dim()), b) for d in dims) if self.dim() \
         else ()
-    return wrap(call(op, (self._value,) + physical, None), b, level)
+    return wrap(call(op, (self._value, physical), None), b, level)
 
 
 def _repeat_samples(make):
@@ -438,8 +438,8 @@ def _repeat_samples(make):
 
 
 @op(samples=_repeat_samples)
-def repeat(self, *sizes):
-    sizes = size_arg(sizes, "repeats", required=False)
+def repeat(self, *repeats):
+    sizes = size_arg(repeats, "repeats", required=False)
     if len(sizes) < self.dim():
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")
@@ -449,8 +449,8 @@ def repeat(self, *sizes):
 
 
 @repeat.def_derivative("self")
-def repeat(grad, self_shape, sizes):
-    sizes = size_arg(sizes, "repeats", required=False)
+def repeat(grad, self_shape, repeats):
+    sizes = size_arg(repeats, "repeats", required=False)
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
@@ -460,7 +460,7 @@ def repeat(grad, self_shape, sizes):
 @repeat.def_batch_rule
 def repeat(op, level, args, kwargs):
     self = args[0]
-    sizes = size_arg(args[1:] if not kwargs else (kwargs["sizes"],), "repeats", required=False)
+    sizes = size_arg(args[1:], "repeats", required=False)
     if len(sizes) < self.dim():
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number "
                            "of dimensions of tensor")

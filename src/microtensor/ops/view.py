@@ -221,8 +221,7 @@ def permute(grad, dims):
 @permute.def_batch_rule
 def permute(op, level, args, kwargs):
     self = args[0]
-    wrapped = permutation(size_arg(args[1:] if not kwargs else (kwargs["dims"],)),
-                          self.dim())
+    wrapped = permutation(size_arg(args[1:]), self.dim())
     b = self._bdim
     order = [actual_dim(d, b) for d in wrapped]
     order.insert(b, b)
