@@ -712,6 +712,218 @@ def test_mobilenet():
     _run_both(mobilenet)
 
 
+
+# -- data pipeline, hooks, clipping, freezing, checkpoint and resume ----------------------
+
+def pipeline(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+    data = torch.utils.data     # ``from torch.utils.data import ...`` would import PyTorch
+    DataLoader, Dataset, Subset = data.DataLoader, data.Dataset, data.Subset
+    TensorDataset, random_split = data.TensorDataset, data.random_split
+
+    class Normalize:
+        def __init__(self, mean, std):
+            self.mean = torch.tensor(mean).view(-1, 1, 1)
+            self.std = torch.tensor(std).view(-1, 1, 1)
+
+        def __call__(self, x):
+            return (x - self.mean) / self.std
+
+    class RandomHorizontalFlip:
+        def __init__(self, p=0.5):
+            self.p = p
+
+        def __call__(self, x):
+            return torch.flip(x, dims=[-1]) if torch.rand(1).item() < self.p else x
+
+    class Compose:
+        def __init__(self, transforms):
+            self.transforms = transforms
+
+        def __call__(self, x):
+            for t in self.transforms:
+                x = t(x)
+            return x
+
+    class Transformed(Dataset):
+        def __init__(self, subset, transform):
+            self.subset, self.transform = subset, transform
+
+        def __len__(self):
+            return len(self.subset)
+
+        def __getitem__(self, i):
+            x, y = self.subset[i]
+            return self.transform(x), y
+
+    images = torch.tensor(rng.uniform(size=(20, 2, 6, 6)).astype(np.float32))
+    labels = torch.tensor(rng.integers(0, 3, 20))
+    dataset = TensorDataset(images, labels)
+    train_split, val_split = random_split(dataset, [0.75, 0.25],
+                                          generator=torch.Generator().manual_seed(42))
+    rec("split", [len(train_split), len(val_split)])
+    # shuffling draws from each library's own generator: the compared run keeps the order
+    transform = Compose([RandomHorizontalFlip(p=1.0), Normalize([0.5, 0.4], [0.2, 0.3])])
+    train_set = Transformed(Subset(dataset, range(15)), transform)
+    loader = DataLoader(train_set, batch_size=4, shuffle=False)
+    rec("batches", len(loader))
+
+    model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
+                          nn.AdaptiveMaxPool2d(2), nn.Flatten(), nn.Linear(16, 3))
+
+    def init_weights(m):
+        if isinstance(m, nn.Conv2d):
+            nn.init.dirac_(m.weight) if m.in_channels == m.out_channels else \
+                nn.init.constant_(m.weight, 0.05)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.eye_(m.weight)
+            nn.init.constant_(m.bias, 0.1)
+
+    rec("apply_returns_model", model.apply(init_weights) is model)
+    rec.state("init", model)
+    rec.sync("pipeline", model)
+    rec("convs", [name for name, m in model.named_modules() if isinstance(m, nn.Conv2d)])
+    rec("modules", [name for name, _ in model.named_modules()])
+    rec("children", [type(m).__name__ for m in model.children()])
+
+    # freeze the first conv: the optimizer only sees what still requires grad
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    rec("trainable", trainable)
+    optimizer = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()),
+                                lr=0.05, momentum=0.9, dampening=0.1)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[2, 5],
+                                                     gamma=0.5)
+
+    seen = {}
+
+    def forward_hook(module, inputs, output):
+        seen["relu_out"] = output.detach().clone()
+
+    def pre_hook(module, args):
+        return (args[0] * 2,)           # a forward pre-hook may replace the input
+
+    def backward_hook(module, grad_input, grad_output):
+        seen["grad_in"] = grad_input[0].detach().clone()
+        seen["grad_out"] = grad_output[0].detach().clone()
+
+    handles = [model[2].register_forward_hook(forward_hook),
+               model[7].register_forward_pre_hook(pre_hook),
+               model[3].register_full_backward_hook(backward_hook)]
+
+    def train_epoch(model, optimizer, scheduler, epoch, rec):
+        model.train()
+        for i, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.5)
+            rec(f"e{epoch}.b{i}.loss", loss)
+            rec(f"e{epoch}.b{i}.total_norm", total)
+            rec.grads(f"e{epoch}.b{i}", model)
+            optimizer.step()
+            scheduler.step()
+        rec.params(f"e{epoch}.after", model)
+
+    train_epoch(model, optimizer, scheduler, 0, rec)
+    for key in ("relu_out", "grad_in", "grad_out"):
+        rec(f"hook.{key}", seen[key])
+    for handle in handles:
+        handle.remove()
+    seen.clear()
+
+    buffer = io.BytesIO()
+    torch.save({"epoch": 1, "model_state_dict": model.state_dict(),
+                "optimizer_state_dict": optimizer.state_dict(),
+                "scheduler_state_dict": scheduler.state_dict()}, buffer)
+    train_epoch(model, optimizer, scheduler, 1, rec)
+    rec("hooks_removed", not seen)
+
+    # resume from the checkpoint into fresh objects: the same second epoch
+    buffer.seek(0)
+    checkpoint = torch.load(buffer)
+    resumed = nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+                            nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(),
+                            nn.AdaptiveMaxPool2d(2), nn.Flatten(), nn.Linear(16, 3))
+    resumed.load_state_dict(checkpoint["model_state_dict"])
+    for p in resumed[0].parameters():
+        p.requires_grad_(False)
+    opt2 = torch.optim.SGD([p for p in resumed.parameters() if p.requires_grad], lr=0.05,
+                           momentum=0.9, dampening=0.1)
+    opt2.load_state_dict(checkpoint["optimizer_state_dict"])
+    sched2 = torch.optim.lr_scheduler.MultiStepLR(opt2, milestones=[2, 5], gamma=0.5)
+    sched2.load_state_dict(checkpoint["scheduler_state_dict"])
+    rec("checkpoint.epoch", checkpoint["epoch"])
+    train_epoch(resumed, opt2, sched2, "resumed", rec)
+    rec("resume_matches", all(torch.equal(a, b) for a, b in
+                              zip(model.parameters(), resumed.parameters())))
+
+    model.eval()
+    with torch.inference_mode():
+        out = model(images[:4])
+    rec("inference", out)
+    rec("inference.requires_grad", out.requires_grad)
+    rec("inference.grad_enabled_after", torch.is_grad_enabled())
+
+
+@needs_torch
+def test_pipeline():
+    _run_both(pipeline)
+
+
+
+def _shuffled_epochs(seed, epochs=2):
+    data = microtensor.utils.data
+    dataset = data.TensorDataset(microtensor.arange(10), microtensor.arange(10) * 2)
+    loader = data.DataLoader(dataset, batch_size=3, shuffle=True,
+                             generator=microtensor.Generator().manual_seed(seed))
+    return [[(x.tolist(), y.tolist()) for x, y in loader] for _ in range(epochs)]
+
+
+def test_seeded_shuffle_is_reproducible_and_a_permutation_each_epoch():
+    first, again = _shuffled_epochs(0), _shuffled_epochs(0)
+    assert first == again
+    assert first[0] != first[1]                   # a fresh order each epoch
+    for epoch in first:
+        assert [len(x) for x, _ in epoch] == [3, 3, 3, 1]
+        xs = [v for x, _ in epoch for v in x]
+        assert sorted(xs) == list(range(10))
+        assert all(y == [2 * v for v in x] for x, y in epoch)
+    assert _shuffled_epochs(1) != first
+
+
+def test_seeded_random_split_is_reproducible_and_disjoint():
+    data = microtensor.utils.data
+    dataset = data.TensorDataset(microtensor.arange(10))
+
+    def split(seed):
+        parts = data.random_split(dataset, [0.7, 0.3],
+                                  generator=microtensor.Generator().manual_seed(seed))
+        return [list(p.indices) for p in parts]
+
+    a, b = split(42)
+    assert (len(a), len(b)) == (7, 3) and sorted(a + b) == list(range(10))
+    assert split(42) == [a, b]
+
+
+def test_manual_seed_makes_init_and_dropout_reproducible():
+    def run():
+        microtensor.manual_seed(123)
+        model = microtensor.nn.Sequential(microtensor.nn.Conv2d(2, 3, 3),
+                                          microtensor.nn.Dropout2d(0.5),
+                                          microtensor.nn.Flatten(), microtensor.nn.Dropout(0.3))
+        model.apply(lambda m: microtensor.nn.init.kaiming_uniform_(m.weight, a=0.1)
+                    if isinstance(m, microtensor.nn.Conv2d) else None)
+        out = model(microtensor.randn(2, 2, 5, 5))
+        return [p.detach().numpy() for p in model.parameters()] + [out.detach().numpy()]
+
+    for a, b in zip(run(), run()):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- regression tests for what the programs met ------------------------------------------
 
 _KEYWORD_SIZE_CALLS = [
