@@ -976,3 +976,42 @@ def test_size_lists_by_keyword_under_vmap_and_autograd():
     y = microtensor.randn(2, 3, requires_grad=True)
     y.flip(dims=[1]).repeat(repeats=(2, 1)).sum().backward()
     np.testing.assert_array_equal(y.grad.numpy(), np.full((2, 3), 2.0, np.float32))
+
+
+def _old_batchnorm_state(lib):
+    """A BatchNorm2d state dict as saved before ``num_batches_tracked`` existed."""
+    return {"weight": lib.full((2,), 2.0), "bias": lib.zeros(2),
+            "running_mean": lib.full((2,), 0.5), "running_var": lib.full((2,), 3.0)}
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_batchnorm_loads_a_state_dict_without_num_batches_tracked(strict):
+    def load(lib):
+        model = lib.nn.Sequential(lib.nn.Conv2d(1, 2, 1), lib.nn.BatchNorm2d(2))
+        model[1].num_batches_tracked.fill_(5)
+        state = {"0." + k: v for k, v in model[0].state_dict().items()}
+        state.update({"1." + k: v for k, v in _old_batchnorm_state(lib).items()})
+        result = model.load_state_dict(state, strict=strict)
+        return repr(result), model[1].num_batches_tracked.item(), \
+            model[1].running_var.tolist(), model[1].state_dict()._metadata[""]["version"]
+
+    got = load(microtensor)
+    assert got == ("<All keys matched successfully>", 5, [3.0, 3.0], 2)
+    if _torch is not None:
+        assert got == load(_torch)
+
+
+def test_batchnorm_state_dict_of_version_2_still_needs_num_batches_tracked():
+    """With metadata saying version 2, a missing count is a missing key, as in PyTorch."""
+    def load(lib):
+        model = lib.nn.BatchNorm2d(2)
+        state = model.state_dict()
+        del state["num_batches_tracked"]
+        with pytest.raises(RuntimeError, match='Missing key.*"num_batches_tracked"'):
+            model.load_state_dict(state)
+        return repr(model.load_state_dict(state, strict=False))
+
+    got = load(microtensor)
+    assert got == "_IncompatibleKeys(missing_keys=['num_batches_tracked'], unexpected_keys=[])"
+    if _torch is not None:
+        assert got == load(_torch)

@@ -16,15 +16,16 @@ from microtensor.nn.parameter import Parameter, is_buffer, is_lazy
 
 
 class IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
-    """What ``load_state_dict`` returns; prints as PyTorch's ``<All keys matched
-    successfully>`` when both lists are empty."""
+    """What ``load_state_dict`` returns; prints as PyTorch's (``_IncompatibleKeys(...)``,
+    or ``<All keys matched successfully>`` when both lists are empty)."""
 
     __slots__ = ()
 
     def __repr__(self):
         if not self.missing_keys and not self.unexpected_keys:
             return "<All keys matched successfully>"
-        return super().__repr__()
+        return (f"_IncompatibleKeys(missing_keys={self.missing_keys!r}, "
+                f"unexpected_keys={self.unexpected_keys!r})")
 
     __str__ = __repr__
 
@@ -522,12 +523,12 @@ class Module:
         state_dict = OrderedDict(state_dict)
         missing, unexpected, errors = [], [], []
         for prefix, module in self.named_modules():
-            if module._load_state_dict_pre_hooks:
-                prefix = prefix + "." if prefix else ""
-                local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
-                for hook in module._load_state_dict_pre_hooks.values():
-                    hook(module, state_dict, prefix, local_metadata, strict, missing,
-                         unexpected, errors)
+            prefix = prefix + "." if prefix else ""
+            local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
+            module._upgrade_state_dict(state_dict, prefix, local_metadata)
+            for hook in module._load_state_dict_pre_hooks.values():
+                hook(module, state_dict, prefix, local_metadata, strict, missing,
+                     unexpected, errors)
         entries = list(self._state_entries())
         own = {key for key, *_ in entries}
         missing += [key for key in own if key not in state_dict]
@@ -558,6 +559,11 @@ class Module:
                             "be modified, it should be done inplace.")
             self._raise_load_errors([], missing, unexpected, strict)
         return IncompatibleKeys(missing, unexpected)
+
+    def _upgrade_state_dict(self, state_dict, prefix, local_metadata):
+        """Bring this module's entries of ``state_dict`` (saved at
+        ``local_metadata["version"]``, None when unknown) up to ``_version``, in place,
+        before loading: what PyTorch's modules do first in ``_load_from_state_dict``."""
 
     def _raise_load_errors(self, errors, missing, unexpected, strict):
         errors = list(errors)

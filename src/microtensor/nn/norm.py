@@ -126,6 +126,9 @@ class _NormBase(Module):
     """What batch and instance norm share: affine parameters and running statistics
     (``running_mean``, ``running_var``, ``num_batches_tracked``)."""
 
+    # version 2 added ``num_batches_tracked``: older state dicts load without it
+    _version = 2
+
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None, *, bias=True):
         super().__init__()
@@ -147,6 +150,15 @@ class _NormBase(Module):
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
         self.reset_parameters()
+
+    def _upgrade_state_dict(self, state_dict, prefix, local_metadata):
+        """A state dict saved before version 2 (or a plain dict, without metadata) may
+        lack ``num_batches_tracked``: PyTorch then keeps the module's own count."""
+        version = local_metadata.get("version", None)
+        key = prefix + "num_batches_tracked"
+        if (version is None or version < 2) and self.track_running_stats and \
+                key not in state_dict:
+            state_dict[key] = self.num_batches_tracked
 
     def reset_running_stats(self):
         if self.track_running_stats:
