@@ -1015,3 +1015,46 @@ def test_batchnorm_state_dict_of_version_2_still_needs_num_batches_tracked():
     assert got == "_IncompatibleKeys(missing_keys=['num_batches_tracked'], unexpected_keys=[])"
     if _torch is not None:
         assert got == load(_torch)
+
+
+def test_device_selection_boilerplate_runs():
+    """The lines that open PyTorch's vision scripts: cuDNN switches and device choice."""
+    import microtensor.backends.cudnn as cudnn
+    saved = cudnn.benchmark, cudnn.deterministic
+    try:
+        cudnn.benchmark = True
+        microtensor.backends.cudnn.deterministic = True
+        assert (cudnn.benchmark, cudnn.deterministic) == (True, True)
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved
+    has_cuda = microtensor.cuda.is_available()
+    assert microtensor.accelerator.is_available() is has_cuda
+    device = (microtensor.accelerator.current_accelerator().type
+              if microtensor.accelerator.is_available() else "cpu")
+    assert device == ("cuda" if has_cuda else "cpu")
+    device = ("cuda" if microtensor.cuda.is_available()
+              else "mps" if microtensor.backends.mps.is_available() else "cpu")
+    assert microtensor.ones(2).to(device).device.type == device
+    if not has_cuda:
+        assert microtensor.accelerator.current_accelerator() is None
+        assert microtensor.accelerator.device_count() == 0
+        with pytest.raises(RuntimeError, match="none is available"):
+            microtensor.accelerator.current_device_index()
+
+
+@needs_torch
+def test_cudnn_switches_and_flags_match_torch_without_cudnn():
+    def switches(lib):
+        c = lib.backends.cudnn
+        return (c.enabled, c.benchmark, c.deterministic, c.allow_tf32, c.benchmark_limit,
+                c.is_available(), c.version())
+
+    assert switches(microtensor) == switches(_torch)
+    for lib in (microtensor, _torch):
+        before = switches(lib)
+        with lib.backends.cudnn.flags(enabled=False, deterministic=True):
+            assert (lib.backends.cudnn.enabled, lib.backends.cudnn.deterministic) == \
+                (False, True)
+        assert switches(lib) == before
+    assert microtensor.backends.mps.is_available() == _torch.backends.mps.is_available()
+    assert microtensor.backends.mps.is_built() == _torch.backends.mps.is_built()

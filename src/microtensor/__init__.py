@@ -45,6 +45,7 @@ from microtensor import (cuda, explain, linalg, nn, optim, privacy,  # noqa: E40
                          return_types, testing, utils)
 from microtensor import amp  # noqa: E402
 from microtensor import distributions  # noqa: E402
+from microtensor import accelerator  # noqa: E402
 from microtensor.serialization import (load, load_safetensors, save,  # noqa: E402
                                        save_safetensors)
 from microtensor._legacy import TYPED_CONSTRUCTORS as _TYPED_CONSTRUCTORS  # noqa: E402
