@@ -1058,3 +1058,22 @@ def test_cudnn_switches_and_flags_match_torch_without_cudnn():
         assert switches(lib) == before
     assert microtensor.backends.mps.is_available() == _torch.backends.mps.is_available()
     assert microtensor.backends.mps.is_built() == _torch.backends.mps.is_built()
+
+
+def test_round_to_decimals_as_metrics_print_them():
+    values = [1.2345, 2.5, -0.125, 1234.5678, 2.675]
+    x = microtensor.tensor(values, requires_grad=True)
+    got = [microtensor.round(x, decimals=2), x.round(decimals=-2), x.round(decimals=1)]
+    got[0].sum().backward()
+    assert x.grad.tolist() == [0.0] * 5
+    y = microtensor.tensor([1.25, 2.35])
+    y.round_(decimals=1)
+    with pytest.raises(NotImplementedError, match="round_cpu.*Long"):
+        microtensor.round(microtensor.tensor([1, 2]), decimals=1)
+    if _torch is not None:
+        t = _torch.tensor(values)
+        expected = [_torch.round(t, decimals=2), t.round(decimals=-2), t.round(decimals=1)]
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a.detach().numpy(), b.numpy())
+        np.testing.assert_array_equal(y.numpy(),
+                                      _torch.tensor([1.25, 2.35]).round_(decimals=1).numpy())

@@ -18,8 +18,8 @@ from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
 from microtensor.ops import special_math
-from microtensor.ops.loops import (array_module, float_dtype, from_numpy_result, pointwise,
-                                   store)
+from microtensor.ops.loops import (_type_name, array_module, float_dtype, from_numpy_result,
+                                   pointwise, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -506,9 +506,6 @@ sign = _unary("sign", lambda a, out, dtype, casting: np.nan_to_num(
     neginf=-np.inf), floating=False)   # 0 at NaN, as PyTorch
 floor = _unary("floor", np.floor, floating=False)
 ceil = _unary("ceil", np.ceil, floating=False)
-round = _unary("round", lambda a, out, dtype, casting: np.rint(
-    a, out=out, dtype=dtype, casting=casting) if np.dtype(dtype).kind == "f" else np.copyto(
-    out, a, casting=casting), floating=False)   # rint: half to even, as PyTorch
 trunc = _unary("trunc", np.trunc, floating=False)
 frac = _unary("frac", lambda a, out, dtype, casting: np.subtract(
     a, np.trunc(a), out=out, dtype=dtype, casting=casting), floating=False,
@@ -522,6 +519,45 @@ sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
     1, 1 + np.exp(np.negative(a, dtype=dtype)), out=out, dtype=dtype, casting=casting))
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
     a, 0, out=out, dtype=dtype, casting=casting), floating=False)
+
+
+def _rint(a, out, dtype, casting):
+    """Round half to even, as PyTorch; an integer is its own rounding."""
+    if np.dtype(dtype).kind == "f":
+        return np.rint(a, out=out, dtype=dtype, casting=casting)
+    return np.copyto(out, a, casting=casting)
+
+
+def _rint_at(decimals):
+    """``_rint`` at ``decimals`` places (negative: to tens, hundreds ...) in the tensor's
+    own precision, as PyTorch: ``x * 10**d`` rounded, then divided back."""
+    scale = 10.0 ** decimals if decimals > 0 else 10.0 ** -decimals
+
+    def ufunc(a, out, dtype, casting):
+        shift, unshift = (np.multiply, np.divide) if decimals > 0 else (np.divide, np.multiply)
+        shifted = shift(a, scale, dtype=dtype)
+        np.rint(shifted, out=shifted)
+        return unshift(shifted, scale, out=out, dtype=dtype, casting=casting)
+    return ufunc
+
+
+def _round_samples(make):
+    return _unary_samples()(make) + [Sample(make(3, 4, low=-20, high=20), decimals=1),
+                                     Sample(make(5, low=-500, high=500), decimals=-2)]
+
+
+@op(family="pointwise", samples=_round_samples)
+def round(self, *, decimals=0, out=None):
+    if not decimals:
+        return pointwise(_rint, self, out=out)
+    if not self._dtype.is_floating_point:
+        raise NotImplementedError(
+            f"\"round_cpu\" not implemented for '{_type_name(self._dtype)}'")
+    return pointwise(_rint_at(decimals), self, out=out)
+
+
+inplace_variant(round)
+set_unary_kernel(round, _rint)   # float32/float64 calls without decimals skip the kernel
 
 
 
