@@ -1077,3 +1077,38 @@ def test_round_to_decimals_as_metrics_print_them():
             np.testing.assert_array_equal(a.detach().numpy(), b.numpy())
         np.testing.assert_array_equal(y.numpy(),
                                       _torch.tensor([1.25, 2.35]).round_(decimals=1).numpy())
+
+
+def test_seeding_and_amp_boilerplate_runs():
+    """``seed_everything`` and the mixed-precision lines of training scripts, with AMP off."""
+    microtensor.manual_seed(0)
+    microtensor.cuda.manual_seed(0)
+    microtensor.cuda.manual_seed_all(0)
+    microtensor.cuda.empty_cache()
+    a = microtensor.rand(3)
+    microtensor.manual_seed(0)
+    microtensor.cuda.manual_seed_all(1)        # the default generator is not reseeded
+    np.testing.assert_array_equal(microtensor.rand(3).numpy(), a.numpy())
+
+    from microtensor.cuda.amp import GradScaler, autocast
+    with pytest.warns(FutureWarning, match="amp.GradScaler\\('cuda', args...\\)"):
+        scaler = GradScaler(enabled=False)
+    assert isinstance(scaler, microtensor.amp.GradScaler) and not scaler.is_enabled()
+    with pytest.warns(FutureWarning, match="amp.autocast\\('cuda', args...\\)"):
+        ctx = autocast(enabled=False)
+    model = microtensor.nn.Linear(2, 1)
+    with ctx, microtensor.amp.autocast("cpu", enabled=False):
+        loss = model(microtensor.ones(4, 2)).pow(2).mean()
+    scaler.scale(loss).backward()
+    optimizer = microtensor.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+    scaler.step(optimizer)
+    scaler.update()
+    assert not microtensor.equal(model.weight, before)
+    assert microtensor.amp.autocast is microtensor.autocast
+    if _torch is not None:
+        import inspect
+        for name in ("GradScaler", "autocast"):
+            ours = inspect.signature(getattr(microtensor.cuda.amp, name))
+            theirs = inspect.signature(getattr(_torch.cuda.amp, name))
+            assert list(ours.parameters) == list(theirs.parameters)

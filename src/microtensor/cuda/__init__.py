@@ -26,4 +26,25 @@ def synchronize(device=None):
     _backend.synchronize(device)
 
 
-__all__ = ["is_available", "device_count", "current_device", "synchronize"]
+def manual_seed(seed):
+    """Nothing to seed: microtensor's CUDA tensors draw from the one default generator,
+    which ``microtensor.manual_seed`` seeds (programs that seed CUDA seed that too)."""
+    int(seed)
+
+
+def manual_seed_all(seed):
+    """As ``manual_seed``: every device shares the default generator."""
+    int(seed)
+
+
+def empty_cache():
+    """Hand CuPy's cached, unused GPU blocks back to the device (nothing to do before a
+    CUDA tensor was made)."""
+    if _backend._cupy is not None:
+        _backend._cupy.get_default_memory_pool().free_all_blocks()
+
+
+from microtensor.cuda import amp  # noqa: E402
+
+__all__ = ["is_available", "device_count", "current_device", "synchronize", "manual_seed",
+           "manual_seed_all", "empty_cache", "amp"]
