@@ -1117,7 +1117,8 @@ def test_cudnn_switches_and_flags_match_torch_without_cudnn():
 def test_round_to_decimals_as_metrics_print_them():
     values = [1.2345, 2.5, -0.125, 1234.5678, 2.675]
     x = microtensor.tensor(values, requires_grad=True)
-    got = [microtensor.round(x, decimals=2), x.round(decimals=-2), x.round(decimals=1)]
+    got = [microtensor.round(x, decimals=2), x.round(decimals=-2), x.round(decimals=1),
+           x[1].round(decimals=1)]
     got[0].sum().backward()
     assert x.grad.tolist() == [0.0] * 5
     y = microtensor.tensor([1.25, 2.35])
@@ -1126,7 +1127,8 @@ def test_round_to_decimals_as_metrics_print_them():
         microtensor.round(microtensor.tensor([1, 2]), decimals=1)
     if _torch is not None:
         t = _torch.tensor(values)
-        expected = [_torch.round(t, decimals=2), t.round(decimals=-2), t.round(decimals=1)]
+        expected = [_torch.round(t, decimals=2), t.round(decimals=-2), t.round(decimals=1),
+                    t[1].round(decimals=1)]
         for a, b in zip(got, expected):
             np.testing.assert_array_equal(a.detach().numpy(), b.numpy())
         np.testing.assert_array_equal(y.numpy(),

@@ -535,15 +535,15 @@ def _rint_at(decimals):
 
     def ufunc(a, out, dtype, casting):
         shift, unshift = (np.multiply, np.divide) if decimals > 0 else (np.divide, np.multiply)
-        shifted = shift(a, scale, dtype=dtype)
-        np.rint(shifted, out=shifted)
-        return unshift(shifted, scale, out=out, dtype=dtype, casting=casting)
+        rounded = np.rint(shift(a, scale, dtype=dtype))
+        return unshift(rounded, scale, out=out, dtype=dtype, casting=casting)
     return ufunc
 
 
 def _round_samples(make):
     return _unary_samples()(make) + [Sample(make(3, 4, low=-20, high=20), decimals=1),
-                                     Sample(make(5, low=-500, high=500), decimals=-2)]
+                                     Sample(make(5, low=-500, high=500), decimals=-2),
+                                     Sample(make((), low=-20, high=20), decimals=2)]
 
 
 @op(family="pointwise", samples=_round_samples)
