@@ -29,12 +29,12 @@ def synchronize(device=None):
 def manual_seed(seed):
     """Nothing to seed: microtensor's CUDA tensors draw from the one default generator,
     which ``microtensor.manual_seed`` seeds (programs that seed CUDA seed that too)."""
-    int(seed)
+    int(seed)   # a seed that is no integer is refused, as by PyTorch
 
 
 def manual_seed_all(seed):
     """As ``manual_seed``: every device shares the default generator."""
-    int(seed)
+    int(seed)   # a seed that is no integer is refused, as by PyTorch
 
 
 def empty_cache():
