@@ -1168,3 +1168,52 @@ def test_seeding_and_amp_boilerplate_runs():
             ours = inspect.signature(getattr(microtensor.cuda.amp, name))
             theirs = inspect.signature(getattr(_torch.cuda.amp, name))
             assert list(ours.parameters) == list(theirs.parameters)
+
+
+@needs_torch
+def test_training_resumes_in_microtensor_from_a_pytorch_checkpoint():
+    """A checkpoint PyTorch saved (weights, AdamW state, scheduler) loads with
+    ``microtensor.load`` and training goes on as it does in PyTorch."""
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((3, 1, 4, 4)).astype(np.float32)
+    labels = np.array([0, 1, 1])
+
+    def build(lib):
+        # no conv bias: BatchNorm cancels its gradient, which Adam would scale up from noise
+        return lib.nn.Sequential(lib.nn.Conv2d(1, 2, 3, bias=False), lib.nn.BatchNorm2d(2),
+                                 lib.nn.ReLU(), lib.nn.Flatten(), lib.nn.Linear(8, 2))
+
+    def step(lib, model, optimizer, scheduler):
+        optimizer.zero_grad()
+        loss = lib.nn.functional.cross_entropy(model(lib.tensor(images)), lib.tensor(labels))
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        return loss.item()
+
+    def optimizer_of(lib, model):
+        optimizer = lib.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+        return optimizer, lib.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+
+    ref = build(_torch)
+    ref_opt, ref_sched = optimizer_of(_torch, ref)
+    for _ in range(2):
+        step(_torch, ref, ref_opt, ref_sched)
+    buffer = io.BytesIO()
+    _torch.save({"model": ref.state_dict(), "optimizer": ref_opt.state_dict(),
+                 "scheduler": ref_sched.state_dict(), "epoch": 2}, buffer)
+    buffer.seek(0)
+    checkpoint = microtensor.load(buffer)
+    assert checkpoint["epoch"] == 2
+    model = build(microtensor)
+    model.load_state_dict(checkpoint["model"])
+    optimizer, scheduler = optimizer_of(microtensor, model)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    for _ in range(3):
+        np.testing.assert_allclose(step(microtensor, model, optimizer, scheduler),
+                                   step(_torch, ref, ref_opt, ref_sched), rtol=1e-5)
+    assert optimizer.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"]
+    for (key, expected), actual in zip(ref.state_dict().items(), model.state_dict().values()):
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-4, atol=1e-6,
+                                   err_msg=key)
