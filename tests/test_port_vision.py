@@ -1217,3 +1217,32 @@ def test_training_resumes_in_microtensor_from_a_pytorch_checkpoint():
     for (key, expected), actual in zip(ref.state_dict().items(), model.state_dict().values()):
         np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-4, atol=1e-6,
                                    err_msg=key)
+
+
+def test_load_with_a_map_location_function():
+    """``torch.load(f, map_location=lambda storage, loc: storage)``, the idiom of older
+    scripts for GPU checkpoints on a CPU: the function gets each loaded storage and its
+    saved location and returns the storage to use (None: the saved location)."""
+    state = microtensor.nn.BatchNorm2d(2).state_dict()
+    state["running_mean"].fill_(0.5)
+    seen = []
+
+    def keep_on_cpu(storage, location):
+        seen.append(location)
+        return storage
+
+    for map_location, expected in ((keep_on_cpu, ["cpu"] * 5), (lambda s, loc: None, [])):
+        buffer = io.BytesIO()
+        microtensor.save(state, buffer)
+        buffer.seek(0)
+        seen.clear()
+        loaded = microtensor.load(buffer, map_location=map_location)
+        assert seen == expected
+        assert loaded["running_mean"].tolist() == [0.5, 0.5]
+        assert loaded["num_batches_tracked"].dtype == microtensor.int64
+    if _torch is not None:
+        buffer = io.BytesIO()
+        _torch.save(_torch.nn.Conv2d(1, 2, 3).state_dict(), buffer)
+        buffer.seek(0)
+        loaded = microtensor.load(buffer, map_location=lambda storage, loc: storage)
+        assert [tuple(v.shape) for v in loaded.values()] == [(2, 1, 3, 3), (2,)]

@@ -132,7 +132,7 @@ def test_load_options():
     assert loaded["x"].device == mt.device("cpu")
     assert roundtrip({"x": mt.ones(2)}, map_location="cpu")["x"].tolist() == [1.0, 1.0]
     with pytest.raises(TypeError, match="map_location should be"):
-        roundtrip({"x": mt.ones(2)}, map_location=lambda storage, loc: storage)
+        roundtrip({"x": mt.ones(2)}, map_location=3)
 
 
 def test_a_cuda_checkpoint_loads_on_the_cpu_with_map_location(monkeypatch):

@@ -277,14 +277,14 @@ class _WeightsUnpickler(pickle._Unpickler):
 
 
 def _target_device(location, map_location):
-    if map_location is None:
+    if map_location is None or callable(map_location):
         return device(location)
     if isinstance(map_location, dict):
         return device(map_location.get(location, location))
     if isinstance(map_location, (str, device)):
         return device(map_location)
-    raise TypeError(f"map_location should be None, a string, a device or a dict of "
-                    f"locations, but got {type(map_location).__name__}")
+    raise TypeError(f"map_location should be None, a string, a device, a dict of "
+                    f"locations or a function, but got {type(map_location).__name__}")
 
 
 class _Archive:
@@ -312,6 +312,12 @@ class _Archive:
                                          f"{dt.name}")
         values = np.frombuffer(raw, element.newbyteorder(self.byteorder)).astype(element)
         storage = Storage(values)
+        if callable(self.map_location):
+            # PyTorch's ``map_location(storage, location)``: the storage to use, or None
+            # for the saved location (``lambda storage, loc: storage`` keeps it on the CPU)
+            moved = self.map_location(storage, location)
+            if moved is not None:
+                return _LoadedStorage(moved, dt)
         target = _target_device(location, self.map_location)
         if target.type == "cuda" and not cuda_is_available():
             raise RuntimeError(
@@ -329,7 +335,9 @@ def load(f, map_location=None, *, weights_only=True, mmap=None):
     ``f``, a path or a binary file object, without running any code from the file: only
     tensors, Parameters, numbers, strings, bytes, dtypes, devices and dicts, lists, tuples,
     sets and Counters of them are accepted, and anything else raises ``pickle.UnpicklingError``.
-    ``map_location`` (a device, or a dict from saved to new locations) moves storages."""
+    ``map_location`` (a device, a dict from saved to new locations, or a function of the
+    loaded CPU storage and its saved location returning the storage to use) moves
+    storages."""
     if not weights_only:
         raise ValueError("microtensor.load supports only weights_only=True: it never "
                          "unpickles arbitrary objects, which can run code on load; "
