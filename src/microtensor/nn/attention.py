@@ -14,6 +14,7 @@ from microtensor.nn.modules import Dropout, Linear, Module
 from microtensor.nn.norm import LayerNorm
 from microtensor.nn.parameter import Parameter
 from microtensor.ops.factory import empty, full
+from microtensor.ops.shape import cat
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "TransformerDecoderLayer", "TransformerDecoder", "Transformer"]
@@ -39,9 +40,6 @@ class MultiheadAttention(Module):
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
                              f"embed_dim={embed_dim} and num_heads={num_heads} instead")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are "
-                                      "not supported")
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim
@@ -69,8 +67,12 @@ class MultiheadAttention(Module):
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
                                                         **factory)
-        self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
+        if add_bias_kv:
+            self.bias_k = Parameter(empty(1, 1, embed_dim, **factory))
+            self.bias_v = Parameter(empty(1, 1, embed_dim, **factory))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self):
@@ -83,6 +85,9 @@ class MultiheadAttention(Module):
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
 
     def _projections(self):
         if self._qkv_same_embed_dim:
@@ -120,10 +125,19 @@ class MultiheadAttention(Module):
         else:
             (wq, wk, wv), (bq, bk, bv) = self._projections()
             q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        # add_bias_kv appends one learnt key and value, add_zero_attn one of zeros in every
+        # head; the masks let the queries attend to them
+        extra = (self.bias_k is not None) + bool(self.add_zero_attn)
+        if self.bias_k is not None:
+            k = cat([k, self.bias_k.expand(n, 1, embed)], 1)
+            v = cat([v, self.bias_v.expand(n, 1, embed)], 1)
         # heads: (N, H, L, head_dim), views of the projections
         q = q.reshape(n, length, heads, head_dim).transpose(1, 2)
-        k = k.reshape(n, source, heads, head_dim).transpose(1, 2)
-        v = v.reshape(n, source, heads, head_dim).transpose(1, 2)
+        k = k.reshape(n, k.shape[1], heads, head_dim).transpose(1, 2)
+        v = v.reshape(n, v.shape[1], heads, head_dim).transpose(1, 2)
+        if self.add_zero_attn:
+            k = cat([k, k.new_zeros((n, heads, 1, head_dim))], 2)
+            v = cat([v, v.new_zeros((n, heads, 1, head_dim))], 2)
         mask = _additive(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 3:
             expected = (n * heads, length, source)
@@ -135,8 +149,10 @@ class MultiheadAttention(Module):
             raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, but "
                                f"should be {(length, source)}.")
         padding = _additive(key_padding_mask, q.dtype)
+        if extra and mask is not None:
+            mask = F.pad(mask, (0, extra))
         if padding is not None:
-            padding = padding.reshape(n, 1, 1, source)
+            padding = F.pad(padding, (0, extra)).reshape(n, 1, 1, source + extra)
             mask = padding if mask is None else mask + padding
         scores = (q * (1.0 / math.sqrt(head_dim))).matmul(k.mT)
         if mask is not None:

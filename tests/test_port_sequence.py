@@ -1,0 +1,870 @@
+"""Sequence models and training utilities, written as PyTorch's tutorials and examples
+write them, run twice: on PyTorch and on microtensor, the same code with only the library
+differing.
+
+Each program is a function of the library, ``program(torch, init, **options)``: it builds
+its model, loads ``init`` (the PyTorch run's initial state_dict, through NumPy) when given,
+feeds inputs made from fixed NumPy values, trains a few steps and returns what a user
+looks at: forward outputs, losses, every parameter's ``.grad``, the parameters after the
+optimizer steps, eval-mode outputs, state_dicts.  ``_compare`` runs it on both libraries and
+asserts that the results agree to float32 tolerances.
+
+Two things a program does not compare, because they differ by design: random streams
+(microtensor's generator is not PyTorch's, so dropout is set to 0 while training and
+sampling is compared by its statistics) and, with Adam-like optimizers, parameters whose
+gradient is zero up to round-off (the key bias of an attention, a bias before a
+BatchNorm): the optimizer's normalisation blows that round-off up to the learning rate,
+so those programs step with SGD.
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import microtensor
+
+try:
+    import torch as _torch
+except ImportError:     # pragma: no cover
+    _torch = None
+
+needs_torch = pytest.mark.skipif(_torch is None, reason="PyTorch is not installed: the "
+                                 "programs are compared against it")
+# PyTorch's own deprecation notes (a float causal mask beside a bool padding mask, as its
+# tutorials write them) are not what these tests look at
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
+
+
+# --------------------------------------------------------------------------- harness
+
+def _numpy(value):
+    """A result as NumPy (reduced-precision floats widened to float32), recursively."""
+    if hasattr(value, "detach"):
+        value = value.detach()
+        if value.is_floating_point() and value.element_size() < 4:
+            value = value.float()
+        return value.numpy().copy()
+    if isinstance(value, dict):
+        return {k: _numpy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_numpy(v) for v in value]
+    if isinstance(value, str):
+        return value
+    return np.asarray(value)
+
+
+def _state(model):
+    return {k: _numpy(v) for k, v in model.state_dict().items()}
+
+
+def _load(torch, model, init):
+    if init is not None:
+        model.load_state_dict({k: torch.tensor(v) for k, v in init.items()})
+
+
+def _grads(model):
+    return {n: p.grad for n, p in model.named_parameters()}
+
+
+def _assert_same(got, ref, name, rtol, atol):
+    if isinstance(ref, dict):
+        assert list(got) == list(ref), name
+        for key in ref:
+            _assert_same(got[key], ref[key], f"{name}.{key}", rtol, atol)
+    elif isinstance(ref, list):
+        assert len(got) == len(ref), name
+        for i, (g, r) in enumerate(zip(got, ref)):
+            _assert_same(g, r, f"{name}[{i}]", rtol, atol)
+    elif isinstance(ref, str) or ref.dtype.kind in "USOb":
+        assert np.array_equal(got, ref), (name, got, ref)
+    else:
+        assert got.shape == ref.shape, (name, got.shape, ref.shape)
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, err_msg=name)
+
+
+def _compare(program, rtol=1e-4, atol=1e-5, **options):
+    """Runs ``program`` on PyTorch, then on microtensor from PyTorch's initial weights."""
+    ref = _numpy(program(_torch, None, **options))
+    init = ref.pop("init")
+    got = _numpy(program(microtensor, init, **options))
+    got.pop("init")
+    _assert_same(got, ref, program.__name__, rtol, atol)
+    return got
+
+
+def _no_dropout(torch, model):
+    """Dropout off in training, so that both libraries take the same steps."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        elif isinstance(m, (torch.nn.MultiheadAttention, torch.nn.RNNBase)):
+            m.dropout = 0.0
+
+
+# --------------------------------------------------------------------------- programs
+
+def text_classifier(torch, init, cell="LSTM", enforce_sorted=True, bidirectional=True):
+    """An RNN over padded token ids: Embedding(padding_idx), packed sequences, two layers
+    with dropout between them, the last layer's final hidden states into a Linear."""
+    nn = torch.nn
+    rnn_utils = torch.nn.utils.rnn
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self, vocab=20, emb=6, hidden=5, classes=3):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, emb, padding_idx=0)
+            self.rnn = getattr(nn, cell)(emb, hidden, num_layers=2, dropout=0.3,
+                                         bidirectional=bidirectional, batch_first=True)
+            self.fc = nn.Linear(hidden * (2 if bidirectional else 1), classes)
+
+        def forward(self, text, lengths):
+            packed = rnn_utils.pack_padded_sequence(self.embedding(text), lengths,
+                                                    batch_first=True,
+                                                    enforce_sorted=enforce_sorted)
+            out, hidden = self.rnn(packed)
+            if cell == "LSTM":
+                hidden = hidden[0]
+            padded, out_lengths = rnn_utils.pad_packed_sequence(out, batch_first=True)
+            if bidirectional:
+                hidden = torch.cat((hidden[-2, :, :], hidden[-1, :, :]), dim=1)
+            else:
+                hidden = hidden[-1]
+            return self.fc(hidden), padded, out_lengths
+
+    model = Classifier()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    lengths = [7, 5, 5, 3, 1] if enforce_sorted else [3, 7, 1, 5, 4]
+    tokens = np.zeros((5, 7), dtype=np.int64)
+    for i, n in enumerate(lengths):
+        tokens[i, :n] = (np.arange(n) * 7 + 3 * i) % 19 + 1
+    text, lengths = torch.tensor(tokens), torch.tensor(lengths)
+    labels = torch.tensor([0, 1, 2, 1, 0])
+    model.eval()
+    res["eval"], res["padded"], res["lengths"] = model(text, lengths)
+    model.train()
+    _no_dropout(torch, model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    criterion = nn.CrossEntropyLoss()
+    for step in range(3):
+        optimizer.zero_grad()
+        logits, _, _ = model(text, lengths)
+        loss = criterion(logits, labels)
+        loss.backward()
+        if step == 0:
+            res["grads"] = _grads(model)
+        optimizer.step()
+        res[f"loss{step}"] = loss
+    res["state"] = _state(model)
+    res["padding_row"] = model.embedding.weight[0]
+    return res
+
+
+def char_rnn(torch, init, cell="LSTM"):
+    """The word_language_model example: truncated backpropagation through time (the hidden
+    state detached between chunks), clip_grad_norm_, then greedy generation with a
+    temperature in eval mode."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    vocab, nhid = 11, 8
+
+    class RNNModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.5)
+            self.encoder = nn.Embedding(vocab, nhid)
+            self.rnn = getattr(nn, cell)(nhid, nhid, 2, dropout=0.2)
+            self.decoder = nn.Linear(nhid, vocab)
+
+        def forward(self, x, h):
+            out, h = self.rnn(self.drop(self.encoder(x)), h)
+            return self.decoder(self.drop(out)).view(-1, vocab), h
+
+        def init_hidden(self, bsz):
+            weight = next(self.parameters())
+            if cell == "LSTM":
+                return (weight.new_zeros(2, bsz, nhid), weight.new_zeros(2, bsz, nhid))
+            return weight.new_zeros(2, bsz, nhid)
+
+    def repackage_hidden(h):
+        if isinstance(h, torch.Tensor):
+            return h.detach()
+        return tuple(repackage_hidden(v) for v in h)
+
+    model = RNNModel()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    data = torch.tensor((np.arange(3 * 19).reshape(19, 3) * 5 % 11).astype(np.int64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, nesterov=True)
+    _no_dropout(torch, model)
+    model.train()
+    hidden, bptt = model.init_hidden(3), 6
+    norms, losses = [], []
+    for i in range(0, data.size(0) - 1, bptt):
+        seq_len = min(bptt, len(data) - 1 - i)
+        x, targets = data[i:i + seq_len], data[i + 1:i + 1 + seq_len].reshape(-1)
+        hidden = repackage_hidden(hidden)
+        model.zero_grad()
+        output, hidden = model(x, hidden)
+        loss = F.nll_loss(F.log_softmax(output, dim=-1), targets)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)))
+        losses.append(loss.item())
+        optimizer.step()
+    res["norms"], res["losses"], res["state"] = norms, losses, _state(model)
+    res["hidden"] = hidden[0] if cell == "LSTM" else hidden
+    model.eval()
+    with torch.no_grad():
+        token, hidden, words, probs = torch.tensor([[3]]), model.init_hidden(1), [], []
+        for _ in range(5):
+            output, hidden = model(token, hidden)
+            weights = output.squeeze().div(0.8).exp()
+            probs.append(weights / weights.sum())
+            index = torch.argmax(weights)
+            token.fill_(index)
+            words.append(int(index))
+    res["words"], res["probs"] = words, torch.stack(probs)
+    return res
+
+
+def seq2seq(torch, init, attention="bahdanau"):
+    """An attention seq2seq (the NLP-from-scratch tutorial's kind): a bidirectional GRU
+    encoder, additive (Bahdanau) or multiplicative (Luong) attention over the source with
+    padding masked by masked_fill(-inf), a GRUCell decoder with teacher forcing, label
+    smoothing with ignore_index, clip_grad_value_."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    vocab, hidden = 12, 8
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, hidden, padding_idx=0)
+            self.gru = nn.GRU(hidden, hidden, batch_first=True, bidirectional=True)
+            self.fc = nn.Linear(2 * hidden, hidden)
+
+        def forward(self, src):
+            out, h = self.gru(self.embedding(src))
+            return out, torch.tanh(self.fc(torch.cat((h[-2], h[-1]), dim=1)))
+
+    class Bahdanau(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.Wa = nn.Linear(hidden, hidden)
+            self.Ua = nn.Linear(2 * hidden, hidden)
+            self.Va = nn.Linear(hidden, 1)
+
+        def forward(self, query, keys, mask):
+            scores = self.Va(torch.tanh(self.Wa(query.unsqueeze(1)) + self.Ua(keys))).squeeze(2)
+            weights = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            return torch.bmm(weights.unsqueeze(1), keys).squeeze(1), weights
+
+    class Luong(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = nn.Linear(2 * hidden, hidden, bias=False)
+
+        def forward(self, query, keys, mask):
+            scores = torch.bmm(self.W(keys), query.unsqueeze(2)).squeeze(2)
+            weights = scores.masked_fill(mask == 0, -float("inf")).softmax(-1)
+            return torch.einsum("bs,bsh->bh", weights, keys), weights
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, hidden)
+            self.attention = Bahdanau() if attention == "bahdanau" else Luong()
+            self.gru = nn.GRUCell(3 * hidden, hidden)
+            self.out = nn.Linear(4 * hidden, vocab)
+            self.dropout = nn.Dropout(0.1)
+
+        def forward(self, token, h, encoded, mask):
+            embedded = self.dropout(self.embedding(token))
+            context, weights = self.attention(h, encoded, mask)
+            h = self.gru(torch.cat([embedded, context], dim=1), h)
+            return self.out(torch.cat([h, context, embedded], dim=1)), h, weights
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.decoder = Encoder(), Decoder()
+
+        def forward(self, src, trg, teacher_forcing):
+            encoded, h = self.encoder(src)
+            mask, token, outputs, attentions = src != 0, trg[:, 0], [], []
+            for t in range(1, trg.shape[1]):
+                out, h, weights = self.decoder(token, h, encoded, mask)
+                outputs.append(out)
+                attentions.append(weights)
+                token = trg[:, t] if teacher_forcing[t] else out.argmax(1)
+            return torch.stack(outputs, 1), torch.stack(attentions, 1)
+
+    model = Seq2Seq()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    src = torch.tensor([[1, 5, 6, 7, 2], [1, 3, 4, 2, 0], [1, 9, 2, 0, 0]])
+    trg = torch.tensor([[1, 4, 5, 2], [1, 8, 2, 0], [1, 3, 3, 2]])
+    model.eval()
+    with torch.no_grad():
+        res["eval"], res["eval_attention"] = model(src, trg, [False] * 4)
+    model.train()
+    _no_dropout(torch, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
+    criterion = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        out, _ = model(src, trg, [True, True, False, True])
+        loss = criterion(out.reshape(-1, vocab), trg[:, 1:].reshape(-1))
+        loss.backward()
+        if step == 0:
+            res["out"], res["grads"] = out, _grads(model)
+        torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+        optimizer.step()
+    res["loss"], res["state"] = loss, _state(model)
+    return res
+
+
+def transformer_lm(torch, init, norm_first=False, batch_first=True, activation="relu",
+                   is_causal=True):
+    """The transformer tutorial's language model: positional encoding buffer,
+    TransformerEncoder over a causal mask and a key padding mask, AdamW."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    vocab, d_model, seq, batch = 13, 8, 6, 3
+
+    class PositionalEncoding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dropout = nn.Dropout(0.1)
+            position = torch.arange(seq).unsqueeze(1)
+            div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+            pe = torch.zeros(seq, 1, d_model)
+            pe[:, 0, 0::2] = torch.sin(position * div_term)
+            pe[:, 0, 1::2] = torch.cos(position * div_term)
+            self.register_buffer("pe", pe)
+
+        def forward(self, x):
+            if batch_first:
+                return self.dropout(x + self.pe[:x.size(1)].transpose(0, 1))
+            return self.dropout(x + self.pe[:x.size(0)])
+
+    class TransformerModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos_encoder = PositionalEncoding()
+            layer = nn.TransformerEncoderLayer(d_model, 2, 16, 0.1, activation=activation,
+                                               batch_first=batch_first, norm_first=norm_first)
+            self.encoder = nn.TransformerEncoder(
+                layer, 2, norm=nn.LayerNorm(d_model) if norm_first else None,
+                enable_nested_tensor=False)
+            self.embedding = nn.Embedding(vocab, d_model)
+            self.linear = nn.Linear(d_model, vocab)
+
+        def forward(self, src, mask, padding):
+            x = self.pos_encoder(self.embedding(src) * math.sqrt(d_model))
+            if is_causal:
+                x = self.encoder(x, mask=mask, src_key_padding_mask=padding, is_causal=True)
+            else:
+                x = self.encoder(x, mask, padding)
+            return self.linear(x)
+
+    model = TransformerModel()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    tokens = (np.arange(batch * seq).reshape(batch, seq) * 7 % (vocab - 1) + 1)
+    tokens[1, 4:] = tokens[2, 5:] = 0
+    padding = torch.tensor(tokens == 0)
+    src = torch.tensor(tokens)
+    if not batch_first:
+        src = src.t()
+    mask = nn.Transformer.generate_square_subsequent_mask(seq)
+    res["mask"] = mask
+    model.eval()
+    with torch.no_grad():
+        res["eval"] = model(src, mask, padding)
+    model.train()
+    _no_dropout(torch, model)
+    # SGD: the attention's key bias has a zero gradient up to round-off (see the docstring)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    criterion = nn.CrossEntropyLoss(ignore_index=0)
+    targets = torch.roll(src, -1, dims=1 if batch_first else 0)
+    for step in range(3):
+        optimizer.zero_grad()
+        out = model(src, mask, padding)
+        loss = criterion(out.reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        if step == 0:
+            res["out"], res["grads"] = out, _grads(model)
+        optimizer.step()
+    res["loss"], res["state"] = loss, _state(model)
+    return res
+
+
+def translation_transformer(torch, init, batch_first=True, norm_first=False):
+    """nn.Transformer for translation: source and target padding masks, the target's
+    causal mask, training with label smoothing, then greedy decoding through the
+    encoder and decoder in eval mode."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    d_model, vocab = 8, 10
+
+    class Seq2SeqTransformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src_tok_emb = nn.Embedding(vocab, d_model, padding_idx=0)
+            self.tgt_tok_emb = nn.Embedding(vocab, d_model, padding_idx=0)
+            self.transformer = nn.Transformer(d_model=d_model, nhead=2, num_encoder_layers=2,
+                                              num_decoder_layers=1, dim_feedforward=12,
+                                              dropout=0.1, batch_first=batch_first,
+                                              norm_first=norm_first)
+            self.generator = nn.Linear(d_model, vocab)
+
+        def forward(self, src, tgt, src_padding, tgt_padding):
+            length = tgt.size(1) if batch_first else tgt.size(0)
+            tgt_mask = self.transformer.generate_square_subsequent_mask(length)
+            out = self.transformer(self.src_tok_emb(src), self.tgt_tok_emb(tgt),
+                                   tgt_mask=tgt_mask, src_key_padding_mask=src_padding,
+                                   tgt_key_padding_mask=tgt_padding,
+                                   memory_key_padding_mask=src_padding, tgt_is_causal=True)
+            return self.generator(out)
+
+    model = Seq2SeqTransformer()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    src = torch.tensor([[1, 4, 5, 6, 2], [1, 7, 2, 0, 0]])
+    tgt = torch.tensor([[1, 3, 8, 2], [1, 9, 2, 0]])
+    src_padding, tgt_padding = src == 0, tgt == 0
+    if not batch_first:
+        src, tgt = src.t(), tgt.t()
+    model.eval()
+    with torch.no_grad():
+        res["eval"] = model(src, tgt, src_padding, tgt_padding)
+        memory = model.transformer.encoder(model.src_tok_emb(src),
+                                           src_key_padding_mask=src_padding)
+        ys = torch.ones(2, 1, dtype=torch.long)
+        for _ in range(4):
+            y = ys if batch_first else ys.t()
+            mask = nn.Transformer.generate_square_subsequent_mask(ys.size(1))
+            out = model.transformer.decoder(model.tgt_tok_emb(y), memory, tgt_mask=mask,
+                                            memory_key_padding_mask=src_padding)
+            last = out[:, -1] if batch_first else out[-1]
+            ys = torch.cat([ys, model.generator(last).argmax(-1, keepdim=True)], dim=1)
+        res["greedy"] = ys
+    model.train()
+    _no_dropout(torch, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    targets = torch.roll(tgt, -1, 1 if batch_first else 0).reshape(-1)
+    for step in range(3):
+        optimizer.zero_grad()
+        out = model(src, tgt, src_padding, tgt_padding)
+        loss = F.cross_entropy(out.reshape(-1, vocab), targets, ignore_index=0,
+                               label_smoothing=0.1)
+        loss.backward()
+        if step == 0:
+            res["grads"] = _grads(model)
+        optimizer.step()
+    res["loss"], res["state"] = loss, _state(model)
+    return res
+
+
+def attention_functions(torch, init):
+    """F.scaled_dot_product_attention: is_causal (square and not), bool and float masks,
+    scale, grouped-query attention; its gradients; a query with every key masked."""
+    F = torch.nn.functional
+    values = np.sin(np.arange(1, 1 + 4 * 80)).astype(np.float32)
+
+    def leaf(*shape, start=0):
+        size = int(np.prod(shape))
+        return torch.tensor(values[start:start + size].reshape(shape), requires_grad=True)
+
+    q, k, v = leaf(2, 2, 5, 4), leaf(2, 2, 5, 4, start=40), leaf(2, 2, 5, 4, start=80)
+    k2, v2 = leaf(2, 2, 7, 4, start=120), leaf(2, 2, 7, 3, start=176)
+    bool_mask = torch.tensor(values[:35].reshape(5, 7) > -0.4)
+    bool_mask[:, 0] = True
+    float_mask = torch.tensor(values[200:270].reshape(2, 1, 5, 7))
+    outs = {
+        "causal": F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "bool": F.scaled_dot_product_attention(q, k2, v2, attn_mask=bool_mask),
+        "float": F.scaled_dot_product_attention(q, k2, v2, attn_mask=float_mask, scale=0.3),
+        "causal_rectangular": F.scaled_dot_product_attention(q, k2, v2, is_causal=True),
+        "gqa": F.scaled_dot_product_attention(q, k2[:, :1], v2[:, :1], enable_gqa=True),
+    }
+    sum((o * (i + 1)).sum() for i, o in enumerate(outs.values())).backward()
+    res = {"init": None, "outs": outs,
+           "grads": {"q": q.grad, "k": k.grad, "v": v.grad, "k2": k2.grad, "v2": v2.grad}}
+    all_masked = torch.zeros(5, 7, dtype=torch.bool)
+    all_masked[:, :3] = True
+    all_masked[2] = False
+    out = F.scaled_dot_product_attention(q.detach(), k2.detach(), v2.detach(),
+                                         attn_mask=all_masked)
+    res["all_masked_is_nan"] = torch.isnan(out)
+    return res
+
+
+def gpt(torch, init, accumulation=2):
+    """A GPT written by hand (nanoGPT's shape): a causal mask as a non-persistent tril
+    buffer, the embedding tied to the LM head, GPT-2 initialisation, AdamW with parameter
+    groups (no decay for biases and LayerNorms), warmup then cosine through LambdaLR,
+    gradient accumulation, clip_grad_norm_, then top-k generation."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    vocab, n_embd, block_size, n_head = 11, 8, 6, 2
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=False)
+            self.c_proj = nn.Linear(n_embd, n_embd)
+            self.attn_dropout, self.resid_dropout = nn.Dropout(0.1), nn.Dropout(0.1)
+            mask = torch.tril(torch.ones(block_size, block_size))
+            self.register_buffer("bias", mask.view(1, 1, block_size, block_size),
+                                 persistent=False)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            q, k, v = self.c_attn(x).split(n_embd, dim=2)
+            k = k.view(B, T, n_head, C // n_head).transpose(1, 2)
+            q = q.view(B, T, n_head, C // n_head).transpose(1, 2)
+            v = v.view(B, T, n_head, C // n_head).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            return self.resid_dropout(self.c_proj(y))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+            self.gelu = nn.GELU(approximate="tanh")
+            self.c_proj = nn.Linear(4 * n_embd, n_embd)
+            self.dropout = nn.Dropout(0.1)
+
+        def forward(self, x):
+            return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn = nn.LayerNorm(n_embd), CausalSelfAttention()
+            self.ln_2, self.mlp = nn.LayerNorm(n_embd, bias=False), MLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(vocab, n_embd), wpe=nn.Embedding(block_size, n_embd),
+                drop=nn.Dropout(0.1), h=nn.ModuleList([Block() for _ in range(2)]),
+                ln_f=nn.LayerNorm(n_embd)))
+            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+            self.transformer.wte.weight = self.lm_head.weight
+            self.apply(self._init_weights)
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(4))
+
+        def _init_weights(self, module):
+            if isinstance(module, nn.Linear):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+        def forward(self, idx, targets=None):
+            pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+            x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+            for block in self.transformer.h:
+                x = block(x)
+            x = self.transformer.ln_f(x)
+            if targets is None:
+                return self.lm_head(x[:, [-1], :]), None
+            logits = self.lm_head(x)
+            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)),
+                                           targets.view(-1), ignore_index=-1)
+
+        def configure_optimizers(self, weight_decay, learning_rate, betas):
+            params = {n: p for n, p in self.named_parameters() if p.requires_grad}
+            groups = [
+                {"params": [p for p in params.values() if p.dim() >= 2],
+                 "weight_decay": weight_decay},
+                {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}]
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
+
+        @torch.no_grad()
+        def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+            for _ in range(max_new_tokens):
+                idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+                logits, _ = self(idx_cond)
+                logits = logits[:, -1, :] / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("Inf")
+                probs = F.softmax(logits, dim=-1)
+                idx = torch.cat((idx, torch.argmax(probs, dim=-1, keepdim=True)), dim=1)
+            return idx, probs
+
+    model = GPT()
+    _load(torch, model, init)
+    assert model.transformer.wte.weight is model.lm_head.weight
+    res = {"init": _state(model), "keys": list(model.state_dict()),
+           "buffers": [n for n, _ in model.named_buffers()],
+           "n_params": sum(p.numel() for p in model.parameters())}
+    optimizer = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95))
+    warmup, total = 2, 5
+
+    def lr_lambda(it):
+        if it < warmup:
+            return (it + 1) / (warmup + 1)
+        return 0.1 + 0.45 * (1.0 + math.cos(math.pi * (it - warmup) / (total - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    data = torch.tensor((np.arange(total * accumulation * 2 * 7) * 5 % vocab)
+                        .reshape(total * accumulation, 2, 7))
+    _no_dropout(torch, model)
+    model.train()
+    losses, lrs = [], []
+    for it in range(total):
+        for micro in range(accumulation):
+            batch = data[it * accumulation + micro]
+            x, y = batch[:, :-1], batch[:, 1:].clone()
+            y[0, -1] = -1
+            _, loss = model(x, y)
+            (loss / accumulation).backward()
+        if it == 0:
+            res["grads"] = _grads(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        lrs.append(scheduler.get_last_lr())
+    res["losses"], res["lrs"], res["state"] = losses, lrs, _state(model)
+    res["exp_avg"] = [s["exp_avg"] for s in optimizer.state_dict()["state"].values()]
+    model.eval()
+    res["generated"], res["probs"] = model.generate(torch.tensor([[1, 2]]), 5,
+                                                    temperature=0.8, top_k=3)
+    return res
+
+
+def ctc_speech(torch, init, reduction="mean", zero_infinity=False):
+    """A speech recogniser's shape: Conv1d + BatchNorm front end, a bidirectional GRU,
+    log_softmax, CTCLoss over concatenated targets (one of them too long for its input:
+    an infinite loss), greedy decoding; then F.ctc_loss with padded 2-D targets."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class SpeechModel(nn.Module):
+        def __init__(self, classes=6):
+            super().__init__()
+            self.conv = nn.Sequential(nn.Conv1d(4, 8, 3, stride=2, padding=1),
+                                      nn.BatchNorm1d(8), nn.ReLU(),
+                                      nn.Conv1d(8, 8, 3, padding=1, groups=2))
+            self.gru = nn.GRU(8, 6, bidirectional=True)
+            self.fc = nn.Linear(12, classes)
+
+        def forward(self, x):
+            x, _ = self.gru(self.conv(x).permute(2, 0, 1))
+            return self.fc(x).log_softmax(2)
+
+    model = SpeechModel()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    x = torch.tensor(np.cos(np.arange(3 * 4 * 16) * 0.37).reshape(3, 4, 16).astype(np.float32))
+    targets = torch.tensor([1, 2, 2, 3, 4, 1] + [5] * 9)
+    target_lengths = torch.tensor([5, 1, 9])
+    input_lengths = torch.full((3,), 8, dtype=torch.long)
+    input_lengths[1] = 6
+    criterion = nn.CTCLoss(blank=0, reduction=reduction, zero_infinity=zero_infinity)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        optimizer.zero_grad()
+        log_probs = model(x)
+        loss = criterion(log_probs, targets, input_lengths, target_lengths)
+        (loss.sum() if reduction == "none" else loss).backward()
+        if step == 0:
+            res["log_probs"], res["loss"], res["grads"] = log_probs, loss, _grads(model)
+        optimizer.step()
+    res["state"] = _state(model)
+    model.eval()
+    with torch.no_grad():
+        log_probs = model(x)
+        res["greedy"] = log_probs.argmax(-1).t()
+    padded = torch.tensor([[1, 2, 2, 3, 4, 0, 0, 0, 0], [1] + [0] * 8, [5] * 9])
+    res["padded_targets"] = F.ctc_loss(log_probs, padded, input_lengths, target_lengths,
+                                       reduction=reduction, zero_infinity=zero_infinity)
+    return res
+
+
+def bag_of_embeddings(torch, init, mode="sum"):
+    """The text-classification tutorial's model: EmbeddingBag over a flat batch with
+    offsets (one bag empty), per_sample_weights, weighted label-smoothed cross entropy,
+    clip_grad_norm_, StepLR; then 2-D input and the functional form."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class TextClassificationModel(nn.Module):
+        def __init__(self, vocab=15, embed=5, classes=3):
+            super().__init__()
+            self.embedding = nn.EmbeddingBag(vocab, embed, mode=mode,
+                                             padding_idx=None if mode == "max" else 1)
+            self.fc = nn.Linear(embed, classes)
+            self.embedding.weight.data.uniform_(-0.5, 0.5)
+            self.fc.weight.data.uniform_(-0.5, 0.5)
+            self.fc.bias.data.zero_()
+
+        def forward(self, text, offsets, per_sample_weights=None):
+            return self.fc(self.embedding(text, offsets, per_sample_weights=per_sample_weights))
+
+    model = TextClassificationModel()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    text = torch.tensor([2, 3, 1, 4, 5, 6, 7, 1, 8, 9, 9, 14])
+    offsets = torch.tensor([0, 3, 3, 8])
+    weights = torch.linspace(0.5, 2.0, 12) if mode == "sum" else None
+    optimizer = torch.optim.SGD(model.parameters(), lr=4.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.1)
+    labels = torch.tensor([0, 1, 2, 1])
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.2, weight=torch.tensor([1., 2., 0.5]))
+    for step in range(3):
+        optimizer.zero_grad()
+        out = model(text, offsets, weights)
+        loss = criterion(out, labels)
+        loss.backward()
+        if step == 0:
+            res["out"], res["grads"] = out, _grads(model)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        scheduler.step()
+    res["loss"], res["state"] = loss, _state(model)
+    res["two_d"] = model.embedding(torch.tensor([[2, 3, 1], [4, 1, 1]]))
+    res["functional"] = F.embedding_bag(text, model.embedding.weight,
+                                        torch.tensor([0, 3, 3, 8, 12]), mode=mode,
+                                        include_last_offset=True)
+    return res
+
+
+def attention_bias_kv(torch, init, packed=True, batched=True, batch_first=False,
+                      need_weights=True):
+    """MultiheadAttention with add_bias_kv and add_zero_attn (fairseq's options): a learnt
+    key and value and a zero one appended to every sequence, which the masks leave
+    visible; self-attention (packed projection) or kdim/vdim."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    dims = {} if packed else dict(kdim=3, vdim=3)
+    mha = nn.MultiheadAttention(4, 2, add_bias_kv=True, add_zero_attn=True,
+                                batch_first=batch_first, **dims)
+    _load(torch, mha, init)
+    res = {"init": _state(mha), "keys": list(mha.state_dict()),
+           "repr": repr(mha).replace("microtensor", "torch")}
+    shape = ((2, 3, 4) if batch_first else (3, 2, 4)) if batched else (3, 4)
+    query = torch.tensor(np.sin(np.arange(np.prod(shape))).reshape(shape).astype(np.float32),
+                         requires_grad=True)
+    kv = query
+    if not packed:
+        kv_shape = shape[:-1] + (3,)
+        kv = torch.tensor(np.cos(np.arange(np.prod(kv_shape))).reshape(kv_shape)
+                          .astype(np.float32))
+    padding = torch.tensor([[False, False, True], [False, True, True]] if batched
+                           else [False, True, False])
+    causal = nn.Transformer.generate_square_subsequent_mask(3)
+    out, weights = mha(query, kv, kv, key_padding_mask=padding, attn_mask=causal,
+                       need_weights=need_weights)
+    out.pow(2).sum().backward()
+    res.update(out=out, grads=_grads(mha), query_grad=query.grad)
+    if need_weights:
+        res["weights"] = weights
+    return res
+
+
+# --------------------------------------------------------------------------- tests
+
+@needs_torch
+@pytest.mark.parametrize("cell, enforce_sorted, bidirectional", [
+    ("LSTM", True, True), ("GRU", False, True), ("LSTM", False, False), ("RNN", False, True)])
+def test_rnn_text_classifier(cell, enforce_sorted, bidirectional):
+    _compare(text_classifier, cell=cell, enforce_sorted=enforce_sorted,
+             bidirectional=bidirectional)
+
+
+@needs_torch
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_char_rnn_truncated_bptt(cell):
+    _compare(char_rnn, cell=cell)
+
+
+@needs_torch
+@pytest.mark.parametrize("attention", ["bahdanau", "luong"])
+def test_seq2seq_with_attention(attention):
+    _compare(seq2seq, attention=attention)
+
+
+@needs_torch
+@pytest.mark.parametrize("norm_first, batch_first, activation, is_causal", [
+    (False, True, "relu", True), (True, False, "gelu", False)])
+def test_transformer_language_model(norm_first, batch_first, activation, is_causal):
+    _compare(transformer_lm, norm_first=norm_first, batch_first=batch_first,
+             activation=activation, is_causal=is_causal)
+
+
+@needs_torch
+@pytest.mark.parametrize("batch_first, norm_first", [(True, False), (False, True)])
+def test_translation_transformer(batch_first, norm_first):
+    _compare(translation_transformer, batch_first=batch_first, norm_first=norm_first)
+
+
+@needs_torch
+def test_scaled_dot_product_attention_masks():
+    _compare(attention_functions)
+
+
+@needs_torch
+def test_gpt_weight_tying_param_groups_schedule_accumulation():
+    got = _compare(gpt)
+    # the tril buffer is not saved, the tied weight is saved under both names
+    assert "transformer.h.0.attn.bias" in got["buffers"]
+    assert not any(k.endswith("attn.bias") for k in got["keys"])
+    assert {"lm_head.weight", "transformer.wte.weight"} <= set(got["keys"])
+
+
+@needs_torch
+@pytest.mark.parametrize("reduction, zero_infinity", [("mean", False), ("none", True)])
+def test_ctc_speech_model(reduction, zero_infinity):
+    _compare(ctc_speech, reduction=reduction, zero_infinity=zero_infinity)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_text_classifier(mode):
+    _compare(bag_of_embeddings, mode=mode)
+
+
+@needs_torch
+@pytest.mark.parametrize("packed, batched, batch_first, need_weights", [
+    (True, True, False, True), (True, False, False, False), (False, True, True, True),
+    (False, True, False, False)])
+def test_multihead_attention_add_bias_kv_and_zero_attn(packed, batched, batch_first,
+                                                         need_weights):
+    _compare(attention_bias_kv, packed=packed, batched=batched, batch_first=batch_first,
+             need_weights=need_weights)
+
+
+def test_multihead_attention_bias_kv_parameters():
+    mha = microtensor.nn.MultiheadAttention(4, 2, add_bias_kv=True)
+    assert mha.bias_k.shape == mha.bias_v.shape == (1, 1, 4) and not mha.add_zero_attn
+    assert list(mha.state_dict())[:4] == ["in_proj_weight", "in_proj_bias", "bias_k", "bias_v"]
+    plain = microtensor.nn.MultiheadAttention(4, 2, add_zero_attn=True)
+    assert plain.bias_k is None and plain.bias_v is None and plain.add_zero_attn
+    assert "bias_k" not in plain.state_dict()
