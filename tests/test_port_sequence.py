@@ -868,3 +868,143 @@ def test_multihead_attention_bias_kv_parameters():
     plain = microtensor.nn.MultiheadAttention(4, 2, add_zero_attn=True)
     assert plain.bias_k is None and plain.bias_v is None and plain.add_zero_attn
     assert "bias_k" not in plain.state_dict()
+
+
+# --------------------------------------------------------------------------- torch.backends
+
+@pytest.fixture
+def restore_flags():
+    """The backends' flags and the matmul precision as they were before the test."""
+    backends = microtensor.backends
+    saved = {name: getattr(backends.cudnn, name)
+             for name in ("enabled", "benchmark", "deterministic", "allow_tf32")}
+    precision = microtensor.get_float32_matmul_precision()
+    kernels = dict(microtensor.backends.flags.SDP_KERNELS)
+    yield
+    for name, value in saved.items():
+        setattr(backends.cudnn, name, value)
+    microtensor.set_float32_matmul_precision(precision)
+    microtensor.backends.flags.SDP_KERNELS.update(kernels)
+
+
+_CUDNN_FLAGS = ("enabled", "benchmark", "deterministic", "allow_tf32")
+
+
+def test_cudnn_flags_as_programs_set_them(restore_flags):
+    cudnn = microtensor.backends.cudnn
+    defaults = {name: getattr(cudnn, name) for name in _CUDNN_FLAGS}
+    assert defaults == {"enabled": True, "benchmark": False, "deterministic": False,
+                        "allow_tf32": True}
+    assert cudnn.is_available() is False and cudnn.version() is None
+    cudnn.benchmark = True
+    cudnn.deterministic = True
+    assert cudnn.benchmark is True and cudnn.deterministic is True
+    x = microtensor.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4))
+    conv = microtensor.nn.Conv1d(3, 2, 2)
+    before = conv(x)
+    cudnn.enabled = False
+    assert microtensor.equal(conv(x), before)     # a flag changes no result
+    if _torch is not None:
+        assert defaults == {name: getattr(_torch.backends.cudnn, name)
+                            for name in _CUDNN_FLAGS}
+        assert cudnn.is_available() == _torch.backends.cudnn.is_available()
+
+
+@pytest.mark.parametrize("name", _CUDNN_FLAGS)
+@pytest.mark.parametrize("value", [1, "yes"])
+def test_cudnn_flags_refuse_non_bools(restore_flags, name, value):
+    cudnn = microtensor.backends.cudnn
+    before = getattr(cudnn, name)
+    with pytest.raises(RuntimeError, match=f"set_{name}_cudnn expects a bool, but got"):
+        setattr(cudnn, name, value)
+    assert getattr(cudnn, name) is before
+    if _torch is not None:
+        with pytest.raises(RuntimeError, match="expects a bool, but got"):
+            setattr(_torch.backends.cudnn, name, value)
+
+
+def test_matmul_allow_tf32_is_the_float32_matmul_precision(restore_flags):
+    matmul = microtensor.backends.cuda.matmul
+    assert matmul.allow_tf32 is False
+    microtensor.set_float32_matmul_precision("high")
+    assert matmul.allow_tf32 is True
+    matmul.allow_tf32 = False
+    assert microtensor.get_float32_matmul_precision() == "highest"
+    a = microtensor.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    before = a @ a.T
+    matmul.allow_tf32 = True
+    assert microtensor.get_float32_matmul_precision() == "high"
+    assert microtensor.equal(a @ a.T, before)     # float32 products stay float32
+    with pytest.raises(RuntimeError, match="set_allow_tf32_cublas expects a bool"):
+        matmul.allow_tf32 = 1
+    with pytest.raises(TypeError, match="expects a bool or a tuple/list of bools"):
+        matmul.allow_fp16_reduced_precision_reduction = "no"
+    matmul.allow_bf16_reduced_precision_reduction = (False, True)
+    matmul.allow_bf16_reduced_precision_reduction = True
+    with pytest.raises(AttributeError, match="Unknown attribute allow_tf33"):
+        matmul.allow_tf33 = True
+    if _torch is not None:
+        reference = _torch.backends.cuda.matmul
+        assert reference.allow_tf32 is False
+        for name in ("allow_fp16_reduced_precision_reduction",
+                     "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation"):
+            assert getattr(matmul, name) == getattr(reference, name), name
+        with pytest.raises(AttributeError, match="Unknown attribute allow_tf33"):
+            reference.allow_tf33 = True
+
+
+def test_device_availability_questions():
+    backends = microtensor.backends
+    assert backends.mps.is_available() is False and backends.mps.is_built() is False
+    assert backends.cuda.is_built() in (True, False)
+    if _torch is not None:
+        assert backends.mps.is_available() == _torch.backends.mps.is_available()
+
+
+_KERNELS = ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled",
+            "cudnn_sdp_enabled")
+
+
+def _kernels(lib):
+    return [getattr(lib.backends.cuda, name)() for name in _KERNELS]
+
+
+def test_sdpa_kernel_choice_is_recorded_and_restored(restore_flags):
+    from microtensor.nn.attention import SDPBackend, sdpa_kernel
+    F = microtensor.nn.functional
+    q = microtensor.tensor(np.sin(np.arange(24, dtype=np.float32)).reshape(1, 2, 3, 4))
+    before = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    chosen = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, [SDPBackend.FLASH_ATTENTION,
+              SDPBackend.EFFICIENT_ATTENTION], [SDPBackend.CUDNN_ATTENTION]]
+    seen = []
+    for backends in chosen:
+        with sdpa_kernel(backends) as context:
+            assert context == {}
+            seen.append(_kernels(microtensor))
+            out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            assert microtensor.equal(out, before)     # always the math kernel
+        assert _kernels(microtensor) == [True] * 4
+    assert seen[0] == [False, False, True, False]
+    with pytest.raises(AssertionError, match="Backend must be an instance of SDPBackend"):
+        with sdpa_kernel("math"):
+            pass
+    microtensor.backends.cuda.enable_flash_sdp(False)
+    assert _kernels(microtensor) == [False, True, True, True]
+    with pytest.raises(RuntimeError, match="expects a bool"):
+        microtensor.backends.cuda.enable_math_sdp(0)
+    with pytest.warns(FutureWarning, match="sdp_kernel\\(\\)` is deprecated"), \
+            microtensor.backends.cuda.sdp_kernel(enable_math=False):
+        assert _kernels(microtensor) == [True, True, False, True]
+    assert _kernels(microtensor) == [False, True, True, True]
+    if _torch is not None:
+        from torch.nn import attention as reference
+        assert {m: int(v) for m, v in SDPBackend.__members__.items()} == \
+            {m: int(v) for m, v in reference.SDPBackend.__members__.items()}
+        expected = []
+        for backends in chosen:
+            same = getattr(reference.SDPBackend, backends.name) \
+                if isinstance(backends, SDPBackend) \
+                else [getattr(reference.SDPBackend, b.name) for b in backends]
+            with reference.sdpa_kernel(same):
+                expected.append(_kernels(_torch))
+        assert seen == expected

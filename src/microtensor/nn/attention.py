@@ -2,11 +2,15 @@
 ``TransformerEncoder``, ``TransformerDecoderLayer``, ``TransformerDecoder``,
 ``Transformer``), with PyTorch's submodules and parameters (names, shapes,
 initialisation), so a PyTorch ``state_dict`` loads, and the math of
-``F.multi_head_attention_forward``."""
+``F.multi_head_attention_forward``; also ``torch.nn.attention``'s ``SDPBackend`` and
+``sdpa_kernel``."""
+import contextlib
 import copy
+import enum
 import math
 
 from microtensor._C.tensor import bool_
+from microtensor.backends.flags import SDP_KERNELS, set_sdp
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.containers import ModuleList
@@ -380,3 +384,40 @@ class Transformer(Module):
         for p in self.parameters():
             if p.dim() > 1:
                 init.xavier_uniform_(p)
+
+
+# --------------------------------------------------------------------------- sdpa_kernel
+# ``torch.nn.attention``'s kernel choice for ``F.scaled_dot_product_attention``.  Kept
+# out of ``__all__``: PyTorch has these in ``torch.nn.attention`` only, not ``torch.nn``.
+# microtensor has only the math kernel, which it always runs: the choice is recorded in
+# the ``torch.backends.cuda`` flags and changes no result.
+
+class SDPBackend(enum.IntEnum):
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
+
+
+_SDP_FLAGS = {SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash",
+              SDPBackend.EFFICIENT_ATTENTION: "mem_efficient",
+              SDPBackend.CUDNN_ATTENTION: "cudnn"}
+
+
+@contextlib.contextmanager
+def sdpa_kernel(backends, set_priority=False):
+    """Enables only ``backends`` (one ``SDPBackend`` or a list) inside a ``with`` block,
+    restoring the previous choice after it."""
+    if not isinstance(backends, (list, SDPBackend)):
+        raise AssertionError(f"Backend must be an instance of SDPBackend or a list of "
+                             f"SDPBackend instances, got {type(backends).__name__}")
+    chosen = {backends} if isinstance(backends, SDPBackend) else set(backends)
+    previous = dict(SDP_KERNELS)
+    try:
+        for backend, kernel in _SDP_FLAGS.items():
+            set_sdp(kernel, backend in chosen)
+        yield {}
+    finally:
+        SDP_KERNELS.update(previous)
