@@ -1008,3 +1008,307 @@ def test_sdpa_kernel_choice_is_recorded_and_restored(restore_flags):
             with reference.sdpa_kernel(same):
                 expected.append(_kernels(_torch))
         assert seen == expected
+
+
+# --------------------------------------------------------------------------- training utilities
+
+def checkpointed_lm(torch, init, optimizer_name="AdamW", steps=8, save_to=None, save_at=4,
+                    resume_from=None, checkpoint=None):
+    """A small LSTM language model trained with an optimizer and OneCycleLR (which also
+    cycles the momentum or beta1); ``save_to`` writes model, optimizer, scheduler and step
+    with torch.save after ``save_at`` steps; ``resume_from`` (a path) or ``checkpoint`` (a
+    loaded dict) restores them and continues to ``steps``."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(9, 4), nn.LSTM(4, 5, batch_first=True))
+    head = nn.Linear(5, 9)
+    if optimizer_name == "AdamW":
+        optimizer = torch.optim.AdamW([{"params": model.parameters()},
+                                       {"params": head.parameters(), "weight_decay": 0.0,
+                                        "lr": 3e-3}], lr=1e-2, amsgrad=True)
+        max_lr = [2e-2, 5e-3]
+    else:
+        optimizer = getattr(torch.optim, optimizer_name)(
+            list(model.parameters()) + list(head.parameters()), lr=1e-2)
+        max_lr = 2e-2
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=max_lr, total_steps=10,
+        cycle_momentum=optimizer_name not in ("Adagrad", "Adadelta"))
+    _load(torch, model, init and init["model"])
+    _load(torch, head, init and init["head"])
+    res = {"init": {"model": _state(model), "head": _state(head)}}
+    start = 0
+    if resume_from is not None:
+        checkpoint = torch.load(resume_from, weights_only=True)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        head.load_state_dict(checkpoint["head"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        start = checkpoint["step"]
+    data = (np.arange(steps * 12).reshape(steps, 2, 6) * 7 + 3) % 9
+    losses = []
+    for step in range(start, steps):
+        x = torch.tensor(data[step])
+        out, _ = model(x)
+        loss = nn.functional.cross_entropy(head(out[:, :-1]).reshape(-1, 9),
+                                           x[:, 1:].reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+        if save_to is not None and step + 1 == save_at:
+            torch.save({"model": model.state_dict(), "head": head.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "step": step + 1}, save_to)
+    res.update(losses=losses, model=_state(model), head=_state(head),
+               lrs=scheduler.get_last_lr())
+    return res
+
+
+_CHECKPOINT_OPTIMIZERS = ["AdamW", "SGD", "NAdam", "Adagrad"]
+
+
+@pytest.mark.parametrize("optimizer_name", _CHECKPOINT_OPTIMIZERS)
+def test_resuming_from_a_checkpoint_reproduces_the_run(tmp_path, optimizer_name):
+    path = str(tmp_path / "checkpoint.pt")
+    full = _numpy(checkpointed_lm(microtensor, None, optimizer_name, save_to=path))
+    resumed = _numpy(checkpointed_lm(microtensor, None, optimizer_name, resume_from=path))
+    assert resumed["losses"] == full["losses"][4:]
+    for key in ("model", "head", "lrs"):
+        _assert_same(resumed[key], full[key], key, rtol=0, atol=0)
+
+
+def _via_numpy(obj, lib):
+    """A saved object with every tensor passed through NumPy into ``lib``."""
+    if hasattr(obj, "detach"):
+        return lib.tensor(obj.detach().numpy())
+    if isinstance(obj, dict):
+        return {k: _via_numpy(v, lib) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_via_numpy(v, lib) for v in obj)
+    return obj
+
+
+@needs_torch
+@pytest.mark.parametrize("optimizer_name", _CHECKPOINT_OPTIMIZERS)
+@pytest.mark.parametrize("route", ["numpy", "file"])
+def test_a_pytorch_checkpoint_resumes_in_microtensor(tmp_path, optimizer_name, route):
+    path = str(tmp_path / "torch.pt")
+    reference = _numpy(checkpointed_lm(_torch, None, optimizer_name, save_to=path))
+    init = reference.pop("init")
+    if route == "numpy":
+        checkpoint = _via_numpy(_torch.load(path, weights_only=True), microtensor)
+        got = checkpointed_lm(microtensor, init, optimizer_name, checkpoint=checkpoint)
+    else:
+        got = checkpointed_lm(microtensor, init, optimizer_name, resume_from=path)
+    got = _numpy(got)
+    np.testing.assert_allclose(got["losses"], reference["losses"][4:], rtol=1e-5)
+    for key in ("model", "head", "lrs"):
+        _assert_same(got[key], reference[key], key, rtol=1e-5, atol=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize("optimizer_name", ["AdamW", "SGD"])
+def test_checkpointed_training_matches_pytorch(optimizer_name):
+    _compare(checkpointed_lm, rtol=1e-5, atol=1e-6, optimizer_name=optimizer_name)
+
+
+def reduced_precision(torch, init, dtype="float16"):
+    """``model.half()`` / ``model.to(torch.bfloat16)`` of a model with every sequence
+    layer: the parameters' and buffers' dtypes, an eval forward, a training backward."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(10, 8, padding_idx=0)
+            self.norm = nn.LayerNorm(8)
+            self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.gru = nn.GRU(8, 8, batch_first=True)
+            self.lstm = nn.LSTM(8, 8, batch_first=True)
+            self.conv = nn.Conv1d(8, 8, 3, padding=1)
+            self.bn = nn.BatchNorm1d(8)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            h = self.norm(self.embedding(x))
+            a, weights = self.attention(h, h, h)
+            r, _ = self.lstm(self.gru(a)[0])
+            c = F.gelu(self.bn(self.conv(r.transpose(1, 2)))).transpose(1, 2)
+            c = F.scaled_dot_product_attention(c, c, c, is_causal=True)
+            return self.fc(c).softmax(-1), weights
+
+    model = Net()
+    _load(torch, model, init)
+    res = {"init": _state(model)}
+    model.eval()
+    model = model.half() if dtype == "float16" else model.to(getattr(torch, dtype))
+    res["dtypes"] = [str(t.dtype).split(".")[-1]
+                     for t in list(model.parameters()) + list(model.buffers())]
+    x = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]])
+    with torch.no_grad():
+        out, weights = model(x)
+    res.update(out=out, weights=weights, out_dtype=str(out.dtype).split(".")[-1])
+    model.train()
+    out, _ = model(x)
+    out.float().sum().backward()
+    res["grad_dtype"] = str(model.fc.weight.grad.dtype).split(".")[-1]
+    return res
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reduced_precision_forward(dtype):
+    _compare(reduced_precision, rtol=2e-2, atol=2e-2, dtype=dtype)
+
+
+def sequence_utilities(torch, init):
+    """The rest of what sequence programs call: pad/pack/unpack helpers (padding_side,
+    total_length), an LSTM with proj_size over an unsorted PackedSequence from given
+    (h0, c0), unbatched GRU and LSTMCell input, Embedding.from_pretrained and max_norm,
+    MultiheadAttention with kdim/vdim and per-head weights, a standalone decoder layer,
+    cross entropy over (N, C, T) with ignore_index / probabilities / label smoothing, and
+    the gradient-norm helpers."""
+    nn = torch.nn
+    F = torch.nn.functional
+    rnn_utils = torch.nn.utils.rnn
+    torch.manual_seed(0)
+    init = init or {}
+    models = {}
+
+    def model(name, module):
+        _load(torch, module, init.get(name))
+        models[name] = _state(module)
+        return module
+
+    def t(shape, start=0.0, **kwargs):
+        values = np.sin(start + np.arange(int(np.prod(shape))) * 0.7).astype(np.float32)
+        return torch.tensor(values.reshape(shape), **kwargs)
+
+    res = {}
+    seqs = [t((n, 3), start=n) for n in (2, 5, 3)]
+    res["pad"] = rnn_utils.pad_sequence(seqs, batch_first=True, padding_value=-1.0)
+    res["pad_left"] = rnn_utils.pad_sequence(seqs, batch_first=True, padding_side="left")
+    res["pad_time_first"] = rnn_utils.pad_sequence(seqs)
+    packed = rnn_utils.pack_sequence(seqs, enforce_sorted=False)
+    res["packed"] = [packed.data, packed.batch_sizes, packed.sorted_indices,
+                     packed.unsorted_indices]
+    res["unpacked"] = torch.cat(rnn_utils.unpack_sequence(packed))
+    padded, lengths = rnn_utils.pad_packed_sequence(packed, batch_first=True, total_length=7)
+    res["total_length"] = padded
+    res["unpadded"] = torch.cat(rnn_utils.unpad_sequence(padded, lengths, batch_first=True))
+    lstm = model("lstm", nn.LSTM(3, 4, num_layers=2, proj_size=2, bidirectional=True))
+    h0 = t((4, 3, 2), 1.0, requires_grad=True)
+    c0 = t((4, 3, 4), 2.0, requires_grad=True)
+    lstm.flatten_parameters()
+    out, (hn, cn) = lstm(packed, (h0, c0))
+    out, _ = rnn_utils.pad_packed_sequence(out)
+    (out.sum() + hn.pow(2).sum() + cn.sum()).backward()
+    res["lstm"] = [out, hn, cn, h0.grad, c0.grad, _grads(lstm)]
+    gru = model("gru", nn.GRU(3, 4))
+    res["unbatched_gru"] = list(gru(seqs[1]))
+    cell = model("cell", nn.LSTMCell(3, 4))
+    hx, steps = None, []
+    for xt in seqs[1]:
+        hx = cell(xt, hx)
+        steps.append(hx[0])
+    res["unbatched_cell"] = torch.stack(steps)
+    embedding = nn.Embedding.from_pretrained(t((6, 3)), freeze=False, padding_idx=2)
+    index = torch.tensor([[0, 2, 5], [2, 2, 1]])
+    embedding(index).sum().backward()
+    res["from_pretrained"] = [embedding.weight.grad, embedding.weight.requires_grad]
+    bounded = nn.Embedding(6, 3, max_norm=1.0)
+    with torch.no_grad():
+        bounded.weight.copy_(t((6, 3), 3.0))
+    res["max_norm"] = [bounded(index), bounded.weight]
+    res["one_hot"] = F.one_hot(index, 6)
+    mha = model("mha", nn.MultiheadAttention(4, 2, kdim=3, vdim=5, batch_first=True))
+    query, key, value = t((2, 3, 4)), t((2, 5, 3), 1.0), t((2, 5, 5), 2.0)
+    attn_mask = t((4, 3, 5), 3.0) > 0.4
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    res["mha_per_head"] = list(mha(query, key, value, key_padding_mask=padding,
+                                   attn_mask=attn_mask, average_attn_weights=False))
+    layer = model("decoder_layer", nn.TransformerDecoderLayer(
+        4, 2, 8, dropout=0.0, batch_first=True, norm_first=True, activation=F.silu,
+        bias=False))
+    res["decoder_layer"] = layer(query, query,
+                                 tgt_mask=nn.Transformer.generate_square_subsequent_mask(3),
+                                 tgt_is_causal=True,
+                                 memory_key_padding_mask=torch.tensor([[False, False, True],
+                                                                       [False] * 3]))
+    logits = t((2, 5, 4), 4.0, requires_grad=True)
+    targets = torch.tensor([[1, 2, -100, 4], [3, -100, -100, 1]])
+    losses = [
+        F.cross_entropy(logits, targets, label_smoothing=0.1),
+        nn.CrossEntropyLoss(ignore_index=1, label_smoothing=0.2, reduction="sum")(
+            logits.transpose(1, 2).reshape(8, 5), torch.tensor([1, 2, 3, 4, 0, 3, 1, 1])),
+        F.cross_entropy(logits, F.softmax(t((2, 5, 4), 5.0), 1), label_smoothing=0.3),
+        F.nll_loss(F.log_softmax(logits, 1), targets, reduction="none").sum()]
+    sum(losses).backward()
+    res["losses"], res["logits_grad"] = losses, logits.grad
+    params = [t((3, 2), 6.0 + i, requires_grad=True) for i in range(2)]
+    for p in params:
+        (p * 2).sum().backward()
+    res["clip_inf"] = torch.nn.utils.clip_grad_norm_(params, 0.5, norm_type="inf")
+    res["clip_l1"] = torch.nn.utils.clip_grad_norm_(params, 0.1, norm_type=1.0,
+                                                    error_if_nonfinite=True)
+    total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+    torch.nn.utils.clip_grads_with_norm_(params, 0.01, total)
+    res["clipped"] = [total, params[0].grad, params[1].grad]
+    vector = torch.nn.utils.parameters_to_vector(params)
+    torch.nn.utils.vector_to_parameters(vector * 2, params)
+    res["vector"] = [vector, params[1]]
+    res["init"] = models
+    return res
+
+
+@needs_torch
+def test_sequence_utilities():
+    _compare(sequence_utilities)
+
+
+@pytest.mark.parametrize("lib_name", ["microtensor", "torch"])
+def test_detect_anomaly_names_the_backward_that_made_nan(lib_name):
+    lib = microtensor if lib_name == "microtensor" else _torch
+    if lib is None:
+        pytest.skip("PyTorch is not installed: nothing to compare against")
+    x = lib.tensor([0.0, 1.0], requires_grad=True)
+    with pytest.warns(UserWarning, match="Error detected in SqrtBackward0"), \
+            lib.autograd.set_detect_anomaly(True):
+        loss = (x.sqrt() * 0).sum()
+        with pytest.raises(RuntimeError, match="Function 'SqrtBackward0' returned nan "
+                                               "values in its 0th output."):
+            loss.backward()
+    assert not lib.is_anomaly_enabled()
+
+
+def test_sampling_draws_from_the_softmax_of_the_tempered_logits():
+    """Sampling as language models decode (temperature, top-k, multinomial): the
+    frequencies follow the probabilities (microtensor's random stream is its own, so the
+    draws are compared by their statistics)."""
+    torch = microtensor
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0], [0.0, 0.0, 3.0, 1.0, -2.0]])
+    temperature, top_k = 0.7, 3
+    scaled = logits / temperature
+    v, _ = torch.topk(scaled, top_k)
+    scaled[scaled < v[:, [-1]]] = -float("Inf")
+    probs = torch.nn.functional.softmax(scaled, dim=-1)
+    draws = 20000
+    samples = torch.multinomial(probs, draws, replacement=True)
+    assert samples.shape == (2, draws) and samples.dtype == torch.int64
+    counts = np.stack([np.bincount(row, minlength=5) for row in samples.numpy()])
+    expected = probs.numpy() * draws
+    assert (counts[expected == 0] == 0).all()     # masked tokens are never drawn
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(draws * 0.25)
+    once = torch.multinomial(probs, 3)            # without replacement: distinct
+    assert all(len(set(row)) == 3 for row in once.tolist())
+    assert torch.argmax(probs, dim=-1).tolist() == [0, 2]
+    if _torch is not None:
+        ref = _torch.tensor(logits.numpy()) / temperature
+        rv, _ = _torch.topk(ref, top_k)
+        ref[ref < rv[:, [-1]]] = -float("Inf")
+        np.testing.assert_allclose(probs.numpy(), _torch.softmax(ref, -1).numpy(), rtol=1e-6)
