@@ -17,7 +17,7 @@ BatchNorm): the optimizer's normalisation blows that round-off up to the learnin
 so those programs step with SGD.
 """
 import math
-import os
+import warnings
 
 import numpy as np
 import pytest
@@ -1312,3 +1312,73 @@ def test_sampling_draws_from_the_softmax_of_the_tempered_logits():
         rv, _ = _torch.topk(ref, top_k)
         ref[ref < rv[:, [-1]]] = -float("Inf")
         np.testing.assert_allclose(probs.numpy(), _torch.softmax(ref, -1).numpy(), rtol=1e-6)
+
+
+def encoder_inference(torch, init, batch_first=True, norm_first=False, grad=False,
+                      causal=False, float_padding=False, nhead=2, right_padded=False,
+                      fastpath=True):
+    """A TransformerEncoder classifier in eval mode over padded sequences: where PyTorch
+    takes its nested-tensor path the padded outputs are zeros, which the mean over every
+    position (a common pooling) sees."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    torch.backends.mha.set_fastpath_enabled(fastpath)
+    try:
+        layer = nn.TransformerEncoderLayer(8, nhead, 16, batch_first=batch_first,
+                                           norm_first=norm_first)
+        encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))
+        _load(torch, encoder, init)
+        res = {"init": _state(encoder), "use_nested_tensor": encoder.use_nested_tensor}
+        x = torch.tensor(np.sin(np.arange(120)).reshape(3, 5, 8).astype(np.float32))
+        padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2,
+                                [False] + [True] * 4])
+        if right_padded:
+            padding[1] = torch.tensor([True, True, False, False, False])
+        if float_padding:
+            padding = torch.zeros(3, 5).masked_fill(padding, float("-inf"))
+        if not batch_first:
+            x = x.transpose(0, 1)
+        mask = nn.Transformer.generate_square_subsequent_mask(5) if causal else None
+        encoder.eval()
+        with torch.set_grad_enabled(grad):
+            out = encoder(x, mask=mask, src_key_padding_mask=padding)
+        res.update(out=out, pooled=out.mean(dim=1 if batch_first else 0))
+        return res
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
+@needs_torch
+@pytest.mark.parametrize("options", [
+    {}, {"grad": True}, {"batch_first": False}, {"norm_first": True}, {"causal": True},
+    {"float_padding": True}, {"nhead": 1}, {"right_padded": True}, {"fastpath": False}],
+    ids=lambda options: "-".join(options) or "nested")
+def test_transformer_encoder_inference_zeros_padded_outputs_as_pytorch(options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _compare(encoder_inference, **options)
+    # zeros before the final LayerNorm, which (as initialised) maps them to its bias, 0
+    padded = got["out"][2, 1:] if options.get("batch_first", True) else got["out"][1:, 2]
+    assert (padded == 0).all() == (options in ({}, {"float_padding": True}))
+    expected_reason = {"batch_first": "batch_first was not True", "norm_first":
+                       "norm_first was True", "nhead": "num_heads is odd"}
+    notes = [str(w.message) for w in caught if str(w.message).startswith(
+        "enable_nested_tensor is True") and w.filename == __file__]
+    reasons = [r for k, r in expected_reason.items() if k in options]
+    assert len(notes) == 2 * len(reasons)       # once per library
+    assert all(reasons[0] in n for n in notes)
+
+
+def test_transformer_encoder_zeros_only_on_the_nested_path():
+    nn = microtensor.nn
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(4, 2, 8, batch_first=True), 1)
+    encoder.eval()
+    x = microtensor.ones(2, 3, 4)
+    padding = microtensor.tensor([[False, False, True], [False, False, False]])
+    with microtensor.no_grad():
+        out = encoder(x, src_key_padding_mask=padding)
+    assert (out[0, 2] == 0).all() and (out[0, :2] != 0).any() and (out[1] != 0).any()
+    train_out = encoder.train()(x, src_key_padding_mask=padding)
+    assert (train_out[0, 2] != 0).any()          # dropout aside, training computes them
+    encoder.eval()
+    assert (encoder(x, src_key_padding_mask=padding)[0, 2] != 0).any()  # grad recorded

@@ -8,8 +8,11 @@ import contextlib
 import copy
 import enum
 import math
+import warnings
 
 from microtensor._C.tensor import bool_
+from microtensor.autograd.grad_mode import is_grad_enabled
+from microtensor.backends import mha
 from microtensor.backends.flags import SDP_KERNELS, set_sdp
 from microtensor.nn import functional as F
 from microtensor.nn import init
@@ -235,7 +238,13 @@ class TransformerEncoderLayer(Module):
 
 
 class TransformerEncoder(Module):
-    """``num_layers`` copies of ``encoder_layer`` in a row, then ``norm`` if given."""
+    """``num_layers`` copies of ``encoder_layer`` in a row, then ``norm`` if given.
+
+    PyTorch's inference path (``use_nested_tensor``: eval mode, no gradient to record, a
+    left-aligned ``src_key_padding_mask`` and no ``mask``) packs the sequences into a
+    nested tensor and unpacks the result padded with zeros: there the padded positions of
+    the output (before ``norm``) are 0, which a port's pooling over every position sees.
+    This encoder gives the same zeros in the same cases."""
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
                  mask_check=True):
@@ -243,13 +252,67 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
+        self.enable_nested_tensor = enable_nested_tensor
+        self.use_nested_tensor = enable_nested_tensor
+        self.mask_check = mask_check
+        why_not = _why_not_nested(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False "
+                          f"because {why_not}", UserWarning, stacklevel=2)
+            self.use_nested_tensor = False
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
                       is_causal=bool(is_causal))
+        padded = self._nested_padding(src, mask, src_key_padding_mask)
+        if padded is not None:
+            x = x.masked_fill(padded.unsqueeze(-1), 0.0)
         return x if self.norm is None else self.norm(x)
+
+    def _nested_padding(self, src, mask, key_padding_mask):
+        """The padded positions (N, S) when PyTorch would take its nested-tensor path,
+        else None."""
+        first = self.layers[0]
+        if (not mha.get_fastpath_enabled() or not self.use_nested_tensor or first.training or src.dim() != 3
+                or key_padding_mask is None or mask is not None):
+            return None
+        if is_grad_enabled() and (src.requires_grad or
+                                  any(p.requires_grad for p in first.parameters())):
+            return None
+        padded = key_padding_mask if key_padding_mask.dtype is bool_ \
+            else key_padding_mask != 0
+        # left-aligned: no valid position after a padded one
+        if self.mask_check and (padded[:, :-1] & ~padded[:, 1:]).any().item():
+            return None
+        return padded
+
+
+def _why_not_nested(layer):
+    """Why PyTorch's encoder cannot take its nested-tensor path with ``layer`` (its
+    message), or "" when it can."""
+    from microtensor.nn.activation import GELU
+    from microtensor.nn.modules import ReLU
+    attn = layer.self_attn if isinstance(layer, TransformerEncoderLayer) else None
+    if attn is None:
+        return "encoder_layer was not TransformerEncoderLayer"
+    if layer.norm_first:
+        return "encoder_layer.norm_first was True"
+    if not attn.batch_first:
+        return ("encoder_layer.self_attn.batch_first was not True(use batch_first for better "
+                "inference performance)")
+    if not attn._qkv_same_embed_dim:
+        return "encoder_layer.self_attn._qkv_same_embed_dim was not True"
+    if attn.in_proj_bias is None:
+        return "encoder_layer.self_attn was passed bias=False"
+    if not (layer.activation in (F.relu, F.gelu) or isinstance(layer.activation, (ReLU, GELU))):
+        return "encoder_layer.activation_relu_or_gelu was not True"
+    if layer.norm1.eps != layer.norm2.eps:
+        return "encoder_layer.norm1.eps was not equal to encoder_layer.norm2.eps"
+    if attn.num_heads % 2 == 1:
+        return "encoder_layer.self_attn.num_heads is odd"
+    return ""
 
 
 class TransformerDecoderLayer(Module):
