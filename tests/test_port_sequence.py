@@ -1382,3 +1382,83 @@ def test_transformer_encoder_zeros_only_on_the_nested_path():
     assert (train_out[0, 2] != 0).any()          # dropout aside, training computes them
     encoder.eval()
     assert (encoder(x, src_key_padding_mask=padding)[0, 2] != 0).any()  # grad recorded
+
+
+def adaptive_softmax_lm(torch, init):
+    """A word language model with an adaptive softmax output (fairseq's and
+    transformer-XL's shape): an LSTM, AdaptiveLogSoftmaxWithLoss trained with Adagrad,
+    then log_prob over the whole vocabulary and predict."""
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class AdaptiveLM(nn.Module):
+        def __init__(self, vocab=20, hidden=6):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, hidden)
+            self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+            self.out = nn.AdaptiveLogSoftmaxWithLoss(hidden, vocab, cutoffs=[5, 12],
+                                                     div_value=2.0, head_bias=True)
+
+        def forward(self, x, targets):
+            h, _ = self.lstm(self.embedding(x))
+            return self.out(h.reshape(-1, h.size(-1)), targets.reshape(-1)), h
+
+    model = AdaptiveLM()
+    _load(torch, model, init)
+    res = {"init": _state(model), "repr": repr(model.out).replace("microtensor", "torch")}
+    data = torch.tensor((np.arange(2 * 9) * 7 % 20).reshape(2, 9))
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        (output, loss), h = model(data[:, :-1], data[:, 1:])
+        loss.backward()
+        if step == 0:
+            res.update(output=output, grads=_grads(model))
+        optimizer.step()
+    res.update(loss=loss, state=_state(model))
+    with torch.no_grad():
+        flat = h.reshape(-1, 6)
+        res["log_prob"] = model.out.log_prob(flat)
+        res["predict"] = model.out.predict(flat)
+        res["predict_scaled"] = model.out.predict(flat * 8)   # rows whose head picks a tail
+        one = model.out(flat[0], torch.tensor(13))
+        res["unbatched"] = [one.output, one.loss]
+    return res
+
+
+@needs_torch
+def test_adaptive_softmax_language_model():
+    got = _compare(adaptive_softmax_lm)
+    np.testing.assert_allclose(np.exp(got["log_prob"]).sum(1), 1.0, rtol=1e-5)
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except Exception as e:      # noqa: BLE001
+        return type(e), str(e).replace("microtensor", "torch")
+    return None
+
+
+@pytest.mark.parametrize("make, call", [
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, []), None),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [12, 5]), None),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [5, 20]), None),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [5]), lambda lib: (lib.zeros(3, 6),
+                                                                        lib.tensor([1, 2]))),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [5]), lambda lib: (lib.zeros(3, 6),
+                                                                        lib.tensor([1, 2, 20]))),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [5]), lambda lib: (lib.zeros(2, 6),
+                                                                        lib.tensor(3))),
+    (lambda nn: nn.AdaptiveLogSoftmaxWithLoss(6, 20, [5]), lambda lib: (lib.zeros(2, 6),
+                                                                        lib.zeros(2, 2))),
+])
+def test_adaptive_softmax_refuses_as_pytorch(make, call):
+    def attempt(lib):
+        module = make(lib.nn)
+        if call is not None:
+            module(*call(lib))
+    error = _error_of(lambda: attempt(microtensor))
+    assert error is not None
+    if _torch is not None:
+        assert error == _error_of(lambda: attempt(_torch))
