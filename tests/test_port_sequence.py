@@ -1462,3 +1462,192 @@ def test_adaptive_softmax_refuses_as_pytorch(make, call):
     assert error is not None
     if _torch is not None:
         assert error == _error_of(lambda: attempt(_torch))
+
+
+def training_extras(torch, init):
+    """What sequence training loops do around the model: a DataLoader with a padding
+    collate_fn and dict samples, beam-search bookkeeping (topk over flattened scores,
+    floor division, gather, scatter_), Categorical over logits, weight norm (the
+    parametrization and the old hook on an RNN weight), GradScaler with unscale_ and
+    clipping, hooks, retain_grad, a gradient penalty through create_graph, resetting the
+    hidden state of finished sequences in place, scale_grad_by_freq, dilated causal
+    convolutions, KL-divergence label smoothing, ReduceLROnPlateau and SWA."""
+    nn = torch.nn
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    init = init or {}
+    models, res = {}, {}
+
+    def model(name, module):
+        _load(torch, module, init.get(name))
+        models[name] = _state(module)
+        return module
+
+    def t(shape, start=0.0, **kwargs):
+        values = np.sin(start + np.arange(int(np.prod(shape))) * 0.7).astype(np.float32)
+        return torch.tensor(values.reshape(shape), **kwargs)
+
+    samples = [(torch.tensor([1, 2, 3]), 0), (torch.tensor([4, 5]), 1), (torch.tensor([6]), 1),
+               (torch.tensor([7, 8, 9, 10]), 0)]
+
+    def collate(batch):
+        seqs, labels = zip(*batch)
+        return (torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True),
+                torch.tensor([len(s) for s in seqs]), torch.tensor(labels))
+
+    loader = torch.utils.data.DataLoader(samples, batch_size=2, collate_fn=collate)
+    res["collate"] = [list(batch) for batch in loader]
+    records = [{"ids": torch.tensor([i, i + 1]), "label": i % 2, "w": float(i)}
+               for i in range(4)]
+    batch = next(iter(torch.utils.data.DataLoader(records, batch_size=4)))
+    res["dict_collate"] = [batch["ids"], batch["label"], batch["w"]]
+    logp = F.log_softmax(t((3, 7)), -1)
+    top, index = (t((3,), 1.0).unsqueeze(1) + logp).view(-1).topk(4)
+    res["beam"] = [top, index, index // 7, index % 7,
+                   torch.div(index, 7, rounding_mode="floor")]
+    res["gather"] = logp.gather(1, torch.tensor([[0], [3], [6]]))
+    res["scatter"] = torch.zeros(3, 7).scatter_(1, torch.tensor([[1, 2], [0, 0], [6, 5]]), 1.0)
+    categorical = torch.distributions.Categorical(logits=t((2, 5)))
+    res["categorical"] = [categorical.probs, categorical.entropy(),
+                          categorical.log_prob(torch.tensor([1, 4]))]
+    linear = torch.nn.utils.parametrizations.weight_norm(model("linear", nn.Linear(4, 3)))
+    out = linear(t((2, 4)))
+    out.sum().backward()
+    res["weight_norm"] = [list(linear.state_dict()), out,
+                          linear.parametrizations.weight.original0.grad,
+                          linear.parametrizations.weight.original1.grad]
+    gru = torch.nn.utils.weight_norm(model("gru", nn.GRU(3, 4)), name="weight_hh_l0")
+    out, h = gru(t((5, 2, 3)))
+    (out.sum() + h.sum()).backward()
+    res["weight_norm_rnn"] = [list(gru.state_dict()), out, gru.weight_hh_l0_g.grad,
+                              gru.weight_hh_l0_v.grad]
+    scaled = model("scaled", nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(scaled.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    for _ in range(2):
+        optimizer.zero_grad()
+        scaler.scale(scaled(t((3, 4))).pow(2).mean()).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(scaled.parameters(), 0.1)
+        scaler.step(optimizer)
+        scaler.update()
+    res["grad_scaler"] = [scaled.weight, scaler.get_scale(), scaler.state_dict()]
+    embedding = model("embedding", nn.Embedding(8, 3))
+    rnn = model("rnn", nn.GRU(3, 4, batch_first=True))
+    head = model("head", nn.Linear(4, 2))
+    seen = []
+    handles = [rnn.register_full_backward_hook(
+                   lambda m, gi, go: seen.append([g for g in go if g is not None])),
+               rnn.register_forward_hook(lambda m, i, o: seen.append(o[0].detach().clone()))]
+    embedded = embedding(torch.tensor([[1, 2, 3, 4], [5, 6, 0, 0]]))
+    embedded.retain_grad()
+    out, h = rnn(embedded)
+    h = h.clone()
+    h[:, torch.tensor([False, True])] = 0.0      # finished sequences start afresh
+    loss = F.cross_entropy(head(h[0]), torch.tensor([0, 1]))
+    grad, = torch.autograd.grad(loss, embedded, create_graph=True)
+    (loss + grad.pow(2).sum()).backward()
+    for handle in handles:
+        handle.remove()
+    res["hooks"] = [seen, embedded.grad, _grads(embedding), _grads(rnn)]
+    frequent = model("frequent", nn.Embedding(10, 3, scale_grad_by_freq=True, padding_idx=0))
+    frequent(torch.tensor([[1, 2, 1], [9, 0, 2]])).sum().backward()
+    res["scale_grad_by_freq"] = frequent.weight.grad
+    conv = model("conv", nn.Conv1d(2, 2, 2, dilation=2))
+    x = t((1, 2, 7), requires_grad=True)
+    y = conv(F.pad(x, (2, 0)))
+    y.sum().backward()
+    res["causal_conv"] = [y, x.grad, conv.weight.grad]
+    res["same_conv"] = model("same", nn.Conv1d(2, 3, 4, padding="same", dilation=2))(t((1, 2, 7)))
+    log_probs = F.log_softmax(t((3, 5)), -1)
+    smoothed = torch.full((3, 5), 0.1 / 4)
+    smoothed[torch.arange(3), torch.tensor([0, 2, 4])] = 0.9
+    res["kl_smoothing"] = [nn.KLDivLoss(reduction="batchmean")(log_probs, smoothed),
+                           F.kl_div(log_probs, smoothed.log(), reduction="sum",
+                                    log_target=True)]
+    base = model("base", nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
+    swa = torch.optim.swa_utils.AveragedModel(base)
+    for k in range(3):
+        with torch.no_grad():
+            for p in base.parameters():
+                p.add_(0.1 * (k + 1))
+        swa.update_parameters(base)
+    torch.optim.swa_utils.update_bn([t((4, 3), 1.0), t((4, 3), 2.0)], swa)
+    res["swa"] = _state(swa)
+    optimizer = torch.optim.SGD(base.parameters(), lr=1.0)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=1, factor=0.5)
+    lrs = []
+    for metric in [1.0, 0.9, 0.95, 0.96, 0.97, 0.5]:
+        plateau.step(metric)
+        lrs.append(optimizer.param_groups[0]["lr"])
+    res["plateau"] = lrs
+    res["init"] = models
+    return res
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore:.*weight_norm` is deprecated:FutureWarning")
+def test_training_extras():
+    _compare(training_extras)
+
+
+def per_sample_rnn_gradients(torch, init):
+    """Per-sample gradients of a GRU and an LSTMCell with torch.func (grad of a
+    functional_call, one sample at a time: PyTorch's recurrent layers have no batching
+    rule), and jacrev through MultiheadAttention."""
+    nn = torch.nn
+    F = torch.nn.functional
+    func = torch.func
+    torch.manual_seed(0)
+    gru, cell = nn.GRU(3, 4, batch_first=True), nn.LSTMCell(3, 4)
+    attention = nn.MultiheadAttention(4, 2, batch_first=True)
+    init = init or {}
+    for name, module in (("gru", gru), ("cell", cell), ("attention", attention)):
+        _load(torch, module, init.get(name))
+    res = {"init": {name: _state(m) for name, m in (("gru", gru), ("cell", cell),
+                                                     ("attention", attention))}}
+    values = np.sin(np.arange(60) * 0.7).astype(np.float32)
+    xs = torch.tensor(values[:36].reshape(3, 4, 3))
+    targets = torch.tensor(values[:12].reshape(3, 4))
+    gru_params = {k: v.detach() for k, v in gru.named_parameters()}
+
+    def gru_loss(params, x, target):
+        _, h = func.functional_call(gru, params, (x.unsqueeze(0),))
+        return F.mse_loss(h[0, 0], target)
+
+    cell_params = {k: v.detach() for k, v in cell.named_parameters()}
+
+    def cell_loss(params, x):
+        h, c = func.functional_call(cell, params, (x,))
+        return h.sum() + c.pow(2).sum()
+
+    res["gru"] = [func.grad(gru_loss)(gru_params, xs[i], targets[i]) for i in range(3)]
+    res["cell"] = [func.grad(cell_loss)(cell_params, xs[0, i]) for i in range(4)]
+    res["jacobian"] = func.jacrev(
+        lambda x: attention(x, x, x, need_weights=False)[0].sum(-1))(
+            torch.tensor(values[:12].reshape(1, 3, 4)))
+    res["vmap_inputs"] = (gru_loss, gru_params, xs, targets, cell_loss, cell_params)
+    return res
+
+
+@needs_torch
+def test_per_sample_rnn_gradients():
+    ref = per_sample_rnn_gradients(_torch, None)
+    ref.pop("vmap_inputs")
+    ref = _numpy(ref)
+    got = per_sample_rnn_gradients(microtensor, ref.pop("init"))
+    got.pop("init")
+    gru_loss, gru_params, xs, targets, cell_loss, cell_params = got.pop("vmap_inputs")
+    _assert_same(_numpy(got), ref, "per_sample", 1e-4, 1e-5)
+    # microtensor's recurrent layers batch under vmap: one call gives every sample's
+    func = microtensor.func
+    batched = func.vmap(func.grad(gru_loss), in_dims=(None, 0, 0))(gru_params, xs, targets)
+    for name in gru_params:
+        np.testing.assert_allclose(batched[name].numpy(),
+                                   np.stack([r[name] for r in ref["gru"]]), rtol=1e-4,
+                                   atol=1e-6, err_msg=name)
+    batched = func.vmap(func.grad(cell_loss), in_dims=(None, 0))(cell_params, xs[0])
+    for name in cell_params:
+        np.testing.assert_allclose(batched[name].numpy(),
+                                   np.stack([r[name] for r in ref["cell"]]), rtol=1e-4,
+                                   atol=1e-6, err_msg=name)
