@@ -31,6 +31,20 @@ except ImportError:     # pragma: no cover
 
 needs_torch = pytest.mark.skipif(_torch is None, reason="PyTorch is not installed: the "
                                  "programs are compared against it")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pytorch_on_one_thread():
+    """PyTorch's thread pool slows these tiny programs down many times on a busy machine."""
+    if _torch is None:
+        yield
+        return
+    threads = _torch.get_num_threads()
+    _torch.set_num_threads(1)
+    yield
+    _torch.set_num_threads(threads)
+
+
 # PyTorch's own deprecation notes (a float causal mask beside a bool padding mask, as its
 # tutorials write them) are not what these tests look at
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
