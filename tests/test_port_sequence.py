@@ -46,8 +46,11 @@ def _pytorch_on_one_thread():
 
 
 # PyTorch's own deprecation notes (a float causal mask beside a bool padding mask, as its
-# tutorials write them) are not what these tests look at
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
+# tutorials write them) and the transformers' note on their nested-tensor path (checked in
+# test_transformer_encoder_inference_zeros_padded_outputs_as_pytorch) are not what these
+# tests look at
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch"),
+              pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")]
 
 
 # --------------------------------------------------------------------------- harness
