@@ -1668,3 +1668,73 @@ def test_per_sample_rnn_gradients():
         np.testing.assert_allclose(batched[name].numpy(),
                                    np.stack([r[name] for r in ref["cell"]]), rtol=1e-4,
                                    atol=1e-6, err_msg=name)
+
+
+def _attention_call(lib, shapes, mask_dtype="bool", **kwargs):
+    q_shape, k_shape, v_shape = shapes
+    values = np.sin(np.arange(200) * 0.9).astype(np.float32)
+
+    def tensor(shape, start):
+        return lib.tensor(values[start:start + int(np.prod(shape))].reshape(shape))
+
+    query, key, value = tensor(q_shape, 0), tensor(k_shape, 50), tensor(v_shape, 100)
+    mask = tensor((q_shape[-2], k_shape[-2]), 150)
+    mask = mask > -0.5 if mask_dtype == "bool" else mask.to(getattr(lib, mask_dtype))
+    return lib.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                                          **kwargs)
+
+
+@pytest.mark.parametrize("shapes, kwargs", [
+    (((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)), {}),
+    (((2, 2, 4, 4), (2, 2, 4, 4), (2, 2, 4, 4)), {"mask_dtype": "float32"}),
+    (((1, 4, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), {"enable_gqa": True}),
+    (((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3)), {}),            # head sizes differ
+    (((2, 3, 4), (2, 5, 4), (2, 5, 4)), {}),                     # 3-D
+    (((2, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), {}),            # batch broadcast
+    (((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), {"dropout_p": 0.5}),
+])
+def test_sdpa_causal_with_a_mask_where_pytorch_allows_it(shapes, kwargs):
+    got = _error_of(lambda: _attention_call(microtensor, shapes, is_causal=True, **kwargs))
+    if _torch is not None:
+        assert got == _error_of(lambda: _attention_call(_torch, shapes, is_causal=True,
+                                                        **kwargs))
+        if got is None:
+            np.testing.assert_allclose(
+                _attention_call(microtensor, shapes, is_causal=True, **kwargs).numpy(),
+                _attention_call(_torch, shapes, is_causal=True, **kwargs).numpy(),
+                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_dtype", ["int64", "uint8", "float64", "float16", "float32"])
+def test_sdpa_mask_dtypes_as_pytorch(mask_dtype):
+    shapes = ((1, 2, 3, 4),) * 3
+    got = _error_of(lambda: _attention_call(microtensor, shapes, mask_dtype))
+    assert (got is None) == (mask_dtype == "float32")
+    if _torch is not None:
+        assert got == _error_of(lambda: _attention_call(_torch, shapes, mask_dtype))
+
+
+@pytest.mark.parametrize("query_shape, masks", [
+    ((3, 2, 4), {"key_padding_mask": ("int64", (2, 3))}),
+    ((3, 2, 4), {"key_padding_mask": ("bool", (2, 4))}),
+    ((3, 2, 4), {"key_padding_mask": ("bool", (3, 2))}),      # (S, N): a silent misuse
+    ((3, 2, 4), {"key_padding_mask": ("bool", (2, 3, 1))}),
+    ((3, 2, 4), {"attn_mask": ("int64", (3, 3))}),
+    ((3, 2, 4), {"attn_mask": ("float32", (5, 3, 3))}),
+    ((3, 2, 4), {"attn_mask": ("float32", (2, 3))}),
+    ((3, 2, 4), {"attn_mask": ("bool", (1, 1, 3, 3))}),
+    ((3, 4), {"attn_mask": ("bool", (3, 3, 3))}),
+    ((3, 4), {"key_padding_mask": ("bool", (1, 3))}),
+    ((2, 3, 2, 4), {}),
+])
+def test_multihead_attention_refuses_masks_as_pytorch(query_shape, masks):
+    def attempt(lib):
+        mha = lib.nn.MultiheadAttention(4, 2)
+        x = lib.zeros(query_shape)
+        kwargs = {name: lib.zeros(shape, dtype=getattr(lib, dtype))
+                  for name, (dtype, shape) in masks.items()}
+        mha(x, x, x, **kwargs)
+    got = _error_of(lambda: attempt(microtensor))
+    assert got is not None
+    if _torch is not None:
+        assert got == _error_of(lambda: attempt(_torch))

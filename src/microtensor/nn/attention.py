@@ -39,6 +39,36 @@ def _additive(mask, dtype):
     return mask.new_zeros(tuple(mask.shape), dtype=dtype).masked_fill(mask, -math.inf)
 
 
+def _check_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
+    """PyTorch's checks of the inputs' ranks (``_mha_shape_check``); True when batched."""
+    if query.dim() not in (2, 3):
+        raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
+                             f"{query.dim()}-D query tensor")
+    batched = query.dim() == 3
+    kind, rank = ("batched (3-D)", 3) if batched else ("unbatched (2-D)", 2)
+    if key.dim() != rank or value.dim() != rank:
+        raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be {rank}-D "
+                             f"but found {key.dim()}-D and {value.dim()}-D tensors "
+                             f"respectively")
+    if key_padding_mask is not None and key_padding_mask.dim() != rank - 1:
+        raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` or "
+                             f"{rank - 1}-D but found {key_padding_mask.dim()}-D tensor instead")
+    if attn_mask is not None:
+        if attn_mask.dim() not in (2, 3):
+            raise AssertionError(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D "
+                                 f"or 3-D but found {attn_mask.dim()}-D tensor instead")
+        expected = (num_heads, query.shape[0], key.shape[0])
+        if not batched and attn_mask.dim() == 3 and tuple(attn_mask.shape) != expected:
+            raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got "
+                                 f"{attn_mask.shape}")
+    return batched
+
+
+def _check_mask_dtype(mask, name):
+    if mask is not None and not (mask.dtype is bool_ or mask.is_floating_point()):
+        raise AssertionError(f"only bool and floating types of {name} are supported")
+
+
 class MultiheadAttention(Module):
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
@@ -106,11 +136,14 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = _check_shapes(query, key, value, key_padding_mask, attn_mask,
+                                self.num_heads)
+        _check_mask_dtype(key_padding_mask, "key_padding_mask")
         if is_causal and attn_mask is None:
             raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use "
                                "the Transformer module method `generate_square_subsequent_mask`"
                                " to create this mask.")
-        batched = query.dim() == 3
+        _check_mask_dtype(attn_mask, "attn_mask")
         # one packed in-projection for self-attention, as PyTorch's ``in_projection_packed``
         packed = query is key is value and self._qkv_same_embed_dim
         # the math runs batch-first, (N, L, E): each sample's rows are then contiguous
@@ -149,12 +182,17 @@ class MultiheadAttention(Module):
         if mask is not None and mask.dim() == 3:
             expected = (n * heads, length, source)
             if tuple(mask.shape) != expected:
-                raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
+                raise RuntimeError(f"The shape of the 3D attn_mask is {mask.shape}, "
                                    f"but should be {expected}.")
             mask = mask.reshape(n, heads, length, source)
         elif mask is not None and tuple(mask.shape) != (length, source):
-            raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, but "
+            raise RuntimeError(f"The shape of the 2D attn_mask is {mask.shape}, but "
                                f"should be {(length, source)}.")
+        if key_padding_mask is not None:
+            for dim, size in enumerate((n, source)):
+                if key_padding_mask.shape[dim] != size:
+                    raise AssertionError(f"Expected key_padded_mask.shape[{dim}] to be {size}, "
+                                         f"but got {key_padding_mask.shape[dim]}")
         padding = _additive(key_padding_mask, q.dtype)
         if extra and mask is not None:
             mask = F.pad(mask, (0, extra))
