@@ -1738,3 +1738,35 @@ def test_multihead_attention_refuses_masks_as_pytorch(query_shape, masks):
     assert got is not None
     if _torch is not None:
         assert got == _error_of(lambda: attempt(_torch))
+
+
+@pytest.mark.parametrize("values, dtype, num_classes", [
+    ([0, 3], "int64", 2), ([-1, 1], "int64", 3), ([0, 1], "int64", 0), ([], "int64", -1),
+    ([], "int64", 3), ([1, 2], "int64", -2), ([1, 2], "int32", 3), ([1, 2], "int64", -1),
+    ([[0, 2], [1, 1]], "int64", 4)])
+def test_one_hot_checks_class_values_as_pytorch(values, dtype, num_classes):
+    """A class out of range was a row of zeros (a label-smoothing target silently wrong)."""
+    def call(lib):
+        return lib.nn.functional.one_hot(lib.tensor(values, dtype=getattr(lib, dtype)),
+                                         num_classes)
+    got = _error_of(lambda: call(microtensor))
+    ok = dtype == "int64" and (num_classes in (-1, 4) and values or num_classes == 3
+                               and not values)
+    assert (got is None) == bool(ok)
+    if _torch is not None:
+        assert got == _error_of(lambda: call(_torch))
+        if got is None:
+            assert call(microtensor).tolist() == call(_torch).tolist()
+
+
+def test_one_hot_under_vmap_as_pytorch():
+    F = microtensor.nn.functional
+    batch = microtensor.tensor([[0, 1], [2, 3]])
+    out = microtensor.func.vmap(lambda x: F.one_hot(x, 3))(batch)
+    assert out.tolist() == [[[1, 0, 0], [0, 1, 0]], [[0, 0, 1], [0, 0, 0]]]
+    with pytest.raises(RuntimeError, match="please provide an explicit positive num_classes"):
+        microtensor.func.vmap(F.one_hot)(batch)
+    if _torch is not None:
+        ref = _torch.func.vmap(lambda x: _torch.nn.functional.one_hot(x, 3))(
+            _torch.tensor(batch.tolist()))
+        assert out.tolist() == ref.tolist()

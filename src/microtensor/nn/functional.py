@@ -196,9 +196,27 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
 
 def one_hot(tensor, num_classes=-1):
+    """PyTorch's checks of the class values, except under vmap (where, as PyTorch's, a
+    class out of range gives a row of zeros, and ``num_classes`` must be given)."""
+    from microtensor._C.tensor import int64
     from microtensor.ops.factory import arange
-    if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1
+    from microtensor.vmap.batched import BatchedTensor
+    if tensor.dtype is not int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if type(tensor) is BatchedTensor:
+        if num_classes < 0:
+            raise RuntimeError("When vmap-ing microtensor.nn.functional.one_hot, please provide "
+                               "an explicit positive num_classes argument.")
+    elif tensor.numel() == 0:
+        if num_classes == -1:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    else:
+        if tensor.min().item() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if num_classes == -1:
+            num_classes = int(tensor.max().item()) + 1
+        elif tensor.max().item() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
     return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()
 
 
