@@ -1770,3 +1770,31 @@ def test_one_hot_under_vmap_as_pytorch():
         ref = _torch.func.vmap(lambda x: _torch.nn.functional.one_hot(x, 3))(
             _torch.tensor(batch.tolist()))
         assert out.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
+def test_pointwise_losses_warn_when_the_target_broadcasts(loss):
+    """A regression head's (N, 1) output against (N,) targets averages N*N differences:
+    PyTorch warns, and so does microtensor."""
+    fn = getattr(microtensor.nn.functional, loss)
+    with pytest.warns(UserWarning, match=r"Using a target size \(microtensor.Size\(\[2\]\)\) "
+                                         r"that is different to the input size"):
+        broadcast = fn(microtensor.zeros(2, 1), microtensor.tensor([1.0, 3.0]))
+    assert broadcast.item() == fn(microtensor.zeros(2, 2),
+                                  microtensor.tensor([[1.0, 3.0], [1.0, 3.0]])).item()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn(microtensor.zeros(2), microtensor.ones(2))
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.nn.functional.binary_cross_entropy_with_logits(lib.zeros(2, 1),
+                                                                   lib.ones(2)),
+    lambda lib: lib.nn.BCEWithLogitsLoss()(lib.zeros(3), lib.ones(3, 1)),
+])
+def test_bce_with_logits_refuses_a_target_of_another_shape(call):
+    """It broadcast silently (an (N, 1) output against (N,) labels gave an N x N loss)."""
+    got = _error_of(lambda: call(microtensor))
+    assert got is not None and got[0] is ValueError
+    if _torch is not None:
+        assert got == _error_of(lambda: call(_torch))
