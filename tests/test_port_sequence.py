@@ -1798,3 +1798,18 @@ def test_bce_with_logits_refuses_a_target_of_another_shape(call):
     assert got is not None and got[0] is ValueError
     if _torch is not None:
         assert got == _error_of(lambda: call(_torch))
+
+
+@pytest.mark.parametrize("options, shapes", [
+    ({}, ((3, 2, 4), (5, 2, 4), (4, 2, 4))),
+    ({"batch_first": True}, ((2, 3, 4), (2, 5, 4), (2, 4, 4))),
+    ({"kdim": 3, "vdim": 5}, ((3, 2, 4), (5, 2, 3), (4, 2, 5))),
+    ({}, ((3, 4), (5, 4), (4, 4))),
+])
+def test_multihead_attention_refuses_keys_and_values_that_disagree(options, shapes):
+    def attempt(lib):
+        lib.nn.MultiheadAttention(4, 2, **options)(*(lib.zeros(s) for s in shapes))
+    got = _error_of(lambda: attempt(microtensor))
+    assert got is not None and got[0] is AssertionError
+    if _torch is not None:
+        assert got == _error_of(lambda: attempt(_torch))

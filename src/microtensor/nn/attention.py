@@ -134,6 +134,21 @@ class MultiheadAttention(Module):
         biases = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
         return weights, biases
 
+    def _check_key_value(self, key, value, batched):
+        """PyTorch's check that key and value agree (shown sequence-first, as PyTorch
+        shows them)."""
+        if not batched:
+            key, value = key.unsqueeze(1), value.unsqueeze(1)
+        elif self.batch_first:
+            key, value = key.transpose(0, 1), value.transpose(0, 1)
+        if self._qkv_same_embed_dim and key.shape != value.shape:
+            raise AssertionError(f"key shape {key.shape} does not match value shape "
+                                 f"{value.shape}")
+        size = type(key.shape)
+        if not self._qkv_same_embed_dim and key.shape[:2] != value.shape[:2]:
+            raise AssertionError(f"key's sequence and batch dims {size(key.shape[:2])} do not "
+                                 f"match value's {size(value.shape[:2])}")
+
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
         batched = _check_shapes(query, key, value, key_padding_mask, attn_mask,
@@ -144,6 +159,7 @@ class MultiheadAttention(Module):
                                "the Transformer module method `generate_square_subsequent_mask`"
                                " to create this mask.")
         _check_mask_dtype(attn_mask, "attn_mask")
+        self._check_key_value(key, value, batched)
         # one packed in-projection for self-attention, as PyTorch's ``in_projection_packed``
         packed = query is key is value and self._qkv_same_embed_dim
         # the math runs batch-first, (N, L, E): each sample's rows are then contiguous
