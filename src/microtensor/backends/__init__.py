@@ -1,6 +1,6 @@
-"""Storage backends other than NumPy on the CPU (today: CUDA through CuPy, ``backends.cuda``).
+"""Storage backends other than NumPy on the CPU (today: CUDA through CuPy, ``backends.cuda``),
+and PyTorch's ``torch.backends`` flags (``cudnn``, ``mps``, ``mha``, ``cuda.matmul``: see flags.py).
 
 Nothing here imports an optional dependency at import time: the CPU path never needs it.
-``cudnn`` and ``mps`` hold PyTorch's switches and questions for backends microtensor lacks.
 """
-from microtensor.backends import cudnn, mps  # noqa: F401,E402
+from microtensor.backends import cuda, cudnn, mha, mps  # noqa: F401  (torch.backends.<name>)

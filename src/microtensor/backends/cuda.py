@@ -9,8 +9,12 @@ allocation, the strided (casting) copy, host <-> device transfers and DLPack imp
 
 CuPy is optional: it is imported on first use, never when ``microtensor`` is imported.
 """
+import contextlib
+
 from microtensor._C import meta
 from microtensor._C.tensor import Storage, device, dtype_from_numpy, wrap_storage
+from microtensor.backends.flags import (SDP_KERNELS, BoolFlag, check_bool, set_sdp,
+                                        warn_deprecated_sdp_kernel)
 
 _cupy = None   # the cupy module once a CUDA tensor has been asked for
 
@@ -181,3 +185,94 @@ def dlpack_export(arr, stream, max_version, dl_device, copy):
     kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device),
                                 ("copy", copy)) if v is not None}
     return arr.__dlpack__(stream=stream, **kwargs)
+
+
+# --------------------------------------------------------------------------- PyTorch's flags
+# ``torch.backends.cuda``'s switches (see backends/flags.py): kept, checked, changing nothing.
+
+def is_built():
+    """Whether CUDA tensors are supported by this installation (CuPy importable), not
+    whether a GPU is there (``is_available``)."""
+    return _try_import() is not None
+
+
+class _CuBLASModule:
+    """``torch.backends.cuda.matmul``.  ``allow_tf32`` is the float32 matmul precision's
+    other face, as in PyTorch: True is "high", False "highest"."""
+
+    allow_fp16_reduced_precision_reduction = True
+    allow_bf16_reduced_precision_reduction = True
+    allow_fp16_accumulation = BoolFlag("set_allow_fp16_accumulation_cublas", False)
+
+    @property
+    def allow_tf32(self):
+        from microtensor import _settings   # at import time this would cycle through ops
+        return _settings.get_float32_matmul_precision() != "highest"
+
+    @allow_tf32.setter
+    def allow_tf32(self, value):
+        from microtensor import _settings
+        check_bool("set_allow_tf32_cublas", value)
+        _settings.set_float32_matmul_precision("high" if value else "highest")
+
+    def __setattr__(self, name, value):
+        if name.endswith("_reduced_precision_reduction") and hasattr(self, name):
+            if not (isinstance(value, bool) or isinstance(value, (tuple, list)) and
+                    all(isinstance(v, bool) for v in value)):
+                raise TypeError(f"{name} expects a bool or a tuple/list of bools, but got "
+                                f"{type(value)}")
+        elif not hasattr(type(self), name):
+            raise AttributeError(f"Unknown attribute {name}")
+        super().__setattr__(name, value)
+
+
+matmul = _CuBLASModule()
+
+
+def flash_sdp_enabled():
+    return SDP_KERNELS["flash"]
+
+
+def mem_efficient_sdp_enabled():
+    return SDP_KERNELS["mem_efficient"]
+
+
+def math_sdp_enabled():
+    return SDP_KERNELS["math"]
+
+
+def cudnn_sdp_enabled():
+    return SDP_KERNELS["cudnn"]
+
+
+def enable_flash_sdp(enabled):
+    set_sdp("flash", enabled)
+
+
+def enable_mem_efficient_sdp(enabled):
+    set_sdp("mem_efficient", enabled)
+
+
+def enable_math_sdp(enabled):
+    set_sdp("math", enabled)
+
+
+def enable_cudnn_sdp(enabled):
+    set_sdp("cudnn", enabled)
+
+
+@contextlib.contextmanager
+def sdp_kernel(enable_flash=True, enable_math=True, enable_mem_efficient=True,
+               enable_cudnn=True):
+    """Deprecated in PyTorch for ``torch.nn.attention.sdpa_kernel``: the kernels' flags
+    for the duration of a ``with`` block."""
+    warn_deprecated_sdp_kernel()
+    previous = dict(SDP_KERNELS)
+    try:
+        for kernel, value in (("flash", enable_flash), ("math", enable_math),
+                              ("mem_efficient", enable_mem_efficient),
+                              ("cudnn", enable_cudnn)):
+            set_sdp(kernel, value)
+        yield {}
+    finally:
+        SDP_KERNELS.update(previous)

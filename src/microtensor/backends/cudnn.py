@@ -1,28 +1,29 @@
-"""``backends.cudnn``: PyTorch's cuDNN switches, for the programs that set them
-(``torch.backends.cudnn.benchmark = True`` opens most vision scripts).
-
-microtensor has no cuDNN (its GPU convolutions are CuPy array code): ``is_available()`` is
-False and the switches hold what is set without changing any computation, as PyTorch's do
-on a machine without cuDNN.
-"""
+"""``torch.backends.cudnn``: the flags programs set (``benchmark``, ``deterministic``,
+``enabled``, ``allow_tf32``), kept and checked as PyTorch's, and changing nothing: there
+is no cuDNN here (``is_available()`` is False, ``version()`` None)."""
 import contextlib
+import sys
+import types
 
-enabled = True
-benchmark = False
+from microtensor.backends.flags import BoolFlag, give_module_flags
+
+
+class _CudnnModule(types.ModuleType):
+    enabled = BoolFlag("set_enabled_cudnn", True)
+    benchmark = BoolFlag("set_benchmark_cudnn", False)
+    deterministic = BoolFlag("set_deterministic_cudnn", False)
+    allow_tf32 = BoolFlag("set_allow_tf32_cudnn", True)
+
+
+give_module_flags(__name__, _CudnnModule)
 benchmark_limit = None
-deterministic = False
-allow_tf32 = True
-
-_FLAGS = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32")
 
 
 def is_available():
-    """False: microtensor does not use cuDNN."""
     return False
 
 
 def version():
-    """None: no cuDNN library is loaded."""
     return None
 
 
@@ -34,11 +35,16 @@ def is_acceptable(tensor):
 @contextlib.contextmanager
 def flags(enabled=False, benchmark=False, benchmark_limit=10, deterministic=False,
           allow_tf32=True):
-    """Set the switches for the ``with`` block, and restore them after."""
-    saved = {name: globals()[name] for name in _FLAGS}
-    globals().update(enabled=enabled, benchmark=benchmark, benchmark_limit=benchmark_limit,
-                     deterministic=deterministic, allow_tf32=allow_tf32)
+    """Set the switches for the ``with`` block (checked as PyTorch checks them), and
+    restore them after."""
+    module = sys.modules[__name__]
+    names = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32")
+    saved = {name: getattr(module, name) for name in names}
     try:
+        for name, value in zip(names, (enabled, benchmark, benchmark_limit, deterministic,
+                                       allow_tf32)):
+            setattr(module, name, value)
         yield
     finally:
-        globals().update(saved)
+        for name, value in saved.items():
+            setattr(module, name, value)

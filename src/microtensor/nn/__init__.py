@@ -53,6 +53,7 @@ modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModul
 from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401
 from microtensor.nn.containers import Container  # noqa: E402,F401
 from microtensor.nn.parameter import Buffer  # noqa: E402,F401
+from microtensor.nn.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: E402,F401
 
 
 def _torch_module_paths():
@@ -66,7 +67,7 @@ def _torch_module_paths():
     files = [importlib.import_module(f"microtensor.nn.{name}") for name in (
         "modules", "activation", "attention", "bilinear", "containers", "conv", "distance",
         "dropout", "fold", "lazy", "loss_modules", "norm", "padding", "pooling", "rnn",
-        "shuffle", "sparse", "upsampling")]
+        "shuffle", "sparse", "upsampling", "adaptive")]
     here = sys.modules[__name__]
 
     def find(name):
@@ -77,7 +78,7 @@ def _torch_module_paths():
     for path in ("activation", "batchnorm", "channelshuffle", "container", "conv", "distance",
                  "dropout", "flatten", "fold", "instancenorm", "linear", "loss", "module",
                  "normalization", "padding", "pixelshuffle", "pooling", "rnn", "sparse",
-                 "transformer", "upsampling"):
+                 "transformer", "upsampling", "adaptive"):
         alias = types.ModuleType(f"{__name__}.modules.{path}",
                                  f"PyTorch's nn.modules.{path}: names found in microtensor.nn")
         alias.__getattr__ = find

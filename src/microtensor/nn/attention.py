@@ -2,11 +2,18 @@
 ``TransformerEncoder``, ``TransformerDecoderLayer``, ``TransformerDecoder``,
 ``Transformer``), with PyTorch's submodules and parameters (names, shapes,
 initialisation), so a PyTorch ``state_dict`` loads, and the math of
-``F.multi_head_attention_forward``."""
+``F.multi_head_attention_forward``; also ``torch.nn.attention``'s ``SDPBackend`` and
+``sdpa_kernel``."""
+import contextlib
 import copy
+import enum
 import math
+import warnings
 
 from microtensor._C.tensor import bool_
+from microtensor.autograd.grad_mode import is_grad_enabled
+from microtensor.backends import mha
+from microtensor.backends.flags import SDP_KERNELS, set_sdp
 from microtensor.nn import functional as F
 from microtensor.nn import init
 from microtensor.nn.containers import ModuleList
@@ -14,6 +21,7 @@ from microtensor.nn.modules import Dropout, Linear, Module
 from microtensor.nn.norm import LayerNorm
 from microtensor.nn.parameter import Parameter
 from microtensor.ops.factory import empty, full
+from microtensor.ops.shape import cat
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "TransformerDecoderLayer", "TransformerDecoder", "Transformer"]
@@ -31,6 +39,36 @@ def _additive(mask, dtype):
     return mask.new_zeros(tuple(mask.shape), dtype=dtype).masked_fill(mask, -math.inf)
 
 
+def _check_shapes(query, key, value, key_padding_mask, attn_mask, num_heads):
+    """PyTorch's checks of the inputs' ranks (``_mha_shape_check``); True when batched."""
+    if query.dim() not in (2, 3):
+        raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received "
+                             f"{query.dim()}-D query tensor")
+    batched = query.dim() == 3
+    kind, rank = ("batched (3-D)", 3) if batched else ("unbatched (2-D)", 2)
+    if key.dim() != rank or value.dim() != rank:
+        raise AssertionError(f"For {kind} `query`, expected `key` and `value` to be {rank}-D "
+                             f"but found {key.dim()}-D and {value.dim()}-D tensors "
+                             f"respectively")
+    if key_padding_mask is not None and key_padding_mask.dim() != rank - 1:
+        raise AssertionError(f"For {kind} `query`, expected `key_padding_mask` to be `None` or "
+                             f"{rank - 1}-D but found {key_padding_mask.dim()}-D tensor instead")
+    if attn_mask is not None:
+        if attn_mask.dim() not in (2, 3):
+            raise AssertionError(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D "
+                                 f"or 3-D but found {attn_mask.dim()}-D tensor instead")
+        expected = (num_heads, query.shape[0], key.shape[0])
+        if not batched and attn_mask.dim() == 3 and tuple(attn_mask.shape) != expected:
+            raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got "
+                                 f"{attn_mask.shape}")
+    return batched
+
+
+def _check_mask_dtype(mask, name):
+    if mask is not None and not (mask.dtype is bool_ or mask.is_floating_point()):
+        raise AssertionError(f"only bool and floating types of {name} are supported")
+
+
 class MultiheadAttention(Module):
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
@@ -39,9 +77,6 @@ class MultiheadAttention(Module):
         if embed_dim <= 0 or num_heads <= 0:
             raise ValueError(f"embed_dim and num_heads must be greater than 0, got "
                              f"embed_dim={embed_dim} and num_heads={num_heads} instead")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn are "
-                                      "not supported")
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
         self.vdim = vdim if vdim is not None else embed_dim
@@ -69,8 +104,12 @@ class MultiheadAttention(Module):
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
                                                         **factory)
-        self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
+        if add_bias_kv:
+            self.bias_k = Parameter(empty(1, 1, embed_dim, **factory))
+            self.bias_v = Parameter(empty(1, 1, embed_dim, **factory))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters()
 
     def _reset_parameters(self):
@@ -83,6 +122,9 @@ class MultiheadAttention(Module):
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
 
     def _projections(self):
         if self._qkv_same_embed_dim:
@@ -92,13 +134,32 @@ class MultiheadAttention(Module):
         biases = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.chunk(3)
         return weights, biases
 
+    def _check_key_value(self, key, value, batched):
+        """PyTorch's check that key and value agree (shown sequence-first, as PyTorch
+        shows them)."""
+        if not batched:
+            key, value = key.unsqueeze(1), value.unsqueeze(1)
+        elif self.batch_first:
+            key, value = key.transpose(0, 1), value.transpose(0, 1)
+        if self._qkv_same_embed_dim and key.shape != value.shape:
+            raise AssertionError(f"key shape {key.shape} does not match value shape "
+                                 f"{value.shape}")
+        size = type(key.shape)
+        if not self._qkv_same_embed_dim and key.shape[:2] != value.shape[:2]:
+            raise AssertionError(f"key's sequence and batch dims {size(key.shape[:2])} do not "
+                                 f"match value's {size(value.shape[:2])}")
+
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        batched = _check_shapes(query, key, value, key_padding_mask, attn_mask,
+                                self.num_heads)
+        _check_mask_dtype(key_padding_mask, "key_padding_mask")
         if is_causal and attn_mask is None:
             raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use "
                                "the Transformer module method `generate_square_subsequent_mask`"
                                " to create this mask.")
-        batched = query.dim() == 3
+        _check_mask_dtype(attn_mask, "attn_mask")
+        self._check_key_value(key, value, batched)
         # one packed in-projection for self-attention, as PyTorch's ``in_projection_packed``
         packed = query is key is value and self._qkv_same_embed_dim
         # the math runs batch-first, (N, L, E): each sample's rows are then contiguous
@@ -120,23 +181,39 @@ class MultiheadAttention(Module):
         else:
             (wq, wk, wv), (bq, bk, bv) = self._projections()
             q, k, v = F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+        # add_bias_kv appends one learnt key and value, add_zero_attn one of zeros in every
+        # head; the masks let the queries attend to them
+        extra = (self.bias_k is not None) + bool(self.add_zero_attn)
+        if self.bias_k is not None:
+            k = cat([k, self.bias_k.expand(n, 1, embed)], 1)
+            v = cat([v, self.bias_v.expand(n, 1, embed)], 1)
         # heads: (N, H, L, head_dim), views of the projections
         q = q.reshape(n, length, heads, head_dim).transpose(1, 2)
-        k = k.reshape(n, source, heads, head_dim).transpose(1, 2)
-        v = v.reshape(n, source, heads, head_dim).transpose(1, 2)
+        k = k.reshape(n, k.shape[1], heads, head_dim).transpose(1, 2)
+        v = v.reshape(n, v.shape[1], heads, head_dim).transpose(1, 2)
+        if self.add_zero_attn:
+            k = cat([k, k.new_zeros((n, heads, 1, head_dim))], 2)
+            v = cat([v, v.new_zeros((n, heads, 1, head_dim))], 2)
         mask = _additive(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 3:
             expected = (n * heads, length, source)
             if tuple(mask.shape) != expected:
-                raise RuntimeError(f"The shape of the 3D attn_mask is {tuple(mask.shape)}, "
+                raise RuntimeError(f"The shape of the 3D attn_mask is {mask.shape}, "
                                    f"but should be {expected}.")
             mask = mask.reshape(n, heads, length, source)
         elif mask is not None and tuple(mask.shape) != (length, source):
-            raise RuntimeError(f"The shape of the 2D attn_mask is {tuple(mask.shape)}, but "
+            raise RuntimeError(f"The shape of the 2D attn_mask is {mask.shape}, but "
                                f"should be {(length, source)}.")
+        if key_padding_mask is not None:
+            for dim, size in enumerate((n, source)):
+                if key_padding_mask.shape[dim] != size:
+                    raise AssertionError(f"Expected key_padded_mask.shape[{dim}] to be {size}, "
+                                         f"but got {key_padding_mask.shape[dim]}")
         padding = _additive(key_padding_mask, q.dtype)
+        if extra and mask is not None:
+            mask = F.pad(mask, (0, extra))
         if padding is not None:
-            padding = padding.reshape(n, 1, 1, source)
+            padding = F.pad(padding, (0, extra)).reshape(n, 1, 1, source + extra)
             mask = padding if mask is None else mask + padding
         scores = (q * (1.0 / math.sqrt(head_dim))).matmul(k.mT)
         if mask is not None:
@@ -215,7 +292,13 @@ class TransformerEncoderLayer(Module):
 
 
 class TransformerEncoder(Module):
-    """``num_layers`` copies of ``encoder_layer`` in a row, then ``norm`` if given."""
+    """``num_layers`` copies of ``encoder_layer`` in a row, then ``norm`` if given.
+
+    PyTorch's inference path (``use_nested_tensor``: eval mode, no gradient to record, a
+    left-aligned ``src_key_padding_mask`` and no ``mask``) packs the sequences into a
+    nested tensor and unpacks the result padded with zeros: there the padded positions of
+    the output (before ``norm``) are 0, which a port's pooling over every position sees.
+    This encoder gives the same zeros in the same cases."""
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
                  mask_check=True):
@@ -223,13 +306,67 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
+        self.enable_nested_tensor = enable_nested_tensor
+        self.use_nested_tensor = enable_nested_tensor
+        self.mask_check = mask_check
+        why_not = _why_not_nested(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False "
+                          f"because {why_not}", UserWarning, stacklevel=2)
+            self.use_nested_tensor = False
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
                       is_causal=bool(is_causal))
+        padded = self._nested_padding(src, mask, src_key_padding_mask)
+        if padded is not None:
+            x = x.masked_fill(padded.unsqueeze(-1), 0.0)
         return x if self.norm is None else self.norm(x)
+
+    def _nested_padding(self, src, mask, key_padding_mask):
+        """The padded positions (N, S) when PyTorch would take its nested-tensor path,
+        else None."""
+        first = self.layers[0]
+        if (not mha.get_fastpath_enabled() or not self.use_nested_tensor or first.training or src.dim() != 3
+                or key_padding_mask is None or mask is not None):
+            return None
+        if is_grad_enabled() and (src.requires_grad or
+                                  any(p.requires_grad for p in first.parameters())):
+            return None
+        padded = key_padding_mask if key_padding_mask.dtype is bool_ \
+            else key_padding_mask != 0
+        # left-aligned: no valid position after a padded one
+        if self.mask_check and (padded[:, :-1] & ~padded[:, 1:]).any().item():
+            return None
+        return padded
+
+
+def _why_not_nested(layer):
+    """Why PyTorch's encoder cannot take its nested-tensor path with ``layer`` (its
+    message), or "" when it can."""
+    from microtensor.nn.activation import GELU
+    from microtensor.nn.modules import ReLU
+    attn = layer.self_attn if isinstance(layer, TransformerEncoderLayer) else None
+    if attn is None:
+        return "encoder_layer was not TransformerEncoderLayer"
+    if layer.norm_first:
+        return "encoder_layer.norm_first was True"
+    if not attn.batch_first:
+        return ("encoder_layer.self_attn.batch_first was not True(use batch_first for better "
+                "inference performance)")
+    if not attn._qkv_same_embed_dim:
+        return "encoder_layer.self_attn._qkv_same_embed_dim was not True"
+    if attn.in_proj_bias is None:
+        return "encoder_layer.self_attn was passed bias=False"
+    if not (layer.activation in (F.relu, F.gelu) or isinstance(layer.activation, (ReLU, GELU))):
+        return "encoder_layer.activation_relu_or_gelu was not True"
+    if layer.norm1.eps != layer.norm2.eps:
+        return "encoder_layer.norm1.eps was not equal to encoder_layer.norm2.eps"
+    if attn.num_heads % 2 == 1:
+        return "encoder_layer.self_attn.num_heads is odd"
+    return ""
 
 
 class TransformerDecoderLayer(Module):
@@ -364,3 +501,40 @@ class Transformer(Module):
         for p in self.parameters():
             if p.dim() > 1:
                 init.xavier_uniform_(p)
+
+
+# --------------------------------------------------------------------------- sdpa_kernel
+# ``torch.nn.attention``'s kernel choice for ``F.scaled_dot_product_attention``.  Kept
+# out of ``__all__``: PyTorch has these in ``torch.nn.attention`` only, not ``torch.nn``.
+# microtensor has only the math kernel, which it always runs: the choice is recorded in
+# the ``torch.backends.cuda`` flags and changes no result.
+
+class SDPBackend(enum.IntEnum):
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
+
+
+_SDP_FLAGS = {SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash",
+              SDPBackend.EFFICIENT_ATTENTION: "mem_efficient",
+              SDPBackend.CUDNN_ATTENTION: "cudnn"}
+
+
+@contextlib.contextmanager
+def sdpa_kernel(backends, set_priority=False):
+    """Enables only ``backends`` (one ``SDPBackend`` or a list) inside a ``with`` block,
+    restoring the previous choice after it."""
+    if not isinstance(backends, (list, SDPBackend)):
+        raise AssertionError(f"Backend must be an instance of SDPBackend or a list of "
+                             f"SDPBackend instances, got {type(backends).__name__}")
+    chosen = {backends} if isinstance(backends, SDPBackend) else set(backends)
+    previous = dict(SDP_KERNELS)
+    try:
+        for backend, kernel in _SDP_FLAGS.items():
+            set_sdp(kernel, backend in chosen)
+        yield {}
+    finally:
+        SDP_KERNELS.update(previous)

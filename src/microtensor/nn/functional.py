@@ -1,6 +1,7 @@
 """Functional forms of layers and losses, written with microtensor ops (so they are
 differentiable and vmappable without further work)."""
 import math
+import warnings
 
 from microtensor._C.dispatch import call as _call
 from microtensor._C.meta import channels_last, contiguous_format
@@ -124,17 +125,32 @@ def _cross_entropy_probabilities(logp, target, weight, class_weight, class_dim, 
     return _reduce(-terms.sum(class_dim), reduction)
 
 
+def _warn_if_broadcast(input, target):
+    """PyTorch's warning when a pointwise loss's target broadcasts against its input (an
+    (N, 1) output against (N,) labels averages N*N differences)."""
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input "
+                      f"size ({input.shape}). This will likely lead to incorrect results due "
+                      f"to broadcasting. Please ensure they have the same size.", UserWarning,
+                      stacklevel=3)
+
+
 def mse_loss(input, target, reduction="mean"):
+    _warn_if_broadcast(input, target)
     diff = input - target
     return _reduce(diff * diff, reduction)
 
 
 def l1_loss(input, target, reduction="mean"):
+    _warn_if_broadcast(input, target)
     return _reduce((input - target).abs(), reduction)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
                                      pos_weight=None):
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({target.shape}) must be the same as input size "
+                         f"({input.shape})")
     # log(1 + exp(-|x|)) + max(x, 0) - x * t, stable for large |x|
     log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
     loss = (1 - target) * input + log_weight * ((-input.abs()).exp().log1p() +
@@ -196,9 +212,27 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
 
 def one_hot(tensor, num_classes=-1):
+    """PyTorch's checks of the class values, except under vmap (where, as PyTorch's, a
+    class out of range gives a row of zeros, and ``num_classes`` must be given)."""
+    from microtensor._C.tensor import int64
     from microtensor.ops.factory import arange
-    if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1
+    from microtensor.vmap.batched import BatchedTensor
+    if tensor.dtype is not int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if type(tensor) is BatchedTensor:
+        if num_classes < 0:
+            raise RuntimeError("When vmap-ing microtensor.nn.functional.one_hot, please provide "
+                               "an explicit positive num_classes argument.")
+    elif tensor.numel() == 0:
+        if num_classes == -1:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    else:
+        if tensor.min().item() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if num_classes == -1:
+            num_classes = int(tensor.max().item()) + 1
+        elif tensor.max().item() >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
     return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()
 
 
@@ -603,6 +637,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _warn_if_broadcast(input, target)
     d = (input - target).abs()
     if beta == 0:
         return _reduce(d, reduction)
@@ -614,6 +649,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     weighted elementwise."""
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _warn_if_broadcast(input, target)
     d = (input - target).abs()
     loss = _op("where", d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
     return _reduce(loss if weight is None else loss * weight, reduction)

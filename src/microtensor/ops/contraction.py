@@ -15,7 +15,7 @@ import string
 import numpy as np
 
 from microtensor._C import meta
-from microtensor._C.tensor import bool_, empty_contiguous, compute_numpy
+from microtensor._C.tensor import bool_, compute_numpy, empty_contiguous, float32
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import (REDUCED_FLOATS, _checked_inplace, bmm, require_one_dtype,
@@ -463,7 +463,9 @@ def _sdpa_samples(make):
             Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3), make(3, 5), scale=0.5),
             Sample(make(2, 3, 4), make(2, 5, 4), make(2, 5, 3),
                    mask(3, 5) | (make(3, 1) > -10)),
-            Sample(make(4, 3, 2), make(2, 5, 2), make(2, 5, 3), enable_gqa=True)]
+            Sample(make(4, 3, 2), make(2, 5, 2), make(2, 5, 3), enable_gqa=True),
+            Sample(make(1, 2, 3, 4), make(1, 2, 5, 4), make(1, 2, 5, 4), make(3, 5),
+                   is_causal=True)]
 
 
 @op(kind="composite", inputs=("query", "key", "value", "attn_mask"), method=False,
@@ -471,8 +473,11 @@ def _sdpa_samples(make):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, *, scale=None, enable_gqa=False):
     """``softmax(query @ key.mT * scale + mask) @ value``, PyTorch's reference math: a
-    composite of products and ``softmax``, whose derivatives and batching rules it uses."""
-    if is_causal and attn_mask is not None:
+    composite of products and ``softmax``, whose derivatives and batching rules it uses.
+    ``is_causal`` with an ``attn_mask`` applies both where PyTorch's CPU flash kernel
+    takes the call; elsewhere PyTorch's math kernel refuses it."""
+    if is_causal and attn_mask is not None and not _flash_takes(query, key, value, dropout_p,
+                                                                enable_gqa):
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be "
                            "set when is_causal=True")
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -483,6 +488,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got "
                            f"query.dtype: {query.dtype} key.dtype: {key.dtype} and "
                            f"value.dtype: {value.dtype} instead.")
+    if attn_mask is not None and attn_mask._dtype not in (bool_, float32, query._dtype):
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or float or to match query "
+                           f"dtype, but got attn_mask.dtype: "
+                           f"{_CPP_TYPE_NAMES[attn_mask.dtype.name]} and  query.dtype: "
+                           f"{_CPP_TYPE_NAMES[query.dtype.name]} instead.")
     if enable_gqa and query.dim() >= 3 and key.dim() >= 3:
         heads, kv_heads = query.shape[-3], key.shape[-3]
         if heads % kv_heads:
@@ -514,6 +524,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return weights.matmul(value)
 
 
+def _flash_takes(query, key, value, dropout_p, enable_gqa):
+    """Whether PyTorch's CPU flash-attention kernel computes this call: 4-D inputs of one
+    batch size and head size, as many key as value heads (and as query heads unless
+    ``enable_gqa``), no dropout."""
+    if not (query.dim() == key.dim() == value.dim() == 4) or dropout_p != 0.0:
+        return False
+    (n, heads, _, size), (kn, kheads, _, ksize) = query.shape, key.shape
+    vn, vheads, _, vsize = value.shape
+    return (n == kn == vn and size == ksize == vsize and kheads == vheads
+            and (heads == kheads or enable_gqa))
+
+
 def _repeat_heads(t, times):
     """Each head of ``t`` (..., H, S, D) ``times`` times in a row (repeat_interleave)."""
     shape = tuple(t.shape)
@@ -530,7 +552,9 @@ __all__ += ["bilinear", "pdist"]
 
 # PyTorch's names of dtypes in bilinear's message (C++ type names)
 _CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half",
-                   "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int"}
+                   "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int",
+                   "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+                   "bool": "bool"}
 
 
 def _check_bilinear(input1, input2, weight, bias):
