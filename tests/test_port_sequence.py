@@ -1813,3 +1813,50 @@ def test_multihead_attention_refuses_keys_and_values_that_disagree(options, shap
     assert got is not None and got[0] is AssertionError
     if _torch is not None:
         assert got == _error_of(lambda: attempt(_torch))
+
+
+_LOSSES = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits"]
+
+
+@pytest.mark.parametrize("name", _LOSSES)
+def test_functional_losses_take_pytorchs_parameters(name):
+    """Older programs pass size_average=/reduce= (PyTorch still takes them, warning);
+    newer ones weight= to mse_loss and l1_loss."""
+    import inspect
+    params = list(inspect.signature(getattr(microtensor.nn.functional, name)).parameters)
+    if _torch is not None:
+        assert params == list(inspect.signature(getattr(_torch.nn.functional, name))
+                              .parameters)
+    assert {"size_average", "reduce", "reduction"} <= set(params)
+
+
+def _legacy_losses(lib):
+    F = lib.nn.functional
+    x = lib.tensor(np.linspace(-1, 1, 6).reshape(2, 3).astype(np.float32))
+    y = lib.tensor(np.linspace(0, 1, 6).reshape(2, 3).astype(np.float32))
+    w = lib.tensor(np.linspace(0.5, 1.5, 6).reshape(2, 3).astype(np.float32))
+    labels = lib.tensor([0, 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        values = [F.cross_entropy(x, labels, size_average=False),
+                  F.nll_loss(F.log_softmax(x, 1), labels, reduce=False),
+                  F.mse_loss(x, y, size_average=False), F.mse_loss(x, y, weight=w),
+                  F.mse_loss(x, y, weight=w, reduction="none"),
+                  F.l1_loss(x, y, weight=w, reduction="sum"),
+                  F.binary_cross_entropy(y.clamp(0.1, 0.9), y, reduce=False),
+                  F.binary_cross_entropy_with_logits(x, y, size_average=True)]
+    errors = [_error_of(lambda: F.mse_loss(x, y, weight=lib.ones(3))),
+              _error_of(lambda: F.l1_loss(x, y, weight=w, reduction="bad"))]
+    return [_numpy(v) for v in values], [str(w.message) for w in caught], errors
+
+
+def test_legacy_reduction_flags_and_weighted_pointwise_losses():
+    values, notes, errors = _legacy_losses(microtensor)
+    assert len(notes) == 5 and all("size_average and reduce args will be deprecated" in n
+                                   for n in notes)
+    assert all(e is not None and e[0] is ValueError for e in errors)
+    if _torch is not None:
+        ref_values, ref_notes, ref_errors = _legacy_losses(_torch)
+        _assert_same(values, ref_values, "losses", 1e-6, 1e-7)
+        assert notes == ref_notes and errors == ref_errors

@@ -137,17 +137,17 @@ class MultiheadAttention(Module):
     def _check_key_value(self, key, value, batched):
         """PyTorch's check that key and value agree (shown sequence-first, as PyTorch
         shows them)."""
+        k, v = tuple(key.shape), tuple(value.shape)
         if not batched:
-            key, value = key.unsqueeze(1), value.unsqueeze(1)
+            k, v = (k[0], 1) + k[1:], (v[0], 1) + v[1:]
         elif self.batch_first:
-            key, value = key.transpose(0, 1), value.transpose(0, 1)
-        if self._qkv_same_embed_dim and key.shape != value.shape:
-            raise AssertionError(f"key shape {key.shape} does not match value shape "
-                                 f"{value.shape}")
+            k, v = (k[1], k[0]) + k[2:], (v[1], v[0]) + v[2:]
         size = type(key.shape)
-        if not self._qkv_same_embed_dim and key.shape[:2] != value.shape[:2]:
-            raise AssertionError(f"key's sequence and batch dims {size(key.shape[:2])} do not "
-                                 f"match value's {size(value.shape[:2])}")
+        if self._qkv_same_embed_dim and k != v:
+            raise AssertionError(f"key shape {size(k)} does not match value shape {size(v)}")
+        if not self._qkv_same_embed_dim and k[:2] != v[:2]:
+            raise AssertionError(f"key's sequence and batch dims {size(k[:2])} do not match "
+                                 f"value's {size(v[:2])}")
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):

@@ -49,10 +49,13 @@ def _reduce(loss, reduction):
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
     """Negative log-likelihood of class ``target`` under log-probabilities ``input``
     (shape (N, C), (C,) with a 0-d target, or (N, C, d1, ...) with an (N, d1, ...) target):
     one op, ``ops.loss.nll_loss``, on the classes moved last and the rest flattened."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
     if len(input._sizes) <= 2:   # the op itself, dispatched without call_by_name's frame
         return _call(REGISTRY["nll_loss"], (input, target, weight),
                     {"reduction": reduction, "ignore_index": ignore_index})
@@ -66,11 +69,13 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
-def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",
-                  label_smoothing=0.0):
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
     """Cross-entropy of logits ``input`` (classes along dim 1, or dim 0 for one sample)
     against class indices, or class probabilities when ``target`` has ``input``'s shape;
     weights, ignored targets and label smoothing as PyTorch computes them."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
     class_dim = 0 if len(input._sizes) == 1 else 1
     classes = input._sizes[class_dim]
     if label_smoothing > 0.0 and label_smoothing > 1.0:
@@ -82,7 +87,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     if target._sizes == input._sizes:
         return _cross_entropy_probabilities(logp, target, weight, class_weight, class_dim,
                                             ignore_index, reduction, label_smoothing)
-    loss = nll_loss(logp, target, weight, ignore_index, reduction)
+    loss = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if label_smoothing <= 0.0:
         return loss
     # the smoothing term: minus the (weighted) log-probabilities of every class, ignored
@@ -135,19 +140,43 @@ def _warn_if_broadcast(input, target):
                       stacklevel=3)
 
 
-def mse_loss(input, target, reduction="mean"):
+def _weighted_reduce(loss, weight, reduction, input):
+    """A pointwise loss weighted elementwise, as PyTorch's ``mse_loss``/``l1_loss``:
+    "mean" divides by the sum of the weights."""
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = loss * weight
+    if reduction == "mean":
+        return loss.sum() / weight.sum()
+    if reduction not in ("none", "sum"):
+        raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', "
+                         f"'mean', 'sum'.")
+    return _reduce(loss, reduction)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _warn_if_broadcast(input, target)
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
     diff = input - target
+    if weight is not None:
+        return _weighted_reduce(diff * diff, weight, reduction, input)
     return _reduce(diff * diff, reduction)
 
 
-def l1_loss(input, target, reduction="mean"):
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     _warn_if_broadcast(input, target)
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
+    if weight is not None:
+        return _weighted_reduce((input - target).abs(), weight, reduction, input)
     return _reduce((input - target).abs(), reduction)
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
-                                     pos_weight=None):
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction="mean", pos_weight=None):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.shape}) must be the same as input size "
                          f"({input.shape})")
@@ -160,9 +189,12 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     return _reduce(loss, reduction)
 
 
-def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
     """PyTorch's binary cross-entropy of probabilities ``input``: each log clamped at -100
     (``ops.loss._binary_cross_entropy``), then weighted and reduced."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({target.shape}) that is different to the input "
                          f"size ({input.shape}) is deprecated. Please ensure they have the same "
