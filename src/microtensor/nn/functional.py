@@ -4,6 +4,7 @@ import math
 
 from microtensor._C.dispatch import call as _call
 from microtensor._C.meta import channels_last, contiguous_format
+from microtensor.ops.arguments import int_arg as _int_arg
 from microtensor.ops.dispatch import call_by_name as _op
 from microtensor.ops.loops import in_format, memory_format_of
 from microtensor.ops.registry import REGISTRY
@@ -196,9 +197,26 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
 
 
 def one_hot(tensor, num_classes=-1):
+    """PyTorch's checks: long classes in ``[0, num_classes)`` (a class outside would give a
+    row of zeros).  Under vmap, as in PyTorch, a given ``num_classes`` is not checked
+    against the values (that would read them)."""
+    from microtensor._C.tensor import int64
     from microtensor.ops.factory import arange
-    if num_classes < 0:
-        num_classes = int(tensor.max().item()) + 1
+    from microtensor.vmap.helpers import BatchedTensor
+    num_classes = _int_arg(num_classes, "num_classes")
+    if tensor.dtype is not int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if tensor.numel() == 0:
+        if num_classes <= 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    elif num_classes == -1 or type(tensor) is not BatchedTensor:
+        if tensor.min().item() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        largest = tensor.max().item()
+        if num_classes == -1:
+            num_classes = largest + 1
+        elif largest >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
     return (tensor.unsqueeze(-1) == arange(num_classes, device=tensor.device)).long()
 
 
@@ -232,8 +250,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Normalisation per channel (dim 1): one op, ``ops.norm.batch_norm`` (running
     statistics updated in place when training)."""
     if training:
-        _check_batch_statistics(input, math.prod(input.shape) // input.shape[1], "value per "
-                                "channel")
+        _check_batch_statistics(input, input.shape[0] * math.prod(input.shape[2:]),
+                                "value per channel")
     return _op("batch_norm", input, weight, bias, running_mean, running_var, training,
                momentum, eps)
 
@@ -447,7 +465,8 @@ conv_transpose3d = _conv.conv_transpose3d.kernel
 
 
 def _pair(value, name):
-    return _conv.expand_param(value, 2, name)
+    # a pair made in Python first, as PyTorch's: an int past int64 is then a list's TypeError
+    return _conv.expand_param((value, value) if isinstance(value, int) else value, 2, name)
 
 
 def _block_selector(input, channels, kernel_size):
@@ -538,7 +557,7 @@ def pad(input, pad, mode="constant", value=None):
 
 def pixel_shuffle(input, upscale_factor):
     """(*, C r², H, W) -> (*, C, H r, W r): a reshape and a permute."""
-    r = upscale_factor
+    r = _int_arg(upscale_factor, "upscale_factor")
     if input.dim() < 3:
         raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
                            f"got input with {input.dim()} dimension(s)")
@@ -566,7 +585,7 @@ def pixel_shuffle(input, upscale_factor):
 
 def pixel_unshuffle(input, downscale_factor):
     """(*, C, H r, W r) -> (*, C r², H, W): the inverse of ``pixel_shuffle``."""
-    r = downscale_factor
+    r = _int_arg(downscale_factor, "downscale_factor")
     if input.dim() < 3:
         raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, "
                            f"but got input with {input.dim()} dimension(s)")

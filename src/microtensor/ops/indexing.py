@@ -208,6 +208,8 @@ def _normalize(index):
 def _scalar_index(item):
     """A scalar that indexes like a Python int (a NumPy integer, a 0-d integer tensor) as
     that int; anything else unchanged (PyTorch refuses NumPy bools)."""
+    if type(item) is int and not -2 ** 63 <= item < 2 ** 63:
+        raise ValueError("Overflow when unpacking long long")   # PyTorch parses an int64
     if isinstance(item, np.integer):
         return item.item()
     if isinstance(item, TensorBase) and item.dim() == 0 and _is_integer_index(item):

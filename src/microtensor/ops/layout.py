@@ -12,6 +12,7 @@ import math
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import empty_strided_unchecked
+from microtensor.ops.arguments import int_tuple
 from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
                                   memory_format_of, update_at)
 from microtensor.ops.registry import REGISTRY, Sample, op
@@ -102,7 +103,7 @@ def source_index(xp, n, lo, hi, mode):
 
 
 def _pad_args(pad):
-    return tuple(int(p) for p in pad)
+    return int_tuple(pad, "pad")
 
 
 def _pad_samples(make):

@@ -1047,7 +1047,7 @@ def lu_array(a):
     column unscaled and sets ``info`` to its 1-based index (the first such one)."""
     *batch, m, n = a.shape
     k = min(m, n)
-    lu = np.array(a, dtype=a.dtype).reshape(-1, m, n)
+    lu = np.array(a, dtype=a.dtype).reshape(math.prod(batch), m, n)   # m or n may be 0
     count = lu.shape[0]
     pivots = np.empty((count, k), np.int32)
     info = np.zeros(count, np.int32)
@@ -1128,8 +1128,9 @@ def permutation_array(pivots, m, dtype):
     """The permutation matrices ``P`` (``A = P L U``) of LAPACK's 1-based row swaps: the
     swaps applied in order to the row indices, a Python step per swap."""
     batch, k = pivots.shape[:-1], pivots.shape[-1]
-    rows = np.broadcast_to(np.arange(m), batch + (m,)).reshape(-1, m).copy()
-    swaps = pivots.reshape(-1, k).astype(np.int64) - 1
+    count = math.prod(batch)    # not -1 in the reshapes: m or k may be 0
+    rows = np.broadcast_to(np.arange(m), batch + (m,)).reshape(count, m).copy()
+    swaps = pivots.reshape(count, k).astype(np.int64) - 1
     every = np.arange(rows.shape[0])
     for j in range(k):
         row = rows[:, j].copy()

@@ -22,6 +22,7 @@ from microtensor._C import nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
+from microtensor.ops.arguments import int_arg, int_tuple
 from microtensor.ops.conv import convolution
 from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import (array_module, from_numpy_result, in_format,
@@ -35,8 +36,9 @@ _ORDINAL = {1: "", 2: "two ", 3: "three "}
 def expand_param(value, d, name, op_name):
     """An int or a 1- or ``d``-tuple as a ``d``-tuple (PyTorch's error otherwise)."""
     if isinstance(value, (int, np.integer)):
-        return (int(value),) * d
+        return (int_arg(value, name),) * d
     value = tuple(value)
+    int_tuple([v for v in value if v is not None], name)   # (adaptive sizes may hold None)
     if len(value) == 1:
         return value * d
     if len(value) != d:
@@ -163,7 +165,7 @@ def _running_max_select(windows, positions, offsets, best):
 def _argmax_last(windows, shape):
     """Maximum and position of each row of the windows' last axis (the first maximum, or
     the first NaN, which ``max`` propagates)."""
-    flat = windows.reshape(shape + (-1,))
+    flat = windows.reshape(shape + (math.prod(windows.shape[len(shape):]),))   # shape may hold 0
     return flat.max(-1), flat.argmax(-1)
 
 
@@ -291,7 +293,9 @@ def adaptive_output_size(shape, d, output_size):
 
 
 def check_adaptive_input(shape, d, name):
-    if len(shape) not in (d + 1, d + 2) or 0 in shape[-(d + 1):]:
+    """PyTorch's checks: the rank, then no empty dim but the first (average pooling in 1-d
+    and 2-d, which PyTorch computes in 2-d, lets the channels be empty too)."""
+    if len(shape) not in (d + 1, d + 2):
         if d == 1:
             raise RuntimeError(f"Expected 2 to 3 dimensions, but got {len(shape)}-dimensional "
                                f"tensor for argument #1 'self' (while checking arguments for "
@@ -299,6 +303,14 @@ def check_adaptive_input(shape, d, name):
         colon = ":" if name.startswith("adaptive_max") else ""   # PyTorch's two spellings
         raise RuntimeError(f"{name}(): Expected {d + 1}D or {d + 2}D tensor, but got{colon} "
                            f"{list(shape)}")
+    if name == "adaptive_avg_pool1d":
+        shape, name = shape[:-1] + (1,) + shape[-1:], "adaptive_avg_pool2d"
+    first = len(shape) - 2 if name == "adaptive_avg_pool2d" else 1
+    for i in range(first, len(shape)):
+        if shape[i] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {list(shape)} with dimension "
+                               f"{i} being empty")
 
 
 def _adaptive_windows(n, o):

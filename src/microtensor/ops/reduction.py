@@ -22,7 +22,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
                                    float32, float64, uint8)
 from microtensor._dtype import info
-from microtensor.ops.arguments import size_arg
+from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
                                    from_numpy_result, new_result, reduce, reduced_shape)
@@ -1005,7 +1005,7 @@ def _histc_rows(self, bins=100, min=0, max=0):
     if not self._dtype.is_floating_point:
         raise NotImplementedError(f"\"histogram_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
-    if bins <= 0:
+    if int_arg(bins, "bins") <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
                            f"dimension 0")
     rows = self._array()
