@@ -346,3 +346,61 @@ def test_attention_with_an_empty_head_dim_averages_the_values(causal):
                                                                          is_causal=causal),
         (2, 3, 0), (2, 3, 0), (2, 3, 4))
     assert_same_results(ours, theirs)
+
+
+EMPTY_CALLS = {
+    "aminmax over an empty dim": lambda L: L.zeros(2, 0).aminmax(dim=1),
+    "aminmax of an empty vector": lambda L: L.zeros(0).aminmax(dim=0),
+    "aminmax of all": lambda L: L.zeros(0, 3).aminmax(),
+    "aminmax over a full dim": lambda L: L.zeros(2, 0).aminmax(dim=0),
+    "kthvalue over an empty dim": lambda L: L.zeros(2, 0).kthvalue(1),
+    "inf norm over a full dim": lambda L: L.zeros(3, 0).norm(float("inf"), dim=0),
+    "inf norm over an empty dim": lambda L: L.zeros(3, 0).norm(float("inf"), dim=1),
+    "-inf norm over dims": lambda L: L.linalg.vector_norm(L.zeros(0, 3), float("-inf"), dim=1),
+    "inf norm of all": lambda L: L.linalg.vector_norm(L.zeros(0, 3), float("inf")),
+    "embedding_renorm_ of empty rows": lambda L: L.embedding_renorm_(
+        L.zeros(3, 0), L.tensor([0, 1]), 1.0, float("inf")),
+    "index_select from an empty dim": lambda L: L.zeros(0, 3).index_select(0, L.tensor([0])),
+    "index_select nothing": lambda L: L.zeros(0, 3).index_select(0, L.tensor([],
+                                                                               dtype=L.long)),
+    "embedding of an empty table": lambda L: L.nn.functional.embedding(L.tensor([0]),
+                                                                       L.zeros(0, 3)),
+    "linear with no features": lambda L: L.nn.functional.linear(L.ones(2, 3, 0), L.ones(5, 0),
+                                                                L.ones(5)),
+    "linear to no features": lambda L: L.nn.functional.linear(L.ones(2, 3, 4), L.ones(0, 4)),
+    "constant pad crops an empty dim": lambda L: L.nn.functional.pad(L.zeros(3, 0), (2, -1)),
+    "constant pad crops then pads": lambda L: L.nn.functional.pad(L.zeros(3, 1), (-2, 3)),
+    "constant pad crops both sides": lambda L: L.nn.functional.pad(L.zeros(3, 4), (-1, -1)),
+    "replicate pad of no channels": lambda L: L.nn.functional.pad(L.zeros(2, 0, 4), (1, 1),
+                                                                  "replicate"),
+    "reflect pad of an empty batch": lambda L: L.nn.functional.pad(L.zeros(0, 3, 4), (1, 1),
+                                                                   "reflect"),
+    "circular pad of no channels": lambda L: L.nn.functional.pad(L.zeros(2, 0, 4), (1, 1),
+                                                                 "circular"),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("call", sorted(EMPTY_CALLS))
+def test_empty_inputs_match_pytorch(call):
+    ours = outcome(lambda: EMPTY_CALLS[call](mt))
+    theirs = outcome(lambda: EMPTY_CALLS[call](torch))
+    assert_same_results(ours, theirs)
+    if ours[0] != "ok":
+        assert ours[1] == theirs[1]
+
+
+@requires_torch
+@pytest.mark.parametrize("in_features, out_features, lead", [(0, 5, (2, 3)), (4, 0, (2, 3)),
+                                                              (4, 5, (0, 3)), (0, 5, ())])
+def test_linear_with_empty_sizes_differentiates_as_pytorch(in_features, out_features, lead):
+    """No ``reshape(-1, 0)`` (ambiguous) in the forward or the backward."""
+    grads = []
+    for L in (mt, torch):
+        x = L.ones(lead + (in_features,), dtype=L.float64, requires_grad=True)
+        w = L.ones(out_features, in_features, dtype=L.float64, requires_grad=True)
+        b = L.ones(out_features, dtype=L.float64, requires_grad=True)
+        L.nn.functional.linear(x, w, b).sum().backward()
+        grads.append([t.grad.detach().numpy() for t in (x, w, b)])
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)

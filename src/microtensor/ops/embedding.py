@@ -30,6 +30,8 @@ def _check_indices(indices, argument, name):
 
 def _positions(weight, indices):
     positions = indices._array()
+    if positions.size and not weight._sizes[0]:     # PyTorch's index_select error
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if _out_of_range(positions, 0, weight._sizes[0]) is not None:
         raise IndexError("index out of range in self")
     return positions
@@ -141,6 +143,9 @@ def embedding_renorm_(self, indices, max_norm, norm_type):
     picked = target[positions]
     magnitude = array_module(picked).abs(picked)
     if norm_type == float("inf"):
+        if not magnitude.shape[1]:
+            raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty "
+                               "tensor because the operation does not have an identity")
         norms = magnitude.max(axis=1, keepdims=True)
     elif norm_type == 0:
         norms = (magnitude != 0).sum(axis=1, keepdims=True)

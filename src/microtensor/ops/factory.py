@@ -173,6 +173,12 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 def _range_bounds(start, end, step):
     """``arange``'s and ``range``'s bounds as numbers, with PyTorch's checks."""
     start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
+    for x in (start, end, step):    # PyTorch's Scalar: an int64 or a uint64
+        if isinstance(x, int) and not -2 ** 63 <= x < 2 ** 64:
+            raise OverflowError("can't convert negative int to unsigned" if x < 0 else
+                                "int too big to convert")
+        if isinstance(x, int) and x >= 2 ** 63:
+            raise RuntimeError("value cannot be converted to type int64_t without overflow")
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if not all(math.isfinite(x) for x in (start, end)):

@@ -637,6 +637,8 @@ def index_select(self, dim, index):
         raise IndexError("index_select(): Index is supposed to be a vector")
     d = meta.wrap_dim(dim, self.dim())
     positions = index._array().reshape(-1)
+    if positions.size and not _shape_or_vector(self)[d]:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if _out_of_range(positions, 0, _shape_or_vector(self)[d]) is not None:
         raise IndexError("index out of range in self")
     if self.dim() == 0:

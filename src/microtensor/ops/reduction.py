@@ -535,9 +535,16 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     if isinstance(p, str):
         raise RuntimeError(f"norm(): p={p!r} is not supported (only vector norms and 'fro')")
     if math.isinf(p):
-        if self._numel == 0:
-            raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty "
-                               "tensor because the operation does not have an identity")
+        if self._numel == 0:   # only an empty reduced dim has no maximum (PyTorch's rule)
+            if dim is None or not self.dim():
+                raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an "
+                                   f"empty tensor because the operation does not have an "
+                                   f"identity")
+            for d in dims_of(dim, self.dim()):
+                if not self._sizes[d]:
+                    raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on the "
+                                       f"dimension {d}because this dimension is empty and the "
+                                       f"operation does not have an identity")
         magnitude = self.abs()
         return magnitude.amax(dim, keepdim) if p > 0 else magnitude.amin(dim, keepdim)
     if p == 0:
@@ -822,8 +829,11 @@ def _aminmax_samples(make):
 @op(kind="composite", samples=_aminmax_samples)
 def aminmax(self, *, dim=None, keepdim=False, out=None):
     """``(amin, amax)`` over ``dim`` (every dim when None)."""
-    if not self._numel and (dim is None or not self.dim() or self._sizes[
-            meta.wrap_dim(dim, self.dim())] == 0):
+    if not self._numel and dim is not None and self.dim() and \
+            not self._sizes[meta.wrap_dim(dim, self.dim())]:
+        raise IndexError(f"aminmax: Expected reduction dim {meta.wrap_dim(dim, self.dim())} "
+                         f"to have non-zero size.")
+    if not self._numel and (dim is None or not self.dim()):
         raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
                            "operation has no identity.")
     dims = () if dim is None else dim

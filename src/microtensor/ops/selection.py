@@ -208,6 +208,8 @@ def _select_kth(self, k, dim, keepdim, nan_first=False):
 def _kthvalue(self, k, dim=-1, keepdim=False):
     k = int_arg(k, "k")
     d, size = _dim_size(self, dim)
+    if not size:
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
     _check_k("kthvalue", k, size, d)
     return _select_kth(self, k - 1, dim, keepdim)
 
