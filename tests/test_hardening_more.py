@@ -404,3 +404,72 @@ def test_linear_with_empty_sizes_differentiates_as_pytorch(in_features, out_feat
         grads.append([t.grad.detach().numpy() for t in (x, w, b)])
     for a, b in zip(*grads):
         np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ sizes a storage cannot hold
+
+BIG_CALLS = {
+    "affine_grid overflowing": lambda L: L.nn.functional.affine_grid(
+        L.zeros(1, 2, 3), (1, 1, 2 ** 31, 2 ** 31), align_corners=False),
+    "affine_grid 3-d overflowing": lambda L: L.nn.functional.affine_grid(
+        L.zeros(1, 3, 4), (1, 1, 2 ** 21, 2 ** 21, 2 ** 21), align_corners=False),
+    "adaptive_avg_pool2d overflowing": lambda L: L.nn.functional.adaptive_avg_pool2d(
+        L.ones(1, 1, 4, 4), 2 ** 40),
+    "adaptive_max_pool2d overflowing": lambda L: L.nn.functional.adaptive_max_pool2d(
+        L.ones(1, 1, 4, 4), 2 ** 40),
+    "adaptive_max_pool3d overflowing": lambda L: L.nn.functional.adaptive_max_pool3d(
+        L.ones(1, 1, 2, 2, 2), 2 ** 40),
+    "adaptive_avg_pool2d negative": lambda L: L.nn.functional.adaptive_avg_pool2d(
+        L.ones(1, 1, 4, 4), -1),
+    "adaptive_max_pool2d negative": lambda L: L.nn.functional.adaptive_max_pool2d(
+        L.ones(1, 1, 4, 4), (2, -1)),
+    "adaptive_avg_pool1d to nothing": lambda L: L.nn.functional.adaptive_avg_pool1d(
+        L.ones(1, 1, 4), 0),
+    "adaptive_avg_pool2d to nothing": lambda L: L.nn.functional.adaptive_avg_pool2d(
+        L.ones(1, 1, 4, 4), (0, 2)),
+    "adaptive_max_pool2d to nothing": lambda L: L.nn.functional.adaptive_max_pool2d(
+        L.ones(1, 1, 4, 4), (2, 0), return_indices=True),
+    "resize_ overflowing": lambda L: L.zeros(4).resize_(2 ** 62),
+    "set_ overflowing": lambda L: L.zeros(4).set_(L.zeros(2).untyped_storage(), 0, (2 ** 62,),
+                                                  (1,)),
+    "index_add out of range": lambda L: L.zeros(3).index_add(0, L.tensor([3]), L.ones(1)),
+    "index_add negative": lambda L: L.zeros(3).index_add(0, L.tensor([-1]), L.ones(1)),
+    "polygamma n past int64": lambda L: L.special.polygamma(2 ** 63, L.tensor([1.0])),
+    "matrix_power n past int64": lambda L: L.linalg.matrix_power(L.eye(2), 2 ** 63),
+    "arange end past uint64": lambda L: L.arange(0, 2 ** 64),
+    "arange end past int64": lambda L: L.arange(0, 2 ** 63),
+    "arange step past int64": lambda L: L.arange(0, 10, 2 ** 63),
+    "arange start below int64": lambda L: L.arange(-2 ** 63 - 1, 0),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("call", sorted(BIG_CALLS))
+def test_sizes_no_storage_holds_are_refused_as_pytorch(call):
+    """Refused before any memory is asked for, with PyTorch's type (the process used to
+    be killed building affine_grid's 2**62 coordinates)."""
+    ours = outcome(lambda: BIG_CALLS[call](mt))
+    theirs = outcome(lambda: BIG_CALLS[call](torch))
+    assert_same_results(ours, theirs)
+
+
+def test_refused_resize_and_set_leave_the_tensor_alone():
+    x = mt.arange(4.0)
+    storage = x._storage.data
+    for call in (lambda: x.resize_(2 ** 62), lambda: x.resize_(2 ** 40, 2 ** 30),
+                 lambda: x.set_(mt.zeros(2).untyped_storage(), 0, (2 ** 62,), (1,))):
+        with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+            call()
+    assert x.shape == (4,) and x._storage.data is storage
+    np.testing.assert_array_equal(x.numpy(), np.arange(4.0))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_from_file_refuses_an_overflowing_size_before_touching_the_file(tmp_path, shared):
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(16))
+    with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+        mt.from_file(str(path), shared=shared, size=2 ** 62, dtype=mt.float32)
+    with pytest.raises(ValueError, match="64 bits"):
+        mt.from_file(str(path), shared=shared, size=2 ** 63, dtype=mt.float32)
+    assert path.stat().st_size == 16

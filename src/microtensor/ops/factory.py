@@ -1001,7 +1001,10 @@ def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=
     shorter file is created or extended), otherwise a private copy-on-write mapping of an
     existing file (writes stay in the tensor)."""
     dt = pick_dtype(dtype, get_default_dtype())
+    size = int_arg(size, "size")
     nbytes = size * dt.itemsize
+    if nbytes >= 2 ** 63:    # refused before the file is touched (PyTorch's size wraps)
+        raise RuntimeError(f"Storage size calculation overflowed with sizes=[{size}]")
     if size < 0:
         raise RuntimeError(f"unable to mmap {nbytes} bytes from file <{filename}>: Cannot "
                            f"allocate memory (12)")

@@ -920,10 +920,8 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
         raise RuntimeError(f"index_add_(): Number of indices ({index._numel}) should be equal to "
                            f"source.size(dim): ({source_shape[d]}), for dim: {d}")
     positions = index._array().reshape(-1)
-    bad = _out_of_range(positions, 0, self_shape[d])
-    if bad is not None:
-        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
-                           f"{self_shape[d]}")
+    if _out_of_range(positions, 0, self_shape[d]) is not None:
+        raise IndexError("index out of range in self")   # PyTorch's index_add_ error
     out = _target(self, out, (index, source))
     target = np.moveaxis(out._array().reshape(self_shape), d, 0)
     addend = np.moveaxis(source._array().reshape(source_shape), d, 0)

@@ -21,6 +21,7 @@ import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
 from microtensor._C.tensor import float32, float64, int32
+from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import REGISTRY, Sample, op
@@ -508,6 +509,7 @@ def matrix_power(self, n):
     if self.shape[-1] != self.shape[-2]:
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
                            f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
+    n = int_arg(n, "n")
     if n == 0:
         size = self.shape[-1]
         return _eye_like(self, size).expand(self.shape).clone()

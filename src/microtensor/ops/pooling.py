@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from microtensor._C import nnkernels
+from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
@@ -289,7 +289,9 @@ max_pool3d_with_indices = _declare_max_pool(3)
 def adaptive_output_size(shape, d, output_size):
     """``output_size`` as a ``d``-tuple (None: the input's size)."""
     size = expand_param(output_size, d, "output_size", "adaptive pooling")
-    return tuple(shape[-d + i] if s is None else s for i, s in enumerate(size))
+    out = tuple(shape[-d + i] if s is None else s for i, s in enumerate(size))
+    meta.check_size_nonnegative(tuple(shape[:-d]) + out)    # before any window is built
+    return out
 
 
 def check_adaptive_input(shape, d, name):
@@ -318,7 +320,7 @@ def _adaptive_windows(n, o):
     windows as an index matrix padded to the longest by repeating each last element."""
     starts = (np.arange(o) * n) // o
     ends = -((-(np.arange(o) + 1) * n) // o)
-    width = int((ends - starts).max())
+    width = int((ends - starts).max()) if o else 0
     index = np.minimum(starts[:, None] + np.arange(width), ends[:, None] - 1)
     return starts, ends, index
 
@@ -341,14 +343,17 @@ def adaptive_max_pool2d(self, output_size):
     oh, ow = adaptive_output_size(self._sizes, 2, output_size)
     arr = self._array().reshape((-1, h, w))
     xp = array_module(arr)
+    lead = self._sizes[:-2]
+    fmt = pool_format(self, 2)
+    if not (oh and ow and arr.shape[0]):    # nothing to pool (NumPy's max would refuse)
+        return (from_numpy_result(xp.empty(lead + (oh, ow), arr.dtype), self._dtype, fmt),
+                from_numpy_result(xp.empty(lead + (oh, ow), np.int64), int64, fmt))
     rows = xp.asarray(_adaptive_windows(h, oh)[2])
     cols = xp.asarray(_adaptive_windows(w, ow)[2])
     windows = arr[:, rows[:, :, None, None], cols[None, None, :, :]]   # (R, oh, kh, ow, kw)
     values, picked = _argmax_last(windows.transpose(0, 1, 3, 2, 4), (arr.shape[0], oh, ow))
     jh, jw = _unravel(picked, (rows.shape[1], cols.shape[1]))
     indices = rows[xp.arange(oh)[:, None], jh] * w + cols[xp.arange(ow)[None, :], jw]
-    lead = self._sizes[:-2]
-    fmt = pool_format(self, 2)
     return (from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype, fmt),
             from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64, fmt))
 
