@@ -30,8 +30,6 @@ def _check_indices(indices, argument, name):
 
 def _positions(weight, indices):
     positions = indices._array()
-    if positions.size and not weight._sizes[0]:     # PyTorch's index_select error
-        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if _out_of_range(positions, 0, weight._sizes[0]) is not None:
         raise IndexError("index out of range in self")
     return positions
@@ -54,6 +52,8 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     _check_indices(indices, "#1", "embedding")
     if weight.dim() != 2:
         raise RuntimeError("'weight' must be 2-D")
+    if indices._numel and not weight._sizes[0]:     # PyTorch's index_select error
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     positions = _positions(weight, indices)
     rows = array_module(positions).take(weight._array(), positions.reshape(-1), axis=0)
     return fresh_tensor(rows.reshape(tuple(indices._sizes) + (weight._sizes[1],)))

@@ -228,6 +228,8 @@ def getitem(self, index):
 def setitem(self, index, value):
     if type(value) is int and not -2 ** 63 <= value < 2 ** 63:
         raise ValueError("Overflow when unpacking long long")   # PyTorch parses an int64
+    if not isinstance(value, TensorBase):
+        check_scalar_fits(value, self._dtype)   # PyTorch converts it before reading the index
     index = _normalize(index)
     if all(_is_basic(i) for i in index):
         target = basic_index(self, index)
@@ -637,7 +639,7 @@ def index_select(self, dim, index):
         raise IndexError("index_select(): Index is supposed to be a vector")
     d = meta.wrap_dim(dim, self.dim())
     positions = index._array().reshape(-1)
-    if positions.size and not _shape_or_vector(self)[d]:
+    if positions.size and self.dim() > 1 and not self._sizes[d]:   # (1-D: the IndexError)
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if _out_of_range(positions, 0, _shape_or_vector(self)[d]) is not None:
         raise IndexError("index out of range in self")
