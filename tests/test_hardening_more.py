@@ -441,6 +441,8 @@ BIG_CALLS = {
                                                   (1,)),
     "index_add out of range": lambda L: L.zeros(3).index_add(0, L.tensor([3]), L.ones(1)),
     "index_add negative": lambda L: L.zeros(3).index_add(0, L.tensor([-1]), L.ones(1)),
+    "index_add rows out of range": lambda L: L.zeros(3, 2).index_add(0, L.tensor([7]),
+                                                                     L.ones(1, 2)),
     "polygamma n past int64": lambda L: L.special.polygamma(2 ** 63, L.tensor([1.0])),
     "matrix_power n past int64": lambda L: L.linalg.matrix_power(L.eye(2), 2 ** 63),
     "arange end past uint64": lambda L: L.arange(0, 2 ** 64),

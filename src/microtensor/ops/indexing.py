@@ -922,8 +922,12 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
         raise RuntimeError(f"index_add_(): Number of indices ({index._numel}) should be equal to "
                            f"source.size(dim): ({source_shape[d]}), for dim: {d}")
     positions = index._array().reshape(-1)
-    if _out_of_range(positions, 0, self_shape[d]) is not None:
-        raise IndexError("index out of range in self")   # PyTorch's index_add_ error
+    bad = _out_of_range(positions, 0, self_shape[d])
+    if bad is not None:
+        if len(self_shape) <= 1:    # PyTorch's index_add_ of a vector
+            raise IndexError("index out of range in self")
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
+                           f"{self_shape[d]}")
     out = _target(self, out, (index, source))
     target = np.moveaxis(out._array().reshape(self_shape), d, 0)
     addend = np.moveaxis(source._array().reshape(source_shape), d, 0)
