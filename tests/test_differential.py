@@ -78,10 +78,6 @@ KNOWN_OPEN = {
         "x.split(1)[0] used after a write into x: PyTorch's backward refuses ('Output 0 of "
         "Split is a view and its base ... has been modified inplace'), microtensor computes "
         "a gradient (not in issue 10)",
-    "huge:beyond_int64":
-        "sizes >= 2**63 given to view, reshape and expand raise OverflowError (PyTorch: "
-        "TypeError 'failed to unpack'; single int arguments raise PyTorch's ValueError), "
-        "linspace(0, 1, 2**63) returns an empty tensor (not in issue 10)",
 }
 
 

@@ -212,7 +212,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
     if not input.is_floating_point():
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
                            f"{_type_name(input.dtype)}")
-    if num_samples <= 0:
+    from microtensor.ops.arguments import int_arg
+    if int_arg(num_samples, "num_samples") <= 0:
         raise RuntimeError("cannot sample n_sample <= 0 samples")
     n_cat = input.shape[-1]
     if not replacement and num_samples > n_cat:

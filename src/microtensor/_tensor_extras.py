@@ -191,7 +191,11 @@ def _ensure_elements(storage, count):
     data = storage.data
     if count <= data.shape[0]:
         return
-    grown = array_module(data).empty(count, dtype=data.dtype)
+    try:
+        grown = array_module(data).empty(count, dtype=data.dtype)
+    except MemoryError:     # PyTorch's allocator error (nothing changed yet)
+        raise RuntimeError(f"DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                           f"{count * data.dtype.itemsize} bytes.") from None
     grown[:data.shape[0]] = data
     storage._replace_data(grown)
 
@@ -204,7 +208,12 @@ def _set_geometry_growing(self, sizes, strides, offset, storage=None, bump=True)
     for size in sizes:
         numel *= size
     if numel:
-        _ensure_elements(storage, offset + meta.storage_size_for(sizes, strides))
+        count = offset + meta.storage_size_for(sizes, strides)
+        if count * self._dtype.itemsize >= 2 ** 63:
+            raise RuntimeError(f"Storage size calculation overflowed with sizes={list(sizes)}" +
+                               (f" and strides={list(strides)}" if storage is not self._storage
+                                else ""))
+        _ensure_elements(storage, count)
     self._set_storage(storage, sizes, strides, offset)
     storage.version += bump
     return self

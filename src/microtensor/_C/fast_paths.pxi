@@ -114,7 +114,10 @@ cdef object _reshaped_view(TensorBase self, tuple shape):
     sizes = _shape_arg(shape)
     if sizes is None:
         return None
-    sizes = meta.infer_size(sizes, self._numel)
+    try:
+        sizes = meta.infer_size(sizes, self._numel)
+    except OverflowError:   # a size past int64: the op raises PyTorch's TypeError
+        return None
     strides = meta.view_strides(self._sizes, self._strides, sizes)
     if strides is None:
         return None
@@ -152,12 +155,15 @@ cdef object _fast_as_strided(TensorBase self, object size, object stride,
     cdef Py_ssize_t offset
     if _plain(self) and type(size) is tuple and type(stride) is tuple and \
             _all_ints(<tuple>size) and _all_ints(<tuple>stride):
-        offset = self._offset if storage_offset is None else storage_offset
-        if len(<tuple>size) != len(<tuple>stride):
-            raise RuntimeError(f"mismatch in length of strides and shape: size "
-                               f"{list(size)} and stride {list(stride)}")
-        _check_geometry(self._storage, size, stride, offset, self._dtype.itemsize)
-        return self._view_fast(size, stride, offset, _numel(size), -1)
+        try:
+            offset = self._offset if storage_offset is None else storage_offset
+            if len(<tuple>size) != len(<tuple>stride):
+                raise RuntimeError(f"mismatch in length of strides and shape: size "
+                                   f"{list(size)} and stride {list(stride)}")
+            _check_geometry(self._storage, size, stride, offset, self._dtype.itemsize)
+            return self._view_fast(size, stride, offset, _numel(size), -1)
+        except OverflowError:   # a value past int64: the op raises PyTorch's error
+            pass
     return _dispatch_call("as_strided", self, size, stride, storage_offset)
 
 
@@ -232,7 +238,10 @@ cdef object _fast_expand(TensorBase self, tuple sizes):
     shape = _shape_arg(sizes) if sizes else None
     if shape is None or not _served(self):
         return _dispatch_call("expand", self, *sizes)
-    expanded, strides = meta.expand_geometry(self._sizes, self._strides, shape)
+    try:
+        expanded, strides = meta.expand_geometry(self._sizes, self._strides, shape)
+    except OverflowError:   # a size past int64: the op raises PyTorch's TypeError
+        return _dispatch_call("expand", self, *sizes)
     out = self._view_fast(expanded, strides, self._offset, _numel(expanded), -1)
     return _record("expand", (self, shape), out) if _records(self) else out
 
@@ -547,7 +556,10 @@ cdef bint _reduced_dims(object dim, int ndim, bint* reduced) except -1:
     for value in dim:
         if type(value) is not int or ndim == 0:
             return False
-        d = _wrap_dim(value, ndim)
+        try:
+            d = _wrap_dim(value, ndim)
+        except ValueError:   # past int64: the op raises PyTorch's error (a list's TypeError)
+            return False
         if reduced[d]:
             return False
         reduced[d] = True

@@ -107,6 +107,16 @@ cdef inline int _load(tuple values, long long* out) except -1:
     return 0
 
 
+cdef int _parse_all(tuple values) except -1:
+    """Convert every value to int64 (OverflowError for one past it) before a size is judged:
+    PyTorch parses its arguments first, so a size past int64 is the error even beside
+    another bad size.  Called only on the way to raising, so that it costs nothing."""
+    cdef long long value
+    for item in values:
+        value = item
+    return 0
+
+
 cdef inline bint _has_zero(tuple sizes) except -1:
     cdef Py_ssize_t i
     for i in range(len(sizes)):
@@ -452,12 +462,14 @@ cpdef tuple infer_size(shape, long long numel):
         size = requested[i]
         if size == -1:
             if infer_dim >= 0:
+                _parse_all(requested)
                 raise RuntimeError("only one dimension can be inferred")
             infer_dim = i
         elif size >= 0:
             has_zero = has_zero or size == 0
             overflow = overflow or mt_mul_overflow(known, size, &known)
         else:
+            _parse_all(requested)
             raise RuntimeError(f"invalid shape dimension {size} at index {i} of shape "
                                f"{_fmt(requested)}")
     if has_zero:
@@ -527,6 +539,7 @@ cpdef tuple expand_geometry(sizes, strides, new_sizes):
     cdef Py_ssize_t n = len(target), old_n = len(shape), i, d
     cdef long long size, dim_stride, target_size, inner_size = 1, inner_stride = 1
     if n < old_n:
+        _parse_all(target)
         raise RuntimeError(f"expand({_fmt(shape)}, size={_fmt(target)}): the number of sizes "
                            f"provided ({n}) must be greater or equal to the number of dimensions "
                            f"in the tensor ({old_n})")
@@ -544,14 +557,17 @@ cpdef tuple expand_geometry(sizes, strides, new_sizes):
         target_size = target[i]
         if target_size == -1:
             if d < 0:
+                _parse_all(target)
                 raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a "
                                    f"leading, non-existing dimension {i}")
             target_size = size
         elif target_size < 0:
+            _parse_all(target)
             raise RuntimeError(f"Trying to create tensor with negative dimension {target_size}: "
                                f"{_fmt(target)}")
         if size != target_size:
             if size != 1:
+                _parse_all(target)
                 raise RuntimeError(f"The expanded size of the tensor ({target_size}) must match the "
                                    f"existing size ({size}) at non-singleton dimension {i}.  "
                                    f"Target sizes: {_fmt(target)}.  Tensor sizes: {_fmt(shape)}")
@@ -657,12 +673,13 @@ cpdef Py_ssize_t wrap_dim(object dim, long long ndim) except -1:
     As in PyTorch, a dim is an integer (a NumPy integer or a one-element integer tensor
     too); a float or a bool is a TypeError."""
     cdef long long d
-    if type(dim) is int:
-        d = dim
-    elif isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+    if type(dim) is not int and (isinstance(dim, bool) or not hasattr(type(dim), "__index__")):
         raise TypeError(f"argument 'dim' must be int, not {type(dim).__name__}")
-    else:
-        d = _index(dim)
+    try:
+        d = dim if type(dim) is int else _index(dim)
+    except OverflowError:
+        raise ValueError(f"argument 'dim' must fit in 64 bits (Overflow when unpacking "
+                         f"long long), got {dim}") from None
     if ndim <= 0:
         ndim = 1
     if d < -ndim or d >= ndim:

@@ -1025,7 +1025,10 @@ cdef inline Py_ssize_t _wrap_dim(object dim, Py_ssize_t ndim) except? -1:
     cdef Py_ssize_t n = ndim if ndim > 0 else 1
     if type(dim) is not int:
         return meta.wrap_dim(dim, ndim)  # NumPy ints accepted, floats and bools refused
-    d = dim
+    try:
+        d = dim
+    except OverflowError:
+        return meta.wrap_dim(dim, ndim)  # PyTorch's ValueError
     if d < -n or d >= n:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-n}, {n - 1}], but got {d})")
@@ -1066,7 +1069,12 @@ cdef _check_geometry(Storage storage, tuple sizes, tuple strides, Py_ssize_t off
         raise RuntimeError(f"tensors may have at most {MAX_DIMS} dimensions, got {n}")
     if offset < 0:
         raise RuntimeError(f"Tensor: invalid storage offset {offset}")
-    for i in range(n):
+    cdef bint negative = False
+    for i in range(n):   # every value converted (a value past int64 raised) before any is judged
+        size = sizes[i]
+        stride = strides[i]
+        negative = negative or size < 0 or stride < 0
+    for i in range(n if negative else 0):
         size = sizes[i]
         stride = strides[i]
         if size < 0:

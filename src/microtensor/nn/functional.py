@@ -5,6 +5,7 @@ import warnings
 
 from microtensor._C.dispatch import call as _call
 from microtensor._C.meta import channels_last, contiguous_format
+from microtensor.ops.arguments import int_arg as _int_arg
 from microtensor.ops.dispatch import call_by_name as _op
 from microtensor.ops.loops import in_format, memory_format_of
 from microtensor.ops.registry import REGISTRY
@@ -249,6 +250,7 @@ def one_hot(tensor, num_classes=-1):
     from microtensor._C.tensor import int64
     from microtensor.ops.factory import arange
     from microtensor.vmap.batched import BatchedTensor
+    num_classes = _int_arg(num_classes, "num_classes")
     if tensor.dtype is not int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     if type(tensor) is BatchedTensor:
@@ -256,7 +258,7 @@ def one_hot(tensor, num_classes=-1):
             raise RuntimeError("When vmap-ing microtensor.nn.functional.one_hot, please provide "
                                "an explicit positive num_classes argument.")
     elif tensor.numel() == 0:
-        if num_classes == -1:
+        if num_classes <= 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
     else:
         if tensor.min().item() < 0:
@@ -298,8 +300,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Normalisation per channel (dim 1): one op, ``ops.norm.batch_norm`` (running
     statistics updated in place when training)."""
     if training:
-        _check_batch_statistics(input, math.prod(input.shape) // input.shape[1], "value per "
-                                "channel")
+        _check_batch_statistics(input, input.shape[0] * math.prod(input.shape[2:]),
+                                "value per channel")
     return _op("batch_norm", input, weight, bias, running_mean, running_var, training,
                momentum, eps)
 
@@ -513,7 +515,8 @@ conv_transpose3d = _conv.conv_transpose3d.kernel
 
 
 def _pair(value, name):
-    return _conv.expand_param(value, 2, name)
+    # a pair made in Python first, as PyTorch's: an int past int64 is then a list's TypeError
+    return _conv.expand_param((value, value) if isinstance(value, int) else value, 2, name)
 
 
 def _block_selector(input, channels, kernel_size):
@@ -604,7 +607,7 @@ def pad(input, pad, mode="constant", value=None):
 
 def pixel_shuffle(input, upscale_factor):
     """(*, C r², H, W) -> (*, C, H r, W r): a reshape and a permute."""
-    r = upscale_factor
+    r = _int_arg(upscale_factor, "upscale_factor")
     if input.dim() < 3:
         raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but "
                            f"got input with {input.dim()} dimension(s)")
@@ -632,7 +635,7 @@ def pixel_shuffle(input, upscale_factor):
 
 def pixel_unshuffle(input, downscale_factor):
     """(*, C, H r, W r) -> (*, C r², H, W): the inverse of ``pixel_shuffle``."""
-    r = downscale_factor
+    r = _int_arg(downscale_factor, "downscale_factor")
     if input.dim() < 3:
         raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, "
                            f"but got input with {input.dim()} dimension(s)")
@@ -824,7 +827,6 @@ from microtensor.nn.interpolation import (interpolate, upsample,  # noqa: E402,F
 # Channel-wise and alpha dropout: PyTorch's rank checks and warnings here, the computation
 # in ``ops.dropout`` (``inplace=True`` writes into ``input`` and returns it).
 
-import warnings as _warnings  # noqa: E402
 
 from microtensor.ops import dropout as _dropouts  # noqa: E402
 
@@ -855,7 +857,7 @@ def _channel_dropout(input, p, training, inplace, batched):
 
 
 def _warn_channel_dropout_rank(d, rank):
-    _warnings.warn(
+    warnings.warn(
         f"dropout{d}d: Received a {rank}-D input to dropout{d}d, which is deprecated and will "
         f"result in an error in a future release. To retain the behavior and silence this "
         f"warning, please use dropout instead. Note that dropout{d}d exists to provide "
@@ -884,7 +886,7 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
     if rank not in (3, 4):
         _warn_channel_dropout_rank(2, rank)
     if rank == 3:
-        _warnings.warn(
+        warnings.warn(
             "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
             "dropout behavior is desired - input is interpreted as shape (N, C, L), where C is "
             "the channel dim. This behavior will change in a future release to interpret the "
@@ -919,7 +921,7 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
 
 def _get_softmax_dim(name, ndim, stacklevel):
     """PyTorch's legacy dim of a softmax called without one (with its warning)."""
-    _warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the "
                    f"call to include dim=X as an argument.", stacklevel=stacklevel)
     return 0 if ndim in (0, 1, 3) else 1
 
@@ -1042,7 +1044,7 @@ _GRID_PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
 
 def _default_align_corners(align_corners):
     if align_corners is None:
-        _warnings.warn("Default grid_sample and affine_grid behavior has changed to "
+        warnings.warn("Default grid_sample and affine_grid behavior has changed to "
                       "align_corners=False since 1.3.0. Please specify align_corners=True if "
                       "the old behavior is desired. See the documentation of grid_sample for "
                       "details.", stacklevel=3)
@@ -1064,7 +1066,7 @@ def affine_grid(theta, size, align_corners=None):
         raise ValueError(f"Expected a batch of {d}D affine matrices of shape Nx{d}x{d + 1} "
                          f"for size {size}. Got {tuple(theta.shape)}.")
     if align_corners and min(size[2:]) == 1:
-        _warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size "
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size "
                       "grids when align_corners=True. This is not an intended use case of "
                       "affine_grid. See the documentation of affine_grid for details.",
                       stacklevel=2)

@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 
 from microtensor._C.meta import contiguous_format
+from microtensor.ops.arguments import int_tuple
 from microtensor.ops.loops import in_format, memory_format_of
 
 MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
@@ -140,7 +141,7 @@ def _output_size_and_scales(input, size, scale_factor, mode, recompute_scale_fac
         if recompute_scale_factor:
             raise ValueError("recompute_scale_factor is not meaningful with an explicit "
                              "size.")
-        return output, [None] * d
+        return list(int_tuple(output, "output_size")), [None] * d
     if scale_factor is None:
         raise ValueError("either size or scale_factor should be defined")
     if isinstance(scale_factor, (list, tuple)):

@@ -41,6 +41,15 @@ def int_tuple(values, name="size"):
     return tuple(result)
 
 
+def ints_arg(value, name):
+    """A PyTorch ``int[]`` argument given as one int or as a sequence, as a tuple of Python
+    ints: one int past int64 is a ValueError (as an int argument), one in a list a
+    TypeError."""
+    if isinstance(value, (tuple, list)):
+        return int_tuple(value, name)
+    return (int_arg(value, name),)
+
+
 def size_arg(args, name="size", required=True):
     """The sizes (or dims) of a call written either way: ``f(2, 3)``, ``f((2, 3))`` and
     ``f([2, 3])`` all give ``args`` meaning (2, 3).  ``args`` is the ``*args`` tuple as

@@ -502,7 +502,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                                                           heads // kv_heads)
     length, source = query.shape[-2], key.shape[-2]
     if scale is None:
-        scale = 1.0 / math.sqrt(query.shape[-1])
+        # an empty head dim gives scores of 0 whatever the scale (PyTorch scales q and k)
+        scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
     scores = query.matmul(key.mT) * scale
     if is_causal:
         keep = query.new_ones((length, source), dtype=bool_).tril()

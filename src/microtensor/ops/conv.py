@@ -25,6 +25,7 @@ from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor._dtype import info
+from microtensor.ops.arguments import int_arg, int_tuple
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
@@ -39,8 +40,8 @@ _INPUTS = ("input", "weight", "bias")
 def expand_param(value, dims, name):
     """An int or a sequence of ``dims`` ints (or of one int) as a tuple of ``dims`` ints."""
     if isinstance(value, int):
-        return (value,) * dims
-    value = tuple(value)
+        return (int_arg(value, name),) * dims
+    value = int_tuple(value, name)
     if len(value) == 1:
         return value * dims
     if len(value) != dims:

@@ -52,6 +52,8 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     _check_indices(indices, "#1", "embedding")
     if weight.dim() != 2:
         raise RuntimeError("'weight' must be 2-D")
+    if indices._numel and not weight._sizes[0]:     # PyTorch's index_select error
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     positions = _positions(weight, indices)
     rows = array_module(positions).take(weight._array(), positions.reshape(-1), axis=0)
     return fresh_tensor(rows.reshape(tuple(indices._sizes) + (weight._sizes[1],)))
@@ -141,6 +143,9 @@ def embedding_renorm_(self, indices, max_norm, norm_type):
     picked = target[positions]
     magnitude = array_module(picked).abs(picked)
     if norm_type == float("inf"):
+        if not magnitude.shape[1]:
+            raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty "
+                               "tensor because the operation does not have an identity")
         norms = magnitude.max(axis=1, keepdims=True)
     elif norm_type == 0:
         norms = (magnitude != 0).sum(axis=1, keepdims=True)

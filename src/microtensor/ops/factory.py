@@ -20,7 +20,7 @@ from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_
                                    get_default_dtype, int64, uint8)
 from microtensor._dtype import check_scalar_fits, promote_types, scalar_dtype
 from microtensor.backends import cuda
-from microtensor.ops.arguments import int_tuple, size_arg
+from microtensor.ops.arguments import int_arg, int_tuple, size_arg
 from microtensor.ops.dispatch import run_kernel
 from microtensor.ops.loops import strided_copy
 from microtensor.ops import special_math
@@ -161,7 +161,7 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False)
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
     m = n if m is None else m
     for name, value in (("n", n), ("m", m)):
-        if isinstance(value, numbers.Integral) and value < 0:
+        if isinstance(value, numbers.Integral) and int_arg(value, name) < 0:
             raise RuntimeError(f"{name} must be greater or equal to 0, got {value}")
     sizes = parse_size((n, m))
     t = fill_new(sizes, pick_dtype(dtype, get_default_dtype()), on_device(device), 0)
@@ -173,6 +173,12 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 def _range_bounds(start, end, step):
     """``arange``'s and ``range``'s bounds as numbers, with PyTorch's checks."""
     start, end, step = (x.item() if isinstance(x, TensorBase) else x for x in (start, end, step))
+    for x in (start, end, step):    # PyTorch's Scalar: an int64 or a uint64
+        if isinstance(x, int) and not -2 ** 63 <= x < 2 ** 64:
+            raise OverflowError("can't convert negative int to unsigned" if x < 0 else
+                                "int too big to convert")
+        if isinstance(x, int) and x >= 2 ** 63:
+            raise RuntimeError("value cannot be converted to type int64_t without overflow")
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if not all(math.isfinite(x) for x in (start, end)):
@@ -203,7 +209,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     """PyTorch's formula: the first half counts up from ``start``, the second half down
     from ``end`` (so both ends are exact), in the result's float type."""
-    if steps < 0:
+    if int_arg(steps, "steps") < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
     result = empty_contiguous(parse_size((steps,)), dt, cpu)   # refuses what cannot be held
@@ -223,7 +229,7 @@ def _linspace_values(start, end, steps, dt):
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
     """``base ** linspace(start, end, steps)``, computed in the result's float type."""
-    if steps < 0:
+    if int_arg(steps, "steps") < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
     result = empty_contiguous(parse_size((steps,)), dt, cpu)
@@ -412,7 +418,10 @@ class Generator:
         self._rng = np.random.default_rng(self._seed)
 
     def manual_seed(self, seed):
-        self._seed = int(seed)
+        seed = int(seed)
+        if not -2 ** 63 <= seed < 2 ** 64:
+            raise ValueError("Overflow when unpacking long long")
+        self._seed = seed % 2 ** 64     # PyTorch keeps a uint64: a negative seed wraps
         self._rng = np.random.default_rng(self._seed)
         return self
 
@@ -536,6 +545,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
         low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
+    low, high = int_arg(low, "low"), int_arg(high, "high")
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} "
                            f">= to={high}")
@@ -548,7 +558,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     samples=lambda make: [Sample(5), Sample(0)])
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     rng = (generator or default_generator)._rng
-    meta.check_storage_nbytes(parse_size((n,)), pick_dtype(dtype, int64).itemsize)
+    meta.check_storage_nbytes(parse_size((int_arg(n, "n"),)), pick_dtype(dtype, int64).itemsize)
     values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
     return finish(tensor_of(values).to(on_device(device) or cpu), requires_grad)
 
@@ -991,7 +1001,10 @@ def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=
     shorter file is created or extended), otherwise a private copy-on-write mapping of an
     existing file (writes stay in the tensor)."""
     dt = pick_dtype(dtype, get_default_dtype())
+    size = int_arg(size, "size")
     nbytes = size * dt.itemsize
+    if nbytes >= 2 ** 63:    # refused before the file is touched (PyTorch's size wraps)
+        raise RuntimeError(f"Storage size calculation overflowed with sizes=[{size}]")
     if size < 0:
         raise RuntimeError(f"unable to mmap {nbytes} bytes from file <{filename}>: Cannot "
                            f"allocate memory (12)")

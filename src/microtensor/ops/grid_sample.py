@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from microtensor._C import meta
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
@@ -439,7 +440,9 @@ def affine_grid_generator(theta, size, align_corners):
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                            f"[{size[0]}, {len(spatial) + 1}] but got: "
                            f"[{theta.shape[0]}, {len(spatial) + 1}].")
-    # the homogeneous coordinates (x, y[, z], 1) of every output pixel, x the last dim
+    # the homogeneous coordinates (x, y[, z], 1) of every output pixel, x the last dim;
+    # PyTorch's check of their size comes before any is made
+    meta.check_storage_nbytes((size[0],) + spatial + (len(spatial) + 1,), theta.itemsize)
     axes = [_base_coordinates(n, align_corners) for n in reversed(spatial)]
     mesh = np.meshgrid(*axes[::-1], indexing="ij")[::-1]
     base = np.stack(list(mesh) + [np.ones(spatial)], -1).reshape(-1, len(spatial) + 1)

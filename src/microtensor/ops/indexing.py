@@ -208,6 +208,8 @@ def _normalize(index):
 def _scalar_index(item):
     """A scalar that indexes like a Python int (a NumPy integer, a 0-d integer tensor) as
     that int; anything else unchanged (PyTorch refuses NumPy bools)."""
+    if type(item) is int and not -2 ** 63 <= item < 2 ** 63:
+        raise ValueError("Overflow when unpacking long long")   # PyTorch parses an int64
     if isinstance(item, np.integer):
         return item.item()
     if isinstance(item, TensorBase) and item.dim() == 0 and _is_integer_index(item):
@@ -226,6 +228,8 @@ def getitem(self, index):
 def setitem(self, index, value):
     if type(value) is int and not -2 ** 63 <= value < 2 ** 63:
         raise ValueError("Overflow when unpacking long long")   # PyTorch parses an int64
+    if not isinstance(value, TensorBase):
+        check_scalar_fits(value, self._dtype)   # PyTorch converts it before reading the index
     index = _normalize(index)
     if all(_is_basic(i) for i in index):
         target = basic_index(self, index)
@@ -635,6 +639,8 @@ def index_select(self, dim, index):
         raise IndexError("index_select(): Index is supposed to be a vector")
     d = meta.wrap_dim(dim, self.dim())
     positions = index._array().reshape(-1)
+    if positions.size and self.dim() > 1 and not self._sizes[d]:   # (1-D: the IndexError)
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if _out_of_range(positions, 0, _shape_or_vector(self)[d]) is not None:
         raise IndexError("index out of range in self")
     if self.dim() == 0:
@@ -918,6 +924,8 @@ def index_add(self, dim, index, source, *, alpha=1, out=None):
     positions = index._array().reshape(-1)
     bad = _out_of_range(positions, 0, self_shape[d])
     if bad is not None:
+        if len(self_shape) <= 1:    # PyTorch's index_add_ of a vector
+            raise IndexError("index out of range in self")
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size "
                            f"{self_shape[d]}")
     out = _target(self, out, (index, source))

@@ -12,6 +12,7 @@ import math
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import empty_strided_unchecked
+from microtensor.ops.arguments import int_tuple
 from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
                                   memory_format_of, update_at)
 from microtensor.ops.registry import REGISTRY, Sample, op
@@ -32,8 +33,8 @@ def check_pad(shape, pad, mode, value):
                            f"input dimension but got padding length {len(pad)} and input of "
                            f"dimension {len(shape)}")
     if mode == "constant":
-        for i in range(k):
-            if shape[-1 - i] + pad[2 * i] + pad[2 * i + 1] < 0:
+        for i in range(k):   # PyTorch crops (narrows) each negative side before padding
+            if shape[-1 - i] + min(pad[2 * i], 0) + min(pad[2 * i + 1], 0) < 0:
                 raise RuntimeError("narrow(): length must be non-negative.")
         return
     if value is not None and value != 0:
@@ -45,6 +46,10 @@ def check_pad(shape, pad, mode, value):
             "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
             "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
             "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode in ("reflect", "replicate") and 0 in shape[1:]:
+        raise RuntimeError(f"Expected {k + 1}D or {k + 2}D (batch mode) tensor with possibly 0 "
+                           f"batch size and other non-zero dimensions for input, but got: "
+                           f"{list(shape)}")
     for i in range(k):
         n, lo, hi = shape[-1 - i], pad[2 * i], pad[2 * i + 1]
         if mode == "reflect" and (lo >= n or hi >= n):
@@ -102,7 +107,7 @@ def source_index(xp, n, lo, hi, mode):
 
 
 def _pad_args(pad):
-    return tuple(int(p) for p in pad)
+    return int_tuple(pad, "pad")
 
 
 def _pad_samples(make):

@@ -119,11 +119,16 @@ def _product(np_fn, shape, self, other):
         elif np_fn is np.matmul and _shared_matrix(a, b, shape):
             # a stack of one repeated matrix (a parameter expanded over a vmap batch):
             # every row of ``a`` times that matrix, as one product
-            np.matmul(a.reshape(-1, a.shape[-1]), b[(0,) * (b.ndim - 2)],
-                      out=out._array().reshape(-1, b.shape[-1]))
+            np.matmul(_as_rows(a), b[(0,) * (b.ndim - 2)], out=_as_rows(out._array()))
         else:
             np_fn(_blas_ready(a), _blas_ready(b), out=out._array())
     return out
+
+
+def _as_rows(a):
+    """An array's leading dims flattened into rows (no -1: that is ambiguous when a size
+    is 0)."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 def _blas_ready(a):
@@ -613,7 +618,7 @@ def linear(input, weight, bias=None):
         out = _checked_product(input, weight)
     elif weight.dim() == 2 and input.dim() > 2:
         # every leading dim is more rows: one matrix product
-        rows = _checked_product(input.reshape(-1, input._sizes[-1]), weight.mT)
+        rows = _checked_product(input.flatten(0, -2), weight.mT)   # (no -1: a size may be 0)
         sizes = input._sizes[:-1] + weight._sizes[:1]
         # safe: rows is a fresh contiguous (rows, out) result with exactly these elements
         out = rows._make_alias_unchecked(sizes, meta.contiguous_strides(sizes), 0)
@@ -629,8 +634,7 @@ def linear(input, weight, bias=None):
         if out._numel:
             matrix = _blas_ready(weight._array()[(0,) * (len(weight._sizes) - 2)])
             rows = input._array()
-            np.matmul(_blas_ready(rows.reshape(-1, rows.shape[-1])), matrix.T,
-                      out=out._array().reshape(-1, matrix.shape[0]))
+            np.matmul(_blas_ready(_as_rows(rows)), matrix.T, out=_as_rows(out._array()))
     else:
         out = _checked_product(input, weight.mT)
     if bias is not None:
@@ -754,8 +758,7 @@ def linear(grad, input, weight_shape):
     if len(weight_shape) == 1 or input.dim() == 1:
         return grad.unsqueeze(-1) * input
     if len(weight_shape) == 2:
-        rows = grad.reshape(-1, weight_shape[0])
-        return rows.mT.matmul(input.reshape(-1, input.shape[-1]))
+        return grad.flatten(0, -2).mT.matmul(input.flatten(0, -2))   # (sizes may be 0)
     if input.shape[-2] == 1:   # one row per stack: outer products, as a broadcast
         return grad.mT * input
     return grad.mT.matmul(input)
@@ -794,7 +797,7 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
                               not isinstance(input._array(), np.ndarray))):
         return None
     if rows.ndim != 2:
-        rows = rows.reshape(-1, rows.shape[-1])
+        rows = _as_rows(rows)
     grad_input = grad_weight = grad_bias = None
     if want_input:
         grad_input = _fresh(grad._sizes[:-1] + weight._sizes[1:], grad, weight)
@@ -802,7 +805,7 @@ def linear(grad, wanted, weight, input, weight_shape, bias_shape):
     if want_weight:
         grad_weight = _fresh(tuple(weight_shape), grad, input)
         inputs = input._array()
-        _matrix_product(rows.T, inputs.reshape(-1, inputs.shape[-1]), grad_weight._array())
+        _matrix_product(rows.T, _as_rows(inputs), grad_weight._array())
     if want_bias:
         grad_bias = _fresh(tuple(bias_shape), grad, grad)
         np.add.reduce(rows, axis=0, out=grad_bias._array())

@@ -21,6 +21,7 @@ import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
 from microtensor._C.tensor import float32, float64, int32
+from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
 from microtensor.ops.registry import REGISTRY, Sample, op
@@ -508,6 +509,7 @@ def matrix_power(self, n):
     if self.shape[-1] != self.shape[-2]:
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
                            f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
+    n = int_arg(n, "n")
     if n == 0:
         size = self.shape[-1]
         return _eye_like(self, size).expand(self.shape).clone()
@@ -1047,7 +1049,7 @@ def lu_array(a):
     column unscaled and sets ``info`` to its 1-based index (the first such one)."""
     *batch, m, n = a.shape
     k = min(m, n)
-    lu = np.array(a, dtype=a.dtype).reshape(-1, m, n)
+    lu = np.array(a, dtype=a.dtype).reshape(math.prod(batch), m, n)   # m or n may be 0
     count = lu.shape[0]
     pivots = np.empty((count, k), np.int32)
     info = np.zeros(count, np.int32)
@@ -1128,8 +1130,9 @@ def permutation_array(pivots, m, dtype):
     """The permutation matrices ``P`` (``A = P L U``) of LAPACK's 1-based row swaps: the
     swaps applied in order to the row indices, a Python step per swap."""
     batch, k = pivots.shape[:-1], pivots.shape[-1]
-    rows = np.broadcast_to(np.arange(m), batch + (m,)).reshape(-1, m).copy()
-    swaps = pivots.reshape(-1, k).astype(np.int64) - 1
+    count = math.prod(batch)    # not -1 in the reshapes: m or k may be 0
+    rows = np.broadcast_to(np.arange(m), batch + (m,)).reshape(count, m).copy()
+    swaps = pivots.reshape(count, k).astype(np.int64) - 1
     every = np.arange(rows.shape[0])
     for j in range(k):
         row = rows[:, j].copy()

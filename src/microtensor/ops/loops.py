@@ -14,6 +14,7 @@ from microtensor._C.tensor import (Storage, TensorBase, bool_, cpu, empty_stride
 from microtensor._dtype import can_cast, result_type, wrap_scalar, info
 from microtensor.backends import cuda
 from microtensor.backends import meta as meta_backend
+from microtensor.ops.arguments import int_tuple
 
 
 def array_of(x, dev=None):
@@ -232,9 +233,15 @@ def dims_of(dim, ndim):
     """``dim`` argument of a reduction as a sorted tuple of wrapped dims (None = all)."""
     if dim is None:
         return tuple(range(ndim))
-    if not isinstance(dim, (tuple, list)):
+    listed = isinstance(dim, (tuple, list))
+    if not listed:
         dim = (dim,)  # an int, or an integer scalar such as a NumPy int
-    wrapped = tuple(map(meta.wrap_dim, dim, (ndim,) * len(dim)))   # no generator frame
+    try:
+        wrapped = tuple(map(meta.wrap_dim, dim, (ndim,) * len(dim)))   # no generator frame
+    except ValueError:
+        if listed:      # a dim past int64 in a list: PyTorch's TypeError
+            int_tuple(dim, "dim")
+        raise
     if len(set(wrapped)) != len(wrapped):
         raise repeated_dim_error(wrapped)
     return tuple(sorted(wrapped)) if wrapped else tuple(range(ndim))

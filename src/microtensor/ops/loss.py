@@ -18,6 +18,7 @@ from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.tensor import int64, compute_numpy
 from microtensor._composite import _any
 from microtensor.ops.activation import log_sigmoid, softplus
+from microtensor.ops.arguments import int_arg
 from microtensor.ops.contraction import pairwise_distance
 from microtensor.ops.factory import arange, tensor
 from microtensor.ops.pointwise import minimum, where
@@ -89,6 +90,7 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     """The negative log-likelihood of each target class under log-probabilities ``self``
     ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
     check_arguments(self._sizes, self._dtype, target, weight, reduction)
+    ignore_index = int_arg(ignore_index, "ignore_index")
     fast = nnkernels.nll_loss_rows(self, target, weight, reduction, ignore_index)
     if fast is not None:
         if type(fast) is int:

@@ -262,6 +262,8 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     layout (NumPy's element-wise results follow it); a channels-last input's statistics
     are products of its (rows, C) view."""
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
+    if not input._numel:    # PyTorch's: an empty copy, the running statistics untouched
+        return input.clone()
     arr = input._array().astype(compute_numpy(input._dtype), copy=False)   # half: float32
     blocks = _channel_blocks(arr)
     if training:
@@ -711,6 +713,9 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
     """``(batch_norm(...), save_mean, save_invstd)``: when ``training``, the batch's
     per-channel mean and ``1 / sqrt(biased variance + eps)``; in evaluation, two empty
     tensors, as PyTorch's CPU kernel returns."""
+    if training and not input.numel():
+        raise RuntimeError(f"input tensor must have at least one element, but got input_sizes "
+                           f"= {list(input.shape)}")
     out = batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     if not training:
         empty = input.new_empty((0,))

@@ -17,6 +17,7 @@ from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_
                                     is_grad_enabled)
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
+from microtensor.ops.arguments import int_arg
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, float_dtype, from_numpy_result,
                                    pointwise, store)
@@ -1253,7 +1254,7 @@ def _polygamma_samples(make):
 @op(inputs=("self",), method=False, family="pointwise", samples=_polygamma_samples)
 def polygamma(n, self, *, out=None):
     """The ``n``-th derivative of ``digamma`` (``Tensor.polygamma(n)`` as a method)."""
-    if n < 0:
+    if int_arg(n, "n") < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
     return pointwise(store(lambda a: special_math.polygamma(n, a)), self, out=out,
                      dtype=float_dtype(self._dtype))

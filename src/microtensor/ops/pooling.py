@@ -18,10 +18,11 @@ import math
 
 import numpy as np
 
-from microtensor._C import nnkernels
+from microtensor._C import meta, nnkernels
 from microtensor._C.meta import contiguous_format
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
+from microtensor.ops.arguments import int_arg, int_tuple
 from microtensor.ops.conv import convolution
 from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import (array_module, from_numpy_result, in_format,
@@ -35,8 +36,9 @@ _ORDINAL = {1: "", 2: "two ", 3: "three "}
 def expand_param(value, d, name, op_name):
     """An int or a 1- or ``d``-tuple as a ``d``-tuple (PyTorch's error otherwise)."""
     if isinstance(value, (int, np.integer)):
-        return (int(value),) * d
+        return (int_arg(value, name),) * d
     value = tuple(value)
+    int_tuple([v for v in value if v is not None], name)   # (adaptive sizes may hold None)
     if len(value) == 1:
         return value * d
     if len(value) != d:
@@ -163,7 +165,7 @@ def _running_max_select(windows, positions, offsets, best):
 def _argmax_last(windows, shape):
     """Maximum and position of each row of the windows' last axis (the first maximum, or
     the first NaN, which ``max`` propagates)."""
-    flat = windows.reshape(shape + (-1,))
+    flat = windows.reshape(shape + (math.prod(windows.shape[len(shape):]),))   # shape may hold 0
     return flat.max(-1), flat.argmax(-1)
 
 
@@ -287,11 +289,15 @@ max_pool3d_with_indices = _declare_max_pool(3)
 def adaptive_output_size(shape, d, output_size):
     """``output_size`` as a ``d``-tuple (None: the input's size)."""
     size = expand_param(output_size, d, "output_size", "adaptive pooling")
-    return tuple(shape[-d + i] if s is None else s for i, s in enumerate(size))
+    out = tuple(shape[-d + i] if s is None else s for i, s in enumerate(size))
+    meta.check_size_nonnegative(tuple(shape[:-d]) + out)    # before any window is built
+    return out
 
 
 def check_adaptive_input(shape, d, name):
-    if len(shape) not in (d + 1, d + 2) or 0 in shape[-(d + 1):]:
+    """PyTorch's checks: the rank, then no empty dim but the first (average pooling in 1-d
+    and 2-d, which PyTorch computes in 2-d, lets the channels be empty too)."""
+    if len(shape) not in (d + 1, d + 2):
         if d == 1:
             raise RuntimeError(f"Expected 2 to 3 dimensions, but got {len(shape)}-dimensional "
                                f"tensor for argument #1 'self' (while checking arguments for "
@@ -299,6 +305,14 @@ def check_adaptive_input(shape, d, name):
         colon = ":" if name.startswith("adaptive_max") else ""   # PyTorch's two spellings
         raise RuntimeError(f"{name}(): Expected {d + 1}D or {d + 2}D tensor, but got{colon} "
                            f"{list(shape)}")
+    if name == "adaptive_avg_pool1d":
+        shape, name = shape[:-1] + (1,) + shape[-1:], "adaptive_avg_pool2d"
+    first = len(shape) - 2 if name == "adaptive_avg_pool2d" else 1
+    for i in range(first, len(shape)):
+        if shape[i] == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {list(shape)} with dimension "
+                               f"{i} being empty")
 
 
 def _adaptive_windows(n, o):
@@ -306,7 +320,7 @@ def _adaptive_windows(n, o):
     windows as an index matrix padded to the longest by repeating each last element."""
     starts = (np.arange(o) * n) // o
     ends = -((-(np.arange(o) + 1) * n) // o)
-    width = int((ends - starts).max())
+    width = int((ends - starts).max()) if o else 0
     index = np.minimum(starts[:, None] + np.arange(width), ends[:, None] - 1)
     return starts, ends, index
 
@@ -329,14 +343,17 @@ def adaptive_max_pool2d(self, output_size):
     oh, ow = adaptive_output_size(self._sizes, 2, output_size)
     arr = self._array().reshape((-1, h, w))
     xp = array_module(arr)
+    lead = self._sizes[:-2]
+    fmt = pool_format(self, 2)
+    if not (oh and ow and arr.shape[0]):    # nothing to pool (NumPy's max would refuse)
+        return (from_numpy_result(xp.empty(lead + (oh, ow), arr.dtype), self._dtype, fmt),
+                from_numpy_result(xp.empty(lead + (oh, ow), np.int64), int64, fmt))
     rows = xp.asarray(_adaptive_windows(h, oh)[2])
     cols = xp.asarray(_adaptive_windows(w, ow)[2])
     windows = arr[:, rows[:, :, None, None], cols[None, None, :, :]]   # (R, oh, kh, ow, kw)
     values, picked = _argmax_last(windows.transpose(0, 1, 3, 2, 4), (arr.shape[0], oh, ow))
     jh, jw = _unravel(picked, (rows.shape[1], cols.shape[1]))
     indices = rows[xp.arange(oh)[:, None], jh] * w + cols[xp.arange(ow)[None, :], jw]
-    lead = self._sizes[:-2]
-    fmt = pool_format(self, 2)
     return (from_numpy_result(values.reshape(lead + (oh, ow)), self._dtype, fmt),
             from_numpy_result(indices.astype(np.int64).reshape(lead + (oh, ow)), int64, fmt))
 

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from microtensor._C import nnkernels
+from microtensor._C import meta, nnkernels
 from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, in_format,
@@ -155,6 +155,7 @@ def _adaptive_max_output(self, d, output_size, name):
         shown = lead + (1,) * (d == 1) + out
         raise RuntimeError(f"Trying to create tensor with negative dimension "
                            f"{min(out)}: {list(shown)}")
+    meta.check_size_nonnegative(lead + out)     # an overflowing result, before any window
     return out
 
 
@@ -239,6 +240,7 @@ def _adaptive_avg_pool3d_output(self, output_size):
     if any(o < 0 for o in out):
         raise RuntimeError(f"adaptive_avg_pool3d: elements of output_size must be greater "
                            f"than or equal to 0 but received {{{out[0]}, {out[1]},{out[2]}}}")
+    meta.check_size_nonnegative(shape[:-3] + out)   # an overflowing result, before any window
     _require_floating(self, "adaptive_avg_pool3d_cpu")
     return out
 

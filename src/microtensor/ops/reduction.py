@@ -22,7 +22,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
                                    float32, float64, uint8)
 from microtensor._dtype import info
-from microtensor.ops.arguments import size_arg
+from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
                                    from_numpy_result, new_result, reduce, reduced_shape)
@@ -535,9 +535,16 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     if isinstance(p, str):
         raise RuntimeError(f"norm(): p={p!r} is not supported (only vector norms and 'fro')")
     if math.isinf(p):
-        if self._numel == 0:
-            raise RuntimeError("linalg.vector_norm cannot compute the inf norm on an empty "
-                               "tensor because the operation does not have an identity")
+        if self._numel == 0:   # only an empty reduced dim has no maximum (PyTorch's rule)
+            if dim is None or not self.dim():
+                raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an "
+                                   f"empty tensor because the operation does not have an "
+                                   f"identity")
+            for d in dims_of(dim, self.dim()):
+                if not self._sizes[d]:
+                    raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on the "
+                                       f"dimension {d}because this dimension is empty and the "
+                                       f"operation does not have an identity")
         magnitude = self.abs()
         return magnitude.amax(dim, keepdim) if p > 0 else magnitude.amin(dim, keepdim)
     if p == 0:
@@ -822,8 +829,11 @@ def _aminmax_samples(make):
 @op(kind="composite", samples=_aminmax_samples)
 def aminmax(self, *, dim=None, keepdim=False, out=None):
     """``(amin, amax)`` over ``dim`` (every dim when None)."""
-    if not self._numel and (dim is None or not self.dim() or self._sizes[
-            meta.wrap_dim(dim, self.dim())] == 0):
+    if not self._numel and dim is not None and self.dim() and \
+            not self._sizes[meta.wrap_dim(dim, self.dim())]:
+        raise IndexError(f"aminmax: Expected reduction dim {meta.wrap_dim(dim, self.dim())} "
+                         f"to have non-zero size.")
+    if not self._numel and (dim is None or not self.dim()):
         raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the "
                            "operation has no identity.")
     dims = () if dim is None else dim
@@ -1005,7 +1015,7 @@ def _histc_rows(self, bins=100, min=0, max=0):
     if not self._dtype.is_floating_point:
         raise NotImplementedError(f"\"histogram_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
-    if bins <= 0:
+    if int_arg(bins, "bins") <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
                            f"dimension 0")
     rows = self._array()

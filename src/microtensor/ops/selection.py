@@ -8,12 +8,14 @@ PyTorch).  The ops returning ``(values, indices)`` are a kernel op returning a p
 was taken from (``scatter_add``), so they only save the indices, as PyTorch does.  Every
 kernel op has ``family="reduction"``: vmap shifts ``dim`` past the batch dim.
 """
+import math
 from collections import namedtuple
 
 import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, float32, float64, int32, int64
+from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, dims_of, is_floating_array,
                                    new_result)
@@ -166,6 +168,7 @@ def argsort(self, dim=-1, descending=False, stable=False):
 
 @op(family="reduction", method=False, function=False, samples=_topk_samples)
 def _topk(self, k, dim=-1, largest=True, sorted=True):
+    k = int_arg(k, "k")
     d, size = _dim_size(self, dim)
     if not 0 <= k <= size:
         _check_k("topk", k, size, d)
@@ -203,7 +206,10 @@ def _select_kth(self, k, dim, keepdim, nan_first=False):
 
 @op(family="reduction", method=False, function=False, samples=_kthvalue_samples)
 def _kthvalue(self, k, dim=-1, keepdim=False):
+    k = int_arg(k, "k")
     d, size = _dim_size(self, dim)
+    if not size:
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
     _check_k("kthvalue", k, size, d)
     return _select_kth(self, k - 1, dim, keepdim)
 
@@ -508,6 +514,17 @@ def _unique_samples(make):
             Sample(rows, dim=1, return_counts=True), Sample(tensor(2.0), return_inverse=True)]
 
 
+def _check_unique_dim(shape, axis):
+    """PyTorch's rule for ``unique(dim=...)``: no empty dim but ``dim`` itself."""
+    empty = shape.count(0)
+    if shape and shape[axis] == 0 and empty > 1:
+        raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot "
+                           "be applied ")
+    if shape and shape[axis] != 0 and empty:
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique "
+                           "cannot be applied")
+
+
 @op(differentiable=False, samples=_unique_samples)
 def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct values (or slices along ``dim``), sorted; with ``return_inverse`` where
@@ -522,6 +539,7 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
         inverse = inverse.reshape(arr.shape)
     else:
         axis = meta.wrap_dim(dim, max(arr.ndim, 1))
+        _check_unique_dim(arr.shape, axis)
         values, inverse, counts = np.unique(arr, return_inverse=True, return_counts=True,
                                             axis=axis)
         inverse = inverse.reshape(-1)
@@ -578,7 +596,7 @@ def _repeat_counts(self, repeats, dim):
                                f"{arr.shape[axis]}")
         counts = np.broadcast_to(counts.reshape(-1), (arr.shape[axis],))
     else:
-        counts = int(repeats)
+        counts = int_arg(repeats, "repeats")
     if (counts < 0) if isinstance(counts, int) else (counts < 0).any():
         raise RuntimeError("Repeats must be non-negative" if hasattr(repeats, "_array")
                            else "repeats can not be negative")
@@ -662,8 +680,9 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     else:
         axis = meta.wrap_dim(dim, max(arr.ndim, 1))
         arr = arr.reshape(arr.shape or (1,))
+        _check_unique_dim(arr.shape, axis)
         rows = np.moveaxis(arr, axis, 0)
-        rows = rows.reshape(rows.shape[0], -1)
+        rows = rows.reshape(rows.shape[0], math.prod(rows.shape[1:]))   # may hold a 0
     n = rows.shape[0]
     starts = np.ones(n, dtype=bool)
     if n > 1:
@@ -785,7 +804,7 @@ def bincount(self, weights=None, minlength=0):
     if self._dtype.is_floating_point or self._dtype is bool_:
         raise NotImplementedError(f"\"bincount_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
-    if minlength < 0:
+    if int_arg(minlength, "minlength") < 0:
         raise RuntimeError("minlength should be >= 0")
     values = self._array()
     if self.dim() != 1 or (self._numel and values.min() < 0):

@@ -19,7 +19,7 @@ from microtensor._C.tensor import TensorBase, bool_, empty_strided_unchecked, in
 from microtensor._composite import _tensors
 from microtensor._dtype import promote_types, result_type
 from microtensor.backends import cuda
-from microtensor.ops.arguments import size_arg
+from microtensor.ops.arguments import int_arg, int_tuple, ints_arg, size_arg
 from microtensor.ops.factory import arange, tensor_of
 from microtensor.ops.loops import (_type_name, array_module, device_of, new_result,
                                    repeated_dim_error)
@@ -203,7 +203,7 @@ def split_sizes(shape, split_size_or_sections, dim):
     size = shape[d]
     if isinstance(split_size_or_sections, (tuple, list)):
         return _checked_sections(size, d, split_size_or_sections)
-    split_size = int(split_size_or_sections)
+    split_size = int_arg(split_size_or_sections, "split_size")
     if split_size < 0:
         raise RuntimeError(f"split expects split_size be non-negative, but got "
                            f"split_size={split_size}")
@@ -217,7 +217,7 @@ def split_sizes(shape, split_size_or_sections, dim):
 
 
 def _checked_sections(size, dim, sections):
-    sections = tuple(int(s) for s in sections)
+    sections = int_tuple(sections, "split_sizes")
     if any(s < 0 for s in sections):
         raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative "
                            f"entries, but got split_sizes={list(sections)}")
@@ -298,6 +298,7 @@ def _chunk_samples(make):
 def chunk(self, chunks, dim=0):
     if self.dim() == 0:
         raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    chunks = int_arg(chunks, "chunks")
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     size = self.shape[meta.wrap_dim(dim, self.dim())]
@@ -362,8 +363,8 @@ def _roll_samples(make):
 
 @op(samples=_roll_samples)
 def roll(self, shifts, dims=None):
-    shifts = (shifts,) if isinstance(shifts, Integral) else tuple(shifts)
-    dims = () if dims is None else (dims,) if isinstance(dims, Integral) else tuple(dims)
+    shifts = ints_arg(shifts, "shifts")
+    dims = () if dims is None else ints_arg(dims, "dims")
     if not dims and len(shifts) == 1:
         flat = np.roll(self._array().reshape(-1), shifts[0])
         return fresh_tensor(flat.reshape(self._sizes))
@@ -485,6 +486,7 @@ def _triangle(name, np_triangle):
     def kernel(self, diagonal=0, *, out=None):
         if self.dim() < 2:
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        diagonal = int_arg(diagonal, "diagonal")
         if out is None:
             out = new_result(self._sizes, self._dtype, device=self.device)
         if out._numel:
@@ -571,6 +573,7 @@ def _diag_samples(make):
 def diag(self, diagonal=0):
     if self.dim() not in (1, 2):
         raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {self.dim()}D")
+    diagonal = int_arg(diagonal, "diagonal")
     if self.dim() == 2:
         return fresh_tensor(np.diagonal(self._array(), diagonal))
     n = self._sizes[0] + abs(diagonal)
@@ -610,6 +613,7 @@ def _diag_embed_samples(make):
 
 @op(samples=_diag_embed_samples)
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
+    offset = int_arg(offset, "offset")
     ndim = self.dim() + 1
     d1, d2 = meta.wrap_dim(dim1, ndim), meta.wrap_dim(dim2, ndim)
     if d1 == d2:
@@ -671,6 +675,7 @@ def _channel_shuffled(input, groups):
     if len(shape) <= 2:
         raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with "
                            f"sizes {list(shape)}")
+    groups = int_arg(groups, "groups")
     if groups <= 0:
         raise RuntimeError(f"Number of groups to divide channels in must be positive. Value "
                            f"of groups:{groups}")
@@ -751,7 +756,7 @@ def _rot90_samples(make):
 
 @op(kind="composite", samples=_rot90_samples)
 def rot90(self, k=1, dims=(0, 1)):
-    dims = tuple(dims)
+    k, dims = int_arg(k, "k"), int_tuple(dims, "dims")
     if len(dims) != 2:
         raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
     n = self.dim()
@@ -820,9 +825,9 @@ def tensor_split(self, indices_or_sections, dim=0):
         split = split.item() if split.dim() == 0 else split.tolist()
     size = self._sizes[d]
     if isinstance(split, (list, tuple)):
-        bounds = [0] + [int(i) for i in split] + [size]
+        bounds = [0] + list(int_tuple(split, "indices")) + [size]
         return tuple(self.slice(d, start, end) for start, end in zip(bounds, bounds[1:]))
-    sections = int(split)
+    sections = int_arg(split, "sections")
     if sections <= 0:
         raise RuntimeError(f"number of sections must be larger than 0, got {sections}")
     short, longer = divmod(size, sections)
@@ -983,6 +988,7 @@ def _triangle_indices(name, numpy_indices):
         dtype = int64 if dtype is None else dtype
         if dtype.is_floating_point or dtype is bool_:
             raise NotImplementedError(f"\"{name}\" not implemented for '{_type_name(dtype)}'")
+        row, col, offset = int_arg(row, "row"), int_arg(col, "col"), int_arg(offset, "offset")
         for arg, value in (("row", row), ("col", col)):
             if value < 0:
                 raise RuntimeError(f"{arg} must be non-negative, got{value}")
@@ -1053,6 +1059,7 @@ def _combinations_samples(make):
 def combinations(self, r=2, with_replacement=False):
     """The length-``r`` combinations of the elements of a 1-D tensor, as rows."""
     _vector_check(self)
+    r = int_arg(r, "r")
     if r < 0:
         raise RuntimeError(f"Expect a non-negative number, but got {r}")
     if r == 0:

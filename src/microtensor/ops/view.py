@@ -14,7 +14,7 @@ import inspect
 from numbers import Integral
 
 from microtensor._C import meta
-from microtensor.ops.arguments import int_arg, size_arg
+from microtensor.ops.arguments import int_arg, ints_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import may_overlap
 from microtensor.ops.registry import REGISTRY, Op, Sample, op
@@ -51,7 +51,7 @@ def view(grad, self_shape):
 @op(kind="composite")
 def reshape(self, *shape):
     """A view when the strides allow one (PyTorch's rule), else a contiguous copy."""
-    sizes = tuple(meta.infer_size(size_arg(shape), self._numel))
+    sizes = tuple(meta.infer_size(size_arg(shape, "shape"), self._numel))
     if meta.view_strides(self._sizes, self._strides, sizes) is not None:
         return self.view(sizes)
     return self.clone(memory_format=meta.contiguous_format)._unsafe_view(sizes)
@@ -231,8 +231,8 @@ def permute(op, level, args, kwargs):
 @op(kind="composite")
 def movedim(self, source, destination):
     n = self.dim()
-    src = list(size_arg((source,), "source"))
-    dst = list(size_arg((destination,), "destination"))
+    src = list(ints_arg(source, "source"))
+    dst = list(ints_arg(destination, "destination"))
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) "
                            f"should contain the same number of dims as destination ({dst} dims)")
@@ -293,7 +293,7 @@ def squeeze(self, dim=None):
     if dim is None:
         dims = {i for i, s in enumerate(self._sizes) if s == 1}
     else:
-        dims = {meta.wrap_dim(d, n) for d in size_arg((dim,), "dim")}
+        dims = {meta.wrap_dim(d, n) for d in ints_arg(dim, "dim")}
         dims = {d for d in dims if d < n and self._sizes[d] == 1}  # a 0-d tensor accepts 0, -1
     keep = [i for i in range(n) if i not in dims]
     # safe: only size-1 dims (never stepped) are dropped
