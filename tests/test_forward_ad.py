@@ -31,12 +31,13 @@ def arr(t):
 
 
 def close(actual, expected, rtol=1e-7, atol=1e-9):
+    """``actual`` (a tensor, or an array of flags) equals ``expected``."""
     if torch is not None and isinstance(expected, torch.Tensor):
         expected = expected.detach().numpy()
     elif isinstance(expected, TensorBase):
         expected = arr(expected)
-    assert isinstance(actual, TensorBase), type(actual)
-    got = arr(actual)
+    assert isinstance(actual, (TensorBase, np.ndarray)), type(actual)
+    got = arr(actual) if isinstance(actual, TensorBase) else actual
     assert got.shape == np.shape(expected), (got.shape, np.shape(expected))
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
 
@@ -217,3 +218,299 @@ def _torch_consistent(op, args, kwargs, paths, tangents, forward):
         return False
     return all(np.allclose(_numpy(a), _numpy(b), rtol=1e-6, atol=1e-8)
                for a, b in zip(forward, reverse))
+
+
+# ------------------------------------------------------------------ the same program on both
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 3))
+T = RNG.standard_normal((4, 3))
+W = RNG.standard_normal((3, 2))
+IMAGES = RNG.standard_normal((2, 3, 6, 6))
+
+
+def both(program):
+    """``program(lib, fw)`` run on microtensor and, when installed, on PyTorch: their
+    results (a list of arrays or None each) must agree."""
+    ours = program(mt, fwAD)
+    if torch is None:
+        return ours
+    theirs = program(torch, tfwAD)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        if b is None:
+            assert a is None
+        else:
+            assert a is not None
+            close(a, b)
+    return ours
+
+
+def t64(lib, values, **kwargs):
+    return lib.tensor(np.asarray(values, dtype=np.float64), **kwargs)
+
+
+def test_a_function_of_many_ops_matches_func_jvp_and_torch():
+    def f(lib, x):
+        w = t64(lib, W)
+        h = (x @ w).tanh() * x.sum()
+        return (h.softmax(-1) + h.exp().mean(0) - (x[:, :2] ** 2).sqrt().log1p()).cumsum(0)
+
+    def program(lib, fw):
+        with fw.dual_level():
+            out = f(lib, fw.make_dual(t64(lib, X), t64(lib, T)))
+            return [fw.unpack_dual(out).tangent]
+    got = both(program)
+    _, expected = mt.func.jvp(lambda x: f(mt, x), (t64(mt, X),), (t64(mt, T),))
+    close(got[0], expected)
+
+
+def test_nn_layers_and_a_model():
+    def program(lib, fw):
+        lib.manual_seed(0)
+        F = lib.nn.functional
+        x = t64(lib, IMAGES)
+        tx = t64(lib, np.ones((2, 3, 6, 6)))
+        w = t64(lib, np.linspace(-1, 1, 4 * 3 * 3 * 3).reshape(4, 3, 3, 3))
+        tw = t64(lib, np.linspace(1, 2, 4 * 3 * 3 * 3).reshape(4, 3, 3, 3))
+        target = lib.tensor([1, 3])
+        with fw.dual_level():
+            xd, wd = fw.make_dual(x, tx), fw.make_dual(w, tw)
+            h = F.conv2d(xd, wd, padding=1)
+            h = F.max_pool2d(F.gelu(F.batch_norm(h, None, None, training=True)), 2)
+            h = F.layer_norm(h.flatten(1), (36,))
+            v = t64(lib, np.linspace(-1, 1, 4 * 36).reshape(4, 36))
+            vd = fw.make_dual(v, t64(lib, np.linspace(2, 1, 4 * 36).reshape(4, 36)))
+            loss = F.cross_entropy(F.linear(h, vd), target)
+            return [fw.unpack_dual(h).tangent, fw.unpack_dual(loss).tangent]
+    both(program)
+
+
+# ------------------------------------------------------------------ levels and errors
+
+def test_levels():
+    x, t = t64(mt, X), t64(mt, T)
+    assert fwAD.unpack_dual(x) == (x, None)                     # no level: as it is
+    assert isinstance(fwAD.unpack_dual(x), fwAD.UnpackedDualTensor)
+    with fwAD.dual_level() as level:
+        assert level == 0
+        d = fwAD.make_dual(x, t)
+        y = d * 2
+        assert tangent(y) is not None
+    assert tangent(y) is None and tangent(d) is None            # gone with the level
+    assert fwAD.enter_dual_level() == 0                         # a new level: 0 again
+    try:
+        assert tangent(y) is None
+    finally:
+        fwAD.exit_dual_level()
+
+    @fwAD.dual_level()
+    def decorated():
+        return tangent(fwAD.make_dual(x, t))
+    close(decorated(), t)
+    with pytest.raises(ZeroDivisionError), fwAD.dual_level():
+        1 / 0
+    with pytest.raises(RuntimeError, match="no level exists"):
+        fwAD.make_dual(x, t)                                    # exited despite the error
+
+
+def test_fast_paths_stand_aside_only_while_a_level_is_active():
+    from microtensor._C import dispatch
+    x = t64(mt, X)
+    seen = []
+    dispatch.set_forward_ad(lambda op, args, kwargs: seen.append(op.name) or NotImplemented)
+    try:
+        (x + x).sum()
+        x[1:].t()
+    finally:
+        dispatch.set_forward_ad(None)
+    assert seen == ["add", "sum", "slice", "t"] or seen[:2] == ["add", "sum"], seen
+    with fwAD.dual_level():
+        fwAD.make_dual(x, t64(mt, T))
+    assert fwAD._current_level == -1 and not fwAD._tangents
+
+
+def test_errors():
+    def program(lib, fw):
+        x, t = t64(lib, X), t64(lib, T)
+        messages = []
+
+        def error(kind, fn):
+            with pytest.raises(kind) as info:
+                fn()
+            messages.append(str(info.value))
+        error(RuntimeError, lambda: fw.make_dual(x, t))
+        with fw.dual_level():
+            error(RuntimeError, fw.enter_dual_level)
+            error(RuntimeError, lambda: fw.make_dual(x, t[:2]))
+            error(ValueError, lambda: fw.make_dual(x.long(), t))
+            error(ValueError, lambda: fw.make_dual(x, t.long()))
+            d = fw.make_dual(x, t)
+            error(RuntimeError, lambda: fw.make_dual(d, t))
+            error(RuntimeError, lambda: fw.make_dual(x, t, level=1))
+            error(RuntimeError, lambda: fw.unpack_dual(d, level=1))
+            error(NotImplementedError, lambda: lib.sin(d, out=lib.empty(4, 3,
+                                                                        dtype=lib.float64)))
+            error(RuntimeError, lambda: fw.exit_dual_level(level=5))
+            error(TypeError, lambda: fw.unpack_dual(np.zeros(3)))
+        error(RuntimeError, fw.exit_dual_level)
+        return [np.array([len(m) > 0 for m in messages])]
+    both(program)
+    x, t = t64(mt, X), t64(mt, T)
+    with pytest.raises(RuntimeError, match="different size than that of the original Tensor"):
+        with fwAD.dual_level():
+            fwAD.make_dual(x, t[:2])
+    with pytest.raises(NotImplementedError, match="sin_out that does not support it because "
+                                                  "it is an out= function"):
+        with fwAD.dual_level():
+            mt.sin(fwAD.make_dual(x, t), out=mt.empty(4, 3, dtype=mt.float64))
+    with pytest.raises(RuntimeError, match="Nested forward mode AD is not supported"):
+        with fwAD.dual_level(), fwAD.dual_level():
+            pass
+
+
+def test_a_refused_call_changes_no_tangent():
+    x, t = t64(mt, X), t64(mt, T)
+    with fwAD.dual_level():
+        d = fwAD.make_dual(x.clone(), t.clone())
+        with pytest.raises(RuntimeError):
+            d.add_(mt.ones(5, dtype=mt.float64))
+        close(tangent(d), t)
+
+
+# ------------------------------------------------------------------ grad mode, layout
+
+def test_tangents_ignore_grad_mode_and_follow_the_tangent_as_given():
+    def program(lib, fw):
+        x = t64(lib, X)
+        t = t64(lib, T).t().contiguous().t()         # column-major: copied to x's layout
+        with fw.dual_level():
+            d = fw.make_dual(x, t)
+            kept = fw.unpack_dual(fw.make_dual(t64(lib, X), t64(lib, T))).tangent
+            same = np.array([fw.unpack_dual(d).tangent is t, kept is not None,
+                             tuple(fw.unpack_dual(d).tangent.stride()) == tuple(x.stride())])
+            with lib.no_grad():
+                y = (d * d).sum(0)
+            with lib.inference_mode():
+                z = d.exp()
+            return [same, fw.unpack_dual(y).tangent, fw.unpack_dual(z).tangent]
+    both(program)
+
+
+def test_primal_is_a_view_without_tangent():
+    def program(lib, fw):
+        with fw.dual_level():
+            d = fw.make_dual(t64(lib, X), t64(lib, T))
+            y = d.sin()
+            primal, tan = fw.unpack_dual(y)
+            flags = np.array([primal._base is y, fw.unpack_dual(primal).tangent is None,
+                              fw.unpack_dual(primal[1:]).tangent is None,
+                              fw.unpack_dual(primal.t()).tangent is None])
+            return [flags, primal, tan]
+    both(program)
+
+
+# ------------------------------------------------------------------ views and in-place
+
+def test_tangent_of_a_view_is_a_view_of_the_tangent():
+    def program(lib, fw):
+        x, t = t64(lib, X), t64(lib, T)
+        with fw.dual_level():
+            d = fw.make_dual(x.clone(), t.clone())
+            v = d[1:].t()
+            v.mul_(3)                        # in place on a view: the base's tangent too
+            d.unsqueeze(0).squeeze(0)[0].add_(fw.make_dual(t64(lib, [1, 2, 3]),
+                                                            t64(lib, [1, 1, 1])))
+            w = d.transpose(0, 1)
+            w.transpose_(0, 1)               # metadata in place: the tangent follows
+            parts = d.unbind(1)
+            return [fw.unpack_dual(d).tangent, fw.unpack_dual(v).tangent,
+                    fw.unpack_dual(w).tangent, fw.unpack_dual(parts[2]).tangent,
+                    fw.unpack_dual(d.expand(2, 4, 3)).tangent,
+                    fw.unpack_dual(d.as_strided((2, 2), (1, 3), 1)).tangent]
+    both(program)
+
+
+def test_inplace_gives_plain_tensors_tangents():
+    def program(lib, fw):
+        with fw.dual_level():
+            dual = fw.make_dual(t64(lib, [1, 2]), t64(lib, [5, 7]))
+            base = lib.zeros(2, 3, dtype=lib.float64)
+            early = base[:, 1:]              # taken before the base has a tangent
+            base[:, 0] = dual                # in place on a view of a plain tensor
+            plain = t64(lib, [1, 1])
+            plain.mul_(dual)                 # in place on a plain tensor with a dual
+            noisy = dual.clone()
+            noisy.uniform_()                 # no derivative: tangent zero
+            filled = dual.clone().fill_(2.0)
+            return [fw.unpack_dual(base).tangent, fw.unpack_dual(early).tangent,
+                    fw.unpack_dual(plain).tangent, fw.unpack_dual(noisy).tangent,
+                    fw.unpack_dual(filled).tangent, fw.unpack_dual(dual).tangent]
+    both(program)
+
+
+def test_inplace_writes_the_given_tangent():
+    x, t = t64(mt, X), t64(mt, T)
+    with fwAD.dual_level():
+        tan = t.clone()
+        d = fwAD.make_dual(x.clone(), tan)
+        d.sin_()
+        assert tangent(d) is tan                      # updated in place, as in PyTorch
+        close(tan, np.cos(X) * T)
+        c = d.clone()
+        assert tangent(c)._storage is not tan._storage   # not an alias of the input's
+
+
+# ------------------------------------------------------------------ reverse mode
+
+def test_reverse_mode_through_tangents_and_primals():
+    def program(lib, fw):
+        x = t64(lib, X, requires_grad=True)
+        t = t64(lib, T, requires_grad=True)
+        with fw.dual_level():
+            d = fw.make_dual(x, t)
+            primal, tan = fw.unpack_dual((d * d).sin() @ t64(lib, W))
+            flags = np.array([d.requires_grad, tan.requires_grad, primal.requires_grad])
+            (tan.sum() + primal.sum()).backward()
+        return [flags, x.grad, t.grad]
+    both(program)
+
+
+def test_forward_over_reverse_hessian_vector_product():
+    def program(lib, fw):
+        p = t64(lib, X, requires_grad=True)
+        with fw.dual_level():
+            d = fw.make_dual(p, t64(lib, T))
+            loss = ((d @ t64(lib, W)).tanh() ** 2).sum() + (d ** 3).sum()
+            grad, = lib.autograd.grad(loss, p, create_graph=True)
+            return [fw.unpack_dual(grad).tangent]
+    hvp = both(program)[0]
+    f = lambda x: ((x @ t64(mt, W)).tanh() ** 2).sum() + (x ** 3).sum()   # noqa: E731
+    _, expected = mt.func.jvp(mt.func.grad(f), (t64(mt, X),), (t64(mt, T),))
+    close(hvp, expected)
+
+
+# ------------------------------------------------------------------ vmap
+
+def _f(x, w):
+    return ((x @ w).tanh() * x.sum()).softmax(-1)
+
+
+def _dual_jvp(x, t):
+    with fwAD.dual_level():
+        return tangent(_f(fwAD.make_dual(x, t), t64(mt, W)))
+
+
+def test_vmap_over_make_dual():
+    x, t = t64(mt, X), t64(mt, T)
+    loop = mt.stack([_dual_jvp(x[i], t[i]) for i in range(4)])
+    close(mt.func.vmap(_dual_jvp)(x, t), loop)
+    close(mt.func.vmap(_dual_jvp, in_dims=(None, 0))(x[0], t),      # jacfwd's pattern
+          mt.stack([_dual_jvp(x[0], t[i]) for i in range(4)]))
+    with fwAD.dual_level():                                          # the level outside
+        inner = mt.func.vmap(lambda a, b: tangent(_f(fwAD.make_dual(a, b), t64(mt, W))))
+        close(inner(x, t), loop)
+    if torch is not None:
+        expected = torch.func.vmap(lambda a, b: torch.func.jvp(
+            lambda y: _f(y, t64(torch, W)), (a,), (b,))[1])(t64(torch, X), t64(torch, T))
+        close(loop, expected)

@@ -28,16 +28,18 @@ outputs get tangents, computed without a forward formula per op:
   target), then runs, then writes that tangent into the target's tangent in place (or
   gives the target one: a view's base gets a zero tangent of which the view's is a view).
 
-Tangents are independent of grad mode (they propagate under ``no_grad``); an op with
-no derivative, and ``out=`` calls, refuse a dual input with PyTorch's error.  As in
+Tangents are independent of grad mode (they propagate under ``no_grad``, not under
+``inference_mode``); an op with no derivative, and ``out=`` calls, refuse a dual input
+with PyTorch's error.  As in
 PyTorch only one level can be active at a time.
 """
 import weakref
 from typing import NamedTuple
 
+from microtensor._C.autograd import OpNode, SavedTensor
 from microtensor._C.dispatch import call, set_forward_ad
 from microtensor._C.tensor import TensorBase, is_grad_enabled, set_grad_enabled
-from microtensor.autograd.grad_mode import _decorate
+from microtensor.autograd.grad_mode import _decorate, is_inference_mode_enabled
 
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual",
            "unpack_dual", "dual_level"]
@@ -159,12 +161,34 @@ def _remember(tensor, tangent):
     _tangents[key] = (weakref.ref(tensor, lambda _, key=key: table.pop(key, None)), tangent)
 
 
+def _saved_outputs(tensor):
+    """The values ``tensor``'s node saved of it, when ``tensor`` is an output of an op
+    whose derivative reads it (an alias: backward unpacks that one, or an alias of it)."""
+    node = tensor._grad_fn
+    if type(node) is not OpNode:
+        return []
+    found = []
+    for value in node.saved:
+        for saved in value if type(value) is list else (value,):
+            if type(saved) is SavedTensor and saved.is_output and saved.data is not None \
+                    and saved.output_nr == tensor._output_nr:
+                found.append(saved.data)
+    return found
+
+
 def _tangent_of(tensor):
-    """``tensor``'s tangent at the active level: its own, or for a view that has none,
-    the view of its base's tangent (a base that got a tangent after the view was taken)."""
+    """``tensor``'s tangent at the active level: its own; for a view that has none, the
+    view of its base's tangent (a base that got a tangent after the view was taken); for
+    an op's output unpacked from its node in backward, the one the node's saved alias of
+    it has (so that a backward pass run on duals, forward-over-reverse, sees it)."""
     entry = _tangents.get(id(tensor))
     if entry is not None and entry[0]() is tensor:
         return entry[1]
+    if tensor._grad_fn is not None and tensor._base is None:
+        for saved in _saved_outputs(tensor):
+            entry = _tangents.get(id(saved))
+            if entry is not None and entry[0]() is saved:
+                return entry[1]
     base = tensor._base
     if base is not None and not _batched(tensor):
         entry = _tangents.get(id(base))
@@ -206,11 +230,19 @@ def _shadow(tensor, like):
 
 def _set_tangent(tensor, tangent):
     """Give ``tensor`` the tangent ``tangent``, copied into ``tensor``'s layout (over a
-    storage the size of ``tensor``'s) unless already laid out so."""
-    if not _batched(tensor) and not _laid_out_like(tangent, tensor):
+    storage the size of ``tensor``'s) unless already laid out so.  Under vmap a tangent
+    is kept as it is (batched, it has a layout per sample)."""
+    if not (_batched(tensor) or _batched(tangent) or _laid_out_like(tangent, tensor)):
         with _suspended():
             tangent = _shadow(tensor, tangent).copy_(tangent)
     _remember(tensor, tangent)
+    _remember_saved(tensor, tangent)
+
+
+def _remember_saved(tensor, tangent):
+    """The same tangent for the aliases of ``tensor`` its node saved."""
+    for saved in _saved_outputs(tensor):
+        _remember(saved, tangent)
 
 
 # --------------------------------------------------------------------------- the handler
@@ -275,6 +307,8 @@ def _unsupported(name, why="it has not been implemented yet"):
 
 def _handle(op, args, kwargs):
     """The dispatcher's forward-AD hook (see the module docstring)."""
+    if is_inference_mode_enabled():
+        return NotImplemented     # as in PyTorch, inference mode computes no tangents
     if not op.differentiable:
         target = args[0] if op.kind == "inplace" and args else None
         if isinstance(target, TensorBase) and _tangent_of(target) is not None:
@@ -396,6 +430,7 @@ def _inplace(op, args, kwargs, duals):
         if tangent is None:
             tangent = _fresh_tangent(target, tangents[0])
         tangent.copy_(tangents[0])
+    _remember_saved(target, tangent)
     return result
 
 
