@@ -514,3 +514,42 @@ def test_vmap_over_make_dual():
         expected = torch.func.vmap(lambda a, b: torch.func.jvp(
             lambda y: _f(y, t64(torch, W)), (a,), (b,))[1])(t64(torch, X), t64(torch, T))
         close(loop, expected)
+
+
+# ------------------------------------------------------------------ autograd.Function
+
+def test_custom_function_jvp():
+    def program(lib, fw):
+        class NoJvp(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        class Scaled(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.save_for_forward(x)
+                ctx.k = k
+                return x.exp() * k
+
+            @staticmethod
+            def backward(ctx, g):
+                return g, None
+
+            @staticmethod
+            def jvp(ctx, t, k_t):                  # deliberately not exp's derivative
+                x, = ctx.saved_tensors
+                return 3 * t * x.exp() * ctx.k
+
+        x = t64(lib, [0.0, 1.0], requires_grad=True)
+        with fw.dual_level():
+            d = fw.make_dual(x, t64(lib, [1.0, 2.0]))
+            with pytest.raises(NotImplementedError, match="must implement the jvp function"):
+                NoJvp.apply(d)
+            out = Scaled.apply(d, 2.0)
+            return [fw.unpack_dual(out).tangent, fw.unpack_dual(NoJvp.apply(x)).tangent]
+    both(program)

@@ -247,15 +247,23 @@ def _remember_saved(tensor, tangent):
 
 # --------------------------------------------------------------------------- the handler
 
-class _suspended:
-    """The handler off (ops run as without forward AD) for the duration of a block."""
+class suspended:
+    """The handler off (ops run as without forward AD) for the duration of a block, when
+    ``active``."""
+
+    def __init__(self, active=True):
+        self.active = active
 
     def __enter__(self):
-        set_forward_ad(None)
+        if self.active:
+            set_forward_ad(None)
 
     def __exit__(self, *exc):
-        if _current_level >= 0:
+        if self.active and _current_level >= 0:
             set_forward_ad(_handle)
+
+
+_suspended = suspended
 
 
 _OPS = {}
@@ -446,3 +454,40 @@ def _fresh_tangent(target, like):
             _remember(base, _same_geometry_view(tangent, base))
     _remember(target, tangent)
     return tangent
+
+
+# --------------------------------------------------------------------------- Function
+
+def function_tangents(cls, args):
+    """The tangents of ``cls.apply``'s arguments (zeros for a tensor without one, None for
+    a non-tensor), or None when none has one; a Function without ``jvp`` refuses them."""
+    if _current_level < 0 or is_inference_mode_enabled():
+        return None
+    tangents = [_tangent_of(a) if isinstance(a, TensorBase) else None for a in args]
+    if all(t is None for t in tangents):
+        return None
+    from microtensor.autograd.function import Function
+    if getattr(cls, "jvp", None) is getattr(Function, "jvp", None):
+        raise NotImplementedError("You must implement the jvp function for custom "
+                                  "autograd.Function to use it with forward mode AD.")
+    with _suspended():
+        return [t if t is not None or not isinstance(a, TensorBase)
+                else a.new_zeros(a.shape) for a, t in zip(args, tangents)]
+
+
+def run_function_jvp(cls, ctx, tangents, result):
+    """Give ``cls.apply``'s floating outputs ``result`` the tangents ``cls.jvp`` returns."""
+    ctx._in_jvp = True
+    try:
+        with _suspended():
+            out = cls.jvp(ctx, *tangents)
+    finally:
+        ctx._in_jvp = False
+    outputs = result if isinstance(result, tuple) else (result,)
+    out = out if isinstance(out, tuple) else (out,)
+    if len(out) != len(outputs):
+        raise RuntimeError(f"{cls.__name__}.jvp returned {len(out)} tangents for "
+                           f"{len(outputs)} outputs")
+    for o, t in zip(outputs, out):
+        if isinstance(o, TensorBase) and o.is_floating_point() and t is not None:
+            _set_tangent(o, t)
