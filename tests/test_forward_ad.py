@@ -124,7 +124,15 @@ def _jvp_reference(op, args, kwargs, places, tangents):
     return list(out)
 
 
-@pytest.mark.parametrize("name, index", CASES)
+def _sweep_cases():
+    """Each op's first three samples (an in-place variant's first: its base op has the
+    others); the mechanism is the same for every sample, and each op's derivative is
+    checked on all of them by tests/test_op_registry.py."""
+    return [case for case in CASES
+            if case.values[1] < (1 if REGISTRY[case.values[0]].kind == "inplace" else 3)]
+
+
+@pytest.mark.parametrize("name, index", _sweep_cases())
 def test_tangents_of_every_op(name, index):
     op = REGISTRY[name]
     if not _differentiable(op):
