@@ -561,3 +561,16 @@ def test_custom_function_jvp():
             out = Scaled.apply(d, 2.0)
             return [fw.unpack_dual(out).tangent, fw.unpack_dual(NoJvp.apply(x)).tangent]
     both(program)
+
+
+def test_repr_shows_the_tangent():
+    def program(lib, fw):
+        with fw.dual_level():
+            d = fw.make_dual(t64(lib, [1.0, 2.0]), t64(lib, [3.0, 4.0]))
+            texts = [repr(d), repr(d.float() * 2), repr(fw.unpack_dual(d).primal)]
+        texts.append(repr(d))
+        return [text.replace("microtensor.", "torch.") for text in texts]
+    ours = program(mt, fwAD)
+    if torch is not None:
+        assert ours == program(torch, tfwAD)
+    assert "tangent=tensor([6., 8.])" in ours[1] and "tangent" not in ours[3]

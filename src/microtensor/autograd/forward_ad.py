@@ -199,6 +199,11 @@ def _tangent_of(tensor):
     return None
 
 
+def tangent_for_printing(tensor):
+    """``tensor``'s tangent when a level is active (``repr`` shows it), else None."""
+    return _tangent_of(tensor) if _current_level >= 0 else None
+
+
 def _batched(tensor):
     from microtensor.vmap.batched import BatchedTensor
     return type(tensor) is BatchedTensor
