@@ -574,3 +574,91 @@ def test_repr_shows_the_tangent():
     if torch is not None:
         assert ours == program(torch, tfwAD)
     assert "tangent=tensor([6., 8.])" in ours[1] and "tangent" not in ours[3]
+
+
+def test_dropout_tangent_follows_the_drawn_mask():
+    x = mt.ones(200, dtype=mt.float64)
+    with fwAD.dual_level():
+        out = mt.nn.functional.dropout(fwAD.make_dual(x, mt.full((200,), 3.0,
+                                                                 dtype=mt.float64)), 0.5)
+        primal, tan = fwAD.unpack_dual(out)
+    assert 0 < (primal == 0).sum().item() < 200
+    close(tan, arr(primal) * 3.0)
+
+
+IMAGE = RNG.standard_normal((2, 4, 5, 5))
+IMAGE_T = RNG.standard_normal((2, 4, 5, 5))
+FUNCTIONAL = {
+    "relu6": lambda F, lib, x: F.relu6(x * 4),
+    "softplus": lambda F, lib, x: F.softplus(x, beta=2.0),
+    "elu": lambda F, lib, x: F.elu(x),
+    "hardtanh": lambda F, lib, x: F.hardtanh(x * 2),
+    "log_softmax": lambda F, lib, x: F.log_softmax(x, dim=1),
+    "normalize": lambda F, lib, x: F.normalize(x, dim=1),
+    "pad": lambda F, lib, x: F.pad(x, (1, 2, 0, 1), mode="reflect"),
+    "interpolate": lambda F, lib, x: F.interpolate(x, scale_factor=2, mode="bilinear",
+                                                   align_corners=False),
+    "avg_pool2d": lambda F, lib, x: F.avg_pool2d(x, 2),
+    "adaptive_avg_pool2d": lambda F, lib, x: F.adaptive_avg_pool2d(x, 3),
+    "group_norm": lambda F, lib, x: F.group_norm(x, 2),
+    "instance_norm": lambda F, lib, x: F.instance_norm(x),
+    "unfold": lambda F, lib, x: F.unfold(x, 2),
+    "mse_loss": lambda F, lib, x: F.mse_loss(x, x.detach() * 0.5),
+    "smooth_l1_loss": lambda F, lib, x: F.smooth_l1_loss(x, x.detach().flip(0)),
+    "bce_with_logits": lambda F, lib, x: F.binary_cross_entropy_with_logits(
+        x, (x.detach() > 0).to(x.dtype)),
+    "kl_div": lambda F, lib, x: F.kl_div(F.log_softmax(x, 1), F.softmax(x.detach(), 1),
+                                         reduction="batchmean"),
+    "cosine_similarity": lambda F, lib, x: F.cosine_similarity(x, x.flip(1), dim=1),
+    "attention": lambda F, lib, x: F.scaled_dot_product_attention(x, x.flip(2), x),
+    "conv_transpose2d": lambda F, lib, x: F.conv_transpose2d(x, x[:, :2, :3, :3].transpose(0, 1)
+                                                             .contiguous().transpose(0, 1)
+                                                             .reshape(4, 1, 3, 3)),
+    "grid_sample": lambda F, lib, x: F.grid_sample(x, x[:, :2].permute(0, 2, 3, 1).tanh(),
+                                                   align_corners=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_nn_functional(name):
+    """Against func.jvp always, and PyTorch where it has forward formulas (not for
+    scaled_dot_product_attention's CPU kernel nor grid_sample)."""
+    def program(lib, fw):
+        with fw.dual_level():
+            out = FUNCTIONAL[name](lib.nn.functional, lib,
+                                   fw.make_dual(t64(lib, IMAGE), t64(lib, IMAGE_T)))
+            return [fw.unpack_dual(out).tangent]
+    if name in ("attention", "grid_sample"):
+        got = program(mt, fwAD)
+        if torch is not None:
+            with pytest.raises(NotImplementedError, match="Trying to use forward AD with"):
+                program(torch, tfwAD)
+    else:
+        got = both(program)
+    _, expected = mt.func.jvp(lambda x: FUNCTIONAL[name](mt.nn.functional, mt, x),
+                              (t64(mt, IMAGE),), (t64(mt, IMAGE_T),))
+    close(got[0], expected)
+
+
+def test_modules_through_functional_call():
+    def program(lib, fw):
+        lib.manual_seed(0)
+        model = lib.nn.Sequential(lib.nn.Linear(3, 5), lib.nn.Tanh(), lib.nn.Linear(5, 2))
+        model.double()
+        weights = {k: t64(lib, np.sin(np.arange(v.numel())).reshape(tuple(v.shape)))
+                   for k, v in model.named_parameters()}
+        for v in model.parameters():
+            v.requires_grad_(False)
+        lstm = lib.nn.LSTM(3, 4, batch_first=True).double()
+        with lib.no_grad():
+            for p in lstm.parameters():
+                p.copy_(t64(lib, np.cos(np.arange(p.numel())).reshape(tuple(p.shape))))
+        with fw.dual_level():
+            duals = {k: fw.make_dual(v, lib.ones_like(v)) for k, v in weights.items()}
+            out = lib.func.functional_call(model, duals, (t64(lib, X),))
+            seq, _ = lstm(fw.make_dual(t64(lib, XX), t64(lib, np.ones_like(XX))))
+            return [fw.unpack_dual(out).tangent, fw.unpack_dual(seq).tangent]
+    both(program)
+
+
+XX = RNG.standard_normal((2, 4, 3))
