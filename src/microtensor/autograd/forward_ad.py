@@ -252,20 +252,28 @@ def _remember_saved(tensor, tangent):
 
 # --------------------------------------------------------------------------- the handler
 
+_suspensions = 0   # how many ``suspended`` blocks are open
+
+
 class suspended:
     """The handler off (ops run as without forward AD) for the duration of a block, when
-    ``active``."""
+    ``active``; blocks nest."""
 
     def __init__(self, active=True):
         self.active = active
 
     def __enter__(self):
+        global _suspensions
         if self.active:
+            _suspensions += 1
             set_forward_ad(None)
 
     def __exit__(self, *exc):
-        if self.active and _current_level >= 0:
-            set_forward_ad(_handle)
+        global _suspensions
+        if self.active:
+            _suspensions -= 1
+            if not _suspensions and _current_level >= 0:
+                set_forward_ad(_handle)
 
 
 _suspended = suspended
@@ -354,8 +362,9 @@ def _handle(op, args, kwargs):
             tangents = _view_tangents(op, args, kwargs, duals, result)
         else:
             tangents = _jvp(op, args, kwargs, duals)
-    for out, tangent in zip(_floating(result), tangents):
-        _set_tangent(out, tangent)
+        for out, tangent in zip(_floating(result), tangents):
+            if not any(out is d[1] for d in duals):   # an input returned keeps its tangent
+                _set_tangent(out, tangent)
     return result
 
 
