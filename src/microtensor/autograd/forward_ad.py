@@ -29,9 +29,10 @@ outputs get tangents, computed without a forward formula per op:
   gives the target one: a view's base gets a zero tangent of which the view's is a view).
 
 Tangents are independent of grad mode (they propagate under ``no_grad``, not under
-``inference_mode``); an op with no derivative, and ``out=`` calls, refuse a dual input
-with PyTorch's error.  As in
-PyTorch only one level can be active at a time.
+``inference_mode``); ``out=`` calls (and an op with no derivative, of which the registry
+has none today) refuse a dual input with PyTorch's error.  An ``autograd.Function`` call
+with a dual argument uses the Function's ``jvp`` (``function_tangents``,
+``run_function_jvp``).  As in PyTorch only one level can be active at a time.
 """
 import weakref
 from typing import NamedTuple
@@ -130,7 +131,7 @@ def make_dual(tensor, tangent, *, level=None):
     if _tangent_of(tensor) is not None:
         raise RuntimeError("Making a dual Tensor based on a Tensor that already has a forward "
                            f"gradient at the same level {level} is not supported.")
-    with _suspended():
+    with suspended():
         dual = call(_op("alias"), (tensor,), None)
         _set_tangent(dual, tangent)
     return dual
@@ -146,7 +147,7 @@ def unpack_dual(tensor, *, level=None):
         raise TypeError(f"_unpack_dual(): argument 'dual' (position 1) must be Tensor, not "
                         f"{type(tensor).__module__}.{type(tensor).__name__}")
     tangent = _tangent_of(tensor)
-    with _suspended():
+    with suspended():
         primal = call(_op("alias"), (tensor,), None)
     _remember(primal, None)
     return UnpackedDualTensor(primal, tangent)
@@ -212,7 +213,7 @@ def _batched(tensor):
 def _same_geometry_view(tangent, tensor):
     """The view of ``tangent`` (laid out like ``tensor``'s storage) over ``tensor``'s
     elements."""
-    with _suspended():
+    with suspended():
         return tangent.as_strided(tensor._sizes, tensor._strides, tensor._offset)
 
 
@@ -238,7 +239,7 @@ def _set_tangent(tensor, tangent):
     storage the size of ``tensor``'s) unless already laid out so.  Under vmap a tangent
     is kept as it is (batched, it has a layout per sample)."""
     if not (_batched(tensor) or _batched(tangent) or _laid_out_like(tangent, tensor)):
-        with _suspended():
+        with suspended():
             tangent = _shadow(tensor, tangent).copy_(tangent)
     _remember(tensor, tangent)
     _remember_saved(tensor, tangent)
@@ -274,9 +275,6 @@ class suspended:
             _suspensions -= 1
             if not _suspensions and _current_level >= 0:
                 set_forward_ad(_handle)
-
-
-_suspended = suspended
 
 
 _OPS = {}
@@ -333,7 +331,7 @@ def _handle(op, args, kwargs):
     if not op.differentiable:
         target = args[0] if op.kind == "inplace" and args else None
         if isinstance(target, TensorBase) and _tangent_of(target) is not None:
-            with _suspended():    # a random fill, say: the new values have no derivative
+            with suspended():    # a random fill, say: the new values have no derivative
                 result = call(op, args, kwargs)
                 _tangent_of(target).zero_()
             return result
@@ -342,7 +340,7 @@ def _handle(op, args, kwargs):
     if not duals:
         if op.kind == "view" and args and isinstance(args[0], TensorBase) \
                 and id(args[0]) in _tangents and _tangent_of(args[0]) is None:
-            with _suspended():    # a view of an unpacked primal: no tangent either
+            with suspended():    # a view of an unpacked primal: no tangent either
                 result = call(op, args, kwargs)
             for out in _tensors(result):
                 _remember(out, None)
@@ -354,7 +352,7 @@ def _handle(op, args, kwargs):
         raise _unsupported(op.name)
     if op.kind == "inplace":
         return _inplace(op, args, kwargs, duals)
-    with _suspended():
+    with suspended():
         result = call(op, args, kwargs)
         if not _floating(result):
             return result
@@ -436,7 +434,7 @@ def _inplace(op, args, kwargs, duals):
     """An in-place op on (or with) duals: the new tangent from the old values, then the op,
     then the target's tangent updated in place."""
     target = args[0]
-    with _suspended():
+    with suspended():
         if op.inplace_of is not None and op.inplace_of.kind == "view":
             # a metadata change (transpose_, squeeze_...): the same change of the tangent
             result = call(op, args, kwargs)
@@ -481,10 +479,10 @@ def function_tangents(cls, args):
     if all(t is None for t in tangents):
         return None
     from microtensor.autograd.function import Function
-    if getattr(cls, "jvp", None) is getattr(Function, "jvp", None):
+    if cls.jvp is Function.jvp:
         raise NotImplementedError("You must implement the jvp function for custom "
                                   "autograd.Function to use it with forward mode AD.")
-    with _suspended():
+    with suspended():
         return [t if t is not None or not isinstance(a, TensorBase)
                 else a.new_zeros(a.shape) for a, t in zip(args, tangents)]
 
@@ -493,7 +491,7 @@ def run_function_jvp(cls, ctx, tangents, result):
     """Give ``cls.apply``'s floating outputs ``result`` the tangents ``cls.jvp`` returns."""
     ctx._in_jvp = True
     try:
-        with _suspended():
+        with suspended():
             out = cls.jvp(ctx, *tangents)
     finally:
         ctx._in_jvp = False

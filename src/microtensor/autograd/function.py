@@ -48,7 +48,7 @@ class FunctionCtx:
         for t in tensors:
             if t is not None and not isinstance(t, TensorBase):
                 raise TypeError("save_for_forward expects all arguments to be tensors; you "
-                                f"should save non-tensors as attributes on ctx.")
+                                "should save non-tensors as attributes on ctx.")
         self._saved_for_forward = tensors
 
     def mark_dirty(self, *tensors):
