@@ -662,3 +662,17 @@ def test_modules_through_functional_call():
 
 
 XX = RNG.standard_normal((2, 4, 3))
+
+
+def test_reverse_mode_through_inplace_updates_of_tangents():
+    def program(lib, fw):
+        p = t64(lib, [0.5, 1.0, 2.0], requires_grad=True)
+        t = t64(lib, [1.0, 2.0, 3.0], requires_grad=True)
+        with fw.dual_level():
+            d = fw.make_dual(p * 1, t * 1)
+            d[1:].mul_(d[:2].detach() + 1)
+            d.sin_()
+            primal, tan = fw.unpack_dual(d)
+            (primal.sum() + (tan * tan).sum()).backward()
+            return [primal, tan, p.grad, t.grad]
+    both(program)

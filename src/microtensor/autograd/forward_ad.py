@@ -442,6 +442,10 @@ def _inplace(op, args, kwargs, duals):
             if tangent is not None:
                 call(op, (tangent,) + tuple(args[1:]), kwargs)
             return result
+        if is_grad_enabled() and any(d[1].requires_grad or d[2].requires_grad
+                                     for d in duals):
+            # the tangent's graph must not keep what the op and the update overwrite
+            duals = [(where, x.clone(), t.clone()) for where, x, t in duals]
         tangents = _jvp(op, args, kwargs, duals, inplace=True)
         result = call(op, args, kwargs)
         if not tangents:
