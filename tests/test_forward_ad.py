@@ -676,3 +676,15 @@ def test_reverse_mode_through_inplace_updates_of_tangents():
             (primal.sum() + (tan * tan).sum()).backward()
             return [primal, tan, p.grad, t.grad]
     both(program)
+
+
+def test_vmap_of_a_dual():
+    def program(lib, fw):
+        with fw.dual_level():
+            d = fw.make_dual(t64(lib, X), t64(lib, T))
+            rows = lib.func.vmap(lambda a: (a.sin() * a.sum()).softmax(0))(d)
+            columns = lib.func.vmap(lambda a: a.exp(), in_dims=1, out_dims=1)(d)
+            summed = lib.func.vmap(lambda a: {"s": a.sum(), "p": a.prod()})(d)
+            return [fw.unpack_dual(rows).tangent, fw.unpack_dual(columns).tangent,
+                    fw.unpack_dual(summed["s"]).tangent, fw.unpack_dual(summed["p"]).tangent]
+    both(program)

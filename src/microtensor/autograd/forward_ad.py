@@ -472,6 +472,38 @@ def _fresh_tangent(target, like):
     return tangent
 
 
+# --------------------------------------------------------------------------- vmap
+
+def wrap_for_vmap(value, bdim, level, wrap):
+    """vmap's wrapping of an input, ``wrap(value, bdim, level)``; for a dual ``value`` a
+    ``BatchedTensor`` of its primal whose tangent is the tangent wrapped alike (batching
+    rules then see no dual among their physical tensors)."""
+    tangent = _tangent_of(value) if _current_level >= 0 else None
+    if tangent is None:
+        return wrap(value, bdim, level)
+    with suspended():
+        primal = call(_op("alias"), (value,), None)
+    _remember(primal, None)
+    batched = wrap(primal, bdim, level)
+    _remember(batched, wrap(tangent, bdim, level))
+    return batched
+
+
+def unwrap_for_vmap(out, value, bdim, level, unwrap):
+    """vmap's unwrapping of an output ``out`` into ``value`` (batched at ``bdim``): a
+    tangent ``out`` has becomes ``value``'s, unwrapped and batched at ``bdim`` too."""
+    tangent = _tangent_of(out) if _current_level >= 0 else None
+    if tangent is None:
+        return
+    physical, tangent_bdim = unwrap(tangent, level)
+    with suspended():
+        if tangent_bdim is None:
+            physical = physical.unsqueeze(bdim).expand(value.shape)
+        elif tangent_bdim != bdim:
+            physical = physical.movedim(tangent_bdim, bdim)
+    _set_tangent(value, physical)
+
+
 # --------------------------------------------------------------------------- Function
 
 def function_tangents(cls, args):
