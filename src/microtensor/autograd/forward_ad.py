@@ -32,7 +32,10 @@ Tangents are independent of grad mode (they propagate under ``no_grad``, not und
 ``inference_mode``); ``out=`` calls (and an op with no derivative, of which the registry
 has none today) refuse a dual input with PyTorch's error.  An ``autograd.Function`` call
 with a dual argument uses the Function's ``jvp`` (``function_tangents``,
-``run_function_jvp``).  As in PyTorch only one level can be active at a time.
+``run_function_jvp``), and ``vmap`` wraps a dual input's primal and tangent alike
+(``wrap_for_vmap``, ``unwrap_for_vmap``).  As in PyTorch only one level can be active at a
+time.  ``func``'s other transforms differentiate fresh copies of their inputs, whose
+results carry no tangent (PyTorch's do).
 """
 import weakref
 from typing import NamedTuple
