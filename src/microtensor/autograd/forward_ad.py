@@ -512,7 +512,7 @@ def unwrap_for_vmap(out, value, bdim, level, unwrap):
 def function_tangents(cls, args):
     """The tangents of ``cls.apply``'s arguments (zeros for a tensor without one, None for
     a non-tensor), or None when none has one; a Function without ``jvp`` refuses them."""
-    if _current_level < 0 or is_inference_mode_enabled():
+    if is_inference_mode_enabled():
         return None
     tangents = [_tangent_of(a) if isinstance(a, TensorBase) else None for a in args]
     if all(t is None for t in tangents):

@@ -185,7 +185,9 @@ class Function:
             t and a.requires_grad for t, a in zip(is_tensor_arg, args))
         ctx.needs_input_grad = tuple(recording and t and a.requires_grad
                                      for t, a in zip(is_tensor_arg, args))
-        tangents = forward_ad.function_tangents(cls, args)   # None: no dual argument
+        tangents = None                     # the arguments' tangents, when one has one
+        if forward_ad._current_level >= 0:
+            tangents = forward_ad.function_tangents(cls, args)
         with no_grad(), forward_ad.suspended(tangents is not None):
             if overrides(cls, "setup_context"):
                 result = cls.forward(*args)
