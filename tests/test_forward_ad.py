@@ -48,9 +48,10 @@ def tangent(t):
 
 # ------------------------------------------------------------------ every op
 
-def _floating(result, is_tensor, is_float):
+def _floating(result, tensor_type=TensorBase):
+    """The floating tensors among an op's outputs."""
     items = result if isinstance(result, (tuple, list)) else [result]
-    return [r for r in items if is_tensor(r) and is_float(r)]
+    return [r for r in items if isinstance(r, tensor_type) and r.is_floating_point()]
 
 
 def _mt_tangents(op, args, kwargs, places, tangents):
@@ -60,9 +61,7 @@ def _mt_tangents(op, args, kwargs, places, tangents):
             # an expanded sample becomes dense (its tangent could not take its layout)
             container[key] = fwAD.make_dual(container[key].clone(), t.clone())
         result = op(*args, **kwargs)
-        outs = _floating(result, lambda r: isinstance(r, TensorBase),
-                         lambda r: r.is_floating_point())
-        return [tangent(o) for o in outs]
+        return [tangent(o) for o in _floating(result)]
 
 
 def _torch_tangents(op, args, kwargs, paths, tangents):
@@ -76,9 +75,7 @@ def _torch_tangents(op, args, kwargs, paths, tangents):
             container, key = _resolve(targs, tkwargs, path)
             container[key] = tfwAD.make_dual(container[key].clone(), _to_torch(t))
         result = fn(*targs, **tkwargs)
-        outs = _floating(result, lambda r: isinstance(r, torch.Tensor),
-                         lambda r: r.is_floating_point())
-        return [tfwAD.unpack_dual(o).tangent for o in outs]
+        return [tfwAD.unpack_dual(o).tangent for o in _floating(result, torch.Tensor)]
 
 
 def _paths(args, kwargs, places):
@@ -86,9 +83,7 @@ def _paths(args, kwargs, places):
     list argument or None."""
     paths = []
     for container, key in places:
-        if container is args:
-            paths.append((key, None))
-        elif container is kwargs:
+        if container is args or container is kwargs:
             paths.append((key, None))
         else:
             top = next(k for k, v in list(enumerate(args)) + list(kwargs.items())
@@ -118,8 +113,7 @@ def _jvp_reference(op, args, kwargs, places, tangents):
         if op.kind == "inplace":
             call_args[0] = call_args[0].clone()
         result = op(*call_args, **kwargs)
-        return tuple(_floating(result, lambda r: isinstance(r, TensorBase),
-                               lambda r: r.is_floating_point()))
+        return tuple(_floating(result))
     _, out = mt.func.jvp(f, primals, tuple(tangents))
     return list(out)
 
@@ -217,8 +211,7 @@ def _torch_consistent(op, args, kwargs, paths, tangents, forward):
         for path, x in zip(paths, xs):
             container, key = _resolve(targs, tkwargs, path)
             container[key] = x.clone() if op.kind == "inplace" and path == (0, None) else x
-        return tuple(_floating(fn(*targs, **tkwargs), lambda r: isinstance(r, torch.Tensor),
-                               lambda r: r.is_floating_point()))
+        return tuple(_floating(fn(*targs, **tkwargs), torch.Tensor))
     try:
         _, reverse = torch.autograd.functional.jvp(f, tuple(primals),
                                                    tuple(_to_torch(t) for t in tangents))
@@ -235,6 +228,7 @@ X = RNG.standard_normal((4, 3))
 T = RNG.standard_normal((4, 3))
 W = RNG.standard_normal((3, 2))
 IMAGES = RNG.standard_normal((2, 3, 6, 6))
+XX = RNG.standard_normal((2, 4, 3))
 
 
 def both(program):
@@ -660,8 +654,6 @@ def test_modules_through_functional_call():
             return [fw.unpack_dual(out).tangent, fw.unpack_dual(seq).tangent]
     both(program)
 
-
-XX = RNG.standard_normal((2, 4, 3))
 
 
 def test_reverse_mode_through_inplace_updates_of_tangents():
