@@ -175,5 +175,11 @@ def tensor_repr(t):
 def _grad_suffixes(t):
     fn = t.grad_fn
     if fn is not None:
-        return [f"grad_fn=<{fn.name()}>"]
-    return ["requires_grad=True"] if t.requires_grad else []
+        suffixes = [f"grad_fn=<{fn.name()}>"]
+    else:
+        suffixes = ["requires_grad=True"] if t.requires_grad else []
+    from microtensor.autograd import forward_ad
+    tangent = forward_ad.tangent_for_printing(t)
+    if tangent is not None:          # a dual tensor, as PyTorch prints it
+        suffixes.append(f"tangent={tensor_repr(tangent)}")
+    return suffixes

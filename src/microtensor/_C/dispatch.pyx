@@ -7,6 +7,8 @@
    (``tensor.unary_fast``), attaching the op's node when autograd records; any other call
    of it goes on below.
 2. A composite op (written in other ops) runs its Python body.
+   While a dual level of forward AD is active (``set_forward_ad``), any other call goes to
+   its handler first, which gives the outputs their tangents.
 3. A call with a batched argument (or, while this thread is inside a vmap, one that draws
    random numbers) goes to vmap's handler, which runs the op's batching rule: ops on
    physical tensors, which come back through here.  Finding the batched arguments is done
@@ -32,13 +34,14 @@ from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, s
 import numpy as np
 
 from microtensor._C.autograd import attach_node
-from microtensor._C.tensor import NoDataError, without_dim
+from microtensor._C.tensor import NoDataError, set_forward_ad_active, without_dim
 
 cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
+cdef object _forward_ad = None     # forward AD's handler(op, args, kwargs) while a level is active
 cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
 cdef dict _batched_binary = {}     # op -> fn(a, b): the binary ops vmap's common case runs here
 cdef object _binary_handler = None # the handler those are a case of (served only while it is)
@@ -231,6 +234,17 @@ def set_observer(observer):
     _observer = observer
 
 
+def set_forward_ad(handler):
+    """Install ``handler(op, args, kwargs)`` (None: remove it), called for every call of a
+    non-composite op while it is installed (a dual level is active); it returns the
+    result, or NotImplemented to let the call go on as usual.  The C fast paths stand
+    aside meanwhile, so that every op reaches it; with none installed this costs one
+    pointer test here and one flag test in the fast paths."""
+    global _forward_ad
+    _forward_ad = handler
+    set_forward_ad_active(handler is not None)
+
+
 cpdef object call(op, args, kwargs):
     """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None)."""
     if _observer is not None and op.norm_rule is not None:
@@ -245,6 +259,10 @@ cpdef object call(op, args, kwargs):
                 return result
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
+    if _forward_ad is not None:
+        result = _forward_ad(op, args, kwargs)
+        if result is not NotImplemented:
+            return result
     cdef Py_ssize_t level
     if _batched_type is not None:
         level = _batch_level(args, kwargs)

@@ -352,10 +352,21 @@ def register_parameter_class(cls):
     _parameter_cls = cls
 
 
+cdef bint _forward_ad_active = False   # a dual level is entered (autograd.forward_ad)
+
+
+def set_forward_ad_active(bint active):
+    """``autograd.forward_ad``'s entry and exit of a dual level: while one is active every
+    op goes to the dispatcher, whose forward-AD handler sees the tangents."""
+    global _forward_ad_active
+    _forward_ad_active = active
+
+
 cdef inline bint _served(object t):
     """Whether ``t``'s type is one the fast paths serve: ``Tensor`` or ``nn.Parameter``
-    (not subclasses such as vmap's ``BatchedTensor``, whose ops must be dispatched)."""
-    return type(t) is _tensor_cls or type(t) is _parameter_cls
+    (not subclasses such as vmap's ``BatchedTensor``, whose ops must be dispatched), and
+    no dual level is active."""
+    return (type(t) is _tensor_cls or type(t) is _parameter_cls) and not _forward_ad_active
 
 
 cdef inline bint _plain(object t):

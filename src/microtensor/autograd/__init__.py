@@ -1,9 +1,9 @@
-"""Reverse-mode automatic differentiation: grad mode, the graph, the engine, Function,
-gradcheck, ``functional`` (jacobian, hessian, vjp, jvp, hvp, vhp), anomaly mode and
-``graph.saved_tensors_hooks``, the legacy ``Variable``.  ``microtensor.autograd.grad`` and
-``backward`` are the entry points."""
+"""Automatic differentiation: grad mode, the graph, the engine, Function, gradcheck,
+``functional`` (jacobian, hessian, vjp, jvp, hvp, vhp), anomaly mode,
+``graph.saved_tensors_hooks``, the legacy ``Variable``, and forward mode (``forward_ad``).
+``microtensor.autograd.grad`` and ``backward`` are the entry points."""
 from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
-from microtensor.autograd import function, functional, graph  # noqa: F401  (submodules)
+from microtensor.autograd import forward_ad, function, functional, graph  # noqa: F401  (submodules)
 from microtensor.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from microtensor.autograd.engine import backward, grad
 from microtensor.autograd.function import Function, FunctionCtx

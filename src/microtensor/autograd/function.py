@@ -4,11 +4,15 @@ A subclass defines static ``forward(ctx, *args)`` and ``backward(ctx, *grads)``;
 ``MyFn.apply(*args)`` runs ``forward`` with grad mode off and, when an input requires
 grad, makes a ``MyFnBackward`` node the outputs' ``grad_fn``.  As in PyTorch the node
 *is* the ``ctx`` that ``forward`` and ``backward`` receive, so attributes set on ``ctx``
-live exactly as long as the graph.
+live exactly as long as the graph.  Under forward-mode AD (``autograd.forward_ad``) a
+call with a dual argument runs ``forward`` without tangents and gives the outputs those of
+a static ``jvp(ctx, *tangents)`` (which reads ``ctx.save_for_forward``'s tensors as
+``ctx.saved_tensors``); a Function without one refuses, as in PyTorch.
 """
 import functools
 
 from microtensor._C.tensor import TensorBase
+from microtensor.autograd import forward_ad
 from microtensor.autograd.grad_mode import no_grad
 from microtensor.autograd.grad_mode import state as grad_state
 from microtensor._C.autograd import RELEASED_ERROR, Node, SavedTensor, detached_alias
@@ -25,6 +29,8 @@ class FunctionCtx:
 
     _to_save = ()
     _saved = None
+    _saved_for_forward = ()
+    _in_jvp = False
     _dirty = ()
     _non_differentiable = ()
     materialize_grads = True
@@ -37,6 +43,14 @@ class FunctionCtx:
                                 f"{tensors.index(t)} is of type {type(t).__name__}")
         self._to_save = tensors
 
+    def save_for_forward(self, *tensors):
+        """Tensors ``jvp`` reads as ``ctx.saved_tensors`` (forward-mode AD)."""
+        for t in tensors:
+            if t is not None and not isinstance(t, TensorBase):
+                raise TypeError("save_for_forward expects all arguments to be tensors; you "
+                                "should save non-tensors as attributes on ctx.")
+        self._saved_for_forward = tensors
+
     def mark_dirty(self, *tensors):
         self._dirty = tensors
 
@@ -48,6 +62,8 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
+        if self._in_jvp:
+            return tuple(self._saved_for_forward)
         if self._saved is None:       # inside forward, before the tensors are packed
             return tuple(self._to_save)
         return tuple(s.unpack(self) if s is not None else None for s in self._saved)
@@ -150,6 +166,11 @@ class Function:
                                   "your custom autograd.Function to use it with backward "
                                   "mode AD.")
 
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("You must implement the jvp function for custom "
+                                  "autograd.Function to use it with forward mode AD.")
+
     @classmethod
     def apply(cls, *args, **kwargs):
         if kwargs:
@@ -164,19 +185,24 @@ class Function:
             t and a.requires_grad for t, a in zip(is_tensor_arg, args))
         ctx.needs_input_grad = tuple(recording and t and a.requires_grad
                                      for t, a in zip(is_tensor_arg, args))
-        with no_grad():
+        tangents = None                     # the arguments' tangents, when one has one
+        if forward_ad._current_level >= 0:
+            tangents = forward_ad.function_tangents(cls, args)
+        with no_grad(), forward_ad.suspended(tangents is not None):
             if overrides(cls, "setup_context"):
                 result = cls.forward(*args)
                 cls.setup_context(ctx, args, result)
             else:
                 result = cls.forward(ctx, *args)
-        if not recording:
-            return result
-        Node.__init__(ctx, [gradient_edge(a) if t else (None, 0)
-                            for t, a in zip(is_tensor_arg, args) if t])
-        ctx.is_tensor_arg = is_tensor_arg
-        ctx.input_meta = [(a._sizes, a._dtype) for t, a in zip(is_tensor_arg, args) if t]
-        return _attach_outputs(ctx, args, result)
+        if recording:
+            Node.__init__(ctx, [gradient_edge(a) if t else (None, 0)
+                                for t, a in zip(is_tensor_arg, args) if t])
+            ctx.is_tensor_arg = is_tensor_arg
+            ctx.input_meta = [(a._sizes, a._dtype) for t, a in zip(is_tensor_arg, args) if t]
+            result = _attach_outputs(ctx, args, result)
+        if tangents is not None:
+            forward_ad.run_function_jvp(cls, ctx, tangents, result)
+        return result
 
 
 def overrides(cls, name):

@@ -11,7 +11,7 @@ import functools
 
 from microtensor._C import meta
 from microtensor._C.tensor import TensorBase
-from microtensor.autograd import engine
+from microtensor.autograd import engine, forward_ad
 from microtensor.autograd import function as _autograd_function
 from microtensor.ops import dispatch
 from microtensor.vmap import function as _function
@@ -191,7 +191,7 @@ def _run(func, size, flat_in_dims, flat_args, spec, kwargs, out_dims, randomness
     try:
         batched = []
         for a, d in zip(flat_args, flat_in_dims):
-            batched.append(a if d is None else wrap(a, d, level))
+            batched.append(a if d is None else forward_ad.wrap_for_vmap(a, d, level, wrap))
         outputs = func(*(batched if spec is None else tree_unflatten(batched, spec)), **kwargs)
         return _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs)
     finally:
@@ -291,6 +291,8 @@ def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
     if type(out_dims) is int:
         if type(outputs) is BatchedTensor and outputs._level == level and \
                 outputs._bdim == out_dims:
+            if forward_ad._current_level >= 0:
+                forward_ad.unwrap_for_vmap(outputs, outputs._value, out_dims, level, unwrap)
             return outputs._value             # already where out_dims puts the batch
         if isinstance(outputs, TensorBase):
             return _unwrap_output(None, outputs, out_dims, level, size, False)
@@ -300,6 +302,8 @@ def _unwrap_outputs(func, outputs, out_dims, level, size, allow_none_outputs):
             unwrapped = {}
             for k, v in outputs.items():
                 if type(v) is BatchedTensor and v._level == level and v._bdim == out_dims:
+                    if forward_ad._current_level >= 0:
+                        forward_ad.unwrap_for_vmap(v, v._value, out_dims, level, unwrap)
                     unwrapped[k] = v._value       # already where out_dims puts the batch
                     continue
                 if not isinstance(v, TensorBase):
@@ -340,6 +344,8 @@ def _unwrap_output(name, out, out_dim, level, size, allow_none_outputs):
         raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type "
                          f"{type(out)}. Did you mean to set out_dims= to None for output?")
     value, bdim = unwrap(out, level)
+    if bdim is not None and forward_ad._current_level >= 0:
+        forward_ad.unwrap_for_vmap(out, value, bdim, level, unwrap)
     if bdim is None:
         # never met the batch: the same value for every sample, expanded without a copy
         d = meta.wrap_dim(out_dim, out.dim() + 1)
