@@ -11,7 +11,8 @@ The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
 ``saved_values``, ``is_needed``) are in the Cython core (``microtensor._C.autograd``); the rules that
 decide which of them runs are here.
 """
-from microtensor._C.autograd import (OpNode, SavedTensor, current_grad_fn, gradient_edge,
+from microtensor._C.autograd import (DTYPE_VIEW_INPLACE_ERROR, OpNode, SavedTensor,
+                                     current_grad_fn, gradient_edge,
                                      input_edges, install_nodes, is_needed,
                                      saved_values)
 from microtensor._C.dispatch import NO_GRAD_VIEW_ERROR
@@ -61,6 +62,8 @@ def rebase_history(tensor, node, metadata_only=False):
         return
     if tensor._is_diff_view:
         base = tensor._base
+        if base._dtype is not tensor._dtype:
+            raise RuntimeError(DTYPE_VIEW_INPLACE_ERROR)
         copy_slices = CopySlices(base, tensor, node, gradient_edge(base))
         base._grad_fn = copy_slices
         base._output_nr = 0

@@ -220,9 +220,9 @@ def is_signed(self):
 
 @op(kind="composite")
 def is_complex(self):
-    """False: microtensor has no complex dtypes."""
+    """Whether the dtype is complex64 or complex128."""
     _require_tensor("is_complex", "input", 1, self)
-    return False
+    return self._dtype.is_complex
 
 
 @op(kind="composite")

@@ -19,7 +19,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import _type_name, device_of
+from microtensor.ops.loops import _type_name, conj_if_complex, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call,
@@ -266,6 +266,7 @@ def _product_grad(product, left, right, layout_shape, layout_strides):
 
 @matmul.def_derivative("self")
 def matmul(grad, other, self_shape, self_strides):
+    other = conj_if_complex(other)
     if len(other.shape) == 1:
         # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
         return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
@@ -280,6 +281,7 @@ def matmul(grad, other, self_shape, self_strides):
 
 @matmul.def_derivative("other")
 def matmul(grad, self, other_shape, other_strides):
+    self = conj_if_complex(self)
     if len(self.shape) == 1:
         return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
     if len(other_shape) == 1:
@@ -308,11 +310,13 @@ def mm(self, mat2):
 
 @mm.def_derivative("self")
 def mm(grad, mat2, self_shape, self_strides):
+    mat2 = conj_if_complex(mat2)
     return _product_grad(mm, grad, mat2.mT, self_shape, self_strides)
 
 
 @mm.def_derivative("mat2")
 def mm(grad, self, mat2_shape, mat2_strides):
+    self = conj_if_complex(self)
     return _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides)
 
 
