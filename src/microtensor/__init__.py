@@ -58,6 +58,7 @@ _tensor_extras.install(Tensor, globals())
 from microtensor.ops import complex as _complex  # noqa: E402
 _complex.install(Tensor)
 from microtensor import special  # noqa: E402
+from microtensor import fft  # noqa: E402
 from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
                                      hamming_window, hann_window, kaiser_window)
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402

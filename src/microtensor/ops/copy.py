@@ -114,6 +114,8 @@ def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
 
 @_to_copy.def_derivative("self")
 def _to_copy(grad, self_dtype, self_device):
+    if grad._dtype.is_complex and not self_dtype.is_complex:
+        grad = grad.real      # a real input's gradient: the real part (no discarding cast)
     return grad.to(dtype=self_dtype, device=self_device)
 
 
