@@ -167,3 +167,83 @@ def test_vmap_of_grad_matches_loop():
         leaf = x[i].detach().requires_grad_()
         loss(leaf).backward()
         np.testing.assert_allclose(per_sample[i].numpy(), leaf.grad.numpy(), rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- stft, istft
+
+SIGNAL = rng.standard_normal(40)
+SIGNALS = rng.standard_normal((2, 37))
+
+
+def _window(m, n=8, shift=0.0):
+    return m.hann_window(n, dtype=m.float64) + shift
+
+
+STFT = {
+    "default": (lambda m, t: m.stft(t, 8, return_complex=True), SIGNAL),
+    "window_hop": (lambda m, t: m.stft(t, 8, hop_length=3, window=_window(m),
+                                       return_complex=True), SIGNAL),
+    "short_window": (lambda m, t: m.stft(t, 8, hop_length=3, win_length=6,
+                                         window=_window(m, 6), return_complex=True), SIGNAL),
+    "method_uncentered": (lambda m, t: t.stft(8, center=False, normalized=True,
+                                              return_complex=True), SIGNALS),
+    "constant_twosided": (lambda m, t: m.stft(t, 8, pad_mode="constant", onesided=False,
+                                              return_complex=True), SIGNALS),
+    "real_pairs": (lambda m, t: m.stft(t, 8, return_complex=False), SIGNAL),
+    "complex_input": (lambda m, t: m.stft(t * (1 + 2j), 8), SIGNAL),
+    "aligned": (lambda m, t: m.stft(t, 8, win_length=5, center=False, align_to_window=True,
+                                    return_complex=True), SIGNAL),
+    "istft": (lambda m, t: m.istft(m.stft(t, 8, window=_window(m), return_complex=True), 8,
+                                   window=_window(m)), SIGNAL),
+    "istft_length": (lambda m, t: m.istft(
+        m.stft(t, 8, hop_length=3, window=_window(m), return_complex=True), 8, hop_length=3,
+        window=_window(m), length=45), SIGNAL),
+    "istft_uncentered": (lambda m, t: m.istft(
+        m.stft(t, 8, window=_window(m, shift=0.1), center=False, return_complex=True), 8,
+        window=_window(m, shift=0.1), center=False), SIGNALS),
+    "istft_twosided": (lambda m, t: m.istft(
+        m.stft(t, 8, window=_window(m), onesided=False, normalized=True, return_complex=True),
+        8, window=_window(m), normalized=True), SIGNALS),
+    "istft_complex": (lambda m, t: m.istft(m.stft(t * (1 - 1j), 8, window=_window(m)), 8,
+                                           window=_window(m), return_complex=True), SIGNAL),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")     # PyTorch's about return_complex=False
+@pytest.mark.parametrize("name", STFT)
+def test_stft_and_istft_match_torch_with_gradients(name):
+    fn, values = STFT[name]
+    ours, theirs = mt.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    out, expected = fn(mt, ours), fn(torch, theirs)
+    _same(out, expected, 1e-10)
+    _loss(mt, out).backward()
+    _loss(torch, expected).backward()
+    _same(ours.grad, theirs.grad, 1e-10)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, x: m.stft(x, 8), lambda m, x: m.stft(x, 8, hop_length=0, return_complex=True),
+    lambda m, x: m.stft(x, 8, win_length=9, return_complex=True),
+    lambda m, x: m.stft(x, 8, window=m.ones(5, dtype=m.float64), return_complex=True),
+    lambda m, x: m.stft(x, 60, center=False, return_complex=True),
+    lambda m, x: m.stft(x, 8, align_to_window=True, return_complex=True),
+    lambda m, x: m.istft(m.stft(x, 8, return_complex=True), 8, window=m.zeros(8)),
+    lambda m, x: m.istft(x, 8), lambda m, x: m.istft(m.stft(x, 8, return_complex=True), 10)])
+def test_stft_errors_match_torch(call):
+    with pytest.raises(RuntimeError) as theirs:
+        call(torch, torch.tensor(SIGNAL))
+    with pytest.raises(RuntimeError) as ours:
+        call(mt, mt.tensor(SIGNAL))
+    # PyTorch's messages open with a description of the call; the reason follows
+    reason = str(theirs.value).split(") : ")[-1].split(") ")[-1].split("\n")[0]
+    assert reason.split(":")[0].strip() in str(ours.value)
+
+
+def test_stft_under_vmap_matches_loop():
+    x = mt.tensor(np.stack([SIGNAL * (1 + i) for i in range(3)], axis=1))
+    fn = STFT["istft_length"][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = mt.vmap(lambda t: fn(mt, t), in_dims=1)(x)
+    expected = mt.stack([fn(mt, x[:, i]) for i in range(3)])
+    np.testing.assert_allclose(batched.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)

@@ -16,6 +16,9 @@ the full length (its real part); c2r's is the one-sided r2c of the gradient with
 entries that stand for two conjugate bins (all but the first and, for an even length, the
 last) doubled.  The batching rule moves the batch dim to the front, out of the
 transformed dims.
+
+``stft`` and ``istft`` (also ``Tensor.stft``/``Tensor.istft``) are composites over these:
+frames by ``unfold``, windowed, transformed; the inverse overlap-adds with ``index_add``.
 """
 from numbers import Integral
 
@@ -25,8 +28,10 @@ from microtensor._C import meta
 from microtensor._C.tensor import (TensorBase, bfloat16, complex128, float16,
                                    get_default_dtype)
 from microtensor._dtype import info
-from microtensor.ops.factory import pick_dtype
+from microtensor.ops.factory import arange, pick_dtype
 from microtensor.ops.layout import constant_pad_nd
+from microtensor.ops.layout import pad as pad_op
+from microtensor.ops.complex import view_as_real
 from microtensor.ops.loops import array_module, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import roll
@@ -409,6 +414,132 @@ def fft_ifftshift(self, dim=None):
     return _shift(self, dim, -1)
 
 
+
+
+# --------------------------------------------------------------------------- short-time transforms
+
+def _stft_window(name, window, win_length, n_fft, like):
+    """The window of ``win_length`` (ones by default) zero-padded on both sides to
+    ``n_fft``, as a tensor broadcasting over frames."""
+    if not 0 < win_length <= n_fft:
+        raise RuntimeError(f"{name}: expected 0 < win_length <= n_fft, but got "
+                           f"win_length={win_length}")
+    if window is None:
+        window = like.new_ones(win_length, dtype=like._dtype.to_real())
+    elif window.dim() != 1 or window.shape[0] != win_length:
+        raise RuntimeError(f"{name}: expected a 1D window tensor of size equal to "
+                           f"win_length={win_length}, but got window with size "
+                           f"{list(window.shape)}")
+    left = (n_fft - win_length) // 2
+    if left or win_length < n_fft:
+        window = constant_pad_nd(window, [left, n_fft - win_length - left])
+    return window
+
+
+def _stft_sizes(name, n_fft, hop_length, win_length):
+    hop_length = n_fft // 4 if hop_length is None else hop_length
+    win_length = n_fft if win_length is None else win_length
+    if hop_length <= 0:
+        raise RuntimeError(f"{name}: expected hop_length > 0, but got "
+                           f"hop_length={hop_length}")
+    return hop_length, win_length
+
+
+@op(kind="composite")
+def stft(self, n_fft, hop_length=None, win_length=None, window=None, center=True,
+         pad_mode="reflect", normalized=False, onesided=None, return_complex=None,
+         align_to_window=None):
+    """The short-time Fourier transform: the ``n_fft``-point transform of each windowed
+    frame, frames ``hop_length`` apart (``center``: the signal padded by ``n_fft // 2``
+    on both sides first); ``(freq, frames)``, with a batch dim for a 2-D input."""
+    complex_data = self._dtype.is_complex or window is not None and window._dtype.is_complex
+    if return_complex is None:
+        if not complex_data:
+            raise RuntimeError("stft requires the return_complex parameter be given for real "
+                               "inputs, and will further require that return_complex=True "
+                               "in a future PyTorch release.")
+        return_complex = True
+    if align_to_window is not None and center:
+        raise RuntimeError("stft align_to_window should only be set when center = false")
+    if center:
+        signal_dim = self.dim()
+        extended = (1,) * (3 - signal_dim) + tuple(self.shape)
+        pad = n_fft // 2
+        self = pad_op(self.view(extended), [pad, pad], pad_mode)
+        self = self.view(self.shape[-signal_dim:])
+    if self.dim() not in (1, 2):
+        raise RuntimeError("stft: expected a 1D or 2D tensor")
+    hop_length, win_length = _stft_sizes("stft", n_fft, hop_length, win_length)
+    length = self.shape[-1]
+    if not 0 < n_fft <= length:
+        raise RuntimeError(f"stft: expected 0 < n_fft < {length}, but got n_fft={n_fft}")
+    window = _stft_window("stft", window, win_length, n_fft, self)
+    if align_to_window and win_length < n_fft:
+        # frames aligned to the window's nonzero part: the signal is read from where the
+        # window starts, zero-padded past its ends
+        left = (n_fft - win_length) // 2
+        self = constant_pad_nd(self, [left, n_fft - win_length - left])
+    frames = self.unfold(-1, n_fft, hop_length) * window     # (..., frames, n_fft)
+    onesided = not complex_data if onesided is None else onesided
+    norm = "ortho" if normalized else "backward"
+    spectrum = fft_rfft(frames, norm=norm) if onesided else fft_fft(frames, norm=norm)
+    spectrum = spectrum.transpose(-1, -2)
+    return spectrum if return_complex else view_as_real(spectrum)
+
+
+@op(kind="composite")
+def istft(self, n_fft, hop_length=None, win_length=None, window=None, center=True,
+          normalized=False, onesided=None, length=None, return_complex=False):
+    """The inverse of ``stft``: each frame's inverse transform, windowed and overlap-added,
+    divided by the overlap-added squared window (its least-squares estimate)."""
+    if not self._dtype.is_complex:
+        raise RuntimeError("istft requires a complex-valued input tensor matching the output "
+                           "from stft with return_complex=True.")
+    hop_length, win_length = _stft_sizes("istft", n_fft, hop_length, win_length)
+    if self.dim() not in (2, 3):
+        raise RuntimeError(f"istft: expected a tensor with 2 or 3 dimensions of complex "
+                           f"dtype, but got {self.dim()}")
+    batched = self.dim() == 3
+    if not batched:
+        self = self.unsqueeze(0)
+    bins, frames = self.shape[-2], self.shape[-1]
+    onesided = bins != n_fft if onesided is None else onesided
+    expected_bins = n_fft // 2 + 1 if onesided else n_fft
+    if bins != expected_bins:
+        raise RuntimeError(f"istft: expected the frequency dimension (3rd to the last) of the "
+                           f"input tensor to match {'n_fft / 2 + 1' if onesided else 'n_fft'} "
+                           f"when onesided={onesided}, but got {bins}")
+    window = _stft_window("istft", window, win_length, n_fft, self)
+    norm = "ortho" if normalized else "backward"
+    spectra = self.transpose(1, 2)                           # (batch, frames, bins)
+    if return_complex:
+        if onesided:
+            raise RuntimeError("cannot have onesided output if window or input is complex")
+        signal = fft_ifft(spectra, n_fft, -1, norm)
+    else:
+        if window._dtype.is_complex:
+            raise RuntimeError("Complex windows are incompatible with return_complex=False")
+        if not onesided:
+            spectra = spectra.narrow(-1, 0, n_fft // 2 + 1)
+        signal = fft_irfft(spectra, n_fft, -1, norm)
+    total = n_fft + hop_length * (frames - 1)
+    positions = (arange(frames).unsqueeze(1) * hop_length + arange(n_fft)).reshape(-1)
+    summed = signal.new_zeros((signal.shape[0], total)).index_add(
+        1, positions, (signal * window).reshape(signal.shape[0], -1))
+    envelope = (window * window.conj()).real.expand(frames, n_fft).reshape(-1)
+    envelope = envelope.new_zeros(total).index_add(0, positions, envelope)
+    start = n_fft // 2 if center else 0
+    end = start + length if length is not None else (total - n_fft // 2 if center else total)
+    kept = min(end, total)
+    summed, envelope = summed[:, start:kept], envelope[start:kept]
+    if bool((envelope.abs() < 1e-11).any()):
+        raise RuntimeError(f"istft: window overlap add min: {float(envelope.abs().min())}")
+    result = summed / envelope
+    if end > total:
+        result = constant_pad_nd(result, [0, end - total])
+    return result if batched else result.squeeze(0)
+
+
 NAMES = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2",
          "rfftn", "irfftn", "hfft", "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift")
-__all__ = ["fft_" + name for name in NAMES]
+__all__ = ["fft_" + name for name in NAMES] + ["stft", "istft"]
