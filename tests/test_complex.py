@@ -214,6 +214,20 @@ def test_refusals_match_torch(name):
 def test_writing_complex_into_real_is_refused():
     with pytest.raises(RuntimeError, match="can't be cast"):
         mt.zeros(2).add_(mt.tensor([1j, 2j]))
+    for fn in (lambda m: m.zeros(2).fill_(1 + 1j), lambda m: m.full((2,), 1j, dtype=m.float32),
+               lambda m: m.zeros(2, dtype=m.long).__setitem__(0, 2j)):
+        with pytest.raises(RuntimeError) as theirs:
+            fn(torch)
+        with pytest.raises(RuntimeError) as ours:
+            fn(mt)
+        assert str(ours.value) == str(theirs.value)
+    x = mt.zeros(2)
+    x.fill_(3 + 0j)               # no imaginary part: taken, as PyTorch does
+    assert x.tolist() == [3.0, 3.0]
+    z = mt.zeros(2, dtype=mt.cdouble)
+    z[1] = 2 - 1j
+    assert z.tolist() == [0j, 2 - 1j]
+    assert complex(z[1]) == 2 - 1j
 
 
 # --------------------------------------------------------------------------- autograd
@@ -256,6 +270,17 @@ GRADS = {
               [rng.random(3) + 0.5, rng.standard_normal(3)]),
     "real_scalar_times_complex": (lambda m, x: (x * (2 - 3j)).abs().sum(),
                                   [rng.standard_normal(3)]),
+    "bmm": (lambda m, a, b: m.bmm(a, b).abs().sum(), [cz(2, 2, 3), cz(2, 3, 2)]),
+    "mv": (lambda m, a, b: m.mv(a, b).abs().sum(), [cz(2, 3), cz(3)]),
+    "dot": (lambda m, a, b: m.dot(a, b).abs(), [cz(3), cz(3)]),
+    "vdot": (lambda m, a, b: m.vdot(a, b).abs(), [cz(3), cz(3)]),
+    "linear": (lambda m, x, w, b: m.nn.functional.linear(x, w, b).abs().sum(),
+               [cz(2, 3), cz(4, 3), cz(4)]),
+    "einsum": (lambda m, a, b: m.einsum("ij,jk->ik", a, b).abs().sum(), [cz(2, 3), cz(3, 2)]),
+    "mH": (lambda m, a: (a.mH @ a).real.sum(), [cz(3, 2)]),
+    "sgn": (lambda m, z: (z.sgn() * (1 + 1j)).real.sum(), [cz(3)]),
+    "norm": (lambda m, z: z.norm() + m.linalg.vector_norm(z, 3, 0).sum(), [cz(3, 2)]),
+    "var_std": (lambda m, z: z.var(1).sum() + z.std(0, correction=0).sum(), [cz(3, 2)]),
 }
 
 

@@ -42,6 +42,10 @@ CASES = {
     "hfft_odd": (lambda m, t, norm: m.fft.hfft(t, n=7, dim=0, norm=norm), COMPLEX),
     "ihfft": (lambda m, t, norm: m.fft.ihfft(t, norm=norm), REAL),
     "ihfft_odd": (lambda m, t, norm: m.fft.ihfft(t, n=5, norm=norm), REAL),
+    "hfft2": (lambda m, t, norm: m.fft.hfft2(t, norm=norm), COMPLEX),
+    "hfftn": (lambda m, t, norm: m.fft.hfftn(t, s=(4, 5), norm=norm), COMPLEX),
+    "ihfft2": (lambda m, t, norm: m.fft.ihfft2(t, norm=norm), REAL),
+    "ihfftn": (lambda m, t, norm: m.fft.ihfftn(t, s=(2, 7), norm=norm), REAL),
 }
 
 

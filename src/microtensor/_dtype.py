@@ -120,6 +120,13 @@ def check_scalar_fits(value, dt):
     to infinity, as PyTorch's)."""
     kind = type(value)
     if kind is not int and kind is not float:     # exact types first: factories call this
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            if dt.is_complex:
+                return
+            if value.imag != 0:       # a real dtype holds a complex number with no imaginary part
+                raise RuntimeError(f"value cannot be converted to type {info(dt).limit_name} "
+                                   "without overflow")
+            value = value.real
         if kind is bool or not isinstance(value, numbers.Real):
             return
         value = int(value) if isinstance(value, numbers.Integral) else float(value)

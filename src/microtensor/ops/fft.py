@@ -311,8 +311,9 @@ def _r2c(name, x, s, dim, norm):
 
 
 def _c2r(name, x, s, dim, norm, forward=False):
-    """The real signal whose one-sided transform is ``x`` (``forward``: ``hfft``'s scaling,
-    with the conjugate taken first)."""
+    """The real signal whose one-sided transform is ``x``; ``forward``: ``hfftn``, the
+    forward transform of a Hermitian signal given by its one-sided half (the other dims
+    transformed first, then the conjugate's c2r, as PyTorch orders them)."""
     x = _floating(name, x, True)
     given = s is not None and (s if isinstance(s, Integral) else list(s)[-1]) != -1
     dims, sizes = _dims_and_sizes(x, s, dim)
@@ -321,9 +322,12 @@ def _c2r(name, x, s, dim, norm, forward=False):
     last = sizes[-1] if given else 2 * (x._sizes[dims[-1]] - 1)
     _check_size(last)
     x = _resized(x, dims, sizes[:-1] + [last // 2 + 1])
-    if forward:
-        x = x.conj()
-    return _fft_c2r(x, dims, _norm_code(norm, forward), last)
+    code = _norm_code(norm, forward)
+    if not forward:
+        return _fft_c2r(x, dims, code, last)
+    if len(dims) > 1:
+        x = _fft_c2c(x, dims[:-1], code, True)
+    return _fft_c2r(x.conj(), dims[-1:], code, last)
 
 
 @op(kind="composite", method=False, function=False, samples=_real_samples)
@@ -369,9 +373,39 @@ def fft_hfft(self, n=None, dim=-1, norm=None):
 @op(kind="composite", method=False, function=False, samples=_real_samples)
 def fft_ihfft(self, n=None, dim=-1, norm=None):
     """The inverse of ``hfft``: the one-sided half of a real signal's inverse transform."""
-    x = _floating("ihfft", self, False)
-    dims, sizes = _dims_and_sizes(x, *_one_dim(n, dim))
-    return _fft_r2c(_resized(x, dims, sizes), dims, _norm_code(norm, False), True).conj()
+    return _ihfftn("ihfft", self, *_one_dim(n, dim), norm)
+
+
+def _ihfftn(name, x, s, dim, norm):
+    """The one-sided inverse transform of a real signal: the last dim's r2c conjugated,
+    then the other dims' inverse c2c (PyTorch's order)."""
+    x = _floating(name, x, False)
+    dims, sizes = _dims_and_sizes(x, s, dim)
+    code = _norm_code(norm, False)
+    half = _fft_r2c(_resized(x, dims, sizes), dims[-1:], code, True).conj()
+    return _fft_c2c(half, dims[:-1], code, False) if len(dims) > 1 else half
+
+
+@op(kind="composite", method=False, function=False)
+def fft_hfft2(self, s=None, dim=(-2, -1), norm=None):
+    return _c2r("hfftn", self, s, dim, norm, forward=True)
+
+
+@op(kind="composite", method=False, function=False)
+def fft_ihfft2(self, s=None, dim=(-2, -1), norm=None):
+    return _ihfftn("ihfftn", self, s, dim, norm)
+
+
+@op(kind="composite", method=False, function=False, samples=_half_n_dim_samples)
+def fft_hfftn(self, s=None, dim=None, norm=None):
+    """The N-D ``hfft``: the real transform of a Hermitian signal given by its half."""
+    return _c2r("hfftn", self, s, dim, norm, forward=True)
+
+
+@op(kind="composite", method=False, function=False, samples=_real_n_dim_samples)
+def fft_ihfftn(self, s=None, dim=None, norm=None):
+    """The inverse of ``hfftn``."""
+    return _ihfftn("ihfftn", self, s, dim, norm)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -541,5 +575,6 @@ def istft(self, n_fft, hop_length=None, win_length=None, window=None, center=Tru
 
 
 NAMES = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2",
-         "rfftn", "irfftn", "hfft", "ihfft", "fftfreq", "rfftfreq", "fftshift", "ifftshift")
+         "rfftn", "irfftn", "hfft", "ihfft", "hfft2", "ihfft2", "hfftn", "ihfftn", "fftfreq",
+         "rfftfreq", "fftshift", "ifftshift")
 __all__ = ["fft_" + name for name in NAMES] + ["stft", "istft"]

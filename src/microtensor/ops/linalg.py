@@ -335,12 +335,12 @@ def bmm(self, mat2):
 
 @bmm.def_derivative("self")
 def bmm(grad, mat2):
-    return bmm(grad, mat2.mT)
+    return bmm(grad, conj_if_complex(mat2).mT)
 
 
 @bmm.def_derivative("mat2")
 def bmm(grad, self):
-    return bmm(self.mT, grad)
+    return bmm(conj_if_complex(self).mT, grad)
 
 
 @op(inputs=("self", "vec"), samples=_mv_samples)
@@ -357,12 +357,12 @@ def mv(self, vec):
 
 @mv.def_derivative("self")
 def mv(grad, vec):
-    return grad.unsqueeze(-1) * vec
+    return grad.unsqueeze(-1) * conj_if_complex(vec)
 
 
 @mv.def_derivative("vec")
 def mv(grad, self):
-    return mv(self.mT, grad)
+    return mv(conj_if_complex(self).mT, grad)
 
 
 @op(inputs=("self", "tensor"), samples=_dot_samples)
@@ -378,12 +378,12 @@ def dot(self, tensor):
 
 @dot.def_derivative("self")
 def dot(grad, tensor):
-    return grad * tensor
+    return grad * conj_if_complex(tensor)
 
 
 @dot.def_derivative("tensor")
 def dot(grad, self):
-    return grad * self
+    return grad * conj_if_complex(self)
 
 
 _FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
@@ -744,6 +744,7 @@ def _stacked_bias(weight_shape, bias_shape):
 
 @linear.def_derivative("input")
 def linear(grad, weight):
+    weight = conj_if_complex(weight)
     if weight.dim() == 1:
         return grad.unsqueeze(-1) * weight
     if weight.dim() > 2:
@@ -755,6 +756,7 @@ def linear(grad, weight):
 
 @linear.def_derivative("weight")
 def linear(grad, input, weight_shape):
+    input = conj_if_complex(input)
     if len(weight_shape) == 1 or input.dim() == 1:
         return grad.unsqueeze(-1) * input
     if len(weight_shape) == 2:
@@ -1005,7 +1007,7 @@ def vdot(self, other):
     if self.dim() != 1 or other.dim() != 1:
         raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {other.dim()}D "
                            "tensors")
-    return dot(self, other)
+    return dot(conj_if_complex(self), other)
 
 
 @op(kind="composite", inputs=("matrices",), method=False,

@@ -1040,6 +1040,8 @@ def fill_(self, value):
         check_scalar_fits(value, self._dtype)
         if isinstance(value, int) and self._dtype.is_floating_point:
             value = float(value)   # NumPy would take an int past int64 as uint64, then wrap
+        elif type(value) is complex and not self._dtype.is_complex:
+            value = value.real     # (checked above: no imaginary part)
     if self._numel:
         if self.device.type == "cpu":
             kernels.fill_(self._array(), value)
@@ -1540,7 +1542,16 @@ def isreal(self):
     return self.new_ones(self.shape, dtype=bool_)
 
 
-_alias("sgn", sign)
+@op(kind="composite")
+def sgn(self, *, out=None):
+    """``sign``; for a complex tensor ``z / |z|`` (0 where ``z`` is 0)."""
+    if not self._dtype.is_complex:
+        return sign(self, out=out)
+    magnitude = self.abs()
+    result = (self / magnitude).masked_fill(magnitude == 0, 0)
+    return result if out is None else out.copy_(result)
+
+
 _alias("sgn_", REGISTRY["sign_"], function=False)
 for _name in ("acosh", "asinh", "atanh"):
     _alias("arc" + _name[1:], REGISTRY[_name])

@@ -487,12 +487,21 @@ def _std(grad, self, dim, correction, keepdim, result):
 @op(kind="composite", samples=_var_samples)
 def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
+    if self._dtype.is_complex:
+        return _complex_var(self, dim, correction, keepdim)
     return _var(self, dim, correction, keepdim)
+
+
+def _complex_var(self, dim, correction, keepdim):
+    """The variance of complex values (of ``|z - mean|``, real): the parts' summed."""
+    return _var(self.real, dim, correction, keepdim) + _var(self.imag, dim, correction, keepdim)
 
 
 @op(kind="composite", samples=_var_samples)
 def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
+    if self._dtype.is_complex:
+        return _complex_var(self, dim, correction, keepdim).sqrt()
     return _std(self, dim, correction, keepdim)
 
 
@@ -533,6 +542,8 @@ def _norm0(grad):
 @op(kind="composite", samples=_norm_samples)
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims)."""
+    if self._dtype.is_complex and dtype is None:
+        return norm(self.abs(), p, dim, keepdim)     # a norm of the magnitudes
     if not (dtype or self._dtype).is_floating_point:
         raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
                            f"as input. Got {_type_name(self._dtype)}")
