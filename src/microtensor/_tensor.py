@@ -237,8 +237,8 @@ class Tensor(TensorBase):
 
     @data.setter
     def data(self, value):
-        self._set_storage(value._storage, value._sizes, value._strides, value._offset)
-        self._dtype = value._dtype
+        self._set_storage(value._storage, value._sizes, value._strides, value._offset,
+                          value._dtype)
 
     # ------------------------------------------------------------ Python operators
     def __neg__(self):

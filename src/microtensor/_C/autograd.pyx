@@ -608,7 +608,7 @@ cpdef grad_accumulator(TensorBase tensor):
 DTYPE_VIEW_INPLACE_ERROR = (
     "microtensor does not differentiate through an in-place change of a tensor that has a "
     "view of another dtype (real, imag, view_as_real, view_as_complex) requiring grad, nor "
-    "an in-place change of such a view: clone() before the in-place op")
+    "an in-place change of such a view: clone the tensor before the in-place op")
 
 
 cpdef current_grad_fn(TensorBase tensor):

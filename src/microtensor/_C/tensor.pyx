@@ -706,9 +706,14 @@ cdef class TensorBase:
         self._numel = _numel(sizes)
         self._is_contig = _contiguous(sizes, strides)
 
-    def _set_storage(self, Storage storage, tuple sizes, tuple strides, Py_ssize_t offset):
-        """Point this tensor at another storage (``set_``/``data`` swaps), bounds-checked."""
-        _check_geometry(storage, sizes, strides, offset, self._dtype.itemsize)
+    def _set_storage(self, Storage storage, tuple sizes, tuple strides, Py_ssize_t offset,
+                     dtype dt=None):
+        """Point this tensor at another storage (``set_``/``data`` swaps), with dtype ``dt``
+        (default: its own), bounds-checked first."""
+        if dt is None:
+            dt = self._dtype
+        _check_geometry(storage, sizes, strides, offset, dt.itemsize)
+        self._dtype = dt
         self._storage = storage
         self._set_geometry(sizes, strides, offset)
 

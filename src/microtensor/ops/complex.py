@@ -1,14 +1,15 @@
-"""Complex tensors: the ops that build them from real parts (``complex``, ``polar``), take
-them apart (``real``, ``imag``, ``view_as_real``, ``view_as_complex``, ``angle``) and
-conjugate them.
+"""Complex tensors: the ops that build them from real parts (``complex``, ``polar``) and
+take them apart (``real``, ``imag``, ``view_as_real``, ``view_as_complex``, ``angle``);
+``Tensor.real`` and ``Tensor.imag``.  (``conj`` is with the other elementwise ops, in
+``ops.pointwise``: it is not lazy, PyTorch's sets a conjugate bit, so it returns a new
+tensor and ``is_conj()`` is always False.)
 
 A complex64 (complex128) element is a float32 (float64) pair in memory, so ``real``,
 ``imag`` and ``view_as_real`` are views reading a complex tensor's storage as floats
 (strides doubled, the imaginary part one float further), and ``view_as_complex`` the
-reverse: writes through them change the complex tensor, as in PyTorch.  ``conj`` is not
-lazy (PyTorch's sets a conjugate bit): it returns a new tensor, so ``is_conj()`` is
-always False.  Derivatives follow PyTorch's convention for complex autograd: the gradient
-of a real loss ``L`` with respect to ``z = x + iy`` is ``dL/dx + i dL/dy``.
+reverse: writes through them change the complex tensor, as in PyTorch.  Derivatives
+follow PyTorch's convention for complex autograd: the gradient of a real loss ``L`` with
+respect to ``z = x + iy`` is ``dL/dx + i dL/dy``.
 """
 import numpy as np
 

@@ -181,7 +181,8 @@ def _fft_c2r(grad, dim, normalization):
     weights[1:1 + doubled] = 2
     shape = [1] * grad.dim()
     shape[last] = len(weights)
-    return gradient * from_numpy_result(weights.astype(grad.dtype.np).reshape(shape))
+    weights = from_numpy_result(weights.astype(grad.dtype.np).reshape(shape))
+    return gradient * weights.to(grad.device)
 
 
 def _zero_padded(x, dim, count):
