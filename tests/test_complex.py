@@ -146,8 +146,14 @@ def test_view_as_complex_roundtrip_and_errors():
 
 def test_refused_inplace_through_a_dtype_view_that_requires_grad():
     z = mt.randn(3, dtype=mt.cdouble, requires_grad=True).clone()
+    before = z.detach().clone()
     with pytest.raises(RuntimeError, match="in-place"):
         z.real.mul_(2)
+    assert mt.equal(z.detach(), before)          # refused before anything was written
+    parts = z.imag
+    z.mul_(2)
+    with pytest.raises(RuntimeError, match="in-place"):
+        parts.sum().backward()
 
 
 # --------------------------------------------------------------------------- ops

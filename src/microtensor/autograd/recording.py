@@ -38,6 +38,8 @@ def check_inplace(tensor):
         if base._grad_fn is None and base._requires_grad:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
+        if base._dtype is not tensor._dtype:     # before the kernel writes anything
+            raise RuntimeError(DTYPE_VIEW_INPLACE_ERROR)
     elif tensor._base is not None:
         raise RuntimeError(NO_GRAD_VIEW_ERROR)
     elif tensor._grad_fn is None and tensor._requires_grad:
@@ -62,8 +64,6 @@ def rebase_history(tensor, node, metadata_only=False):
         return
     if tensor._is_diff_view:
         base = tensor._base
-        if base._dtype is not tensor._dtype:
-            raise RuntimeError(DTYPE_VIEW_INPLACE_ERROR)
         copy_slices = CopySlices(base, tensor, node, gradient_edge(base))
         base._grad_fn = copy_slices
         base._output_nr = 0
