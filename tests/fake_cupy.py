@@ -203,6 +203,16 @@ abs, clip, moveaxis, pad, take = (_forwarded(name) for name in  # noqa: A001 - C
 multiply = _forwarded("multiply")   # a plain function: CuPy's multiply has no ``at``
 
 
+def _forwarded_fft(name):
+    fn = getattr(np.fft, name)
+    return lambda *args, **kwargs: _wrap(fn(*_unwrap(args), **_unwrap(kwargs)))
+
+
+# ``cupy.fft``: the transforms the FFT kernels call
+fft = types.SimpleNamespace(**{name: _forwarded_fft(name)
+                               for name in ("fftn", "ifftn", "rfftn", "irfftn")})
+
+
 class _Device:
     def __init__(self, index=0):
         self.id = index

@@ -44,7 +44,7 @@ def close(actual, expected, rtol=1e-7, atol=1e-9):
             close(a, e, rtol, atol)
         return
     if torch is not None and isinstance(expected, torch.Tensor):
-        expected = expected.detach().numpy()
+        expected = expected.detach().resolve_conj().numpy()
     elif isinstance(expected, TensorBase):
         expected = arr(expected)
     assert isinstance(actual, TensorBase), type(actual)

@@ -137,7 +137,8 @@ def _assert_matches_torch(ours, theirs, compare_values, where="output"):
         assert _dtype_name(ours) == _dtype_name(theirs), f"{where}: dtype"
         if compare_values:
             np.testing.assert_allclose(np.asarray(ours.detach()._array()),
-                                       theirs.detach().numpy(), rtol=1e-6, atol=1e-7,
+                                       theirs.detach().resolve_conj().numpy(), rtol=1e-6,
+                                       atol=1e-7,
                                        equal_nan=True, err_msg=where)
     elif isinstance(theirs, (tuple, list)):
         assert len(ours) == len(theirs), f"{where}: number of outputs"

@@ -431,16 +431,17 @@ def test_op_matches_torch_vmap(name):
             actual = mt.vmap(lambda *a: fn(*a, **kwargs), in_dims=tuple(in_dims))(
                 *clone_args(batched))
         if isinstance(expected, torch.Tensor):
-            expected = expected.numpy()
+            expected = expected.resolve_conj().numpy()
         else:
-            expected = tuple(e.numpy() for e in expected)
+            expected = tuple(e.resolve_conj().numpy() for e in expected)
         a, e = actual, expected
         shapes_a = [tuple(x.shape) for x in (a if isinstance(a, (tuple, list)) else (a,))]
         shapes_e = [tuple(x.shape) for x in (e if isinstance(e, tuple) else (e,))]
         assert shapes_a == shapes_e, f"{name} {sample}"
         for x, y in zip(a if isinstance(a, (tuple, list)) else (a,),
                         e if isinstance(e, tuple) else (e,)):
-            np.testing.assert_allclose(to_np(x).astype(np.float64), y.astype(np.float64),
+            exact = np.result_type(y.dtype, np.float64)    # complex128 for complex values
+            np.testing.assert_allclose(to_np(x).astype(exact), y.astype(exact),
                                        rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
         compared += 1
     assert_compared(name, compared)

@@ -11,8 +11,8 @@ from microtensor._C.meta import (channels_last, channels_last_3d, contiguous_for
 from microtensor._C.tensor import (Size, Storage, device, dtype, get_default_dtype,
                                    set_default_dtype)
 from microtensor._C.tensor import bool_ as bool
-from microtensor._C.tensor import (bfloat16, float16, float32, float64, int8, int16, int32,
-                                   int64, uint8)
+from microtensor._C.tensor import (bfloat16, complex64, complex128, float16, float32, float64,
+                                   int8, int16, int32, int64, uint8)
 from microtensor._dtype import can_cast, finfo, iinfo, promote_types, result_type
 from microtensor import autograd  # before ops: autograd installs its hook into the dispatcher
 from microtensor._tensor import Tensor, install_methods
@@ -56,7 +56,10 @@ from microtensor import _composite  # noqa: E402
 _composite.install(Tensor, globals())
 from microtensor import _tensor_extras  # noqa: E402
 _tensor_extras.install(Tensor, globals())
+from microtensor.ops import complex as _complex  # noqa: E402
+_complex.install(Tensor)
 from microtensor import special  # noqa: E402
+from microtensor import fft  # noqa: E402
 from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
                                      hamming_window, hann_window, kaiser_window)
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402

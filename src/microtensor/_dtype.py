@@ -2,7 +2,7 @@
 
 Participants fall into three priority groups: tensors with dimensions, zero-dimensional
 tensors, and Python scalars.  A lower group only changes the result when it belongs to a
-higher *category* (bool < integer < floating), as in ``torch.result_type``.
+higher *category* (bool < integer < floating < complex), as in ``torch.result_type``.
 """
 import math
 import numbers
@@ -10,8 +10,8 @@ import numbers
 import numpy
 
 from microtensor import _dtype_table
-from microtensor._C.tensor import (DTYPES, TensorBase, bool_, dtype, float32, float64,
-                                   get_default_dtype, int16, int64)
+from microtensor._C.tensor import (DTYPES, TensorBase, bool_, complex64, dtype, float32,
+                                   float64, get_default_dtype, int16, int64)
 
 
 def promote_types(a, b):
@@ -20,6 +20,11 @@ def promote_types(a, b):
     float16 with bfloat16 needs float32 and uint8 with int8 needs int16."""
     if a is b:
         return a
+    if a.is_complex or b.is_complex:
+        # the complex type of the wider of the two parts' types (float64 + complex64 is
+        # complex128)
+        return complex_of(promote_types(a.to_real(), b.to_real())) \
+            if a.kind >= 2 and b.kind >= 2 else (a if a.is_complex else b)
     if a.kind != b.kind:
         return a if a.kind > b.kind else b
     if a.is_floating_point and a.itemsize == b.itemsize:
@@ -35,6 +40,11 @@ def _combine_categories(higher, lower):
         return lower
     if lower is None:
         return higher
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        # a lower-priority complex operand keeps a floating operand's precision
+        return complex_of(higher) if higher.is_floating_point else lower
     if higher.is_floating_point:
         return higher
     if higher is bool_ or lower.is_floating_point:
@@ -50,7 +60,21 @@ def scalar_dtype(value):
         return int64
     if isinstance(value, float):
         return get_default_dtype()
+    if isinstance(value, complex):
+        return default_complex_dtype()
     raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")
+
+
+def complex_of(dt):
+    """The complex dtype of floating ``dt``'s precision, where promotion needs one:
+    microtensor has no complex32, so float16 (as bfloat16, as PyTorch) gives complex64."""
+    return complex64 if dt.itemsize == 2 else dt.to_complex()
+
+
+def default_complex_dtype():
+    """The dtype a Python complex takes: the default dtype's complex type (complex64 by
+    default)."""
+    return complex_of(get_default_dtype())
 
 
 def result_type(*operands):
@@ -69,8 +93,9 @@ def result_type(*operands):
 
 
 def can_cast(from_, to):
-    """False when casting would drop a category (float to int, anything but bool to bool)."""
-    if from_.is_floating_point and not to.is_floating_point:
+    """False when casting would drop a category (complex to real, float to int, anything
+    but bool to bool)."""
+    if from_.kind > to.kind and from_.kind >= 2:
         return False
     return not (to is bool_ and from_ is not bool_)
 
@@ -95,6 +120,13 @@ def check_scalar_fits(value, dt):
     to infinity, as PyTorch's)."""
     kind = type(value)
     if kind is not int and kind is not float:     # exact types first: factories call this
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            if dt.is_complex:
+                return
+            if value.imag != 0:       # a real dtype holds a complex number with no imaginary part
+                raise RuntimeError(f"value cannot be converted to type {info(dt).limit_name} "
+                                   "without overflow")
+            value = value.real
         if kind is bool or not isinstance(value, numbers.Real):
             return
         value = int(value) if isinstance(value, numbers.Integral) else float(value)
@@ -103,8 +135,9 @@ def check_scalar_fits(value, dt):
         check_scalar_range(value)
     if dt is bool_:
         return
-    if dt.is_floating_point:
-        fits = dt is float64 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
+    part = dt.to_real()      # a complex dtype holds what its parts' type holds
+    if part.is_floating_point:
+        fits = part is float64 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
     else:
         low, high = _INTEGER_RANGE[dt]
         fits = low <= value <= high and (kind is int or not math.isnan(value))
@@ -137,7 +170,7 @@ def wrap_scalar(value, dt):
 def cast_scalar(value, dt):
     """A Python number as an op computing in ``dt`` applies it (``alpha``, ``value``): an
     integer dtype truncates a float and wraps beyond its range, as PyTorch converts."""
-    if dt.is_floating_point or dt is bool_ or isinstance(value, bool):
+    if dt.kind >= 2 or dt is bool_ or isinstance(value, bool):
         return value
     return wrap_scalar(int(value), dt)
 
@@ -156,6 +189,7 @@ class finfo:
     def __init__(self, type=None):
         type = get_default_dtype() if type is None else type
         _check_dtype("finfo", type)
+        type = type.to_real()     # a complex dtype's limits are its parts'
         if not type.is_floating_point:
             raise TypeError("microtensor.finfo() requires a floating point input type. Use "
                             "microtensor.iinfo to handle 'microtensor.finfo'")
@@ -182,7 +216,7 @@ class iinfo:
         _check_dtype("iinfo", type)
         if type is bool_:
             raise TypeError("microtensor.bool is not supported by microtensor.iinfo")
-        if type.is_floating_point:
+        if type.is_floating_point or type.is_complex:
             raise TypeError("microtensor.iinfo() requires an integer input type. Use "
                             "microtensor.finfo to handle 'microtensor.iinfo'")
         limits = numpy.iinfo(type.np)
@@ -196,4 +230,4 @@ class iinfo:
 
 
 __all__ = ["dtype", "finfo", "iinfo", "promote_types", "result_type", "can_cast", "scalar_dtype",
-           "check_scalar_fits", "wrap_scalar", "cast_scalar", "info"]
+           "default_complex_dtype", "check_scalar_fits", "wrap_scalar", "cast_scalar", "info"]

@@ -47,7 +47,7 @@ def _load_bfloat16():
 class DtypeInfo(NamedTuple):
     name: str            # microtensor.<name>, as torch.<name>
     numpy: object        # the NumPy type of the storage (or an OptionalStorage)
-    kind: int            # promotion category: 0 bool, 1 integer, 2 floating
+    kind: int            # promotion category: 0 bool, 1 integer, 2 floating, 3 complex
     scalar_name: str     # PyTorch's ScalarType ("Float"): FloatTensor, FloatStorage, messages
     cpp_name: str        # the C++ type PyTorch's messages print ("long int", "c10::Half")
     limit_name: str      # the type "value cannot be converted to type ... without overflow" names
@@ -61,6 +61,10 @@ DTYPES = (
     DtypeInfo("float16", np.float16, 2, "Half", "c10::Half", "c10::Half", "F16", ("half",)),
     DtypeInfo("bfloat16", OptionalStorage("bfloat16", 2, "ml_dtypes", "bfloat16", _load_bfloat16), 2, "BFloat16", "c10::BFloat16", "c10::BFloat16",
               "BF16"),
+    DtypeInfo("complex64", np.complex64, 3, "ComplexFloat", "c10::complex<float>",
+              "c10::complex<float>", "C64", ("cfloat",)),
+    DtypeInfo("complex128", np.complex128, 3, "ComplexDouble", "c10::complex<double>",
+              "c10::complex<double>", "C128", ("cdouble",)),
     DtypeInfo("int64", np.int64, 1, "Long", "long int", "int64_t", "I64", ("long",)),
     DtypeInfo("int32", np.int32, 1, "Int", "int", "int", "I32", ("int",)),
     DtypeInfo("int16", np.int16, 1, "Short", "short int", "int16_t", "I16", ("short",)),

@@ -5,13 +5,16 @@ digits after the point, lines of at most 80 characters, and tensors of more than
 elements summarized by their first and last 3 entries along each dim).  One width, chosen from all the (summarized) values,
 right-aligns every entry, and one notation serves the whole tensor: integers with a
 trailing ``.`` when every float is whole, scientific when the magnitudes span more than
-1000x or leave [1e-4, 1e8], fixed-point otherwise.
+1000x or leave [1e-4, 1e8], fixed-point otherwise.  A complex tensor prints each entry as
+its real part and its imaginary part, each part formatted by the rule above over all
+the tensor's parts of its kind (``tensor([1.5000+2.0000e+00j, -3.2500-1.0000e-05j])``).
 """
 import math
 
 import numpy as np
 
 from microtensor._C.tensor import bool_, get_default_dtype, int64
+from microtensor._dtype import default_complex_dtype
 
 PRECISION = 4
 LINE_WIDTH = 80
@@ -93,6 +96,20 @@ class _Formatter:
         return text.rjust(self.width)
 
 
+class _ComplexFormatter:
+    """Formats a complex entry as PyTorch does: the real part, then the imaginary part
+    with its sign (``+`` added when it has none) and a ``j``."""
+
+    def __init__(self, values):
+        self.real = _Formatter(values.real, True)
+        self.imag = _Formatter(values.imag, True)
+        self.width = self.real.width + self.imag.width + 1
+
+    def format(self, value):
+        imag = (self.imag.format(value.imag) + "j").lstrip()
+        return self.real.format(value.real) + (imag if imag[0] in "+-" else "+" + imag)
+
+
 def _summarized(t):
     """The entries a summarized print shows, the first and last EDGE_ITEMS along each dim,
     read from the storage through ``t``'s strides: the others are never touched (a
@@ -130,7 +147,8 @@ def _nested(arr, shape, indent, summarize, formatter):
 def _body(t, indent):
     summarize = t._numel > THRESHOLD
     shown = _summarized(t) if summarize else t._array()
-    formatter = _Formatter(shown, t._dtype.is_floating_point)
+    formatter = _ComplexFormatter(shown) if t._dtype.is_complex else \
+        _Formatter(shown, t._dtype.is_floating_point)
     return _nested(shown, t._sizes, indent, summarize, formatter)
 
 
@@ -166,7 +184,7 @@ def tensor_repr(t):
             suffixes.append(f"dtype={t.dtype!r}")
         body = "[]"
     else:
-        if t.dtype not in (get_default_dtype(), int64, bool_):
+        if t.dtype not in (get_default_dtype(), default_complex_dtype(), int64, bool_):
             suffixes.append(f"dtype={t.dtype!r}")
         body = _body(values, len(prefix))
     return _with_suffixes(prefix + body, suffixes + _grad_suffixes(t), len(prefix))

@@ -78,6 +78,9 @@ class Tensor(TensorBase):
     def __int__(self):
         return int(self._scalar_for_python())
 
+    def __complex__(self):
+        return complex(self._scalar_for_python())
+
     def _scalar_for_python(self):
         if self._numel != 1:
             raise ValueError("only one element tensors can be converted to Python scalars")
@@ -89,7 +92,7 @@ class Tensor(TensorBase):
         return bool(self.item())
 
     def __index__(self):
-        if self._dtype.is_floating_point or self._numel != 1:
+        if self._dtype.kind >= 2 or self._numel != 1:
             raise TypeError("only integer tensors of a single element can be converted to an "
                             "index")
         return int(self.item())
@@ -234,8 +237,8 @@ class Tensor(TensorBase):
 
     @data.setter
     def data(self, value):
-        self._set_storage(value._storage, value._sizes, value._strides, value._offset)
-        self._dtype = value._dtype
+        self._set_storage(value._storage, value._sizes, value._strides, value._offset,
+                          value._dtype)
 
     # ------------------------------------------------------------ Python operators
     def __neg__(self):

@@ -186,8 +186,8 @@ __all__ += ["cross", "diagonal", "matmul", "vecdot", "vander", "multi_dot", "mat
 
 
 # --------------------------------------------------------------------------- the rest of
-# torch.linalg for real dtypes (eig and eigvals need complex dtypes, which microtensor
-# does not have): the ops of ``ops.linalg_decomp`` and aliases of top-level ops
+# torch.linalg for real dtypes (not yet eig and eigvals, whose results are complex): the
+# ops of ``ops.linalg_decomp`` and aliases of top-level ops
 
 def cross(input, other, *, dim=-1):
     from microtensor import cross as _cross

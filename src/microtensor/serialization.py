@@ -30,10 +30,8 @@ from microtensor._tensor import Tensor, _rebuild_tensor
 from microtensor.cuda import is_available as cuda_is_available
 from microtensor.nn.parameter import Parameter
 
-# PyTorch's storage classes by the dtype of their elements: microtensor's dtypes, and the
-# complex ones a checkpoint may name (refused by name when loaded)
+# PyTorch's storage classes by the dtype of their elements
 _STORAGE_CLASSES = {info.name: f"{info.scalar_name}Storage" for info in _dtype_table.DTYPES}
-_STORAGE_CLASSES.update(complex64="ComplexFloatStorage", complex128="ComplexDoubleStorage")
 _DTYPE_OF_SAFETENSORS_CODE = {info.safetensors: DTYPES[info.name] for info in _dtype_table.DTYPES}
 
 _NOT_ALLOWED = ("microtensor.load loads only tensors, numbers, strings, bytes, dtypes, devices "

@@ -292,8 +292,8 @@ cdef class SavedTensor:
         self.version = tensor._storage.version
         self.is_output = is_output
         self.output_nr = output_nr
-        # an op's floating outputs are the ones its node is attached to
-        self.had_grad = is_output and tensor._dtype.is_floating_point
+        # an op's floating and complex outputs are the ones its node is attached to
+        self.had_grad = is_output and tensor._dtype.kind >= 2
         if _hooks_pushed:
             hooks = _current_hooks()
             if hooks is not None:
@@ -603,6 +603,14 @@ cpdef grad_accumulator(TensorBase tensor):
     return acc
 
 
+# a view reading its base as another dtype (``x.real``, ``view_as_real``) has a geometry in
+# other units than its base's, which the regenerated view node and ``CopySlices`` assume
+DTYPE_VIEW_INPLACE_ERROR = (
+    "microtensor does not differentiate through an in-place change of a tensor that has a "
+    "view of another dtype (real, imag, view_as_real, view_as_complex) requiring grad, nor "
+    "an in-place change of such a view: clone the tensor before the in-place op")
+
+
 cpdef current_grad_fn(TensorBase tensor):
     """``tensor.grad_fn``, first regenerating it if ``tensor`` is a view whose base was
     modified in place since the view's ``grad_fn`` was made."""
@@ -611,6 +619,8 @@ cpdef current_grad_fn(TensorBase tensor):
         base = tensor._base
         if base._grad_fn is not tensor._view_info:
             if base._grad_fn is not None:
+                if tensor._dtype is not base._dtype:
+                    raise RuntimeError(DTYPE_VIEW_INPLACE_ERROR)
                 tensor._grad_fn = _regenerated_view_node(Geometry(base), Geometry(tensor),
                                                          gradient_edge(base))
                 tensor._output_nr = 0
@@ -724,13 +734,14 @@ cdef object _saved_value(tuple entry, dict bound, tuple outputs):
 
 
 cdef set_history(Node node, tuple outputs, bint is_view):
-    """Make ``node`` the ``grad_fn`` of the floating tensors among ``outputs`` (output i
-    is ``node``'s output i); the outputs of a view op become differentiable views."""
+    """Make ``node`` the ``grad_fn`` of the floating and complex tensors among ``outputs``
+    (output i is ``node``'s output i); the outputs of a view op become differentiable
+    views."""
     cdef TensorBase t
     cdef Py_ssize_t i
     for i in range(len(outputs)):
         out = outputs[i]
-        if isinstance(out, TensorBase) and (<TensorBase>out)._dtype.is_floating_point:
+        if isinstance(out, TensorBase) and (<TensorBase>out)._dtype.kind >= 2:
             t = <TensorBase>out
             t._grad_fn = node
             t._output_nr = i
@@ -810,6 +821,8 @@ cdef object _conform(Node node, i, TensorBase g, tuple sizes, dtype):
                                f"with {list(sizes)}")
         g = g.sum_to_size(sizes)
     if g._dtype is not dtype:
+        if g._dtype.is_complex and not dtype.is_complex:
+            g = g.real      # a real input of a complex op: its gradient is the real part
         g = g.to(dtype)
     return g
 

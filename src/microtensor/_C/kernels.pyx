@@ -679,6 +679,9 @@ def fill_(cnp.ndarray dst not None, value):
         scalar = scalar.astype(np.float64)
     elif scalar.dtype.kind in "iu":
         scalar = scalar.astype(np.int64)
+    elif scalar.dtype.kind == "c" and dst.dtype.kind == "c":
+        dst[...] = scalar       # complex storage: NumPy's own fill
+        return
     elif scalar.dtype.kind != "b":
         raise TypeError(f"fill_(): unsupported value {value!r} of type {type(value).__name__}")
     dst_code = dtype_code(dst)

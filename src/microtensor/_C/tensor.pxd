@@ -6,7 +6,8 @@ cdef class dtype:
     cdef readonly int itemsize
     cdef readonly bint is_floating_point
     cdef readonly bint is_signed
-    cdef readonly int kind          # 0 bool, 1 integer, 2 floating: the promotion category
+    cdef readonly bint is_complex
+    cdef readonly int kind          # 0 bool, 1 integer, 2 floating, 3 complex: the promotion category
     cdef object _np                 # the numpy dtype used for storage (None: see _optional)
     cdef object _optional           # the table's OptionalStorage until its package is loaded
     cdef readonly int typenum       # numpy's type number, for building ndarray views

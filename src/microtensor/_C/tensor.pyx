@@ -50,6 +50,7 @@ cdef class dtype:
         self.name = name
         self.kind = kind
         self.is_floating_point = kind == 2
+        self.is_complex = kind == 3
         self.is_signed = kind != 0
         if isinstance(npdtype, _dtype_table.OptionalStorage):
             self._optional = npdtype
@@ -71,7 +72,25 @@ cdef class dtype:
         return self.name
 
     def to_complex(self):
-        raise NotImplementedError("microtensor has no complex dtypes")
+        """The complex dtype whose parts are this floating dtype (complex ones stay)."""
+        if self.is_complex:
+            return self
+        if self is float64:
+            return complex128
+        if self is float32 or self is bfloat16:     # (bfloat16 as PyTorch's)
+            return complex64
+        if self is float16:
+            raise NotImplementedError("microtensor has no complex32 (chalf)")
+        raise RuntimeError("Unknown Complex ScalarType for "
+                           + _dtype_table.BY_NAME[self.name].scalar_name)
+
+    def to_real(self):
+        """The floating dtype of a complex dtype's parts (other dtypes stay)."""
+        if self is complex128:
+            return float64
+        if self is complex64:
+            return float32
+        return self
 
 
 # every dtype by name, in the order of the table (widest floating type first)
@@ -86,6 +105,8 @@ int16 = DTYPES["int16"]
 int8 = DTYPES["int8"]
 uint8 = DTYPES["uint8"]
 bool_ = DTYPES["bool"]
+complex64 = DTYPES["complex64"]
+complex128 = DTYPES["complex128"]
 cdef dict _dtype_by_np = {(<dtype>d)._np: d for d in DTYPES.values()
                           if (<dtype>d)._np is not None}
 
@@ -660,6 +681,15 @@ cdef class TensorBase:
         return self._view_fast(sizes, strides, _int64_geometry(strides, offset), _numel(sizes),
                                -1)
 
+    def _make_dtype_view(self, dtype dt, tuple sizes, tuple strides, Py_ssize_t offset):
+        """A view (``_base`` set) reading this tensor's storage as ``dt``, its geometry in
+        ``dt``'s elements (``view_as_real``: a complex tensor read as float pairs),
+        bounds-checked."""
+        _check_geometry(self._storage, sizes, strides, offset, dt.itemsize)
+        cdef TensorBase view = self._make_view_unchecked(sizes, strides, offset)
+        view._dtype = dt
+        return view
+
     def _make_alias_unchecked(self, tuple sizes, tuple strides, offset):
         """A tensor over this storage (so sharing the version counter) that is not a view:
         no ``_base``, no autograd history (``detach``, ``_unsafe_view``); in bounds like
@@ -676,9 +706,14 @@ cdef class TensorBase:
         self._numel = _numel(sizes)
         self._is_contig = _contiguous(sizes, strides)
 
-    def _set_storage(self, Storage storage, tuple sizes, tuple strides, Py_ssize_t offset):
-        """Point this tensor at another storage (``set_``/``data`` swaps), bounds-checked."""
-        _check_geometry(storage, sizes, strides, offset, self._dtype.itemsize)
+    def _set_storage(self, Storage storage, tuple sizes, tuple strides, Py_ssize_t offset,
+                     dtype dt=None):
+        """Point this tensor at another storage (``set_``/``data`` swaps), with dtype ``dt``
+        (default: its own), bounds-checked first."""
+        if dt is None:
+            dt = self._dtype
+        _check_geometry(storage, sizes, strides, offset, dt.itemsize)
+        self._dtype = dt
         self._storage = storage
         self._set_geometry(sizes, strides, offset)
 
@@ -1089,9 +1124,10 @@ cdef _check_geometry(Storage storage, tuple sizes, tuple strides, Py_ssize_t off
     cdef object need = offset + 1
     for i in range(n):
         need += (sizes[i] - 1) * strides[i]      # Python ints: cannot overflow
-    if need > storage.data.shape[0]:
+    # in bytes: a view may read the storage as another dtype (``view_as_real``)
+    if need * itemsize > storage.data.nbytes:
         raise RuntimeError(
             f"setStorage: sizes {list(sizes)}, strides {list(strides)}, storage offset "
             f"{offset}, and itemsize {itemsize} requiring a storage size of "
             f"{need * itemsize} are out of bounds for storage of size "
-            f"{storage.data.shape[0] * itemsize}")
+            f"{storage.data.nbytes}")

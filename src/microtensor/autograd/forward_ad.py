@@ -120,12 +120,14 @@ def make_dual(tensor, tangent, *, level=None):
     if level < 0:
         raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, "
                            "make sure to enter_dual_level() first.")
-    if not tensor.is_floating_point():
+    if not (tensor.is_floating_point() or tensor.is_complex()):
         raise ValueError(f"Expected primal to be floating point or complex, but got: "
                          f"{tensor.dtype}")
-    if not tangent.is_floating_point():
+    if not (tangent.is_floating_point() or tangent.is_complex()):
         raise ValueError(f"Expected tangent to be floating point or complex, but got: "
                          f"{tangent.dtype}")
+    if tensor.is_complex() or tangent.is_complex():
+        raise _unsupported("make_dual", _NO_COMPLEX)
     if tuple(tangent.shape) != tuple(tensor.shape):
         raise RuntimeError("Trying to set a forward gradient that has a different size than "
                            "that of the original Tensor, this is not supported. Tensor is of "
@@ -322,6 +324,10 @@ def _duals(op, args, kwargs):
     return found
 
 
+# complex tangents need the conjugate convention worked through every op's jvp: not done
+_NO_COMPLEX = "microtensor's forward AD does not cover complex tensors yet"
+
+
 def _unsupported(name, why="it has not been implemented yet"):
     return NotImplementedError(f"Trying to use forward AD with {name} that does not support it "
                                f"because {why}.")
@@ -357,6 +363,8 @@ def _handle(op, args, kwargs):
         return _inplace(op, args, kwargs, duals)
     with suspended():
         result = call(op, args, kwargs)
+        if any(out.is_complex() for out in _tensors(result)):
+            raise _unsupported(op.name, _NO_COMPLEX)
         if not _floating(result):
             return result
         if op.kind == "view":

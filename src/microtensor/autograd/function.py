@@ -223,7 +223,7 @@ def _attach_outputs(ctx, args, result):
             ctx.output_meta.append(((), None, None))
             continue
         ctx.output_meta.append((out._sizes, out._dtype, out.device))
-        differentiable = out._dtype.is_floating_point and id(out) not in non_diff
+        differentiable = out._dtype.kind >= 2 and id(out) not in non_diff
         if id(out) in dirty:
             check_inplace(out)
             if out._is_diff_view and (len(outputs) > 1 or out is not args[0]):

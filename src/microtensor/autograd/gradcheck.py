@@ -5,7 +5,9 @@ backward computes (one ``autograd.grad`` per output element) with central differ
 ``(f(x + eps) - f(x - eps)) / 2 eps`` taken by perturbing each input element in place
 (through NumPy, so no version counter moves).  ``fast_mode`` compares ``v^T J u`` for
 random ``u`` and ``v`` instead.  ``gradgradcheck`` runs ``gradcheck`` on the function
-that computes the first gradient with ``create_graph=True``.  Use float64 inputs.
+that computes the first gradient with ``create_graph=True``.  Use float64 (or complex128)
+inputs.  Complex inputs and outputs are checked as pairs of reals (``_realified``), which
+checks complex gradients in PyTorch's convention.
 """
 import warnings
 
@@ -30,7 +32,25 @@ def _as_tuple(x):
 
 def _float_outputs(outputs):
     return [o for o in _as_tuple(outputs)
-            if isinstance(o, TensorBase) and o._dtype.is_floating_point]
+            if isinstance(o, TensorBase) and o._dtype.kind >= 2]
+
+
+def _realified(func, inputs):
+    """``func`` and ``inputs`` with complex tensors seen as (real, imaginary) pairs: each
+    complex input that requires grad becomes a float leaf holding its ``view_as_real``
+    values, which ``func`` receives through ``view_as_complex``, and complex outputs come
+    back as ``view_as_real``.  The Jacobians of the pairs are what PyTorch's convention
+    makes complex gradients (a real loss's gradient is ``dL/dx + i dL/dy``)."""
+    from microtensor.ops.complex import view_as_complex, view_as_real
+    pairs = {i: view_as_real(x.detach()).clone().requires_grad_()
+             for i, x in enumerate(inputs)
+             if isinstance(x, TensorBase) and x._dtype.is_complex and x.requires_grad}
+
+    def realified(*args):
+        args = tuple(view_as_complex(a) if i in pairs else a for i, a in enumerate(args))
+        return tuple(view_as_real(o) if isinstance(o, TensorBase) and o._dtype.is_complex
+                     else o for o in _as_tuple(func(*args)))
+    return realified, tuple(pairs.get(i, x) for i, x in enumerate(inputs))
 
 
 def _values(t):
@@ -44,7 +64,7 @@ def _check_inputs(inputs):
                          "none of the them have requires_grad=True.")
     for i, x in enumerate(inputs):
         if isinstance(x, TensorBase) and x.requires_grad:
-            if x._dtype.name != "float64":
+            if x._dtype.name not in ("float64", "complex128"):
                 warnings.warn(f"Input #{i} requires gradient and is not a double precision "
                               "floating point or complex. This check will likely fail if all "
                               "the inputs are not of double precision floating point or "
@@ -197,6 +217,8 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     inputs = _as_tuple(inputs)
     try:
         diff_inputs = _check_inputs(inputs)
+        func, inputs = _realified(func, inputs)
+        diff_inputs = [x for x in inputs if isinstance(x, TensorBase) and x.requires_grad]
         if check_backward_ad:
             outputs = _float_outputs(func(*inputs))
             rng = np.random.default_rng(0)
@@ -250,7 +272,10 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
 
 
 def _random_like(t, rng, noncontiguous):
-    values = rng.standard_normal(tuple(t._sizes)).astype(t._dtype.np)
+    values = rng.standard_normal(tuple(t._sizes))
+    if t._dtype.is_complex:
+        values = values + 1j * rng.standard_normal(tuple(t._sizes))
+    values = values.astype(t._dtype.np)
     if noncontiguous and values.ndim:
         spaced = np.zeros(values.shape[:-1] + (2 * values.shape[-1],), dtype=values.dtype)
         spaced[..., ::2] = values

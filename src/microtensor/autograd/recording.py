@@ -11,7 +11,8 @@ The per-op mechanics (``attach_node``, ``gradient_edge``, ``input_edges``,
 ``saved_values``, ``is_needed``) are in the Cython core (``microtensor._C.autograd``); the rules that
 decide which of them runs are here.
 """
-from microtensor._C.autograd import (OpNode, SavedTensor, current_grad_fn, gradient_edge,
+from microtensor._C.autograd import (DTYPE_VIEW_INPLACE_ERROR, OpNode, SavedTensor,
+                                     current_grad_fn, gradient_edge,
                                      input_edges, install_nodes, is_needed,
                                      saved_values)
 from microtensor._C.dispatch import NO_GRAD_VIEW_ERROR
@@ -37,6 +38,8 @@ def check_inplace(tensor):
         if base._grad_fn is None and base._requires_grad:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in "
                                "an in-place operation.")
+        if base._dtype is not tensor._dtype:     # before the kernel writes anything
+            raise RuntimeError(DTYPE_VIEW_INPLACE_ERROR)
     elif tensor._base is not None:
         raise RuntimeError(NO_GRAD_VIEW_ERROR)
     elif tensor._grad_fn is None and tensor._requires_grad:

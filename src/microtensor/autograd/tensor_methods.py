@@ -20,7 +20,7 @@ def requires_grad_(self, requires_grad=True):
         raise RuntimeError("you can only change requires_grad flags of leaf variables. If you "
                            "want to use a computed variable in a subgraph that doesn't require "
                            "differentiation use var_no_grad = var.detach().")
-    if requires_grad and not self._dtype.is_floating_point:
+    if requires_grad and self._dtype.kind < 2:
         raise RuntimeError("only Tensors of floating point and complex dtype can require "
                            "gradients")
     self._requires_grad = bool(requires_grad)

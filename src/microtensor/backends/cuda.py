@@ -97,9 +97,10 @@ def array_view(t):
     cp = _cupy
     buf = t._storage.data
     item = t._dtype.itemsize
+    dt = t._dtype.np     # the storage's, or another that a view reads it as (view_as_real)
     if t._numel == 0:
-        return cp.ndarray(t._sizes, dtype=buf.dtype)
-    return cp.ndarray(t._sizes, dtype=buf.dtype, memptr=buf.data + t._offset * item,
+        return cp.ndarray(t._sizes, dtype=dt)
+    return cp.ndarray(t._sizes, dtype=dt, memptr=buf.data + t._offset * item,
                       strides=tuple(s * item for s in t._strides))
 
 

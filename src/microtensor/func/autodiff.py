@@ -60,7 +60,7 @@ class _Differentiation:
                     value, layout = x.expand((size,) + x._sizes), {level: 0}
                 else:
                     value, layout = expand_to_levels(*physical(x), sizes)
-                if not value._dtype.is_floating_point:
+                if value._dtype.kind < 2:
                     raise RuntimeError("only Tensors of floating point dtype can require "
                                        "gradients")
                 if outer_grad and value.requires_grad:

@@ -20,7 +20,7 @@ from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import (REDUCED_FLOATS, _checked_inplace, bmm, require_one_dtype,
                                     scaled_sum)
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, conj_if_complex, from_numpy_result
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
 from microtensor.vmap.helpers import call, same_level, to_front, wrap
@@ -236,7 +236,8 @@ def _einsum(grad, operands, equation):
     spare = iter(c for c in LETTERS if c not in used)
     grads = []
     for k, (s, t) in enumerate(zip(subs, operands)):
-        others = [(subs[j], operands[j]) for j in range(len(subs)) if j != k]
+        # (the others conjugated: PyTorch's convention for complex gradients)
+        others = [(subs[j], conj_if_complex(operands[j])) for j in range(len(subs)) if j != k]
         seen = out + "".join(o for o, _ in others)
         unique = "".join(dict.fromkeys(s))
         # letters summed in operand k alone: its gradient is constant along them

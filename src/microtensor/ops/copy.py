@@ -114,6 +114,8 @@ def _to_copy(self, dtype=None, device=None, memory_format=preserve_format):
 
 @_to_copy.def_derivative("self")
 def _to_copy(grad, self_dtype, self_device):
+    if grad._dtype.is_complex and not self_dtype.is_complex:
+        grad = grad.real      # a real input's gradient: the real part (no discarding cast)
     return grad.to(dtype=self_dtype, device=self_device)
 
 
@@ -220,9 +222,9 @@ def is_signed(self):
 
 @op(kind="composite")
 def is_complex(self):
-    """False: microtensor has no complex dtypes."""
+    """Whether the dtype is complex64 or complex128."""
     _require_tensor("is_complex", "input", 1, self)
-    return False
+    return self._dtype.is_complex
 
 
 @op(kind="composite")

@@ -44,7 +44,7 @@ def binary(name, a, b):
         if not isinstance(b, TensorBase):
             return NotImplemented
         a = scalar_tensor_like(a, b)
-    if not isinstance(b, TensorBase) and not isinstance(b, (int, float, bool)):
+    if not isinstance(b, TensorBase) and not isinstance(b, (int, float, bool, complex)):
         return NotImplemented
     return call(op, (a, b), None)
 

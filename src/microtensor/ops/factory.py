@@ -18,7 +18,8 @@ from microtensor._C.meta import contiguous_format, preserve_format
 from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_from_numpy,
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64, uint8)
-from microtensor._dtype import check_scalar_fits, promote_types, scalar_dtype
+from microtensor._dtype import (check_scalar_fits, default_complex_dtype, promote_types,
+                                scalar_dtype)
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_arg, int_tuple, size_arg
 from microtensor.ops.dispatch import run_kernel
@@ -192,8 +193,9 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     if end is None:
         start, end = 0, start
     start, end, step = _range_bounds(start, end, step)
-    if dtype is bool_:
-        raise NotImplementedError("\"arange_cpu\" not implemented for 'Bool'")
+    if dtype is bool_ or dtype is not None and dtype.is_complex:
+        raise NotImplementedError("\"arange_cpu\" not implemented for "
+                                  f"'{_scalar_name(dtype)}'")
     if dtype is None:
         is_float = any(isinstance(x, float) for x in (start, end, step))
         dtype = get_default_dtype() if is_float else int64
@@ -260,6 +262,8 @@ def _infer_dtype(data):
             kinds.add(int64)
         elif isinstance(x, (numbers.Real, np.floating)):
             kinds.add(get_default_dtype())
+        elif isinstance(x, numbers.Complex):
+            kinds.add(default_complex_dtype())
         else:
             raise TypeError(f"Could not infer dtype of {type(x).__name__}")
     visit(data)
@@ -495,10 +499,19 @@ def set_rng_state(new_state):
     default_generator.set_state(new_state)
 
 
-def floating_only(dt, name):
-    if not dt.is_floating_point:
+def floating_only(dt, name, complex_ok=False):
+    if not (dt.is_floating_point or complex_ok and dt.is_complex):
         raise NotImplementedError(f"\"{name}\" not implemented for '{dt.name}'")
     return dt
+
+
+def _complex_sample(sample, scale=1.0):
+    """Draws for a complex dtype: real and imaginary parts drawn independently by
+    ``sample`` and scaled (PyTorch's complex randn has parts of variance 1/2)."""
+    def draw(rng, s):
+        pairs = sample(rng, tuple(s) + (2,)) * scale
+        return pairs[..., 0] + 1j * pairs[..., 1]
+    return draw
 
 
 def _random(sample, size, dtype, dev, generator, requires_grad):
@@ -521,18 +534,20 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand")
-    return _random(lambda rng, s: rng.random(s), size, dt, on_device(device), generator,
-                   requires_grad)
+    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand", complex_ok=True)
+    sample = lambda rng, s: rng.random(s)   # noqa: E731
+    return _random(_complex_sample(sample) if dt.is_complex else sample, size, dt,
+                   on_device(device), generator, requires_grad)
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn")
-    return _random(lambda rng, s: rng.standard_normal(s), size, dt, on_device(device), generator,
-                   requires_grad)
+    dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn", complex_ok=True)
+    sample = lambda rng, s: rng.standard_normal(s)   # noqa: E731
+    return _random(_complex_sample(sample, 0.5 ** 0.5) if dt.is_complex else sample, size, dt,
+                   on_device(device), generator, requires_grad)
 
 
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",

@@ -19,7 +19,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import _type_name, device_of
+from microtensor.ops.loops import _type_name, conj_if_complex, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call,
@@ -271,6 +271,7 @@ def _product_grad(product, left, right, layout_shape, layout_strides):
 
 @matmul.def_derivative("self")
 def matmul(grad, other, self_shape, self_strides):
+    other = conj_if_complex(other)
     if len(other.shape) == 1:
         # (k,) @ (k,) -> (); (..., n, k) @ (k,) -> (..., n)
         return grad * other if len(self_shape) == 1 else grad.unsqueeze(-1) * other
@@ -285,6 +286,7 @@ def matmul(grad, other, self_shape, self_strides):
 
 @matmul.def_derivative("other")
 def matmul(grad, self, other_shape, other_strides):
+    self = conj_if_complex(self)
     if len(self.shape) == 1:
         return grad * self if len(other_shape) == 1 else self.unsqueeze(-1) * grad.unsqueeze(-2)
     if len(other_shape) == 1:
@@ -313,11 +315,13 @@ def mm(self, mat2):
 
 @mm.def_derivative("self")
 def mm(grad, mat2, self_shape, self_strides):
+    mat2 = conj_if_complex(mat2)
     return _product_grad(mm, grad, mat2.mT, self_shape, self_strides)
 
 
 @mm.def_derivative("mat2")
 def mm(grad, self, mat2_shape, mat2_strides):
+    self = conj_if_complex(self)
     return _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides)
 
 
@@ -336,12 +340,12 @@ def bmm(self, mat2):
 
 @bmm.def_derivative("self")
 def bmm(grad, mat2):
-    return bmm(grad, mat2.mT)
+    return bmm(grad, conj_if_complex(mat2).mT)
 
 
 @bmm.def_derivative("mat2")
 def bmm(grad, self):
-    return bmm(self.mT, grad)
+    return bmm(conj_if_complex(self).mT, grad)
 
 
 @op(inputs=("self", "vec"), samples=_mv_samples)
@@ -358,12 +362,12 @@ def mv(self, vec):
 
 @mv.def_derivative("self")
 def mv(grad, vec):
-    return grad.unsqueeze(-1) * vec
+    return grad.unsqueeze(-1) * conj_if_complex(vec)
 
 
 @mv.def_derivative("vec")
 def mv(grad, self):
-    return mv(self.mT, grad)
+    return mv(conj_if_complex(self).mT, grad)
 
 
 @op(inputs=("self", "tensor"), samples=_dot_samples)
@@ -379,12 +383,12 @@ def dot(self, tensor):
 
 @dot.def_derivative("self")
 def dot(grad, tensor):
-    return grad * tensor
+    return grad * conj_if_complex(tensor)
 
 
 @dot.def_derivative("tensor")
 def dot(grad, self):
-    return grad * self
+    return grad * conj_if_complex(self)
 
 
 _FIXED_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1)}
@@ -744,6 +748,7 @@ def _stacked_bias(weight_shape, bias_shape):
 
 @linear.def_derivative("input")
 def linear(grad, weight):
+    weight = conj_if_complex(weight)
     if weight.dim() == 1:
         return grad.unsqueeze(-1) * weight
     if weight.dim() > 2:
@@ -755,6 +760,7 @@ def linear(grad, weight):
 
 @linear.def_derivative("weight")
 def linear(grad, input, weight_shape):
+    input = conj_if_complex(input)
     if len(weight_shape) == 1 or input.dim() == 1:
         return grad.unsqueeze(-1) * input
     if len(weight_shape) == 2:
@@ -1004,7 +1010,7 @@ def vdot(self, other):
     if self.dim() != 1 or other.dim() != 1:
         raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {other.dim()}D "
                            "tensors")
-    return dot(self, other)
+    return dot(conj_if_complex(self), other)
 
 
 @op(kind="composite", inputs=("matrices",), method=False,

@@ -181,9 +181,18 @@ def check_no_overlap(out, operands):
             raise RuntimeError(_SHARED_WITH_INPUT)
 
 
+def conj_if_complex(x):
+    """``x``'s complex conjugate when it is complex, else ``x`` (no op call): derivatives
+    of holomorphic functions take the conjugate of their local derivative (PyTorch's
+    convention for complex gradients), a no-op for real values."""
+    if isinstance(x, TensorBase):
+        return x.conj() if x._dtype.kind == 3 else x
+    return x.conjugate() if type(x) is complex else x
+
+
 def float_dtype(dt):
     """The dtype a float-only op computes in: integers and bool promote to the default."""
-    return dt if dt.is_floating_point else get_default_dtype()
+    return dt if dt.kind >= 2 else get_default_dtype()
 
 
 def store(fn):

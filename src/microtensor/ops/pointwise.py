@@ -12,15 +12,16 @@ import numpy as np
 
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching, set_unary_kernel
-from microtensor._C.tensor import (TensorBase, bool_, compute_numpy, cpu, empty_contiguous,
+from microtensor._C.tensor import (TensorBase, bool_, complex128, compute_numpy, cpu,
+                                    empty_contiguous,
                                     float32, float64, get_default_dtype, int32, int64,
                                     is_grad_enabled)
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
 from microtensor.ops.arguments import int_arg
 from microtensor.ops import special_math
-from microtensor.ops.loops import (_type_name, array_module, float_dtype, from_numpy_result,
-                                   pointwise, store)
+from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
+                                   from_numpy_result, pointwise, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -234,12 +235,12 @@ def mul(self, other, *, out=None):
 
 @mul.def_derivative("self")
 def mul(grad, other):
-    return grad * other
+    return grad * conj_if_complex(other)
 
 
 @mul.def_derivative("other")
 def mul(grad, self):
-    return grad * self
+    return grad * conj_if_complex(self)
 
 
 mul_ = inplace_variant(mul)
@@ -298,12 +299,13 @@ def _trunc_int_divide(a, b, out, dtype, casting):
 
 @div.def_derivative("self")
 def div(grad, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else grad / other
+    return grad * 0 if rounding_mode is not None else grad / conj_if_complex(other)
 
 
 @div.def_derivative("other")
 def div(grad, self, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else -grad * self / (other * other)
+    return grad * 0 if rounding_mode is not None else \
+        -grad * conj_if_complex(self / (other * other))
 
 
 div_ = inplace_variant(div)
@@ -411,7 +413,7 @@ def _int_power(base, exponent, *, out, dtype, casting):
 def pow(grad, self, exponent):
     if not isinstance(exponent, TensorBase) and exponent == 0:
         return grad * 0
-    return grad * exponent * self.pow(exponent - 1)
+    return grad * conj_if_complex(exponent * self.pow(exponent - 1))
 
 
 @pow.def_derivative("exponent")
@@ -463,6 +465,27 @@ _BOOL_UNARY = {   # PyTorch's answers for bool tensors
 }
 
 
+def _complex_abs(self, out):
+    """The magnitudes of a complex tensor, a real one."""
+    return pointwise(lambda a, *, out, dtype, casting: np.absolute(a, out=out), self,
+                     out=out, dtype=self._dtype.to_real())
+
+
+def _refuse_complex(message, error=RuntimeError):
+    def refuse(self, out):
+        raise error(message)
+    return refuse
+
+
+_COMPLEX_UNARY = {   # PyTorch's answers for complex tensors, where NumPy's differ
+    "abs": _complex_abs,
+    "sign": _refuse_complex("Unlike NumPy, torch.sign is not intended to support complex "
+                            "numbers. Please use torch.sgn instead.", NotImplementedError),
+    **{name: _refuse_complex(f"{name} is not supported for complex inputs")
+       for name in ("floor", "ceil", "round", "trunc", "frac", "relu")},
+}
+
+
 def _bool_identity(a, *, out, dtype, casting):
     return np.copyto(out, a, casting="unsafe")
 
@@ -475,6 +498,8 @@ def _unary(name, ufunc, floating=True, samples=_unary_samples()):
             if error is None:           # sign of a bool is the bool
                 return pointwise(_bool_identity, self, out=out)
             raise error(message)
+        if self._dtype.is_complex and name in _COMPLEX_UNARY:
+            return _COMPLEX_UNARY[name](self, out)
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
@@ -569,12 +594,12 @@ def neg(grad):
 
 @exp.def_derivative("self")
 def exp(grad, result):
-    return grad * result
+    return grad * conj_if_complex(result)
 
 
 @log.def_derivative("self")
 def log(grad, self):
-    return grad / self
+    return grad / conj_if_complex(self)
 
 
 @log1p.def_derivative("self")
@@ -658,7 +683,7 @@ def atan(grad, self):
 
 @sqrt.def_derivative("self")
 def sqrt(grad, result):
-    return grad / (2 * result)
+    return grad / (2 * conj_if_complex(result))
 
 
 @rsqrt.def_derivative("self")
@@ -686,6 +711,10 @@ def relu(grad, result):
 
 @abs.def_derivative("self")
 def abs(grad, self):
+    if self._dtype.is_complex:
+        # z / |z| (0 at 0), PyTorch's sgn
+        magnitude = self.abs()
+        return (grad * self / magnitude).masked_fill(magnitude == 0, 0)
     return grad * self.sign()
 
 
@@ -705,9 +734,15 @@ def frac(grad):
 
 # --------------------------------------------------------------------------- two inputs
 
+def _refuse_complex_pair(name, self, other):
+    if self._dtype.is_complex or other._dtype.is_complex:
+        raise RuntimeError(f"{name} not implemented for complex tensors.")
+
+
 @op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def maximum(self, other, *, out=None):
     _require_tensors("maximum", input=self, other=other)
+    _refuse_complex_pair("maximum", self, other)
     return pointwise(np.maximum, self, other, out=out)
 
 
@@ -725,6 +760,7 @@ def maximum(grad, self, other):
 @op(inputs=BINARY, family="pointwise", samples=_tensor_pair_samples)
 def minimum(self, other, *, out=None):
     _require_tensors("minimum", input=self, other=other)
+    _refuse_complex_pair("minimum", self, other)
     return pointwise(np.minimum, self, other, out=out)
 
 
@@ -743,6 +779,8 @@ def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     dt = result_type(self, min, max)
+    if dt.is_complex:
+        raise NotImplementedError("clamp is not supported for complex types")
     check_scalar_fits(min, dt)
     check_scalar_fits(max, dt)
     result = self
@@ -916,8 +954,12 @@ def _predicate(ufunc):
 
 def _comparison(name, ufunc):
     def kernel(self, other, *, out=None):
+        dt = result_type(self, other)
+        if dt.is_complex and name not in ("eq", "ne"):
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+                                      f"'{info(dt).scalar_name}'")
         return pointwise(_predicate(ufunc), self, other, out=out, dtype=bool_,
-                         compute_dtype=result_type(self, other), wrapped_numbers=True)
+                         compute_dtype=dt, wrapped_numbers=True)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
                   samples=_comparison_samples)(kernel)
@@ -1035,6 +1077,8 @@ def fill_(self, value):
         check_scalar_fits(value, self._dtype)
         if isinstance(value, int) and self._dtype.is_floating_point:
             value = float(value)   # NumPy would take an int past int64 as uint64, then wrap
+        elif type(value) is complex and not self._dtype.is_complex:
+            value = value.real     # (checked above: no imaginary part)
     if self._numel:
         if self.device.type == "cpu":
             kernels.fill_(self._array(), value)
@@ -1529,11 +1573,22 @@ isneginf = _infinity_test("isneginf", -1)
 
 @op(kind="composite")
 def isreal(self):
-    """True everywhere: microtensor has no complex dtypes."""
+    """True where the imaginary part is 0 (everywhere for a real tensor)."""
+    if self._dtype.is_complex:
+        return self.imag == 0
     return self.new_ones(self.shape, dtype=bool_)
 
 
-_alias("sgn", sign)
+@op(kind="composite")
+def sgn(self, *, out=None):
+    """``sign``; for a complex tensor ``z / |z|`` (0 where ``z`` is 0)."""
+    if not self._dtype.is_complex:
+        return sign(self, out=out)
+    magnitude = self.abs()
+    result = (self / magnitude).masked_fill(magnitude == 0, 0)
+    return result if out is None else out.copy_(result)
+
+
 _alias("sgn_", REGISTRY["sign_"], function=False)
 for _name in ("acosh", "asinh", "atanh"):
     _alias("arc" + _name[1:], REGISTRY[_name])
@@ -1683,14 +1738,42 @@ bitwise_right_shift = _bitwise("bitwise_right_shift", _shift(np.right_shift, Fal
 
 
 
-# conjugation: microtensor's dtypes are real, so the conjugate (and the resolved conjugate
-# or negation bit, which a real tensor never carries) is the tensor itself, as in PyTorch
+# conjugation: a real tensor is its own conjugate.  A complex tensor's conjugate is a new
+# tensor (PyTorch's ``conj`` sets a lazy bit instead), so no tensor ever carries the
+# conjugate or negation bit and resolving them is the tensor itself, as in PyTorch
+
+def _conjugate_loop(a, *, out, dtype, casting):
+    return np.conjugate(a, out=out)
+
+
+@op(method=False, function=False, family="pointwise",
+    samples=lambda make: [Sample(make(3, 4, dtype=complex128)),
+                          Sample(make(4, 3, dtype=complex128).t())])
+def _conjugate(self):
+    return pointwise(_conjugate_loop, self)
+
+
+@_conjugate.def_derivative("self")
+def _conjugate(grad):
+    return _conjugate(grad)
+
+
+_conjugate.node_name = "ConjBackward0"
+
+
+def _conjugating(name):
+    def kernel(self):
+        return _conjugate(self) if self._dtype.is_complex else self
+    kernel.__name__ = name
+    kernel.__doc__ = "The complex conjugate (a new tensor); a real tensor itself."
+    return op(name, kind="composite")(kernel)
+
 
 def _itself(name):
     def kernel(self):
         return self
     kernel.__name__ = name
-    kernel.__doc__ = "``self`` itself: a real tensor is its own conjugate and has no lazy bit."
+    kernel.__doc__ = "``self`` itself: no tensor carries a lazy conjugate or negation bit."
     return op(name, kind="composite")(kernel)
 
 
@@ -1698,25 +1781,27 @@ def _no_bit(name):
     def kernel(self):
         return False
     kernel.__name__ = name
-    kernel.__doc__ = "False: a real tensor never carries the lazy conjugate or negation bit."
+    kernel.__doc__ = "False: no tensor carries the lazy conjugate or negation bit."
     return op(name, kind="composite")(kernel)
 
 
-conj, conj_physical, resolve_conj, resolve_neg = map(
-    _itself, ("conj", "conj_physical", "resolve_conj", "resolve_neg"))
+conj, conj_physical = map(_conjugating, ("conj", "conj_physical"))
+resolve_conj, resolve_neg = map(_itself, ("resolve_conj", "resolve_neg"))
 is_conj, is_neg = map(_no_bit, ("is_conj", "is_neg"))
 
 
 @op(kind="inplace", family="pointwise", samples=lambda make: [Sample(make(3, 4))])
 def conj_physical_(self):
-    """A write of the values themselves (a real tensor's conjugate): the version counter
-    moves and autograd records it, as PyTorch does."""
+    """A write of the conjugate values (a real tensor's own): the version counter moves and
+    autograd records it, as PyTorch does."""
+    if self._dtype.is_complex:
+        pointwise(_conjugate_loop, self, out=self)
     return self
 
 
 @conj_physical_.def_derivative("self")
 def conj_physical_(grad):
-    return grad
+    return conj(grad)
 
 
 __all__ += ["clamp_min_", "clamp_max_", "lerp_", "bitwise_not_", "bitwise_left_shift",

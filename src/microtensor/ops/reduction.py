@@ -72,7 +72,7 @@ def _integer_to_int64(self, dtype):
     """Result dtype of sum-like ops: integers and bool accumulate in int64."""
     if dtype is not None:
         return dtype
-    return self._dtype if self._dtype.is_floating_point else int64
+    return self._dtype if self._dtype.kind >= 2 else int64
 
 
 def _check_reducible(name, self, dim):
@@ -242,7 +242,7 @@ def sum_to_size(self, *size):
 
 @op(kind="composite", samples=_reduction_samples)
 def mean(self, dim=None, keepdim=False, *, dtype=None):
-    if not (dtype or self._dtype).is_floating_point:
+    if (dtype or self._dtype).kind < 2:
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
                            "floating point or complex dtype. Got: "
                            f"{_type_name(dtype or self._dtype)}")
@@ -279,14 +279,22 @@ def prod(grad, self, dim, keepdim, result):
 
 # --------------------------------------------------------------------------- extrema
 
+def _refuse_complex(self, message, error=RuntimeError):
+    """PyTorch's refusal of an ordering op (max, sort ...) on complex values."""
+    if self._dtype.is_complex:
+        raise error(message.format(_type_name(self._dtype)))
+
+
 @op(family="reduction", samples=_extremum_samples)
 def amax(self, dim=(), keepdim=False):
+    _refuse_complex(self, "\"max_values_cpu\" not implemented for '{}'", NotImplementedError)
     _check_reducible("amax", self, dim)
     return reduce(np.amax, self, dim, keepdim, None)
 
 
 @op(family="reduction", samples=_extremum_samples)
 def amin(self, dim=(), keepdim=False):
+    _refuse_complex(self, "\"min_values_cpu\" not implemented for '{}'", NotImplementedError)
     _check_reducible("amin", self, dim)
     return reduce(np.amin, self, dim, keepdim, None)
 
@@ -316,12 +324,14 @@ def _value_and_index(np_arg, self, dim, keepdim):
 
 @op(family="reduction", method=False, function=False)
 def _max_dim(self, dim, keepdim=False):
+    _refuse_complex(self, "max(): does not support complex input")
     _check_reducible("max", self, dim)
     return _value_and_index(np.argmax, self, dim, keepdim)
 
 
 @op(family="reduction", method=False, function=False)
 def _min_dim(self, dim, keepdim=False):
+    _refuse_complex(self, "min(): does not support complex input")
     _check_reducible("min", self, dim)
     return _value_and_index(np.argmin, self, dim, keepdim)
 
@@ -359,6 +369,8 @@ def _extremum(name, full, by_dim, binary, return_type):
         if other is not None:
             return binary(self, other)
         if dim is None:
+            _refuse_complex(self, f"\"{name}_all\" not implemented for '{{}}'",
+                            NotImplementedError)
             _check_reducible(name, self, None)
             return full(self)
         return return_type(*by_dim(self, dim, keepdim))
@@ -377,6 +389,7 @@ def _arg_extremum(name, np_arg):
     def kernel(self, dim=None, keepdim=False):
         if self._dtype is bool_:
             raise RuntimeError(f"{name}(): does not support bool input")
+        _refuse_complex(self, f"{name}(): does not support complex input")
         if dim is None:
             if self._numel == 0:
                 raise IndexError(f"{name}(): Expected reduction dim to be specified for "
@@ -474,12 +487,21 @@ def _std(grad, self, dim, correction, keepdim, result):
 @op(kind="composite", samples=_var_samples)
 def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
+    if self._dtype.is_complex:
+        return _complex_var(self, dim, correction, keepdim)
     return _var(self, dim, correction, keepdim)
+
+
+def _complex_var(self, dim, correction, keepdim):
+    """The variance of complex values (of ``|z - mean|``, real): the parts' summed."""
+    return _var(self.real, dim, correction, keepdim) + _var(self.imag, dim, correction, keepdim)
 
 
 @op(kind="composite", samples=_var_samples)
 def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
+    if self._dtype.is_complex:
+        return _complex_var(self, dim, correction, keepdim).sqrt()
     return _std(self, dim, correction, keepdim)
 
 
@@ -520,6 +542,8 @@ def _norm0(grad):
 @op(kind="composite", samples=_norm_samples)
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims)."""
+    if self._dtype.is_complex and dtype is None:
+        return norm(self.abs(), p, dim, keepdim)     # a norm of the magnitudes
     if not (dtype or self._dtype).is_floating_point:
         raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
                            f"as input. Got {_type_name(self._dtype)}")

@@ -146,6 +146,8 @@ def _cumprod_samples(make):
 
 @op(family="reduction", method=False, function=False, samples=_sort_samples)
 def _sort(self, dim=-1, descending=False):
+    if self._dtype.is_complex:
+        raise RuntimeError(" Sort does not support complex dtypes on CPU")
     arr, axis = _along(self, dim)
     return _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
 
@@ -168,6 +170,8 @@ def argsort(self, dim=-1, descending=False, stable=False):
 
 @op(family="reduction", method=False, function=False, samples=_topk_samples)
 def _topk(self, k, dim=-1, largest=True, sorted=True):
+    if self._dtype.is_complex:
+        raise RuntimeError(" topk does not support complex dtypes on CPU")
     k = int_arg(k, "k")
     d, size = _dim_size(self, dim)
     if not 0 <= k <= size:

@@ -784,8 +784,10 @@ def swapaxes_(self, axis0, axis1):
 
 @op(kind="composite", samples=lambda make: [Sample(make(2, 3)), Sample(make(2, 3, 4))])
 def adjoint(self):
-    """The conjugate transpose of the last two dims: their transpose for real tensors."""
+    """The conjugate transpose of the last two dims: their transpose (a view) for real
+    tensors; for complex ones a new tensor (``conj`` is not lazy here)."""
     if self.dim() < 2:
         raise RuntimeError(f"tensor.adjoint() is only supported on matrices or batches of "
                            f"matrices. Got {self.dim()}-D tensor.")
-    return self.transpose(-2, -1)
+    transposed = self.transpose(-2, -1)
+    return transposed.conj() if self._dtype.is_complex else transposed

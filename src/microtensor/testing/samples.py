@@ -15,7 +15,8 @@ import zlib
 import numpy as np
 
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import TensorBase, bool_, empty_contiguous, float64, from_array
+from microtensor._C.tensor import (TensorBase, bool_, complex128, empty_contiguous, float64,
+                                   from_array)
 from microtensor.ops.arguments import size_arg
 from microtensor.ops.factory import zeros
 from microtensor.ops.registry import REGISTRY
@@ -45,10 +46,12 @@ def maker(seed=0):
         shape = size_arg(shape, required=False)
         if dtype is bool_:
             values = rng.random(shape) < 0.5
-        elif dtype.is_floating_point:
+        elif dtype.kind >= 2:
             lo = -3.0 if low is None else low
             hi = 3.0 if high is None else high
             values = rng.uniform(lo, hi, shape)
+            if dtype.is_complex:    # (the real and imaginary parts each in [low, high))
+                values = values + 1j * rng.uniform(lo, hi, shape)
         else:
             lo = -9 if low is None else low
             hi = 10 if high is None else high
@@ -96,15 +99,15 @@ def variants(t):
 
 
 def differentiable_places(op, args, kwargs):
-    """Where the float64 tensors among ``op``'s differentiable inputs are, as
-    ``(container, key)`` pairs into ``args`` (a list) and ``kwargs``: what a gradient check
+    """Where the float64 and complex128 tensors among ``op``'s differentiable inputs are,
+    as ``(container, key)`` pairs into ``args`` (a list) and ``kwargs``: what a gradient check
     perturbs.  Lists of tensors are entered (a tuple argument is turned into a list so
     that its items can be replaced)."""
     places = []
 
     def visit(container, key):
         value = container[key]
-        if isinstance(value, TensorBase) and value.dtype is float64:
+        if isinstance(value, TensorBase) and value.dtype in (float64, complex128):
             places.append((container, key))
         elif isinstance(value, list):
             for i in range(len(value)):
