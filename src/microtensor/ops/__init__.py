@@ -9,6 +9,7 @@ from microtensor.ops import grid_sample  # noqa: F401
 from microtensor.ops import pooling_more  # noqa: F401
 from microtensor.ops import histogram  # noqa: F401
 from microtensor.ops import special  # noqa: F401
+from microtensor.ops import sampling  # noqa: F401
 from microtensor.ops import inplace_functions  # noqa: F401  (after every declaration)
 from microtensor.ops.registry import REGISTRY
 
