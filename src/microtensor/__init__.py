@@ -57,6 +57,9 @@ from microtensor import _tensor_extras  # noqa: E402
 _tensor_extras.install(Tensor, globals())
 from microtensor import special  # noqa: E402
 from microtensor import random  # noqa: E402
+from microtensor import storage  # noqa: E402
+from microtensor.storage import TypedStorage, UntypedStorage  # noqa: E402
+storage.install(Tensor)
 from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
                                      hamming_window, hann_window, kaiser_window)
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402
