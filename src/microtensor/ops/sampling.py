@@ -13,7 +13,8 @@ from microtensor.ops.factory import _fill_from_host, default_generator
 from microtensor.ops.loops import _type_name
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import broadcast_shapes
-from microtensor.vmap.batched import active_levels, unwrap, wrap
+from microtensor.vmap.batched import active_levels, wrap
+from microtensor.vmap.helpers import every_level_in_front
 
 __all__ = ["poisson", "binomial"]
 
@@ -123,18 +124,6 @@ _SAME_BATCHED = ("Vmap does not currently support same randomness with a batched
                  "input. Please file an issue with functorch")
 
 
-def _physical(t, levels):
-    """``t`` with one leading dim per vmap level (outermost first): the level's batch dim
-    where ``t`` is batched there, a size-1 dim where it is not; and whether it was
-    batched at each level."""
-    batched = []
-    for lv in reversed(levels):          # innermost first: each moves in front of the last
-        value, bdim = unwrap(t, lv.number)
-        batched.append(bdim is not None)
-        t = value.unsqueeze(0) if bdim is None else value.movedim(bdim, 0)
-    return t, batched[::-1]
-
-
 def _sampling_rule(op, level, args, kwargs):
     """Every tensor parameter laid out with a leading dim per vmap level, its per-sample
     dims right-aligned; one draw over the broadcast whole (a level of ``"different"``
@@ -146,7 +135,7 @@ def _sampling_rule(op, level, args, kwargs):
     rank = max(bound[name].dim() for name in names)
     for name in names:
         logical_rank = bound[name].dim()
-        value, batched = _physical(bound[name], levels)
+        value, batched = every_level_in_front(bound[name], levels)
         if any(b and lv.randomness == "same" for b, lv in zip(batched, levels)):
             raise RuntimeError(_SAME_BATCHED)
         sizes = value._sizes
