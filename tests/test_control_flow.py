@@ -9,7 +9,7 @@ import microtensor as mt
 
 try:
     import torch
-    from torch._higher_order_ops.while_loop import while_loop as torch_while_loop
+    torch_while_loop = torch.while_loop
 except ImportError:
     torch = None
 
