@@ -53,6 +53,7 @@ modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModul
 from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401
 from microtensor.nn.containers import Container  # noqa: E402,F401
 from microtensor.nn.parameter import Buffer  # noqa: E402,F401
+from microtensor.nn.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: E402,F401
 
 
 def _torch_module_paths():
