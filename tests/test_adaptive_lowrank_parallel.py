@@ -90,3 +90,106 @@ def test_adaptive_predict_paths_and_errors_as_torch():
             module(lib.zeros(2, 4, dtype=lib.float64), lib.tensor([1, 2, 3]))
         with pytest.raises(RuntimeError, match="multi-target not supported"):
             module(lib.zeros(2, 4, dtype=lib.float64), lib.tensor([[1, 2]]))
+
+
+# --------------------------------------------------------------------------- low rank
+
+def low_rank(rank, m, n, batch=(), seed=0):
+    rng = np.random.default_rng(seed)
+    return mt.tensor(rng.standard_normal(batch + (m, rank)) @
+                     rng.standard_normal(batch + (rank, n)))
+
+
+@needs_torch
+def test_lowrank_signatures_as_torch():
+    for name in ("svd_lowrank", "pca_lowrank"):
+        ours = inspect.signature(getattr(mt, name)).parameters.values()
+        theirs = inspect.signature(getattr(torch, name)).parameters.values()
+        assert [(p.name, p.default) for p in ours] == [(p.name, p.default) for p in theirs]
+
+
+@pytest.mark.parametrize("shape", [(12, 7), (6, 15), (2, 9, 8)])
+def test_svd_lowrank_is_exact_on_low_rank_inputs(shape):
+    A = low_rank(3, *shape[-2:], batch=shape[:-2])
+    U, S, V = mt.svd_lowrank(A, q=5)
+    assert U.shape == shape[:-1] + (5,) and V.shape == shape[:-2] + (shape[-1], 5)
+    exact = mt.linalg.svdvals(A)[..., :5]
+    assert mt.allclose(S, exact, atol=1e-9)
+    assert mt.allclose((U * S.unsqueeze(-2)) @ V.mT, A, atol=1e-9)
+    eye = mt.eye(5, dtype=mt.float64)
+    assert mt.allclose(U.mT @ U, eye.expand(U.mT.shape[:-1] + (5,)), atol=1e-9)
+    assert mt.allclose(V.mT @ V, eye.expand(V.mT.shape[:-1] + (5,)), atol=1e-9)
+
+
+def test_svd_lowrank_with_M_and_pca_center():
+    A = low_rank(2, 10, 6) + 5.0                   # rank 3 with the offset; rank 2 without
+    M = mt.full((1, 6), 5.0, dtype=mt.float64)
+    U, S, V = mt.svd_lowrank(A, q=2, M=M)
+    assert mt.allclose((U * S) @ V.mT, A - 5.0, atol=1e-9)
+    centred = A - A.mean(0, keepdim=True)
+    U, S, V = mt.pca_lowrank(A, q=3)
+    assert mt.allclose(S, mt.linalg.svdvals(centred)[:3], atol=1e-9)
+    assert mt.allclose((U * S) @ V.mT, centred, atol=1e-9)
+    U, S, V = mt.pca_lowrank(A, q=3, center=False)
+    assert mt.allclose((U * S) @ V.mT, A, atol=1e-9)
+
+
+@needs_torch
+def test_pca_lowrank_checks_as_torch():
+    for lib in (mt, torch):
+        A = lib.zeros(4, 3)
+        with pytest.raises(ValueError, match=r"q\(=4\) must be non-negative integer and not "
+                                             r"greater than min\(m, n\)=3"):
+            lib.pca_lowrank(A, q=4)
+        with pytest.raises(ValueError, match=r"niter\(=-1\) must be non-negative integer"):
+            lib.pca_lowrank(A, niter=-1)
+        assert lib.pca_lowrank(A)[1].shape == (3,)       # q defaults to min(6, m, n)
+
+
+def test_svd_lowrank_gradient_matches_the_exact_svd():
+    A = low_rank(3, 8, 5).requires_grad_()
+    weights = mt.tensor([3.0, 2.0, 1.0], dtype=mt.float64)
+    (mt.svd_lowrank(A, q=3)[1] * weights).sum().backward()
+    ours = A.grad.clone()
+    A.grad = None
+    (mt.linalg.svdvals(A)[:3] * weights).sum().backward()
+    assert mt.allclose(ours, A.grad, atol=1e-8)
+
+
+def test_svd_lowrank_is_reproducible_with_the_seed():
+    A = low_rank(4, 9, 9)
+    mt.manual_seed(4)
+    first = mt.svd_lowrank(A, q=2, niter=0)
+    mt.manual_seed(4)
+    assert all(mt.equal(a, b) for a, b in zip(first, mt.svd_lowrank(A, q=2, niter=0)))
+
+
+# --------------------------------------------------------------------------- DataParallel
+
+@needs_torch
+def test_data_parallel_on_the_cpu_as_torch():
+    theirs = torch.nn.DataParallel(torch.nn.Linear(3, 2))
+    ours = nn.DataParallel(nn.Linear(3, 2))
+    assert [(p.name, p.default) for p in inspect.signature(
+        nn.DataParallel.__init__).parameters.values()] == [(p.name, p.default) for p in
+                                                           inspect.signature(
+        torch.nn.DataParallel.__init__).parameters.values()]
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == \
+        ["module.weight", "module.bias"]
+    assert repr(ours).replace("microtensor", "torch") == repr(theirs)
+    assert ours.device_ids == theirs.device_ids == []
+    ours.load_state_dict(to_mt(theirs.state_dict()))
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    close(ours(mt.tensor(x)), theirs(torch.tensor(x)))
+    assert nn.parallel.DataParallel is nn.DataParallel
+    assert isinstance(ours.module, nn.Linear)
+
+
+def test_data_parallel_trains_the_wrapped_module():
+    inner = nn.Linear(2, 1)
+    model = nn.DataParallel(inner)
+    before = inner.weight.detach().clone()
+    opt = mt.optim.SGD(model.parameters(), lr=0.1)
+    model(mt.ones(5, 2)).sum().backward()
+    opt.step()
+    assert not mt.equal(inner.weight, before)
