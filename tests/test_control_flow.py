@@ -17,6 +17,17 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
                                                        "test oracle)")
 
 
+@pytest.fixture(autouse=True)
+def _keep_torch_validation():
+    """PyTorch's compiler, which its cond and while_loop run, turns off
+    torch.distributions' argument validation for the whole process: restore it so that
+    later tests see PyTorch's defaults."""
+    kept = torch.distributions.Distribution._validate_args if torch is not None else None
+    yield
+    if torch is not None:
+        torch.distributions.Distribution.set_default_validate_args(kept)
+
+
 def outcome(fn):
     try:
         return "ok", fn()
