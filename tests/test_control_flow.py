@@ -2,6 +2,10 @@
 torch's, gradients through the chosen code, and vmap (a batched predicate decides per
 sample) with and without ``grad``."""
 import inspect
+import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -9,7 +13,6 @@ import microtensor as mt
 
 try:
     import torch
-    torch_while_loop = torch.while_loop
 except ImportError:
     torch = None
 
@@ -17,15 +20,16 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
                                                        "test oracle)")
 
 
-@pytest.fixture(autouse=True)
-def _keep_torch_validation():
-    """PyTorch's compiler, which its cond and while_loop run, turns off
-    torch.distributions' argument validation for the whole process: restore it so that
-    later tests see PyTorch's defaults."""
-    kept = torch.distributions.Distribution._validate_args if torch is not None else None
-    yield
-    if torch is not None:
-        torch.distributions.Distribution.set_default_validate_args(kept)
+def fresh_torch(source, **values):
+    """``result`` as ``source`` computes it in a fresh Python with PyTorch (``values``
+    given as globals): PyTorch's cond and while_loop run its compiler, which changes
+    process-wide settings (distribution argument validation, gradient layouts) that later
+    tests would see."""
+    code = (f"import json, torch\nglobals().update(json.loads({json.dumps(values)!r}))\n" +
+            textwrap.dedent(source) + "\nprint(json.dumps(result))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def outcome(fn):
@@ -41,28 +45,30 @@ def test_signatures_as_torch():
         list(inspect.signature(torch.cond).parameters)
     assert inspect.signature(mt.cond).parameters["operands"].default == ()
     assert list(inspect.signature(mt.while_loop).parameters) == \
-        list(inspect.signature(torch_while_loop).parameters)
+        list(inspect.signature(torch.while_loop).parameters)
+
+
+COND_SOURCE = """
+def run(lib, sign):
+    x = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = lib.tensor(3.0, requires_grad=True)
+    out = lib.cond(x.sum() * sign > 0, lambda a, b: {"v": a.sin() * b},
+                   lambda a, b: {"v": a.cos() + b}, (x, y))
+    out["v"].sum().backward()
+    plain = lib.cond(True, lambda: lib.tensor(1.0) + 0, lambda: lib.tensor(2.0) + 0).item()
+    return out["v"].tolist() + x.grad.tolist() + [y.grad.item(), plain]
+"""
 
 
 @needs_torch
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_cond_values_and_gradients_as_torch(sign):
-    results = []
-    for lib in (mt, torch):
-        x = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
-        y = lib.tensor(3.0, requires_grad=True)
-        out = lib.cond(x.sum() * sign > 0, lambda a, b: {"v": a.sin() * b},
-                       lambda a, b: {"v": a.cos() + b}, (x, y))
-        out["v"].sum().backward()
-        results.append(out["v"].tolist() + x.grad.tolist() + [y.grad.item()])
-    assert results[0] == pytest.approx(results[1])
-
-
-@needs_torch
-def test_cond_takes_a_python_bool_and_no_operands():
-    for lib in (mt, torch):
-        assert lib.cond(True, lambda: lib.tensor(1.0) + 0, lambda: lib.tensor(2.0) + 0).item() \
-            == 1.0
+    """Values and gradients through the taken branch; a Python bool and no operands."""
+    namespace = {}
+    exec(COND_SOURCE, namespace)
+    ours = namespace["run"](mt, sign)
+    theirs = fresh_torch(COND_SOURCE + "result = run(torch, sign)", sign=sign)
+    assert ours == pytest.approx(theirs)
 
 
 CHECKS = [
@@ -111,13 +117,13 @@ def test_cond_runs_the_untaken_branch_without_recording():
 def test_cond_under_vmap_as_torch():
     """A batched predicate: both branches run and ``where`` picks per sample."""
     rows = [[1.0, 2.0], [-3.0, -4.0], [5.0, -9.0]]
-    results = []
-    for lib in (mt, torch):
-        vmap = mt.vmap if lib is mt else torch.func.vmap
-        out = vmap(lambda a: lib.cond(a.sum() > 0, lambda b: b * 10, lambda b: b - 100,
-                                      (a,)))(lib.tensor(rows))
-        results.append(out.tolist())
-    assert results[0] == results[1]
+    ours = mt.vmap(lambda a: mt.cond(a.sum() > 0, lambda b: b * 10, lambda b: b - 100,
+                                     (a,)))(mt.tensor(rows))
+    theirs = fresh_torch("""
+        result = torch.func.vmap(lambda a: torch.cond(
+            a.sum() > 0, lambda b: b * 10, lambda b: b - 100, (a,)))(torch.tensor(rows)).tolist()
+    """, rows=rows)
+    assert ours.tolist() == theirs
 
 
 def test_cond_vmap_of_grad_and_grad_of_vmap():
@@ -131,32 +137,35 @@ def test_cond_vmap_of_grad_and_grad_of_vmap():
     assert mt.equal(total, per_sample)
 
 
+LOOP_SOURCE = """
+def run(lib, loop):
+    start = lib.tensor(1.0)
+    out = loop(lambda i, v: i < 5, lambda i, v: (i + 1, v * 2), (lib.tensor(0), start))
+    never = loop(lambda i, v: i < 0, lambda i, v: (i + 1, v * 2), (lib.tensor(0), start))
+    try:
+        loop(lambda i: i, lambda i: (i + 1,), (lib.tensor(0),))   # not a bool predicate
+        refused = False
+    except RuntimeError:
+        refused = True
+    return [type(out).__name__, [t.item() for t in out], [t.item() for t in never],
+            never[1] is not start, refused]
+"""
+
+
 @needs_torch
 def test_while_loop_as_torch():
-    results = []
-    for lib, loop in ((mt, mt.while_loop), (torch, torch_while_loop)):
-        start = lib.tensor(1.0)
-        out = loop(lambda i, v: i < 5, lambda i, v: (i + 1, v * 2), (lib.tensor(0), start))
-        never = loop(lambda i, v: i < 0, lambda i, v: (i + 1, v * 2), (lib.tensor(0), start))
-        results.append((type(out).__name__, [t.item() for t in out], [t.item() for t in never],
-                        never[1] is not start))
-    assert results[0] == results[1]
-
-
-LOOP_CHECKS = [
-    lambda lib, loop: loop(lambda i: i, lambda i: (i + 1,), (lib.tensor(0),)),
-    lambda lib, loop: loop(1, lambda i: (i + 1,), (lib.tensor(0),)),
-]
+    namespace = {}
+    exec(LOOP_SOURCE, namespace)
+    ours = namespace["run"](mt, mt.while_loop)
+    theirs = fresh_torch(LOOP_SOURCE + "result = run(torch, torch.while_loop)")
+    assert ours == theirs
 
 
 @needs_torch
-@pytest.mark.parametrize("case", range(len(LOOP_CHECKS)))
-def test_while_loop_checks_as_torch(case):
-    """Refused by both (PyTorch's compiler may raise a RuntimeError subclass)."""
-    with pytest.raises(RuntimeError):
-        LOOP_CHECKS[case](mt, mt.while_loop)
-    with pytest.raises(RuntimeError):
-        LOOP_CHECKS[case](torch, torch_while_loop)
+def test_while_loop_refuses_a_non_callable_as_torch():
+    for lib, loop in ((mt, mt.while_loop), (torch, torch.while_loop)):
+        with pytest.raises(RuntimeError, match="Expect cond_fn and body_fn to be callable"):
+            loop(1, lambda i: (i + 1,), (lib.tensor(0),))
 
 
 def test_while_loop_body_must_keep_the_structure():
