@@ -170,7 +170,7 @@ def _drawn_cells(text):
 def _expected_cells(t):
     """From the storage itself: fill the storage with -1, write each element's logical
     index through the view, read the storage back."""
-    n = t.untyped_storage().size()
+    n = t.untyped_storage().nbytes() // t.element_size()
     probe = mt.full((n,), -1, dtype=mt.int64)
     view = probe.as_strided(tuple(t.shape), t.stride(), t.storage_offset())
     view.copy_(mt.arange(t.numel()).reshape(tuple(t.shape)))

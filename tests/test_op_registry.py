@@ -246,8 +246,9 @@ def _gradcheck_setup(name, index):
 
 # PyTorch's CTC gradient adds exp(log_probs) to the derivative (log_probs are taken to come
 # from log_softmax): tests/test_grid_ctc.py compares it with PyTorch's and checks it through
-# log_softmax, where it is the derivative
-CONVENTIONAL_GRADIENTS = {"_ctc_nll", "ctc_loss"}
+# log_softmax, where it is the derivative; poisson's zero gradient is PyTorch's convention
+# (tests/test_sampling.py checks it)
+CONVENTIONAL_GRADIENTS = {"_ctc_nll", "ctc_loss", "poisson"}
 
 
 def _gradient_by_convention(name, index):

@@ -60,6 +60,14 @@ from microtensor.ops import complex as _complex  # noqa: E402
 _complex.install(Tensor)
 from microtensor import special  # noqa: E402
 from microtensor import fft  # noqa: E402
+from microtensor import random  # noqa: E402
+from microtensor import storage  # noqa: E402
+from microtensor.storage import TypedStorage, UntypedStorage  # noqa: E402
+from microtensor.utils.dlpack import to_dlpack  # noqa: E402
+from microtensor.control_flow import cond, while_loop  # noqa: E402
+from microtensor._lowrank import pca_lowrank, svd_lowrank  # noqa: E402
+from microtensor import jit  # noqa: E402
+storage.install(Tensor)
 from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
                                      hamming_window, hann_window, kaiser_window)
 from microtensor.ops.factory import (get_default_device, get_rng_state,  # noqa: E402

@@ -218,8 +218,9 @@ def typename(obj, /):
 
 
 def is_storage(obj, /):
-    """True if ``obj`` is a storage (``Tensor.untyped_storage()``)."""
-    return isinstance(obj, Storage)
+    """True if ``obj`` is a storage (``Tensor.untyped_storage()`` or a ``TypedStorage``)."""
+    from microtensor.storage import TypedStorage
+    return isinstance(obj, (Storage, TypedStorage))
 
 
 def set_default_tensor_type(t, /):

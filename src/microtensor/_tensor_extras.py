@@ -16,6 +16,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.tensor import Storage, TensorBase, is_grad_enabled
 from microtensor.ops.arguments import size_arg
+from microtensor.storage import TypedStorage
 
 
 class layout:
@@ -185,10 +186,12 @@ def _refuse_grad(self):
         raise RuntimeError("cannot resize variables that require grad")
 
 
-def _ensure_elements(storage, count):
-    """Grow ``storage`` to ``count`` elements at least, its values kept at the front."""
+def _ensure_elements(storage, count, itemsize):
+    """Grow ``storage`` to hold ``count`` elements of ``itemsize`` bytes at least, its
+    values kept at the front (its own element type may be another: a byte storage)."""
     from microtensor.ops.loops import array_module
     data = storage.data
+    count = -(-count * itemsize // data.itemsize)
     if count <= data.shape[0]:
         return
     try:
@@ -213,7 +216,7 @@ def _set_geometry_growing(self, sizes, strides, offset, storage=None, bump=True)
             raise RuntimeError(f"Storage size calculation overflowed with sizes={list(sizes)}" +
                                (f" and strides={list(strides)}" if storage is not self._storage
                                 else ""))
-        _ensure_elements(storage, count)
+        _ensure_elements(storage, count, self._dtype.itemsize)
     self._set_storage(storage, sizes, strides, offset)
     storage.version += bump
     return self
@@ -275,10 +278,17 @@ def set_(self, source=None, storage_offset=0, size=None, stride=None):
         storage = source._storage
     elif isinstance(source, Storage):
         storage = source
+    elif isinstance(source, TypedStorage):
+        if source.dtype is not self._dtype:
+            from microtensor._dtype import info
+            raise RuntimeError(f"Expected a Storage of type {info(self._dtype).scalar_name.lower()}"
+                               f" or an UntypedStorage, but got type "
+                               f"{info(source.dtype).scalar_name} for argument 1 'storage'")
+        storage = source.untyped()
     else:
         raise TypeError(f"set_(): argument 'source' must be Tensor or Storage, not "
                         f"{type(source).__name__}")
-    sizes = _checked_sizes(size_arg((size,)) if size is not None else (storage.size(),))
+    sizes = _checked_sizes(size_arg((size,)) if size is not None else (storage.nbytes() // self._dtype.itemsize,))
     strides = meta.contiguous_strides(sizes) if stride is None else size_arg((stride,), "stride")
     if any(s < 0 for s in strides):
         raise RuntimeError(f"Storage size calculation overflowed with sizes={list(sizes)} and "

@@ -181,7 +181,7 @@ def reach(t):
 def _cells(t):
     """Per storage cell: the first logical (row-major) index among the elements that read
     it (-1: none) and how many elements read it, as two arrays."""
-    n = t.untyped_storage().size()
+    n = t.untyped_storage().nbytes() // t.element_size()
     positions = reach(t).reshape(-1)
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, positions, np.arange(positions.size, dtype=np.int64))
@@ -197,7 +197,7 @@ def _row_width(t):
     base = t._base if t._base is not None else t
     width = base.shape[-1] if base.dim() else 1
     width = max(strides) if strides else width if 2 <= width <= 16 else 10
-    return max(1, min(width, t.untyped_storage().size()))
+    return max(1, min(width, t.untyped_storage().nbytes() // t.element_size()))
 
 
 def _contiguity(t):
@@ -223,7 +223,7 @@ def layout(t):
              f"{t.storage_offset()}, dtype {t.dtype}",
              f"contiguous: {_contiguity(t)}; non-overlapping and dense: "
              f"{'yes' if t.is_non_overlapping_and_dense() else 'no'}",
-             f"storage: {storage.size()} elements of {t.element_size()} bytes; the view's "
+             f"storage: {storage.nbytes() // t.element_size()} elements of {t.element_size()} bytes; the view's "
              f"{t.numel()} elements read {reached} of them, numbered in logical order:"]
     width = _row_width(t)
     cell_width = max(len(str(max(t.numel() - 1, 0))), len(str(width - 1)) + 1) + 2

@@ -57,7 +57,7 @@ def _mt_dtype(name):
 
 def _whole_storage(storage, dt):
     """A 1-D tensor over all of ``storage``."""
-    return _rebuild_tensor(Tensor, storage, 0, (storage.size(),), (1,), dt, False)
+    return _rebuild_tensor(Tensor, storage, 0, (storage.nbytes() // dt.itemsize,), (1,), dt, False)
 
 
 def _location(dev):
@@ -120,7 +120,7 @@ class _CheckpointPickler(pickle._Pickler):
             return None
         key, _, dt = self.storages[id(obj)]
         return ("storage", _torch_name("torch", _STORAGE_CLASSES[dt.name]), key,
-                _location(obj.device), obj.size())
+                _location(obj.device), obj.nbytes() // dt.itemsize)
 
     def reducer_override(self, obj):
         if isinstance(obj, Tensor):

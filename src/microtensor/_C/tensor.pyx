@@ -261,7 +261,8 @@ cdef class Storage:
         self.data = data
 
     def size(self):
-        return self.data.shape[0]
+        """The size in bytes, as PyTorch's ``UntypedStorage.size()``."""
+        return self.data.nbytes
 
     def data_ptr(self):
         if self.device.type == "cpu":
@@ -272,6 +273,49 @@ cdef class Storage:
 
     def __len__(self):
         return self.data.nbytes
+
+    # PyTorch's ``UntypedStorage`` API: the storage seen as bytes (``microtensor.storage``
+    # builds storages and the typed view, ``TypedStorage``, on these)
+
+    def element_size(self):
+        return 1
+
+    def untyped(self):
+        return self
+
+    def _bytes(self):
+        """The storage's memory as a 1-D array of bytes (zero-copy)."""
+        if self.device.type == "meta":
+            raise NotImplementedError("Cannot access the bytes of a meta storage")
+        return self.data.view("uint8")
+
+    def _byte_index(self, idx):
+        n = self.data.nbytes
+        if not isinstance(idx, int):
+            raise TypeError(f"can't index a {type(self).__name__} with "
+                            f"{type(idx).__name__}")
+        if not -n <= idx < n:
+            raise IndexError(f"index {idx} out of range for storage of size {n}")
+        return idx + n if idx < 0 else idx
+
+    def __getitem__(self, idx):
+        return int(self._bytes()[self._byte_index(idx)])
+
+    def __setitem__(self, idx, value):
+        self._bytes()[self._byte_index(idx)] = int(value) % 256
+        self.version += 1
+
+    def tolist(self):
+        return [int(b) for b in self._bytes().tolist()]
+
+    def fill_(self, value):
+        self._bytes().fill(int(value) % 256)
+        self.version += 1
+        return self
+
+    def __repr__(self):
+        return (f"[microtensor.storage.UntypedStorage(device={self.device}) of size "
+                f"{self.data.nbytes}]")
 
     def __reduce__(self):
         return Storage, (self.data, self.device)

@@ -11,6 +11,7 @@ from microtensor.ops import histogram  # noqa: F401
 from microtensor.ops import special  # noqa: F401
 from microtensor.ops import complex  # noqa: F401
 from microtensor.ops import fft  # noqa: F401
+from microtensor.ops import sampling  # noqa: F401
 from microtensor.ops import inplace_functions  # noqa: F401  (after every declaration)
 from microtensor.ops.registry import REGISTRY
 

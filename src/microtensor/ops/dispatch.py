@@ -111,7 +111,7 @@ def _resized(out, sizes):
     numel = 1
     for size in sizes:
         numel *= size
-    if out._offset + numel <= out._storage.size():
+    if (out._offset + numel) * out._dtype.itemsize <= out._storage.nbytes():
         # in bounds: a contiguous run of numel elements from the offset
         return out._make_alias_unchecked(sizes, strides, out._offset)
     return empty_contiguous(sizes, out._dtype, out.device)

@@ -384,14 +384,30 @@ def _alias_numpy(ndarray):
     return from_array(ndarray)
 
 
-def from_dlpack(ext_tensor):
+def from_dlpack(ext_tensor, *, device=None, copy=None):
     """A tensor sharing memory with any object that exports DLPack (a NumPy or CuPy array,
-    a PyTorch tensor, ...) on the CPU or a GPU: writes show through both ways."""
+    a PyTorch tensor, ...) or with a DLPack capsule (``utils.dlpack.to_dlpack``'s), on the
+    CPU or a GPU: writes show through both ways.  ``device``: the result's device (a copy
+    when it is another); ``copy=True``: always a copy."""
     if isinstance(ext_tensor, TensorBase):
-        return ext_tensor.detach()
-    if ext_tensor.__dlpack_device__()[0] == cuda.DLPACK_CUDA:
-        return cuda.from_dlpack(ext_tensor)
-    return _alias_numpy(np.from_dlpack(ext_tensor))
+        shared = ext_tensor.detach()
+    else:
+        if type(ext_tensor).__name__ == "PyCapsule":
+            from microtensor.utils.dlpack import CapsuleExporter
+            ext_tensor = CapsuleExporter(ext_tensor)
+        if ext_tensor.__dlpack_device__()[0] == cuda.DLPACK_CUDA:
+            shared = cuda.from_dlpack(ext_tensor)
+        elif hasattr(ext_tensor, "host_array"):      # a capsule
+            shared = _alias_numpy(ext_tensor.host_array())
+        else:
+            shared = _alias_numpy(np.from_dlpack(ext_tensor))
+    target = to_device(device) or shared.device
+    if target != shared.device:
+        if copy is False:
+            raise BufferError(f"from_dlpack: copy=False, but the data is on {shared.device}, "
+                              f"not on the requested device {target}")
+        return shared.to(target)
+    return shared.clone() if copy else shared
 
 
 def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):

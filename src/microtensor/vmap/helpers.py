@@ -19,6 +19,7 @@ from microtensor.vmap.batched import (BatchedTensor, aligned, batch_size, to_fro
 from microtensor.vmap.fallback import fallback, no_fallback
 
 __all__ = ["BatchedTensor", "actual_dim", "aligned", "batch_size", "call", "empty_per_sample",
+           "every_level_in_front",
            "fallback", "front_or_expanded", "inplace_error", "no_fallback", "same_level",
            "to_front", "unwrap", "wrap", "wrap_result"]
 
@@ -39,6 +40,19 @@ def front_or_expanded(t, level, size):
     if same_level(t, level):
         return to_front(t._value, t._bdim)
     return t.unsqueeze(0).expand((size,) + tuple(t.shape))
+
+
+def every_level_in_front(t, levels):
+    """``t`` physically with one leading dim per vmap level of ``levels`` (outermost
+    first): the level's batch dim where ``t`` is batched there, a size-1 dim where it is
+    not; and whether it was batched at each level.  For what depends on every sample at
+    once (a random op's draws, whether any sample's loop goes on)."""
+    batched = []
+    for lv in reversed(levels):          # innermost first: each moves in front of the last
+        value, bdim = unwrap(t, lv.number)
+        batched.append(bdim is not None)
+        t = value.unsqueeze(0) if bdim is None else value.movedim(bdim, 0)
+    return t, batched[::-1]
 
 
 def wrap_result(result, bdim, level):

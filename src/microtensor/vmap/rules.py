@@ -309,6 +309,8 @@ def random_rule(op, level, args, kwargs):
     levels = active_levels()
     if any(lv.randomness == "error" for lv in levels):
         raise RuntimeError(_RANDOM_ERROR)
+    if op.batch_rule is not None:        # a random op with tensor parameters: its own rule
+        return op.batch_rule(op, level, args, kwargs)
     sample_shape, draw = _random_request(op, args, kwargs)
     if draw is None:
         return fallback(op, level, args, kwargs) if level else NotImplemented

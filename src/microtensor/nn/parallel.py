@@ -1,0 +1,41 @@
+"""``nn.DataParallel`` (PyTorch's ``nn.parallel``): runs the wrapped module on its inputs.
+
+With no accelerator PyTorch's ``DataParallel`` calls the module as it is, and so does this
+one; with the CUDA backend the module moves to the first of ``device_ids`` and runs there
+on the whole batch (no split across several GPUs: the same results, one device's speed).
+The module is the ``module`` child, so the state_dict keys carry the ``module.`` prefix,
+as PyTorch's.
+"""
+from microtensor.nn.modules import Module
+
+__all__ = ["DataParallel"]
+
+
+class DataParallel(Module):
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        super().__init__()
+        from microtensor import cuda
+        from microtensor._C.tensor import device
+        if not cuda.is_available():
+            self.module = module
+            self.device_ids = []
+            return
+        if device_ids is None:
+            device_ids = list(range(cuda.device_count()))
+        self.dim = dim
+        self.module = module
+        self.device_ids = [d.index if isinstance(d, device) else int(d) for d in device_ids]
+        self.output_device = self.device_ids[0] if output_device is None else output_device
+        self.src_device_obj = device("cuda", self.device_ids[0])
+        self.module.to(self.src_device_obj)
+
+    def forward(self, *inputs, **kwargs):
+        if not self.device_ids:
+            return self.module(*inputs, **kwargs)
+        for t in list(self.module.parameters()) + list(self.module.buffers()):
+            if t.device != self.src_device_obj:
+                raise RuntimeError(f"module must have its parameters and buffers on device "
+                                   f"{self.src_device_obj} (device_ids[0]) but found one of "
+                                   f"them on device: {t.device}")
+        return self.module(*[x.to(self.src_device_obj) if hasattr(x, "to") else x
+                             for x in inputs], **kwargs)
