@@ -9,20 +9,7 @@ import pytest
 import microtensor as mt
 from microtensor import storage as storage_module
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (optional "
-                                                       "test oracle)")
-
-
-def outcome(fn):
-    try:
-        return "ok", fn()
-    except Exception as exc:   # noqa: BLE001  (compared with PyTorch's)
-        return type(exc).__name__, str(exc)
+from test_toplevel_more import needs_torch, outcome, torch
 
 
 def quiet(fn):
