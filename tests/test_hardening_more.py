@@ -495,3 +495,16 @@ def test_setitem_converts_the_value_before_reading_the_index(dtype, value, index
         x[index] = value
     ours, theirs = outcome(lambda: call(mt)), outcome(lambda: call(torch))
     assert ours[0] == theirs[0], (ours, theirs)
+
+
+@pytest.mark.parametrize("call", [lambda L, x: L.bitwise_and(x, 2 ** 80),
+                                  lambda L, x: L.bitwise_or(x, -2 ** 70),
+                                  lambda L, x: L.bitwise_left_shift(x, 2 ** 80),
+                                  lambda L, x: x.clone().bitwise_xor_(2 ** 64),
+                                  lambda L, x: 2 ** 80 & x])
+def test_bitwise_ops_parse_their_scalar_before_refusing_floats(call):
+    # PyTorch refuses an int past its scalar range before it looks at the float dtype
+    with pytest.raises(OverflowError, match="int too big to convert"):
+        call(mt, mt.tensor([-2.0, 1.0]))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):
+        mt.bitwise_and(mt.tensor([-2.0, 1.0]), 3)

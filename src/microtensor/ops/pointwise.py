@@ -1000,6 +1000,9 @@ def _bitwise(name, ufunc, samples=_bitwise_samples, loop_name=None):
     """Declare a two-input integer op (``loop_name``: PyTorch's kernel name in its refusal
     of floats, ``name`` by default) and its in-place variant."""
     def kernel(self, other, *, out=None):
+        for value in (self, other):
+            if type(value) is int:    # PyTorch parses its scalar before checking the dtype
+                check_scalar_range(value)
         dt = result_type(self, other)
         if dt.is_floating_point:
             raise NotImplementedError(f"\"{loop_name or name}_cpu\" not implemented for "
