@@ -4,14 +4,13 @@ import math
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import (broadcast_all, lazy_property, logits_to_probs,
-                                             probs_or_logits, probs_to_logits)
+from microtensor.distributions.utils import (BinaryProbsLogits, broadcast_all, probs_or_logits)
 from microtensor.nn.functional import binary_cross_entropy_with_logits
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(ExponentialFamily):
+class Bernoulli(BinaryProbsLogits, ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -40,18 +39,6 @@ class Bernoulli(ExponentialFamily):
     @property
     def variance(self):
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     def sample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)

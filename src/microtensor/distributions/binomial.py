@@ -3,9 +3,8 @@ probability ``probs`` (or ``sigmoid(logits)``)."""
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
-from microtensor.distributions.utils import (count_and_probs_or_logits, from_numpy_like,
-                                             lazy_property, logits_to_probs, numpy_rng,
-                                             probs_to_logits)
+from microtensor.distributions.utils import (BinaryProbsLogits, count_and_probs_or_logits,
+                                             from_numpy_like, numpy_rng)
 
 __all__ = ["Binomial"]
 
@@ -15,7 +14,7 @@ def _clamp_by_zero(x):
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class Binomial(Distribution):
+class Binomial(BinaryProbsLogits, Distribution):
     """``P(k) = C(n, k) p^k (1 - p)^(n - k)``; ``total_count`` broadcasts with the
     probabilities."""
 
@@ -48,18 +47,6 @@ class Binomial(Distribution):
     @property
     def variance(self):
         return self.total_count * self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     def sample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)

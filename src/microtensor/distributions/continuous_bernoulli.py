@@ -7,15 +7,14 @@ from numbers import Number
 import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.exp_family import ExponentialFamily
-from microtensor.distributions.utils import (broadcast_all, clamp_probs,
-                                             given_probs_or_logits, lazy_property,
-                                             logits_to_probs, probs_to_logits)
+from microtensor.distributions.utils import (BinaryProbsLogits, broadcast_all, clamp_probs,
+                                             given_probs_or_logits, lazy_property, logits_to_probs)
 from microtensor.nn.functional import binary_cross_entropy_with_logits
 
 __all__ = ["ContinuousBernoulli"]
 
 
-class ContinuousBernoulli(ExponentialFamily):
+class ContinuousBernoulli(BinaryProbsLogits, ExponentialFamily):
     """Density ``C(p) p^x (1 - p)^(1 - x)`` on ``[0, 1]``; ``lims`` bounds the unstable
     region around ``p = 0.5``."""
 
@@ -85,16 +84,8 @@ class ContinuousBernoulli(ExponentialFamily):
         return mt.where(self._outside_unstable_region(), vars_, taylor)
 
     @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
     def probs(self):
         return clamp_probs(logits_to_probs(self.logits, is_binary=True))
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     def sample(self, sample_shape=mt.Size()):
         with mt.no_grad():

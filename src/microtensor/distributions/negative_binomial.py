@@ -4,15 +4,14 @@ import microtensor as mt
 from microtensor.distributions import constraints
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.gamma import Gamma
-from microtensor.distributions.utils import (count_and_probs_or_logits, from_numpy_like,
-                                             lazy_property, logits_to_probs, numpy_rng,
-                                             probs_to_logits)
+from microtensor.distributions.utils import (BinaryProbsLogits, count_and_probs_or_logits,
+                                             from_numpy_like, lazy_property, numpy_rng)
 from microtensor.nn.functional import logsigmoid
 
 __all__ = ["NegativeBinomial"]
 
 
-class NegativeBinomial(Distribution):
+class NegativeBinomial(BinaryProbsLogits, Distribution):
     """``P(k) = C(k + r - 1, k) p^k (1 - p)^r`` with ``r = total_count``, ``p = probs``."""
 
     arg_constraints = {"total_count": constraints.greater_than_eq(0),
@@ -41,18 +40,6 @@ class NegativeBinomial(Distribution):
     @property
     def variance(self):
         return self.mean / mt.sigmoid(-self.logits)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     @lazy_property
     def _gamma(self):

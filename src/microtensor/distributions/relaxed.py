@@ -8,14 +8,14 @@ from microtensor.distributions.categorical import Categorical
 from microtensor.distributions.distribution import Distribution
 from microtensor.distributions.transformed_distribution import TransformedDistribution
 from microtensor.distributions.transforms import ExpTransform, SigmoidTransform
-from microtensor.distributions.utils import (broadcast_all, clamp_probs, lazy_property,
-                                             logits_to_probs, probs_or_logits, probs_to_logits)
+from microtensor.distributions.utils import (BinaryProbsLogits, broadcast_all, clamp_probs,
+                                             probs_or_logits)
 
 __all__ = ["ExpRelaxedCategorical", "LogitRelaxedBernoulli", "RelaxedBernoulli",
            "RelaxedOneHotCategorical"]
 
 
-class LogitRelaxedBernoulli(Distribution):
+class LogitRelaxedBernoulli(BinaryProbsLogits, Distribution):
     """The logit of a ``RelaxedBernoulli`` sample."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -33,18 +33,6 @@ class LogitRelaxedBernoulli(Distribution):
                              ("probs", "logits"))
         new.temperature = self.temperature
         return new
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     def rsample(self, sample_shape=mt.Size()):
         shape = self._extended_shape(sample_shape)

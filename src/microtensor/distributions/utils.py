@@ -85,6 +85,24 @@ class lazy_property:
         return value
 
 
+class BinaryProbsLogits:
+    """``probs`` and ``logits`` (log-odds) of a distribution over two outcomes, each derived
+    from the other on first access, and ``param_shape``: the shape of the one given
+    (``_param``)."""
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def param_shape(self):
+        return self._param.size()
+
+
 def physical(t):
     """``t``'s values across every ``vmap`` sample (its physical tensor), for a decision
     that must hold for all samples at once."""
