@@ -816,3 +816,27 @@ def test_ormqr_errors(A, tau, C, left):
     raises_as_torch(lambda: mt.ormqr(mt.ones(4, 3), mt.ones(3), mt.ones(4, 2, dtype=mt.float64)),
                     lambda: torch.ormqr(torch.ones(4, 3), torch.ones(3),
                                         torch.ones(4, 2, dtype=torch.float64)))
+
+
+def test_lstsq_dimension_mismatch_is_torchs_error():
+    raises_as_torch(lambda: mt.linalg.lstsq(mt.ones(1, 5, 3), mt.ones(5)),
+                    lambda: torch.linalg.lstsq(torch.ones(1, 5, 3), torch.ones(5)))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3), (3, 0)])
+@pytest.mark.parametrize("p", [None, 2, -2, "fro", 1])
+def test_cond_of_empty_matrices_is_zero_as_torch(shape, p):
+    values = np.zeros(shape)
+    if p == 1 and shape[-1] != shape[-2]:
+        pytest.skip("PyTorch answers 0 in float64 and refuses in float32: no one rule")
+    if p in (None, 2, -2) or shape[-1] == shape[-2]:
+        close(mt.linalg.cond(mt.tensor(values), p), torch.linalg.cond(torch.tensor(values), p))
+    else:
+        raises_as_torch(lambda: mt.linalg.cond(mt.tensor(values), p),
+                        lambda: torch.linalg.cond(torch.tensor(values), p))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0)])
+def test_ldl_factor_of_empty_matrices(shape):
+    close(mt.linalg.ldl_factor_ex(mt.zeros(*shape, dtype=mt.float64)),
+          torch.linalg.ldl_factor_ex(torch.zeros(*shape, dtype=torch.float64)))

@@ -271,6 +271,36 @@ def test_lstsq_solution_matches_torch(a_shape, b_shape):
     assert result._fields == ("solution", "residuals", "rank", "singular_values")
 
 
+@pytest.mark.parametrize("driver", [None, "gelsy", "gelsd", "gelss", "gels"])
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 5, 3), (2, 5, 2)), ((5, 3), (5,)), ((1, 5, 3), (4, 5, 2)), ((3, 5), (3, 2)),
+    ((0, 0), (0, 2)), ((2, 0, 0), (2, 0, 1)), ((0, 3), (0, 2))])
+def test_lstsq_reports_what_each_driver_reports(driver, a_shape, b_shape):
+    """rank, singular values and residuals: their shapes, dtypes and values per driver."""
+    for dtype in (np.float64, np.float32):
+        a = RNG.standard_normal(a_shape).astype(dtype)
+        b = RNG.standard_normal(b_shape).astype(dtype)
+        ours = mt.linalg.lstsq(mt.tensor(a), mt.tensor(b), driver=driver)
+        theirs = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver=driver)
+        for x, y in zip(ours, theirs):
+            assert tuple(x.shape) == tuple(y.shape)
+            assert x.dtype.name == str(y.dtype).split(".")[-1]
+            np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("driver", ["gelsy", "gelsd", "gelss"])
+def test_lstsq_rank_deficient_batch_reports_ranks_and_no_residuals(driver):
+    a = RNG.standard_normal((2, 5, 3))
+    a[0, :, 2] = a[0, :, 1]
+    b = RNG.standard_normal((2, 5, 2))
+    ours = mt.linalg.lstsq(mt.tensor(a), mt.tensor(b), driver=driver)
+    theirs = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver=driver)
+    assert ours.rank.tolist() == theirs.rank.tolist() == [2, 3]
+    assert ours.residuals.shape == theirs.residuals.shape == (0,)
+    np.testing.assert_allclose(ours.solution.numpy(), theirs.solution.numpy(), atol=1e-10)
+
+
+
 # --------------------------------------------------------------------------- vmap
 
 @pytest.mark.parametrize("fn", [

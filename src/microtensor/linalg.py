@@ -156,24 +156,45 @@ def _cutoff(largest, atol, rtol):
 
 
 def lstsq(A, B, rcond=None, *, driver=None):
-    """The least-squares solution of ``A @ X = B`` (``solution``; ``residuals``, ``rank``
-    and ``singular_values`` are empty, as PyTorch's default 'gelsy' driver on CPU leaves
-    the residuals and singular values).  ``driver`` is accepted and ignored: the
-    solution is computed through the pseudo-inverse (full-rank inputs give the same
-    solution as every driver)."""
+    """The least-squares solution of ``A @ X = B``, with what PyTorch's CPU drivers report
+    beside it: ``rank`` for 'gelsy' (the default), 'gelsd' and 'gelss'; the
+    ``singular_values`` of ``A`` for 'gelsd' and 'gelss'; the squared ``residuals`` of
+    each column for every driver but 'gelsy', when ``A`` is tall and every matrix of it
+    has full rank; the others are empty.  The solution goes through the pseudo-inverse, so
+    every driver gives the minimum-norm solution, as LAPACK's do for a rank decided from
+    the singular values ('gels' assumes full rank; 'gelsy' decides the rank from a pivoted
+    QR, so with an ``rcond`` that drops a singular value its solution can differ)."""
     _check_matrix(A, "linalg.lstsq", square=False)
-    if driver is not None and driver not in ("gels", "gelsy", "gelsd", "gelss"):
+    if driver is None:
+        driver = "gelsy"
+    if driver not in ("gels", "gelsy", "gelsd", "gelss"):
         raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of "
                            f"(gels, gelsy, gelsd, gelss), but got {driver}")
+    if not 0 <= A.dim() - B.dim() <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to "
+                           "other.dim() and (input.dim() - other.dim()) <= 1")
     vector = B.dim() == A.dim() - 1
     rhs = B.unsqueeze(-1) if vector else B
     if rhs.shape[-2] != A.shape[-2]:
         raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    rows, columns = A.shape[-2:]
+    if rcond is None:
+        rcond = _eps(A) * max(rows, columns)
     solution = pinv(A, rtol=rcond) @ rhs
+    empty = A.new_empty((0,))
+    rank = residuals = singular_values = empty
+    if driver != "gels":
+        singular_values = svdvals(A.detach())
+        largest = singular_values[..., :1]
+        rank = (singular_values > largest * rcond).sum(-1)
+        if driver == "gelsy":
+            singular_values = empty
+    if driver != "gelsy" and rows > columns and (driver == "gels" or bool((rank == columns).all())):
+        residuals = (A @ solution - rhs).abs().square().sum(-2)
     if vector:
         solution = solution.squeeze(-1)
-    empty = A.new_empty((0,))
-    return LstsqResult(solution, empty, A.new_empty((0,)).long(), empty)
+    return LstsqResult(solution, residuals, rank if rank is not empty else empty.long(),
+                       singular_values)
 
 
 __all__ = ["LinAlgError", "vector_norm", "matrix_norm", "norm", "inv", "det", "slogdet",

@@ -868,11 +868,15 @@ def linalg_cond(A, p=None):
         raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
     if A.dim() < 2:
         raise RuntimeError("linalg.cond: The input tensor must have at least 2 dimensions.")
-    if p in (None, 2, -2):
+    through_svd = p in (None, 2, -2)
+    if not through_svd:
+        check_matrix(A, f"linalg.cond(ord={p})")
+    if 0 in A.shape[-2:]:
+        return A.new_zeros(A.shape[:-2])          # PyTorch's value for empty matrices
+    if through_svd:
         S = linalg_svd(A, False)[1]
         largest, smallest = S.amax(-1), S.amin(-1)
         return smallest / largest if p == -2 else largest / smallest
-    check_matrix(A, f"linalg.cond(ord={p})")
     from microtensor import linalg
     inverse, info = linalg_inv_ex(A)
     singular = info > 0
@@ -1497,8 +1501,8 @@ def ldl_array(a):
     LAPACK's sytf2 (``info``: the 1-based index of the first zero of D, 0 if none)."""
     batch, n = a.shape[:-2], a.shape[-1]
     M = np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
-    M = M.reshape((-1, n, n)).copy()
-    count = M.shape[0]
+    count = math.prod(batch)          # not -1 in the reshape: a 0x0 matrix has no size
+    M = M.reshape((count, n, n)).copy()
     every, index = np.arange(count), np.arange(n)
     pivots = np.zeros((count, n), np.int32)
     info = np.zeros(count, np.int32)
