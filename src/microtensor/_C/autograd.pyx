@@ -33,7 +33,8 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.weakref cimport PyWeakref_NewRef
 import threading
 
-from microtensor._C.tensor cimport TensorBase, grad_mode_enabled, needs_grad
+from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, restore_numpy,
+                                    silence_numpy)
 from microtensor._C.tensor import set_grad_enabled
 from microtensor import _dtype_table
 
@@ -934,6 +935,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
 
     prev = grad_mode_enabled()
     set_grad_enabled(create_graph)
+    numpy_errors = silence_numpy()   # as in the dispatcher: the formulas' shortcuts use NumPy
     try:
         while ready:
             node = _pop(ready)
@@ -962,6 +964,7 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
             _run_node(node, grads, pending, ready, retain_graph)
     finally:
         set_grad_enabled(prev)
+        restore_numpy(numpy_errors)
     return captured
 
 

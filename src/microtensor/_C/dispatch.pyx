@@ -28,8 +28,8 @@
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
-from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, set_grad_enabled,
-                                    unary_fast)
+from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, restore_numpy,
+                                    set_grad_enabled, silence_numpy, unary_fast)
 
 import numpy as np
 
@@ -246,7 +246,16 @@ def set_forward_ad(handler):
 
 
 cpdef object call(op, args, kwargs):
-    """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None)."""
+    """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None), with NumPy's
+    floating-point warnings off, as PyTorch's kernels are silent."""
+    token = silence_numpy()
+    try:
+        return _call(op, args, kwargs)
+    finally:
+        restore_numpy(token)
+
+
+cdef object _call(op, args, kwargs):
     if _observer is not None and op.norm_rule is not None:
         result = _observer(op, args, kwargs)
         if result is not NotImplemented:

@@ -50,3 +50,5 @@ cdef bint grad_mode_enabled() noexcept
 cpdef set_grad_enabled(bint enabled)
 cdef bint needs_grad(TensorBase t) noexcept
 cdef object unary_fast(object op, tuple kernel, object x)
+cdef object silence_numpy()
+cdef int restore_numpy(object token) except -1

@@ -19,6 +19,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject, newfunc
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.contextvars cimport PyContextVar_Reset, PyContextVar_Set, get_value
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport INT64_MAX
@@ -523,6 +524,48 @@ cdef bint grad_mode_enabled() noexcept:
 cpdef set_grad_enabled(bint enabled):
     global mt_grad_disabled
     mt_grad_disabled = not enabled
+
+
+# NumPy's floating-point error state.  PyTorch's kernels are silent (log(0) is -inf, 1/0
+# inf, with no warning), so ops run with NumPy's errors ignored: set here around each op
+# call (``silence_numpy``/``restore_numpy``), not globally, so that the user's own NumPy
+# code keeps its warnings.  NumPy 2 keeps the state in a context variable (set and reset
+# in C, about 0.05 us); NumPy 1 in a per-thread error object.
+cdef object _numpy_errors = None    # NumPy 2's context variable of the error state
+cdef object _numpy_geterrobj = None  # NumPy 1's accessors of the thread's error object
+cdef object _numpy_seterrobj = None
+cdef object _errors_ignored = None  # the state with every floating-point error ignored
+
+try:
+    from numpy._core.umath import _extobj_contextvar as _numpy_errors
+    with np.errstate(all="ignore"):
+        _errors_ignored = _numpy_errors.get()
+except ImportError:
+    from numpy.core.umath import geterrobj as _numpy_geterrobj, seterrobj as _numpy_seterrobj
+    with np.errstate(all="ignore"):
+        _errors_ignored = _numpy_geterrobj()
+
+
+cdef object silence_numpy():
+    """Ignore NumPy's floating-point errors until ``restore_numpy(token)``.  The token is
+    None (nothing to restore) when they are ignored already: for an op called by an op,
+    or by the engine, a read of the variable is all it costs."""
+    if _numpy_errors is not None:
+        if get_value(_numpy_errors) is _errors_ignored:
+            return None
+        return PyContextVar_Set(_numpy_errors, _errors_ignored)
+    token = _numpy_geterrobj()
+    _numpy_seterrobj(_errors_ignored)
+    return token
+
+
+cdef int restore_numpy(object token) except -1:
+    if token is None:
+        return 0
+    if _numpy_errors is not None:
+        return PyContextVar_Reset(_numpy_errors, token)
+    _numpy_seterrobj(token)
+    return 0
 
 
 cdef inline bint _contiguous(tuple sizes, tuple strides):

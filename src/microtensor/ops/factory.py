@@ -5,6 +5,7 @@ ordinary functions.  The ``new_*`` methods and ``*_like`` functions take a tenso
 dtype, device (and, under vmap, batch) the result inherits, so they are declared as ops;
 so are the random factories, which vmap must see to apply its ``randomness`` setting.
 """
+import functools
 import math
 import numbers
 import os
@@ -90,6 +91,16 @@ def finish(t, requires_grad):
 def empty_contiguous(sizes, dt, dev):
     return empty_strided_unchecked(sizes, tuple(meta.contiguous_strides(sizes)), dt, dev or cpu)
 
+
+
+def _quiet_conversion(factory):
+    """Numbers and arrays become tensors as PyTorch converts them: 1e300 in float32 is
+    inf, without NumPy's overflow warning (the dispatcher keeps ops as silent)."""
+    @functools.wraps(factory)
+    def quiet(*args, **kwargs):
+        with np.errstate(all="ignore"):   # a fresh one per call: NumPy 1's does not nest
+            return factory(*args, **kwargs)
+    return quiet
 
 def tensor_of(values):
     """A tensor taking over a fresh C-ordered array (NumPy gives empty arrays stride 0;
@@ -189,6 +200,7 @@ def _range_bounds(start, end, step):
     return start, end, step
 
 
+@_quiet_conversion
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -208,6 +220,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return finish(result, requires_grad).to(on_device(device) or cpu)
 
 
+@_quiet_conversion
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     """PyTorch's formula: the first half counts up from ``start``, the second half down
     from ``end`` (so both ends are exact), in the result's float type."""
@@ -229,6 +242,7 @@ def _linspace_values(start, end, steps, dt):
                     last - step * (compute.type(steps - 1) - index))
 
 
+@_quiet_conversion
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
     """``base ** linspace(start, end, steps)``, computed in the result's float type."""
     if int_arg(steps, "steps") < 0:
@@ -313,6 +327,7 @@ def _check_rectangular(data, shape, dim):
         _check_rectangular(item, shape, dim + 1)
 
 
+@_quiet_conversion
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     if isinstance(data, TensorBase):
         result = data.detach().clone()
@@ -343,6 +358,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     return finish(t, requires_grad)
 
 
+@_quiet_conversion
 def as_tensor(data, dtype=None, device=None):
     dev = on_device(device)
     if isinstance(data, TensorBase):
@@ -826,6 +842,7 @@ def _scalar_name(dt):
     return _dtype_table.BY_NAME[dt.name].scalar_name
 
 
+@_quiet_conversion
 def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None):
     """``obj`` as a tensor, sharing its memory when it can: a tensor (itself, or an alias
     without autograd history when ``requires_grad=False``), a NumPy array, an object

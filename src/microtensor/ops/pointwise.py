@@ -401,10 +401,11 @@ def _int_power(base, exponent, *, out, dtype, casting):
     negative = np.asarray(exponent) < 0
     if np.dtype(dtype).kind == "b" or not negative.any():
         return np.power(base, exponent, out=out, dtype=dtype, casting=casting)
-    np.power(base, np.where(negative, 0, exponent), out=out, dtype=dtype, casting=casting)
+    # before the power: in place, ``out`` is ``base``
     base = np.asarray(base).astype(dtype, copy=False)
     odd = np.asarray(exponent) % 2 != 0
     small = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0))
+    np.power(base, np.where(negative, 0, exponent), out=out, dtype=dtype, casting=casting)
     np.copyto(out, small, where=np.broadcast_to(negative, out.shape), casting="unsafe")
     return out
 

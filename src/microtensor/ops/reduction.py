@@ -14,6 +14,7 @@ the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2`` with a cle
 """
 from collections import namedtuple
 import math
+import warnings
 
 import numpy as np
 
@@ -455,16 +456,26 @@ def _var_arguments(dim, unbiased, correction):
 
 @op(family="reduction", method=False, function=False)
 def _var(self, dim=None, correction=1, keepdim=False):
-    _check_var_input(self)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return reduce(np.var, self, dim, keepdim, None, ddof=correction)
+    return _spread(np.var, "var", self, dim, correction, keepdim)
 
 
 @op(family="reduction", method=False, function=False)
 def _std(self, dim=None, correction=1, keepdim=False):
+    return _spread(np.std, "std", self, dim, correction, keepdim)
+
+
+def _spread(moment, name, self, dim, correction, keepdim):
+    """``np.var``/``np.std`` of ``self`` over ``dim``; with no degrees of freedom left
+    (NaN or inf results), PyTorch's warning instead of NumPy's."""
     _check_var_input(self)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return reduce(np.std, self, dim, keepdim, None, ddof=correction)
+    if _reduced_count(self._sizes, dim) - correction > 0:
+        return reduce(moment, self, dim, keepdim, None, ddof=correction)
+    warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly "
+                  f"less than the reduction factor (input numel divided by output numel).",
+                  UserWarning, stacklevel=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return reduce(moment, self, dim, keepdim, None, ddof=correction)
 
 
 def _var_backward(grad, self, dim, correction, keepdim):
