@@ -705,3 +705,27 @@ def test_out_of_the_reductions_and_isin():
     found = mt.empty(0, dtype=mt.bool)
     assert mt.isin(a, mt.tensor([1.0, 2.0], dtype=mt.float64), out=found) is found
     assert_same(found, torch.isin(ta, torch.tensor([1.0, 2.0], dtype=torch.float64)))
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("form", ["pow", "pow_", "**", "**="])
+def test_integer_powers_with_negative_exponents_as_torch(dtype, form):
+    """0 for |base| > 1, 1 for a base of 1, +-1 for -1: also in place, where the base
+    is overwritten by the result (it was read after being overwritten)."""
+    results = []
+    for lib in (mt, torch):
+        base = lib.tensor([[3, 2, 1, -1, -2, 0], [1, -1, -1, 2, 5, 7]], dtype=getattr(lib, dtype))
+        exponent = lib.tensor([-2, -1, -3, -3, -1, 2], dtype=getattr(lib, dtype))
+        if form == "pow":
+            results.append(base.pow(exponent))
+        elif form == "pow_":
+            results.append(base.pow_(exponent))
+        elif form == "**":
+            results.append(base ** exponent)
+        else:
+            base **= exponent
+            results.append(base)
+    ours, theirs = results
+    assert ours.dtype.name == str(theirs.dtype).split(".")[-1]
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
