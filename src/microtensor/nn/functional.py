@@ -7,7 +7,8 @@ from microtensor._C.dispatch import call as _call
 from microtensor._C.meta import channels_last, contiguous_format
 from microtensor.ops.arguments import int_arg as _int_arg
 from microtensor.ops.dispatch import call_by_name as _op
-from microtensor.ops.loops import in_format, memory_format_of
+from microtensor.ops import norm as _norm
+from microtensor.ops.loops import in_format, memory_format_of, refuse_unless_floating
 from microtensor.ops.registry import REGISTRY
 
 _LINEAR = REGISTRY["linear"]   # called on every layer: no lookup by name
@@ -60,6 +61,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     if len(input._sizes) <= 2:   # the op itself, dispatched without call_by_name's frame
         return _call(REGISTRY["nll_loss"], (input, target, weight),
                     {"reduction": reduction, "ignore_index": ignore_index})
+    refuse_unless_floating(input.dtype, "nll_loss2d_forward_out_frame")
     expected = (input.shape[0],) + tuple(input.shape[2:])
     if tuple(target.shape) != expected:
         raise RuntimeError(f"Expected target size {list(expected)}, got "
@@ -312,6 +314,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     input seen as one sample of N*C channels; running statistics are the average over
     the samples' updates, as in PyTorch."""
     shape = tuple(input.shape)
+    _norm.check_parameter_dtypes(input, weight, bias, running_mean, running_var)
     if use_input_stats:
         _check_batch_statistics(input, math.prod(shape[2:]), "spatial element")
     n, c = shape[0], shape[1]
@@ -330,7 +333,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         out = out * weight.reshape(view)
     if bias is not None:
         out = out + bias.reshape(view)
-    return out
+    return out.to(input.dtype)   # float32 parameters of a half input: the input's dtype
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):

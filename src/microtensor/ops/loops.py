@@ -105,6 +105,12 @@ def _type_name(dt):
     return info(dt).scalar_name
 
 
+def refuse_unless_floating(dt, kernel):
+    """PyTorch's error for a kernel that has real floating versions only."""
+    if not dt.is_floating_point:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(dt)}\'')
+
+
 def has_internal_overlap(t):
     """Whether two elements of ``t`` share a memory location (a stretched, stride-0 dim).
     An empty tensor has no elements (a batched gradient of an empty sample has batch

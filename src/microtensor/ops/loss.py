@@ -22,7 +22,8 @@ from microtensor.ops.arguments import int_arg
 from microtensor.ops.contraction import pairwise_distance
 from microtensor.ops.factory import arange, tensor
 from microtensor.ops.pointwise import minimum, where
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result, pointwise
+from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, pointwise,
+                                   refuse_unless_floating)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
 
@@ -90,6 +91,7 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
     """The negative log-likelihood of each target class under log-probabilities ``self``
     ((N, C), or (C,) with a 0-d target), weighted, ignored targets left out."""
     check_arguments(self._sizes, self._dtype, target, weight, reduction)
+    refuse_unless_floating(self._dtype, "nll_loss_out_frame")
     ignore_index = int_arg(ignore_index, "ignore_index")
     fast = nnkernels.nll_loss_rows(self, target, weight, reduction, ignore_index)
     if fast is not None:

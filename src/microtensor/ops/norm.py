@@ -13,9 +13,10 @@ import numpy as np
 
 from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import compute_numpy, is_grad_enabled
+from microtensor._C.tensor import bfloat16, compute_numpy, float16, float32, is_grad_enabled
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
-from microtensor.ops.loops import _type_name, from_numpy_result, in_format, memory_format_of
+from microtensor.ops.loops import (_type_name, from_numpy_result, in_format, memory_format_of,
+                                   refuse_unless_floating)
 from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
@@ -48,6 +49,19 @@ def check_layer_norm(input_shape, normalized_shape, weight, bias):
             raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but "
                                f"got {name} of shape {_shape_list(t.shape)} and "
                                f"normalized_shape = {_shape_list(normalized)}")
+
+
+def check_parameter_dtypes(input, *parameters):
+    """PyTorch's CPU rule for the affine parameters (and running statistics) of the
+    normalisations: of the input's dtype, or float32 beside a float16/bfloat16 input."""
+    dtypes = {t.dtype for t in parameters if t is not None}
+    if not dtypes or dtypes == {input.dtype}:
+        return
+    if dtypes == {float32}:
+        if input.dtype in (float16, bfloat16):
+            return
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+    raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
 
 
 def _normalize_over(arr, axes, eps):
@@ -93,6 +107,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Each sample normalised over its last ``len(normalized_shape)`` dims, then scaled by
     ``weight`` and shifted by ``bias``."""
     check_layer_norm(input._sizes, normalized_shape, weight, bias)
+    check_parameter_dtypes(input, weight, bias)
+    refuse_unless_floating(input._dtype, "LayerNormKernelImpl")
     arr = input._array()
     if not input._numel:
         return from_numpy_result(arr.copy(), input._dtype)
@@ -219,9 +235,7 @@ def check_batch_norm(input, weight, bias, running_mean, running_var, training):
                     ("running_var", running_var)):
         if t is not None and t._numel != channels:
             raise RuntimeError(f"{name} should contain {channels} elements not {t._numel}")
-        if t is not None and t._dtype is not input._dtype:
-            raise RuntimeError(f"expected scalar type {_type_name(input._dtype)} but found "
-                               f"{_type_name(t._dtype)}")
+    check_parameter_dtypes(input, weight, bias, running_mean, running_var)
 
 
 def channel_view(t, ndim):
@@ -261,6 +275,7 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
     for that signature, it changes nothing here).  The result is computed in the input's
     layout (NumPy's element-wise results follow it); a channels-last input's statistics
     are products of its (rows, C) view."""
+    refuse_unless_floating(input._dtype, "batch_norm")
     check_batch_norm(input, weight, bias, running_mean, running_var, training)
     if not input._numel:    # PyTorch's: an empty copy, the running statistics untouched
         return input.clone()
@@ -526,6 +541,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable
             raise RuntimeError(f"Expected weight to be a vector of size equal to the number "
                                f"of channels in input, but got weight of shape "
                                f"{list(t.shape)} and input of shape {list(shape)}")
+    refuse_unless_floating(input.dtype, "GroupNormKernelImpl")
+    check_parameter_dtypes(input, weight, bias)
     per_group = math.prod(shape) // (shape[0] * num_groups) if shape[0] else 0
     grouped = input.reshape(shape[0], num_groups, per_group)
     out = layer_norm(grouped, (per_group,), None, None, eps).reshape(shape)
@@ -533,7 +550,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable
         out = out * channel_view(weight, len(shape))
     if bias is not None:
         out = out + channel_view(bias, len(shape))
-    return in_format(out, memory_format_of(input))   # PyTorch's layout of the result
+    # float32 parameters of a half input leave the result in the input's dtype
+    return in_format(out.to(input.dtype), memory_format_of(input))   # and layout
 
 
 def _rms_norm_samples(make):
@@ -552,11 +570,12 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         raise RuntimeError(f"Given normalized_shape={list(normalized)}, expected input with "
                            f"shape [*{', '.join(map(str, normalized))}], but got input of "
                            f"size{list(shape)}")
+    refuse_unless_floating(input.dtype, "rms_norm")
     if eps is None:
         eps = float(np.finfo(input.dtype.np).eps)
     dims = tuple(range(-k, 0))
     out = input * ((input * input).mean(dims, True) + eps).rsqrt()
-    return out if weight is None else out * weight
+    return out if weight is None else (out * weight).to(input.dtype)
 
 
 # --------------------------------------------------------------------------- ghost norms
