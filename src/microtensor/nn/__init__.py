@@ -55,6 +55,7 @@ from microtensor.nn.containers import Container  # noqa: E402,F401
 from microtensor.nn.parameter import Buffer  # noqa: E402,F401
 from microtensor.nn.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: E402,F401
 from microtensor.nn.parallel import DataParallel  # noqa: E402,F401
+from microtensor.nn.parallel import DistributedDataParallel  # noqa: E402,F401
 
 
 def _torch_module_paths():

@@ -1,15 +1,12 @@
 """``DistributedSampler``: each of ``num_replicas`` processes reads its own share of a
-dataset.  microtensor has no process groups, so the replica count and rank must be given;
-without them it raises as PyTorch does when no process group is initialised."""
+dataset.  Without ``num_replicas`` and ``rank`` they are those of the default process
+group (``microtensor.distributed``: one process), which must be initialised, as in
+PyTorch."""
 import math
 
 from microtensor.utils.data.sampler import Sampler, T_co
 
 __all__ = ["DistributedSampler"]
-
-_NO_PROCESS_GROUP = ("Default process group has not been initialized, please make sure to "
-                     "call init_process_group.")
-
 
 class DistributedSampler(Sampler[T_co]):
     """As ``torch.utils.data.distributed.DistributedSampler``: the indices (a permutation
@@ -20,8 +17,11 @@ class DistributedSampler(Sampler[T_co]):
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
                  drop_last=False):
-        if num_replicas is None or rank is None:
-            raise ValueError(_NO_PROCESS_GROUP)
+        from microtensor import distributed
+        if num_replicas is None:
+            num_replicas = distributed.get_world_size()
+        if rank is None:
+            rank = distributed.get_rank()
         if rank >= num_replicas or rank < 0:
             raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
                              f"[0, {num_replicas - 1}]")
