@@ -68,7 +68,7 @@ from microtensor.control_flow import cond, while_loop  # noqa: E402
 from microtensor._lowrank import pca_lowrank, svd_lowrank  # noqa: E402
 from microtensor import jit  # noqa: E402
 from microtensor import distributed  # noqa: E402
-from microtensor import compiler, cpu  # noqa: E402
+from microtensor import compiler, cpu, profiler  # noqa: E402
 storage.install(Tensor)
 from microtensor.ops.factory import (bartlett_window, blackman_window,  # noqa: E402
                                      hamming_window, hann_window, kaiser_window)

@@ -909,6 +909,17 @@ cdef void _mark_needed(dict pending, targets) except *:
                 break
 
 
+cdef object _node_begin = None   # a recording profiler's begin(node) and end()
+cdef object _node_end = None
+
+
+def set_node_profiler(begin, end):
+    """Install ``begin(node)`` and ``end()`` (None, None: remove them), called around the
+    backward of every node while a profiler records."""
+    global _node_begin, _node_end
+    _node_begin, _node_end = begin, end
+
+
 def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
             accumulate_into_leaf):
     """Run the graph from ``roots`` (edges of the outputs) seeded with ``root_grads``.
@@ -961,7 +972,14 @@ def execute(roots, root_grads, bint retain_graph, bint create_graph, capture,
                     if _post_accumulate_hooks:
                         run_post_accumulate_grad_hooks((<AccumulateGrad>node).variable)
                 continue
-            _run_node(node, grads, pending, ready, retain_graph)
+            if _node_begin is None:
+                _run_node(node, grads, pending, ready, retain_graph)
+                continue
+            _node_begin(node)
+            try:
+                _run_node(node, grads, pending, ready, retain_graph)
+            finally:
+                _node_end()
     finally:
         set_grad_enabled(prev)
         restore_numpy(numpy_errors)

@@ -1,5 +1,8 @@
 """The dispatcher's hot path, in C: the route every op call takes to its kernel.
 
+While a profiler records (``set_profiler``), each call is timed between its begin and
+end callbacks, and the C fast paths stand aside so that every op comes here.
+
 0. While an observer is installed (``set_observer``: ghost clipping's tape, only for the
    duration of one pass), a call of an op that declares a norm rule goes to it first.
 1. A call of a one-input pointwise op declared with a NumPy kernel (``set_unary_kernel``)
@@ -34,7 +37,7 @@ from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, r
 import numpy as np
 
 from microtensor._C.autograd import attach_node
-from microtensor._C.tensor import NoDataError, set_forward_ad_active, without_dim
+from microtensor._C.tensor import NoDataError, set_fast_paths_bypassed, without_dim
 
 cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
@@ -42,6 +45,8 @@ cdef object _record_inplace = None
 cdef object _call_with_out = None
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 cdef object _forward_ad = None     # forward AD's handler(op, args, kwargs) while a level is active
+cdef object _profile_begin = None  # a recording profiler's begin(op, args) and end()
+cdef object _profile_end = None
 cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
 cdef dict _batched_binary = {}     # op -> fn(a, b): the binary ops vmap's common case runs here
 cdef object _binary_handler = None # the handler those are a case of (served only while it is)
@@ -242,7 +247,16 @@ def set_forward_ad(handler):
     pointer test here and one flag test in the fast paths."""
     global _forward_ad
     _forward_ad = handler
-    set_forward_ad_active(handler is not None)
+    set_fast_paths_bypassed(_forward_ad is not None or _profile_begin is not None)
+
+
+def set_profiler(begin, end):
+    """Install ``begin(op, args)`` and ``end()`` (None, None: remove them), called around
+    every op call while a profiler records (the C fast paths stand aside meanwhile);
+    with none installed this costs one pointer test."""
+    global _profile_begin, _profile_end
+    _profile_begin, _profile_end = begin, end
+    set_fast_paths_bypassed(_forward_ad is not None or _profile_begin is not None)
 
 
 cpdef object call(op, args, kwargs):
@@ -250,7 +264,13 @@ cpdef object call(op, args, kwargs):
     floating-point warnings off, as PyTorch's kernels are silent."""
     token = silence_numpy()
     try:
-        return _call(op, args, kwargs)
+        if _profile_begin is None:
+            return _call(op, args, kwargs)
+        _profile_begin(op, args)
+        try:
+            return _call(op, args, kwargs)
+        finally:
+            _profile_end()
     finally:
         restore_numpy(token)
 

@@ -352,21 +352,22 @@ def register_parameter_class(cls):
     _parameter_cls = cls
 
 
-cdef bint _forward_ad_active = False   # a dual level is entered (autograd.forward_ad)
+cdef bint _fast_paths_bypassed = False   # a dual level is entered, or a profiler records
 
 
-def set_forward_ad_active(bint active):
-    """``autograd.forward_ad``'s entry and exit of a dual level: while one is active every
-    op goes to the dispatcher, whose forward-AD handler sees the tangents."""
-    global _forward_ad_active
-    _forward_ad_active = active
+def set_fast_paths_bypassed(bint bypassed):
+    """The dispatcher's switch while it hands every op to a handler (forward AD's, for
+    the tangents; the profiler's, to time each op): the fast paths then stand aside so
+    that every op reaches it."""
+    global _fast_paths_bypassed
+    _fast_paths_bypassed = bypassed
 
 
 cdef inline bint _served(object t):
     """Whether ``t``'s type is one the fast paths serve: ``Tensor`` or ``nn.Parameter``
     (not subclasses such as vmap's ``BatchedTensor``, whose ops must be dispatched), and
-    no dual level is active."""
-    return (type(t) is _tensor_cls or type(t) is _parameter_cls) and not _forward_ad_active
+    the dispatcher does not want every op."""
+    return (type(t) is _tensor_cls or type(t) is _parameter_cls) and not _fast_paths_bypassed
 
 
 cdef inline bint _plain(object t):

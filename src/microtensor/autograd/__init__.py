@@ -4,6 +4,7 @@
 ``microtensor.autograd.grad`` and ``backward`` are the entry points."""
 from microtensor.autograd import recording  # noqa: F401  (installs the dispatcher hook)
 from microtensor.autograd import forward_ad, function, functional, graph  # noqa: F401  (submodules)
+from microtensor.autograd import profiler, profiler_util  # noqa: F401  (submodules)
 from microtensor.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from microtensor.autograd.engine import backward, grad
 from microtensor.autograd.function import Function, FunctionCtx
