@@ -13,9 +13,9 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import (Storage, TensorBase, bfloat16, bool_, float16, float32,
-                                   float64, int8, int16, int32, int64, share_tensor_free,
-                                   uint8)
+from microtensor._C.tensor import (Storage, TensorBase, bfloat16, bool_, complex64, complex128,
+                                   float16, float32, float64, int8, int16, int32, int64,
+                                   share_tensor_free, uint8)
 from microtensor._C.dispatch import op_function, op_method
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.loops import scalar_tensor_like
@@ -172,6 +172,12 @@ class Tensor(TensorBase):
 
     def double(self):
         return self.to(float64)
+
+    def cfloat(self):
+        return self.to(complex64)
+
+    def cdouble(self):
+        return self.to(complex128)
 
     def long(self):
         return self.to(int64)

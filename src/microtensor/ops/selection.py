@@ -23,6 +23,7 @@ from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _alon
                                        _check_reducible, _fresh, _integer_to_int64, _into,
                                        cumulative_)
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.shape import cat, stack
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
 
@@ -842,3 +843,45 @@ def cumprod_(self, dim, *, dtype=None):
 def msort(self):
     """``self`` sorted along dim 0 (the values of ``sort(self, 0)``)."""
     return sort(self, 0).values
+
+
+# --------------------------------------------------------------------------- nonzero_static
+# ``nonzero`` with a shape known before the values: the first ``size`` indices, padded.
+
+def _nonzero_static_samples(make):
+    return [Sample(tensor([[0, 1], [2, 0], [3, 4]]), size=2),
+            Sample(tensor([[0.0, 1.5], [2.0, 0.0]]), size=5, fill_value=-7),
+            Sample(tensor(3.0), size=2), Sample(tensor([True, False, True]), size=0),
+            Sample(make(2, 3), size=6)]
+
+
+def _check_static_size(size):
+    size = int_arg(size, "size")
+    if size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    return size
+
+
+@op(kind="composite", differentiable=False, samples=_nonzero_static_samples)
+def nonzero_static(self, *, size, fill_value=-1):
+    """The first ``size`` rows of ``nonzero(self)``, padded with ``fill_value`` rows: a
+    shape that does not depend on the values.  Written in ops (a stable sort puts the
+    nonzero positions first, then each position is unravelled), so that vmap batches it
+    with their rules."""
+    size = _check_static_size(size)
+    shape = tuple(self.shape)
+    if size == 0:
+        return self.new_zeros((0, len(shape)), dtype=int64)
+    nonzero = self.reshape(-1) != 0
+    taken = min(size, nonzero.shape[0])
+    order = argsort(nonzero.logical_not().to(int64), stable=True)[:taken]
+    if shape:
+        indices = stack([order // math.prod(shape[d + 1:]) % shape[d]
+                         for d in range(len(shape))], -1)
+    else:
+        indices = order.new_zeros((taken, 0))
+    found = nonzero.gather(0, order).unsqueeze(-1)
+    indices = indices.where(found, indices.new_full((), int(fill_value)))
+    if size == taken:
+        return indices
+    return cat([indices, indices.new_full((size - taken, len(shape)), int(fill_value))])
