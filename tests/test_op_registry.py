@@ -32,7 +32,7 @@ OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
 # Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
 # shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
-GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd"}
+GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd", "linalg_eig"}
 
 
 # ------------------------------------------------------------------ collecting samples
@@ -241,7 +241,15 @@ def _gradcheck_setup(name, index):
     # a clone: expanded (overlapping) samples become dense, as gradcheck requires
     inputs = tuple(container[key].detach().clone().requires_grad_()
                    for container, key in places)
-    return _as_function(op, args, kwargs, places), inputs
+    f = _as_function(op, args, kwargs, places)
+    if name in PHASE_INVARIANT_OUTPUTS:
+        return (lambda *tensors: PHASE_INVARIANT_OUTPUTS[name](*f(*tensors))), inputs
+    return f, inputs
+
+
+# Eigenvectors are defined up to a phase, and a loss that depends on it has no gradient
+# (PyTorch's error): checked through their absolute values, as PyTorch's OpInfo does
+PHASE_INVARIANT_OUTPUTS = {"linalg_eig": lambda L, V: (L, V.abs())}
 
 
 # PyTorch's CTC gradient adds exp(log_probs) to the derivative (log_probs are taken to come

@@ -204,6 +204,7 @@ __all__ += ["cross", "diagonal", "matmul", "vecdot", "vander", "multi_dot", "mat
             "cholesky_ex", "lu_factor", "lu_factor_ex", "lu", "lu_solve",
             "householder_product", "tensorinv", "tensorsolve", "ldl_factor", "ldl_factor_ex",
             "ldl_solve"]
+__all__ += ["eig", "eigvals"]
 
 
 # --------------------------------------------------------------------------- the rest of
@@ -322,3 +323,19 @@ def ldl_factor(A, *, hermitian=False):
 
 def ldl_solve(LD, pivots, B, *, hermitian=False):
     return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)
+
+
+
+# --------------------------------------------------------------------------- eig
+
+def eig(A):
+    """``(eigenvalues, eigenvectors)`` of each square matrix of ``A``, complex whatever
+    ``A``'s dtype (complex64 for float32 and complex64, else complex128); each eigenvector
+    has unit norm and is defined up to a phase, so a loss that depends on that phase has
+    no gradient (PyTorch's error)."""
+    return _decomp.EigResult(*_decomp.linalg_eig(A))
+
+
+def eigvals(A):
+    """The eigenvalues of each square matrix of ``A`` (complex)."""
+    return _decomp.linalg_eigvals(A)

@@ -20,7 +20,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
-from microtensor._C.tensor import float32, float64, int32
+from microtensor._C.tensor import complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
@@ -51,15 +51,23 @@ EighResult = _named("linalg_eigh", ("eigenvalues", "eigenvectors"))
 # --------------------------------------------------------------------------- checks
 
 def check_matrix(A, fn, square=True):
-    """PyTorch's checks of a (batch of) matrix argument: floating dtype, 2+ dims, square."""
+    """PyTorch's checks of a (batch of) matrix argument: floating or complex dtype, 2+
+    dims, square."""
     if A.dim() < 2:
         raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. "
                            f"Got {_type_name(A._dtype)}")
+    if A._dtype.is_complex and fn not in COMPLEX_FUNCTIONS:
+        raise NotImplementedError(f"{fn}: complex tensors are not supported by microtensor "
+                                  f"for this function. Got {_type_name(A._dtype)}")
     if square and A._sizes[-1] != A._sizes[-2]:
         raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
                            f"{A._sizes[-2]} by {A._sizes[-1]} matrices")
+
+
+# the functions whose formulas (kernels and derivatives) are written for complex tensors
+COMPLEX_FUNCTIONS = {"linalg.eig", "linalg.eigvals", "linalg.solve"}
 
 
 def _array(t):
@@ -201,11 +209,11 @@ def linalg_solve(grad, A, B, left, result):
     vector = _vector_rhs(A, B)
     X, g = (result.unsqueeze(-1), grad.unsqueeze(-1)) if vector else (result, grad)
     if left:
-        gB = linalg_solve(A.mT, g)
-        gA = -(gB @ X.mT)
+        gB = linalg_solve(A.mH, g)
+        gA = -(gB @ X.mH)
     else:
-        gB = linalg_solve(A.mT, g, left=False)
-        gA = -(X.mT @ gB)
+        gB = linalg_solve(A.mH, g, left=False)
+        gA = -(X.mH @ gB)
     return gA, gB.squeeze(-1) if vector else gB
 
 
@@ -435,6 +443,7 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "linalg_householder_product", "orgqr", "linalg_tensorinv", "linalg_tensorsolve",
             "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
             "linalg_ldl_factor", "linalg_ldl_solve", "geqrf", "ormqr"]
+__all__ += ["linalg_eig", "linalg_eigvals"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -1765,3 +1774,71 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     if transpose:
         Q = Q.mT
     return Q @ input3 if left else input3 @ Q
+
+
+# =========================================================================== eig: the
+# eigendecomposition of general square matrices, whose results are complex
+
+EigResult = _named("linalg_eig", ("eigenvalues", "eigenvectors"))
+
+
+def _eig_samples(make):
+    return [Sample(make(3, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3, dtype=complex128)),
+            Sample(make(2, 2, 2, dtype=complex128)), Sample(make(1, 1))]
+
+
+def _complex_of(dtype):
+    return complex64 if dtype in (float32, complex64) else complex128
+
+
+@op(inputs=("A",), method=False, function=False, samples=_eig_samples)
+def linalg_eig(A):
+    """Eigenvalues and eigenvectors of each square matrix of ``A`` (LAPACK's geev: each
+    eigenvector of unit norm, its largest component real), complex whatever ``A``'s
+    dtype."""
+    check_matrix(A, "linalg.eig")
+    w, v = _lapack("linalg.eig", np.linalg.eig, _array(A))
+    dtype = _complex_of(A._dtype)
+    return from_numpy_result(w.astype(dtype.np), dtype), \
+        from_numpy_result(v.astype(dtype.np), dtype)
+
+
+def _check_phase_invariant(VhgV_diagonal, fn):
+    """PyTorch's refusal of a loss that depends on the eigenvectors' phases: the imaginary
+    part of diag(Vᴴ gV) must vanish (checked on every sample under vmap)."""
+    imaginary = _physical_array(VhgV_diagonal.imag.detach())
+    if not np.all(np.abs(imaginary) <= 1e-2):
+        raise RuntimeError(f"{fn}: The eigenvectors in the complex case are specified up to "
+                           "multiplication by e^{i phi}. The specified loss function depends "
+                           "on this quantity, so it is ill-defined.")
+
+
+@linalg_eig.def_derivative("A")
+def linalg_eig(grad, result0, result1):
+    # PyTorch's linalg_eig_backward: V^-H (diag(gL) + (Vᴴ gV, projected onto the unit
+    # columns) / conj(L_j - L_i)) Vᴴ; a real A takes the real part (the engine does)
+    gL, gV = grad
+    L, V = result0, result1
+    Vh = V.mH
+    if gV is None:
+        return linalg_solve(Vh, gL.unsqueeze(-1) * Vh)
+    VhgV = Vh @ gV
+    diagonal = VhgV.diagonal(0, -2, -1)
+    _check_phase_invariant(diagonal, "linalg_eig_backward")
+    VhgV = VhgV - Vh @ (V * diagonal.real.unsqueeze(-2))
+    eye_ = _eye_like(L, L.shape[-1])
+    Lc = L.conj()
+    inner = VhgV / (Lc.unsqueeze(-2) - Lc.unsqueeze(-1) + eye_)
+    if gL is not None:
+        inner = inner * (1 - eye_) + _diag_embed(gL)
+    return linalg_solve(Vh, inner @ Vh)
+
+
+linalg_eig.def_batch_rule(one_matrix_batch_rule)
+
+
+@op(kind="composite", inputs=("A",), method=False, function=False, samples=_eig_samples)
+def linalg_eigvals(A):
+    """The eigenvalues of each square matrix of ``A`` (complex)."""
+    check_matrix(A, "linalg.eigvals")
+    return linalg_eig(A)[0]
