@@ -138,12 +138,12 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False):
         cutoff = _cutoff(magnitude.amax(-1, keepdim=True), atol, rtol)
         keep = magnitude > cutoff
         inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
-        return (V * inverse.unsqueeze(-2)) @ V.mT
+        return (V * inverse.unsqueeze(-2)) @ V.mH
     U, S, Vh = svd(A, full_matrices=False)
     cutoff = _cutoff(S.amax(-1, keepdim=True) if S.shape[-1] else S, atol, rtol)
     keep = S > cutoff
     inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
-    return (Vh.mT * inverse.unsqueeze(-2)) @ U.mT
+    return (Vh.mH * inverse.unsqueeze(-2)) @ U.mH
 
 
 def _eps(A):
@@ -181,7 +181,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
     if rcond is None:
         rcond = _eps(A) * max(rows, columns)
     solution = pinv(A, rtol=rcond) @ rhs
-    empty = A.new_empty((0,))
+    empty = A.new_empty((0,), dtype=_decomp._real_of(A.dtype))
     rank = residuals = singular_values = empty
     if driver != "gels":
         singular_values = svdvals(A.detach())

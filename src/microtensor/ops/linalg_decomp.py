@@ -58,7 +58,7 @@ def check_matrix(A, fn, square=True):
     if A._dtype not in (float32, float64, complex64, complex128):
         raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. "
                            f"Got {_type_name(A._dtype)}")
-    if A._dtype.is_complex and fn not in COMPLEX_FUNCTIONS:
+    if A._dtype.is_complex and fn.partition("(")[0] not in COMPLEX_FUNCTIONS:
         raise NotImplementedError(f"{fn}: complex tensors are not supported by microtensor "
                                   f"for this function. Got {_type_name(A._dtype)}")
     if square and A._sizes[-1] != A._sizes[-2]:
@@ -67,7 +67,16 @@ def check_matrix(A, fn, square=True):
 
 
 # the functions whose formulas (kernels and derivatives) are written for complex tensors
-COMPLEX_FUNCTIONS = {"linalg.eig", "linalg.eigvals", "linalg.solve"}
+COMPLEX_FUNCTIONS = {"linalg.eig", "linalg.eigvals", "linalg.solve", "linalg.inv", "linalg.det",
+                     "linalg.slogdet", "linalg.cholesky", "linalg.eigh", "linalg.qr",
+                     "linalg.svd", "linalg.pinv", "linalg.lstsq", "linalg.cond",
+                     "linalg.matrix_exp", "linalg.lu_solve", "linalg.solve_ex",
+                     "linalg.inv_ex", "cholesky_inverse"}
+
+
+def _real_of(dtype):
+    """The real dtype of ``dtype`` (itself when real): that of singular values, norms..."""
+    return {complex64: float32, complex128: float64}.get(dtype, dtype)
 
 
 def _array(t):
@@ -102,13 +111,19 @@ def _diag_embed(v):
 
 
 def _fold_lower(G):
-    """The gradient of a function of the lower triangle read as a symmetric matrix, from
-    the symmetric gradient ``G``: off-diagonal entries count twice."""
-    return (G + G.mT).tril(-1) + _diag_embed(G.diagonal(0, -2, -1))
+    """The gradient of a function of the lower triangle read as a symmetric (Hermitian)
+    matrix, from the symmetric (Hermitian) gradient ``G``: off-diagonal entries count
+    twice; LAPACK reads only the real part of a complex diagonal."""
+    return (G + G.mH).tril(-1) + _diag_embed(G.diagonal(0, -2, -1).real)
+
+
+def _hermitian_from_lower(a):
+    """The symmetric (Hermitian) matrices whose lower triangles the array ``a`` holds."""
+    return np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
 
 
 def _fold(G, upper):
-    return _fold_lower(G.mT).mT if upper else _fold_lower(G)
+    return _fold_lower(G.mH).mH if upper else _fold_lower(G)
 
 
 def _spd(make, *batch, n=3):
@@ -132,7 +147,7 @@ def linalg_inv(A):
 
 @linalg_inv.def_derivative("A")
 def linalg_inv(grad, result):
-    return -(result.mT @ grad @ result.mT)
+    return -(result.mH @ grad @ result.mH)
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -144,7 +159,7 @@ def linalg_det(A):
 
 @linalg_det.def_derivative("A")
 def linalg_det(grad, A, result):
-    return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
+    return (grad * result.conj()).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -152,16 +167,20 @@ def linalg_slogdet(A):
     """``(sign, logabsdet)`` of each square matrix of ``A``."""
     check_matrix(A, "linalg.slogdet")
     sign, logabsdet = np.linalg.slogdet(_array(A))
-    return _result(sign, A), _result(logabsdet, A)
+    return _result(sign, A), from_numpy_result(logabsdet, _real_of(A._dtype))
 
 
 @linalg_slogdet.def_derivative("A")
-def linalg_slogdet(grad, A):
-    # the sign is piecewise constant: only logabsdet carries a gradient
-    g = grad[1]
+def linalg_slogdet(grad, A, result0):
+    # a real sign is piecewise constant; a complex one, exp(i Im(log det)), adds
+    # i Im(gsign conj(sign)) to logabsdet's gradient (PyTorch's slogdet_backward)
+    gsign, g = grad
+    if A._dtype.is_complex and gsign is not None:
+        phase = (gsign * result0.conj()).imag * 1j
+        g = phase if g is None else g + phase
     if g is None:
         return None
-    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
+    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
 
 
 # --------------------------------------------------------------------------- solve
@@ -242,17 +261,16 @@ def linalg_cholesky(A, *, upper=False):
     positive-definite matrix of ``A``; only the lower triangle is read."""
     check_matrix(A, "linalg.cholesky")
     a = _array(A)
-    L = _lapack("linalg.cholesky", np.linalg.cholesky, np.tril(a) + np.swapaxes(
-        np.tril(a, -1), -1, -2))
-    return _result(np.swapaxes(L, -1, -2) if upper else L, A)
+    L = _lapack("linalg.cholesky", np.linalg.cholesky, _hermitian_from_lower(a))
+    return _result(np.conj(np.swapaxes(L, -1, -2)) if upper else L, A)
 
 
 @linalg_cholesky.def_derivative("A")
 def linalg_cholesky(grad, upper, result):
-    L, gL = (result.mT, grad.mT) if upper else (result, grad)
-    gA = (L.mT @ gL).tril()
-    gA = 0.5 * (gA + gA.tril(-1).mT)
-    gA = linalg_solve(L.mT, gA)
+    L, gL = (result.mH, grad.mH) if upper else (result, grad)
+    gA = (L.mH @ gL).tril()
+    gA = 0.5 * (gA + gA.tril(-1).mH)
+    gA = linalg_solve(L.mH, gA)
     gA = linalg_solve(L, gA, left=False)
     return _fold_lower(gA)
 
@@ -275,7 +293,7 @@ def linalg_eigh(A, UPLO="L"):
     check_matrix(A, "linalg.eigh")
     _check_uplo(UPLO)
     w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
-    return _result(w, A), _result(v, A)
+    return from_numpy_result(w, _real_of(A._dtype)), _result(v, A)
 
 
 @linalg_eigh.def_derivative("A")
@@ -284,16 +302,18 @@ def linalg_eigh(grad, UPLO, result0, result1):
     L, V = result0, result1
     n = L.shape[-1]
     if gV is None:
-        inner = _diag_embed(gL)
+        inner = _diag_embed(gL).to(V.dtype)
     else:
-        VhgV = V.mT @ gV
-        VhgV = 0.5 * (VhgV - VhgV.mT)
+        VhgV = V.mH @ gV
+        if V._dtype.is_complex:
+            _check_phase_invariant(VhgV.diagonal(0, -2, -1), "linalg_eigh_backward")
+        VhgV = 0.5 * (VhgV - VhgV.mH)
         eye = _eye_like(L, n)
         E = L.unsqueeze(-2) - L.unsqueeze(-1) + eye
         inner = VhgV / E * (1 - eye)
         if gL is not None:
             inner = inner + _diag_embed(gL)
-    return _fold(V @ inner @ V.mT, UPLO == "U")
+    return _fold(V @ inner @ V.mH, UPLO == "U")
 
 
 # --------------------------------------------------------------------------- qr
@@ -335,16 +355,16 @@ def linalg_qr(grad, A_shape, mode, result0, result1):
         raise NotImplementedError("linalg.qr: the derivative for more columns than rows is "
                                   "not implemented")
     if gQ is None:
-        M = gR @ R.mT
+        M = gR @ R.mH
     elif gR is None:
-        M = -(Q.mT @ gQ)
+        M = -(Q.mH @ gQ)
     else:
-        M = gR @ R.mT - Q.mT @ gQ
+        M = gR @ R.mH - Q.mH @ gQ
     M = M.triu()
-    gA = Q @ (M + M.mT - _diag_embed(M.diagonal(0, -2, -1)))
+    gA = Q @ (M + M.mH - _diag_embed(M.diagonal(0, -2, -1).real))
     if gQ is not None:
         gA = gA + gQ
-    return linalg_solve(R.mT, gA, left=False)
+    return linalg_solve(R.mH, gA, left=False)
 
 
 # --------------------------------------------------------------------------- svd
@@ -359,7 +379,7 @@ def linalg_svd(A, full_matrices=True):
     """``U, S, Vh`` of each matrix of ``A`` (S descending)."""
     check_matrix(A, "linalg.svd", square=False)
     u, s, vh = _lapack("linalg.svd", np.linalg.svd, _array(A), full_matrices)
-    return _result(u, A), _result(s, A), _result(vh, A)
+    return _result(u, A), from_numpy_result(s, _real_of(A._dtype)), _result(vh, A)
 
 
 @linalg_svd.def_derivative("A")
@@ -378,29 +398,46 @@ def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
     eye = _eye_like(S, k)
     S2 = S * S
     E = S2.unsqueeze(-2) - S2.unsqueeze(-1) + eye
-    inner = None
+    inner = UhgU = VhgV = None
     if gU is not None:
-        UhgU = U.mT @ gU
-        inner = (UhgU - UhgU.mT) * S.unsqueeze(-2)
+        UhgU = U.mH @ gU
+        UhgU = UhgU - UhgU.mH
+        inner = UhgU * S.unsqueeze(-2)
     if gVh is not None:
-        V, gV = Vh.mT, gVh.mT
-        VhgV = V.mT @ gV
-        term = S.unsqueeze(-1) * (VhgV - VhgV.mT)
+        V, gV = Vh.mH, gVh.mH
+        VhgV = V.mH @ gV
+        VhgV = VhgV - VhgV.mH
+        term = S.unsqueeze(-1) * VhgV
         inner = term if inner is None else inner + term
+    if U._dtype.is_complex:
+        # the loss may not depend on the phases of the pairs of singular vectors
+        _check_svd_phase_invariant(UhgU, VhgV)
     gA = inner / E * (1 - eye)
     if gS is not None:
         gA = gA + _diag_embed(gS)
+    if UhgU is not None and VhgV is not None and U._dtype.is_complex:
+        gA = gA + _diag_embed(UhgU.diagonal(0, -2, -1) / (2 * S))
     if m > n and gU is not None:
         gA = U @ gA
         gUSinv = gU / S.unsqueeze(-2)
-        gA = (gA + gUSinv - U @ (U.mT @ gUSinv)) @ Vh
+        gA = (gA + gUSinv - U @ (U.mH @ gUSinv)) @ Vh
     elif m < n and gVh is not None:
         gA = gA @ Vh
-        gVSinv = gVh.mT / S.unsqueeze(-2)
-        gA = U @ (gA + gVSinv.mT - (gVSinv.mT @ Vh.mT) @ Vh)
+        gVSinv = gVh.mH / S.unsqueeze(-2)
+        gA = U @ (gA + gVSinv.mH - (gVSinv.mH @ Vh.mH) @ Vh)
     else:
         gA = U @ gA @ Vh
     return gA
+
+
+def _check_svd_phase_invariant(UhgU, VhgV):
+    """PyTorch's refusal of a loss that depends on the phases of the singular vectors:
+    Im diag(Uᴴ gU - gUᴴ U) must equal -Im diag(Vᴴ gV - gVᴴ V)."""
+    total = sum(X.diagonal(0, -2, -1).imag for X in (UhgU, VhgV) if X is not None)
+    if not np.all(np.abs(_physical_array(total.detach())) <= 1e-2):
+        raise RuntimeError("svd_backward: The singular vectors in the complex case are "
+                           "specified up to multiplication by e^{i phi}. The specified loss "
+                           "function depends on this phase term, making it ill-defined.")
 
 
 def _wrap_all(result, level):
@@ -474,8 +511,11 @@ def _logdet_samples(make):
 
 @op(kind="composite", inputs=("self",), samples=_logdet_samples)
 def logdet(self):
-    """log(det): NaN for a negative determinant, -inf for a zero one."""
+    """log(det): NaN for a negative determinant, -inf for a zero one (complex: the
+    principal logarithm)."""
     sign, logabsdet = linalg_slogdet(self)
+    if self._dtype.is_complex:
+        return sign.log() + logabsdet
     return REGISTRY["where"](sign < 0, logabsdet.new_full((), float("nan")), logabsdet)
 
 
@@ -494,7 +534,7 @@ def svd(self, some=True, compute_uv=True):
         batch = tuple(self.shape[:-2])
         return SvdTuple(self.new_zeros(batch + (m, m)), S, self.new_zeros(batch + (n, n)))
     U, S, Vh = linalg_svd(self, not some)
-    return SvdTuple(U, S, Vh.mT)
+    return SvdTuple(U, S, Vh.mH)
 
 
 @op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
@@ -596,8 +636,8 @@ def linalg_matrix_exp(grad, A):
     # exp([[Aᵀ, grad], [0, Aᵀ]])
     n = A.shape[-1]
     cat = REGISTRY["cat"]
-    top = cat((A.mT, grad), -1)
-    bottom = cat((A.new_zeros(A.shape), A.mT), -1)
+    top = cat((A.mH, grad), -1)
+    bottom = cat((A.new_zeros(A.shape), A.mH), -1)
     block = linalg_matrix_exp(cat((top, bottom), -2))
     return block[..., :n, n:]
 
@@ -793,9 +833,10 @@ def _vecdot_samples(make):
 @op(kind="composite", inputs=("x", "y"), method=False, function=False,
     samples=_vecdot_samples)
 def linalg_vecdot(x, y, *, dim=-1):
-    """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``."""
+    """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``, ``x``
+    conjugated."""
     _check_same_dtype("linalg.vecdot", "x", x, "y", y)
-    return (x * y).sum(dim)
+    return (x.conj() * y).sum(dim)
 
 
 def _vander_samples(make):
@@ -852,7 +893,7 @@ def linalg_matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
     if A.dim() < 2:
         raise RuntimeError("torch.linalg.matrix_rank: The input tensor input must have at "
                            "least 2 dimensions.")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise RuntimeError("This function doesn't handle types other than float and double")
     S = linalg_eigh(A)[0].abs() if hermitian else linalg_svd(A, False)[1]
     cutoff = singular_value_cutoff(A, S, atol, rtol)
@@ -963,7 +1004,7 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     if A._sizes[-1] != A._sizes[-2]:
         raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
                            f"{A._sizes[-2]} by {A._sizes[-1]} matrices")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"triangular_solve_cpu\" not implemented for "
                                   f"'{_type_name(A._dtype)}'")
     _check_same_dtype(fn, "A", A, "B", B)
@@ -979,9 +1020,9 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
 
 @linalg_solve_triangular.def_joint_derivative
 def linalg_solve_triangular(grad, A, upper, left, unitriangular, result, A_shape, B_shape):
-    gB = linalg_solve_triangular(A.mT, grad, upper=not upper, left=left,
+    gB = linalg_solve_triangular(A.mH, grad, upper=not upper, left=left,
                                  unitriangular=unitriangular)
-    gA = -(gB @ result.mT) if left else -(result.mT @ gB)
+    gA = -(gB @ result.mH) if left else -(result.mH @ gB)
     return (_triangle(gA, upper, unitriangular).sum_to_size(A_shape),
             gB.sum_to_size(B_shape))
 
@@ -1035,9 +1076,9 @@ def cholesky_solve(self, input2, upper=False):
         raise RuntimeError(f"Incompatible matrix sizes for cholesky_solve: each A matrix is "
                            f"{n} by {n} but each b matrix is {self.shape[-2]} by "
                            f"{self.shape[-1]}")
-    lower = input2.mT if upper else input2
+    lower = input2.mH if upper else input2
     half = linalg_solve_triangular(lower, self, upper=False)
-    return linalg_solve_triangular(lower.mT, half, upper=True)
+    return linalg_solve_triangular(lower.mH, half, upper=True)
 
 
 @op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
@@ -1055,6 +1096,13 @@ def cholesky_inverse(self, upper=False):
 
 # --------------------------------------------------------------------------- LU
 
+def _pivot_magnitude(column):
+    """LAPACK's i?amax measure: |x| for real values, |Re x| + |Im x| for complex ones."""
+    if np.iscomplexobj(column):
+        return np.abs(column.real) + np.abs(column.imag)
+    return np.abs(column)
+
+
 def lu_array(a):
     """LAPACK's getrf on a (batch of) matrix array, as arrays ``(LU, pivots, info)``:
     partial pivoting (the first largest magnitude of the column, as LAPACK's idamax), a
@@ -1068,7 +1116,7 @@ def lu_array(a):
     info = np.zeros(count, np.int32)
     every = np.arange(count)
     for j in range(k):
-        p = j + np.argmax(np.abs(lu[:, j:, j]), axis=-1)
+        p = j + np.argmax(_pivot_magnitude(lu[:, j:, j]), axis=-1)
         pivots[:, j] = p + 1
         row = lu[every, j].copy()
         lu[every, j] = lu[every, p]
@@ -1097,7 +1145,7 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got "
                            f"size: {list(A.shape)} instead")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"lu_cpu\" not implemented for '{_type_name(A._dtype)}'")
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the "
@@ -1117,17 +1165,17 @@ def _lu_factor_backward(gLU, P, L, U):
     gL, gU = gLU[..., :, :k].tril(-1), gLU[..., :k, :].triu()
     if m <= n:
         # A = P L [U1 U2]: L and U1 are the LU of the first m columns
-        inner = (L.mT @ gL - gU @ U.mT).tril(-1)
-        inner = linalg_solve_triangular(U[..., :, :m].mT, inner, upper=False, left=False)
+        inner = (L.mH @ gL - gU @ U.mH).tril(-1)
+        inner = linalg_solve_triangular(U[..., :, :m].mH, inner, upper=False, left=False)
         inner = REGISTRY["cat"]((inner + gU[..., :, :m], gU[..., :, m:]), -1)
-        gA = linalg_solve_triangular(L.mT, inner, upper=True, unitriangular=True)
+        gA = linalg_solve_triangular(L.mH, inner, upper=True, unitriangular=True)
     else:
         # A = P [L1; L2] U: L1 and U are the LU of the first n rows
-        inner = (gU @ U.mT - L.mT @ gL).triu()
-        inner = linalg_solve_triangular(L[..., :n, :].mT, inner, upper=True,
+        inner = (gU @ U.mH - L.mH @ gL).triu()
+        inner = linalg_solve_triangular(L[..., :n, :].mH, inner, upper=True,
                                         unitriangular=True)
         inner = REGISTRY["cat"]((inner + gL[..., :n, :], gL[..., n:, :]), -2)
-        gA = linalg_solve_triangular(U.mT, inner, upper=False, left=False)
+        gA = linalg_solve_triangular(U.mH, inner, upper=False, left=False)
     return P @ gA
 
 
@@ -1275,10 +1323,10 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     if left and not adjoint:
         return solve(LU, solve(LU, P.mT @ B, False, True), True)
     if left:
-        return P @ solve(LU.mT, solve(LU.mT, B, False), True, True)
+        return P @ solve(LU.mH, solve(LU.mH, B, False), True, True)
     if not adjoint:
         return solve(LU, solve(LU, B, True), False, True) @ P.mT
-    return solve(LU.mT, solve(LU.mT, B @ P, True, True), False)
+    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False)
 
 
 def _solve_ex_samples(make):
@@ -1326,22 +1374,21 @@ def cholesky_array(a):
     (every matrix in each step) to find each failing matrix's ``info``, the order of its
     first leading minor that is not positive-definite, where LAPACK's potrf stops (its
     partial factor, the failing pivot on the diagonal, is returned)."""
-    symmetric = np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
     try:
-        return np.linalg.cholesky(symmetric), np.zeros(a.shape[:-2], np.int32)
+        return np.linalg.cholesky(_hermitian_from_lower(a)), np.zeros(a.shape[:-2], np.int32)
     except np.linalg.LinAlgError:
         pass
     L = np.tril(a).reshape((-1,) + a.shape[-2:])
     info = np.zeros(L.shape[0], np.int32)
     for j in range(a.shape[-1]):
         going = info == 0
-        pivot = L[:, j, j] - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j])
+        pivot = L[:, j, j].real - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j].conj()).real
         failed = going & ~(pivot > 0)
         info[failed] = j + 1
         going &= ~failed
         L[:, j, j] = np.where(going, np.sqrt(np.where(going, pivot, 1)),
                               np.where(failed, pivot, L[:, j, j]))
-        below = (L[:, j + 1:, j] - (L[:, j + 1:, :j] @ L[:, j, :j, None])[..., 0]) / \
+        below = (L[:, j + 1:, j] - (L[:, j + 1:, :j] @ L[:, j, :j, None].conj())[..., 0]) / \
             L[:, j, j, None]
         L[:, j + 1:, j] = np.where(going[:, None], below, L[:, j + 1:, j])
     return L.reshape(a.shape), info.reshape(a.shape[:-2])
@@ -1356,7 +1403,7 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     L, info = cholesky_array(_host(A))
     if check_errors:
         raise_for_info(info, "linalg.cholesky_ex", "cholesky", A.dim() > 2)
-    return (_on_device_of(A, np.swapaxes(L, -1, -2) if upper else L),
+    return (_on_device_of(A, np.conj(np.swapaxes(L, -1, -2)) if upper else L),
             _on_device_of(A, info, int32))
 
 
@@ -1406,7 +1453,7 @@ def linalg_householder_product(A, tau):
     Q = eye_mk.expand(tuple(A.shape)).clone()
     for i in reversed(range(k)):
         v = reflectors[..., :, i:i + 1]
-        Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mT @ Q)
+        Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mH @ Q)
     return Q
 
 
@@ -1772,7 +1819,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     # the k reflectors padded with zero columns: the first m columns of H_1 ... H_k, all of Q
     Q = linalg_householder_product(REGISTRY["pad"](self[..., :, :k], (0, m - k)), input2)
     if transpose:
-        Q = Q.mT
+        Q = Q.mH
     return Q @ input3 if left else input3 @ Q
 
 
