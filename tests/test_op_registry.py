@@ -247,9 +247,19 @@ def _gradcheck_setup(name, index):
     return f, inputs
 
 
-# Eigenvectors are defined up to a phase, and a loss that depends on it has no gradient
-# (PyTorch's error): checked through their absolute values, as PyTorch's OpInfo does
-PHASE_INVARIANT_OUTPUTS = {"linalg_eig": lambda L, V: (L, V.abs())}
+# Complex eigenvectors and singular vectors are defined up to a phase, and a loss that
+# depends on it has no gradient (PyTorch's error): checked through their absolute values,
+# as PyTorch's OpInfo does
+def _phase_free(*outputs, vectors):
+    return tuple(o.abs() if i in vectors and o.is_complex() else o
+                 for i, o in enumerate(outputs))
+
+
+PHASE_INVARIANT_OUTPUTS = {
+    "linalg_eig": lambda *out: _phase_free(*out, vectors=(1,)),
+    "linalg_eigh": lambda *out: _phase_free(*out, vectors=(1,)),
+    "linalg_svd": lambda *out: _phase_free(*out, vectors=(0, 2)),
+    "svd": lambda *out: _phase_free(*out, vectors=(0, 2))}
 
 
 # PyTorch's CTC gradient adds exp(log_probs) to the derivative (log_probs are taken to come

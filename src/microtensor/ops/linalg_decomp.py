@@ -128,12 +128,17 @@ def _fold(G, upper):
 
 def _spd(make, *batch, n=3):
     B = make(*batch, n, n)
-    return (B @ B.mT + _eye_like(B, n) * n).detach()
+    return (B @ B.mH + _eye_like(B, n) * n).detach()
+
+
+def _complex(make):
+    """``make`` for complex128 tensors: the complex samples of the linear algebra."""
+    return lambda *shape: make(*shape, dtype=complex128)
 
 
 def _square_samples(make):
     return [Sample(_spd(make) - make(3, 3) * 0.5), Sample(_spd(make, 2) + make(2, 3, 3) * 0.3),
-            Sample(_spd(make, n=1))]
+            Sample(_spd(make, n=1)), Sample(_spd(_complex(make)) - _complex(make)(3, 3) * 0.5)]
 
 
 # --------------------------------------------------------------------------- inv, det
@@ -194,7 +199,8 @@ def _solve_samples(make):
     return [Sample(_square_samples(make)[0].args[0], make(3, 2)),
             Sample(_square_samples(make)[1].args[0], make(2, 3, 1)),
             Sample(_square_samples(make)[1].args[0], make(2, 3)),
-            Sample(_square_samples(make)[0].args[0], make(3))]
+            Sample(_square_samples(make)[0].args[0], make(3)),
+            Sample(_square_samples(make)[-1].args[0], _complex(make)(3, 2))]
 
 
 @op(inputs=("A", "B"), method=False, function=False, samples=_solve_samples)
@@ -252,7 +258,8 @@ def linalg_solve(op, level, args, kwargs):
 # --------------------------------------------------------------------------- cholesky
 
 def _spd_samples(make):
-    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), upper=True)]
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), upper=True),
+            Sample(_spd(_complex(make), 2))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_spd_samples)
@@ -278,7 +285,8 @@ def linalg_cholesky(grad, upper, result):
 # --------------------------------------------------------------------------- eigh
 
 def _eigh_samples(make):
-    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), UPLO="U")]
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), UPLO="U"),
+            Sample(_spd(_complex(make)), UPLO="U")]
 
 
 def _check_uplo(UPLO):
@@ -320,7 +328,8 @@ def linalg_eigh(grad, UPLO, result0, result1):
 
 def _qr_samples(make):
     # mode="r" has no derivative (tests/test_linalg_ops.py covers it)
-    return [Sample(make(4, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3), mode="complete")]
+    return [Sample(make(4, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3), mode="complete"),
+            Sample(_complex(make)(4, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_qr_samples)
@@ -371,7 +380,8 @@ def linalg_qr(grad, A_shape, mode, result0, result1):
 
 def _svd_samples(make):
     return [Sample(make(4, 3), full_matrices=False), Sample(make(2, 3, 3)),
-            Sample(make(2, 4), full_matrices=False), Sample(make(3, 2), full_matrices=False)]
+            Sample(make(2, 4), full_matrices=False), Sample(make(3, 2), full_matrices=False),
+            Sample(_complex(make)(2, 4, 3), full_matrices=False)]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_svd_samples)
@@ -521,7 +531,8 @@ def logdet(self):
 
 def _svd_tuple_samples(make):
     return [Sample(make(4, 3)), Sample(make(2, 3, 3), some=False),
-            Sample(make(2, 4), compute_uv=False)]
+            Sample(make(2, 4), compute_uv=False),
+            Sample(_complex(make)(3, 2))]
 
 
 @op(kind="composite", inputs=("self",), samples=_svd_tuple_samples)
@@ -545,7 +556,8 @@ def cholesky(self, upper=False):
 
 def _matrix_power_samples(make):
     return [Sample(make(3, 3), 3), Sample(make(2, 2, 2), 0), Sample(make(2, 2), 1),
-            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6)]
+            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6),
+            Sample(_complex(make)(3, 3), 3)]
 
 
 @op(kind="composite", inputs=("self",), samples=_matrix_power_samples)
@@ -614,7 +626,8 @@ def _expm(a):
 
 def _matrix_exp_samples(make):
     return [Sample(make(3, 3)), Sample(make(2, 2, 2) * 4), Sample(make(1, 1)),
-            Sample(make(0, 2, 2))]
+            Sample(make(0, 2, 2)),
+            Sample(_complex(make)(3, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_matrix_exp_samples)
@@ -763,7 +776,8 @@ def _triangular(make, *batch, n=3, upper=False, unit=False):
 def _multi_dot_samples(make):
     return [Sample([make(2, 3), make(3, 4)]), Sample([make(3), make(3, 4), make(4, 2)]),
             Sample([make(2, 3), make(3, 4), make(4, 2), make(2)]),
-            Sample([make(3), make(3)])]
+            Sample([make(3), make(3)]),
+            Sample([_complex(make)(2, 3), _complex(make)(3, 4), _complex(make)(4)])]
 
 
 def _chain_order(dims):
@@ -827,7 +841,7 @@ def linalg_multi_dot(tensors):
 
 def _vecdot_samples(make):
     return [Sample(make(2, 3), make(3)), Sample(make(3, 4), make(3, 4), dim=0),
-            Sample(make(4), make(4))]
+            Sample(make(4), make(4)), Sample(_complex(make)(2, 3), _complex(make)(3))]
 
 
 @op(kind="composite", inputs=("x", "y"), method=False, function=False,
@@ -864,7 +878,8 @@ def _tolerance_samples(make):
     low_rank = make(4, 2) @ make(2, 3)
     return [Sample(make(3, 3)), Sample(low_rank), Sample(low_rank, rtol=0.9),
             Sample(make(2, 3, 4), atol=1.0), Sample(_spd(make, 2), hermitian=True),
-            Sample(low_rank, atol=0.5, rtol=0.1)]
+            Sample(low_rank, atol=0.5, rtol=0.1), Sample(_complex(make)(3, 4)),
+            Sample(_spd(_complex(make)), hermitian=True)]
 
 
 def singular_value_cutoff(A, S, atol, rtol):
@@ -906,7 +921,9 @@ _COND_ORDERS = (None, 2, -2, "fro", "nuc", math.inf, -math.inf, 1, -1)
 def _cond_samples(make):
     return [Sample(_spd(make) - make(3, 3))] + [
         Sample(_square_samples(make)[1].args[0], p) for p in _COND_ORDERS[1:]] + [
-        Sample(make(4, 3)), Sample(make(2, 4), -2)]
+        Sample(make(4, 3)), Sample(make(2, 4), -2),
+        Sample(_square_samples(make)[-1].args[0]),
+        Sample(_square_samples(make)[-1].args[0], "fro")]
 
 
 @op(kind="composite", inputs=("A",), method=False, function=False, samples=_cond_samples)
@@ -982,7 +999,8 @@ def _solve_triangular_samples(make):
             Sample(_triangular(make, unit=True), make(2, 1, 3, 2), upper=False,
                    unitriangular=True),
             Sample(_triangular(make, upper=True, unit=True) + make(3, 3).tril(-1), make(2, 3),
-                   upper=True, left=False, unitriangular=True)]
+                   upper=True, left=False, unitriangular=True),
+            Sample(_triangular(_complex(make), upper=True), _complex(make)(3, 2), upper=True)]
 
 
 def _triangle(G, upper, unitriangular):
@@ -1133,7 +1151,7 @@ def lu_array(a):
 
 def _lu_samples(make):
     return [Sample(make(3, 3)), Sample(make(2, 3, 3)), Sample(make(4, 2)), Sample(make(2, 4)),
-            Sample(make(3, 3), check_errors=True)]
+            Sample(make(3, 3), check_errors=True), Sample(_complex(make)(2, 3, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_lu_samples)
@@ -1291,7 +1309,9 @@ def _lu_solve_samples(make):
     return [Sample(*factors(2, 3, 3), make(2, 3, 2)),
             Sample(*factors(2, 3, 3), make(3, 1), adjoint=True),
             Sample(*factors(2, 3, 3), make(2, 3), left=False),
-            Sample(*factors(2, 3, 3), make(1, 3), left=False, adjoint=True)]
+            Sample(*factors(2, 3, 3), make(1, 3), left=False, adjoint=True),
+            Sample(*linalg_lu_factor_ex(_square_samples(make)[-1].args[0])[:2],
+                   _complex(make)(3, 2), adjoint=True)]
 
 
 @op(kind="composite", inputs=("LU", "B"), method=False, function=False,
@@ -1419,7 +1439,7 @@ linalg_cholesky_ex.def_batch_rule(one_matrix_batch_rule)
 
 def _householder_samples(make):
     return [Sample(make(4, 3), make(3)), Sample(make(2, 3, 3), make(2, 2)),
-            Sample(make(3, 2), make(1))]
+            Sample(make(3, 2), make(1)), Sample(_complex(make)(4, 3), _complex(make)(2))]
 
 
 @op(kind="composite", inputs=("A", "tau"), method=False, function=False,
