@@ -208,8 +208,7 @@ __all__ += ["eig", "eigvals"]
 
 
 # --------------------------------------------------------------------------- the rest of
-# torch.linalg for real dtypes (not yet eig and eigvals, whose results are complex): the
-# ops of ``ops.linalg_decomp`` and aliases of top-level ops
+# torch.linalg: the ops of ``ops.linalg_decomp`` and aliases of top-level ops
 
 def cross(input, other, *, dim=-1):
     from microtensor import cross as _cross

@@ -1,8 +1,10 @@
 """Matrix decompositions and solvers of ``torch.linalg``: ``linalg_inv``, ``linalg_det``,
 ``linalg_slogdet``, ``linalg_solve``, ``linalg_cholesky``, ``linalg_qr``, ``linalg_svd``,
-``linalg_eigh``; the triangular solve, the LU, LDLᵀ and info-reporting Cholesky
-factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names written
-with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``, ``cholesky_solve`` ...).
+``linalg_eigh``, ``linalg_eig``; the triangular solve, the LU, LDLᵀ and info-reporting
+Cholesky factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names
+written with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``,
+``cholesky_solve`` ...).  Real and complex dtypes alike (the formulas take conjugate
+transposes), but for the LDLᵀ factorization, which refuses complex tensors.
 
 Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call; the
 factorizations NumPy does not wrap (LU, LDLᵀ, Cholesky with its info) are LAPACK's
@@ -10,9 +12,9 @@ algorithms written out in NumPy, a Python step per column over the whole batch.
 Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
 are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
 gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
-only; their derivatives are those of that function (PyTorch's symmetric gradient folded
-onto the triangle read), so that they agree with finite differences on any input and with
-PyTorch's along every symmetric direction.
+only; their derivatives are those of that function (PyTorch's symmetric or Hermitian
+gradient folded onto the triangle read), so that they agree with finite differences on any
+input and with PyTorch's along every symmetric (Hermitian) direction.
 """
 import math
 from collections import namedtuple
@@ -664,7 +666,7 @@ def matrix_exp(self):
 
 
 # =========================================================================== the rest of
-# torch.linalg for real dtypes: products, ranks and condition numbers, triangular solves,
+# torch.linalg: products, ranks and condition numbers, triangular solves,
 # LU, Cholesky and inverse with ``info``, Householder products, tensor inverses; and
 # PyTorch's top-level names for them (cholesky_solve, triangular_solve, lu, ...)
 
@@ -1774,7 +1776,8 @@ GeqrfResult = _named("geqrf", ("a", "tau"))
 
 
 def _geqrf_samples(make):
-    return [Sample(make(4, 3)), Sample(make(2, 3, 5)), Sample(make(3, 3))]
+    return [Sample(make(4, 3)), Sample(make(2, 3, 5)), Sample(make(3, 3)),
+            Sample(_complex(make)(4, 3))]
 
 
 # PyTorch has no derivative of geqrf: none here either
@@ -1785,7 +1788,7 @@ def geqrf(self):
     ``tau`` (``linalg.householder_product(a, tau)`` is ``Q``)."""
     if self.dim() < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
-    if self._dtype not in (float32, float64):
+    if self._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"geqrf_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
     # NumPy's 'raw' mode gives LAPACK's reflectors in column-major order: transposed
@@ -1803,7 +1806,8 @@ def geqrf(op, level, args, kwargs):
 def _ormqr_samples(make):
     return [Sample(make(4, 3), make(3), make(4, 2)),
             Sample(make(2, 4, 3), make(2, 3), make(2, 2, 4), False, True),
-            Sample(make(3, 4), make(3), make(3, 3), True, True)]
+            Sample(make(3, 4), make(3), make(3, 3), True, True),
+            Sample(_complex(make)(4, 3), _complex(make)(3), _complex(make)(4, 2), True, True)]
 
 
 @op(kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
@@ -1864,7 +1868,10 @@ def linalg_eig(A):
     eigenvector of unit norm, its largest component real), complex whatever ``A``'s
     dtype."""
     check_matrix(A, "linalg.eig")
-    w, v = _lapack("linalg.eig", np.linalg.eig, _array(A))
+    a = _array(A)
+    if not array_module(a).isfinite(a).all():
+        raise RuntimeError("torch.linalg.eig: input tensor should not contain infs or NaNs.")
+    w, v = _lapack("linalg.eig", np.linalg.eig, a)
     dtype = _complex_of(A._dtype)
     return from_numpy_result(w.astype(dtype.np), dtype), \
         from_numpy_result(v.astype(dtype.np), dtype)
