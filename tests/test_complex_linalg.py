@@ -426,3 +426,23 @@ def test_contiguous_copies_of_complex128_views():
     for view in (z.mT, z[:, ::2], z.mH):
         copy = view.contiguous()
         assert copy.is_contiguous() and copy.tolist() == view.tolist()
+
+
+@pytest.mark.parametrize("loss", [
+    lambda A: (mt.linalg.eigvals(A) * mt.tensor([1.0, 2j, -1.0])).abs().sum(),
+    lambda A: mt.linalg.eig(A)[1].abs().sum() + mt.linalg.eig(A)[0].real.sum(),
+    lambda A: mt.linalg.svdvals(A).sum() + mt.linalg.slogdet(A)[1],
+    lambda A: mt.linalg.eigh(A @ A.mH)[1].abs().sum(),
+    lambda A: mt.linalg.inv(A).abs().sum() + mt.linalg.det(A).real])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_vmap_of_grad_matches_the_loop(loss, dtype):
+    A = mt.tensor(well_conditioned(3, 3, 3, dtype=dtype))
+    context = no_fallback()
+    try:
+        batched = mt.vmap(mt.func.grad(loss))(A)
+    finally:
+        context.__exit__(None, None, None)
+    for i in range(3):
+        leaf = A[i].clone().requires_grad_()
+        loss(leaf).backward()
+        close(batched[i], arr(leaf.grad), 1e-10, 1e-12)

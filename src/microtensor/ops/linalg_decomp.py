@@ -69,11 +69,11 @@ def check_matrix(A, fn, square=True):
 
 
 # the functions whose formulas (kernels and derivatives) are written for complex tensors
-COMPLEX_FUNCTIONS = {"linalg.eig", "linalg.eigvals", "linalg.solve", "linalg.inv", "linalg.det",
-                     "linalg.slogdet", "linalg.cholesky", "linalg.eigh", "linalg.qr",
-                     "linalg.svd", "linalg.pinv", "linalg.lstsq", "linalg.cond",
-                     "linalg.matrix_exp", "linalg.lu_solve", "linalg.solve_ex",
-                     "linalg.inv_ex", "cholesky_inverse"}
+COMPLEX_FUNCTIONS = {
+    "linalg.eig", "linalg.eigvals", "linalg.solve", "linalg.solve_ex", "linalg.inv",
+    "linalg.inv_ex", "linalg.det", "linalg.slogdet", "linalg.cholesky", "linalg.eigh",
+    "linalg.qr", "linalg.svd", "linalg.pinv", "linalg.lstsq", "linalg.cond",
+    "linalg.matrix_exp", "linalg.lu_solve", "cholesky_inverse"}
 
 
 def _real_of(dtype):
@@ -140,7 +140,8 @@ def _complex(make):
 
 def _square_samples(make):
     return [Sample(_spd(make) - make(3, 3) * 0.5), Sample(_spd(make, 2) + make(2, 3, 3) * 0.3),
-            Sample(_spd(make, n=1)), Sample(_spd(_complex(make)) - _complex(make)(3, 3) * 0.5)]
+            Sample(_spd(make, n=1)),
+            Sample(_spd(_complex(make)) - _complex(make)(3, 3) * 0.5)]
 
 
 # --------------------------------------------------------------------------- inv, det
@@ -266,7 +267,7 @@ def _spd_samples(make):
 
 @op(inputs=("A",), method=False, function=False, samples=_spd_samples)
 def linalg_cholesky(A, *, upper=False):
-    """The Cholesky factor (lower, or upper with ``upper=True``) of each symmetric
+    """The Cholesky factor (lower, or upper with ``upper=True``) of each Hermitian
     positive-definite matrix of ``A``; only the lower triangle is read."""
     check_matrix(A, "linalg.cholesky")
     a = _array(A)
@@ -298,8 +299,8 @@ def _check_uplo(UPLO):
 
 @op(inputs=("A",), method=False, function=False, samples=_eigh_samples)
 def linalg_eigh(A, UPLO="L"):
-    """Eigenvalues (ascending) and eigenvectors of each symmetric matrix of ``A``, read
-    from its ``UPLO`` triangle."""
+    """Eigenvalues (ascending, real) and eigenvectors of each Hermitian matrix of ``A``,
+    read from its ``UPLO`` triangle."""
     check_matrix(A, "linalg.eigh")
     _check_uplo(UPLO)
     w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
@@ -647,8 +648,8 @@ def linalg_matrix_exp(A):
 
 @linalg_matrix_exp.def_derivative("A")
 def linalg_matrix_exp(grad, A):
-    # the Fréchet derivative of exp at Aᵀ in the direction grad: the upper right block of
-    # exp([[Aᵀ, grad], [0, Aᵀ]])
+    # the Fréchet derivative of exp at Aᴴ in the direction grad: the upper right block of
+    # exp([[Aᴴ, grad], [0, Aᴴ]])
     n = A.shape[-1]
     cat = REGISTRY["cat"]
     top = cat((A.mH, grad), -1)
@@ -1079,8 +1080,8 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
 def cholesky_solve(self, input2, upper=False):
-    """``X`` with ``A @ X = self`` for ``A = L Lᵀ`` given its Cholesky factor ``input2``
-    (``Uᵀ U`` when ``upper``), of which only that triangle is read."""
+    """``X`` with ``A @ X = self`` for ``A = L Lᴴ`` given its Cholesky factor ``input2``
+    (``Uᴴ U`` when ``upper``), of which only that triangle is read."""
     if self.dim() < 2:
         raise RuntimeError(f"b should have at least 2 dimensions, but has {self.dim()} "
                            "dimensions instead")
@@ -1104,7 +1105,7 @@ def cholesky_solve(self, input2, upper=False):
 @op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
                                              Sample(_triangular(make, 2, upper=True), True)])
 def cholesky_inverse(self, upper=False):
-    """The inverse of ``A = L Lᵀ`` (``Uᵀ U`` when ``upper``) from its Cholesky factor."""
+    """The inverse of ``A = L Lᴴ`` (``Uᴴ U`` when ``upper``) from its Cholesky factor."""
     check_matrix(self, "cholesky_inverse")
     zero = self.diagonal(0, -2, -1) == 0
     # LAPACK's potri reports the first zero on each diagonal, counted from 1 (0: none)
@@ -1448,7 +1449,7 @@ def _householder_samples(make):
     samples=_householder_samples)
 def linalg_householder_product(A, tau):
     """The first ``n`` columns of ``H_1 ... H_k`` (``A``: m x n), ``H_i = I - tau_i v_i
-    v_iᵀ`` with ``v_i`` column i of ``A`` below the diagonal and 1 on it (the ``Q`` of
+    v_iᴴ`` with ``v_i`` column i of ``A`` below the diagonal and 1 on it (the ``Q`` of
     LAPACK's geqrf reflectors): one product per reflector, every matrix of the batch in
     each."""
     fn = "torch.linalg.householder_product"
