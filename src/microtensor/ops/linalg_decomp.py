@@ -1870,7 +1870,7 @@ def linalg_eig(A):
     dtype."""
     check_matrix(A, "linalg.eig")
     a = _array(A)
-    if not array_module(a).isfinite(a).all():
+    if not np.isfinite(a).all():
         raise RuntimeError("torch.linalg.eig: input tensor should not contain infs or NaNs.")
     w, v = _lapack("linalg.eig", np.linalg.eig, a)
     dtype = _complex_of(A._dtype)
