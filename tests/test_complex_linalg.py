@@ -3,6 +3,7 @@
 result dtypes, gradients on the same seeded upstream gradients (PyTorch's conjugate
 Wirtinger convention), gradcheck in complex128, PyTorch's errors, and vmap (one call,
 never the fallback)."""
+import contextlib
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import microtensor as mt
 from microtensor.autograd import gradcheck, gradgradcheck
+from microtensor.testing import seed_for
 
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests")
 
@@ -44,12 +46,19 @@ def close(a, b, rtol=1e-7, atol=1e-9):
                                rtol=rtol, atol=atol)
 
 
+@pytest.fixture(autouse=True)
+def _own_random_stream(request):
+    """Each test draws from its own stream, whatever ran before it."""
+    global RNG
+    RNG = np.random.default_rng(seed_for(request.node.nodeid))
+
+
+@contextlib.contextmanager
 def no_fallback():
-    """A context in which vmap's per-sample fallback (which warns) fails the test."""
-    context = warnings.catch_warnings()
-    context.__enter__()
-    warnings.simplefilter("error")
-    return context
+    """vmap's per-sample fallback (which warns) fails the test inside."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
 
 
 def tolerance(dtype):
@@ -132,12 +141,9 @@ def test_eig_gradcheck_and_gradgradcheck(dtype):
 
 def test_eig_under_vmap_is_one_call_and_matches_the_loop():
     A = mt.tensor(values(4, 3, 3))
-    context = no_fallback()
-    try:
+    with no_fallback():
         L, V = mt.vmap(mt.linalg.eig)(A)
         L2 = mt.vmap(mt.linalg.eigvals, in_dims=1)(A.movedim(0, 1))
-    finally:
-        context.__exit__(None, None, None)
     for i in range(4):
         Li, Vi = mt.linalg.eig(A[i])
         close(L[i], arr(Li), 0, 0)
@@ -408,11 +414,8 @@ def test_phase_dependent_losses_are_refused_as_torch(name, fn):
     lambda A: mt.linalg.vecdot(A, A)])
 def test_complex_ops_under_vmap_are_one_call_and_match_the_loop(fn):
     A = mt.tensor(well_conditioned(4, 3, 3))
-    context = no_fallback()
-    try:
+    with no_fallback():
         batched = mt.vmap(fn)(A)
-    finally:
-        context.__exit__(None, None, None)
     batched = batched if isinstance(batched, tuple) else (batched,)
     for i in range(4):
         single = fn(A[i])
@@ -437,11 +440,8 @@ def test_contiguous_copies_of_complex128_views():
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_vmap_of_grad_matches_the_loop(loss, dtype):
     A = mt.tensor(well_conditioned(3, 3, 3, dtype=dtype))
-    context = no_fallback()
-    try:
+    with no_fallback():
         batched = mt.vmap(mt.func.grad(loss))(A)
-    finally:
-        context.__exit__(None, None, None)
     for i in range(3):
         leaf = A[i].clone().requires_grad_()
         loss(leaf).backward()
