@@ -164,15 +164,32 @@ def test_eig_errors_match_torch():
 
 # --------------------------------------------------------------------------- refusals
 
-def test_a_function_without_complex_formulas_says_so():
+def test_complex_hermitian_ldl_is_refused_saying_so():
     A = mt.tensor(hermitian_pd(3, 3))
-    with pytest.raises(NotImplementedError, match="torch.linalg.ldl_factor_ex: complex tensors "
-                       "are not supported by microtensor for this function. Got "
-                       "ComplexDouble"):
+    message = "complex Hermitian matrices \\(hermitian=True\\) are not supported by microtensor"
+    with pytest.raises(NotImplementedError, match="torch.linalg.ldl_factor_ex: " + message):
         mt.linalg.ldl_factor(A, hermitian=True)
+    LD, pivots = mt.linalg.ldl_factor(A)
+    with pytest.raises(NotImplementedError, match="torch.linalg.ldl_solve: " + message):
+        mt.linalg.ldl_solve(LD, pivots, A, hermitian=True)
     with pytest.raises(RuntimeError, match="linalg.inv: Expected a floating point or complex "
                        "tensor as input. Got Long"):
         mt.linalg.inv(mt.ones(2, 2, dtype=mt.int64))
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2)])
+def test_complex_symmetric_ldl_matches_torch(shape):
+    a = values(*shape)
+    a = a + np.swapaxes(a, -1, -2)                  # symmetric, not Hermitian
+    b = values(*shape[:-1], 2)
+    A, tA = pair(a)
+    LD, pivots, info = mt.linalg.ldl_factor_ex(A)
+    tLD, tpivots, tinfo = torch.linalg.ldl_factor_ex(tA)
+    close(LD, tLD, 1e-10, 1e-12)
+    assert pivots.tolist() == tpivots.tolist() and info.tolist() == tinfo.tolist()
+    X = mt.linalg.ldl_solve(LD, pivots, mt.tensor(b))
+    close(X, torch.linalg.ldl_solve(tLD, tpivots, torch.tensor(b)), 1e-10, 1e-12)
+    np.testing.assert_allclose(a @ arr(X), b, atol=1e-10)
 
 
 # --------------------------------------------------------------------------- complex inputs

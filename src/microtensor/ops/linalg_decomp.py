@@ -4,7 +4,7 @@
 Cholesky factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names
 written with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``,
 ``cholesky_solve`` ...).  Real and complex dtypes alike (the formulas take conjugate
-transposes), but for the LDLᵀ factorization, which refuses complex tensors.
+transposes), but for the LDLᴴ of complex Hermitian matrices, which is refused.
 
 Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call; the
 factorizations NumPy does not wrap (LU, LDLᵀ, Cholesky with its info) are LAPACK's
@@ -73,7 +73,8 @@ COMPLEX_FUNCTIONS = {
     "linalg.eig", "linalg.eigvals", "linalg.solve", "linalg.solve_ex", "linalg.inv",
     "linalg.inv_ex", "linalg.det", "linalg.slogdet", "linalg.cholesky", "linalg.eigh",
     "linalg.qr", "linalg.svd", "linalg.pinv", "linalg.lstsq", "linalg.cond",
-    "linalg.matrix_exp", "linalg.lu_solve", "cholesky_inverse"}
+    "linalg.matrix_exp", "linalg.lu_solve", "cholesky_inverse", "torch.linalg.ldl_factor_ex",
+    "torch.linalg.ldl_solve"}
 
 
 def _real_of(dtype):
@@ -1575,6 +1576,14 @@ def _swap_rows(M, first, second, where):
     M[every, second] = np.where(where, a, b)
 
 
+def _refuse_complex_hermitian(A, hermitian, fn):
+    """The LDLᴴ of complex Hermitian matrices (LAPACK's hetrf) is not written here."""
+    if hermitian and A._dtype.is_complex:
+        raise NotImplementedError(f"{fn}: complex Hermitian matrices (hermitian=True) are not "
+                                  "supported by microtensor; complex symmetric ones "
+                                  "(hermitian=False) are")
+
+
 def ldl_array(a):
     """``(LD, pivots, info)`` of the symmetric matrices whose lower triangles ``a`` holds:
     LAPACK's sytf2 (``info``: the 1-based index of the first zero of D, 0 if none)."""
@@ -1589,12 +1598,12 @@ def ldl_array(a):
     while (k < n).any():
         active = k < n
         kc = np.minimum(k, n - 1)
-        column = np.abs(M[every, :, kc])
+        column = _pivot_magnitude(M[every, :, kc])
         below = np.where(index > kc[:, None], column, -1.0)
         imax = np.argmax(below, -1)                # the first largest, as LAPACK's idamax
         colmax = np.maximum(below.max(-1), 0.0)
         absakk = column[every, kc]
-        row = np.abs(M[every, imax])
+        row = _pivot_magnitude(M[every, imax])
         rowmax = np.where((index >= kc[:, None]) & (index != imax[:, None]), row, 0.0).max(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             keep = (absakk >= _BUNCH_KAUFMAN_ALPHA * colmax) | \
@@ -1694,22 +1703,24 @@ def ldl_solve_array(LD, pivots, B):
 
 
 def _ldl_samples(make):
-    def symmetric(*shape):
+    def symmetric(*shape, make=make):
         M = make(*shape)
         return (M + M.mT).detach()
     return [Sample(symmetric(4, 4)), Sample(symmetric(3, 5, 5)), Sample(make(3, 3)),
-            Sample(symmetric(3, 3), hermitian=True), Sample(symmetric(2, 2), check_errors=True)]
+            Sample(symmetric(3, 3), hermitian=True), Sample(symmetric(2, 2), check_errors=True),
+            Sample(symmetric(3, 3, make=_complex(make)))]
 
 
 # PyTorch has no derivative of the LDLᵀ factorization or its solve: neither has one here
 @op(inputs=("A",), method=False, function=False, differentiable=False, samples=_ldl_samples)
 def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     """``(LD, pivots, info)``: LAPACK's compact LDLᵀ of each symmetric matrix of ``A``
-    (lower triangle read; ``hermitian`` is the same for real dtypes), its int32
-    Bunch-Kaufman pivots (negative for a 2x2 block of D) and the index of the first zero
-    of D (0: none)."""
+    (lower triangle read; ``hermitian`` is the same for real dtypes; complex ones are
+    factored as symmetric, LAPACK's sytrf), its int32 Bunch-Kaufman pivots (negative for
+    a 2x2 block of D) and the index of the first zero of D (0: none)."""
     fn = "torch.linalg.ldl_factor_ex"
     check_matrix(A, fn)
+    _refuse_complex_hermitian(A, hermitian, fn)
     LD, pivots, info = ldl_array(_host(A))
     if check_errors:
         raise_for_info(info, fn, "ldl", A.dim() > 2)
@@ -1732,7 +1743,9 @@ def linalg_ldl_factor(A, *, hermitian=False):
 def _ldl_solve_samples(make):
     factors = [linalg_ldl_factor_ex(s.args[0])[:2] for s in _ldl_samples(make)[:2]]
     return [Sample(*factors[0], make(4, 2)), Sample(*factors[1], make(3, 5, 1)),
-            Sample(*factors[0], make(2, 4, 3), hermitian=True)]
+            Sample(*factors[0], make(2, 4, 3), hermitian=True),
+            Sample(*linalg_ldl_factor_ex(_ldl_samples(make)[-1].args[0])[:2],
+                   _complex(make)(3, 2))]
 
 
 @op(inputs=("LD", "B"), method=False, function=False, differentiable=False,
@@ -1742,6 +1755,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     ``B`` broadcast)."""
     fn = "torch.linalg.ldl_solve"
     check_matrix(LD, fn)
+    _refuse_complex_hermitian(LD, hermitian, fn)
     if B.dim() < 2:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-max(B.dim(), 1)}, {max(B.dim(), 1) - 1}], but got -2)")
