@@ -30,8 +30,9 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 # test_every_op_has_samples; give it samples instead of growing this list.
 OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
-# Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
-# shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
+# Decompositions whose vectors are defined up to sign or phase (LAPACK builds may pick
+# either): shapes and dtypes compared here, values through invariants in
+# tests/test_linalg_ops.py and tests/test_complex_linalg.py.
 GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd", "linalg_eig"}
 
 

@@ -324,7 +324,6 @@ def ldl_solve(LD, pivots, B, *, hermitian=False):
     return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)
 
 
-
 # --------------------------------------------------------------------------- eig
 
 def eig(A):
