@@ -30,9 +30,10 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 # test_every_op_has_samples; give it samples instead of growing this list.
 OPS_WITHOUT_SAMPLES = {"_max_dim", "_min_dim", "_norm2", "_std", "_var"}
 
-# Decompositions whose vectors are defined up to sign (LAPACK builds may pick either):
-# shapes and dtypes compared here, values through invariants in tests/test_linalg_ops.py.
-GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd"}
+# Decompositions whose vectors are defined up to sign or phase (LAPACK builds may pick
+# either): shapes and dtypes compared here, values through invariants in
+# tests/test_linalg_ops.py and tests/test_complex_linalg.py.
+GAUGE_DEPENDENT = {"linalg_eigh", "linalg_qr", "linalg_svd", "svd", "linalg_eig"}
 
 
 # ------------------------------------------------------------------ collecting samples
@@ -241,7 +242,25 @@ def _gradcheck_setup(name, index):
     # a clone: expanded (overlapping) samples become dense, as gradcheck requires
     inputs = tuple(container[key].detach().clone().requires_grad_()
                    for container, key in places)
-    return _as_function(op, args, kwargs, places), inputs
+    f = _as_function(op, args, kwargs, places)
+    if name in PHASE_INVARIANT_OUTPUTS:
+        return (lambda *tensors: PHASE_INVARIANT_OUTPUTS[name](*f(*tensors))), inputs
+    return f, inputs
+
+
+# Complex eigenvectors and singular vectors are defined up to a phase, and a loss that
+# depends on it has no gradient (PyTorch's error): checked through their absolute values,
+# as PyTorch's OpInfo does
+def _phase_free(*outputs, vectors):
+    return tuple(o.abs() if i in vectors and o.is_complex() else o
+                 for i, o in enumerate(outputs))
+
+
+PHASE_INVARIANT_OUTPUTS = {
+    "linalg_eig": lambda *out: _phase_free(*out, vectors=(1,)),
+    "linalg_eigh": lambda *out: _phase_free(*out, vectors=(1,)),
+    "linalg_svd": lambda *out: _phase_free(*out, vectors=(0, 2)),
+    "svd": lambda *out: _phase_free(*out, vectors=(0, 2))}
 
 
 # PyTorch's CTC gradient adds exp(log_probs) to the derivative (log_probs are taken to come

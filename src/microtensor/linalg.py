@@ -138,12 +138,12 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False):
         cutoff = _cutoff(magnitude.amax(-1, keepdim=True), atol, rtol)
         keep = magnitude > cutoff
         inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
-        return (V * inverse.unsqueeze(-2)) @ V.mT
+        return (V * inverse.unsqueeze(-2)) @ V.mH
     U, S, Vh = svd(A, full_matrices=False)
     cutoff = _cutoff(S.amax(-1, keepdim=True) if S.shape[-1] else S, atol, rtol)
     keep = S > cutoff
     inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
-    return (Vh.mT * inverse.unsqueeze(-2)) @ U.mT
+    return (Vh.mH * inverse.unsqueeze(-2)) @ U.mH
 
 
 def _eps(A):
@@ -181,7 +181,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
     if rcond is None:
         rcond = _eps(A) * max(rows, columns)
     solution = pinv(A, rtol=rcond) @ rhs
-    empty = A.new_empty((0,))
+    empty = A.new_empty((0,), dtype=_decomp._real_of(A.dtype))
     rank = residuals = singular_values = empty
     if driver != "gels":
         singular_values = svdvals(A.detach())
@@ -204,11 +204,11 @@ __all__ += ["cross", "diagonal", "matmul", "vecdot", "vander", "multi_dot", "mat
             "cholesky_ex", "lu_factor", "lu_factor_ex", "lu", "lu_solve",
             "householder_product", "tensorinv", "tensorsolve", "ldl_factor", "ldl_factor_ex",
             "ldl_solve"]
+__all__ += ["eig", "eigvals"]
 
 
 # --------------------------------------------------------------------------- the rest of
-# torch.linalg for real dtypes (not yet eig and eigvals, whose results are complex): the
-# ops of ``ops.linalg_decomp`` and aliases of top-level ops
+# torch.linalg: the ops of ``ops.linalg_decomp`` and aliases of top-level ops
 
 def cross(input, other, *, dim=-1):
     from microtensor import cross as _cross
@@ -322,3 +322,18 @@ def ldl_factor(A, *, hermitian=False):
 
 def ldl_solve(LD, pivots, B, *, hermitian=False):
     return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)
+
+
+# --------------------------------------------------------------------------- eig
+
+def eig(A):
+    """``(eigenvalues, eigenvectors)`` of each square matrix of ``A``, complex whatever
+    ``A``'s dtype (complex64 for float32 and complex64, else complex128); each eigenvector
+    has unit norm and is defined up to a phase, so a loss that depends on that phase has
+    no gradient (PyTorch's error)."""
+    return _decomp.EigResult(*_decomp.linalg_eig(A))
+
+
+def eigvals(A):
+    """The eigenvalues of each square matrix of ``A`` (complex)."""
+    return _decomp.linalg_eigvals(A)

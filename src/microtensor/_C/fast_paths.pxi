@@ -339,7 +339,8 @@ cdef void _copy_disjoint(TensorBase dst, TensorBase src) except *:
         src_strides[i] = _byte_stride(src._strides[i], item)
     if kernels.copy_raw(src._dtype.typenum, item, _ptr(dst), dst_strides, _ptr(src),
                         src_strides, shape, ndim) < 0:
-        raise TypeError(f"no copy kernel for {src._dtype}")
+        # no raw kernel moves elements of this width (complex128): NumPy copies them
+        dst._array()[...] = src._array()
 
 
 cdef object _parameter_cls = None   # nn.Parameter: served by the fast paths like Tensor

@@ -1,8 +1,10 @@
 """Matrix decompositions and solvers of ``torch.linalg``: ``linalg_inv``, ``linalg_det``,
 ``linalg_slogdet``, ``linalg_solve``, ``linalg_cholesky``, ``linalg_qr``, ``linalg_svd``,
-``linalg_eigh``; the triangular solve, the LU, LDLᵀ and info-reporting Cholesky
-factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names written
-with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``, ``cholesky_solve`` ...).
+``linalg_eigh``, ``linalg_eig``; the triangular solve, the LU, LDLᵀ and info-reporting
+Cholesky factorizations, and the rest of ``torch.linalg`` and PyTorch's top-level names
+written with them (``linalg_lu_solve``, ``linalg_inv_ex``, ``linalg_cond``,
+``cholesky_solve`` ...).  Real and complex dtypes alike (the formulas take conjugate
+transposes), but for the LDLᴴ of complex Hermitian matrices, which is refused.
 
 Kernels are NumPy's LAPACK wrappers, batched over the leading dims in one call; the
 factorizations NumPy does not wrap (LU, LDLᵀ, Cholesky with its info) are LAPACK's
@@ -10,9 +12,9 @@ algorithms written out in NumPy, a Python step per column over the whole batch.
 Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
 are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
 gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
-only; their derivatives are those of that function (PyTorch's symmetric gradient folded
-onto the triangle read), so that they agree with finite differences on any input and with
-PyTorch's along every symmetric direction.
+only; their derivatives are those of that function (PyTorch's symmetric or Hermitian
+gradient folded onto the triangle read), so that they agree with finite differences on any
+input and with PyTorch's along every symmetric (Hermitian) direction.
 """
 import math
 from collections import namedtuple
@@ -20,7 +22,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
-from microtensor._C.tensor import float32, float64, int32
+from microtensor._C.tensor import complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
@@ -51,15 +53,33 @@ EighResult = _named("linalg_eigh", ("eigenvalues", "eigenvectors"))
 # --------------------------------------------------------------------------- checks
 
 def check_matrix(A, fn, square=True):
-    """PyTorch's checks of a (batch of) matrix argument: floating dtype, 2+ dims, square."""
+    """PyTorch's checks of a (batch of) matrix argument: floating or complex dtype, 2+
+    dims, square."""
     if A.dim() < 2:
         raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. "
                            f"Got {_type_name(A._dtype)}")
+    if A._dtype.is_complex and fn.partition("(")[0] not in COMPLEX_FUNCTIONS:
+        raise NotImplementedError(f"{fn}: complex tensors are not supported by microtensor "
+                                  f"for this function. Got {_type_name(A._dtype)}")
     if square and A._sizes[-1] != A._sizes[-2]:
         raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
                            f"{A._sizes[-2]} by {A._sizes[-1]} matrices")
+
+
+# the functions whose formulas (kernels and derivatives) are written for complex tensors
+COMPLEX_FUNCTIONS = {
+    "linalg.eig", "linalg.eigvals", "linalg.solve", "linalg.solve_ex", "linalg.inv",
+    "linalg.inv_ex", "linalg.det", "linalg.slogdet", "linalg.cholesky", "linalg.eigh",
+    "linalg.qr", "linalg.svd", "linalg.pinv", "linalg.lstsq", "linalg.cond",
+    "linalg.matrix_exp", "linalg.lu_solve", "cholesky_inverse", "torch.linalg.ldl_factor_ex",
+    "torch.linalg.ldl_solve"}
+
+
+def _real_of(dtype):
+    """The real dtype of ``dtype`` (itself when real): that of singular values, norms..."""
+    return {complex64: float32, complex128: float64}.get(dtype, dtype)
 
 
 def _array(t):
@@ -94,23 +114,35 @@ def _diag_embed(v):
 
 
 def _fold_lower(G):
-    """The gradient of a function of the lower triangle read as a symmetric matrix, from
-    the symmetric gradient ``G``: off-diagonal entries count twice."""
-    return (G + G.mT).tril(-1) + _diag_embed(G.diagonal(0, -2, -1))
+    """The gradient of a function of the lower triangle read as a symmetric (Hermitian)
+    matrix, from the symmetric (Hermitian) gradient ``G``: off-diagonal entries count
+    twice; LAPACK reads only the real part of a complex diagonal."""
+    return (G + G.mH).tril(-1) + _diag_embed(G.diagonal(0, -2, -1).real)
+
+
+def _hermitian_from_lower(a):
+    """The symmetric (Hermitian) matrices whose lower triangles the array ``a`` holds."""
+    return np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
 
 
 def _fold(G, upper):
-    return _fold_lower(G.mT).mT if upper else _fold_lower(G)
+    return _fold_lower(G.mH).mH if upper else _fold_lower(G)
 
 
 def _spd(make, *batch, n=3):
     B = make(*batch, n, n)
-    return (B @ B.mT + _eye_like(B, n) * n).detach()
+    return (B @ B.mH + _eye_like(B, n) * n).detach()
+
+
+def _complex(make):
+    """``make`` for complex128 tensors: the complex samples of the linear algebra."""
+    return lambda *shape: make(*shape, dtype=complex128)
 
 
 def _square_samples(make):
     return [Sample(_spd(make) - make(3, 3) * 0.5), Sample(_spd(make, 2) + make(2, 3, 3) * 0.3),
-            Sample(_spd(make, n=1))]
+            Sample(_spd(make, n=1)),
+            Sample(_spd(_complex(make)) - _complex(make)(3, 3) * 0.5)]
 
 
 # --------------------------------------------------------------------------- inv, det
@@ -124,7 +156,7 @@ def linalg_inv(A):
 
 @linalg_inv.def_derivative("A")
 def linalg_inv(grad, result):
-    return -(result.mT @ grad @ result.mT)
+    return -(result.mH @ grad @ result.mH)
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -136,7 +168,7 @@ def linalg_det(A):
 
 @linalg_det.def_derivative("A")
 def linalg_det(grad, A, result):
-    return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
+    return (grad * result.conj()).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -144,16 +176,20 @@ def linalg_slogdet(A):
     """``(sign, logabsdet)`` of each square matrix of ``A``."""
     check_matrix(A, "linalg.slogdet")
     sign, logabsdet = np.linalg.slogdet(_array(A))
-    return _result(sign, A), _result(logabsdet, A)
+    return _result(sign, A), from_numpy_result(logabsdet, _real_of(A._dtype))
 
 
 @linalg_slogdet.def_derivative("A")
-def linalg_slogdet(grad, A):
-    # the sign is piecewise constant: only logabsdet carries a gradient
-    g = grad[1]
+def linalg_slogdet(grad, A, result0):
+    # a real sign is piecewise constant; a complex one, exp(i Im(log det)), adds
+    # i Im(gsign conj(sign)) to logabsdet's gradient (PyTorch's slogdet_backward)
+    gsign, g = grad
+    if A._dtype.is_complex and gsign is not None:
+        phase = (gsign * result0.conj()).imag * 1j
+        g = phase if g is None else g + phase
     if g is None:
         return None
-    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
+    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
 
 
 # --------------------------------------------------------------------------- solve
@@ -167,7 +203,8 @@ def _solve_samples(make):
     return [Sample(_square_samples(make)[0].args[0], make(3, 2)),
             Sample(_square_samples(make)[1].args[0], make(2, 3, 1)),
             Sample(_square_samples(make)[1].args[0], make(2, 3)),
-            Sample(_square_samples(make)[0].args[0], make(3))]
+            Sample(_square_samples(make)[0].args[0], make(3)),
+            Sample(_square_samples(make)[-1].args[0], _complex(make)(3, 2))]
 
 
 @op(inputs=("A", "B"), method=False, function=False, samples=_solve_samples)
@@ -201,11 +238,11 @@ def linalg_solve(grad, A, B, left, result):
     vector = _vector_rhs(A, B)
     X, g = (result.unsqueeze(-1), grad.unsqueeze(-1)) if vector else (result, grad)
     if left:
-        gB = linalg_solve(A.mT, g)
-        gA = -(gB @ X.mT)
+        gB = linalg_solve(A.mH, g)
+        gA = -(gB @ X.mH)
     else:
-        gB = linalg_solve(A.mT, g, left=False)
-        gA = -(X.mT @ gB)
+        gB = linalg_solve(A.mH, g, left=False)
+        gA = -(X.mH @ gB)
     return gA, gB.squeeze(-1) if vector else gB
 
 
@@ -225,26 +262,26 @@ def linalg_solve(op, level, args, kwargs):
 # --------------------------------------------------------------------------- cholesky
 
 def _spd_samples(make):
-    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), upper=True)]
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), upper=True),
+            Sample(_spd(_complex(make), 2))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_spd_samples)
 def linalg_cholesky(A, *, upper=False):
-    """The Cholesky factor (lower, or upper with ``upper=True``) of each symmetric
+    """The Cholesky factor (lower, or upper with ``upper=True``) of each Hermitian
     positive-definite matrix of ``A``; only the lower triangle is read."""
     check_matrix(A, "linalg.cholesky")
     a = _array(A)
-    L = _lapack("linalg.cholesky", np.linalg.cholesky, np.tril(a) + np.swapaxes(
-        np.tril(a, -1), -1, -2))
-    return _result(np.swapaxes(L, -1, -2) if upper else L, A)
+    L = _lapack("linalg.cholesky", np.linalg.cholesky, _hermitian_from_lower(a))
+    return _result(np.conj(np.swapaxes(L, -1, -2)) if upper else L, A)
 
 
 @linalg_cholesky.def_derivative("A")
 def linalg_cholesky(grad, upper, result):
-    L, gL = (result.mT, grad.mT) if upper else (result, grad)
-    gA = (L.mT @ gL).tril()
-    gA = 0.5 * (gA + gA.tril(-1).mT)
-    gA = linalg_solve(L.mT, gA)
+    L, gL = (result.mH, grad.mH) if upper else (result, grad)
+    gA = (L.mH @ gL).tril()
+    gA = 0.5 * (gA + gA.tril(-1).mH)
+    gA = linalg_solve(L.mH, gA)
     gA = linalg_solve(L, gA, left=False)
     return _fold_lower(gA)
 
@@ -252,7 +289,8 @@ def linalg_cholesky(grad, upper, result):
 # --------------------------------------------------------------------------- eigh
 
 def _eigh_samples(make):
-    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), UPLO="U")]
+    return [Sample(_spd(make)), Sample(_spd(make, 2)), Sample(_spd(make), UPLO="U"),
+            Sample(_spd(_complex(make)), UPLO="U")]
 
 
 def _check_uplo(UPLO):
@@ -262,12 +300,12 @@ def _check_uplo(UPLO):
 
 @op(inputs=("A",), method=False, function=False, samples=_eigh_samples)
 def linalg_eigh(A, UPLO="L"):
-    """Eigenvalues (ascending) and eigenvectors of each symmetric matrix of ``A``, read
-    from its ``UPLO`` triangle."""
+    """Eigenvalues (ascending, real) and eigenvectors of each Hermitian matrix of ``A``,
+    read from its ``UPLO`` triangle."""
     check_matrix(A, "linalg.eigh")
     _check_uplo(UPLO)
     w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
-    return _result(w, A), _result(v, A)
+    return from_numpy_result(w, _real_of(A._dtype)), _result(v, A)
 
 
 @linalg_eigh.def_derivative("A")
@@ -276,23 +314,26 @@ def linalg_eigh(grad, UPLO, result0, result1):
     L, V = result0, result1
     n = L.shape[-1]
     if gV is None:
-        inner = _diag_embed(gL)
+        inner = _diag_embed(gL).to(V.dtype)
     else:
-        VhgV = V.mT @ gV
-        VhgV = 0.5 * (VhgV - VhgV.mT)
+        VhgV = V.mH @ gV
+        if V._dtype.is_complex:
+            _check_phase_invariant(VhgV.diagonal(0, -2, -1), "linalg_eigh_backward")
+        VhgV = 0.5 * (VhgV - VhgV.mH)
         eye = _eye_like(L, n)
         E = L.unsqueeze(-2) - L.unsqueeze(-1) + eye
         inner = VhgV / E * (1 - eye)
         if gL is not None:
             inner = inner + _diag_embed(gL)
-    return _fold(V @ inner @ V.mT, UPLO == "U")
+    return _fold(V @ inner @ V.mH, UPLO == "U")
 
 
 # --------------------------------------------------------------------------- qr
 
 def _qr_samples(make):
     # mode="r" has no derivative (tests/test_linalg_ops.py covers it)
-    return [Sample(make(4, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3), mode="complete")]
+    return [Sample(make(4, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3), mode="complete"),
+            Sample(_complex(make)(4, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_qr_samples)
@@ -327,23 +368,24 @@ def linalg_qr(grad, A_shape, mode, result0, result1):
         raise NotImplementedError("linalg.qr: the derivative for more columns than rows is "
                                   "not implemented")
     if gQ is None:
-        M = gR @ R.mT
+        M = gR @ R.mH
     elif gR is None:
-        M = -(Q.mT @ gQ)
+        M = -(Q.mH @ gQ)
     else:
-        M = gR @ R.mT - Q.mT @ gQ
+        M = gR @ R.mH - Q.mH @ gQ
     M = M.triu()
-    gA = Q @ (M + M.mT - _diag_embed(M.diagonal(0, -2, -1)))
+    gA = Q @ (M + M.mH - _diag_embed(M.diagonal(0, -2, -1).real))
     if gQ is not None:
         gA = gA + gQ
-    return linalg_solve(R.mT, gA, left=False)
+    return linalg_solve(R.mH, gA, left=False)
 
 
 # --------------------------------------------------------------------------- svd
 
 def _svd_samples(make):
     return [Sample(make(4, 3), full_matrices=False), Sample(make(2, 3, 3)),
-            Sample(make(2, 4), full_matrices=False), Sample(make(3, 2), full_matrices=False)]
+            Sample(make(2, 4), full_matrices=False), Sample(make(3, 2), full_matrices=False),
+            Sample(_complex(make)(2, 4, 3), full_matrices=False)]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_svd_samples)
@@ -351,7 +393,7 @@ def linalg_svd(A, full_matrices=True):
     """``U, S, Vh`` of each matrix of ``A`` (S descending)."""
     check_matrix(A, "linalg.svd", square=False)
     u, s, vh = _lapack("linalg.svd", np.linalg.svd, _array(A), full_matrices)
-    return _result(u, A), _result(s, A), _result(vh, A)
+    return _result(u, A), from_numpy_result(s, _real_of(A._dtype)), _result(vh, A)
 
 
 @linalg_svd.def_derivative("A")
@@ -370,29 +412,46 @@ def linalg_svd(grad, A_shape, full_matrices, result0, result1, result2):
     eye = _eye_like(S, k)
     S2 = S * S
     E = S2.unsqueeze(-2) - S2.unsqueeze(-1) + eye
-    inner = None
+    inner = UhgU = VhgV = None
     if gU is not None:
-        UhgU = U.mT @ gU
-        inner = (UhgU - UhgU.mT) * S.unsqueeze(-2)
+        UhgU = U.mH @ gU
+        UhgU = UhgU - UhgU.mH
+        inner = UhgU * S.unsqueeze(-2)
     if gVh is not None:
-        V, gV = Vh.mT, gVh.mT
-        VhgV = V.mT @ gV
-        term = S.unsqueeze(-1) * (VhgV - VhgV.mT)
+        V, gV = Vh.mH, gVh.mH
+        VhgV = V.mH @ gV
+        VhgV = VhgV - VhgV.mH
+        term = S.unsqueeze(-1) * VhgV
         inner = term if inner is None else inner + term
+    if U._dtype.is_complex:
+        # the loss may not depend on the phases of the pairs of singular vectors
+        _check_svd_phase_invariant(UhgU, VhgV)
     gA = inner / E * (1 - eye)
     if gS is not None:
         gA = gA + _diag_embed(gS)
+    if UhgU is not None and VhgV is not None and U._dtype.is_complex:
+        gA = gA + _diag_embed(UhgU.diagonal(0, -2, -1) / (2 * S))
     if m > n and gU is not None:
         gA = U @ gA
         gUSinv = gU / S.unsqueeze(-2)
-        gA = (gA + gUSinv - U @ (U.mT @ gUSinv)) @ Vh
+        gA = (gA + gUSinv - U @ (U.mH @ gUSinv)) @ Vh
     elif m < n and gVh is not None:
         gA = gA @ Vh
-        gVSinv = gVh.mT / S.unsqueeze(-2)
-        gA = U @ (gA + gVSinv.mT - (gVSinv.mT @ Vh.mT) @ Vh)
+        gVSinv = gVh.mH / S.unsqueeze(-2)
+        gA = U @ (gA + gVSinv.mH - (gVSinv.mH @ Vh.mH) @ Vh)
     else:
         gA = U @ gA @ Vh
     return gA
+
+
+def _check_svd_phase_invariant(UhgU, VhgV):
+    """PyTorch's refusal of a loss that depends on the phases of the singular vectors:
+    Im diag(Uᴴ gU - gUᴴ U) must equal -Im diag(Vᴴ gV - gVᴴ V)."""
+    total = sum(X.diagonal(0, -2, -1).imag for X in (UhgU, VhgV) if X is not None)
+    if not np.all(np.abs(_physical_array(total.detach())) <= 1e-2):
+        raise RuntimeError("svd_backward: The singular vectors in the complex case are "
+                           "specified up to multiplication by e^{i phi}. The specified loss "
+                           "function depends on this phase term, making it ill-defined.")
 
 
 def _wrap_all(result, level):
@@ -435,6 +494,7 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "linalg_householder_product", "orgqr", "linalg_tensorinv", "linalg_tensorsolve",
             "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
             "linalg_ldl_factor", "linalg_ldl_solve", "geqrf", "ormqr"]
+__all__ += ["linalg_eig", "linalg_eigvals"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -465,14 +525,18 @@ def _logdet_samples(make):
 
 @op(kind="composite", inputs=("self",), samples=_logdet_samples)
 def logdet(self):
-    """log(det): NaN for a negative determinant, -inf for a zero one."""
+    """log(det): NaN for a negative determinant, -inf for a zero one (complex: the
+    principal logarithm)."""
     sign, logabsdet = linalg_slogdet(self)
+    if self._dtype.is_complex:
+        return sign.log() + logabsdet
     return REGISTRY["where"](sign < 0, logabsdet.new_full((), float("nan")), logabsdet)
 
 
 def _svd_tuple_samples(make):
     return [Sample(make(4, 3)), Sample(make(2, 3, 3), some=False),
-            Sample(make(2, 4), compute_uv=False)]
+            Sample(make(2, 4), compute_uv=False),
+            Sample(_complex(make)(3, 2))]
 
 
 @op(kind="composite", inputs=("self",), samples=_svd_tuple_samples)
@@ -485,7 +549,7 @@ def svd(self, some=True, compute_uv=True):
         batch = tuple(self.shape[:-2])
         return SvdTuple(self.new_zeros(batch + (m, m)), S, self.new_zeros(batch + (n, n)))
     U, S, Vh = linalg_svd(self, not some)
-    return SvdTuple(U, S, Vh.mT)
+    return SvdTuple(U, S, Vh.mH)
 
 
 @op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
@@ -496,7 +560,8 @@ def cholesky(self, upper=False):
 
 def _matrix_power_samples(make):
     return [Sample(make(3, 3), 3), Sample(make(2, 2, 2), 0), Sample(make(2, 2), 1),
-            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6)]
+            Sample(_spd(make), -2), Sample(make(2, 3, 3), 6),
+            Sample(_complex(make)(3, 3), 3)]
 
 
 @op(kind="composite", inputs=("self",), samples=_matrix_power_samples)
@@ -565,7 +630,8 @@ def _expm(a):
 
 def _matrix_exp_samples(make):
     return [Sample(make(3, 3)), Sample(make(2, 2, 2) * 4), Sample(make(1, 1)),
-            Sample(make(0, 2, 2))]
+            Sample(make(0, 2, 2)),
+            Sample(_complex(make)(3, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_matrix_exp_samples)
@@ -583,12 +649,12 @@ def linalg_matrix_exp(A):
 
 @linalg_matrix_exp.def_derivative("A")
 def linalg_matrix_exp(grad, A):
-    # the Fréchet derivative of exp at Aᵀ in the direction grad: the upper right block of
-    # exp([[Aᵀ, grad], [0, Aᵀ]])
+    # the Fréchet derivative of exp at Aᴴ in the direction grad: the upper right block of
+    # exp([[Aᴴ, grad], [0, Aᴴ]])
     n = A.shape[-1]
     cat = REGISTRY["cat"]
-    top = cat((A.mT, grad), -1)
-    bottom = cat((A.new_zeros(A.shape), A.mT), -1)
+    top = cat((A.mH, grad), -1)
+    bottom = cat((A.new_zeros(A.shape), A.mH), -1)
     block = linalg_matrix_exp(cat((top, bottom), -2))
     return block[..., :n, n:]
 
@@ -602,7 +668,7 @@ def matrix_exp(self):
 
 
 # =========================================================================== the rest of
-# torch.linalg for real dtypes: products, ranks and condition numbers, triangular solves,
+# torch.linalg: products, ranks and condition numbers, triangular solves,
 # LU, Cholesky and inverse with ``info``, Householder products, tensor inverses; and
 # PyTorch's top-level names for them (cholesky_solve, triangular_solve, lu, ...)
 
@@ -714,7 +780,8 @@ def _triangular(make, *batch, n=3, upper=False, unit=False):
 def _multi_dot_samples(make):
     return [Sample([make(2, 3), make(3, 4)]), Sample([make(3), make(3, 4), make(4, 2)]),
             Sample([make(2, 3), make(3, 4), make(4, 2), make(2)]),
-            Sample([make(3), make(3)])]
+            Sample([make(3), make(3)]),
+            Sample([_complex(make)(2, 3), _complex(make)(3, 4), _complex(make)(4)])]
 
 
 def _chain_order(dims):
@@ -778,15 +845,16 @@ def linalg_multi_dot(tensors):
 
 def _vecdot_samples(make):
     return [Sample(make(2, 3), make(3)), Sample(make(3, 4), make(3, 4), dim=0),
-            Sample(make(4), make(4))]
+            Sample(make(4), make(4)), Sample(_complex(make)(2, 3), _complex(make)(3))]
 
 
 @op(kind="composite", inputs=("x", "y"), method=False, function=False,
     samples=_vecdot_samples)
 def linalg_vecdot(x, y, *, dim=-1):
-    """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``."""
+    """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``, ``x``
+    conjugated."""
     _check_same_dtype("linalg.vecdot", "x", x, "y", y)
-    return (x * y).sum(dim)
+    return (x.conj() * y).sum(dim)
 
 
 def _vander_samples(make):
@@ -814,7 +882,8 @@ def _tolerance_samples(make):
     low_rank = make(4, 2) @ make(2, 3)
     return [Sample(make(3, 3)), Sample(low_rank), Sample(low_rank, rtol=0.9),
             Sample(make(2, 3, 4), atol=1.0), Sample(_spd(make, 2), hermitian=True),
-            Sample(low_rank, atol=0.5, rtol=0.1)]
+            Sample(low_rank, atol=0.5, rtol=0.1), Sample(_complex(make)(3, 4)),
+            Sample(_spd(_complex(make)), hermitian=True)]
 
 
 def singular_value_cutoff(A, S, atol, rtol):
@@ -843,7 +912,7 @@ def linalg_matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
     if A.dim() < 2:
         raise RuntimeError("torch.linalg.matrix_rank: The input tensor input must have at "
                            "least 2 dimensions.")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise RuntimeError("This function doesn't handle types other than float and double")
     S = linalg_eigh(A)[0].abs() if hermitian else linalg_svd(A, False)[1]
     cutoff = singular_value_cutoff(A, S, atol, rtol)
@@ -856,7 +925,9 @@ _COND_ORDERS = (None, 2, -2, "fro", "nuc", math.inf, -math.inf, 1, -1)
 def _cond_samples(make):
     return [Sample(_spd(make) - make(3, 3))] + [
         Sample(_square_samples(make)[1].args[0], p) for p in _COND_ORDERS[1:]] + [
-        Sample(make(4, 3)), Sample(make(2, 4), -2)]
+        Sample(make(4, 3)), Sample(make(2, 4), -2),
+        Sample(_square_samples(make)[-1].args[0]),
+        Sample(_square_samples(make)[-1].args[0], "fro")]
 
 
 @op(kind="composite", inputs=("A",), method=False, function=False, samples=_cond_samples)
@@ -932,7 +1003,8 @@ def _solve_triangular_samples(make):
             Sample(_triangular(make, unit=True), make(2, 1, 3, 2), upper=False,
                    unitriangular=True),
             Sample(_triangular(make, upper=True, unit=True) + make(3, 3).tril(-1), make(2, 3),
-                   upper=True, left=False, unitriangular=True)]
+                   upper=True, left=False, unitriangular=True),
+            Sample(_triangular(_complex(make), upper=True), _complex(make)(3, 2), upper=True)]
 
 
 def _triangle(G, upper, unitriangular):
@@ -954,7 +1026,7 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     if A._sizes[-1] != A._sizes[-2]:
         raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are "
                            f"{A._sizes[-2]} by {A._sizes[-1]} matrices")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"triangular_solve_cpu\" not implemented for "
                                   f"'{_type_name(A._dtype)}'")
     _check_same_dtype(fn, "A", A, "B", B)
@@ -970,9 +1042,9 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
 
 @linalg_solve_triangular.def_joint_derivative
 def linalg_solve_triangular(grad, A, upper, left, unitriangular, result, A_shape, B_shape):
-    gB = linalg_solve_triangular(A.mT, grad, upper=not upper, left=left,
+    gB = linalg_solve_triangular(A.mH, grad, upper=not upper, left=left,
                                  unitriangular=unitriangular)
-    gA = -(gB @ result.mT) if left else -(result.mT @ gB)
+    gA = -(gB @ result.mH) if left else -(result.mH @ gB)
     return (_triangle(gA, upper, unitriangular).sum_to_size(A_shape),
             gB.sum_to_size(B_shape))
 
@@ -1009,8 +1081,8 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
 def cholesky_solve(self, input2, upper=False):
-    """``X`` with ``A @ X = self`` for ``A = L Lᵀ`` given its Cholesky factor ``input2``
-    (``Uᵀ U`` when ``upper``), of which only that triangle is read."""
+    """``X`` with ``A @ X = self`` for ``A = L Lᴴ`` given its Cholesky factor ``input2``
+    (``Uᴴ U`` when ``upper``), of which only that triangle is read."""
     if self.dim() < 2:
         raise RuntimeError(f"b should have at least 2 dimensions, but has {self.dim()} "
                            "dimensions instead")
@@ -1026,15 +1098,15 @@ def cholesky_solve(self, input2, upper=False):
         raise RuntimeError(f"Incompatible matrix sizes for cholesky_solve: each A matrix is "
                            f"{n} by {n} but each b matrix is {self.shape[-2]} by "
                            f"{self.shape[-1]}")
-    lower = input2.mT if upper else input2
+    lower = input2.mH if upper else input2
     half = linalg_solve_triangular(lower, self, upper=False)
-    return linalg_solve_triangular(lower.mT, half, upper=True)
+    return linalg_solve_triangular(lower.mH, half, upper=True)
 
 
 @op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
                                              Sample(_triangular(make, 2, upper=True), True)])
 def cholesky_inverse(self, upper=False):
-    """The inverse of ``A = L Lᵀ`` (``Uᵀ U`` when ``upper``) from its Cholesky factor."""
+    """The inverse of ``A = L Lᴴ`` (``Uᴴ U`` when ``upper``) from its Cholesky factor."""
     check_matrix(self, "cholesky_inverse")
     zero = self.diagonal(0, -2, -1) == 0
     # LAPACK's potri reports the first zero on each diagonal, counted from 1 (0: none)
@@ -1045,6 +1117,13 @@ def cholesky_inverse(self, upper=False):
 
 
 # --------------------------------------------------------------------------- LU
+
+def _pivot_magnitude(column):
+    """LAPACK's i?amax measure: |x| for real values, |Re x| + |Im x| for complex ones."""
+    if np.iscomplexobj(column):
+        return np.abs(column.real) + np.abs(column.imag)
+    return np.abs(column)
+
 
 def lu_array(a):
     """LAPACK's getrf on a (batch of) matrix array, as arrays ``(LU, pivots, info)``:
@@ -1059,7 +1138,7 @@ def lu_array(a):
     info = np.zeros(count, np.int32)
     every = np.arange(count)
     for j in range(k):
-        p = j + np.argmax(np.abs(lu[:, j:, j]), axis=-1)
+        p = j + np.argmax(_pivot_magnitude(lu[:, j:, j]), axis=-1)
         pivots[:, j] = p + 1
         row = lu[every, j].copy()
         lu[every, j] = lu[every, p]
@@ -1076,7 +1155,7 @@ def lu_array(a):
 
 def _lu_samples(make):
     return [Sample(make(3, 3)), Sample(make(2, 3, 3)), Sample(make(4, 2)), Sample(make(2, 4)),
-            Sample(make(3, 3), check_errors=True)]
+            Sample(make(3, 3), check_errors=True), Sample(_complex(make)(2, 3, 3))]
 
 
 @op(inputs=("A",), method=False, function=False, samples=_lu_samples)
@@ -1088,7 +1167,7 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     if A.dim() < 2:
         raise RuntimeError(f"torch.lu_factor: Expected tensor with 2 or more dimensions. Got "
                            f"size: {list(A.shape)} instead")
-    if A._dtype not in (float32, float64):
+    if A._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"lu_cpu\" not implemented for '{_type_name(A._dtype)}'")
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the "
@@ -1108,17 +1187,17 @@ def _lu_factor_backward(gLU, P, L, U):
     gL, gU = gLU[..., :, :k].tril(-1), gLU[..., :k, :].triu()
     if m <= n:
         # A = P L [U1 U2]: L and U1 are the LU of the first m columns
-        inner = (L.mT @ gL - gU @ U.mT).tril(-1)
-        inner = linalg_solve_triangular(U[..., :, :m].mT, inner, upper=False, left=False)
+        inner = (L.mH @ gL - gU @ U.mH).tril(-1)
+        inner = linalg_solve_triangular(U[..., :, :m].mH, inner, upper=False, left=False)
         inner = REGISTRY["cat"]((inner + gU[..., :, :m], gU[..., :, m:]), -1)
-        gA = linalg_solve_triangular(L.mT, inner, upper=True, unitriangular=True)
+        gA = linalg_solve_triangular(L.mH, inner, upper=True, unitriangular=True)
     else:
         # A = P [L1; L2] U: L1 and U are the LU of the first n rows
-        inner = (gU @ U.mT - L.mT @ gL).triu()
-        inner = linalg_solve_triangular(L[..., :n, :].mT, inner, upper=True,
+        inner = (gU @ U.mH - L.mH @ gL).triu()
+        inner = linalg_solve_triangular(L[..., :n, :].mH, inner, upper=True,
                                         unitriangular=True)
         inner = REGISTRY["cat"]((inner + gL[..., :n, :], gL[..., n:, :]), -2)
-        gA = linalg_solve_triangular(U.mT, inner, upper=False, left=False)
+        gA = linalg_solve_triangular(U.mH, inner, upper=False, left=False)
     return P @ gA
 
 
@@ -1234,7 +1313,9 @@ def _lu_solve_samples(make):
     return [Sample(*factors(2, 3, 3), make(2, 3, 2)),
             Sample(*factors(2, 3, 3), make(3, 1), adjoint=True),
             Sample(*factors(2, 3, 3), make(2, 3), left=False),
-            Sample(*factors(2, 3, 3), make(1, 3), left=False, adjoint=True)]
+            Sample(*factors(2, 3, 3), make(1, 3), left=False, adjoint=True),
+            Sample(*linalg_lu_factor_ex(_square_samples(make)[-1].args[0])[:2],
+                   _complex(make)(3, 2), adjoint=True)]
 
 
 @op(kind="composite", inputs=("LU", "B"), method=False, function=False,
@@ -1266,10 +1347,10 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     if left and not adjoint:
         return solve(LU, solve(LU, P.mT @ B, False, True), True)
     if left:
-        return P @ solve(LU.mT, solve(LU.mT, B, False), True, True)
+        return P @ solve(LU.mH, solve(LU.mH, B, False), True, True)
     if not adjoint:
         return solve(LU, solve(LU, B, True), False, True) @ P.mT
-    return solve(LU.mT, solve(LU.mT, B @ P, True, True), False)
+    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False)
 
 
 def _solve_ex_samples(make):
@@ -1317,22 +1398,21 @@ def cholesky_array(a):
     (every matrix in each step) to find each failing matrix's ``info``, the order of its
     first leading minor that is not positive-definite, where LAPACK's potrf stops (its
     partial factor, the failing pivot on the diagonal, is returned)."""
-    symmetric = np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
     try:
-        return np.linalg.cholesky(symmetric), np.zeros(a.shape[:-2], np.int32)
+        return np.linalg.cholesky(_hermitian_from_lower(a)), np.zeros(a.shape[:-2], np.int32)
     except np.linalg.LinAlgError:
         pass
     L = np.tril(a).reshape((-1,) + a.shape[-2:])
     info = np.zeros(L.shape[0], np.int32)
     for j in range(a.shape[-1]):
         going = info == 0
-        pivot = L[:, j, j] - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j])
+        pivot = L[:, j, j].real - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j].conj()).real
         failed = going & ~(pivot > 0)
         info[failed] = j + 1
         going &= ~failed
         L[:, j, j] = np.where(going, np.sqrt(np.where(going, pivot, 1)),
                               np.where(failed, pivot, L[:, j, j]))
-        below = (L[:, j + 1:, j] - (L[:, j + 1:, :j] @ L[:, j, :j, None])[..., 0]) / \
+        below = (L[:, j + 1:, j] - (L[:, j + 1:, :j] @ L[:, j, :j, None].conj())[..., 0]) / \
             L[:, j, j, None]
         L[:, j + 1:, j] = np.where(going[:, None], below, L[:, j + 1:, j])
     return L.reshape(a.shape), info.reshape(a.shape[:-2])
@@ -1347,7 +1427,7 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     L, info = cholesky_array(_host(A))
     if check_errors:
         raise_for_info(info, "linalg.cholesky_ex", "cholesky", A.dim() > 2)
-    return (_on_device_of(A, np.swapaxes(L, -1, -2) if upper else L),
+    return (_on_device_of(A, np.conj(np.swapaxes(L, -1, -2)) if upper else L),
             _on_device_of(A, info, int32))
 
 
@@ -1363,14 +1443,14 @@ linalg_cholesky_ex.def_batch_rule(one_matrix_batch_rule)
 
 def _householder_samples(make):
     return [Sample(make(4, 3), make(3)), Sample(make(2, 3, 3), make(2, 2)),
-            Sample(make(3, 2), make(1))]
+            Sample(make(3, 2), make(1)), Sample(_complex(make)(4, 3), _complex(make)(2))]
 
 
 @op(kind="composite", inputs=("A", "tau"), method=False, function=False,
     samples=_householder_samples)
 def linalg_householder_product(A, tau):
     """The first ``n`` columns of ``H_1 ... H_k`` (``A``: m x n), ``H_i = I - tau_i v_i
-    v_iᵀ`` with ``v_i`` column i of ``A`` below the diagonal and 1 on it (the ``Q`` of
+    v_iᴴ`` with ``v_i`` column i of ``A`` below the diagonal and 1 on it (the ``Q`` of
     LAPACK's geqrf reflectors): one product per reflector, every matrix of the batch in
     each."""
     fn = "torch.linalg.householder_product"
@@ -1397,7 +1477,7 @@ def linalg_householder_product(A, tau):
     Q = eye_mk.expand(tuple(A.shape)).clone()
     for i in reversed(range(k)):
         v = reflectors[..., :, i:i + 1]
-        Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mT @ Q)
+        Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mH @ Q)
     return Q
 
 
@@ -1496,6 +1576,14 @@ def _swap_rows(M, first, second, where):
     M[every, second] = np.where(where, a, b)
 
 
+def _refuse_complex_hermitian(A, hermitian, fn):
+    """The LDLᴴ of complex Hermitian matrices (LAPACK's hetrf) is not written here."""
+    if hermitian and A._dtype.is_complex:
+        raise NotImplementedError(f"{fn}: complex Hermitian matrices (hermitian=True) are not "
+                                  "supported by microtensor; complex symmetric ones "
+                                  "(hermitian=False) are")
+
+
 def ldl_array(a):
     """``(LD, pivots, info)`` of the symmetric matrices whose lower triangles ``a`` holds:
     LAPACK's sytf2 (``info``: the 1-based index of the first zero of D, 0 if none)."""
@@ -1510,12 +1598,12 @@ def ldl_array(a):
     while (k < n).any():
         active = k < n
         kc = np.minimum(k, n - 1)
-        column = np.abs(M[every, :, kc])
+        column = _pivot_magnitude(M[every, :, kc])
         below = np.where(index > kc[:, None], column, -1.0)
         imax = np.argmax(below, -1)                # the first largest, as LAPACK's idamax
         colmax = np.maximum(below.max(-1), 0.0)
         absakk = column[every, kc]
-        row = np.abs(M[every, imax])
+        row = _pivot_magnitude(M[every, imax])
         rowmax = np.where((index >= kc[:, None]) & (index != imax[:, None]), row, 0.0).max(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             keep = (absakk >= _BUNCH_KAUFMAN_ALPHA * colmax) | \
@@ -1615,22 +1703,24 @@ def ldl_solve_array(LD, pivots, B):
 
 
 def _ldl_samples(make):
-    def symmetric(*shape):
+    def symmetric(*shape, make=make):
         M = make(*shape)
         return (M + M.mT).detach()
     return [Sample(symmetric(4, 4)), Sample(symmetric(3, 5, 5)), Sample(make(3, 3)),
-            Sample(symmetric(3, 3), hermitian=True), Sample(symmetric(2, 2), check_errors=True)]
+            Sample(symmetric(3, 3), hermitian=True), Sample(symmetric(2, 2), check_errors=True),
+            Sample(symmetric(3, 3, make=_complex(make)))]
 
 
 # PyTorch has no derivative of the LDLᵀ factorization or its solve: neither has one here
 @op(inputs=("A",), method=False, function=False, differentiable=False, samples=_ldl_samples)
 def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     """``(LD, pivots, info)``: LAPACK's compact LDLᵀ of each symmetric matrix of ``A``
-    (lower triangle read; ``hermitian`` is the same for real dtypes), its int32
-    Bunch-Kaufman pivots (negative for a 2x2 block of D) and the index of the first zero
-    of D (0: none)."""
+    (lower triangle read; ``hermitian`` is the same for real dtypes; complex ones are
+    factored as symmetric, LAPACK's sytrf), its int32 Bunch-Kaufman pivots (negative for
+    a 2x2 block of D) and the index of the first zero of D (0: none)."""
     fn = "torch.linalg.ldl_factor_ex"
     check_matrix(A, fn)
+    _refuse_complex_hermitian(A, hermitian, fn)
     LD, pivots, info = ldl_array(_host(A))
     if check_errors:
         raise_for_info(info, fn, "ldl", A.dim() > 2)
@@ -1653,7 +1743,9 @@ def linalg_ldl_factor(A, *, hermitian=False):
 def _ldl_solve_samples(make):
     factors = [linalg_ldl_factor_ex(s.args[0])[:2] for s in _ldl_samples(make)[:2]]
     return [Sample(*factors[0], make(4, 2)), Sample(*factors[1], make(3, 5, 1)),
-            Sample(*factors[0], make(2, 4, 3), hermitian=True)]
+            Sample(*factors[0], make(2, 4, 3), hermitian=True),
+            Sample(*linalg_ldl_factor_ex(_ldl_samples(make)[-1].args[0])[:2],
+                   _complex(make)(3, 2))]
 
 
 @op(inputs=("LD", "B"), method=False, function=False, differentiable=False,
@@ -1663,6 +1755,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     ``B`` broadcast)."""
     fn = "torch.linalg.ldl_solve"
     check_matrix(LD, fn)
+    _refuse_complex_hermitian(LD, hermitian, fn)
     if B.dim() < 2:
         raise IndexError(f"Dimension out of range (expected to be in range of "
                          f"[{-max(B.dim(), 1)}, {max(B.dim(), 1) - 1}], but got -2)")
@@ -1698,7 +1791,8 @@ GeqrfResult = _named("geqrf", ("a", "tau"))
 
 
 def _geqrf_samples(make):
-    return [Sample(make(4, 3)), Sample(make(2, 3, 5)), Sample(make(3, 3))]
+    return [Sample(make(4, 3)), Sample(make(2, 3, 5)), Sample(make(3, 3)),
+            Sample(_complex(make)(4, 3))]
 
 
 # PyTorch has no derivative of geqrf: none here either
@@ -1709,7 +1803,7 @@ def geqrf(self):
     ``tau`` (``linalg.householder_product(a, tau)`` is ``Q``)."""
     if self.dim() < 2:
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
-    if self._dtype not in (float32, float64):
+    if self._dtype not in (float32, float64, complex64, complex128):
         raise NotImplementedError(f"\"geqrf_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
     # NumPy's 'raw' mode gives LAPACK's reflectors in column-major order: transposed
@@ -1727,7 +1821,8 @@ def geqrf(op, level, args, kwargs):
 def _ormqr_samples(make):
     return [Sample(make(4, 3), make(3), make(4, 2)),
             Sample(make(2, 4, 3), make(2, 3), make(2, 2, 4), False, True),
-            Sample(make(3, 4), make(3), make(3, 3), True, True)]
+            Sample(make(3, 4), make(3), make(3, 3), True, True),
+            Sample(_complex(make)(4, 3), _complex(make)(3), _complex(make)(4, 2), True, True)]
 
 
 @op(kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
@@ -1763,5 +1858,76 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     # the k reflectors padded with zero columns: the first m columns of H_1 ... H_k, all of Q
     Q = linalg_householder_product(REGISTRY["pad"](self[..., :, :k], (0, m - k)), input2)
     if transpose:
-        Q = Q.mT
+        Q = Q.mH
     return Q @ input3 if left else input3 @ Q
+
+
+# =========================================================================== eig: the
+# eigendecomposition of general square matrices, whose results are complex
+
+EigResult = _named("linalg_eig", ("eigenvalues", "eigenvectors"))
+
+
+def _eig_samples(make):
+    return [Sample(make(3, 3)), Sample(make(2, 3, 3)), Sample(make(3, 3, dtype=complex128)),
+            Sample(make(2, 2, 2, dtype=complex128)), Sample(make(1, 1))]
+
+
+def _complex_of(dtype):
+    return complex64 if dtype in (float32, complex64) else complex128
+
+
+@op(inputs=("A",), method=False, function=False, samples=_eig_samples)
+def linalg_eig(A):
+    """Eigenvalues and eigenvectors of each square matrix of ``A`` (LAPACK's geev: each
+    eigenvector of unit norm, its largest component real), complex whatever ``A``'s
+    dtype."""
+    check_matrix(A, "linalg.eig")
+    a = _array(A)
+    if not np.isfinite(a).all():
+        raise RuntimeError("torch.linalg.eig: input tensor should not contain infs or NaNs.")
+    w, v = _lapack("linalg.eig", np.linalg.eig, a)
+    dtype = _complex_of(A._dtype)
+    return from_numpy_result(w.astype(dtype.np), dtype), \
+        from_numpy_result(v.astype(dtype.np), dtype)
+
+
+def _check_phase_invariant(VhgV_diagonal, fn):
+    """PyTorch's refusal of a loss that depends on the eigenvectors' phases: the imaginary
+    part of diag(Vᴴ gV) must vanish (checked on every sample under vmap)."""
+    imaginary = _physical_array(VhgV_diagonal.imag.detach())
+    if not np.all(np.abs(imaginary) <= 1e-2):
+        raise RuntimeError(f"{fn}: The eigenvectors in the complex case are specified up to "
+                           "multiplication by e^{i phi}. The specified loss function depends "
+                           "on this quantity, so it is ill-defined.")
+
+
+@linalg_eig.def_derivative("A")
+def linalg_eig(grad, result0, result1):
+    # PyTorch's linalg_eig_backward: V^-H (diag(gL) + (Vᴴ gV, projected onto the unit
+    # columns) / conj(L_j - L_i)) Vᴴ; a real A takes the real part (the engine does)
+    gL, gV = grad
+    L, V = result0, result1
+    Vh = V.mH
+    if gV is None:
+        return linalg_solve(Vh, gL.unsqueeze(-1) * Vh)
+    VhgV = Vh @ gV
+    diagonal = VhgV.diagonal(0, -2, -1)
+    _check_phase_invariant(diagonal, "linalg_eig_backward")
+    VhgV = VhgV - Vh @ (V * diagonal.real.unsqueeze(-2))
+    eye_ = _eye_like(L, L.shape[-1])
+    Lc = L.conj()
+    inner = VhgV / (Lc.unsqueeze(-2) - Lc.unsqueeze(-1) + eye_)
+    if gL is not None:
+        inner = inner * (1 - eye_) + _diag_embed(gL)
+    return linalg_solve(Vh, inner @ Vh)
+
+
+linalg_eig.def_batch_rule(one_matrix_batch_rule)
+
+
+@op(kind="composite", inputs=("A",), method=False, function=False, samples=_eig_samples)
+def linalg_eigvals(A):
+    """The eigenvalues of each square matrix of ``A`` (complex)."""
+    check_matrix(A, "linalg.eigvals")
+    return linalg_eig(A)[0]
