@@ -322,3 +322,30 @@ def scheduler_record(lib, name):
 def test_scheduler_state_dict_keys_and_get_lr_warning_are_torch_s(name):
     ours, theirs = scheduler_record(mt, name), scheduler_record(torch, name)
     assert ours == theirs
+
+
+@needs_torch
+@pytest.mark.parametrize("name", [n for n in OPTIMIZER_NAMES
+                                  if n not in ("Optimizer", "LBFGS", "SparseAdam")])
+def test_a_tensor_lr_as_torch(name):
+    """A one-element tensor steps as the number; more elements, or (Adam, AdamW) a tensor
+    with ``foreach=True`` and not ``capturable``, are refused with PyTorch's ValueError."""
+    outcomes = []
+    for lib in (mt, torch):
+        row = []
+        for lr, options in ((lib.tensor(0.01), {}), (lib.tensor([0.1, 0.2]), {}),
+                            (lib.tensor(0.01), {"foreach": True})):
+            if set(options) - set(switches_of(name)):
+                continue
+            w = lib.ones(2, 3, requires_grad=True)
+            try:
+                opt = getattr(lib.optim, name)([w], lr=lr, **options)
+                for _ in range(2):
+                    w.grad = lib.ones(2, 3)
+                    opt.step()
+                row.append(np.round(numpy_of(w), 12).tolist())
+            except (ValueError, RuntimeError) as error:
+                row.append((type(error).__name__, str(error)))
+        outcomes.append(row)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == ("ValueError", "Tensor lr must be 1-element")

@@ -1,6 +1,6 @@
 """Adafactor: Adam-like steps from a factored (row and column) second moment."""
 import microtensor as mt
-from microtensor.optim.optimizer import Optimizer, _lerp, _scalar_tensor
+from microtensor.optim.optimizer import Optimizer, _check_tensor_lr, _lerp, _scalar_tensor
 
 
 class Adafactor(Optimizer):
@@ -14,6 +14,7 @@ class Adafactor(Optimizer):
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0,
                  weight_decay=0.0, *, foreach=None, maximize=False):
+        _check_tensor_lr(lr)
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 >= beta2_decay:

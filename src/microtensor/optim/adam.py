@@ -1,4 +1,5 @@
 """Adam and AdamW (Adam with decoupled weight decay), with AMSGrad as an option."""
+from microtensor._tensor import Tensor
 from microtensor.optim.optimizer import (Optimizer, _check_hyperparameters, _ema_, _ema_sq_,
                                          _operand, _scalar_tensor)
 
@@ -11,6 +12,9 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False, fused=None, decoupled_weight_decay=False):
+        if isinstance(lr, Tensor) and foreach and not capturable:
+            raise ValueError("lr as a Tensor is not supported for capturable=False and "
+                             "foreach=True")
         _check_hyperparameters(lr=lr, eps=eps, betas=betas, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, amsgrad=amsgrad,

@@ -50,14 +50,21 @@ _COUNTERS = ("step", "mu_product", "eta", "mu")
 
 def _check_hyperparameters(**values):
     """PyTorch's argument checks, in the order given: every value must be >= 0 (NaN fails
-    too), each beta in [0, 1) and rho in [0, 1]."""
+    too), each beta in [0, 1) and rho in [0, 1]; a tensor ``lr`` must have one element."""
     for name, value in values.items():
+        if name == "lr":
+            _check_tensor_lr(value)
         if name == "betas":
             for i, beta in enumerate(value):
                 if not 0.0 <= beta < 1.0:
                     raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
         elif not 0.0 <= value or (name == "rho" and value > 1.0):
             raise ValueError(f"Invalid {_LABELS.get(name, name + ' value')}: {value}")
+
+
+def _check_tensor_lr(lr):
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
 
 
 def _scalar_tensor(value, fused=False):
