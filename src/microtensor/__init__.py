@@ -81,6 +81,7 @@ from microtensor.ops.factory import (asarray, empty_permuted, from_file,  # noqa
                                      frombuffer, range_inclusive as range)
 from microtensor._aten_aliases import *  # noqa: E402,F401,F403  (kl_div, max_pool2d ...)
 from microtensor._settings import *  # noqa: E402,F401,F403  (threads, determinism, compile ...)
+from microtensor._foreach import *  # noqa: E402,F401,F403  (_foreach_add, _foreach_norm ...)
 
 from microtensor import _dtype_table  # noqa: E402
 # microtensor.half, .float, .long ...: the table's other names of each dtype

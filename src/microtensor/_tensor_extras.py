@@ -116,8 +116,8 @@ def dim_order(self, *, ambiguity_check=False):
 
 
 def is_inference(self):
-    """False: microtensor's ``inference_mode`` is ``no_grad``, its tensors are ordinary."""
-    return False
+    """Whether this is an inference tensor: its memory was made inside ``inference_mode``."""
+    return self._storage.inference
 
 
 def pin_memory(self, device=None):

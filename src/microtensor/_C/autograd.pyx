@@ -290,6 +290,12 @@ cdef class SavedTensor:
         self._fill(tensor, is_output, output_nr)
 
     cdef SavedTensor _fill(self, TensorBase tensor, bint is_output, int output_nr):
+        if tensor._storage.inference:
+            raise RuntimeError(
+                "Inference tensors cannot be saved for backward. Please do not use Tensors "
+                "created in inference mode in computation tracked by autograd. To work "
+                "around this, you can make a clone to get a normal tensor and use it in "
+                "autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`.")
         self.version = tensor._storage.version
         self.is_output = is_output
         self.output_nr = output_nr

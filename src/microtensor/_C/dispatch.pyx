@@ -31,8 +31,9 @@ end callbacks, and the C fast paths stand aside so that every op comes here.
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
-from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, needs_grad, restore_numpy,
-                                    set_grad_enabled, silence_numpy, unary_fast)
+from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, inference_mode_enabled,
+                                    needs_grad, restore_numpy, set_grad_enabled, silence_numpy,
+                                    unary_fast)
 
 import numpy as np
 
@@ -65,6 +66,10 @@ ESCAPED_ERROR = (
     "escaped from inside the function being vmapped (through a global, a closure or an "
     "attribute, say). Return it from the function instead.")
 
+INFERENCE_INPLACE_ERROR = (
+    "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+    "clone to get a normal tensor before doing inplace update.See "
+    "https://github.com/pytorch/rfcs/pull/17 for more details.")
 NO_GRAD_VIEW_ERROR = (
     "A view was created in no_grad mode and is being modified inplace with grad mode "
     "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
@@ -391,6 +396,8 @@ cpdef object run_kernel(op, args, kwargs):
     cdef bint inplace = op.kind == "inplace"
     if inplace and grad_mode_enabled():
         _refuse_no_grad_view(<TensorBase?>args[0])
+    if inplace and (<TensorBase?>args[0])._storage.inference and not inference_mode_enabled():
+        raise RuntimeError(INFERENCE_INPLACE_ERROR)
     try:
         if kwargs:
             result = op.kernel(*args, **kwargs)

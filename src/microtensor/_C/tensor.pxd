@@ -20,6 +20,7 @@ cdef class Storage:
     cdef readonly object data
     cdef readonly device device
     cdef public Py_ssize_t version
+    cdef readonly bint inference    # made in inference mode: its tensors are inference tensors
 
 cdef class TensorBase:
     cdef public Storage _storage
@@ -47,6 +48,7 @@ cdef class TensorBase:
 
 
 cdef bint grad_mode_enabled() noexcept
+cdef bint inference_mode_enabled() noexcept
 cpdef set_grad_enabled(bint enabled)
 cdef bint needs_grad(TensorBase t) noexcept
 cdef object unary_fast(object op, tuple kernel, object x)

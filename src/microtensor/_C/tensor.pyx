@@ -244,7 +244,8 @@ cdef class Storage:
 
     ``data`` is a 1-D array of the element type (a NumPy array on the CPU; the CUDA backend
     stores a CuPy array).  ``version`` counts in-place writes; autograd compares it with
-    the value it saw when it saved a tensor.
+    the value it saw when it saved a tensor.  ``inference``: made inside inference mode,
+    so every tensor over it is an inference tensor.
     """
 
     def __init__(self, data, device dev=cpu):
@@ -477,6 +478,7 @@ cdef object _python_storage_new(type cls, PyObject* args, PyObject* kwargs):
     cdef Storage storage = <Storage>_alloc_storage(cls, <PyObject*>_NO_ARGS, NULL)
     storage.data = _NO_DATA
     storage.device = cpu
+    storage.inference = mt_inference_mode
     return storage
 
 
@@ -566,6 +568,29 @@ cdef int restore_numpy(object token) except -1:
         return PyContextVar_Reset(_numpy_errors, token)
     _numpy_seterrobj(token)
     return 0
+
+
+# Inference mode, a C thread-local as grad mode: each new storage copies it (one store, no
+# test), which makes the tensors over a storage made in the mode inference tensors, and
+# their views too, while views made in the mode of a normal tensor stay normal.
+cdef extern from *:
+    """
+    static __thread int mt_inference_mode = 0;
+    """
+    int mt_inference_mode
+
+
+def is_inference_mode_enabled():
+    return bool(mt_inference_mode)
+
+
+cdef bint inference_mode_enabled() noexcept:
+    return mt_inference_mode
+
+
+cpdef set_inference_mode(bint enabled):
+    global mt_inference_mode
+    mt_inference_mode = enabled
 
 
 cdef inline bint _contiguous(tuple sizes, tuple strides):
@@ -700,6 +725,8 @@ cdef class TensorBase:
 
     @property
     def _version(self):
+        if self._storage.inference:
+            raise RuntimeError("Inference tensors do not track version counter.")
         return self._storage.version
 
     def _bump_version(self):
@@ -1027,6 +1054,7 @@ cdef TensorBase _fresh_tensor(tuple sizes, tuple strides, dtype dt, int contiguo
     cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
     storage.data = _cpu_buffer(numel, dt)
     storage.device = cpu
+    storage.inference = mt_inference_mode
     return _tensor_with_numel(_tensor_cls, storage, sizes, strides, 0, dt, numel, contiguous)
 
 
@@ -1074,6 +1102,7 @@ def empty_strided_unchecked(tuple sizes, tuple strides, dtype dt, device dev=cpu
     cdef Storage storage = <Storage>_alloc_storage(Storage, <PyObject*>_NO_ARGS, NULL)
     storage.data = data
     storage.device = dev
+    storage.inference = mt_inference_mode
     return _new_tensor(_tensor_cls, storage, sizes, strides, 0, dt)
 
 

@@ -6,7 +6,6 @@ only the call that creates the generator) in the mode.
 """
 import functools
 import inspect
-import threading
 
 from microtensor._C import tensor as _core
 
@@ -110,33 +109,36 @@ class set_grad_enabled(_GradModeContext):
         return set_grad_enabled(self._target)
 
 
-class _InferenceState(threading.local):
-    enabled = False
+# True inside ``inference_mode()`` (on this thread), as PyTorch's; kept in the core, which
+# marks the storages made meanwhile as inference ones.
+is_inference_mode_enabled = _core.is_inference_mode_enabled
 
 
-_inference = _InferenceState()
+class inference_mode(_GradModeContext):
+    """PyTorch's inference mode, as a context manager or a decorator (``@inference_mode``,
+    ``@inference_mode()``, ``@inference_mode(False)``): grad mode off, and every tensor
+    made inside over new memory an inference tensor (``is_inference()``; views made inside
+    of a normal tensor stay normal).  Outside the mode an inference tensor refuses
+    in-place updates and ``requires_grad_()``, and autograd refuses to save it for
+    backward.  ``inference_mode(False)`` turns the mode off (and grad mode on) inside."""
 
-
-def is_inference_mode_enabled():
-    """True inside ``inference_mode()`` (on this thread), as PyTorch's."""
-    return _inference.enabled
-
-
-class inference_mode(no_grad):
-    """``no_grad`` that also says so to ``is_inference_mode_enabled`` (microtensor has no
-    inference tensors: what runs inside is what ``no_grad`` runs)."""
+    def __new__(cls, mode=True):
+        if mode is None or isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)      # used as a bare decorator: ``mode`` is the function
 
     def __init__(self, mode=True):
+        self.mode = mode
         self._target = not mode
 
     def __enter__(self):
-        self._prev_inference = _inference.enabled
-        _inference.enabled = not self._target
+        self._prev_inference = _core.is_inference_mode_enabled()
+        _core.set_inference_mode(self.mode)
         super().__enter__()
 
     def __exit__(self, *exc):
         super().__exit__(*exc)
-        _inference.enabled = self._prev_inference
+        _core.set_inference_mode(self._prev_inference)
 
     def clone(self):
-        return inference_mode(not self._target)
+        return inference_mode(self.mode)

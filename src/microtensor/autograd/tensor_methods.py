@@ -7,7 +7,7 @@ import weakref
 
 from microtensor._C.autograd import (add_post_accumulate_grad_hook, current_grad_fn,
                                     grad_accumulator)
-from microtensor._C.tensor import TensorBase
+from microtensor._C.tensor import TensorBase, is_inference_mode_enabled
 from microtensor.autograd import engine
 
 
@@ -23,6 +23,9 @@ def requires_grad_(self, requires_grad=True):
     if requires_grad and self._dtype.kind < 2:
         raise RuntimeError("only Tensors of floating point and complex dtype can require "
                            "gradients")
+    if requires_grad and self._storage.inference and not is_inference_mode_enabled():
+        raise RuntimeError("Setting requires_grad=True on inference tensor outside "
+                           "InferenceMode is not allowed.")
     self._requires_grad = bool(requires_grad)
     return self
 

@@ -1,6 +1,7 @@
 """Optimizers and learning-rate schedulers with ``torch.optim``'s API: parameter groups,
 ``state_dict``/``load_state_dict`` in PyTorch's layout, ``maximize``, and PyTorch's update
-rules (single-tensor, no ``foreach``/``fused`` variants)."""
+rules (single-tensor: ``foreach``/``fused``/``capturable`` are accepted and kept, and select
+no other code; ``differentiable`` records the step for autograd)."""
 from microtensor.optim import lr_scheduler, swa_utils
 from microtensor.optim.adadelta import Adadelta
 from microtensor.optim.adafactor import Adafactor

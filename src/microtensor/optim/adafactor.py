@@ -1,6 +1,6 @@
 """Adafactor: Adam-like steps from a factored (row and column) second moment."""
 import microtensor as mt
-from microtensor.optim.optimizer import Optimizer, _lerp, _scalar_tensor
+from microtensor.optim.optimizer import Optimizer, _check_tensor_lr, _lerp, _scalar_tensor
 
 
 class Adafactor(Optimizer):
@@ -13,7 +13,8 @@ class Adafactor(Optimizer):
     (``p *= 1 - lr * weight_decay``)."""
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0,
-                 weight_decay=0.0, *, maximize=False):
+                 weight_decay=0.0, *, foreach=None, maximize=False):
+        _check_tensor_lr(lr)
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 >= beta2_decay:
@@ -27,7 +28,8 @@ class Adafactor(Optimizer):
         if not 0.0 <= weight_decay:
             raise ValueError(f"weight_decay should be >= 0 but is: {weight_decay}")
         super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d,
-                                      weight_decay=weight_decay, maximize=maximize))
+                                      weight_decay=weight_decay, foreach=foreach,
+                                      maximize=maximize))
 
     def _init_state(self, p, group):
         if p.dim() > 1:

@@ -9,11 +9,13 @@ class ASGD(Optimizer):
     and ``mu`` are 0-d tensors in the counters' dtype (float32 unless the default dtype is
     float64), rounded there as PyTorch rounds them."""
 
-    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, *,
-                 maximize=False):
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0,
+                 foreach=None, maximize=False, differentiable=False, capturable=False):
         _check_hyperparameters(lr=lr, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
-                                      weight_decay=weight_decay, maximize=maximize))
+                                      weight_decay=weight_decay, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable,
+                                      capturable=capturable))
 
     def _init_state(self, p, group):
         return {"step": _scalar_tensor(0.0), "eta": _scalar_tensor(group["lr"]),

@@ -26,6 +26,17 @@ _EPOCH_DEPRECATED = ("The epoch parameter in `scheduler.step()` was not necessar
                      "available.")
 
 
+def _warning_outside_step(get_lr):
+    """``get_lr`` warning when called from outside ``step``, as PyTorch's schedulers'."""
+    @functools.wraps(get_lr)
+    def checked(self):
+        if not self._get_lr_called_within_step:
+            warnings.warn("To get the last learning rate computed by the scheduler, please "
+                          "use `get_last_lr()`.", UserWarning, stacklevel=2)
+        return get_lr(self)
+    return checked
+
+
 def _check_optimizer(optimizer):
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
@@ -49,6 +60,12 @@ class LRScheduler:
     ``state_dict()`` (every attribute but the optimizer)."""
 
     _is_initial = False
+    _get_lr_called_within_step = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__ and "get_lr" in vars(cls):
+            cls.get_lr = _warning_outside_step(vars(cls)["get_lr"])
 
     def __init__(self, optimizer, last_epoch=-1):
         _check_optimizer(optimizer)
@@ -100,14 +117,23 @@ class LRScheduler:
     def _update_lr(self, epoch=None):
         if epoch is None:
             self.last_epoch += 1
-            values = self.get_lr()
+            values = self._lrs_within_step(self.get_lr)
         else:
             self.last_epoch = epoch
             closed_form = getattr(self, "_get_closed_form_lr", None)
-            values = closed_form() if closed_form is not None else self.get_lr()
+            values = self._lrs_within_step(closed_form or self.get_lr)
         for group, lr in zip(self.optimizer.param_groups, values):
             group["lr"] = lr
         self._last_lr = self._current_lrs()
+
+    def _lrs_within_step(self, compute):
+        """``compute()`` with ``get_lr`` marked as called by ``step`` (no warning); the
+        mark is an attribute, so ``state_dict`` holds it as PyTorch's does."""
+        self._get_lr_called_within_step = True
+        try:
+            return compute()
+        finally:
+            self._get_lr_called_within_step = False
 
     def _current_lrs(self):
         return [group["lr"] for group in self.optimizer.param_groups]
@@ -375,7 +401,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
             self.T_i = self.T_0
             self.T_cur = epoch
         self.last_epoch = math.floor(epoch)
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        for group, lr in zip(self.optimizer.param_groups, self._lrs_within_step(self.get_lr)):
             group["lr"] = lr
         self._last_lr = self._current_lrs()
 

@@ -2,7 +2,7 @@
 import math
 
 from microtensor import bfloat16, float32
-from microtensor.optim.optimizer import Optimizer, _lerp
+from microtensor.optim.optimizer import Optimizer, _check_tensor_lr, _lerp
 
 # Keller Jordan's quintic Newton-Schulz coefficients, PyTorch's defaults.
 _NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -50,6 +50,7 @@ class Muon(Optimizer):
 
     def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
                  ns_coefficients=_NS_COEFFICIENTS, eps=1e-7, ns_steps=5, adjust_lr_fn=None):
+        _check_tensor_lr(lr)
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:

@@ -1,8 +1,10 @@
 """The optimizer base class, as ``torch.optim.Optimizer``: parameter groups with their own
 options, per-parameter state, ``state_dict`` in PyTorch's layout, the step loop every
 update rule shares, and the step and state_dict hooks (per optimizer, and the global step
-hooks of ``register_optimizer_step_pre_hook``/``_post_hook``).  Updates run under
-``no_grad`` and write into the parameters in place."""
+hooks of ``register_optimizer_step_pre_hook``/``_post_hook``).  Updates write into the
+parameters in place, under ``no_grad`` unless the optimizer is ``differentiable``; the
+implementation switches ``foreach``, ``fused`` and ``capturable`` are kept in the groups
+as PyTorch keeps them and all run the one single-tensor update (the same numbers)."""
 import copy
 import functools
 import itertools
@@ -11,7 +13,7 @@ from collections import OrderedDict, defaultdict
 
 import microtensor as mt
 from microtensor._tensor import Tensor
-from microtensor.autograd.grad_mode import enable_grad, no_grad
+from microtensor.autograd.grad_mode import enable_grad, set_grad_enabled
 from microtensor.nn.hooks import RemovableHandle
 
 # The step hooks of every optimizer (run before, resp. after, each one's own).
@@ -48,8 +50,10 @@ _COUNTERS = ("step", "mu_product", "eta", "mu")
 
 def _check_hyperparameters(**values):
     """PyTorch's argument checks, in the order given: every value must be >= 0 (NaN fails
-    too), each beta in [0, 1) and rho in [0, 1]."""
+    too), each beta in [0, 1) and rho in [0, 1]; a tensor ``lr`` must have one element."""
     for name, value in values.items():
+        if name == "lr":
+            _check_tensor_lr(value)
         if name == "betas":
             for i, beta in enumerate(value):
                 if not 0.0 <= beta < 1.0:
@@ -58,11 +62,39 @@ def _check_hyperparameters(**values):
             raise ValueError(f"Invalid {_LABELS.get(name, name + ' value')}: {value}")
 
 
-def _scalar_tensor(value):
+def _check_tensor_lr(lr):
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+
+
+def _scalar_tensor(value, fused=False):
     """A 0-d tensor for a per-parameter counter (``step``, NAdam's ``mu_product``), in
-    float32 unless the default dtype is float64, as PyTorch keeps them."""
-    dtype = mt.float64 if mt.get_default_dtype() == mt.float64 else mt.float32
+    float32 unless the default dtype is float64 (always float32 for a ``fused``
+    optimizer), as PyTorch keeps them."""
+    dtype = mt.float64 if mt.get_default_dtype() == mt.float64 and not fused else mt.float32
     return mt.tensor(value, dtype=dtype)
+
+
+def _use_grad_for_differentiable(step):
+    """``step`` run with grad mode on for a ``differentiable`` optimizer (so that autograd
+    records the update) and off otherwise, as PyTorch's decorator of the same name."""
+    @functools.wraps(step)
+    def with_grad_mode(self, *args, **kwargs):
+        with set_grad_enabled(self.defaults.get("differentiable", False)):
+            return step(self, *args, **kwargs)
+    return with_grad_mode
+
+
+# PyTorch names these in its refusal of a parameter that a fused kernel cannot update.
+_FUSED_DEVICES = ["mps", "cuda", "xpu", "hpu", "cpu", "mtia", "privateuseone"]
+
+
+def _check_fused_param(p):
+    """PyTorch's refusal, for ``fused=True``, of a parameter that is not floating point."""
+    if not p.is_floating_point():
+        raise RuntimeError("`fused=True` requires all the params to be floating point "
+                           f"Tensors of supported devices: {_FUSED_DEVICES} but "
+                           f"{p.dtype} and {p.device.type}")
 
 
 def _lerp(start, end, weight):
@@ -71,6 +103,13 @@ def _lerp(start, end, weight):
     if weight < 0.5:
         return start + (end - start) * weight
     return end - (end - start) * (1 - weight)
+
+
+def _operand(state_tensor, group):
+    """``state_tensor`` as an operand of an op whose backward saves it: a copy when the
+    step is ``differentiable`` (the state is updated in place after, which would spoil
+    the saved value), the tensor itself otherwise, as PyTorch's update rules."""
+    return state_tensor.clone() if group.get("differentiable") else state_tensor
 
 
 def _ema_(average, value, beta):
@@ -115,6 +154,11 @@ class Optimizer:
             groups = [{"params": groups}]
         for group in groups:
             self.add_param_group(group)
+        if defaults.get("fused"):
+            if defaults["differentiable"]:
+                raise RuntimeError("`fused` does not support `differentiable`")
+            if defaults.get("foreach"):
+                raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
 
     def __repr__(self):
         text = f"{type(self).__name__} ("
@@ -145,7 +189,7 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params "
                                 f"is {type(p).__name__}")
-            if not (p.is_leaf or p.retains_grad):
+            if not (self.defaults.get("differentiable") or p.is_leaf or p.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
         group["params"] = params
         for name, default in self.defaults.items():
@@ -181,7 +225,7 @@ class Optimizer:
 
     # -- one step ----------------------------------------------------------------------
 
-    @no_grad()
+    @_use_grad_for_differentiable
     def step(self, closure=None):
         """One update of every parameter that has a gradient; ``closure`` (re-evaluating
         the loss, with grad enabled) runs first and its loss is returned."""
@@ -193,6 +237,8 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                if group.get("fused"):
+                    _check_fused_param(p)
                 grad = p.grad.neg() if group.get("maximize") else p.grad
                 state = self._param_state(p, group)
                 grad = self._weight_decayed(p, grad, group)
@@ -304,10 +350,14 @@ class Optimizer:
                              "match the size of optimizer's group")
         params = {i: p for s, g in zip(saved_groups, self.param_groups)
                   for i, p in zip(s["params"], g["params"])}
+        # PyTorch keeps the step of a fused or capturable group's parameter in float32.
+        float32_steps = {i for s in saved_groups if s.get("fused") or s.get("capturable")
+                         for i in s["params"]}
         state = defaultdict(dict)
         for key, value in state_dict["state"].items():
             if key in params:
-                state[params[key]] = _cast_state(params[key], value)
+                state[params[key]] = _cast_state(params[key], value,
+                                                 float32_step=key in float32_steps)
             else:
                 state[key] = copy.deepcopy(value)
         for group, saved in zip(self.param_groups, saved_groups):
@@ -355,14 +405,17 @@ def _hooked_step(step):
 Optimizer.step = _hooked_step(Optimizer.step)
 
 
-def _cast_state(param, value, key=None):
-    """A copy of saved state, its floating tensors in ``param``'s dtype and device."""
+def _cast_state(param, value, key=None, float32_step=False):
+    """A copy of saved state, its floating tensors in ``param``'s dtype and device (a
+    ``step`` in float32 when ``float32_step``)."""
     if isinstance(value, Tensor):
+        if key == "step" and float32_step:
+            return value.to(dtype=mt.float32, device=param.device).clone()
         if key in _COUNTERS or not (param.is_floating_point() and value.is_floating_point()):
             return value.to(device=param.device).clone()
         return value.to(dtype=param.dtype, device=param.device).clone()
     if isinstance(value, dict):
-        return {k: _cast_state(param, v, k) for k, v in value.items()}
+        return {k: _cast_state(param, v, k, float32_step) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_cast_state(param, v) for v in value)
     return copy.deepcopy(value)

@@ -9,11 +9,14 @@ class RAdam(Optimizer):
     Adam's step scaled by the rectification term."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 decoupled_weight_decay=False, *, maximize=False):
+                 decoupled_weight_decay=False, *, foreach=None, maximize=False,
+                 capturable=False, differentiable=False):
         _check_hyperparameters(lr=lr, eps=eps, betas=betas, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay, maximize=maximize,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+                                      foreach=foreach, capturable=capturable,
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      differentiable=differentiable))
 
     def _init_state(self, p, group):
         return {"step": _scalar_tensor(0.0), "exp_avg": p.new_zeros(p.shape),

@@ -10,12 +10,14 @@ class RMSprop(Optimizer):
     + eps)`` and ``p -= lr * b``."""
 
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
-                 centered=False, *, maximize=False):
+                 centered=False, capturable=False, foreach=None, maximize=False,
+                 differentiable=False):
         _check_hyperparameters(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay,
                                alpha=alpha)
         super().__init__(params, dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps,
                                       centered=centered, weight_decay=weight_decay,
-                                      maximize=maximize))
+                                      capturable=capturable, foreach=foreach,
+                                      maximize=maximize, differentiable=differentiable))
 
     def _init_state(self, p, group):
         state = {"step": _scalar_tensor(0.0), "square_avg": p.new_zeros(p.shape)}
@@ -30,10 +32,10 @@ class RMSprop(Optimizer):
         square_avg = _ema_sq_(state["square_avg"], grad, alpha)
         if group["centered"]:
             grad_avg = _ema_(state["grad_avg"], grad, alpha)
-            avg = (square_avg - grad_avg * grad_avg).sqrt_()
+            avg = (square_avg - grad_avg * grad_avg).sqrt()
         else:
             avg = square_avg.sqrt()
-        avg.add_(group["eps"])
+        avg = avg.add(group["eps"])
         if group["momentum"] > 0:
             buf = state["momentum_buffer"].mul_(group["momentum"]).add_(grad / avg)
             p.add_(buf, alpha=-group["lr"])
