@@ -19,6 +19,7 @@ from microtensor._C.tensor import (TensorBase, bool_, complex128, compute_numpy,
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
 from microtensor.ops.arguments import int_arg
+from microtensor.ops.copy import linked
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
                                    from_numpy_result, pointwise, store)
@@ -706,7 +707,8 @@ def relu(grad, result):
     # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
     # gives 0, as PyTorch's
     fused = _fused_backward(nnkernels.relu_backward, grad, result)
-    return where(result > 0, grad, grad.new_zeros(())) if fused is None else fused
+    return linked(where(result > 0, grad, grad.new_zeros(())), result) if fused is None \
+        else fused
 
 
 @abs.def_derivative("self")

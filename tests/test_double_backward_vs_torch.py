@@ -1,0 +1,282 @@
+"""Second-order gradients (``create_graph=True``) against PyTorch's, op by op and end to end.
+
+Every differentiable op with samples is run on the same float64 (complex128 where the
+sample is complex) inputs in microtensor and in PyTorch.  The first gradients are taken
+with ``create_graph=True`` from a seeded upstream gradient, once an upstream gradient that
+itself requires grad and once a plain one, and compared: which are None, which require
+grad (PyTorch's answer: a piecewise-linear op's first gradient has a graph whenever its
+input requires grad, its derivative wrt the input being zeros, not an error), and their
+values.  Then a seeded random projection of the first gradients is differentiated wrt the
+inputs and wrt the upstream gradients, with ``allow_unused=True`` (None exactly where
+PyTorch gives None) and with ``materialize_grads=True``.  Then the programs that depend
+on this: a WGAN-GP gradient penalty, the Hessian of a ReLU network and a MAML step.
+"""
+import numpy as np
+import pytest
+
+import microtensor as mt
+from microtensor._C.tensor import TensorBase
+from microtensor.ops import REGISTRY
+from microtensor.testing import differentiable_places, maker, seed_for
+from test_forward_ad import _paths, _sweep_cases
+from test_op_registry import (CONVENTIONAL_GRADIENTS, GAUGE_DEPENDENT, _differentiable,
+                              _sample, _to_torch, _torch_callable)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (the "
+                                                       "oracle of these tests)")
+
+
+# ------------------------------------------------------------------ every op
+
+def _differentiable_outputs(result, requires_grad):
+    """The floating and complex outputs of an op that require grad (``requires_grad``
+    reads the flag: microtensor's and PyTorch's tensors alike)."""
+    items = result if isinstance(result, (tuple, list)) else [result]
+    return [i for i, r in enumerate(items)
+            if hasattr(r, "requires_grad") and requires_grad(r)], items
+
+
+def _first_order(lib, op_fn, inplace, args, kwargs, places, upstream_grad, seed, only=None):
+    """The op on leaves at ``places`` (None: the differentiable places of the sample), its
+    first gradients with ``create_graph=True`` and the upstream gradients used
+    (``upstream_grad``: whether they require grad), from the outputs that require grad (or
+    those of ``only``)."""
+    if places is None:
+        places = differentiable_places(op_fn, args, kwargs)
+    leaves = []
+    for container, key in places:
+        leaf = container[key].detach().clone().requires_grad_()
+        container[key] = leaf
+        leaves.append(leaf)
+    call_args = list(args)
+    if inplace:
+        call_args[0] = call_args[0].clone()
+    chosen, items = _differentiable_outputs(op_fn(*call_args, **kwargs),
+                                            lambda t: t.requires_grad)
+    chosen = chosen if only is None else list(only)
+    outputs = [items[i] for i in chosen]
+    make = maker(seed)
+    upstream = [_convert(lib, make(*o.shape, dtype=_mt_dtype(o.dtype)))
+                .requires_grad_(upstream_grad) for o in outputs]
+    firsts = lib.autograd.grad(outputs, leaves, upstream, create_graph=True,
+                               allow_unused=True)
+    return chosen, leaves, upstream, list(firsts)
+
+
+def _mt_dtype(dtype):
+    return getattr(mt, str(dtype).split(".")[-1])
+
+
+def _convert(lib, t):
+    return _to_torch(t) if lib is torch else t
+
+
+def _projection(lib, firsts, seed):
+    """A seeded random real projection of the first gradients that have a graph."""
+    make = maker(seed)
+    total = None
+    for g in firsts:
+        if g is None or not g.requires_grad:
+            continue
+        w = _convert(lib, make(*g.shape, dtype=_mt_dtype(g.dtype)))
+        term = (g * w).sum()
+        term = term.real if term.is_complex() else term
+        total = term if total is None else total + term
+    return total
+
+
+def _torch_place(targs, tkwargs, path):
+    """The ``(container, key)`` in PyTorch's arguments of a place in microtensor's (a
+    tuple of tensors turned into a list once, so that each of its items can be set)."""
+    top, index = path
+    container = targs if isinstance(top, int) else tkwargs
+    if index is None:
+        return container, top
+    if isinstance(container[top], tuple):
+        container[top] = list(container[top])
+    return container[top], index
+
+
+def _array(t):
+    if torch is not None and isinstance(t, torch.Tensor):
+        # PyTorch's gradient of an op with a zero derivative may be a ZeroTensor
+        return t.detach().resolve_conj().numpy(force=t._is_zerotensor())
+    return np.array(t.detach()._array())
+
+
+def _same(ours, theirs, what):
+    """Lists of gradients equal: None where PyTorch's is None, values elsewhere."""
+    assert len(ours) == len(theirs), what
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert (a is None) == (b is None), \
+            f"{what}[{i}]: {'None' if a is None else 'a tensor'}, PyTorch " \
+            f"{'None' if b is None else 'a tensor'}"
+        if a is not None:
+            assert tuple(a.shape) == tuple(b.shape), f"{what}[{i}]: shape"
+            np.testing.assert_allclose(_array(a), _array(b), rtol=1e-6, atol=1e-8,
+                                       equal_nan=True, err_msg=f"{what}[{i}]")
+
+
+# Outputs that PyTorch does not differentiate (LU's permutation, the saved statistics of
+# native_batch_norm/native_layer_norm) and microtensor does: a difference of the forward,
+# reported apart; the second order is compared on PyTorch's differentiable outputs
+NON_DIFFERENTIABLE_OUTPUTS = {"linalg_lu", "lu_unpack", "native_batch_norm",
+                              "native_layer_norm"}
+
+# PyTorch has no double backward for these (its first gradient is computed by an op whose
+# own derivative it does not implement), so there is nothing to compare with; by name, or
+# by (name, sample index)
+TORCH_HAS_NO_DOUBLE_BACKWARD = {
+    "cdist": "PyTorch: the derivative for '_cdist_backward' is not implemented",
+    "pdist": "PyTorch: the derivative for '_pdist_backward' is not implemented",
+    "hardsigmoid": "PyTorch: derivative for aten::hardsigmoid_backward is not implemented "
+                   "(microtensor gives its value, zeros: tested below)",
+    "hardsigmoid_": "PyTorch: derivative for aten::hardsigmoid_backward is not implemented",
+    "multi_margin_loss": "PyTorch: derivative for aten::multi_margin_loss_backward is not "
+                         "implemented",
+    "multilabel_margin_loss": "PyTorch: derivative for aten::multilabel_margin_loss_backward "
+                              "is not implemented",
+    ("native_batch_norm", 1): "PyTorch's double backward without weight fails (Expected a "
+                              "proper Tensor but got None)",
+    ("native_layer_norm", 1): "PyTorch's double backward without weight fails (Expected a "
+                              "proper Tensor but got None)",
+}
+
+
+# Where the first gradients already differ from PyTorch's, for a reason of the first order
+FIRST_ORDER_DIFFERS = {
+    **{name: "the first gradient reads one triangle of the factor (gradchecked in "
+             "tests/test_op_registry.py); PyTorch's treats the factor whole"
+       for name in ("cholesky", "linalg_cholesky", "linalg_cholesky_ex", "cholesky_solve",
+                    "cholesky_inverse")},
+    ("block_diag", 2): "PyTorch's first gradient is wrong here: a 1-d empty block makes a "
+                       "row, and its backward reads the next block's gradient one row early",
+    ("as_strided_scatter", 0): "PyTorch's first gradient wrt self is wrong here (it keeps the "
+                               "scattered region and zeroes the rest)",
+    ("as_strided_scatter", 2): "PyTorch's first gradient wrt self is wrong here (it keeps the "
+                               "scattered region and zeroes the rest)",
+}
+
+# Second-order divergences found and not fixed yet: (name, sample index, upstream mode) ->
+# why; each is expected to fail (strictly: fixing one fails its entry, to be removed)
+def _known(reason, *cases):
+    """``{(name, index, mode): reason}`` for cases written "name:0g 1p" (g: the upstream
+    gradient requires grad, p: plain)."""
+    table = {}
+    for case in cases:
+        name, entries = case.split(":")
+        for entry in entries.split():
+            mode = "grad-requires-grad" if entry[-1] == "g" else "plain"
+            table[name, int(entry[:-1]), mode] = reason
+    return table
+
+
+KNOWN_DIVERGENCES = {
+    **_known("composite: the first gradient does not depend on the input, PyTorch's "
+             "backward op takes it (zeros, not None or an error, for the second order)",
+             "adaptive_avg_pool1d:0g 0p 1g 1p 2g 2p", "adaptive_avg_pool2d:0g 0p 2g 2p",
+             "adaptive_avg_pool3d:0g 0p"),
+    **_known("beta=0: no first gradient for self (None), PyTorch zeros",
+             "addmv:2g 2p", "addr:2g 2p", "baddbmm:2g 2p"),
+    **_known("PyTorch's one backward op makes every gradient (the bias's too) require grad "
+             "when an input does; here the bias's is grad.sum(), without a graph",
+             "batch_norm:0p 1p", "conv1d:0p", "conv2d:0p 2p", "conv3d:0p",
+             "conv_transpose1d:0p", "conv_transpose2d:0p", "conv_transpose3d:0p",
+             "convolution:0p 2p", "layer_norm:0p 1p", "native_batch_norm:0p",
+             "native_layer_norm:0p"),
+    **_known("the gradient of an input with a zero derivative (copysign's other, fill_'s "
+             "self) is PyTorch's zeros without a graph; here it has one",
+             "copysign:0g 1g 2g", "copysign_:0g", "fill_:0g"),
+    **_known("1x1 (or single-point) case: the first gradient depends on the input here, "
+             "PyTorch's does not", "det:2g 2p", "linalg_det:2g 2p", "linalg_vander:2g 2p"),
+    **_known("the first gradient is the upstream gradient itself (no grad_fn); PyTorch's "
+             "is a view or a copy of it with a grad_fn", "linear:1g", "nanmedian:2g",
+             "native_dropout:0g 1g", "put:1g", "t_copy:1g 2g"),
+    **_known("n=0: the identity requires grad in PyTorch, not here (the forward)",
+             "matrix_power:1g 1p"),
+}
+
+
+def _double_backward_cases():
+    cases = []
+    for case in _sweep_cases():
+        name, index = case.values
+        if not _differentiable(REGISTRY[name]):
+            continue
+        for mode in ("grad-requires-grad", "plain"):
+            reason = KNOWN_DIVERGENCES.get((name, index, mode))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            cases.append(pytest.param(name, index, mode == "grad-requires-grad", marks=marks,
+                                      id=f"{name}-{index}-{mode}"))
+    return cases
+
+
+@needs_torch
+@pytest.mark.parametrize("name, index, upstream_grad", _double_backward_cases())
+def test_double_backward_matches_torch(name, index, upstream_grad):
+    op = REGISTRY[name]
+    if op.random:
+        pytest.skip("random: the gradient depends on the draw (dropout is checked below)")
+    if name == "nll_loss_backward":
+        pytest.skip("PyTorch's op takes other arguments (self, total_weight); nll_loss's "
+                    "double backward, through it, is compared")
+    if name in GAUGE_DEPENDENT or name in CONVENTIONAL_GRADIENTS or name == "embedding":
+        pytest.skip("the derivative is fixed by a convention (gauge, padding, CTC's) that "
+                    "tests/test_op_registry.py checks")
+    for key in (name, (name, index)):
+        if key in TORCH_HAS_NO_DOUBLE_BACKWARD:
+            pytest.skip(TORCH_HAS_NO_DOUBLE_BACKWARD[key])
+        if key in FIRST_ORDER_DIFFERS:
+            pytest.skip(FIRST_ORDER_DIFFERS[key])
+    fn = _torch_callable(op)
+    if fn is None:
+        pytest.skip(f"PyTorch has no {name}")
+    args, kwargs = _sample(name, index)
+    places = differentiable_places(op, args, kwargs)
+    if not places:
+        pytest.skip("no float64 or complex128 input to differentiate")
+    paths = _paths(args, kwargs, places)
+    targs, tkwargs = list(_to_torch(list(args))), _to_torch(dict(kwargs))
+    tplaces = [_torch_place(targs, tkwargs, path) for path in paths]
+    seed = seed_for(f"{name}-{index}-double")
+    inplace = op.kind == "inplace"
+    try:
+        t_chosen, t_leaves, t_up, t_first = _first_order(torch, fn, inplace, targs, tkwargs,
+                                                         tplaces, upstream_grad, seed)
+    except (TypeError, AttributeError, NotImplementedError, RuntimeError) as e:
+        pytest.skip(f"PyTorch's {name} takes other arguments or has no derivative: {e}")
+    chosen, leaves, up, first = _first_order(mt, op, inplace, args, kwargs, places,
+                                             upstream_grad, seed)
+    if name in NON_DIFFERENTIABLE_OUTPUTS:     # compared on those PyTorch differentiates
+        assert set(t_chosen) <= set(chosen), "the outputs that require grad"
+        chosen, leaves, up, first = _first_order(mt, op, inplace, *_sample(name, index),
+                                                 None, upstream_grad, seed, t_chosen)
+    assert chosen == t_chosen, "the outputs that require grad"
+    _same(first, t_first, "first gradient")
+    assert [g is not None and g.requires_grad for g in first] == \
+        [g is not None and g.requires_grad for g in t_first], \
+        "which first gradients require grad (PyTorch's answer)"
+    assert [g is not None and g.grad_fn is not None for g in first] == \
+        [g is not None and g.grad_fn is not None for g in t_first], "grad_fn"
+    t_total = _projection(torch, t_first, seed + 1)
+    total = _projection(mt, first, seed + 1)
+    if t_total is None:
+        assert total is None
+        return
+    wrt = leaves + (up if upstream_grad else [])
+    t_wrt = t_leaves + (t_up if upstream_grad else [])
+    try:
+        expected = torch.autograd.grad(t_total, t_wrt, allow_unused=True, retain_graph=True)
+    except (RuntimeError, NotImplementedError) as e:
+        pytest.fail(f"PyTorch has no double backward here: list {name} in "
+                    f"TORCH_HAS_NO_DOUBLE_BACKWARD with the reason ({e})")
+    got = mt.autograd.grad(total, wrt, allow_unused=True, retain_graph=True)
+    _same(got, expected, "second-order gradient (allow_unused)")
+    _same(mt.autograd.grad(total, wrt, materialize_grads=True),
+          torch.autograd.grad(t_total, t_wrt, materialize_grads=True),
+          "second-order gradient (materialize_grads)")
