@@ -280,3 +280,171 @@ def test_double_backward_matches_torch(name, index, upstream_grad):
     _same(mt.autograd.grad(total, wrt, materialize_grads=True),
           torch.autograd.grad(t_total, t_wrt, materialize_grads=True),
           "second-order gradient (materialize_grads)")
+
+
+# ------------------------------------------------------------------ programs
+
+def both(program):
+    """``program(lib)`` on microtensor and on PyTorch: the lists of arrays (or None) they
+    return must agree."""
+    ours = program(mt)
+    theirs = program(torch)
+    assert len(ours) == len(theirs)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert (a is None) == (b is None), i
+        if a is not None:
+            np.testing.assert_allclose(_array(a), _array(b), rtol=1e-7, atol=1e-10,
+                                       err_msg=str(i))
+    return ours
+
+
+RNG = np.random.default_rng(7)
+
+
+def t64(lib, values, **kwargs):
+    return lib.tensor(np.asarray(values), dtype=lib.float64, **kwargs)
+
+
+@needs_torch
+def test_relu_gradient_differentiated_again_is_zeros():
+    def program(lib):
+        x = t64(lib, [-1.0, 2.0, 3.0], requires_grad=True)
+        g, = lib.autograd.grad(lib.relu(x).sum(), x, create_graph=True)
+        assert g.requires_grad and g.grad_fn is not None
+        gg, = lib.autograd.grad(g.sum(), x)
+        return [g, gg]
+    _, gg = both(program)
+    assert not _array(gg).any()
+
+
+@needs_torch
+@pytest.mark.parametrize("activation", ["relu", "leaky_relu", "hardtanh", "relu6", "elu",
+                                        "hardswish", "softshrink", "hardshrink"])
+def test_activation_hessian_vector_products(activation):
+    values = RNG.standard_normal((3, 4)) * 2
+
+    def program(lib):
+        x = t64(lib, values, requires_grad=True)
+        fn = getattr(lib.nn.functional, activation)
+        g, = lib.autograd.grad((fn(x) * x).sum(), x, create_graph=True)
+        hv, = lib.autograd.grad(g, x, t64(lib, np.ones((3, 4))))
+        return [g, hv]
+    both(program)
+
+
+def test_hardsigmoid_second_derivative_is_zeros():
+    """PyTorch has no double backward for hardsigmoid (an error); its value is zeros."""
+    x = mt.tensor([-4.0, -1.0, 0.5, 4.0], dtype=mt.float64, requires_grad=True)
+    g, = mt.autograd.grad(mt.nn.functional.hardsigmoid(x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), [0, 1 / 6, 1 / 6, 0])
+    gg, = mt.autograd.grad(g.sum(), x)
+    assert not gg.detach().numpy().any()
+
+
+@needs_torch
+def test_wgan_gp_gradient_penalty():
+    """The critic's gradient penalty (Gulrajani et al.) through Linear-LeakyReLU-Linear:
+    the penalty's gradients wrt the critic's parameters need the double backward of
+    leaky_relu and linear."""
+    w1, b1 = RNG.standard_normal((8, 5)), RNG.standard_normal(8)
+    w2, b2 = RNG.standard_normal((1, 8)), RNG.standard_normal(1)
+    real, fake = RNG.standard_normal((6, 5)), RNG.standard_normal((6, 5))
+    alpha = RNG.uniform(size=(6, 1))
+
+    def program(lib):
+        critic = lib.nn.Sequential(lib.nn.Linear(5, 8), lib.nn.LeakyReLU(0.2),
+                                   lib.nn.Linear(8, 1)).double()
+        with lib.no_grad():
+            for p, v in zip(critic.parameters(), (w1, b1, w2, b2)):
+                p.copy_(t64(lib, v))
+        mixed = (t64(lib, alpha) * t64(lib, real) + (1 - t64(lib, alpha)) * t64(lib, fake))
+        mixed.requires_grad_(True)
+        scores = critic(mixed)
+        g, = lib.autograd.grad(scores, mixed, lib.ones_like(scores), create_graph=True)
+        penalty = ((g.norm(2, dim=1) - 1) ** 2).mean()
+        loss = critic(t64(lib, fake)).mean() - critic(t64(lib, real)).mean() + 10 * penalty
+        loss.backward()
+        return [penalty] + [p.grad for p in critic.parameters()]
+    both(program)
+
+
+def _relu_mlp(lib, w1, w2):
+    def f(x):
+        return (lib.relu(x @ w1).tanh() @ w2).relu().sum() + (lib.relu(x) ** 3).sum()
+    return f
+
+
+@needs_torch
+def test_hessian_of_a_relu_network():
+    w1, w2 = RNG.standard_normal((4, 6)), RNG.standard_normal((6, 2))
+    x = RNG.standard_normal(4)
+
+    def program(lib):
+        f = _relu_mlp(lib, t64(lib, w1), t64(lib, w2))
+        by_functional = lib.autograd.functional.hessian(f, t64(lib, x), create_graph=False)
+        by_func = lib.func.hessian(f)(t64(lib, x))
+        return [by_functional, by_func]
+    h, h_func = both(program)
+    np.testing.assert_allclose(_array(h), _array(h_func), rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+def test_hessian_of_a_piecewise_linear_network_is_zeros():
+    """A network of linear layers, ReLUs and max pooling only: its Hessian is zeros (an
+    error before, the first gradient having no graph)."""
+    w = RNG.standard_normal((6, 8))
+    x = RNG.standard_normal(6)
+
+    def program(lib):
+        def f(v):
+            h = lib.relu(v @ t64(lib, w)).reshape(1, 1, 8)
+            return lib.nn.functional.max_pool1d(h, 2).sum() + lib.nn.functional.avg_pool1d(
+                lib.nn.functional.leaky_relu(h), 2).sum()
+        v = t64(lib, x, requires_grad=True)
+        g, = lib.autograd.grad(f(v), v, create_graph=True)
+        hvp, = lib.autograd.grad(g, v, lib.ones_like(g))    # by hand: reverse over reverse
+        return [lib.autograd.functional.hessian(f, t64(lib, x)),
+                lib.func.hessian(f)(t64(lib, x)), hvp]
+    for h in both(program):
+        assert not _array(h).any()
+
+
+@needs_torch
+def test_maml_inner_step_with_create_graph():
+    """One MAML step: an SGD-style inner update of a ReLU network's parameters on the
+    support set with ``create_graph=True``, the outer loss on the query set differentiated
+    through the update wrt the original parameters."""
+    params = [RNG.standard_normal((4, 3)), RNG.standard_normal(4), RNG.standard_normal((1, 4)),
+              RNG.standard_normal(1)]
+    xs, ys = RNG.standard_normal((5, 3)), RNG.standard_normal((5, 1))
+    xq, yq = RNG.standard_normal((5, 3)), RNG.standard_normal((5, 1))
+
+    def program(lib):
+        ps = [t64(lib, p, requires_grad=True) for p in params]
+        F = lib.nn.functional
+
+        def net(x, w1, b1, w2, b2):
+            return F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+        inner = F.mse_loss(net(t64(lib, xs), *ps), t64(lib, ys))
+        grads = lib.autograd.grad(inner, ps, create_graph=True)
+        adapted = [p - 0.1 * g for p, g in zip(ps, grads)]
+        outer = F.mse_loss(net(t64(lib, xq), *adapted), t64(lib, yq))
+        return [outer] + list(lib.autograd.grad(outer, ps))
+    both(program)
+
+
+@needs_torch
+def test_dropout_double_backward_follows_the_mask():
+    """dropout's gradient is the upstream gradient times the drawn mask (scaled): its own
+    gradient wrt the upstream one is the same mask; the input gets none, as PyTorch."""
+    def program(lib):
+        lib.manual_seed(0)
+        x = t64(lib, np.linspace(1.0, 2.0, 6), requires_grad=True)
+        y = lib.nn.functional.dropout(x, 0.5, training=True)
+        mask = (y != 0).double() * 2
+        v = t64(lib, np.arange(6.0), requires_grad=True)
+        g, = lib.autograd.grad(y, x, v, create_graph=True)
+        gv, gx = lib.autograd.grad((g * g).sum(), [v, x], allow_unused=True)
+        return [g - v * mask, gv - 2 * v * mask * mask, gx]
+    both(program)
+
