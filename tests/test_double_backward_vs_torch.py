@@ -189,9 +189,6 @@ KNOWN_DIVERGENCES = {
              "conv_transpose1d:0p", "conv_transpose2d:0p", "conv_transpose3d:0p",
              "convolution:0p 2p", "layer_norm:0p 1p", "native_batch_norm:0p",
              "native_layer_norm:0p"),
-    **_known("the gradient of an input with a zero derivative (copysign's other, fill_'s "
-             "self) is PyTorch's zeros without a graph; here it has one",
-             "copysign:0g 1g 2g", "copysign_:0g", "fill_:0g"),
     **_known("1x1 (or single-point) case: the first gradient depends on the input here, "
              "PyTorch's does not", "det:2g 2p", "linalg_det:2g 2p", "linalg_vander:2g 2p"),
     **_known("the first gradient is the upstream gradient itself (no grad_fn); PyTorch's "
@@ -339,6 +336,27 @@ def test_hardsigmoid_second_derivative_is_zeros():
     np.testing.assert_allclose(g.detach().numpy(), [0, 1 / 6, 1 / 6, 0])
     gg, = mt.autograd.grad(g.sum(), x)
     assert not gg.detach().numpy().any()
+
+
+@needs_torch
+@pytest.mark.parametrize("case", ["div_floor", "div_trunc", "pow0", "copysign", "fill_"])
+def test_zero_derivatives_have_no_graph(case):
+    """Where PyTorch's derivative is ``zeros_like`` (rounded division, ``x ** 0``,
+    copysign's sign source, a filled tensor), the first gradient is zeros without a graph
+    even when the upstream gradient requires grad: the second order finds no path."""
+    def program(lib):
+        x = t64(lib, [1.5, -2.5], requires_grad=True)
+        o = t64(lib, [2.0, 3.0], requires_grad=True)
+        v = t64(lib, [1.0, float("inf")], requires_grad=True)
+        y = {"div_floor": lambda: lib.div(x, o, rounding_mode="floor"),
+             "div_trunc": lambda: lib.div(x, o, rounding_mode="trunc"),
+             "pow0": lambda: x.pow(0), "copysign": lambda: lib.copysign(x, o),
+             "fill_": lambda: (x * 1).fill_(2.0)}[case]()
+        gs = lib.autograd.grad(y, [x, o], v, create_graph=True, allow_unused=True)
+        assert [g is not None and g.requires_grad for g in gs] == \
+            {"copysign": [True, False]}.get(case, [False, False])
+        return list(gs)
+    both(program)
 
 
 @needs_torch

@@ -300,12 +300,12 @@ def _trunc_int_divide(a, b, out, dtype, casting):
 
 @div.def_derivative("self")
 def div(grad, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else grad / conj_if_complex(other)
+    return _zero_grad(grad) if rounding_mode is not None else grad / conj_if_complex(other)
 
 
 @div.def_derivative("other")
 def div(grad, self, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else \
+    return _zero_grad(grad) if rounding_mode is not None else \
         -grad * conj_if_complex(self / (other * other))
 
 
@@ -413,7 +413,7 @@ def _int_power(base, exponent, *, out, dtype, casting):
 @pow.def_derivative("self")
 def pow(grad, self, exponent):
     if not isinstance(exponent, TensorBase) and exponent == 0:
-        return grad * 0
+        return _zero_grad(grad)
     return grad * conj_if_complex(exponent * self.pow(exponent - 1))
 
 
@@ -721,7 +721,8 @@ def abs(grad, self):
 
 
 def _zero_grad(grad):
-    # zeros, not ``grad * 0``: an infinite or NaN incoming gradient still gives 0, as PyTorch's
+    # zeros, not ``grad * 0``: an infinite or NaN incoming gradient still gives 0, and the
+    # zeros have no graph (a second-order gradient through them is None), as PyTorch's
     return REGISTRY["zeros_like"](grad)
 
 
@@ -1094,7 +1095,7 @@ def fill_(self, value):
 
 @fill_.def_derivative("self")
 def fill_(grad):
-    return grad * 0
+    return _zero_grad(grad)
 
 
 @fill_.def_batch_rule
@@ -1461,7 +1462,7 @@ def copysign(grad, self, result):
 
 @copysign.def_derivative("other")
 def copysign(grad):
-    return grad * 0
+    return _zero_grad(grad)
 
 
 @logaddexp.def_derivative("self")
