@@ -181,8 +181,6 @@ KNOWN_DIVERGENCES = {
              "backward op takes it (zeros, not None or an error, for the second order)",
              "adaptive_avg_pool1d:0g 0p 1g 1p 2g 2p", "adaptive_avg_pool2d:0g 0p 2g 2p",
              "adaptive_avg_pool3d:0g 0p"),
-    **_known("beta=0: no first gradient for self (None), PyTorch zeros",
-             "addmv:2g 2p", "addr:2g 2p", "baddbmm:2g 2p"),
     **_known("PyTorch's one backward op makes every gradient (the bias's too) require grad "
              "when an input does; here the bias's is grad.sum(), without a graph",
              "batch_norm:0p 1p", "conv1d:0p", "conv2d:0p 2p", "conv3d:0p",
@@ -356,6 +354,27 @@ def test_zero_derivatives_have_no_graph(case):
         assert [g is not None and g.requires_grad for g in gs] == \
             {"copysign": [True, False]}.get(case, [False, False])
         return list(gs)
+    both(program)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["addmm", "addmv", "addr", "baddbmm", "addbmm"])
+def test_ignored_self_of_the_addmm_family_gets_zeros(name):
+    """With ``beta=0``, ``self`` is ignored (its NaN too) and gets PyTorch's gradient,
+    ``grad * 0``: zeros, not None."""
+    shapes = {"addmm": ((2, 3), (2, 4), (4, 3)), "addmv": ((2,), (2, 4), (4,)),
+              "addr": ((2, 3), (2,), (3,)), "baddbmm": ((2, 2, 3), (2, 2, 4), (2, 4, 3)),
+              "addbmm": ((2, 3), (2, 2, 4), (2, 4, 3))}[name]
+    values = [RNG.standard_normal(shape) for shape in shapes]
+    values[0].flat[0] = np.nan
+
+    def program(lib):
+        args = [t64(lib, v, requires_grad=True) for v in values]
+        out = getattr(lib, name)(*args, beta=0, alpha=2)
+        v = t64(lib, np.ones(tuple(out.shape)), requires_grad=True)
+        gs = lib.autograd.grad(out, args, v, create_graph=True)
+        assert gs[0].requires_grad
+        return [out, *gs]
     both(program)
 
 
