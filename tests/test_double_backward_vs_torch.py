@@ -181,12 +181,6 @@ KNOWN_DIVERGENCES = {
              "backward op takes it (zeros, not None or an error, for the second order)",
              "adaptive_avg_pool1d:0g 0p 1g 1p 2g 2p", "adaptive_avg_pool2d:0g 0p 2g 2p",
              "adaptive_avg_pool3d:0g 0p"),
-    **_known("PyTorch's one backward op makes every gradient (the bias's too) require grad "
-             "when an input does; here the bias's is grad.sum(), without a graph",
-             "batch_norm:0p 1p", "conv1d:0p", "conv2d:0p 2p", "conv3d:0p",
-             "conv_transpose1d:0p", "conv_transpose2d:0p", "conv_transpose3d:0p",
-             "convolution:0p 2p", "layer_norm:0p 1p", "native_batch_norm:0p",
-             "native_layer_norm:0p"),
     **_known("1x1 (or single-point) case: the first gradient depends on the input here, "
              "PyTorch's does not", "det:2g 2p", "linalg_det:2g 2p", "linalg_vander:2g 2p"),
     **_known("the first gradient is the upstream gradient itself (no grad_fn); PyTorch's "

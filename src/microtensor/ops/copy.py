@@ -289,10 +289,12 @@ def _with_zero_derivative(op, level, args, kwargs):
     return wrap(call(op, (value, unwrap(bound["input"], level)[0]), {}), bdim, level)
 
 
-def linked(grad_input, input):
-    """A gradient formula's result ``grad_input``, linked to the op's ``input`` by
-    ``_with_zero_derivative`` while a graph of the backward pass is being built and
-    ``input`` requires grad (else as it is: the plain backward pays one flag test)."""
-    if input.requires_grad and is_grad_enabled():
-        return _with_zero_derivative(grad_input, input)
+def linked(grad_input, *inputs):
+    """A gradient formula's result ``grad_input``, linked by ``_with_zero_derivative`` to
+    each of the op's ``inputs`` (None: absent) that requires grad, while a graph of the
+    backward pass is being built (else as it is: the plain backward pays one test)."""
+    if is_grad_enabled():
+        for input in inputs:
+            if input is not None and input.requires_grad:
+                grad_input = _with_zero_derivative(grad_input, input)
     return grad_input
