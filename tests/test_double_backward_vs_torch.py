@@ -186,8 +186,6 @@ KNOWN_DIVERGENCES = {
     **_known("the first gradient is the upstream gradient itself (no grad_fn); PyTorch's "
              "is a view or a copy of it with a grad_fn", "linear:1g", "nanmedian:2g",
              "native_dropout:0g 1g", "put:1g", "t_copy:1g 2g"),
-    **_known("n=0: the identity requires grad in PyTorch, not here (the forward)",
-             "matrix_power:1g 1p"),
 }
 
 
