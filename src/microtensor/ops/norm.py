@@ -377,7 +377,8 @@ def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
     else:
         rstd = channel_view((running_var + eps).rsqrt(), ndim)
         xhat = (input - channel_view(running_mean, ndim)) * rstd
-        grad_input = grad * (rstd if scale is None else rstd * scale)
+        # linked: with a graph when the input has one, as from PyTorch's one backward op
+        grad_input = linked(grad * (rstd if scale is None else rstd * scale), input)
     grad_weight = None if weight is None else (grad * xhat).sum(dims)
     # the bias's gradient has a graph when an input has one, as with PyTorch's backward op
     return grad_input, grad_weight, linked(grad.sum(dims), input, weight)
