@@ -19,7 +19,7 @@ from microtensor._C.tensor import TensorBase
 from microtensor.ops import REGISTRY
 from microtensor.testing import differentiable_places, maker, seed_for
 from test_forward_ad import _paths
-from test_op_registry import (CASES, CONVENTIONAL_GRADIENTS, GAUGE_DEPENDENT, _differentiable,
+from test_op_registry import (CASES, GAUGE_DEPENDENT, _differentiable, _gradient_by_convention,
                               _sample, _to_torch, _torch_callable)
 
 try:
@@ -240,7 +240,7 @@ def test_double_backward_matches_torch(name, index, upstream_grad):
     if name == "nll_loss_backward":
         pytest.skip("PyTorch's op takes other arguments (self, total_weight); nll_loss's "
                     "double backward, through it, is compared")
-    if name in GAUGE_DEPENDENT or name in CONVENTIONAL_GRADIENTS or name == "embedding":
+    if name in GAUGE_DEPENDENT or _gradient_by_convention(name, index):
         pytest.skip("the derivative is fixed by a convention (gauge, padding, CTC's) that "
                     "tests/test_op_registry.py checks")
     for key in (name, (name, index)):
