@@ -18,6 +18,7 @@ from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import float32, int64
 from microtensor._dtype import cast_scalar, finfo, result_type
+from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.loops import store as _store
@@ -561,7 +562,7 @@ leaky_relu = _activation(leaky_relu, _with_params(_away_from((0,), _float_sample
 
 @leaky_relu.def_derivative("self")
 def leaky_relu(grad, self, negative_slope):
-    return where(self > 0, grad, grad * negative_slope)
+    return linked(where(self > 0, grad, grad * negative_slope), self)
 
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
@@ -653,7 +654,7 @@ hardtanh_ = REGISTRY["hardtanh_"]
 
 @hardtanh.def_derivative("self")
 def hardtanh(grad, self, min_val, max_val):
-    return where((self > min_val) & (self < max_val), grad, grad.new_zeros(()))
+    return linked(where((self > min_val) & (self < max_val), grad, grad.new_zeros(())), self)
 
 
 @op(kind="composite", method=False, samples=_away_from((0, 6), _float_samples(-2, 8)))
@@ -680,7 +681,8 @@ hardsigmoid = _activation(hardsigmoid, _away_from((-3, 3), _float_samples(-5, 5)
 
 @hardsigmoid.def_derivative("self")
 def hardsigmoid(grad, self):
-    return where((self > -3) & (self < 3), grad / 6, grad.new_zeros(()))
+    # PyTorch has no second derivative here (an error); its value, zeros, is given
+    return linked(where((self > -3) & (self < 3), grad / 6, grad.new_zeros(())), self)
 
 
 _HARDSWISH_LOOP = _store(lambda a: a * np.clip(a + 3.0, 0.0, 6.0) / 6.0)
@@ -734,7 +736,7 @@ threshold = _activation(threshold, _threshold_samples, function=True)
 
 @threshold.def_derivative("self")
 def threshold(grad, self, threshold):
-    return where(self > threshold, grad, grad.new_zeros(()))
+    return linked(where(self > threshold, grad, grad.new_zeros(())), self)
 
 
 @op(kind="composite", method=False, function=False, samples=_float_samples())
@@ -878,7 +880,7 @@ def _inside(x, lambd):
 
 
 def _shrink_derivative(grad, self, lambd):
-    return where(_inside(self, lambd), grad.new_zeros(()), grad)
+    return linked(where(_inside(self, lambd), grad.new_zeros(()), grad), self)
 
 
 @op(family="pointwise", samples=_shrink_samples)
@@ -928,7 +930,7 @@ def _rrelu_with_noise(self, noise, *, out=None):
 
 @_rrelu_with_noise.def_derivative("self")
 def _rrelu_with_noise(grad, self, noise):
-    return where(self > 0, grad, grad * noise)
+    return linked(where(self > 0, grad, grad * noise), self)
 
 
 _rrelu_with_noise_ = inplace_variant(_rrelu_with_noise, method=False)

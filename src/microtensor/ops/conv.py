@@ -26,6 +26,7 @@ from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, int_tuple
+from microtensor.ops.copy import linked
 from microtensor.ops.loops import _type_name, array_module, device_of
 from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
@@ -427,8 +428,9 @@ def convolution(grad, input, weight_shape, stride, padding, dilation, transposed
 
 
 @convolution.def_derivative("bias")
-def convolution(grad):
-    return grad.sum((0,) + tuple(range(2, grad.dim())))
+def convolution(grad, input, weight):
+    # with PyTorch's one backward op, every gradient has a graph when an input has one
+    return linked(grad.sum((0,) + tuple(range(2, grad.dim()))), input, weight)
 
 
 @convolution.def_batch_rule

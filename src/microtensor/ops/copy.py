@@ -8,12 +8,12 @@ itself is ``ops.loops.strided_copy``, which the factories share).
 """
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format, preserve_format
-from microtensor._C.tensor import (TensorBase, device, dtype, empty_strided_unchecked, float64,
-                                   int64)
+from microtensor._C.tensor import (TensorBase, complex128, device, dtype,
+                                   empty_strided_unchecked, float64, int64, is_grad_enabled)
 from microtensor.ops.loops import check_writable, strided_copy
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import (aligned, call, empty_per_sample, inplace_error, same_level,
-                                      to_front, wrap)
+                                      to_front, unwrap, wrap)
 
 
 def check_broadcastable_to(src, dst):
@@ -251,3 +251,50 @@ def get_device(self):
     """The device index of a GPU tensor; -1 for a CPU tensor."""
     _require_tensor("get_device", "input", 1, self)
     return -1 if self.device.type == "cpu" else (self.device.index or 0)
+
+
+# --------------------------------------------------------------------------- zero-derivative link
+
+def _link_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(2, 3), make(4)),
+            Sample(make(3, dtype=complex128), make(2, 3))]
+
+
+@op(inputs=("self", "input"), method=False, function=False, samples=_link_samples)
+def _with_zero_derivative(self, input):
+    """A copy of ``self``, recorded as a function of ``input`` too with a zero derivative.
+
+    PyTorch's gradients of piecewise-linear ops (``threshold_backward``,
+    ``max_pool2d_with_indices_backward``, ``nll_loss_backward`` ...) are ops that take the
+    forward input, with a zero derivative wrt it: built with ``create_graph``, such a
+    gradient has a graph whenever the input requires grad, and differentiating it again
+    gives zeros for the input, not an error.  Their formulas here end with ``linked``."""
+    return clone.kernel(self)
+
+
+@_with_zero_derivative.def_derivative("self")
+def _with_zero_derivative(grad):
+    return grad
+
+
+@_with_zero_derivative.def_derivative("input")
+def _with_zero_derivative(grad, input):
+    return REGISTRY["zeros_like"](input)
+
+
+@_with_zero_derivative.def_batch_rule
+def _with_zero_derivative(op, level, args, kwargs):
+    bound = op.bind(args, kwargs)
+    value, bdim = unwrap(bound["self"], level)
+    return wrap(call(op, (value, unwrap(bound["input"], level)[0]), {}), bdim, level)
+
+
+def linked(grad_input, *inputs):
+    """A gradient formula's result ``grad_input``, linked by ``_with_zero_derivative`` to
+    each of the op's ``inputs`` (None: absent) that requires grad, while a graph of the
+    backward pass is being built (else as it is: the plain backward pays one test)."""
+    if is_grad_enabled():
+        for input in inputs:
+            if input is not None and input.requires_grad:
+                grad_input = _with_zero_derivative(grad_input, input)
+    return grad_input

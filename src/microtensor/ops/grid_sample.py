@@ -24,6 +24,7 @@ from microtensor._C import meta
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, int64
 from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.copy import linked
 from microtensor.ops.factory import tensor
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
@@ -326,7 +327,8 @@ def grid_sampler(grad, input_shape, grid, interpolation_mode, padding_mode, alig
 @grid_sampler.def_derivative("grid")
 def grid_sampler(grad, input, grid, interpolation_mode, padding_mode, align_corners):
     if interpolation_mode == NEAREST:      # piecewise constant in the grid
-        return grid.new_zeros(tuple(grid.shape))
+        # zeros with a graph when an input has one, as from PyTorch's one backward op
+        return linked(grid.new_zeros(tuple(grid.shape)), input, grid)
     input_shape = tuple(input.shape)
     flat, valid, fractions, factors = _taps(grid, input_shape, interpolation_mode,
                                             padding_mode, align_corners)

@@ -16,7 +16,7 @@ import numpy as np
 
 from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
-from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16
+from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16, is_grad_enabled
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import _type_name, conj_if_complex, device_of
@@ -537,6 +537,9 @@ def scaled_sum(self, product, beta, alpha):
     if alpha != 1:
         product = product * alpha
     if beta == 0:
+        if self.requires_grad and is_grad_enabled():
+            # PyTorch's gradient of the ignored ``self`` is zeros (``grad * beta``), not None
+            return product + REGISTRY["where"](self.new_zeros((), dtype=bool_), self, 0)
         return product
     return product + (self if beta == 1 else self * beta)
 

@@ -21,7 +21,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
+from microtensor._C.meta import broadcast_shapes as _broadcast_shapes, contiguous_format
 from microtensor._C.tensor import complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
@@ -576,8 +576,10 @@ def matrix_power(self, n):
                            f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
     n = int_arg(n, "n")
     if n == 0:
-        size = self.shape[-1]
-        return _eye_like(self, size).expand(self.shape).clone()
+        # as PyTorch: the identity written into a copy of ``self``, so that it has a graph
+        # (a zero gradient) when ``self`` requires grad
+        identity = _eye_like(self, self.shape[-1])
+        return self.clone(memory_format=contiguous_format).copy_(identity)
     if n < 0:
         self, n = linalg_inv(self), -n
     result, square = None, self

@@ -15,11 +15,12 @@ from operator import methodcaller
 import numpy as np
 
 from microtensor._C import kernels, meta, nnkernels
-from microtensor._C.tensor import int64, compute_numpy
+from microtensor._C.tensor import int64, compute_numpy, is_grad_enabled
 from microtensor._composite import _any
 from microtensor.ops.activation import log_sigmoid, softplus
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.contraction import pairwise_distance
+from microtensor.ops.copy import linked
 from microtensor.ops.factory import arange, tensor
 from microtensor.ops.pointwise import minimum, where
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, pointwise,
@@ -133,9 +134,11 @@ def nll_loss(self, target, weight=None, reduction="mean", ignore_index=-100):
 
 
 @nll_loss.def_derivative("self")
-def nll_loss(grad, self_shape, target, weight, reduction, ignore_index):
-    return call(nll_loss_backward, (grad, self_shape, target, weight, reduction, ignore_index),
-                None)
+def nll_loss(grad, self, self_shape, target, weight, reduction, ignore_index):
+    grad_input = call(nll_loss_backward,
+                      (grad, self_shape, target, weight, reduction, ignore_index), None)
+    # linked only while recording: a training step's plain backward makes no extra call
+    return linked(grad_input, self) if is_grad_enabled() else grad_input
 
 
 def _backward_samples(make):

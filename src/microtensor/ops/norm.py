@@ -15,6 +15,7 @@ from microtensor._C import nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bfloat16, compute_numpy, float16, float32, is_grad_enabled
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
+from microtensor.ops.copy import linked
 from microtensor.ops.loops import (_type_name, from_numpy_result, in_format, memory_format_of,
                                    refuse_unless_floating)
 from microtensor.ops import ghost
@@ -145,8 +146,9 @@ def layer_norm(grad, input, normalized_shape, weight, eps):
         return _fused_layer_norm_backward(grad, input, len(normalized_shape), weight, eps)
     dims = tuple(range(-len(normalized_shape), 0))
     grad_input, xhat = normalized_input_gradient(grad, input, dims, eps, weight)
-    # the parameters' gradients are summed over the leading dims by the engine
-    return grad_input, None if weight is None else grad * xhat, grad
+    # the parameters' gradients are summed over the leading dims by the engine; the bias's
+    # has a graph when an input has one, as with PyTorch's one backward op
+    return grad_input, None if weight is None else grad * xhat, linked(grad, input, weight)
 
 
 def _affine(out, weight, bias, view=None):
@@ -390,9 +392,11 @@ def batch_norm(grad, input, weight, running_mean, running_var, training, eps):
     else:
         rstd = channel_view((running_var + eps).rsqrt(), ndim)
         xhat = (input - channel_view(running_mean, ndim)) * rstd
-        grad_input = grad * (rstd if scale is None else rstd * scale)
+        # linked: with a graph when the input has one, as from PyTorch's one backward op
+        grad_input = linked(grad * (rstd if scale is None else rstd * scale), input)
     grad_weight = None if weight is None else (grad * xhat).sum(dims)
-    return grad_input, grad_weight, grad.sum(dims)
+    # the bias's gradient has a graph when an input has one, as with PyTorch's backward op
+    return grad_input, grad_weight, linked(grad.sum(dims), input, weight)
 
 
 def _fused_batch_norm_backward(grad, input, weight, running_mean, running_var, training,

@@ -19,6 +19,7 @@ from microtensor._C.tensor import (TensorBase, bool_, complex128, compute_numpy,
 from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, result_type,
                                 wrap_scalar)
 from microtensor.ops.arguments import int_arg
+from microtensor.ops.copy import linked
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
                                    from_numpy_result, pointwise, store)
@@ -299,12 +300,12 @@ def _trunc_int_divide(a, b, out, dtype, casting):
 
 @div.def_derivative("self")
 def div(grad, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else grad / conj_if_complex(other)
+    return _zero_grad(grad) if rounding_mode is not None else grad / conj_if_complex(other)
 
 
 @div.def_derivative("other")
 def div(grad, self, other, rounding_mode):
-    return grad * 0 if rounding_mode is not None else \
+    return _zero_grad(grad) if rounding_mode is not None else \
         -grad * conj_if_complex(self / (other * other))
 
 
@@ -413,7 +414,7 @@ def _int_power(base, exponent, *, out, dtype, casting):
 @pow.def_derivative("self")
 def pow(grad, self, exponent):
     if not isinstance(exponent, TensorBase) and exponent == 0:
-        return grad * 0
+        return _zero_grad(grad)
     return grad * conj_if_complex(exponent * self.pow(exponent - 1))
 
 
@@ -707,7 +708,8 @@ def relu(grad, result):
     # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
     # gives 0, as PyTorch's
     fused = _fused_backward(nnkernels.relu_backward, grad, result)
-    return where(result > 0, grad, grad.new_zeros(())) if fused is None else fused
+    return linked(where(result > 0, grad, grad.new_zeros(())), result) if fused is None \
+        else fused
 
 
 @abs.def_derivative("self")
@@ -720,7 +722,8 @@ def abs(grad, self):
 
 
 def _zero_grad(grad):
-    # zeros, not ``grad * 0``: an infinite or NaN incoming gradient still gives 0, as PyTorch's
+    # zeros, not ``grad * 0``: an infinite or NaN incoming gradient still gives 0, and the
+    # zeros have no graph (a second-order gradient through them is None), as PyTorch's
     return REGISTRY["zeros_like"](grad)
 
 
@@ -1093,7 +1096,7 @@ def fill_(self, value):
 
 @fill_.def_derivative("self")
 def fill_(grad):
-    return grad * 0
+    return _zero_grad(grad)
 
 
 @fill_.def_batch_rule
@@ -1460,7 +1463,7 @@ def copysign(grad, self, result):
 
 @copysign.def_derivative("other")
 def copysign(grad):
-    return grad * 0
+    return _zero_grad(grad)
 
 
 @logaddexp.def_derivative("self")

@@ -24,6 +24,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import empty_contiguous, from_array, int64, is_grad_enabled
 from microtensor.ops.arguments import int_arg, int_tuple
 from microtensor.ops.conv import convolution
+from microtensor.ops.copy import linked
 from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import (array_module, from_numpy_result, in_format,
                                   is_floating_array, memory_format_of)
@@ -268,13 +269,13 @@ def _declare_max_pool(d):
                       f"the input plane.")
     declared = op(name, method=False, samples=_max_pool_samples(d))(kernel)
 
-    def derivative(grad, self_shape, result1):
+    def derivative(grad, self, self_shape, result1):
         if batching() is None and not is_grad_enabled() and \
                 nnkernels.supports(grad[0]._array()):
             # no graph of the backward pass is being built, nor a vmap: one C pass
             return from_array(nnkernels.max_pool_backward(
                 grad[0]._array(), result1._array(), tuple(self_shape), d))
-        return scatter_to_indices(grad[0], self_shape, result1, d)
+        return linked(scatter_to_indices(grad[0], self_shape, result1, d), self)
     declared.def_derivative("self")(derivative)
     return declared
 
@@ -359,8 +360,8 @@ def adaptive_max_pool2d(self, output_size):
 
 
 @adaptive_max_pool2d.def_derivative("self")
-def adaptive_max_pool2d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 2)
+def adaptive_max_pool2d(grad, self, self_shape, result1):
+    return linked(scatter_to_indices(grad[0], self_shape, result1, 2), self)
 
 
 def max_pool_batch_rule(op, level, args, kwargs):
@@ -569,21 +570,22 @@ def _declare_avg_pool(d):
             return _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, None)
 
-        def derivative(grad, self_shape, kernel_size, stride, padding, ceil_mode,
+        def derivative(grad, self, self_shape, kernel_size, stride, padding, ceil_mode,
                        count_include_pad):
-            return _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
-                                        padding, ceil_mode, count_include_pad, None)
+            return linked(_avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
+                                               padding, ceil_mode, count_include_pad, None),
+                          self)
     else:
         def kernel(self, kernel_size, stride=(), padding=0, ceil_mode=False,
                    count_include_pad=True, divisor_override=None):
             return _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, divisor_override)
 
-        def derivative(grad, self_shape, kernel_size, stride, padding, ceil_mode,
+        def derivative(grad, self, self_shape, kernel_size, stride, padding, ceil_mode,
                        count_include_pad, divisor_override):
-            return _avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
-                                        padding, ceil_mode, count_include_pad,
-                                        divisor_override)
+            return linked(_avg_pool_derivative(grad, self_shape, d, name, kernel_size, stride,
+                                               padding, ceil_mode, count_include_pad,
+                                               divisor_override), self)
     kernel.__name__ = name
     kernel.__doc__ = (f"The mean of each window of a {d}-d pooling, positions in the padding "
                       f"counted as zeros (or not at all without ``count_include_pad``).")

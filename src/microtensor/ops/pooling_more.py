@@ -26,6 +26,7 @@ from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, avg_p
                                      max_pool2d_with_indices, max_pool3d_with_indices,
                                      pool_format, scatter_to_indices)
 from microtensor.ops.registry import Sample, op
+from microtensor.ops.copy import linked
 from microtensor.ops.factory import tensor
 from microtensor.ops.pointwise import where
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
@@ -218,13 +219,13 @@ def adaptive_max_pool3d(self, output_size):
 
 
 @adaptive_max_pool1d.def_derivative("self")
-def adaptive_max_pool1d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 1)
+def adaptive_max_pool1d(grad, self, self_shape, result1):
+    return linked(scatter_to_indices(grad[0], self_shape, result1, 1), self)
 
 
 @adaptive_max_pool3d.def_derivative("self")
-def adaptive_max_pool3d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 3)
+def adaptive_max_pool3d(grad, self, self_shape, result1):
+    return linked(scatter_to_indices(grad[0], self_shape, result1, 3), self)
 
 
 # --------------------------------------------------------------------------- adaptive average 3-d
@@ -586,13 +587,13 @@ def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
 
 
 @fractional_max_pool2d.def_derivative("self")
-def fractional_max_pool2d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 2)
+def fractional_max_pool2d(grad, self, self_shape, result1):
+    return linked(scatter_to_indices(grad[0], self_shape, result1, 2), self)
 
 
 @fractional_max_pool3d.def_derivative("self")
-def fractional_max_pool3d(grad, self_shape, result1):
-    return scatter_to_indices(grad[0], self_shape, result1, 3)
+def fractional_max_pool3d(grad, self, self_shape, result1):
+    return linked(scatter_to_indices(grad[0], self_shape, result1, 3), self)
 
 
 # --------------------------------------------------------------------------- the batching rule

@@ -267,6 +267,8 @@ def prod(grad, self, dim, keepdim, result):
     # d prod / d x_i is the product of the other elements: result / x_i, except where a
     # slice holds zeros (one zero: only that position gets a gradient).  Saving `result`
     # as PyTorch does makes an in-place write into the product fail the version check.
+    if self.dim() == 0:     # the product of one number: its gradient is grad, as PyTorch's
+        return grad
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
     result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
     reduce_dims = dims_of(dim, self.dim())

@@ -452,6 +452,8 @@ def repeat(self, *repeats):
 @repeat.def_derivative("self")
 def repeat(grad, self_shape, repeats):
     sizes = size_arg(repeats, "repeats", required=False)
+    if 0 in sizes:      # nothing of self in the result: PyTorch's zeros, without a graph
+        return grad.new_zeros(tuple(self_shape))
     padded = (1,) * (len(sizes) - len(self_shape)) + tuple(self_shape)
     interleaved = tuple(n for pair in zip(sizes, padded) for n in pair)
     repeated_dims = tuple(range(0, 2 * len(sizes), 2))
