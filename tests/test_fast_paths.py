@@ -10,6 +10,7 @@ values, the result's dtype and geometry (the strides of the dims it steps along)
 autograd recorded and the gradients it gives, or raise the same error.
 """
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -427,6 +428,24 @@ def test_one_input_pointwise_op(data, recipe, name, grad_enabled):
     callers = unary_callers(name)
     fast = callers[data.draw(st.sampled_from(sorted(callers)))]
     assert_agree(fast, without_c_path(name), [recipe], grad_enabled)
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("dtype", [mt.float32, mt.float64])
+def test_one_input_ops_on_whole_storages_equal_the_general_path(name, dtype):
+    """A whole contiguous storage is run by the ufunc's own inner loop (``unary_loops``):
+    the same bits as the general path, over lengths that reach the SIMD loops' tails and
+    values that overflow or leave the domain, with no NumPy warning."""
+    values = np.concatenate([np.random.default_rng(5).standard_normal(1000) * 4,
+                             [0.0, -0.0, 1e-30, 1.0, -1.0, 100.0, -100.0, 1e30, -1e30,
+                              np.inf, -np.inf, np.nan]])
+    for length in (1, 7, 16, 33, len(values)):
+        x = mt.tensor(values[:length], dtype=dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fast = REGISTRY[name](x)
+        expected = without_c_path(name)(x)
+        np.testing.assert_array_equal(fast.numpy(), expected.numpy())
 
 
 @pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "silu", "erf"])

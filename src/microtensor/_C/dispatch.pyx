@@ -33,7 +33,7 @@ layering); nothing here imports above ``_C``.
 """
 from microtensor._C.tensor cimport (TensorBase, grad_mode_enabled, inference_mode_enabled,
                                     needs_grad, restore_numpy, set_grad_enabled, silence_numpy,
-                                    unary_fast)
+                                    unary_fast, unary_loops)
 
 import numpy as np
 
@@ -177,7 +177,7 @@ def set_unary_kernel(op, fn):
     if fn is None:
         _unary_kernels.pop(op, None)
     else:
-        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc))
+        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc), unary_loops(fn))
 
 
 def unary_kernels():
@@ -265,19 +265,14 @@ def set_profiler(begin, end):
 
 
 cpdef object call(op, args, kwargs):
-    """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None), with NumPy's
-    floating-point warnings off, as PyTorch's kernels are silent."""
-    token = silence_numpy()
+    """Run ``op`` on ``args`` (a tuple) and ``kwargs`` (a dict or None)."""
+    if _profile_begin is None:
+        return _call(op, args, kwargs)
+    _profile_begin(op, args)
     try:
-        if _profile_begin is None:
-            return _call(op, args, kwargs)
-        _profile_begin(op, args)
-        try:
-            return _call(op, args, kwargs)
-        finally:
-            _profile_end()
+        return _call(op, args, kwargs)
     finally:
-        restore_numpy(token)
+        _profile_end()
 
 
 cdef object _call(op, args, kwargs):
@@ -288,9 +283,18 @@ cdef object _call(op, args, kwargs):
     if not kwargs and len(args) == 1:
         kernel = _unary_kernels.get(op)
         if kernel is not None:
-            result = unary_fast(op, <tuple>kernel, args[0])
+            result = unary_fast(op, <tuple>kernel, args[0])   # as silent as the rest
             if result is not None:
                 return result
+    # NumPy's floating-point warnings off for the call, as PyTorch's kernels are silent
+    token = silence_numpy()
+    try:
+        return _dispatch(op, args, kwargs)
+    finally:
+        restore_numpy(token)
+
+
+cdef object _dispatch(op, args, kwargs):
     if op.kind == "composite":
         return op.kernel(*args, **(kwargs or {}))
     if _forward_ad is not None:

@@ -510,12 +510,80 @@ cdef object _binary(object left, object right, char opcode, str name):
     return out
 
 
+cdef class _UnaryLoops:
+    """A ufunc's own inner loops for float32 and float64 (NULL: none found)."""
+    cdef cnp.PyUFuncGenericFunction f32
+    cdef cnp.PyUFuncGenericFunction f64
+    cdef void* f32_data
+    cdef void* f64_data
+
+
+cdef object unary_loops(object fn):
+    """The inner loops NumPy runs for ``fn``'s float32 and float64 calls (a one-input
+    ufunc), for ``unary_fast`` to call directly on whole storages: no argument parsing,
+    no type resolution, and no floating-point error check, so no warning (PyTorch's
+    kernels are silent).  Each loop is kept only if it gives the ufunc's own results on
+    a probe of ordinary and special values; None when none is."""
+    if not isinstance(fn, np.ufunc) or fn.nin != 1 or fn.nout != 1:
+        return None
+    cdef cnp.ufunc u = <cnp.ufunc>fn
+    cdef _UnaryLoops loops = _UnaryLoops()
+    cdef int i
+    found = False
+    for i in range(u.ntypes):   # the type numbers of each loop's input and output
+        if u.types[2 * i] != u.types[2 * i + 1]:
+            continue
+        if u.types[2 * i] == cnp.NPY_FLOAT and loops.f32 == NULL:
+            loops.f32, loops.f32_data = u.functions[i], u.data[i]
+        elif u.types[2 * i] == cnp.NPY_DOUBLE and loops.f64 == NULL:
+            loops.f64, loops.f64_data = u.functions[i], u.data[i]
+    for dt in (np.float32, np.float64):
+        probe = np.array([0.0, -0.0, 0.5, -1.5, 2.0, 1e-30, 88.0, 710.0, -710.0, np.inf,
+                          -np.inf, np.nan, 3.0, 0.25, -7.0, 100.0, 1e6, -3e-8], dtype=dt)
+        expected = np.empty_like(probe)
+        with np.errstate(all="ignore"):
+            fn(probe, expected)
+        got = np.empty_like(probe)
+        if not _run_loop(loops, probe, got) or not np.array_equal(got, expected,
+                                                                  equal_nan=True):
+            if dt is np.float32:
+                loops.f32 = NULL
+            else:
+                loops.f64 = NULL
+        else:
+            found = True
+    return loops if found else None
+
+
+cdef bint _run_loop(_UnaryLoops loops, cnp.ndarray source, cnp.ndarray target):
+    """``target[:] = f(source)`` by the loop for their dtype (contiguous arrays of one
+    float dtype and size); False when there is no such loop."""
+    cdef cnp.PyUFuncGenericFunction loop
+    cdef void* data
+    cdef char* pointers[2]
+    cdef cnp.npy_intp count[1]
+    cdef cnp.npy_intp steps[2]
+    if cnp.PyArray_TYPE(source) == cnp.NPY_FLOAT:
+        loop, data = loops.f32, loops.f32_data
+    else:
+        loop, data = loops.f64, loops.f64_data
+    if loop == NULL:
+        return False
+    pointers[0], pointers[1] = <char*>cnp.PyArray_DATA(source), <char*>cnp.PyArray_DATA(target)
+    count[0] = cnp.PyArray_SIZE(source)
+    steps[0] = steps[1] = cnp.PyArray_ITEMSIZE(source)
+    loop(pointers, count, steps, data)
+    return True
+
+
 cdef object unary_fast(object op, tuple kernel, object x):
-    """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc)`` (see
-    ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU tensor: ``fn`` over
-    NumPy arrays of the tensors, into a fresh result laid out as ``loops.pointwise`` lays
-    it out (the input's dimension order, dense).  When ``x`` requires grad, autograd then only
-    attaches the op's node.  None for any other ``x`` (the dispatcher then runs the op)."""
+    """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc,
+    loops)`` (see ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU
+    tensor: ``fn`` over NumPy arrays of the tensors (or, for a whole contiguous storage,
+    the ufunc's own inner loop, ``unary_loops``), into a fresh result laid out as
+    ``loops.pointwise`` lays it out (the input's dimension order, dense), with NumPy's
+    floating-point warnings off.  When ``x`` requires grad, autograd then only attaches
+    the op's node.  None for any other ``x`` (the dispatcher then runs the op)."""
     cdef TensorBase t, out
     if not _float_cpu(x):
         return None
@@ -527,17 +595,24 @@ cdef object unary_fast(object op, tuple kernel, object x):
         strides = meta.elementwise_output_strides(sizes, ((sizes, t._strides),))
     out = _fresh_tensor(sizes, strides, t._dtype, 1 if t._is_contig else -1)
     if out._numel:
-        fn, is_ufunc = kernel
+        fn, is_ufunc, loops = kernel
         if t._is_contig and _whole_storage(t):
             # the arrays themselves, flat: no view to build (a fresh result's storage is
             # exactly its elements)
             source, target = t._storage.data, out._storage.data
+            if loops is not None and _run_loop(<_UnaryLoops>loops, source, target):
+                fn = None
         else:
             source, target = _ndarray_view(t), _ndarray_view(out)
-        if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own; ``out``
-            fn(source, target)   # passed by position: parsed faster
-        else:
-            fn(source, out=target, dtype=compute_numpy(t._dtype), casting="unsafe")
+        if fn is not None:
+            token = silence_numpy()
+            try:
+                if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own;
+                    fn(source, target)   # ``out`` passed by position: parsed faster
+                else:
+                    fn(source, out=target, dtype=compute_numpy(t._dtype), casting="unsafe")
+            finally:
+                restore_numpy(token)
     if not mt_grad_disabled and needs_grad(t):
         return _attach_node(op, (x,), None, out)
     return out

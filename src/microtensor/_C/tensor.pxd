@@ -52,5 +52,6 @@ cdef bint inference_mode_enabled() noexcept
 cpdef set_grad_enabled(bint enabled)
 cdef bint needs_grad(TensorBase t) noexcept
 cdef object unary_fast(object op, tuple kernel, object x)
+cdef object unary_loops(object fn)
 cdef object silence_numpy()
 cdef int restore_numpy(object token) except -1
