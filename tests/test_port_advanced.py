@@ -1,0 +1,675 @@
+"""Research-style PyTorch programs that reach the less-travelled paths (double backward
+through an optimizer's objective, functional_call, distributions, LBFGS's closure, scatter
+and index reductions, weight averaging, schedulers and checkpoints mid-training), run twice:
+on PyTorch and on microtensor, the same code with only the library differing.
+
+Each program is ``program(torch, rec, rng)`` as in tests/test_port_vision.py: it copies the
+PyTorch run's initial weights through ``rec.sync``, draws its inputs from one NumPy
+generator, trains a few steps and records outputs, losses, gradients and parameters.  The
+programs run in float64 and must agree to tight tolerances; the regression tests of what
+they found sit next to the program that found it.
+"""
+import io
+
+import numpy as np
+import pytest
+
+import microtensor
+from test_port_vision import Recorder, _assert_same, needs_torch  # the shared harness
+
+try:
+    import torch as _torch
+except ImportError:     # pragma: no cover
+    _torch = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pytorch_on_one_thread():
+    """PyTorch's thread pool slows these tiny programs down many times on a busy machine."""
+    if _torch is None:
+        yield
+        return
+    threads = _torch.get_num_threads()
+    _torch.set_num_threads(1)
+    yield
+    _torch.set_num_threads(threads)
+
+
+# PyTorch's note that index_reduce is in beta is not what these tests look at
+pytestmark = pytest.mark.filterwarnings("ignore:index_reduce:UserWarning")
+
+
+def _run_both(program, rtol=1e-9, atol=1e-11):
+    weights = {}
+    ref = Recorder(_torch, weights)
+    program(_torch, ref, np.random.default_rng(0))
+    got = Recorder(microtensor, weights)
+    program(microtensor, got, np.random.default_rng(0))
+    assert list(got.values) == list(ref.values)
+    for name, expected in ref.values.items():
+        _assert_same(got.values[name], expected, name, rtol, atol)
+    return ref, got
+
+
+def _normal(torch, rng, *shape):
+    return torch.tensor(rng.standard_normal(shape))
+
+
+def _double(torch):
+    """Builds every module of a program in float64, as ``set_default_dtype`` users do."""
+    torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _float32_default_after():
+    yield
+    microtensor.set_default_dtype(microtensor.float32)
+    if _torch is not None:
+        _torch.set_default_dtype(_torch.float32)
+
+
+# -- WGAN-GP: gradient penalty through autograd.grad(create_graph=True) --------------------
+
+def wgan_gp(torch, rec, rng):
+    nn = torch.nn
+    _double(torch)
+    generator = nn.Sequential(nn.Linear(4, 12), nn.ReLU(), nn.Linear(12, 6))
+    critic = nn.Sequential(nn.Linear(6, 12), nn.Softplus(), nn.Linear(12, 12), nn.Tanh(),
+                           nn.Linear(12, 1))
+    rec.sync("generator", generator)
+    rec.sync("critic", critic)
+    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.9))
+    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-3, betas=(0.5, 0.9))
+
+    def gradient_penalty(real, fake, alpha):
+        interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        scores = critic(interpolates)
+        gradients, = torch.autograd.grad(outputs=scores, inputs=interpolates,
+                                         grad_outputs=torch.ones_like(scores),
+                                         create_graph=True, retain_graph=True)
+        return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+    for step in range(3):
+        real = _normal(torch, rng, 8, 6) + 2
+        for n_critic in range(2):
+            z = _normal(torch, rng, 8, 4)
+            alpha = torch.tensor(rng.random((8, 1)))
+            opt_c.zero_grad()
+            fake = generator(z).detach()
+            gp = gradient_penalty(real, fake, alpha)
+            loss_c = critic(fake).mean() - critic(real).mean() + 10 * gp
+            loss_c.backward()
+            rec(f"gp{step}.{n_critic}", gp)
+            rec(f"loss_c{step}.{n_critic}", loss_c)
+            rec.grads(f"critic{step}.{n_critic}", critic)
+            opt_c.step()
+        opt_g.zero_grad()
+        loss_g = -critic(generator(_normal(torch, rng, 8, 4))).mean()
+        loss_g.backward()
+        rec(f"loss_g{step}", loss_g)
+        rec.grads(f"generator{step}", generator)
+        opt_g.step()
+        rec.params(f"generator.after{step}", generator)
+        rec.params(f"critic.after{step}", critic)
+    rec("opt_c.state", opt_c.state_dict()["state"])
+
+
+@needs_torch
+def test_wgan_gp():
+    _run_both(wgan_gp)
+
+
+# -- MAML: functional_call with a differentiable inner SGD step ----------------------------
+
+def maml(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+    _double(torch)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(),
+                          nn.Linear(16, 1))
+    rec.sync("model", model)
+    meta_opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    call = torch.func.functional_call
+
+    def task():
+        amplitude, phase = rng.uniform(0.5, 3), rng.uniform(0, np.pi)
+        xs = torch.tensor(rng.uniform(-3, 3, (10, 1)))
+        return xs, amplitude * torch.sin(xs + phase)
+
+    for step in range(3):
+        meta_opt.zero_grad()
+        outer = 0
+        for t in range(2):
+            (x_support, y_support), (x_query, y_query) = task(), task()
+            params = dict(model.named_parameters())
+            for inner in range(2):
+                loss = F.mse_loss(call(model, params, (x_support,)), y_support)
+                grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+                params = {name: p - 0.1 * g for (name, p), g in zip(params.items(), grads)}
+                rec(f"inner{step}.{t}.{inner}", loss)
+            outer = outer + F.mse_loss(call(model, params, x_query), y_query)
+        outer = outer / 2
+        outer.backward()
+        rec(f"outer{step}", outer)
+        rec.grads(f"meta{step}", model)
+        meta_opt.step()
+        rec.params(f"after{step}", model)
+
+
+@needs_torch
+def test_maml():
+    _run_both(maml)
+
+
+def maml_functorch(torch, rec, rng):
+    """The torch.func spelling: grad of a functional loss, vmapped over tasks."""
+    nn, F = torch.nn, torch.nn.functional
+    _double(torch)
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    rec.sync("model", model)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, x, y):
+        return F.mse_loss(torch.func.functional_call(model, p, (x,)), y)
+
+    def inner_then_query(p, xs, ys, xq, yq):
+        g = torch.func.grad(loss_fn)(p, xs, ys)
+        adapted = {k: p[k] - 0.1 * g[k] for k in p}
+        return loss_fn(adapted, xq, yq)
+
+    xs, xq = _normal(torch, rng, 3, 5, 1), _normal(torch, rng, 3, 5, 1)
+    ys, yq = torch.sin(xs), torch.sin(xq)
+    per_task = torch.func.vmap(inner_then_query, in_dims=(None, 0, 0, 0, 0))
+    rec("query_losses", per_task(params, xs, ys, xq, yq))
+    meta_grads = torch.func.grad(lambda p: per_task(p, xs, ys, xq, yq).mean())(params)
+    rec("meta_grads", meta_grads)
+
+
+@needs_torch
+def test_maml_functorch():
+    _run_both(maml_functorch)
+
+
+# -- VAE: reparameterisation, Normal + kl_divergence, BCE-with-logits ----------------------
+
+def vae(torch, rec, rng):
+    nn, F, D = torch.nn, torch.nn.functional, torch.distributions
+    _double(torch)
+
+    class VAE(nn.Module):
+        def __init__(self, features=12, hidden=10, latent=3):
+            super().__init__()
+            self.fc1 = nn.Linear(features, hidden)
+            self.fc_mu = nn.Linear(hidden, latent)
+            self.fc_logvar = nn.Linear(hidden, latent)
+            self.fc3 = nn.Linear(latent, hidden)
+            self.fc4 = nn.Linear(hidden, features)
+
+        def encode(self, x):
+            h = F.elu(self.fc1(x))
+            return self.fc_mu(h), self.fc_logvar(h)
+
+        def forward(self, x, eps):
+            mu, logvar = self.encode(x)
+            posterior = D.Normal(mu, torch.exp(0.5 * logvar))
+            z = posterior.loc + eps * posterior.scale       # rsample with the given noise
+            return self.fc4(F.silu(self.fc3(z))), posterior, z
+
+    model = VAE()
+    rec.sync("vae", model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-2)
+    x = torch.tensor((rng.random((6, 12)) > 0.5).astype(np.float64))
+    pos_weight = torch.tensor(rng.uniform(0.5, 2, 12))
+    for step in range(3):
+        eps = _normal(torch, rng, 6, 3)
+        optimizer.zero_grad()
+        logits, posterior, z = model(x, eps)
+        prior = D.Normal(torch.zeros_like(z), torch.ones_like(z))
+        recon = F.binary_cross_entropy_with_logits(logits, x, reduction="sum",
+                                                   pos_weight=pos_weight) / x.shape[0]
+        kl = D.kl_divergence(posterior, prior).sum(-1).mean()
+        # the closed form against the Monte Carlo estimate through log_prob, and the
+        # Independent spelling of the same posterior
+        kl_mc = (posterior.log_prob(z) - prior.log_prob(z)).sum(-1).mean()
+        kl_independent = D.kl_divergence(D.Independent(posterior, 1),
+                                         D.Independent(prior, 1)).mean()
+        loss = recon + kl + 0.1 * kl_mc + 0.1 * kl_independent
+        loss.backward()
+        rec(f"recon{step}", recon)
+        rec(f"kl{step}", kl)
+        rec(f"kl_mc{step}", kl_mc)
+        rec(f"entropy{step}", posterior.entropy())
+        rec(f"cdf{step}", posterior.cdf(z))
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        rec.params(f"after{step}", model)
+    with torch.no_grad():
+        rec("decoded", torch.sigmoid(model.fc4(F.silu(model.fc3(torch.zeros(2, 3))))))
+
+
+@needs_torch
+def test_vae():
+    _run_both(vae)
+
+
+# -- REINFORCE: Categorical policy, discounted returns, gradient clipping -------------------
+
+def reinforce(torch, rec, rng):
+    nn, F, D = torch.nn, torch.nn.functional, torch.distributions
+    _double(torch)
+    policy = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    rec.sync("policy", policy)
+    optimizer = torch.optim.RMSprop(policy.parameters(), lr=1e-2, alpha=0.9)
+    gamma = 0.9
+    for episode in range(3):
+        states = _normal(torch, rng, 7, 4)
+        actions = torch.tensor(rng.integers(0, 3, 7))
+        rewards = torch.tensor(rng.standard_normal(7))
+        logits = policy(states)
+        dist = D.Categorical(logits=logits)
+        by_probs = D.Categorical(probs=F.softmax(logits, dim=-1))
+        log_probs = dist.log_prob(actions)
+        # returns G_t = sum_k gamma^k r_{t+k}: reversed cumulative sums of discounted rewards
+        discounts = gamma ** torch.arange(7, dtype=torch.float64)
+        returns = torch.flip(torch.cumsum(torch.flip(rewards * discounts, [0]), 0), [0])
+        returns = returns / discounts
+        returns = (returns - returns.mean()) / (returns.std() + 1e-8)
+        loss = -(log_probs * returns).sum() - 0.01 * dist.entropy().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        total_norm = nn.utils.clip_grad_norm_(policy.parameters(), max_norm=0.5)
+        rec(f"returns{episode}", returns)
+        rec(f"log_probs{episode}", log_probs)
+        rec(f"log_probs_by_probs{episode}", by_probs.log_prob(actions))
+        rec(f"entropy{episode}", by_probs.entropy())
+        rec(f"loss{episode}", loss)
+        rec(f"total_norm{episode}", total_norm)
+        rec.grads(f"clipped{episode}", policy)
+        optimizer.step()
+        rec.params(f"after{episode}", policy)
+        rec(f"sample_shape{episode}", tuple(dist.sample((5,)).shape))
+    rec("value_clip", nn.utils.clip_grad_value_(policy.parameters(), 1e-3))
+    rec.grads("value_clipped", policy)
+
+
+@needs_torch
+def test_reinforce():
+    _run_both(reinforce)
+
+
+# -- RealNVP: affine couplings with masks, slogdet, MultivariateNormal base ----------------
+
+def real_nvp(torch, rec, rng):
+    nn, D = torch.nn, torch.distributions
+    _double(torch)
+
+    class Coupling(nn.Module):
+        def __init__(self, mask, hidden=8):
+            super().__init__()
+            self.register_buffer("mask", mask)
+            dim = mask.numel()
+            self.scale = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(),
+                                       nn.Linear(hidden, dim), nn.Tanh())
+            self.shift = nn.Sequential(nn.Linear(dim, hidden), nn.LeakyReLU(0.1),
+                                       nn.Linear(hidden, dim))
+
+        def forward(self, x):       # data -> latent
+            kept = x * self.mask
+            s = self.scale(kept) * (1 - self.mask)
+            t = self.shift(kept) * (1 - self.mask)
+            return kept + (1 - self.mask) * (x - t) * torch.exp(-s), -s.sum(dim=1)
+
+        def inverse(self, z):
+            kept = z * self.mask
+            s = self.scale(kept) * (1 - self.mask)
+            t = self.shift(kept) * (1 - self.mask)
+            return kept + (1 - self.mask) * (z * torch.exp(s) + t)
+
+    class Flow(nn.Module):
+        def __init__(self, dim=4):
+            super().__init__()
+            mask = (torch.arange(dim) % 2).to(torch.float64)
+            self.couplings = nn.ModuleList([Coupling(mask), Coupling(1 - mask),
+                                            Coupling(mask)])
+            self.mix = nn.Parameter(torch.eye(dim) + 0.1 * torch.ones(dim, dim))
+            self.loc = nn.Parameter(torch.zeros(dim))
+            self.raw_tril = nn.Parameter(torch.zeros(dim, dim))
+
+        def base(self):
+            diag = torch.nn.functional.softplus(torch.diagonal(self.raw_tril)) + 0.5
+            scale_tril = torch.tril(self.raw_tril, -1) + torch.diag_embed(diag)
+            return D.MultivariateNormal(self.loc, scale_tril=scale_tril)
+
+        def log_prob(self, x):
+            log_det = torch.zeros(x.shape[0])
+            for coupling in self.couplings:
+                x, ld = coupling(x)
+                log_det = log_det + ld
+            sign, log_abs = torch.linalg.slogdet(self.mix)      # a Glow-style 1x1 mixing
+            x = x @ self.mix.T
+            return self.base().log_prob(x) + log_det + log_abs, sign
+
+    flow = Flow()
+    rec.sync("flow", flow)
+    optimizer = torch.optim.Adam(flow.parameters(), lr=5e-3)
+    data = _normal(torch, rng, 16, 4) @ torch.tensor(rng.standard_normal((4, 4)))
+    for step in range(3):
+        optimizer.zero_grad()
+        log_prob, sign = flow.log_prob(data)
+        loss = -log_prob.mean()
+        loss.backward()
+        rec(f"log_prob{step}", log_prob)
+        rec(f"sign{step}", sign)
+        rec.grads(f"step{step}", flow)
+        optimizer.step()
+        rec.params(f"after{step}", flow)
+    with torch.no_grad():
+        z = _normal(torch, rng, 5, 4)
+        x = z
+        for coupling in reversed(flow.couplings):
+            x = coupling.inverse(x)
+        back = x
+        for coupling in flow.couplings:
+            back, _ = coupling(back)
+        rec("inverse", x)
+        rec("round_trip", back)
+        base = flow.base()
+        full = D.MultivariateNormal(base.loc, covariance_matrix=base.covariance_matrix)
+        rec("base.log_prob.covariance", full.log_prob(z))
+        rec("base.entropy", base.entropy())
+        rec("base.precision", full.precision_matrix)
+
+
+@needs_torch
+def test_real_nvp():
+    _run_both(real_nvp)
+
+
+# -- A graph network: message passing over an edge list -----------------------------------
+
+def graph_network(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+    _double(torch)
+    nodes, features, hidden = 7, 5, 6
+    pairs = rng.choice(nodes * nodes, 14, replace=False)
+    src = np.concatenate([pairs // nodes, np.arange(nodes)])      # with self loops
+    dst = np.concatenate([pairs % nodes, np.arange(nodes)])
+    edge_index = torch.tensor(np.stack([src, dst]))
+    graph_of_node = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+
+    class GCNLayer(nn.Module):
+        def __init__(self, fan_in, fan_out):
+            super().__init__()
+            self.lin = nn.Linear(fan_in, fan_out, bias=False)
+            self.bias = nn.Parameter(torch.zeros(fan_out))
+
+        def forward(self, x, edge_index):
+            row, col = edge_index
+            deg = torch.zeros(x.shape[0]).index_add_(0, col, torch.ones(col.shape[0]))
+            norm = deg.pow(-0.5)[row] * deg.pow(-0.5)[col]
+            messages = self.lin(x).index_select(0, row) * norm.unsqueeze(-1)
+            out = torch.zeros(x.shape[0], messages.shape[1]).index_add_(0, col, messages)
+            return out + self.bias
+
+    class SAGEMaxLayer(nn.Module):
+        """Max and mean aggregation through scatter_reduce."""
+
+        def __init__(self, fan_in, fan_out):
+            super().__init__()
+            self.pool = nn.Linear(fan_in, fan_in)
+            self.lin = nn.Linear(3 * fan_in, fan_out)
+
+        def forward(self, x, edge_index):
+            row, col = edge_index
+            messages = torch.relu(self.pool(x))[row]
+            index = col.unsqueeze(-1).expand_as(messages)
+            empty = torch.zeros_like(x)
+            pooled = empty.scatter_reduce(0, index, messages, reduce="amax",
+                                          include_self=False)
+            mean = empty.scatter_reduce(0, index, messages, reduce="mean",
+                                        include_self=False)
+            return self.lin(torch.cat([x, pooled, mean], dim=-1))
+
+    class GATLayer(nn.Module):
+        """Attention over in-edges: a softmax per destination node through scatter ops."""
+
+        def __init__(self, fan_in, fan_out):
+            super().__init__()
+            self.lin = nn.Linear(fan_in, fan_out, bias=False)
+            self.att = nn.Parameter(torch.randn(2 * fan_out) * 0.3)
+
+        def forward(self, x, edge_index):
+            row, col = edge_index
+            h = self.lin(x)
+            scores = F.leaky_relu(torch.cat([h[row], h[col]], dim=-1) @ self.att, 0.2)
+            top = torch.full((x.shape[0],), float("-inf")).scatter_reduce(
+                0, col, scores, reduce="amax")
+            weights = torch.exp(scores - top[col])
+            total = torch.zeros(x.shape[0]).scatter_add(0, col, weights)
+            alpha = weights / total[col]
+            return torch.zeros_like(h).index_add(0, col, alpha.unsqueeze(-1) * h[row])
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gcn = GCNLayer(features, hidden)
+            self.sage = SAGEMaxLayer(hidden, hidden)
+            self.gat = GATLayer(hidden, hidden)
+            self.readout = nn.Linear(hidden, 2)
+
+        def forward(self, x, edge_index):
+            x = F.relu(self.gcn(x, edge_index))
+            x = F.elu(self.sage(x, edge_index))
+            x = self.gat(x, edge_index)
+            pooled = torch.zeros(2, x.shape[1]).index_reduce_(
+                0, graph_of_node, x, "mean", include_self=False)
+            return self.readout(pooled)
+
+    model = Net()
+    rec.sync("gnn", model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    x = _normal(torch, rng, nodes, features)
+    target = torch.tensor([1, 0])
+    for step in range(3):
+        optimizer.zero_grad()
+        logits = model(x, edge_index)
+        loss = F.cross_entropy(logits, target)
+        loss.backward()
+        rec(f"logits{step}", logits)
+        rec.grads(f"step{step}", model)
+        optimizer.step()
+        rec.params(f"after{step}", model)
+
+
+@needs_torch
+def test_graph_network():
+    _run_both(graph_network)
+
+
+# -- Contrastive learning: SimCLR's NT-Xent and CLIP's symmetric loss ----------------------
+
+def contrastive(torch, rec, rng):
+    nn, F = torch.nn, torch.nn.functional
+    _double(torch)
+    encoder = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                            nn.Linear(16, 6))
+    projector = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 4))
+    logit_scale = nn.Parameter(torch.tensor(np.log(1 / 0.07)))
+    rec.sync("encoder", encoder)
+    rec.sync("projector", projector)
+    params = [*encoder.parameters(), *projector.parameters(), logit_scale]
+    optimizer = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    batch, tau = 5, 0.5
+    for step in range(3):
+        x = _normal(torch, rng, batch, 8)
+        view1 = x + 0.1 * _normal(torch, rng, batch, 8)
+        view2 = x * torch.tensor(rng.uniform(0.8, 1.2, (batch, 8)))
+        z = F.normalize(projector(encoder(torch.cat([view1, view2]))), dim=1)
+        # NT-Xent: the positive of row i is its other view; the diagonal is masked out
+        sim = F.cosine_similarity(z.unsqueeze(1), z.unsqueeze(0), dim=-1) / tau
+        self_mask = torch.eye(2 * batch, dtype=torch.bool)
+        positives = torch.cat([torch.arange(batch) + batch, torch.arange(batch)])
+        masked = sim.masked_fill(self_mask, float("-inf"))
+        nt_xent = (torch.logsumexp(masked, dim=1)
+                   - masked[torch.arange(2 * batch), positives]).mean()
+        # CLIP: a symmetric cross entropy over the cross-view block, label-smoothed
+        z1, z2 = z.chunk(2)
+        logits = logit_scale.exp() * z1 @ z2.t()
+        labels = torch.arange(batch)
+        clip = (F.cross_entropy(logits, labels, label_smoothing=0.1)
+                + F.cross_entropy(logits.t(), labels, label_smoothing=0.1)) / 2
+        loss = nt_xent + clip
+        optimizer.zero_grad()
+        loss.backward()
+        rec(f"sim{step}", sim)
+        rec(f"nt_xent{step}", nt_xent)
+        rec(f"nt_xent_as_ce{step}", F.cross_entropy(masked, positives))
+        rec(f"clip{step}", clip)
+        rec(f"accuracy{step}", (logits.argmax(1) == labels).double().mean())
+        rec.grads(f"encoder{step}", encoder)
+        rec.grads(f"projector{step}", projector)
+        rec(f"logit_scale.grad{step}", logit_scale.grad)
+        optimizer.step()
+        with torch.no_grad():
+            logit_scale.clamp_(0, np.log(100))
+        rec.params(f"after{step}", projector)
+    rec.state("encoder", encoder)
+
+
+@needs_torch
+def test_contrastive():
+    _run_both(contrastive)
+
+
+# -- LBFGS on a small regression, with and without the strong-Wolfe line search ------------
+
+def lbfgs_regression(torch, rec, rng, line_search_fn=None):
+    nn, F = torch.nn, torch.nn.functional
+    _double(torch)
+    model = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 1))
+    rec.sync("model", model)
+    x = _normal(torch, rng, 20, 3)
+    y = torch.sin(x.sum(1, keepdim=True)) + 0.05 * _normal(torch, rng, 20, 1)
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=1, max_iter=8, history_size=4,
+                                  line_search_fn=line_search_fn)
+    evaluations = []
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y) + 1e-3 * sum(p.pow(2).sum()
+                                                    for p in model.parameters())
+        loss.backward()
+        evaluations.append(loss.item())
+        return loss
+
+    for step in range(3):
+        rec(f"loss{step}", optimizer.step(closure))
+        rec.params(f"after{step}", model)
+    rec("evaluations", np.array(evaluations))
+    state = optimizer.state_dict()["state"][0]
+    rec("state.keys", sorted(set(state) - {"al"}))
+    rec("state.counts", (state["func_evals"], state["n_iter"]))
+    rec("state.d", state["d"])
+    rec("state.t", state["t"])
+    rec("state.old_dirs", state["old_dirs"])
+    rec("state.ro", state["ro"])
+
+
+@needs_torch
+@pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
+def test_lbfgs_regression(line_search_fn):
+    _run_both(lambda torch, rec, rng: lbfgs_regression(torch, rec, rng, line_search_fn),
+              rtol=1e-8, atol=1e-10)
+
+
+# -- Weight averaging, one-cycle and warm-restart schedules, a checkpoint mid-training ------
+
+def averaged_training(torch, rec, rng, schedule="one_cycle"):
+    nn, F = torch.nn, torch.nn.functional
+    swa_utils = torch.optim.swa_utils
+    _double(torch)
+    steps_per_epoch, epochs, resume_at = 2, 3, 3
+    data = [(_normal(torch, rng, 6, 5), _normal(torch, rng, 6, 1))
+            for _ in range(steps_per_epoch)]
+
+    def build(state=None):
+        # no bias before the BatchNorm: its gradient is round-off, which Adam scales up
+        model = nn.Sequential(nn.Linear(5, 8, bias=False), nn.BatchNorm1d(8), nn.SiLU(),
+                              nn.Linear(8, 1))
+        rec.sync("model", model)
+        if schedule == "one_cycle":
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(
+                optimizer, max_lr=0.05, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                pct_start=0.4, three_phase=True)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                        nesterov=True, weight_decay=1e-3)
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+                optimizer, T_0=1, T_mult=2, eta_min=1e-3)
+        ema = swa_utils.AveragedModel(model, multi_avg_fn=swa_utils.get_ema_multi_avg_fn(0.8),
+                                      use_buffers=True)
+        shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
+                  if v.is_floating_point()}
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            ema.load_state_dict(state["ema"])
+            shadow = state["shadow"]
+        return model, optimizer, scheduler, ema, shadow
+
+    def train(run, model, optimizer, scheduler, ema, shadow, start, stop):
+        for it in range(start, stop):
+            epoch, i = divmod(it, steps_per_epoch)
+            x, y = data[i]
+            optimizer.zero_grad()
+            loss = F.smooth_l1_loss(model(x), y, beta=0.5)
+            loss.backward()
+            optimizer.step()
+            if schedule == "one_cycle":
+                scheduler.step()
+            else:           # fractional epochs, as the warm-restart docs do
+                scheduler.step(epoch + (i + 1) / steps_per_epoch)
+            ema.update_parameters(model)
+            with torch.no_grad():
+                for key, value in model.state_dict().items():
+                    if key in shadow:
+                        shadow[key].lerp_(value, 0.2)
+            rec(f"{run}.loss{it}", loss)
+            rec(f"{run}.lr{it}", scheduler.get_last_lr())
+            rec(f"{run}.momentum{it}", optimizer.param_groups[0].get(
+                "betas", (optimizer.param_groups[0].get("momentum"),))[0])
+            rec.params(f"{run}.after{it}", model)
+
+    total = steps_per_epoch * epochs
+    straight = build()
+    train("straight", *straight, 0, total)
+    model, optimizer, scheduler, ema, shadow = build()
+    train("resumed", model, optimizer, scheduler, ema, shadow, 0, resume_at)
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "ema": ema.state_dict(),
+                "shadow": shadow}, buffer)
+    buffer.seek(0)
+    del model, optimizer, scheduler, ema, shadow
+    resumed = build(torch.load(buffer, weights_only=True))
+    train("resumed", *resumed, resume_at, total)
+    for run, (model, optimizer, scheduler, ema, shadow) in [("straight", straight),
+                                                            ("resumed", resumed)]:
+        rec.state(f"{run}.ema", ema)
+        rec(f"{run}.shadow", shadow)
+        rec(f"{run}.optimizer", optimizer.state_dict()["state"])
+        rec(f"{run}.scheduler.last_epoch", scheduler.last_epoch)
+        ema.eval()
+        with torch.no_grad():
+            rec(f"{run}.ema.output", ema(data[0][0]))
+        swa_utils.update_bn([x for x, _ in data], ema)
+        rec(f"{run}.ema.running_mean", ema.module[1].running_mean)
+    for a, b in zip(straight[0].parameters(), resumed[0].parameters()):
+        assert torch.equal(a, b)     # resuming reproduces the uninterrupted run exactly
+
+
+@needs_torch
+@pytest.mark.parametrize("schedule", ["one_cycle", "warm_restarts"])
+def test_averaged_training_with_checkpoint(schedule):
+    _run_both(lambda torch, rec, rng: averaged_training(torch, rec, rng, schedule))
