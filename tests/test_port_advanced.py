@@ -540,6 +540,42 @@ def test_contrastive():
     _run_both(contrastive)
 
 
+
+@needs_torch
+def test_cosine_similarity_below_eps_keeps_the_norms_gradient():
+    # PyTorch clamps the norms to eps in place, unrecorded: a vector shorter than eps
+    # still passes its norm's gradient on (a recorded clamp would cut it)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 4, 3)) * 0.1
+    b[1] = 0        # a zero vector: the norm's gradient there is zero in both
+    results = []
+    for lib in (_torch, microtensor):
+        x1 = lib.tensor(a, requires_grad=True)
+        x2 = lib.tensor(b, requires_grad=True)
+        cos = lib.nn.functional.cosine_similarity(x1, x2, dim=1, eps=0.5)
+        g1, g2 = lib.autograd.grad((cos * lib.arange(4.0)).sum(), (x1, x2),
+                                   create_graph=True)
+        gg1, = lib.autograd.grad((g1 * g2)[[0, 2, 3]].sum(), x1)
+        results.append([t.detach().numpy() for t in (cos, g1, g2, gg1)])
+    for got, expected in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+def test_norm_double_backward_at_a_zero_vector_as_pytorch():
+    # the first gradient is 0 there; its derivative with respect to the incoming gradient
+    # is 0 too (it was 0/0), and with respect to the vector NaN in both libraries
+    results = []
+    for lib in (_torch, microtensor):
+        v = lib.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]], dtype=lib.float64,
+                       requires_grad=True)
+        w = lib.tensor([[1.0], [3.0]], dtype=lib.float64, requires_grad=True)
+        g, = lib.autograd.grad((v.norm(dim=1, keepdim=True) * w).sum(), v, create_graph=True)
+        gw, gv = lib.autograd.grad((g * lib.arange(3.0, dtype=lib.float64)).sum(), (w, v))
+        results.append([t.detach().numpy() for t in (g, gw, gv)])
+    for got, expected in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
 # -- LBFGS on a small regression, with and without the strong-Wolfe line search ------------
 
 def lbfgs_regression(torch, rec, rng, line_search_fn=None):

@@ -517,10 +517,12 @@ def _norm2(self, dim=None, keepdim=False):
 
 @_norm2.def_derivative("self")
 def _norm2(grad, self, dim, keepdim, result):
-    # the subgradient 0 at the zero vector, as PyTorch does
-    scale = (unsqueeze_reduced(grad, self._sizes, dim, keepdim) /
-             unsqueeze_reduced(result, self._sizes, dim, keepdim))
-    return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0)
+    # the subgradient 0 at the zero vector, as PyTorch does; grad multiplies the masked
+    # direction (not divided by the norm before the mask), so that the derivative with
+    # respect to grad is 0 there, not 0/0
+    result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    direction = (self / result).masked_fill(result == 0, 0)
+    return unsqueeze_reduced(grad, self._sizes, dim, keepdim) * direction
 
 
 @op(family="reduction", method=False, function=False, samples=_norm0_samples)
