@@ -251,6 +251,29 @@ def test_vae():
     _run_both(vae)
 
 
+
+@needs_torch
+def test_bce_with_logits_gradient_at_zero_logits():
+    # a zero-initialised head gives logits of exactly 0, where log(1 + exp(-|x|)) +
+    # max(-x, 0) has two kinks: the derivative is sigmoid(0) - t, first and second order
+    # (ContinuousBernoulli(probs=0.5).log_prob goes through it)
+    results = []
+    for lib in (_torch, microtensor):
+        logits = lib.tensor([0.0, 0.0, 0.0, 3.0], dtype=lib.float64, requires_grad=True)
+        target = lib.tensor([0.1, 0.9, 0.0, 0.7], dtype=lib.float64)
+        loss = lib.nn.functional.binary_cross_entropy_with_logits(
+            logits, target, weight=lib.tensor([1.0, 2.0, 3.0, 0.5], dtype=lib.float64),
+            pos_weight=lib.tensor([1.0, 2.5, 0.3, 1.5], dtype=lib.float64), reduction="none")
+        g, = lib.autograd.grad(loss.sum(), logits, create_graph=True)
+        gg, = lib.autograd.grad((g * lib.arange(1.0, 5.0, dtype=lib.float64)).sum(), logits)
+        probs = lib.tensor([0.5, 0.3], dtype=lib.float64, requires_grad=True)
+        log_prob = lib.distributions.ContinuousBernoulli(probs=probs).log_prob(
+            lib.tensor([0.1, 0.1], dtype=lib.float64))
+        g_probs, = lib.autograd.grad(log_prob.sum(), probs)
+        results.append([t.detach().numpy() for t in (loss, g, gg, log_prob, g_probs)])
+    for got, expected in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
 # -- REINFORCE: Categorical policy, discounted returns, gradient clipping -------------------
 
 def reinforce(torch, rec, rng):
