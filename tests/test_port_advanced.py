@@ -599,6 +599,43 @@ def test_norm_double_backward_at_a_zero_vector_as_pytorch():
     for got, expected in zip(results[1], results[0]):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
+
+# microtensor's kernels let NumPy's divide-by-zero warnings through, where PyTorch is silent
+_quiet_division = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+
+
+@needs_torch
+@_quiet_division
+@pytest.mark.parametrize("p", [3.0, 1.5, 0.5, -1.0])
+def test_p_norm_gradient_at_zero_vectors_and_elements(p):
+    # PyTorch's norm derivative gives zero vectors (and, for p < 1, zero elements) the
+    # gradient 0, where the chain rule through abs, pow and sum is 0 * inf; F.normalize
+    # with p = 3 of a zero row then has the finite gradient 1 / eps
+    results = []
+    for lib in (_torch, microtensor):
+        x = lib.tensor([[0.0, 0.0, 0.0], [0.0, 1.0, -2.0]], dtype=lib.float64,
+                       requires_grad=True)
+        norm = lib.linalg.vector_norm(x, p, dim=1)
+        g, = lib.autograd.grad((norm * lib.tensor([2.0, 3.0], dtype=lib.float64)).sum(), x,
+                               create_graph=True)
+        gg, = lib.autograd.grad((g[1] * g[1]).sum(), x)
+        normalized, = lib.autograd.grad(lib.nn.functional.normalize(x, p=p, dim=1).sum(), x)
+        results.append([t.detach().numpy() for t in (norm, g, gg[1], normalized)])
+    for got, expected in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
+
+@needs_torch
+@_quiet_division
+def test_atan2_gradient_at_the_origin():
+    results = []
+    for lib in (_torch, microtensor):
+        y = lib.tensor([0.0, 0.0, 1.0], dtype=lib.float64, requires_grad=True)
+        x = lib.tensor([0.0, -0.0, 0.5], dtype=lib.float64, requires_grad=True)
+        results.append([g.numpy() for g in lib.autograd.grad(lib.atan2(y, x).sum(), (y, x))])
+    for got, expected in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
 # -- LBFGS on a small regression, with and without the strong-Wolfe line search ------------
 
 def lbfgs_regression(torch, rec, rng, line_search_fn=None):

@@ -10,7 +10,7 @@ dims (``unsqueeze_reduced``).
 Every single-tensor op here whose ``dim`` parameter names the dims it works on has
 ``family="reduction"`` (vmap shifts ``dim`` past the batch dim).  ``max``/``min``,
 ``var``/``std`` and ``norm`` are composites that sort out PyTorch's overloads and call
-the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2`` with a clean ``dim``.
+the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2``, ``_normp`` with a clean ``dim``.
 """
 from collections import namedtuple
 import math
@@ -525,6 +525,30 @@ def _norm2(grad, self, dim, keepdim, result):
     return unsqueeze_reduced(grad, self._sizes, dim, keepdim) * direction
 
 
+@op(family="reduction", method=False, function=False)
+def _normp(self, p, dim=None, keepdim=False):
+    """The ``p``-norm for ``p`` other than 0, 1, 2 and the infinities."""
+    magnitudes = np.abs(self._array().astype(compute_numpy(self._dtype), copy=False))
+    with np.errstate(divide="ignore"):     # negative p: a zero element gives an infinite term
+        powers = np.power(magnitudes, p)
+        if self.dim():
+            powers = np.sum(powers, axis=dims_of(dim, self.dim()), keepdims=keepdim)
+        return from_numpy_result(np.power(powers, 1.0 / p), self._dtype)
+
+
+@_normp.def_derivative("self")
+def _normp(grad, self, p, dim, keepdim, result):
+    # PyTorch's formula: zero elements (p < 1) and zero vectors get the gradient 0, where
+    # the chain rule through abs, pow and sum would give 0 * inf
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    norm = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    if p < 1:
+        scaled = self.sgn() * self.abs().pow(p - 1).masked_fill(self == 0, 0)
+        return scaled * grad * norm.pow(1 - p)
+    scaled = self.sgn() * self.abs().pow(p - 1) if p < 2 else self * self.abs().pow(p - 2)
+    return scaled * (grad / norm.pow(p - 1)).masked_fill(norm == 0, 0)
+
+
 @op(family="reduction", method=False, function=False, samples=_norm0_samples)
 def _norm0(self, dim=None, keepdim=False):
     """The number of nonzero elements over ``dim``, in ``self``'s dtype."""
@@ -577,7 +601,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return _norm0(self, dim, keepdim)
     if p == 1:
         return self.abs().sum(dim, keepdim)
-    return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+    return _normp(self, p, dim, keepdim)
 
 
 # --------------------------------------------------------------------------- exp-normalising
