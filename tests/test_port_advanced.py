@@ -417,7 +417,7 @@ def graph_network(torch, rec, rng):
     src = np.concatenate([pairs // nodes, np.arange(nodes)])      # with self loops
     dst = np.concatenate([pairs % nodes, np.arange(nodes)])
     edge_index = torch.tensor(np.stack([src, dst]))
-    graph_of_node = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    graph_of_node = torch.repeat_interleave(torch.tensor([3, 4]))    # two graphs' nodes
 
     class GCNLayer(nn.Module):
         def __init__(self, fan_in, fan_out):
@@ -507,6 +507,29 @@ def graph_network(torch, rec, rng):
 def test_graph_network():
     _run_both(graph_network)
 
+
+
+@needs_torch
+def test_repeat_interleave_of_the_repeats_alone():
+    # repeat_interleave(counts): the batch vector of graphs of `counts` nodes
+    for counts in ([3, 0, 2], []):
+        for dtype in ("int64", "int32"):
+            expected = _torch.repeat_interleave(_torch.tensor(counts, dtype=getattr(_torch, dtype)))
+            got = microtensor.repeat_interleave(
+                microtensor.tensor(counts, dtype=getattr(microtensor, dtype)))
+            assert str(got.dtype).split(".")[-1] == dtype
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    refused = [(lambda lib: lib.repeat_interleave(lib.tensor([[1, 2]])), RuntimeError),
+               (lambda lib: lib.repeat_interleave(lib.tensor([-1, 2])), RuntimeError),
+               (lambda lib: lib.repeat_interleave(lib.tensor([1.0, 2.0])), NotImplementedError),
+               (lambda lib: lib.ones(2).repeat_interleave(lib.tensor([1.0, 2.0])),
+                NotImplementedError),
+               (lambda lib: lib.repeat_interleave(lib.tensor([1, 2]), output_size=4),
+                RuntimeError)]
+    for call, error in refused:
+        for lib in (_torch, microtensor):
+            with pytest.raises(error):
+                call(lib)
 
 # -- Contrastive learning: SimCLR's NT-Xent and CLIP's symmetric loss ----------------------
 
