@@ -119,6 +119,39 @@ def test_wgan_gp():
     _run_both(wgan_gp)
 
 
+
+_PIECEWISE_LINEAR = ["ReLU", "LeakyReLU", "Hardtanh", "ReLU6", "PReLU", "RReLU", "Hardshrink",
+                     "Softshrink", "Threshold"]
+
+
+@needs_torch
+@pytest.mark.parametrize("activation", _PIECEWISE_LINEAR)
+def test_penalty_alone_reaches_the_biases_under_piecewise_linear_activations(activation):
+    # an R1 / gradient penalty stepped on its own (StyleGAN's lazy regularisation): the
+    # first layer's bias moves only the activation's kinks, so its gradient is zeros (not
+    # None, which optimizers skip, and not an error from autograd.grad)
+    results = []
+    for lib in (_torch, microtensor):
+        nn = lib.nn
+        layer = (nn.Threshold(0.1, -1.0) if activation == "Threshold"
+                 else getattr(nn, activation)())
+        critic = nn.Sequential(nn.Linear(4, 6), layer, nn.Linear(6, 1)).double().eval()
+        with lib.no_grad():
+            for i, p in enumerate(critic.parameters()):
+                p.copy_(lib.tensor(np.random.default_rng(i).standard_normal(p.shape)))
+        real = lib.tensor(np.random.default_rng(9).standard_normal((5, 4)), requires_grad=True)
+        g, = lib.autograd.grad(critic(real).sum(), real, create_graph=True)
+        penalty = g.pow(2).sum(1).mean()
+        grads = lib.autograd.grad(penalty, list(critic.parameters()), retain_graph=True,
+                                  allow_unused=True)        # the last bias: unused in both
+        penalty.backward()
+        results.append([None if t is None else t.numpy()
+                        for t in (*grads, *(p.grad for p in critic.parameters()))])
+    assert [r is None for r in results[1]] == [r is None for r in results[0]]
+    for got, expected in zip(results[1], results[0]):
+        if expected is not None:
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
 # -- MAML: functional_call with a differentiable inner SGD step ----------------------------
 
 def maml(torch, rec, rng):

@@ -21,7 +21,7 @@ from microtensor._dtype import cast_scalar, finfo, result_type
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import _type_name, float_dtype, pointwise
 from microtensor.ops.loops import store as _store
-from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
+from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, selected_gradient, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import actual_dim, call, wrap
 from microtensor.ops.shape import cat
@@ -563,7 +563,7 @@ leaky_relu = _activation(leaky_relu, _with_params(_away_from((0,), _float_sample
 
 @leaky_relu.def_derivative("self")
 def leaky_relu(grad, self, negative_slope):
-    return where(self > 0, grad, grad * negative_slope)
+    return selected_gradient(where(self > 0, grad, grad * negative_slope), self)
 
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
@@ -655,7 +655,8 @@ hardtanh_ = REGISTRY["hardtanh_"]
 
 @hardtanh.def_derivative("self")
 def hardtanh(grad, self, min_val, max_val):
-    return where((self > min_val) & (self < max_val), grad, grad.new_zeros(()))
+    return selected_gradient(
+        where((self > min_val) & (self < max_val), grad, grad.new_zeros(())), self)
 
 
 @op(kind="composite", method=False, samples=_away_from((0, 6), _float_samples(-2, 8)))
@@ -736,7 +737,7 @@ threshold = _activation(threshold, _threshold_samples, function=True)
 
 @threshold.def_derivative("self")
 def threshold(grad, self, threshold):
-    return where(self > threshold, grad, grad.new_zeros(()))
+    return selected_gradient(where(self > threshold, grad, grad.new_zeros(())), self)
 
 
 @op(kind="composite", method=False, function=False, samples=_float_samples())
@@ -814,7 +815,7 @@ def _prelu_kernel(self, weight):
 
 @_prelu_kernel.def_derivative("self")
 def _prelu_kernel(grad, self, weight):
-    return where(self > 0, grad, grad * weight)
+    return selected_gradient(where(self > 0, grad, grad * weight), self)
 
 
 @_prelu_kernel.def_derivative("weight")
@@ -880,7 +881,7 @@ def _inside(x, lambd):
 
 
 def _shrink_derivative(grad, self, lambd):
-    return where(_inside(self, lambd), grad.new_zeros(()), grad)
+    return selected_gradient(where(_inside(self, lambd), grad.new_zeros(()), grad), self)
 
 
 @op(family="pointwise", samples=_shrink_samples)
@@ -930,7 +931,7 @@ def _rrelu_with_noise(self, noise, *, out=None):
 
 @_rrelu_with_noise.def_derivative("self")
 def _rrelu_with_noise(grad, self, noise):
-    return where(self > 0, grad, grad * noise)
+    return selected_gradient(where(self > 0, grad, grad * noise), self)
 
 
 _rrelu_with_noise_ = inplace_variant(_rrelu_with_noise, method=False)

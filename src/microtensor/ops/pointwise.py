@@ -706,7 +706,8 @@ def relu(grad, result):
     # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
     # gives 0, as PyTorch's
     fused = _fused_backward(nnkernels.relu_backward, grad, result)
-    return where(result > 0, grad, grad.new_zeros(())) if fused is None else fused
+    return selected_gradient(where(result > 0, grad, grad.new_zeros(()))
+                             if fused is None else fused, result)
 
 
 @abs.def_derivative("self")
@@ -1810,3 +1811,40 @@ def conj_physical_(grad):
 __all__ += ["clamp_min_", "clamp_max_", "lerp_", "bitwise_not_", "bitwise_left_shift",
             "bitwise_right_shift", "conj", "conj_physical", "resolve_conj", "resolve_neg",
             "is_conj", "is_neg", "conj_physical_"]
+
+
+# --------------------------------------------------------------------------- zero dependence
+# The gradient of a piecewise-linear function (relu, leaky_relu, hardtanh, the shrinks) is
+# a selection of ``grad`` by the input's sign: PyTorch's double backward still gives that
+# input a gradient, of zeros, so a parameter reached only that way (a bias under a gradient
+# penalty) gets zeros where it would otherwise get none (or make autograd.grad raise).
+
+def _zero_dependence_samples(make):
+    return [Sample(make(3, 4), make(3, 4)), Sample(make(3, 4), make(4)),
+            Sample(make(2, 3), make(()))]
+
+
+@op(inputs=BINARY, family="pointwise", method=False, function=False,
+    samples=_zero_dependence_samples)
+def _zero_dependence(self, other):
+    """``self`` (broadcast with ``other``), recorded as a function of ``other`` whose
+    derivative is 0."""
+    return pointwise(store(lambda a, b: a), self, other, dtype=self._dtype)
+
+
+@_zero_dependence.def_derivative("self")
+def _zero_dependence(grad):
+    return grad
+
+
+@_zero_dependence.def_derivative("other")
+def _zero_dependence(grad):
+    return grad.new_zeros(grad.shape)
+
+
+def selected_gradient(gradient, input):
+    """``gradient``, a selection made by ``input``'s values, linked to ``input`` with
+    derivative 0 when a graph of the gradient is being recorded."""
+    if is_grad_enabled() and input.requires_grad:
+        return _zero_dependence(gradient, input)
+    return gradient
