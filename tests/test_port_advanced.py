@@ -365,6 +365,64 @@ def test_reinforce(dtype):
     _run_both(reinforce, dtype)
 
 
+
+def ppo(torch, rec, rng):
+    """PPO's clipped objective: its first epoch has ratios of exactly 1, where the clamp
+    sits inside its range and min() sees ties."""
+    nn, D = torch.nn, torch.distributions
+
+    class ActorCritic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 16), nn.Tanh())
+            self.logits = nn.Linear(16, 3)
+            self.mean = nn.Linear(16, 2)
+            self.log_std = nn.Parameter(torch.zeros(2) - 0.5)
+            self.value = nn.Linear(16, 1)
+
+        def forward(self, states):
+            h = self.body(states)
+            discrete = D.Categorical(logits=self.logits(h))
+            continuous = D.Independent(D.Normal(self.mean(h), self.log_std.exp()), 1)
+            return discrete, continuous, self.value(h).squeeze(-1)
+
+    model = ActorCritic()
+    rec.sync("ppo", model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, eps=1e-5)
+    states = _normal(torch, rng, 8, 4)
+    actions = torch.tensor(rng.integers(0, 3, 8))
+    controls = _normal(torch, rng, 8, 2)
+    returns = _normal(torch, rng, 8)
+    with torch.no_grad():
+        discrete, continuous, old_values = model(states)
+        old_log_probs = discrete.log_prob(actions) + continuous.log_prob(controls)
+        advantages = returns - old_values
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    for epoch in range(3):
+        discrete, continuous, values = model(states)
+        log_probs = discrete.log_prob(actions) + continuous.log_prob(controls)
+        ratio = torch.exp(log_probs - old_log_probs)
+        surrogate = torch.min(ratio * advantages,
+                              torch.clamp(ratio, 1 - 0.2, 1 + 0.2) * advantages)
+        clipped_values = old_values + (values - old_values).clamp(-0.2, 0.2)
+        value_loss = torch.max((values - returns) ** 2, (clipped_values - returns) ** 2)
+        entropy = discrete.entropy() + continuous.entropy()
+        loss = -surrogate.mean() + 0.5 * value_loss.mean() - 0.01 * entropy.mean()
+        optimizer.zero_grad()
+        loss.backward()
+        rec(f"ratio{epoch}", ratio)
+        rec(f"loss{epoch}", loss)
+        rec(f"total_norm{epoch}", nn.utils.clip_grad_norm_(model.parameters(), 0.5))
+        rec.grads(f"epoch{epoch}", model)
+        optimizer.step()
+        rec.params(f"after{epoch}", model)
+
+
+@needs_torch
+@each_dtype
+def test_ppo(dtype):
+    _run_both(ppo, dtype)
+
 # -- RealNVP: affine couplings with masks, slogdet, MultivariateNormal base ----------------
 
 def real_nvp(torch, rec, rng):
