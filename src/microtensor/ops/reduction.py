@@ -10,7 +10,8 @@ dims (``unsqueeze_reduced``).
 Every single-tensor op here whose ``dim`` parameter names the dims it works on has
 ``family="reduction"`` (vmap shifts ``dim`` past the batch dim).  ``max``/``min``,
 ``var``/``std`` and ``norm`` are composites that sort out PyTorch's overloads and call
-the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2``, ``_normp`` with a clean ``dim``.
+the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2``, ``_normp`` with a
+clean ``dim``.
 """
 from collections import namedtuple
 import math
