@@ -526,7 +526,14 @@ def _norm2(grad, self, dim, keepdim, result):
     return unsqueeze_reduced(grad, self._sizes, dim, keepdim) * direction
 
 
-@op(family="reduction", method=False, function=False)
+def _normp_samples(make):
+    return [Sample(make(3, 4), 3.0), Sample(make(2, 3, 4), 1.5, 1, True),
+            Sample(make(3, 4), 4.0, (0, 1)), Sample(make(5), 3.0, 0),
+            Sample(make(3, 4, low=0.5, high=2.0), 0.5, -1),     # p < 1 away from zero
+            Sample(make(3, 4, low=0.5, high=2.0), -1.5, 0)]
+
+
+@op(family="reduction", method=False, function=False, samples=_normp_samples)
 def _normp(self, p, dim=None, keepdim=False):
     """The ``p``-norm for ``p`` other than 0, 1, 2 and the infinities."""
     magnitudes = np.abs(self._array().astype(compute_numpy(self._dtype), copy=False))
