@@ -183,10 +183,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.shape}) must be the same as input size "
                          f"({input.shape})")
-    # log(1 + exp(-|x|)) + max(x, 0) - x * t, stable for large |x|
+    # (1 - t) x - w log sigmoid(x), PyTorch's formula: log sigmoid is stable for large |x|
+    # and its derivative is right at x = 0, where abs and clamp have kinks
     log_weight = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
-    loss = (1 - target) * input + log_weight * ((-input.abs()).exp().log1p() +
-                                                (-input).clamp(min=0))
+    loss = (1 - target) * input - log_weight * logsigmoid(input)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -270,7 +270,9 @@ def atan2(self, other, *, out=None):
 
 @atan2.def_joint_derivative     # both gradients share the scale
 def atan2(grad, self, other):
-    scale = grad / (self * self + other * other)
+    # the gradient 0 at the origin, where the formula is 0/0, as PyTorch gives it
+    squared_radius = self * self + other * other
+    scale = grad * squared_radius.reciprocal().masked_fill(squared_radius == 0, 0)
     return scale * other, scale * -self
 
 
@@ -814,7 +816,7 @@ def _prelu_kernel(self, weight):
 
 @_prelu_kernel.def_derivative("self")
 def _prelu_kernel(grad, self, weight):
-    return where(self > 0, grad, grad * weight)
+    return linked(where(self > 0, grad, grad * weight), self)
 
 
 @_prelu_kernel.def_derivative("weight")

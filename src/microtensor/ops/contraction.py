@@ -423,8 +423,11 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
 
 
 def _cosine_samples(make):
+    # no vector shorter than eps: its gradient is PyTorch's convention, not the derivative,
+    # and a zero vector's second derivative is NaN in both libraries (tests/
+    # test_port_advanced.py compares those cases with PyTorch)
     return [Sample(make(3, 4), make(3, 4)), Sample(make(2, 3), make(1, 3), dim=-1),
-            Sample(make(4), make(4), dim=0), Sample(make(2, 3), make(2, 3).mul(0), eps=1e-3),
+            Sample(make(4), make(4), dim=0), Sample(make(2, 3), make(2, 3), eps=1e-3),
             Sample(make(3, 4), make(1, 4), dim=0)]
 
 
@@ -435,9 +438,17 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     # broadcast first, as PyTorch does: a size-1 ``dim`` stretched counts in its norm
     shape = meta.broadcast_pair(tuple(x1.shape), tuple(x2.shape))
     x1, x2 = x1.expand(shape), x2.expand(shape)
-    n1 = x1.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
-    n2 = x2.norm(2.0, dim=dim, keepdim=True).clamp_min(eps)
+    n1 = _clamped_norm(x1, dim, eps)
+    n2 = _clamped_norm(x2, dim, eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def _clamped_norm(x, dim, eps):
+    """The 2-norm along ``dim`` with its value clamped to ``eps`` but the norm's gradient
+    kept: PyTorch clamps the norm in place without recording the clamp, so a norm below
+    ``eps`` still passes its gradient on."""
+    norm = x.norm(2.0, dim=dim, keepdim=True)
+    return norm + (norm.detach().clamp_min(eps) - norm.detach())
 
 
 def _pairwise_samples(make):

@@ -10,7 +10,8 @@ dims (``unsqueeze_reduced``).
 Every single-tensor op here whose ``dim`` parameter names the dims it works on has
 ``family="reduction"`` (vmap shifts ``dim`` past the batch dim).  ``max``/``min``,
 ``var``/``std`` and ``norm`` are composites that sort out PyTorch's overloads and call
-the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2`` with a clean ``dim``.
+the kernel ops ``amax``, ``_max_dim``, ``_var``, ``_std``, ``_norm2``, ``_normp`` with a
+clean ``dim``.
 """
 from collections import namedtuple
 import math
@@ -530,10 +531,43 @@ def _norm2(self, dim=None, keepdim=False):
 
 @_norm2.def_derivative("self")
 def _norm2(grad, self, dim, keepdim, result):
-    # the subgradient 0 at the zero vector, as PyTorch does
-    scale = (unsqueeze_reduced(grad, self._sizes, dim, keepdim) /
-             unsqueeze_reduced(result, self._sizes, dim, keepdim))
-    return self * scale.masked_fill(unsqueeze_reduced(result, self._sizes, dim, keepdim) == 0, 0)
+    # the subgradient 0 at the zero vector, as PyTorch does; grad multiplies the masked
+    # direction (not divided by the norm before the mask), so that the derivative with
+    # respect to grad is 0 there, not 0/0
+    result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    direction = (self / result).masked_fill(result == 0, 0)
+    return unsqueeze_reduced(grad, self._sizes, dim, keepdim) * direction
+
+
+def _normp_samples(make):
+    return [Sample(make(3, 4), 3.0), Sample(make(2, 3, 4), 1.5, 1, True),
+            Sample(make(3, 4), 4.0, (0, 1)), Sample(make(5), 3.0, 0),
+            Sample(make(3, 4, low=0.5, high=2.0), 0.5, -1),     # p < 1 away from zero
+            Sample(make(3, 4, low=0.5, high=2.0), -1.5, 0)]
+
+
+@op(family="reduction", method=False, function=False, samples=_normp_samples)
+def _normp(self, p, dim=None, keepdim=False):
+    """The ``p``-norm for ``p`` other than 0, 1, 2 and the infinities."""
+    magnitudes = np.abs(self._array().astype(compute_numpy(self._dtype), copy=False))
+    with np.errstate(divide="ignore"):     # negative p: a zero element gives an infinite term
+        powers = np.power(magnitudes, p)
+        if self.dim():
+            powers = np.sum(powers, axis=dims_of(dim, self.dim()), keepdims=keepdim)
+        return from_numpy_result(np.power(powers, 1.0 / p), self._dtype)
+
+
+@_normp.def_derivative("self")
+def _normp(grad, self, p, dim, keepdim, result):
+    # PyTorch's formula: zero elements (p < 1) and zero vectors get the gradient 0, where
+    # the chain rule through abs, pow and sum would give 0 * inf
+    grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
+    norm = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    if p < 1:
+        scaled = self.sgn() * self.abs().pow(p - 1).masked_fill(self == 0, 0)
+        return scaled * grad * norm.pow(1 - p)
+    scaled = self.sgn() * self.abs().pow(p - 1) if p < 2 else self * self.abs().pow(p - 2)
+    return scaled * (grad / norm.pow(p - 1)).masked_fill(norm == 0, 0)
 
 
 @op(family="reduction", method=False, function=False, samples=_norm0_samples)
@@ -588,7 +622,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return _norm0(self, dim, keepdim)
     if p == 1:
         return self.abs().sum(dim, keepdim)
-    return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+    return _normp(self, p, dim, keepdim)
 
 
 # --------------------------------------------------------------------------- exp-normalising

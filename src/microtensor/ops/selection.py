@@ -592,6 +592,7 @@ def _repeat_counts(self, repeats, dim):
         if arr.ndim == 0:
             arr = arr.reshape(1)
     if hasattr(repeats, "_array"):
+        _check_integral_repeats(repeats)
         counts = repeats._array()
         if counts.ndim > 1:
             raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
@@ -608,10 +609,34 @@ def _repeat_counts(self, repeats, dim):
     return arr, axis, counts
 
 
+def _check_integral_repeats(repeats):
+    if repeats._dtype.is_floating_point or repeats._dtype.is_complex or repeats._dtype is bool_:
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for '
+                                  f"'{_type_name(repeats._dtype)}'")
+
+
+def _repeated_indices(repeats, output_size):
+    """``repeat_interleave(repeats)``: each index ``i`` repeated ``repeats[i]`` times."""
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    _check_integral_repeats(repeats)
+    counts = repeats._array()
+    if (counts < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    xp = array_module(counts)
+    result = xp.repeat(xp.arange(counts.shape[0], dtype=counts.dtype), counts)
+    if output_size is not None and output_size != result.shape[0]:
+        raise RuntimeError("allocated size does not match required size")
+    return _fresh(result, repeats._dtype)
+
+
 @op(samples=_repeat_interleave_samples)
-def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+def repeat_interleave(self, repeats=None, dim=None, *, output_size=None):
     """Each element (slice along ``dim``) repeated ``repeats`` times, in place; the input
-    flattened when ``dim`` is None."""
+    flattened when ``dim`` is None.  Given only a tensor of repeats, the indices
+    ``0, 1, ...`` each repeated that many times."""
+    if repeats is None:
+        return _repeated_indices(self, output_size)
     arr, axis, counts = _repeat_counts(self, repeats, dim)
     result = arr.repeat(counts, axis=axis)
     if output_size is not None and output_size != result.shape[axis]:
@@ -642,7 +667,7 @@ def repeat_interleave(op, level, args, kwargs):
     bound = op.bind(args, kwargs)
     self, bdim = unwrap(bound["self"], level)
     repeats, rbdim = unwrap(bound["repeats"], level)
-    if rbdim is not None:
+    if rbdim is not None or repeats is None:
         raise RuntimeError(
             "vmap: We do not support batching operators that can output dynamic shape. "
             "Attempted to vmap over aten::repeat_interleave. Please file an issue at "
