@@ -52,6 +52,11 @@ def _combine_categories(higher, lower):
     return higher
 
 
+class NotATensor(TypeError):
+    """A value where a tensor or a Python number goes; the dispatcher turns it into
+    PyTorch's message naming the op's argument."""
+
+
 def scalar_dtype(value):
     """The dtype a Python scalar takes when it stands alone (``tensor(2.5)`` is float32)."""
     if isinstance(value, bool):
@@ -62,7 +67,7 @@ def scalar_dtype(value):
         return get_default_dtype()
     if isinstance(value, complex):
         return default_complex_dtype()
-    raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")
+    raise NotATensor(f"expected a Tensor or a Python number, got {type(value).__name__}")
 
 
 def complex_of(dt):

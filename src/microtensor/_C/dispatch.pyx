@@ -44,6 +44,7 @@ cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
+cdef object _non_tensor_error = None
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 cdef object _forward_ad = None     # forward AD's handler(op, args, kwargs) while a level is active
 cdef object _profile_begin = None  # a recording profiler's begin(op, args) and end()
@@ -131,6 +132,14 @@ def install_inplace_recording(record_inplace):
     records an in-place op."""
     global _record_inplace
     _record_inplace = record_inplace
+
+
+def install_non_tensor_error(non_tensor_error):
+    """Called once by ``ops.dispatch``: ``non_tensor_error(op, args, kwargs, failure)``
+    gives PyTorch's TypeError when a kernel's ``failure`` came from a tensor input given
+    as something else (None otherwise)."""
+    global _non_tensor_error
+    _non_tensor_error = non_tensor_error
 
 
 def install_out_call(call_with_out):
@@ -290,6 +299,12 @@ cdef object _call(op, args, kwargs):
     token = silence_numpy()
     try:
         return _dispatch(op, args, kwargs)
+    except (AttributeError, TypeError) as failure:   # a dict where a tensor goes, say
+        error = None if _non_tensor_error is None else \
+            _non_tensor_error(op, args, kwargs, failure)
+        if error is None:
+            raise
+        raise error from None
     finally:
         restore_numpy(token)
 

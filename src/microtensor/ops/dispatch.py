@@ -16,6 +16,7 @@
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
+import numbers
 import warnings
 
 from microtensor._C import dispatch as _core
@@ -24,7 +25,7 @@ from microtensor._C.dispatch import (batching, call, run_kernel, serve_rules,  #
                                      set_batched_binary, set_batching, set_observer,
                                      set_vmap_depth)
 from microtensor._C.tensor import TensorBase, empty_contiguous, is_grad_enabled
-from microtensor._dtype import can_cast, info
+from microtensor._dtype import NotATensor, can_cast, info
 from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
 from microtensor.ops.registry import REGISTRY
 
@@ -118,3 +119,31 @@ def _resized(out, sizes):
 
 
 _core.install_out_call(call_with_out)
+
+
+def non_tensor_error(op, args, kwargs, failure):
+    """PyTorch's TypeError for a call whose kernel failed (``failure``: an
+    AttributeError, or promotion's NotATensor) on a tensor input given as something else
+    (a dict, a string, a list of numbers...): "exp(): argument 'input' (position 1) must
+    be Tensor, not dict"; None for any other failure, or when every input is a tensor, a
+    number, None or a sequence of tensors (the failure is then the kernel's own)."""
+    if not isinstance(failure, (AttributeError, NotATensor)):
+        return None
+    try:
+        bound = op.bind(args, kwargs)
+    except TypeError:
+        return None
+    for name in op.inputs:
+        value = bound.get(name)
+        if value is None or isinstance(value, (TensorBase, numbers.Number)) or (
+                isinstance(value, (list, tuple)) and value and
+                all(isinstance(v, TensorBase) for v in value)):
+            continue
+        shown = "input" if name == "self" else name
+        position = op.params.index(name) + 1 if name in op.params else 1
+        return TypeError(f"{op.name}(): argument '{shown}' (position {position}) must be "
+                         f"Tensor, not {type(value).__name__}")
+    return None
+
+
+_core.install_non_tensor_error(non_tensor_error)
