@@ -587,3 +587,30 @@ def test_a_subclass_step_calling_super_runs_the_hooks_once():
     w.grad = mt.ones_like(w)
     opt.step()
     assert calls == [1]
+
+
+@needs_torch
+def test_lbfgs_state_and_float32_steps_as_torch():
+    """LBFGS keeps ``ro``, ``al`` and ``H_diag`` as 0-d tensors in the parameters' dtype,
+    as PyTorch's: its state_dict has the same entries, and float32 steps follow
+    PyTorch's (scalars kept in float64 drifted by about 4e-4)."""
+    import torch
+    results = []
+    for lib in (torch, mt):
+        w = lib.nn.Parameter(lib.tensor([1.0, 2.0, -1.5]))
+        optimizer = lib.optim.LBFGS([w], history_size=3)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = ((w - 3) ** 2).sum() + (w ** 4).sum() * 0.01 + (w[0] * w[1]).sin()
+            loss.backward()
+            return loss
+        for _ in range(4):
+            optimizer.step(closure)
+        state = optimizer.state_dict()["state"][0]
+        kinds = {k: (type(v).__name__, [type(x).__name__ for x in v] if isinstance(v, list)
+                     else None) for k, v in state.items()}
+        results.append((w.detach().numpy().copy(), kinds))
+    (theirs, their_kinds), (ours, our_kinds) = results
+    assert our_kinds == their_kinds
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)

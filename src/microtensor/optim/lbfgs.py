@@ -89,15 +89,16 @@ class LBFGS(Optimizer):
             else:
                 y = flat_grad.sub(prev_flat_grad)
                 s = d.mul(t)
-                ys = y.dot(s).item()
+                ys = y.dot(s)     # 0-d tensors in the parameters' dtype, as PyTorch's
                 if ys > 1e-10:
                     if len(old_dirs) == group["history_size"]:
                         del old_dirs[0], old_stps[0], ro[0]
                     old_dirs.append(y)
                     old_stps.append(s)
                     ro.append(1.0 / ys)
-                    H_diag = ys / y.dot(y).item()
-                d = _two_loop_direction(flat_grad, old_dirs, old_stps, ro, H_diag)
+                    H_diag = ys / y.dot(y)
+                al = state.setdefault("al", [None] * group["history_size"])
+                d = _two_loop_direction(flat_grad, old_dirs, old_stps, ro, H_diag, al)
 
             if prev_flat_grad is None:
                 prev_flat_grad = flat_grad.clone()
@@ -141,17 +142,17 @@ class LBFGS(Optimizer):
         return orig_loss
 
 
-def _two_loop_direction(grad, old_dirs, old_stps, ro, H_diag):
-    """The L-BFGS two-loop recursion: the approximate inverse Hessian times ``-grad``."""
+def _two_loop_direction(grad, old_dirs, old_stps, ro, H_diag, al):
+    """The L-BFGS two-loop recursion: the approximate inverse Hessian times ``-grad``
+    (``al``, the state's buffer of the first loop's coefficients, is written)."""
     q = grad.neg()
-    al = [0.0] * len(old_dirs)
     for i in reversed(range(len(old_dirs))):
-        al[i] = old_stps[i].dot(q).item() * ro[i]
-        q.add_(old_dirs[i], alpha=-al[i])
+        al[i] = old_stps[i].dot(q) * ro[i]
+        q.add_(old_dirs[i], alpha=-al[i].item())
     r = q.mul(H_diag)
     for i in range(len(old_dirs)):
-        be_i = old_dirs[i].dot(r).item() * ro[i]
-        r.add_(old_stps[i], alpha=al[i] - be_i)
+        be_i = old_dirs[i].dot(r) * ro[i]
+        r.add_(old_stps[i], alpha=(al[i] - be_i).item())
     return r
 
 
