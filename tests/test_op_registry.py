@@ -217,10 +217,19 @@ def test_forward_matches_numpy(name, index):
 
 # ------------------------------------------------------------------ gradients
 
+# Ops that read one triangle of a Hermitian input: their gradient is PyTorch's, Hermitian,
+# the derivative along the inputs they are meant for, so gradcheck gives them a Hermitian
+# function of its input (as PyTorch's OpInfos do; tests/test_grad_vs_torch.py compares the
+# gradient itself with PyTorch's)
+HERMITIAN_INPUT = {"cholesky", "linalg_cholesky", "linalg_cholesky_ex", "linalg_eigh"}
+
+
 def _as_function(op, args, kwargs, places):
     """``f(*tensors)``: the op with the tensors at ``places`` substituted; an in-place op
     runs on a clone so that its input stays a leaf."""
     def f(*tensors):
+        if op.name in HERMITIAN_INPUT:
+            tensors = (0.5 * (tensors[0] + tensors[0].mH),) + tensors[1:]
         for (container, key), t in zip(places, tensors):
             container[key] = t
         call_args = list(args)

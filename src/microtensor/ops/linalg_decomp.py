@@ -10,9 +10,8 @@ algorithms written out in NumPy, a Python step per column over the whole batch.
 Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
 are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
 gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
-only; their derivatives are those of that function (PyTorch's symmetric gradient folded
-onto the triangle read), so that they agree with finite differences on any input and with
-PyTorch's along every symmetric direction.
+only; their gradients are PyTorch's: symmetric, the derivative along symmetric directions
+(the inputs they are meant for), as users of PyTorch expect.
 """
 import math
 from collections import namedtuple
@@ -91,16 +90,6 @@ def _eye_like(t, n):
 
 def _diag_embed(v):
     return v.unsqueeze(-1) * _eye_like(v, v.shape[-1])
-
-
-def _fold_lower(G):
-    """The gradient of a function of the lower triangle read as a symmetric matrix, from
-    the symmetric gradient ``G``: off-diagonal entries count twice."""
-    return (G + G.mT).tril(-1) + _diag_embed(G.diagonal(0, -2, -1))
-
-
-def _fold(G, upper):
-    return _fold_lower(G.mT).mT if upper else _fold_lower(G)
 
 
 def _spd(make, *batch, n=3):
@@ -245,8 +234,7 @@ def linalg_cholesky(grad, upper, result):
     gA = (L.mT @ gL).tril()
     gA = 0.5 * (gA + gA.tril(-1).mT)
     gA = linalg_solve(L.mT, gA)
-    gA = linalg_solve(L, gA, left=False)
-    return _fold_lower(gA)
+    return linalg_solve(L, gA, left=False)
 
 
 # --------------------------------------------------------------------------- eigh
@@ -271,7 +259,7 @@ def linalg_eigh(A, UPLO="L"):
 
 
 @linalg_eigh.def_derivative("A")
-def linalg_eigh(grad, UPLO, result0, result1):
+def linalg_eigh(grad, result0, result1):
     gL, gV = grad
     L, V = result0, result1
     n = L.shape[-1]
@@ -285,7 +273,7 @@ def linalg_eigh(grad, UPLO, result0, result1):
         inner = VhgV / E * (1 - eye)
         if gL is not None:
             inner = inner + _diag_embed(gL)
-    return _fold(V @ inner @ V.mT, UPLO == "U")
+    return V @ inner @ V.mT
 
 
 # --------------------------------------------------------------------------- qr
