@@ -232,9 +232,6 @@ def _torch_with_leaves(args, kwargs, paths):
 
 # Divergences found and not fixed yet: (op, sample index) -> what differs
 DIVERGENT = {
-    ("addmv", 2): "beta=0: we give self no gradient (None), PyTorch zeros",
-    ("addr", 2): "beta=0: we give self no gradient (None), PyTorch zeros",
-    ("baddbmm", 2): "beta=0: we give self no gradient (None), PyTorch zeros",
     ("cholesky_inverse", 0): "our gradient is read from the factor's triangle only",
     ("cholesky_inverse", 1): "our gradient is read from the factor's triangle only",
     ("cholesky_solve", 0): "our gradient is read from the factor's triangle only",
