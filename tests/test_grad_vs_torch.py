@@ -239,7 +239,6 @@ DIVERGENT = {
     ("cholesky_solve", 2): "our gradient is read from the factor's triangle only",
     ("copy_", 4): "copying a float tensor that requires grad into an integer one makes it "
                   "require grad",
-    ("matrix_power", 1): "n=0: our identity does not require grad, PyTorch's does",
 }
 
 

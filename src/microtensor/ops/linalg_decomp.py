@@ -19,6 +19,7 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes
+from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
@@ -498,9 +499,9 @@ def matrix_power(self, n):
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
                            f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
     n = int_arg(n, "n")
-    if n == 0:
-        size = self.shape[-1]
-        return _eye_like(self, size).expand(self.shape).clone()
+    if n == 0:    # written over a copy of self, as PyTorch: self gets a zero gradient
+        return self.clone(memory_format=contiguous_format).copy_(
+            _eye_like(self, self.shape[-1]).expand(self.shape))
     if n < 0:
         self, n = linalg_inv(self), -n
     result, square = None, self
