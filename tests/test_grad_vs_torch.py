@@ -237,8 +237,6 @@ DIVERGENT = {
     ("cholesky_solve", 0): "our gradient is read from the factor's triangle only",
     ("cholesky_solve", 1): "our gradient is read from the factor's triangle only",
     ("cholesky_solve", 2): "our gradient is read from the factor's triangle only",
-    ("copy_", 4): "copying a float tensor that requires grad into an integer one makes it "
-                  "require grad",
 }
 
 
