@@ -6,6 +6,7 @@ declares it with ``inplace_variant``.  Derivatives are written in microtensor op
 engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import inspect
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -413,16 +414,27 @@ def _int_power(base, exponent, *, out, dtype, casting):
 def pow(grad, self, exponent):
     if not isinstance(exponent, TensorBase) and exponent == 0:
         return grad * 0
-    return grad * conj_if_complex(exponent * self.pow(exponent - 1))
+    self_grad = grad * conj_if_complex(exponent * self.pow(exponent - 1))
+    if isinstance(exponent, TensorBase):    # 0 where the exponent is 0 (0 ** -1 is inf)
+        return self_grad.masked_fill(exponent == 0, 0)
+    return self_grad
+
+
+def _nonnegative(exponent):
+    if exponent._dtype.is_complex:
+        return (exponent.imag == 0) & (exponent.real >= 0)
+    return exponent >= 0
 
 
 @pow.def_derivative("exponent")
 def pow(grad, self, exponent):
-    # d/de a**e = a**e * log(a); defined as 0 where a == 0 and the power is 0
+    # d/de a**e = a**e * log(a); defined as 0 where a == 0 and e >= 0, as PyTorch
     if not isinstance(self, TensorBase):
+        if self == 0:
+            return (grad * (self ** exponent) * -math.inf).masked_fill(_nonnegative(exponent), 0)
         return grad * (self ** exponent) * np.log(self)
     exp_grad = grad * (self ** exponent) * self.log()
-    return exp_grad.masked_fill((self == 0) & (exponent >= 0), 0)
+    return exp_grad.masked_fill((self == 0) & _nonnegative(exponent), 0)
 
 
 pow_ = inplace_variant(pow)
