@@ -409,7 +409,6 @@ CONVENTIONS = {
 
 # Divergences found and not fixed yet: id -> what differs
 CONVENTION_DIVERGENT = {
-    "atan2-0": "we give NaN at (0, 0), PyTorch 0",
     "complex-sgn-0": "we give NaN at 0, PyTorch 0",
     "det-rank-1": "our backward inverts the singular matrix and raises",
     "det-singular": "our backward inverts the singular matrix and raises",

@@ -269,7 +269,9 @@ def atan2(self, other, *, out=None):
 
 @atan2.def_joint_derivative     # both gradients share the scale
 def atan2(grad, self, other):
-    scale = grad / (self * self + other * other)
+    squared_radius = self * self + other * other
+    # 0 at the origin, as PyTorch (not 0 * inf)
+    scale = (grad / squared_radius).masked_fill(squared_radius == 0, 0)
     return scale * other, scale * -self
 
 
