@@ -348,6 +348,13 @@ CONVENTIONS = {
     "norm-inf": (lambda lib, x: x.norm(float("inf")), [[3.0, -3.0, 1.0]]),
     "vector-norm-0": (lambda lib, x: lib.linalg.vector_norm(x, dim=1), [[[0.0, 0.0], [3.0, 4.0]]]),
     "vector-norm-3": (lambda lib, x: lib.linalg.vector_norm(x, 3), [[0.0, 0.0]]),
+    "vector-norm-3-dim": (lambda lib, x: lib.linalg.vector_norm(x, 3, dim=1),
+                          [[[0.0, 0.0], [0.0, 2.0]]]),
+    "vector-norm-half": (lambda lib, x: lib.linalg.vector_norm(x, 0.5, dim=1),
+                         [[[0.0, 0.0], [0.0, 2.0]]]),
+    "vector-norm-1.5": (lambda lib, x: lib.linalg.vector_norm(x, 1.5, dim=1),
+                        [[[0.0, 0.0], [0.0, 2.0]]]),
+    "norm-3": (lambda lib, x: x.norm(3), [[0.0, 0.0]]),
     "vector-norm-inf": (lambda lib, x: lib.linalg.vector_norm(x, float("inf")),
                         [[3.0, -3.0, 1.0]]),
     "vector-norm--inf": (lambda lib, x: lib.linalg.vector_norm(x, -float("inf")),
@@ -414,7 +421,6 @@ CONVENTION_DIVERGENT = {
     "det-singular": "our backward inverts the singular matrix and raises",
     "kthvalue": "among ties we select another index than PyTorch",
     "topk": "among ties we select other indices than PyTorch",
-    "vector-norm-3": "we give NaN at a zero vector, PyTorch 0",
 }
 
 

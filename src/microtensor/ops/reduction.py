@@ -575,7 +575,15 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return _norm0(self, dim, keepdim)
     if p == 1:
         return self.abs().sum(dim, keepdim)
-    return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+    if p < 0:
+        return self.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+    # PyTorch's subgradient: 0 at zero entries and at a zero norm, where the powers'
+    # derivatives would give 0 * inf; the values are the same
+    magnitude = self.abs()
+    zero = magnitude == 0
+    total = magnitude.masked_fill(zero, 1).pow(p).masked_fill(zero, 0).sum(dim, keepdim)
+    zero = total == 0
+    return total.masked_fill(zero, 1).pow(1.0 / p).masked_fill(zero, 0)
 
 
 # --------------------------------------------------------------------------- exp-normalising
