@@ -126,11 +126,18 @@ def _outputs(name, result, tensor_type):
     return _tensors(result, tensor_type), flags
 
 
-def _torch_grads(outputs, upstream, leaves):
+# PyTorch's det backward without create_graph gives zeros at a singular matrix (its LU
+# path), which is not det's derivative (a polynomial's: the cofactor matrix), as its
+# formula in grad mode, the reference here, is
+CREATE_GRAPH = {"det-rank-1", "det-rank-1-of-3", "det-singular", "det-batch-one-singular"}
+
+
+def _torch_grads(outputs, upstream, leaves, create_graph=False):
     """PyTorch's gradients and the inputs it has no formula for (their gradient None: nothing
     to compare), found input by input when its backward says "not implemented"."""
     try:
-        return torch.autograd.grad(outputs, leaves, upstream, allow_unused=True), set()
+        return torch.autograd.grad(outputs, leaves, upstream, allow_unused=True,
+                                   create_graph=create_graph), set()
     except (NotImplementedError, RuntimeError) as error:
         if "not implemented" not in str(error):
             raise
@@ -190,7 +197,8 @@ def _check(name, ours, theirs, seed, inplace=False):
     make = maker(seed)
     upstream = [make(*o.shape, dtype=o.dtype) for o, _ in pairs]
     expected, missing = _torch_grads([t for _, t in pairs],
-                                     [_to_torch(u) for u in upstream], theirs[3])
+                                     [_to_torch(u) for u in upstream], theirs[3],
+                                     name in CREATE_GRAPH)
     if len(missing) == len(expected):
         pytest.skip("PyTorch has no gradient formula for any input")
     if not missing:
@@ -385,6 +393,13 @@ CONVENTIONS = {
     "det-singular": (lambda lib, x: lib.linalg.det(x), [[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0],
                                                         [1.0, 0.0, 1.0]]]),
     "det-rank-1": (lambda lib, x: lib.linalg.det(x), [[[1.0, 2.0], [2.0, 4.0]]]),
+    "det-rank-1-of-3": (lambda lib, x: lib.linalg.det(x), [[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0],
+                                                            [1.0, 2.0, 3.0]]]),
+    "det-batch-one-singular": (lambda lib, x: lib.linalg.det(x), [[MATRIX, [[1.0, 2.0],
+                                                                            [2.0, 4.0]]]]),
+    "det-double-backward-singular": (lambda lib, x: lib.autograd.grad(
+        lib.linalg.det(x), x, create_graph=True)[0], [[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0],
+                                                      [1.0, 0.0, 1.0]]]),
     "trace": (lambda lib, x: x.trace(), [MATRIX]),
     # boundaries
     "clamp": (lambda lib, x: x.clamp(-1.5, 0.0), [ZEROS]),
@@ -417,8 +432,6 @@ CONVENTIONS = {
 # Divergences found and not fixed yet: id -> what differs
 CONVENTION_DIVERGENT = {
     "complex-sgn-0": "we give NaN at 0, PyTorch 0",
-    "det-rank-1": "our backward inverts the singular matrix and raises",
-    "det-singular": "our backward inverts the singular matrix and raises",
     "kthvalue": "among ties we select another index than PyTorch",
     "topk": "among ties we select other indices than PyTorch",
 }

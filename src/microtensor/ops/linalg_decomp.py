@@ -126,7 +126,23 @@ def linalg_det(A):
 
 @linalg_det.def_derivative("A")
 def linalg_det(grad, A, result):
+    # the cofactor matrix: det(A) A^-T where A is invertible; with a singular matrix in the
+    # batch, from the SVD for every matrix, as PyTorch (continuous, no inverse needed)
+    if (_physical_array(result) == 0).any():
+        U, S, Vh = linalg_svd(A, False)
+        sign = (linalg_det(U) * linalg_det(Vh)).conj()
+        return (U * _products_of_others(S) * (grad * sign).unsqueeze(-1).unsqueeze(-1)) @ Vh
     return (grad * result).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mT
+
+
+def _products_of_others(S):
+    """``prod_{j != i} S_j`` for each ``i`` of the last dim, without dividing (zeros
+    allowed): the products before ``i`` times those after, ``(..., 1, n)``."""
+    ones = S.new_ones(tuple(S.shape[:-1]) + (1,))
+    cat = REGISTRY["cat"]
+    before = cat([ones, S[..., :-1]], -1).cumprod(-1)
+    after = cat([ones, S[..., 1:].flip(-1)], -1).cumprod(-1).flip(-1)
+    return (before * after).unsqueeze(-2)
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
