@@ -431,7 +431,6 @@ CONVENTIONS = {
 
 # Divergences found and not fixed yet: id -> what differs
 CONVENTION_DIVERGENT = {
-    "complex-sgn-0": "we give NaN at 0, PyTorch 0",
     "kthvalue": "among ties we select another index than PyTorch",
     "topk": "among ties we select other indices than PyTorch",
 }

@@ -1600,7 +1600,9 @@ def sgn(self, *, out=None):
     if not self._dtype.is_complex:
         return sign(self, out=out)
     magnitude = self.abs()
-    result = (self / magnitude).masked_fill(magnitude == 0, 0)
+    zero = magnitude == 0
+    # divided by 1 at 0: the gradient there is 0, as PyTorch's (not 0 / 0)
+    result = (self / magnitude.masked_fill(zero, 1)).masked_fill(zero, 0)
     return result if out is None else out.copy_(result)
 
 
