@@ -321,6 +321,7 @@ CONVENTIONS = {
     "sort": (lambda lib, x: x.sort(1), [TIES]),
     "sort-stable-descending": (lambda lib, x: x.sort(dim=1, descending=True, stable=True), [TIES]),
     "topk": (lambda lib, x: x.topk(2, 1), [TIES]),
+    "topk-dim-0": (lambda lib, x: x.topk(2, 0), [TIES]),
     "topk-smallest": (lambda lib, x: x.topk(3, 0, largest=False), [TIES]),
     "msort": (lambda lib, x: lib.msort(x), [TIES]),
     "cummax": (lambda lib, x: x.cummax(1), [TIES]),
@@ -429,10 +430,16 @@ CONVENTIONS = {
 }
 
 
+# Which of tied values PyTorch's topk and kthvalue return is its selection algorithm's
+# (introselect, quickselect), documented as unspecified; the gradient goes to the index
+# returned (test_gradient_follows_the_returned_index)
+UNSPECIFIED_TIES = {
+    "kthvalue": "PyTorch's kthvalue picks among ties by its quickselect (unspecified)",
+    "topk": "PyTorch's topk picks among ties by its introselect (unspecified)",
+}
+
 # Divergences found and not fixed yet: id -> what differs
 CONVENTION_DIVERGENT = {
-    "kthvalue": "among ties we select another index than PyTorch",
-    "topk": "among ties we select other indices than PyTorch",
 }
 
 
@@ -440,9 +447,27 @@ CONVENTION_DIVERGENT = {
     pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=CONVENTION_DIVERGENT[name]))
     if name in CONVENTION_DIVERGENT else name for name in sorted(CONVENTIONS)])
 def test_gradient_at_non_differentiable_points_matches_torch(name):
+    if name in UNSPECIFIED_TIES:
+        pytest.skip(UNSPECIFIED_TIES[name])
     f, values = CONVENTIONS[name]
     leaves = [mt.tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for v in values]
     t_leaves = [torch.tensor(np.asarray(v, dtype=np.float64), requires_grad=True)
                 for v in values]
     _check(name, (lambda *xs: f(mt, *xs), leaves, {}, leaves),
            (lambda *xs: f(torch, *xs), t_leaves, {}, t_leaves), seed_for(f"{name}-upstream"))
+
+
+@pytest.mark.parametrize("name", sorted(UNSPECIFIED_TIES))
+def test_gradient_follows_the_returned_index(name):
+    """Among ties, the gradient goes to the index returned, as PyTorch's does."""
+    f, values = CONVENTIONS[name]
+    x = mt.tensor(values[0], dtype=mt.float64, requires_grad=True)
+    result = f(mt, x)
+    upstream = maker(seed_for(name))(*result.values.shape)
+    grad, = mt.autograd.grad(result.values, x, upstream)
+    dim = 1    # both select along dim 1
+    indices = result.indices if result.indices.dim() == x.dim() else \
+        result.indices.unsqueeze(dim)
+    expected = mt.zeros_like(x).scatter(dim, indices, upstream.reshape(tuple(indices.shape)))
+    np.testing.assert_array_equal(grad._array(), expected._array())
+    assert (x.gather(dim, indices) == result.values.reshape(tuple(indices.shape))).all()
