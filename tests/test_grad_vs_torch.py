@@ -242,11 +242,6 @@ def _torch_with_leaves(args, kwargs, paths):
 
 # Divergences found and not fixed yet: (op, sample index) -> what differs
 DIVERGENT = {
-    ("cholesky_inverse", 0): "our gradient is read from the factor's triangle only",
-    ("cholesky_inverse", 1): "our gradient is read from the factor's triangle only",
-    ("cholesky_solve", 0): "our gradient is read from the factor's triangle only",
-    ("cholesky_solve", 1): "our gradient is read from the factor's triangle only",
-    ("cholesky_solve", 2): "our gradient is read from the factor's triangle only",
 }
 
 

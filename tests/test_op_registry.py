@@ -217,21 +217,39 @@ def test_forward_matches_numpy(name, index):
 
 # ------------------------------------------------------------------ gradients
 
-# Ops that read one triangle of a Hermitian input: their gradient is PyTorch's, Hermitian,
-# the derivative along the inputs they are meant for, so gradcheck gives them a Hermitian
-# function of its input (as PyTorch's OpInfos do; tests/test_grad_vs_torch.py compares the
-# gradient itself with PyTorch's)
-HERMITIAN_INPUT = {"cholesky", "linalg_cholesky", "linalg_cholesky_ex", "linalg_eigh"}
+# Ops that read one triangle of an input: their gradient is PyTorch's (Hermitian for a
+# Hermitian input, the whole factor's for a triangular one), the derivative along the
+# inputs they are meant for, so gradcheck gives them such a function of its input, as
+# PyTorch's OpInfos do (tests/test_grad_vs_torch.py compares the gradient with PyTorch's):
+# op -> (argument position, the function)
+def _hermitian(t):
+    return 0.5 * (t + t.mH)
+
+
+READS_ONE_TRIANGLE = {"cholesky": (0, _hermitian), "linalg_cholesky": (0, _hermitian),
+                      "linalg_cholesky_ex": (0, _hermitian), "linalg_eigh": (0, _hermitian),
+                      "cholesky_solve": (1, "triangular"), "cholesky_inverse": (0, "triangular")}
+
+
+def _input_function(op, args, kwargs, place):
+    """The function of gradcheck's input that ``place`` of ``op`` gets (None: the input)."""
+    position, function = READS_ONE_TRIANGLE.get(op.name, (None, None))
+    container, key = place
+    if container is not args or key != position:
+        return None
+    if function == "triangular":
+        return REGISTRY["triu"] if op.bind(args, kwargs)["upper"] else REGISTRY["tril"]
+    return function
 
 
 def _as_function(op, args, kwargs, places):
-    """``f(*tensors)``: the op with the tensors at ``places`` substituted; an in-place op
-    runs on a clone so that its input stays a leaf."""
+    """``f(*tensors)``: the op with the tensors at ``places`` substituted (through
+    ``_input_function``); an in-place op runs on a clone so that its input stays a leaf."""
+    functions = [_input_function(op, args, kwargs, place) for place in places]
+
     def f(*tensors):
-        if op.name in HERMITIAN_INPUT:
-            tensors = (0.5 * (tensors[0] + tensors[0].mH),) + tensors[1:]
-        for (container, key), t in zip(places, tensors):
-            container[key] = t
+        for (container, key), function, t in zip(places, functions, tensors):
+            container[key] = t if function is None else function(t)
         call_args = list(args)
         if _is_inplace(op):
             call_args[0] = call_args[0].clone()

@@ -1005,13 +1005,15 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     return TriangularSolveResult(solution, A.expand(batch + tuple(A.shape[-2:])).clone())
 
 
-@op(kind="composite", inputs=("self", "input2"),
+@op(inputs=("self", "input2"),
     samples=lambda make: [Sample(make(3, 2), _triangular(make)),
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
 def cholesky_solve(self, input2, upper=False):
     """``X`` with ``A @ X = self`` for ``A = L Lᵀ`` given its Cholesky factor ``input2``
-    (``Uᵀ U`` when ``upper``), of which only that triangle is read."""
+    (``Uᵀ U`` when ``upper``), of which only that triangle is read (two triangular
+    solves).  The gradient is PyTorch's: that of ``(L Lᵀ)⁻¹ self`` with the factor read
+    whole."""
     if self.dim() < 2:
         raise RuntimeError(f"b should have at least 2 dimensions, but has {self.dim()} "
                            "dimensions instead")
@@ -1030,6 +1032,17 @@ def cholesky_solve(self, input2, upper=False):
     lower = input2.mT if upper else input2
     half = linalg_solve_triangular(lower, self, upper=False)
     return linalg_solve_triangular(lower.mT, half, upper=True)
+
+
+@cholesky_solve.def_joint_derivative     # the factor's gradient is made from self's
+def cholesky_solve(grad, input2, upper, result):
+    g_self = cholesky_solve(grad, input2, upper)
+    common = g_self @ result.mT
+    common = common + common.mT
+    return g_self, -(input2 @ common) if upper else -(common @ input2)
+
+
+cholesky_solve.def_batch_rule(two_matrix_batch_rule)
 
 
 @op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
