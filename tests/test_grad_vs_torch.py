@@ -240,18 +240,7 @@ def _torch_with_leaves(args, kwargs, paths):
     return targs, tkwargs, leaves
 
 
-# Divergences found and not fixed yet: (op, sample index) -> what differs
-DIVERGENT = {
-}
-
-
-def _sweep_cases():
-    return [pytest.param(*case.values, id=case.id, marks=pytest.mark.xfail(
-        strict=True, reason=DIVERGENT[tuple(case.values)]))
-        if tuple(case.values) in DIVERGENT else case for case in CASES]
-
-
-@pytest.mark.parametrize("name, index", _sweep_cases())
+@pytest.mark.parametrize("name, index", CASES)
 def test_gradient_matches_torch(name, index):
     op = REGISTRY[name]
     if not _differentiable(op) or op.random:
@@ -433,14 +422,7 @@ UNSPECIFIED_TIES = {
     "topk": "PyTorch's topk picks among ties by its introselect (unspecified)",
 }
 
-# Divergences found and not fixed yet: id -> what differs
-CONVENTION_DIVERGENT = {
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=CONVENTION_DIVERGENT[name]))
-    if name in CONVENTION_DIVERGENT else name for name in sorted(CONVENTIONS)])
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
 def test_gradient_at_non_differentiable_points_matches_torch(name):
     if name in UNSPECIFIED_TIES:
         pytest.skip(UNSPECIFIED_TIES[name])
