@@ -281,6 +281,7 @@ def test_gradient_matches_torch(name, index):
 
 TIES = [[1.0, 3.0, 3.0, -2.0], [2.0, 2.0, 2.0, 0.5], [-1.0, 0.0, -1.0, 0.0]]
 ZEROS = [0.0, -1.5, 0.0, 2.0]
+NAN = float("nan")
 MATRIX = [[1.0, 2.0], [3.0, 4.0]]
 
 # Points where the op is not differentiable and PyTorch's gradient is a convention (ties
@@ -296,6 +297,12 @@ CONVENTIONS = {
     "amin": (lambda lib, x: x.amin((0, 1)), [TIES]),
     "amax-all": (lambda lib, x: lib.amax(x), [TIES]),
     "aminmax": (lambda lib, x: lib.aminmax(x, dim=1), [TIES]),
+    "max-nan": (lambda lib, x: x.max(), [[1.0, NAN, 3.0, NAN]]),
+    "min-nan": (lambda lib, x: x.min(), [[1.0, NAN, 3.0]]),
+    "amax-nan": (lambda lib, x: x.amax(0), [[1.0, NAN, 3.0]]),
+    "median-nan": (lambda lib, x: x.median(), [[NAN, 0.0, 1.0]]),
+    "nanmedian-nan": (lambda lib, x: x.nanmedian(), [[NAN, 0.0, 1.0, 1.0]]),
+    "max-dim-nan": (lambda lib, x: x.max(0), [[1.0, NAN, 3.0]]),
     "median-all": (lambda lib, x: x.median(), [TIES]),
     "median-dim": (lambda lib, x: x.median(1), [TIES]),
     "nanmedian-all": (lambda lib, x: x.nanmedian(), [TIES]),
@@ -422,7 +429,15 @@ UNSPECIFIED_TIES = {
     "topk": "PyTorch's topk picks among ties by its introselect (unspecified)",
 }
 
-@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+# Known and kept: amax/amin and max()/min() share one formula here, which sends the
+# gradient to the NaNs of a slice whose result is NaN (PyTorch's max()); PyTorch's amax
+# divides by the count of elements equal to the result, 0, and gives the slice NaN
+KEPT = {"amax-nan": "PyTorch's amax gives a slice holding a NaN a NaN gradient (0 / 0)"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KEPT[name]))
+    if name in KEPT else name for name in sorted(CONVENTIONS)])
 def test_gradient_at_non_differentiable_points_matches_torch(name):
     if name in UNSPECIFIED_TIES:
         pytest.skip(UNSPECIFIED_TIES[name])
