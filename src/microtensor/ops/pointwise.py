@@ -716,9 +716,9 @@ def sigmoid(grad, result):
 @relu.def_derivative("self")
 def relu(grad, result):
     # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
-    # gives 0, as PyTorch's
+    # gives 0, and a NaN result passes the gradient, as PyTorch's
     fused = _fused_backward(nnkernels.relu_backward, grad, result)
-    return where(result > 0, grad, grad.new_zeros(())) if fused is None else fused
+    return where(result <= 0, grad.new_zeros(()), grad) if fused is None else fused
 
 
 @abs.def_derivative("self")
