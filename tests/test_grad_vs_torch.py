@@ -283,6 +283,7 @@ TIES = [[1.0, 3.0, 3.0, -2.0], [2.0, 2.0, 2.0, 0.5], [-1.0, 0.0, -1.0, 0.0]]
 ZEROS = [0.0, -1.5, 0.0, 2.0]
 NAN = float("nan")
 MATRIX = [[1.0, 2.0], [3.0, 4.0]]
+MATRIX_I = [[1.0, 0.0], [0.0, 1.0]]
 
 # Points where the op is not differentiable and PyTorch's gradient is a convention (ties
 # share or go to the selected index, sign(0) = 0, a clamp boundary passes the gradient ...):
@@ -386,6 +387,13 @@ CONVENTIONS = {
                        [ZEROS, [1.5, 0.0, 1.5, 0.5]]),
     "addmm-beta-0-nan": (lambda lib, x, a, b: lib.addmm(x, a, b, beta=0),
                          [[[float("nan"), 1.0], [1.0, 1.0]], MATRIX, MATRIX]),
+    "pinv-identity": (lambda lib, x: lib.linalg.pinv(x), [MATRIX_I]),
+    "pinv-hermitian-identity": (lambda lib, x: lib.linalg.pinv(x, hermitian=True),
+                                [MATRIX_I]),
+    "pinv-rank-1": (lambda lib, x: lib.linalg.pinv(x), [[[1.0, 2.0], [2.0, 4.0]]]),
+    "pinv-hermitian": (lambda lib, x: lib.linalg.pinv(x, hermitian=True),
+                       [[[2.0, 1.0], [1.0, 3.0]]]),
+    "pinverse-orthogonal": (lambda lib, x: lib.pinverse(x), [[[0.0, 1.0], [1.0, 0.0]]]),
     "det-singular": (lambda lib, x: lib.linalg.det(x), [[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0],
                                                         [1.0, 0.0, 1.0]]]),
     "det-rank-1": (lambda lib, x: lib.linalg.det(x), [[[1.0, 2.0], [2.0, 4.0]]]),

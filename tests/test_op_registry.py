@@ -228,6 +228,7 @@ def _hermitian(t):
 
 READS_ONE_TRIANGLE = {"cholesky": (0, _hermitian), "linalg_cholesky": (0, _hermitian),
                       "linalg_cholesky_ex": (0, _hermitian), "linalg_eigh": (0, _hermitian),
+                      "linalg_pinv": (0, _hermitian),    # with hermitian=True
                       "cholesky_solve": (1, "triangular"), "cholesky_inverse": (0, "triangular")}
 
 
@@ -237,9 +238,10 @@ def _input_function(op, args, kwargs, place):
     container, key = place
     if container is not args or key != position:
         return None
+    bound = op.bind(args, kwargs)
     if function == "triangular":
-        return REGISTRY["triu"] if op.bind(args, kwargs)["upper"] else REGISTRY["tril"]
-    return function
+        return REGISTRY["triu"] if bound["upper"] else REGISTRY["tril"]
+    return function if bound.get("hermitian", True) else None
 
 
 def _as_function(op, args, kwargs, places):

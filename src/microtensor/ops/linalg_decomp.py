@@ -440,6 +440,7 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "linalg_householder_product", "orgqr", "linalg_tensorinv", "linalg_tensorsolve",
             "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
             "linalg_ldl_factor", "linalg_ldl_solve", "geqrf", "ormqr"]
+__all__ += ["linalg_pinv"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -1779,3 +1780,46 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     if transpose:
         Q = Q.mT
     return Q @ input3 if left else input3 @ Q
+
+
+# --------------------------------------------------------------------------- pinv
+
+def _pinv_samples(make):
+    return [Sample(make(3, 2)), Sample(make(2, 3, 4)), Sample(_spd(make), hermitian=True),
+            Sample(make(3, 3), rtol=1e-3), Sample(make(2, 3), atol=0.5)]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_pinv_samples)
+def linalg_pinv(A, atol=None, rtol=None, hermitian=False):
+    """``linalg.pinv``'s value (checked there): singular values (absolute eigenvalues with
+    ``hermitian``, read from the lower triangle) at or below ``max(atol, rtol * largest)``
+    count as zero; with neither tolerance given, ``rtol`` is ``eps * max(m, n)``.  Its
+    gradient is PyTorch's formula for a constant rank, which needs no distinct singular
+    values (the SVD's or eigh's gradient would divide by their differences)."""
+    if hermitian:
+        L, V = linalg_eigh(A)
+        keep = L.abs() > singular_value_cutoff(A, L.abs(), atol, rtol).unsqueeze(-1)
+        inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
+        return (V * inverse.unsqueeze(-2)) @ V.mH
+    U, S, Vh = linalg_svd(A, False)
+    keep = S > singular_value_cutoff(A, S, atol, rtol).unsqueeze(-1)
+    inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
+    return (Vh.mH * inverse.unsqueeze(-2)) @ U.mH
+
+
+@linalg_pinv.def_derivative("A")
+def linalg_pinv(grad, A, result):
+    # PyTorch's pinv_backward, products of the smallest matrices first
+    pinv_h, grad_h = result.mH, grad.mH
+    if A.shape[-2] <= A.shape[-1]:
+        K = grad_h @ result
+        K_pinv_h = K @ pinv_h
+        return (-(result @ K).mH + K_pinv_h - (A @ result) @ K_pinv_h +
+                (pinv_h @ result) @ (grad_h - K @ A))
+    K = result @ grad_h
+    pinv_h_K = pinv_h @ K
+    return (-(K @ result).mH + pinv_h_K - (pinv_h_K @ result) @ A +
+            (grad_h - A @ K) @ result @ pinv_h)
+
+
+linalg_pinv.def_batch_rule(one_matrix_batch_rule)
