@@ -93,21 +93,21 @@ def _pytorch_wrong(name, args, kwargs):
 
 # ------------------------------------------------------------------ decompositions
 
-def _gauge_free_svd(U, S, Vh, w):
-    k = S.shape[-1]
-    return [S, (U[..., :k] * w(S).unsqueeze(-2)) @ Vh[..., :k, :]]
+def _weighted(left, weights, right):
+    """``left[..., :k] diag(weights) right[..., :k, :]`` for the k weights."""
+    k = weights.shape[-1]
+    return (left[..., :k] * weights.unsqueeze(-2)) @ right[..., :k, :]
 
 
 # Their vectors are defined up to a sign (a phase); each other output and these products
 # are not, and carry the upstream gradient instead of the vectors themselves
 GAUGE_FREE = {
-    "linalg_eigh": lambda out: [out[0], (out[1] * out[0].sin().unsqueeze(-2)) @ out[1].mH],
-    "linalg_svd": lambda out: _gauge_free_svd(out[0], out[1], out[2], lambda s: s.sin()),
-    "svd": lambda out: [out[1]] if out[0].numel() == 0 else _gauge_free_svd(
-        out[0], out[1], out[2].mH, lambda s: s.sin()),
+    "linalg_eigh": lambda out: [out[0], _weighted(out[1], out[0].sin(), out[1].mH)],
+    "linalg_svd": lambda out: [out[1], _weighted(out[0], out[1].sin(), out[2])],
+    "svd": lambda out: [out[1]] if out[0].numel() == 0 else [
+        out[1], _weighted(out[0], out[1].sin(), out[2].mH)],
     "linalg_qr": lambda out: [out[1]] if out[0].numel() == 0 else [
-        (out[0][..., :out[1].shape[-2]] * out[1].diagonal(0, -2, -1).abs().cos()
-         .unsqueeze(-2)) @ out[1]],
+        _weighted(out[0], out[1].diagonal(0, -2, -1).abs().cos(), out[1])],
 }
 
 
@@ -127,8 +127,8 @@ def _outputs(name, result, tensor_type):
 
 
 # PyTorch's det backward without create_graph gives zeros at a singular matrix (its LU
-# path), which is not det's derivative (a polynomial's: the cofactor matrix), as its
-# formula in grad mode, the reference here, is
+# path); det's derivative there (a polynomial's) is the cofactor matrix, which PyTorch's
+# formula in grad mode gives: the reference here
 CREATE_GRAPH = {"det-rank-1", "det-rank-1-of-3", "det-singular", "det-batch-one-singular"}
 
 
