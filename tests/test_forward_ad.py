@@ -160,13 +160,10 @@ def test_tangents_of_every_op(name, index):
         reference = _jvp_reference(op, a, k, differentiable_places(op, a, k), tangents)
         expected = reference if expected is None else \
             [r if e is None else e for e, r in zip(expected, reference)]
-    if not _matches(got, expected) and name not in TRIANGLE_READERS:
+    if not _matches(got, expected):
         assert not _torch_consistent(op, *_sample(name, index), paths, tangents, expected), \
             "PyTorch's forward and reverse modes agree, and this tangent differs"
         # PyTorch's two modes disagree (a convention of its derivative): func.jvp decides
-        a, k = _sample(name, index)
-        expected = _jvp_reference(op, a, k, differentiable_places(op, a, k), tangents)
-    if name in TRIANGLE_READERS:
         a, k = _sample(name, index)
         expected = _jvp_reference(op, a, k, differentiable_places(op, a, k), tangents)
     assert _matches(got, expected, raise_=True)
@@ -189,11 +186,6 @@ def test_complex_duals_are_refused_clearly():
         dual = fwAD.make_dual(mt.ones(4, dtype=mt.float64), mt.ones(4, dtype=mt.float64))
         with pytest.raises(NotImplementedError, match="fft_r2c.*complex"):
             mt.fft.rfft(dual)
-
-
-# These read one triangle of a factor; their derivative (both modes, gradchecked in
-# tests/test_op_registry.py) follows from that, while PyTorch's treats the factor whole
-TRIANGLE_READERS = {"cholesky_solve", "cholesky_inverse"}
 
 
 def _matches(got, expected, raise_=False):

@@ -218,12 +218,41 @@ def test_forward_matches_numpy(name, index):
 
 # ------------------------------------------------------------------ gradients
 
+# Ops that read one triangle of an input: their gradient is PyTorch's (Hermitian for a
+# Hermitian input, the whole factor's for a triangular one), the derivative along the
+# inputs they are meant for, so gradcheck gives them such a function of its input, as
+# PyTorch's OpInfos do (tests/test_grad_vs_torch.py compares the gradient with PyTorch's):
+# op -> (argument position, the function)
+def _hermitian(t):
+    return 0.5 * (t + t.mH)
+
+
+READS_ONE_TRIANGLE = {"cholesky": (0, _hermitian), "linalg_cholesky": (0, _hermitian),
+                      "linalg_cholesky_ex": (0, _hermitian), "linalg_eigh": (0, _hermitian),
+                      "linalg_pinv": (0, _hermitian),    # with hermitian=True
+                      "cholesky_solve": (1, "triangular"), "cholesky_inverse": (0, "triangular")}
+
+
+def _input_function(op, args, kwargs, place):
+    """The function of gradcheck's input that ``place`` of ``op`` gets (None: the input)."""
+    position, function = READS_ONE_TRIANGLE.get(op.name, (None, None))
+    container, key = place
+    if container is not args or key != position:
+        return None
+    bound = op.bind(args, kwargs)
+    if function == "triangular":
+        return REGISTRY["triu"] if bound["upper"] else REGISTRY["tril"]
+    return function if bound.get("hermitian", True) else None
+
+
 def _as_function(op, args, kwargs, places):
-    """``f(*tensors)``: the op with the tensors at ``places`` substituted; an in-place op
-    runs on a clone so that its input stays a leaf."""
+    """``f(*tensors)``: the op with the tensors at ``places`` substituted (through
+    ``_input_function``); an in-place op runs on a clone so that its input stays a leaf."""
+    functions = [_input_function(op, args, kwargs, place) for place in places]
+
     def f(*tensors):
-        for (container, key), t in zip(places, tensors):
-            container[key] = t
+        for (container, key), function, t in zip(places, functions, tensors):
+            container[key] = t if function is None else function(t)
         call_args = list(args)
         if _is_inplace(op):
             call_args[0] = call_args[0].clone()

@@ -128,31 +128,12 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False):
     below ``max(atol, rtol * largest)`` are treated as zero; with neither tolerance given,
     ``rtol`` is ``eps * max(m, n)``."""
     _check_matrix(A, "linalg.pinv", square=hermitian)
-    if rtol is None:
-        rtol = 0.0 if atol is not None and atol > 0 else \
-            _eps(A) * max(A.shape[-2], A.shape[-1])
-    atol = 0.0 if atol is None else atol
-    if hermitian:
-        L, V = eigh(A)
-        magnitude = L.abs()
-        cutoff = _cutoff(magnitude.amax(-1, keepdim=True), atol, rtol)
-        keep = magnitude > cutoff
-        inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
-        return (V * inverse.unsqueeze(-2)) @ V.mH
-    U, S, Vh = svd(A, full_matrices=False)
-    cutoff = _cutoff(S.amax(-1, keepdim=True) if S.shape[-1] else S, atol, rtol)
-    keep = S > cutoff
-    inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
-    return (Vh.mH * inverse.unsqueeze(-2)) @ U.mH
+    return _decomp.linalg_pinv(A, atol, rtol, hermitian)
 
 
 def _eps(A):
     import numpy as np
     return float(np.finfo(A.dtype.np).eps)
-
-
-def _cutoff(largest, atol, rtol):
-    return (largest * rtol).clamp_min(atol)
 
 
 def lstsq(A, B, rcond=None, *, driver=None):

@@ -317,8 +317,8 @@ def tanh_backward(out, grad, output):
 
 
 def relu_backward(out, grad, output):
-    """``grad`` where ``output > 0``, else 0 (relu's gradient from its ``output``), into
-    ``out``."""
+    """0 where ``output <= 0``, else ``grad`` (relu's gradient from its ``output``; a NaN
+    output passes it), into ``out``."""
     return output_backward(out, grad, output, "relu_backward", mt_relu_backward_f32,
                            mt_relu_backward_f64)
 

@@ -262,11 +262,11 @@ MT_CLONES static void mt_tanh_backward_##SFX(T* out, const T* g, const T* y, ptr
     for (ptrdiff_t i = 0; i < n; i++) out[i] = g[i] * (1 - y[i] * y[i]);                    \
 }                                                                                           \
                                                                                             \
-/* out = y > 0 ? g : 0: relu's gradient from its output y (a select, so that an infinite or
-   NaN g where y <= 0 gives 0, as PyTorch's threshold_backward) */                          \
+/* out = y <= 0 ? 0 : g: relu's gradient from its output y (a select, so that an infinite  \
+   or NaN g where y <= 0 gives 0, and a NaN y passes g, as PyTorch's threshold_backward) */ \
 MT_CLONES static void mt_relu_backward_##SFX(T* out, const T* g, const T* y, ptrdiff_t n) { \
     MT_SIMD                                                                                 \
-    for (ptrdiff_t i = 0; i < n; i++) out[i] = y[i] > 0 ? g[i] : (T)0;                      \
+    for (ptrdiff_t i = 0; i < n; i++) out[i] = y[i] <= 0 ? (T)0 : g[i];                     \
 }                                                                                           \
                                                                                             \
 /* GELU, exact (erf) or with the tanh approximation */                                      \

@@ -95,6 +95,10 @@ def record_inplace(op, args, kwargs):
     ``self`` (the old ``self`` copied only when a formula that will run reads it:
     ``x.mul_(2.0)`` copies nothing), then ``self``'s history rebased onto the node."""
     self = args[0]
+    if self._dtype.kind < 2:
+        # an integer or bool tensor is not differentiable: no history (``int_t.copy_(x)``
+        # with ``x`` requiring grad), as in PyTorch
+        return _unrecorded(op, args, kwargs)
     check_inplace(self)
     bound = op.bind(args, kwargs)
     derivative = op.derivative
@@ -103,17 +107,21 @@ def record_inplace(op, args, kwargs):
         # recorded, so that a double backward differentiates through the old value too
         bound["self"] = self.clone()
     saved = saved_values(derivative.saved_plan, bound, None)
-    set_grad_enabled(False)
-    try:
-        result = dispatch.run_kernel(op, args, kwargs)
-    finally:
-        set_grad_enabled(True)
+    result = _unrecorded(op, args, kwargs)
     node = OpNode(op, saved, edges, slots, metas, 1)
     rebase_history(self, node, op.inplace_of is not None and op.inplace_of.kind == "view")
     if derivative.result_entry is not None and is_needed(derivative.result_entry, bound):
         node.set_saved("result", SavedInplaceViewOutput(self, self._base._grad_fn)
                        if self._is_diff_view else SavedTensor(self, True))
     return result
+
+
+def _unrecorded(op, args, kwargs):
+    set_grad_enabled(False)
+    try:
+        return dispatch.run_kernel(op, args, kwargs)
+    finally:
+        set_grad_enabled(True)
 
 
 install_nodes(AsStridedBackward0)

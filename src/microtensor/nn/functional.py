@@ -702,17 +702,11 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if log_target:
         loss = target.exp() * (target - input)
     else:
-        # xlogy: target log target is 0 at target 0 (the clamp keeps its gradient finite)
-        tiny = 1e-300 if target.dtype == _float64() else 1e-38
-        loss = target * target.clamp(min=tiny).log() - target * input
+        # as PyTorch: target log target is 0 at target 0, and the gradient is xlogy's
+        loss = REGISTRY["xlogy"](target, target) - target * input
     if reduction == "batchmean":
         return loss.sum() / input.shape[0] if input.dim() else loss.sum()
     return _reduce(loss, reduction)
-
-
-def _float64():
-    import microtensor
-    return microtensor.float64
 
 
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None,

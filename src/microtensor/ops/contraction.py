@@ -419,7 +419,20 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
                            f"{x1.shape[-1]} X2: {x2.shape[-1]}")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
-    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, dim=-1)
+    diffs = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if p == math.inf and diffs.shape[-1]:
+        return _max_distance(diffs)
+    return diffs.norm(p, dim=-1)
+
+
+def _max_distance(diffs):
+    """The inf-norm of ``diffs`` along the last dim with PyTorch's gradient (as pdist's):
+    whole to each component equal to the maximum, where amax's would share it: the sum of
+    the ties less the maximum (constant) counted once for each tie but one."""
+    magnitude = diffs.abs()
+    maximum = magnitude.detach().amax(-1)
+    attains = magnitude == maximum.unsqueeze(-1)
+    return (magnitude * attains).sum(-1) - (attains.sum(-1) - 1) * maximum
 
 
 def _cosine_samples(make):

@@ -531,7 +531,8 @@ def require_one_dtype(self, first, second, name):
 
 def scaled_sum(self, product, beta, alpha):
     """``beta * self + alpha * product``, as the ``add*mm`` family computes it: no
-    multiplication by 1, and ``self`` ignored (NaNs included) when ``beta`` is 0."""
+    multiplication by 1, and ``self`` ignored (NaNs included) when ``beta`` is 0, where it
+    still gets a zero gradient, as in PyTorch."""
     dt = result_type(self, product)
     alpha, beta = cast_scalar(alpha, dt), cast_scalar(beta, dt)
     if alpha != 1:

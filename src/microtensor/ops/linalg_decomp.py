@@ -12,9 +12,8 @@ algorithms written out in NumPy, a Python step per column over the whole batch.
 Derivatives are PyTorch's (FunctionsManual.cpp), written in microtensor ops so that they
 are themselves differentiable.  Multi-output ops return plain tuples; ``microtensor.linalg``
 gives them PyTorch's named fields.  ``cholesky`` and ``eigh`` read one triangle of their input
-only; their derivatives are those of that function (PyTorch's symmetric or Hermitian
-gradient folded onto the triangle read), so that they agree with finite differences on any
-input and with PyTorch's along every symmetric (Hermitian) direction.
+only; their gradients are PyTorch's: symmetric (Hermitian), the derivative along symmetric (Hermitian) directions
+(the inputs they are meant for), as users of PyTorch expect.
 """
 import math
 from collections import namedtuple
@@ -113,20 +112,9 @@ def _diag_embed(v):
     return v.unsqueeze(-1) * _eye_like(v, v.shape[-1])
 
 
-def _fold_lower(G):
-    """The gradient of a function of the lower triangle read as a symmetric (Hermitian)
-    matrix, from the symmetric (Hermitian) gradient ``G``: off-diagonal entries count
-    twice; LAPACK reads only the real part of a complex diagonal."""
-    return (G + G.mH).tril(-1) + _diag_embed(G.diagonal(0, -2, -1).real)
-
-
 def _hermitian_from_lower(a):
     """The symmetric (Hermitian) matrices whose lower triangles the array ``a`` holds."""
     return np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
-
-
-def _fold(G, upper):
-    return _fold_lower(G.mH).mH if upper else _fold_lower(G)
 
 
 def _spd(make, *batch, n=3):
@@ -168,7 +156,23 @@ def linalg_det(A):
 
 @linalg_det.def_derivative("A")
 def linalg_det(grad, A, result):
+    # the cofactor matrix: det(A) A^-T where A is invertible; with a singular matrix in the
+    # batch, from the SVD for every matrix, as PyTorch (continuous, no inverse needed)
+    if (_physical_array(result) == 0).any():
+        U, S, Vh = linalg_svd(A, False)
+        sign = (linalg_det(U) * linalg_det(Vh)).conj()
+        return (U * _products_of_others(S) * (grad * sign).unsqueeze(-1).unsqueeze(-1)) @ Vh
     return (grad * result.conj()).unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
+
+
+def _products_of_others(S):
+    """``prod_{j != i} S_j`` for each ``i`` of the last dim, without dividing (zeros
+    allowed): the products before ``i`` times those after, ``(..., 1, n)``."""
+    ones = S.new_ones(tuple(S.shape[:-1]) + (1,))
+    cat = REGISTRY["cat"]
+    before = cat([ones, S[..., :-1]], -1).cumprod(-1)
+    after = cat([ones, S[..., 1:].flip(-1)], -1).cumprod(-1).flip(-1)
+    return (before * after).unsqueeze(-2)
 
 
 @op(inputs=("A",), method=False, function=False, samples=_square_samples)
@@ -282,8 +286,7 @@ def linalg_cholesky(grad, upper, result):
     gA = (L.mH @ gL).tril()
     gA = 0.5 * (gA + gA.tril(-1).mH)
     gA = linalg_solve(L.mH, gA)
-    gA = linalg_solve(L, gA, left=False)
-    return _fold_lower(gA)
+    return linalg_solve(L, gA, left=False)
 
 
 # --------------------------------------------------------------------------- eigh
@@ -309,7 +312,7 @@ def linalg_eigh(A, UPLO="L"):
 
 
 @linalg_eigh.def_derivative("A")
-def linalg_eigh(grad, UPLO, result0, result1):
+def linalg_eigh(grad, result0, result1):
     gL, gV = grad
     L, V = result0, result1
     n = L.shape[-1]
@@ -325,7 +328,7 @@ def linalg_eigh(grad, UPLO, result0, result1):
         inner = VhgV / E * (1 - eye)
         if gL is not None:
             inner = inner + _diag_embed(gL)
-    return _fold(V @ inner @ V.mH, UPLO == "U")
+    return V @ inner @ V.mH
 
 
 # --------------------------------------------------------------------------- qr
@@ -495,6 +498,7 @@ __all__ += ["linalg_multi_dot", "linalg_vecdot", "linalg_vander", "linalg_matrix
             "lu", "lu_solve", "qr", "raise_for_info", "linalg_ldl_factor_ex",
             "linalg_ldl_factor", "linalg_ldl_solve", "geqrf", "ormqr"]
 __all__ += ["linalg_eig", "linalg_eigvals"]
+__all__ += ["linalg_pinv"]
 
 
 # --------------------------------------------------------------------------- PyTorch's
@@ -575,11 +579,9 @@ def matrix_power(self, n):
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
                            f"they are {self.shape[-2]} by {self.shape[-1]} matrices")
     n = int_arg(n, "n")
-    if n == 0:
-        # as PyTorch: the identity written into a copy of ``self``, so that it has a graph
-        # (a zero gradient) when ``self`` requires grad
-        identity = _eye_like(self, self.shape[-1])
-        return self.clone(memory_format=contiguous_format).copy_(identity)
+    if n == 0:    # written over a copy of self, as PyTorch: self gets a zero gradient
+        return self.clone(memory_format=contiguous_format).copy_(
+            _eye_like(self, self.shape[-1]).expand(self.shape))
     if n < 0:
         self, n = linalg_inv(self), -n
     result, square = None, self
@@ -1078,13 +1080,15 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     return TriangularSolveResult(solution, A.expand(batch + tuple(A.shape[-2:])).clone())
 
 
-@op(kind="composite", inputs=("self", "input2"),
+@op(inputs=("self", "input2"),
     samples=lambda make: [Sample(make(3, 2), _triangular(make)),
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
 def cholesky_solve(self, input2, upper=False):
     """``X`` with ``A @ X = self`` for ``A = L Lᴴ`` given its Cholesky factor ``input2``
-    (``Uᴴ U`` when ``upper``), of which only that triangle is read."""
+    (``Uᴴ U`` when ``upper``), of which only that triangle is read (two triangular
+    solves).  The gradient is PyTorch's: that of ``(L Lᴴ)⁻¹ self`` with the factor read
+    whole."""
     if self.dim() < 2:
         raise RuntimeError(f"b should have at least 2 dimensions, but has {self.dim()} "
                            "dimensions instead")
@@ -1103,6 +1107,17 @@ def cholesky_solve(self, input2, upper=False):
     lower = input2.mH if upper else input2
     half = linalg_solve_triangular(lower, self, upper=False)
     return linalg_solve_triangular(lower.mH, half, upper=True)
+
+
+@cholesky_solve.def_joint_derivative     # the factor's gradient is made from self's
+def cholesky_solve(grad, input2, upper, result):
+    g_self = cholesky_solve(grad, input2, upper)
+    common = g_self @ result.mH
+    common = common + common.mH
+    return g_self, -(input2 @ common) if upper else -(common @ input2)
+
+
+cholesky_solve.def_batch_rule(two_matrix_batch_rule)
 
 
 @op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
@@ -1933,3 +1948,46 @@ def linalg_eigvals(A):
     """The eigenvalues of each square matrix of ``A`` (complex)."""
     check_matrix(A, "linalg.eigvals")
     return linalg_eig(A)[0]
+
+
+# --------------------------------------------------------------------------- pinv
+
+def _pinv_samples(make):
+    return [Sample(make(3, 2)), Sample(make(2, 3, 4)), Sample(_spd(make), hermitian=True),
+            Sample(make(3, 3), rtol=1e-3), Sample(make(2, 3), atol=0.5)]
+
+
+@op(inputs=("A",), method=False, function=False, samples=_pinv_samples)
+def linalg_pinv(A, atol=None, rtol=None, hermitian=False):
+    """``linalg.pinv``'s value (checked there): singular values (absolute eigenvalues with
+    ``hermitian``, read from the lower triangle) at or below ``max(atol, rtol * largest)``
+    count as zero; with neither tolerance given, ``rtol`` is ``eps * max(m, n)``.  Its
+    gradient is PyTorch's formula for a constant rank, which needs no distinct singular
+    values (the SVD's or eigh's gradient would divide by their differences)."""
+    if hermitian:
+        L, V = linalg_eigh(A)
+        keep = L.abs() > singular_value_cutoff(A, L.abs(), atol, rtol).unsqueeze(-1)
+        inverse = (1 / L.where(keep, L.new_ones(()))).where(keep, L.new_zeros(()))
+        return (V * inverse.unsqueeze(-2)) @ V.mH
+    U, S, Vh = linalg_svd(A, False)
+    keep = S > singular_value_cutoff(A, S, atol, rtol).unsqueeze(-1)
+    inverse = (1 / S.where(keep, S.new_ones(()))).where(keep, S.new_zeros(()))
+    return (Vh.mH * inverse.unsqueeze(-2)) @ U.mH
+
+
+@linalg_pinv.def_derivative("A")
+def linalg_pinv(grad, A, result):
+    # PyTorch's pinv_backward, products of the smallest matrices first
+    pinv_h, grad_h = result.mH, grad.mH
+    if A.shape[-2] <= A.shape[-1]:
+        K = grad_h @ result
+        K_pinv_h = K @ pinv_h
+        return (-(result @ K).mH + K_pinv_h - (A @ result) @ K_pinv_h +
+                (pinv_h @ result) @ (grad_h - K @ A))
+    K = result @ grad_h
+    pinv_h_K = pinv_h @ K
+    return (-(K @ result).mH + pinv_h_K - (pinv_h_K @ result) @ A +
+            (grad_h - A @ K) @ result @ pinv_h)
+
+
+linalg_pinv.def_batch_rule(one_matrix_batch_rule)

@@ -6,6 +6,7 @@ declares it with ``inplace_variant``.  Derivatives are written in microtensor op
 engine sums gradients back to each input's shape (un-broadcasting) and dtype.
 """
 import inspect
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -415,16 +416,27 @@ def _int_power(base, exponent, *, out, dtype, casting):
 def pow(grad, self, exponent):
     if not isinstance(exponent, TensorBase) and exponent == 0:
         return _zero_grad(grad)
-    return grad * conj_if_complex(exponent * self.pow(exponent - 1))
+    self_grad = grad * conj_if_complex(exponent * self.pow(exponent - 1))
+    if isinstance(exponent, TensorBase):    # 0 where the exponent is 0 (0 ** -1 is inf)
+        return self_grad.masked_fill(exponent == 0, 0)
+    return self_grad
+
+
+def _nonnegative(exponent):
+    if exponent._dtype.is_complex:
+        return (exponent.imag == 0) & (exponent.real >= 0)
+    return exponent >= 0
 
 
 @pow.def_derivative("exponent")
 def pow(grad, self, exponent):
-    # d/de a**e = a**e * log(a); defined as 0 where a == 0 and the power is 0
+    # d/de a**e = a**e * log(a); defined as 0 where a == 0 and e >= 0, as PyTorch
     if not isinstance(self, TensorBase):
+        if self == 0:
+            return (grad * (self ** exponent) * -math.inf).masked_fill(_nonnegative(exponent), 0)
         return grad * (self ** exponent) * np.log(self)
     exp_grad = grad * (self ** exponent) * self.log()
-    return exp_grad.masked_fill((self == 0) & (exponent >= 0), 0)
+    return exp_grad.masked_fill((self == 0) & _nonnegative(exponent), 0)
 
 
 pow_ = inplace_variant(pow)
@@ -606,37 +618,37 @@ def log(grad, self):
 
 @log1p.def_derivative("self")
 def log1p(grad, self):
-    return grad / (self + 1)
+    return grad / conj_if_complex(self + 1)
 
 
 @expm1.def_derivative("self")
 def expm1(grad, result):
-    return grad * (result + 1)
+    return grad * conj_if_complex(result + 1)
 
 
 @log2.def_derivative("self")
 def log2(grad, self):
-    return grad / (self * 0.6931471805599453)
+    return grad / conj_if_complex(self * 0.6931471805599453)
 
 
 @log10.def_derivative("self")
 def log10(grad, self):
-    return grad / (self * 2.302585092994046)
+    return grad / conj_if_complex(self * 2.302585092994046)
 
 
 @sin.def_derivative("self")
 def sin(grad, self):
-    return grad * self.cos()
+    return grad * conj_if_complex(self.cos())
 
 
 @cos.def_derivative("self")
 def cos(grad, self):
-    return -grad * self.sin()
+    return -grad * conj_if_complex(self.sin())
 
 
 @tan.def_derivative("self")
 def tan(grad, result):
-    return grad * (1 + result * result)
+    return grad * conj_if_complex(1 + result * result)
 
 
 def _fused_backward(kernel, grad, result):
@@ -655,32 +667,32 @@ def _fused_backward(kernel, grad, result):
 @tanh.def_derivative("self")
 def tanh(grad, result):
     fused = _fused_backward(nnkernels.tanh_backward, grad, result)
-    return grad * (1 - result * result) if fused is None else fused
+    return grad * conj_if_complex(1 - result * result) if fused is None else fused
 
 
 @sinh.def_derivative("self")
 def sinh(grad, self):
-    return grad * self.cosh()
+    return grad * conj_if_complex(self.cosh())
 
 
 @cosh.def_derivative("self")
 def cosh(grad, self):
-    return grad * self.sinh()
+    return grad * conj_if_complex(self.sinh())
 
 
 @asin.def_derivative("self")
 def asin(grad, self):
-    return grad * (1 - self * self).rsqrt()
+    return grad * conj_if_complex((1 - self * self).rsqrt())
 
 
 @acos.def_derivative("self")
 def acos(grad, self):
-    return -grad * (1 - self * self).rsqrt()
+    return -grad * conj_if_complex((1 - self * self).rsqrt())
 
 
 @atan.def_derivative("self")
 def atan(grad, self):
-    return grad / (1 + self * self)
+    return grad / conj_if_complex(1 + self * self)
 
 
 @sqrt.def_derivative("self")
@@ -690,25 +702,25 @@ def sqrt(grad, result):
 
 @rsqrt.def_derivative("self")
 def rsqrt(grad, result):
-    return grad * -0.5 * result * result * result
+    return grad * conj_if_complex(-0.5 * result * result * result)
 
 
 @reciprocal.def_derivative("self")
 def reciprocal(grad, result):
-    return -grad * result * result
+    return -grad * conj_if_complex(result * result)
 
 
 @sigmoid.def_derivative("self")
 def sigmoid(grad, result):
-    return grad * result * (1 - result)
+    return grad * conj_if_complex(result * (1 - result))
 
 
 @relu.def_derivative("self")
 def relu(grad, result):
     # a select, not ``grad * mask``: an infinite or NaN gradient where the result is 0
-    # gives 0, as PyTorch's
+    # gives 0, and a NaN result passes the gradient, as PyTorch's
     fused = _fused_backward(nnkernels.relu_backward, grad, result)
-    return linked(where(result > 0, grad, grad.new_zeros(())), result) if fused is None \
+    return linked(where(result <= 0, grad.new_zeros(()), grad), result) if fused is None \
         else fused
 
 
@@ -1195,22 +1207,22 @@ sinc = _unary("sinc", store(np.sinc), samples=_float_unary_samples(low=-3.0, hig
 
 @acosh.def_derivative("self")
 def acosh(grad, self):
-    return grad * (self * self - 1).rsqrt()
+    return grad * conj_if_complex((self * self - 1).rsqrt())
 
 
 @asinh.def_derivative("self")
 def asinh(grad, self):
-    return grad * (self * self + 1).rsqrt()
+    return grad * conj_if_complex((self * self + 1).rsqrt())
 
 
 @atanh.def_derivative("self")
 def atanh(grad, self):
-    return grad / (1 - self * self)
+    return grad / conj_if_complex(1 - self * self)
 
 
 @exp2.def_derivative("self")
 def exp2(grad, result):
-    return grad * result * 0.6931471805599453
+    return grad * conj_if_complex(result * 0.6931471805599453)
 
 
 @deg2rad.def_derivative("self")
@@ -1244,7 +1256,7 @@ def sinc(grad, self):
     zero = self == 0
     x = where(zero, self.new_ones(()), self) * np.pi
     slope = ((x * x.cos() - x.sin()) / (x * x)) * np.pi
-    return grad * where(zero, slope.new_zeros(()), slope)
+    return grad * conj_if_complex(where(zero, slope.new_zeros(()), slope))
 
 
 @op(method=False, function=False, family="pointwise", samples=_float_unary_samples(-4.0, 4.0))
@@ -1592,7 +1604,9 @@ def sgn(self, *, out=None):
     if not self._dtype.is_complex:
         return sign(self, out=out)
     magnitude = self.abs()
-    result = (self / magnitude).masked_fill(magnitude == 0, 0)
+    zero = magnitude == 0
+    # divided by 1 at 0: the gradient there is 0, as PyTorch's (not 0 / 0)
+    result = (self / magnitude.masked_fill(zero, 1)).masked_fill(zero, 0)
     return result if out is None else out.copy_(result)
 
 

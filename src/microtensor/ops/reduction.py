@@ -304,9 +304,11 @@ def amin(self, dim=(), keepdim=False):
 
 
 def _evenly_to_extrema(grad, self, dim, keepdim, result):
-    """The gradient of amax/amin: shared evenly between the elements that attain it."""
+    """The gradient of amax/amin: shared evenly between the elements that attain it (the
+    NaNs, where the result is NaN, as PyTorch's ``max()``)."""
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
-    attains = self == unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
+    attains = (self == result) | (self.isnan() & result.isnan())
     count = attains.sum(dims_of(dim, self.dim()), keepdim=True)
     return where(attains, grad / count, 0.0)
 

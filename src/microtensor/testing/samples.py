@@ -98,16 +98,22 @@ def variants(t):
             ("transposed", transposed_layout(t))]
 
 
-def differentiable_places(op, args, kwargs):
-    """Where the float64 and complex128 tensors among ``op``'s differentiable inputs are,
-    as ``(container, key)`` pairs into ``args`` (a list) and ``kwargs``: what a gradient check
-    perturbs.  Lists of tensors are entered (a tuple argument is turned into a list so
-    that its items can be replaced)."""
+def differentiable_places(op, args, kwargs, every_floating=False):
+    """Where the float64 and complex128 tensors among ``op``'s differentiable inputs are
+    (every floating and complex one with ``every_floating``), as ``(container, key)`` pairs
+    into ``args`` (a list) and ``kwargs``: what a gradient check perturbs.  Lists of tensors
+    are entered (a tuple argument is turned into a list so that its items can be
+    replaced)."""
     places = []
+
+    def wanted(t):
+        if every_floating:
+            return t.is_floating_point() or t.is_complex()
+        return t.dtype in (float64, complex128)
 
     def visit(container, key):
         value = container[key]
-        if isinstance(value, TensorBase) and value.dtype in (float64, complex128):
+        if isinstance(value, TensorBase) and wanted(value):
             places.append((container, key))
         elif isinstance(value, list):
             for i in range(len(value)):
