@@ -177,16 +177,18 @@ cpdef bint needs_recording(op, args, kwargs=None) except -1:
     return False
 
 
-def set_unary_kernel(op, fn):
+def set_unary_kernel(op, fn, bint quiet=False):
     """Serve calls ``op(tensor)`` of a one-input pointwise op in C for float32/float64 CPU
     tensors: ``fn`` is the NumPy ufunc the op's kernel applies (called as ``fn(array,
     out)``), or a function ``fn(array, out=, dtype=, casting=)`` as ``loops.pointwise``
     calls it.  The op's declaration registers it, so that each op stays declared once.
-    ``fn`` None: the op's calls go the general way again."""
+    ``fn`` None: the op's calls go the general way again.  ``quiet``: ``fn`` raises no
+    floating-point error (a maximum, a copy), so it runs without setting NumPy's error
+    state."""
     if fn is None:
         _unary_kernels.pop(op, None)
     else:
-        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc), unary_loops(fn))
+        _unary_kernels[op] = (fn, isinstance(fn, np.ufunc), unary_loops(fn), quiet)
 
 
 def unary_kernels():

@@ -578,7 +578,7 @@ cdef bint _run_loop(_UnaryLoops loops, cnp.ndarray source, cnp.ndarray target):
 
 cdef object unary_fast(object op, tuple kernel, object x):
     """``op(x)`` for a one-input pointwise op whose ``kernel`` is ``(fn, is_ufunc,
-    loops)`` (see ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU
+    loops, quiet)`` (see ``dispatch.set_unary_kernel``), when ``x`` is a float32/float64 CPU
     tensor: ``fn`` over NumPy arrays of the tensors (or, for a whole contiguous storage,
     the ufunc's own inner loop, ``unary_loops``), into a fresh result laid out as
     ``loops.pointwise`` lays it out (the input's dimension order, dense), with NumPy's
@@ -595,7 +595,7 @@ cdef object unary_fast(object op, tuple kernel, object x):
         strides = meta.elementwise_output_strides(sizes, ((sizes, t._strides),))
     out = _fresh_tensor(sizes, strides, t._dtype, 1 if t._is_contig else -1)
     if out._numel:
-        fn, is_ufunc, loops = kernel
+        fn, is_ufunc, loops, quiet = kernel
         if t._is_contig and _whole_storage(t):
             # the arrays themselves, flat: no view to build (a fresh result's storage is
             # exactly its elements)
@@ -605,7 +605,7 @@ cdef object unary_fast(object op, tuple kernel, object x):
         else:
             source, target = _ndarray_view(t), _ndarray_view(out)
         if fn is not None:
-            token = silence_numpy()
+            token = None if quiet else silence_numpy()
             try:
                 if is_ufunc:   # the input's dtype picks NumPy's loop: the result's own;
                     fn(source, target)   # ``out`` passed by position: parsed faster

@@ -504,7 +504,7 @@ def _bool_identity(a, *, out, dtype, casting):
     return np.copyto(out, a, casting="unsafe")
 
 
-def _unary(name, ufunc, floating=True, samples=_unary_samples()):
+def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False):
     """Declare a one-input elementwise op and its in-place variant (kernel only)."""
     def kernel(self, *, out=None):
         if self._dtype is bool_ and name in _BOOL_UNARY:
@@ -519,7 +519,7 @@ def _unary(name, ufunc, floating=True, samples=_unary_samples()):
     kernel.__name__ = name
     declared = op(name, family="pointwise", samples=samples)(kernel)
     inplace_variant(declared)
-    set_unary_kernel(declared, ufunc)   # float32/float64 calls skip the Python kernel
+    set_unary_kernel(declared, ufunc, quiet)   # float32/float64 calls skip the Python kernel
     return declared
 
 
@@ -558,7 +558,7 @@ rsqrt = _unary("rsqrt", lambda a, out, dtype, casting: np.divide(
 sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
     1, 1 + np.exp(np.negative(a, dtype=dtype)), out=out, dtype=dtype, casting=casting))
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
-    a, 0, out=out, dtype=dtype, casting=casting), floating=False)
+    a, 0, out=out, dtype=dtype, casting=casting), floating=False, quiet=True)
 
 
 def _rint(a, out, dtype, casting):
