@@ -15,24 +15,13 @@ import numpy as np
 import pytest
 
 import microtensor
-from test_port_vision import Recorder, _assert_same, needs_torch  # the shared harness
+from test_port_vision import (Recorder, _assert_same, needs_torch,  # the shared harness
+                              _pytorch_on_one_thread)  # noqa: F401 (an autouse fixture)
 
 try:
     import torch as _torch
 except ImportError:     # pragma: no cover
     _torch = None
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _pytorch_on_one_thread():
-    """PyTorch's thread pool slows these tiny programs down many times on a busy machine."""
-    if _torch is None:
-        yield
-        return
-    threads = _torch.get_num_threads()
-    _torch.set_num_threads(1)
-    yield
-    _torch.set_num_threads(threads)
 
 
 # PyTorch's note that index_reduce is in beta is not what these tests look at

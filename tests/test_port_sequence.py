@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import microtensor
+from test_port_vision import _pytorch_on_one_thread  # noqa: F401 (an autouse fixture)
 
 try:
     import torch as _torch
@@ -31,18 +32,6 @@ except ImportError:     # pragma: no cover
 
 needs_torch = pytest.mark.skipif(_torch is None, reason="PyTorch is not installed: the "
                                  "programs are compared against it")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _pytorch_on_one_thread():
-    """PyTorch's thread pool slows these tiny programs down many times on a busy machine."""
-    if _torch is None:
-        yield
-        return
-    threads = _torch.get_num_threads()
-    _torch.set_num_threads(1)
-    yield
-    _torch.set_num_threads(threads)
 
 
 # PyTorch's own deprecation notes (a float causal mask beside a bool padding mask, as its

@@ -24,6 +24,18 @@ needs_torch = pytest.mark.skipif(_torch is None, reason="PyTorch is not installe
                                  "programs are compared against it")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _pytorch_on_one_thread():
+    """PyTorch's thread pool slows these tiny programs down many times on a busy machine."""
+    if _torch is None:
+        yield
+        return
+    threads = _torch.get_num_threads()
+    _torch.set_num_threads(1)
+    yield
+    _torch.set_num_threads(threads)
+
+
 class Recorder:
     """Records a program's results as NumPy values; ``sync`` shares the initial weights."""
 
