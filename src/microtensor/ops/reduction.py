@@ -26,8 +26,8 @@ from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, co
 from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
-from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
-                                   from_numpy_result, new_result, reduce, reduced_shape)
+from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
+                                   float_dtype, from_numpy_result, new_result, reduce, reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
@@ -278,7 +278,7 @@ def prod(grad, self, dim, keepdim, result):
     zeros_in_slice = is_zero.sum(reduce_dims, keepdim=True)
     at_zero = nonzero.prod(reduce_dims, keepdim=True) * (zeros_in_slice == 1)
     elsewhere = result / nonzero * (zeros_in_slice == 0)
-    return grad * where(is_zero, at_zero, elsewhere)
+    return grad * conj_if_complex(where(is_zero, at_zero, elsewhere))
 
 
 # --------------------------------------------------------------------------- extrema
@@ -652,7 +652,7 @@ def logsumexp(self, dim, keepdim=False):
 def logsumexp(grad, self, dim, keepdim, result):
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
     result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
-    return grad * (self - result).exp()
+    return grad * conj_if_complex((self - result).exp())
 
 
 def _normalised_exp(name, log):
