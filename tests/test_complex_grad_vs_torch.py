@@ -55,9 +55,6 @@ CONVENTIONS = [
 
 # Ops still wrong on complex inputs: expected to fail (not strictly: some samples pass)
 KNOWN_WRONG = {
-    "conv1d": "gradient not conjugated", "conv2d": "gradient not conjugated",
-    "conv3d": "gradient not conjugated", "conv_transpose1d": "gradient not conjugated",
-    "conv_transpose2d": "gradient not conjugated", "conv_transpose3d": "gradient not conjugated",
     "corrcoef": "refuses complex inputs", "cov": "gradient not conjugated",
     "dist": "refuses complex inputs",
     "einsum": "gradient of a repeated index", "lerp": "refuses complex inputs",
