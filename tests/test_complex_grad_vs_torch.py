@@ -55,10 +55,8 @@ CONVENTIONS = [
 
 # Ops still wrong on complex inputs: expected to fail (not strictly: some samples pass)
 KNOWN_WRONG = {
-    "corrcoef": "refuses complex inputs", "cov": "gradient not conjugated",
-    "dist": "refuses complex inputs",
-    "einsum": "gradient of a repeated index", "lerp": "refuses complex inputs",
-    "linalg_vander": "gradient not conjugated", "logaddexp": "refuses complex inputs",
+    "dist": "refuses complex inputs", "lerp": "refuses complex inputs",
+    "logaddexp": "refuses complex inputs",
     "logcumsumexp": "refuses complex inputs", "pow": "refuses a complex exponent tensor",
     "rms_norm": "refuses complex inputs", "std_mean": "refuses complex inputs",
     "var_mean": "refuses complex inputs",
@@ -161,3 +159,20 @@ def test_complex_matches_torch(name, index, request):
                              [mt.tensor(u).to(o.dtype) for u, (o, _) in zip(upstream, pairs)],
                              allow_unused=True)
     _compare_grads(list(grads), list(expected_grads))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("equation, shape", [("ii", (3, 3)), ("iij->j", (2, 2, 3)),
+                                             ("iji->j", (2, 3, 2)), ("iijj->", (2, 2, 3, 3))])
+def test_einsum_diagonal_gradient(equation, shape, dtype):
+    """A letter repeated in one operand and summed away: the gradient lies on the diagonal
+    (it was spread over the whole operand)."""
+    rng = np.random.default_rng(seed_for(equation))
+    value = rng.standard_normal(shape) + (1j * rng.standard_normal(shape)
+                                          if dtype == "complex128" else 0)
+    x, tx = mt.tensor(value, requires_grad=True), torch.tensor(value, requires_grad=True)
+    out, t_out = mt.einsum(equation, x), torch.einsum(equation, tx)
+    upstream = rng.standard_normal(tuple(t_out.shape)).astype(value.dtype)
+    grad, = mt.autograd.grad(out, x, mt.tensor(upstream))
+    t_grad, = torch.autograd.grad(t_out, tx, torch.tensor(upstream))
+    np.testing.assert_allclose(np.asarray(grad._array()), t_grad.numpy(), rtol=1e-12)
