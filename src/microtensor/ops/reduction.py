@@ -918,17 +918,18 @@ def aminmax(self, *, dim=None, keepdim=False, out=None):
 
 def _statistic_and_mean(name, statistic):
     def composite(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        if not self._dtype.is_floating_point:
+        if self._dtype.kind < 2:    # (neither floating nor complex)
             raise RuntimeError(f"{name} only support floating point and complex dtypes")
         dim, correction = _var_arguments(dim, unbiased, correction)
-        return statistic(self, dim, correction, keepdim), mean(self, dim, keepdim)
+        return (statistic(self, dim, keepdim=keepdim, correction=correction),
+                mean(self, dim, keepdim))
     composite.__name__ = name
     composite.__doc__ = f"``({name[:3]}, mean)`` over ``dim``, as ``{name[:3]}`` takes them."
     return op(name, kind="composite", method=False, samples=_var_samples)(composite)
 
 
-var_mean = _statistic_and_mean("var_mean", _var)
-std_mean = _statistic_and_mean("std_mean", _std)
+var_mean = _statistic_and_mean("var_mean", var)
+std_mean = _statistic_and_mean("std_mean", std)
 
 
 def _logcumsumexp_samples(make):
