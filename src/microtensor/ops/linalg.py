@@ -1042,7 +1042,7 @@ def dist(self, other, p=2):
     """The ``p``-norm of ``self - other`` (broadcast)."""
     from microtensor import linalg
     difference = self - other
-    if not difference.dtype.is_floating_point:
+    if difference.dtype.kind < 2:     # (neither floating nor complex)
         raise RuntimeError(f"norm(): input dtype should be either floating point or complex. "
                            f"Got {_type_name(difference.dtype)} instead.")
     return linalg.vector_norm(difference, p)

@@ -923,7 +923,7 @@ def lerp(self, end, weight, *, out=None):
                 (argument == "end" or value.dim()):
             raise RuntimeError(f"expected dtype {info(self._dtype).cpp_name} for `{argument}` "
                                f"but got dtype {info(value._dtype).cpp_name}")
-    if not self._dtype.is_floating_point:
+    if self._dtype.kind < 2:     # (neither floating nor complex)
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
                                   f"'{self._dtype.name.capitalize()}'")
@@ -942,17 +942,17 @@ def _lerp_kernel(a, b, w, out, dtype, casting):
 
 @lerp.def_derivative("self")
 def lerp(grad, weight):
-    return grad * (1 - weight)
+    return grad * conj_if_complex(1 - weight)
 
 
 @lerp.def_derivative("end")
 def lerp(grad, weight):
-    return grad * weight
+    return grad * conj_if_complex(weight)
 
 
 @lerp.def_derivative("weight")
 def lerp(grad, self, end):
-    return grad * (end - self)
+    return grad * conj_if_complex(end - self)
 
 
 # --------------------------------------------------------------------------- comparisons
