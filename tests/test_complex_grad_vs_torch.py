@@ -55,7 +55,6 @@ CONVENTIONS = [
 
 # Ops still wrong on complex inputs: expected to fail (not strictly: some samples pass)
 KNOWN_WRONG = {
-    "logaddexp": "refuses complex inputs",
     "logcumsumexp": "refuses complex inputs", "pow": "refuses a complex exponent tensor",
     "rms_norm": "refuses complex inputs",
 }

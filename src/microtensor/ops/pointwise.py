@@ -1386,18 +1386,20 @@ def _float_binary_samples(low=None, high=None, scalar=True):
 
 
 def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
-                 differentiable=True, integer_kernel=True, inplace=True):
+                 differentiable=True, integer_kernel=True, complex_kernel=False, inplace=True):
     """Declare a two-input elementwise op (kernel only) and its in-place variant (unless
     ``inplace`` is False: PyTorch has none).
     ``result``: "float" (integers promote to the default float), "promoted" (PyTorch's
     promotion) or "integer" (integer inputs only); ``integer_kernel`` False: PyTorch has
-    no kernel for integer or bool inputs (its error names the kernel)."""
+    no kernel for integer or bool inputs (its error names the kernel); ``complex_kernel``
+    True (with ``integer_kernel`` False): it has one for complex inputs."""
     def kernel(self, other, *, out=None):
         if tensors_only:
             _require_tensors(name, input=self, other=other)
         dt = result_type(self, other)
         if result == "integer" and (dt.is_floating_point or dt is bool_) or \
-                not integer_kernel and not dt.is_floating_point:
+                not integer_kernel and not (dt.is_floating_point or
+                                            complex_kernel and dt.is_complex):
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
         return pointwise(store(fn), self, other, out=out,
@@ -1420,8 +1422,19 @@ def _logaddexp(base):
 
     def loop(a, b):
         with np.errstate(invalid="ignore"):
+            if np.iscomplexobj(a) or np.iscomplexobj(b):
+                return _complex_logaddexp(a, b)
             return ufunc(a, b)
     return loop
+
+
+def _complex_logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` of complex values, shifted by the operand of the larger real
+    part (no overflow), as PyTorch's."""
+    a, b = np.broadcast_arrays(a, b)
+    swap = a.real < b.real
+    larger, smaller = np.where(swap, b, a), np.where(swap, a, b)
+    return larger + np.log1p(np.exp(smaller - larger))
 
 
 xlogy = _binary_math("xlogy", _xlogy, samples=_float_binary_samples(low=0.3, high=3.0))
@@ -1429,7 +1442,8 @@ hypot = _binary_math("hypot", np.hypot, tensors_only=True, integer_kernel=False,
                      samples=_float_binary_samples(low=0.5, scalar=False))
 copysign = _binary_math("copysign", np.copysign, samples=_float_binary_samples())
 logaddexp = _binary_math("logaddexp", _logaddexp("e"), tensors_only=True,
-                         integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
+                         integer_kernel=False, complex_kernel=True, inplace=False,
+                         samples=_float_binary_samples(scalar=False))
 logaddexp2 = _binary_math("logaddexp2", _logaddexp("2"), tensors_only=True,
                           integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
 nextafter = _binary_math("nextafter", np.nextafter, result="promoted", tensors_only=True,
@@ -1480,12 +1494,12 @@ def copysign(grad):
 
 @logaddexp.def_derivative("self")
 def logaddexp(grad, self, other):
-    return grad / (1 + (other - self).exp())
+    return grad / conj_if_complex(1 + (other - self).exp())
 
 
 @logaddexp.def_derivative("other")
 def logaddexp(grad, self, other):
-    return grad / (1 + (self - other).exp())
+    return grad / conj_if_complex(1 + (self - other).exp())
 
 
 @logaddexp2.def_derivative("self")
