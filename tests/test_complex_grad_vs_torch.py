@@ -56,7 +56,6 @@ CONVENTIONS = [
 # Ops still wrong on complex inputs: expected to fail (not strictly: some samples pass)
 KNOWN_WRONG = {
     "logcumsumexp": "refuses complex inputs", "pow": "refuses a complex exponent tensor",
-    "rms_norm": "refuses complex inputs",
 }
 
 
