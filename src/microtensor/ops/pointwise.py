@@ -378,8 +378,8 @@ def pow(self, exponent, *, out=None):
             _check_not_bool("pow", self, exponent)
         # bool ** True is the base, bool ** False ones, as PyTorch's
         return pointwise(_bool_power, self, exponent, out=out)
-    if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
-            not result_type(self, exponent).is_floating_point:
+    if isinstance(exponent, TensorBase) and exponent._dtype.kind < 2 and \
+            result_type(self, exponent).kind < 2:   # (integers: neither floating nor complex)
         return pointwise(_int_power, self, exponent, out=out)
     if isinstance(self, TensorBase) and type(exponent) is float and \
             compute_numpy(self._dtype) is not self._dtype.np:
@@ -433,9 +433,10 @@ def pow(grad, self, exponent):
     # d/de a**e = a**e * log(a); defined as 0 where a == 0 and e >= 0, as PyTorch
     if not isinstance(self, TensorBase):
         if self == 0:
-            return (grad * (self ** exponent) * -math.inf).masked_fill(_nonnegative(exponent), 0)
-        return grad * (self ** exponent) * np.log(self)
-    exp_grad = grad * (self ** exponent) * self.log()
+            return (grad * conj_if_complex(self ** exponent) * -math.inf).masked_fill(
+                _nonnegative(exponent), 0)
+        return grad * conj_if_complex(self ** exponent * np.log(self))
+    exp_grad = grad * conj_if_complex(self ** exponent * self.log())
     return exp_grad.masked_fill((self == 0) & _nonnegative(exponent), 0)
 
 
