@@ -939,17 +939,45 @@ def _logcumsumexp_samples(make):
 @op(family="reduction", samples=_logcumsumexp_samples)
 def logcumsumexp(self, dim, *, out=None):
     """``log(cumsum(exp(self)))`` along ``dim``, without overflow (running ``logaddexp``)."""
-    if not self._dtype.is_floating_point:
+    if self._dtype.kind < 2:    # (neither floating nor complex)
         raise NotImplementedError(f"\"logcumsumexp_out_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
     arr, axis = _along(self, dim)
     result = new_result(self._sizes, self._dtype, device=self.device)
     if self._numel:
-        with np.errstate(invalid="ignore"):
-            accumulated = np.logaddexp.accumulate(arr.astype(compute_numpy(self._dtype)),
-                                                  axis=axis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self._dtype.is_complex:
+                accumulated = _complex_logcumsumexp(arr, axis)
+            else:
+                accumulated = np.logaddexp.accumulate(arr.astype(compute_numpy(self._dtype)),
+                                                      axis=axis)
         result._array().reshape(arr.shape)[...] = accumulated
     return result
+
+
+def _complex_logcumsumexp(z, axis):
+    """``log(cumsum(exp(z)))`` of complex ``z`` without overflow: the real and imaginary
+    parts of ``exp(z)``, split by sign, are each accumulated in log space (real
+    ``logaddexp``), then combined relative to the largest.  The imaginary part is taken
+    on the branch nearest to that of the running element of largest real part, where
+    PyTorch's running ``logaddexp`` keeps it."""
+    magnitude, angle = z.real, z.imag
+    parts = []
+    for wave in (np.cos(angle), np.sin(angle)):
+        for sign in (1, -1):
+            parts.append(np.logaddexp.accumulate(
+                magnitude + np.log(np.maximum(sign * wave, 0)), axis=axis))
+    largest = np.maximum.reduce(parts)
+    shift = np.where(np.isfinite(largest), largest, 0)
+    real, imag = (np.exp(parts[i] - shift) - np.exp(parts[i + 1] - shift) for i in (0, 2))
+    logged = shift + np.log(real + 1j * imag)
+    # the element of largest real part so far (the last one reaching the running maximum)
+    positions = np.arange(z.shape[axis]).reshape((-1,) + (1,) * (z.ndim - axis - 1))
+    running = np.maximum.accumulate(magnitude, axis=axis)
+    leader = np.maximum.accumulate(np.where(magnitude == running, positions, 0), axis=axis)
+    near = np.take_along_axis(angle, leader, axis=axis)
+    turns = np.round((near - logged.imag) / (2 * np.pi))
+    return np.where(np.isfinite(turns), logged + 2j * np.pi * turns, logged)
 
 
 @logcumsumexp.def_derivative("self")
@@ -959,13 +987,15 @@ def logcumsumexp(grad, self, dim, result):
     if grad.dim() == 0:
         return grad
     d = _single_dim(dim, grad.dim())
+
+    def reverse_logcumsumexp(x):
+        return logcumsumexp(x.flip(d), d).flip(d)
+    if grad.dtype.is_complex:   # (no sign to split: conj(exp(self_j - result_i)) in log space)
+        return (reverse_logcumsumexp(grad.log() - result.conj()) + self.conj()).exp()
     lowest = float(np.finfo(grad._dtype.np).min)
     log_abs = grad.abs().log()
     positive = where(grad > 0, log_abs, log_abs.new_full((), lowest))
     negative = where(grad < 0, log_abs, log_abs.new_full((), lowest))
-
-    def reverse_logcumsumexp(x):
-        return logcumsumexp(x.flip(d), d).flip(d)
     return (reverse_logcumsumexp(positive - result) + self).exp() - \
         (reverse_logcumsumexp(negative - result) + self).exp()
 
