@@ -9,6 +9,8 @@ runs on microtensor and on PyTorch, and the outputs (value, dtype) and the input
 gradients for one seeded complex upstream gradient must match.  An op that PyTorch refuses
 on complex inputs is skipped; one PyTorch accepts must not be refused here.
 """
+import warnings
+
 import numpy as np
 import pytest
 
@@ -198,3 +200,16 @@ def test_logcumsumexp_complex_gradient_with_zero_upstream():
     t_grad, = torch.autograd.grad(torch.logcumsumexp(tx, 1), tx, torch.tensor(upstream))
     np.testing.assert_allclose(np.asarray(grad._array()), t_grad.resolve_conj().numpy(),
                                rtol=1e-10, atol=1e-12)
+
+
+def test_logaddexp_complex_infinities():
+    """Real parts both infinite of one sign: PyTorch's values, not NaN."""
+    inf = float("inf")
+    a = [-inf + 0j, -inf + 2j, inf + 0j, inf + 1j, -inf + 0j, complex(1, inf), 1 + 1j]
+    b = [-inf + 1j, -inf + 2j, inf + 1j, -inf + 0j, 1 + 1j, 0j, 2 - 1j]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = mt.logaddexp(mt.tensor(a, dtype=mt.complex128), mt.tensor(b, dtype=mt.complex128))
+    expected = torch.logaddexp(torch.tensor(a, dtype=torch.complex128),
+                               torch.tensor(b, dtype=torch.complex128))
+    np.testing.assert_allclose(np.asarray(out._array()), expected.numpy(), rtol=1e-12)

@@ -1431,11 +1431,17 @@ def _logaddexp(base):
 
 def _complex_logaddexp(a, b):
     """``log(exp(a) + exp(b))`` of complex values, shifted by the operand of the larger real
-    part (no overflow), as PyTorch's."""
+    part (no overflow), as PyTorch's, infinite real parts of one sign included."""
     a, b = np.broadcast_arrays(a, b)
     swap = a.real < b.real
     larger, smaller = np.where(swap, b, a), np.where(swap, a, b)
-    return larger + np.log1p(np.exp(smaller - larger))
+    shifted = larger + np.log1p(np.exp(smaller - larger))
+    both_infinite = np.isinf(a.real) & (a.real == b.real)
+    if not both_infinite.any():
+        return shifted
+    with np.errstate(divide="ignore", over="ignore"):
+        unshifted = np.where(a.real > 0, np.log(np.exp(a) + np.exp(b)), b)
+    return np.where(both_infinite, unshifted, shifted)
 
 
 xlogy = _binary_math("xlogy", _xlogy, samples=_float_binary_samples(low=0.3, high=3.0))
