@@ -27,7 +27,8 @@ from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
-                                   float_dtype, from_numpy_result, new_result, reduce, reduced_shape)
+                                   float_dtype, from_numpy_result, new_result, reduce,
+                                   reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
