@@ -20,7 +20,7 @@ from microtensor._C.tensor import float32, int64
 from microtensor._dtype import cast_scalar, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
-from microtensor.ops.loops import _type_name, float_dtype, pointwise
+from microtensor.ops.loops import _type_name, conj_if_complex, float_dtype, pointwise
 from microtensor.ops.loops import store as _store
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -323,17 +323,17 @@ def addcmul(grad):
 
 @addcmul.def_derivative("tensor1")
 def addcmul(grad, tensor2, value):
-    return grad * value * tensor2
+    return grad * conj_if_complex(value * tensor2)
 
 
 @addcmul.def_derivative("tensor2")
 def addcmul(grad, tensor1, value):
-    return grad * value * tensor1
+    return grad * conj_if_complex(value * tensor1)
 
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(0.5))
 def addcdiv(self, tensor1, tensor2, *, value=1, out=None):
-    if not result_type(tensor1, tensor2).is_floating_point:
+    if result_type(tensor1, tensor2).kind < 2:     # (neither floating nor complex)
         raise RuntimeError(
             "Integer division with addcdiv is no longer supported, and in a future  release "
             "addcdiv will perform a true division of tensor1 and tensor2. The historic "
@@ -352,12 +352,12 @@ def addcdiv(grad):
 
 @addcdiv.def_derivative("tensor1")
 def addcdiv(grad, tensor2, value):
-    return grad * value / tensor2
+    return grad * conj_if_complex(value / tensor2)
 
 
 @addcdiv.def_derivative("tensor2")
 def addcdiv(grad, tensor1, tensor2, value):
-    return -(grad * value / tensor2) * tensor1 / tensor2
+    return -grad * conj_if_complex(value * tensor1 / (tensor2 * tensor2))
 
 
 addcmul_ = inplace_variant(addcmul)

@@ -245,18 +245,21 @@ def _einsum(grad, operands, equation):
         g = _einsum([grad] + [o for _, o in others],
                     ",".join([out] + [o for o, _ in others]) + "->" + kept)
         target, factors, names = [], [], [kept]
+        first = {}      # each letter's name in the gradient at its first place
         for c in s:
-            if c in target or c not in kept:
-                # a repeated letter (a diagonal) or a letter summed here alone: a fresh letter,
-                # tied to the first one by an identity matrix or broadcast
-                f = next(spare)
-                if c in target or c in kept:
-                    n = t._sizes[s.index(c)]
-                    factors.append(_eye_like(n, grad))
-                    names.append(c + f)
-                target.append(f)
+            if c in kept and c not in first:
+                first[c] = c
+                target.append(c)
                 continue
-            target.append(c)
+            # a repeated letter (a diagonal) or a letter summed here alone: a fresh letter,
+            # tied to the first one by an identity matrix, or broadcast
+            f = next(spare)
+            if c in first:
+                factors.append(_eye_like(t._sizes[s.index(c)], grad))
+                names.append(first[c] + f)
+            else:
+                first[c] = f
+            target.append(f)
         if factors:
             g = _einsum([g] + factors, ",".join(names) + "->" + "".join(
                 c for c in target if any(c in n for n in names)))

@@ -27,7 +27,7 @@ from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, int_tuple
 from microtensor.ops.copy import linked
-from microtensor.ops.loops import _type_name, array_module, device_of
+from microtensor.ops.loops import _type_name, array_module, conj_if_complex, device_of
 from microtensor.ops import ghost, layout
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, to_front,
@@ -404,6 +404,7 @@ def convolution(grad, weight, input_shape, stride, padding, dilation, transposed
     stride, padding, dilation, _ = conv_params(len(weight.shape), stride, padding, dilation,
                                                output_padding)
     kernel = weight.shape[2:]
+    weight = conj_if_complex(weight)    # (a bilinear map: PyTorch's complex convention)
     if transposed:
         grad_input = convolution(grad, weight, None, stride, padding, dilation, False,
                                  (0,) * len(kernel), groups)
@@ -422,6 +423,7 @@ def convolution(grad, input, weight_shape, stride, padding, dilation, transposed
     stride, padding, dilation, _ = conv_params(len(weight_shape), stride, padding, dilation,
                                                output_padding)
     kernel = weight_shape[2:]
+    input = conj_if_complex(input)
     if transposed:
         return weight_gradient(grad, input, kernel, stride, padding, dilation, groups)
     return weight_gradient(input, grad, kernel, stride, padding, dilation, groups)

@@ -1042,7 +1042,7 @@ def dist(self, other, p=2):
     """The ``p``-norm of ``self - other`` (broadcast)."""
     from microtensor import linalg
     difference = self - other
-    if not difference.dtype.is_floating_point:
+    if difference.dtype.kind < 2:     # (neither floating nor complex)
         raise RuntimeError(f"norm(): input dtype should be either floating point or complex. "
                            f"Got {_type_name(difference.dtype)} instead.")
     return linalg.vector_norm(difference, p)
@@ -1108,7 +1108,7 @@ def cov(self, *, correction=1, fweights=None, aweights=None):
     dof = dof.clamp(min=0) if hasattr(dof, "clamp") else max(dof, 0)
     centred = x - mean.unsqueeze(1)
     weighted = centred if weights is None else centred * weights
-    return (mm(centred, weighted.t()) / dof).squeeze()
+    return (mm(centred, conj_if_complex(weighted.t())) / dof).squeeze()
 
 
 @op(kind="composite", samples=lambda make: [Sample(make(3, 5)), Sample(make(4)),
@@ -1118,6 +1118,10 @@ def corrcoef(self):
     c = cov(self)
     if c.dim() == 0:
         return c / c
+    if c.dtype.is_complex:      # (a Hermitian matrix: its diagonal is real)
+        deviation = c.diagonal().real.sqrt()
+        c = c / deviation.unsqueeze(1) / deviation.unsqueeze(0)
+        return REGISTRY["complex"](c.real.clamp(-1, 1), c.imag.clamp(-1, 1))
     deviation = c.diagonal().sqrt()
     return (c / deviation.unsqueeze(1) / deviation.unsqueeze(0)).clamp(-1, 1)
 

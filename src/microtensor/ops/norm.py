@@ -574,7 +574,8 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         raise RuntimeError(f"Given normalized_shape={list(normalized)}, expected input with "
                            f"shape [*{', '.join(map(str, normalized))}], but got input of "
                            f"size{list(shape)}")
-    refuse_unless_floating(input.dtype, "rms_norm")
+    if not input.dtype.is_complex:  # (complex: PyTorch's formula, holomorphic, x * x not |x|²)
+        refuse_unless_floating(input.dtype, "rms_norm")
     if eps is None:
         eps = float(np.finfo(input.dtype.np).eps)
     dims = tuple(range(-k, 0))

@@ -378,8 +378,8 @@ def pow(self, exponent, *, out=None):
             _check_not_bool("pow", self, exponent)
         # bool ** True is the base, bool ** False ones, as PyTorch's
         return pointwise(_bool_power, self, exponent, out=out)
-    if isinstance(exponent, TensorBase) and not exponent._dtype.is_floating_point and \
-            not result_type(self, exponent).is_floating_point:
+    if isinstance(exponent, TensorBase) and exponent._dtype.kind < 2 and \
+            result_type(self, exponent).kind < 2:   # (integers: neither floating nor complex)
         return pointwise(_int_power, self, exponent, out=out)
     if isinstance(self, TensorBase) and type(exponent) is float and \
             compute_numpy(self._dtype) is not self._dtype.np:
@@ -433,9 +433,10 @@ def pow(grad, self, exponent):
     # d/de a**e = a**e * log(a); defined as 0 where a == 0 and e >= 0, as PyTorch
     if not isinstance(self, TensorBase):
         if self == 0:
-            return (grad * (self ** exponent) * -math.inf).masked_fill(_nonnegative(exponent), 0)
-        return grad * (self ** exponent) * np.log(self)
-    exp_grad = grad * (self ** exponent) * self.log()
+            return (grad * conj_if_complex(self ** exponent) * -math.inf).masked_fill(
+                _nonnegative(exponent), 0)
+        return grad * conj_if_complex(self ** exponent * np.log(self))
+    exp_grad = grad * conj_if_complex(self ** exponent * self.log())
     return exp_grad.masked_fill((self == 0) & _nonnegative(exponent), 0)
 
 
@@ -923,7 +924,7 @@ def lerp(self, end, weight, *, out=None):
                 (argument == "end" or value.dim()):
             raise RuntimeError(f"expected dtype {info(self._dtype).cpp_name} for `{argument}` "
                                f"but got dtype {info(value._dtype).cpp_name}")
-    if not self._dtype.is_floating_point:
+    if self._dtype.kind < 2:     # (neither floating nor complex)
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
                                   f"'{self._dtype.name.capitalize()}'")
@@ -942,17 +943,17 @@ def _lerp_kernel(a, b, w, out, dtype, casting):
 
 @lerp.def_derivative("self")
 def lerp(grad, weight):
-    return grad * (1 - weight)
+    return grad * conj_if_complex(1 - weight)
 
 
 @lerp.def_derivative("end")
 def lerp(grad, weight):
-    return grad * weight
+    return grad * conj_if_complex(weight)
 
 
 @lerp.def_derivative("weight")
 def lerp(grad, self, end):
-    return grad * (end - self)
+    return grad * conj_if_complex(end - self)
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -1386,18 +1387,20 @@ def _float_binary_samples(low=None, high=None, scalar=True):
 
 
 def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
-                 differentiable=True, integer_kernel=True, inplace=True):
+                 differentiable=True, integer_kernel=True, complex_kernel=False, inplace=True):
     """Declare a two-input elementwise op (kernel only) and its in-place variant (unless
     ``inplace`` is False: PyTorch has none).
     ``result``: "float" (integers promote to the default float), "promoted" (PyTorch's
     promotion) or "integer" (integer inputs only); ``integer_kernel`` False: PyTorch has
-    no kernel for integer or bool inputs (its error names the kernel)."""
+    no kernel for integer or bool inputs (its error names the kernel); ``complex_kernel``
+    True (with ``integer_kernel`` False): it has one for complex inputs."""
     def kernel(self, other, *, out=None):
         if tensors_only:
             _require_tensors(name, input=self, other=other)
         dt = result_type(self, other)
         if result == "integer" and (dt.is_floating_point or dt is bool_) or \
-                not integer_kernel and not dt.is_floating_point:
+                not integer_kernel and not (dt.is_floating_point or
+                                            complex_kernel and dt.is_complex):
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
         return pointwise(store(fn), self, other, out=out,
@@ -1420,8 +1423,25 @@ def _logaddexp(base):
 
     def loop(a, b):
         with np.errstate(invalid="ignore"):
+            if np.iscomplexobj(a) or np.iscomplexobj(b):
+                return _complex_logaddexp(a, b)
             return ufunc(a, b)
     return loop
+
+
+def _complex_logaddexp(a, b):
+    """``log(exp(a) + exp(b))`` of complex values, shifted by the operand of the larger real
+    part (no overflow), as PyTorch's, infinite real parts of one sign included."""
+    a, b = np.broadcast_arrays(a, b)
+    swap = a.real < b.real
+    larger, smaller = np.where(swap, b, a), np.where(swap, a, b)
+    shifted = larger + np.log1p(np.exp(smaller - larger))
+    both_infinite = np.isinf(a.real) & (a.real == b.real)
+    if not both_infinite.any():
+        return shifted
+    with np.errstate(divide="ignore", over="ignore"):
+        unshifted = np.where(a.real > 0, np.log(np.exp(a) + np.exp(b)), b)
+    return np.where(both_infinite, unshifted, shifted)
 
 
 xlogy = _binary_math("xlogy", _xlogy, samples=_float_binary_samples(low=0.3, high=3.0))
@@ -1429,7 +1449,8 @@ hypot = _binary_math("hypot", np.hypot, tensors_only=True, integer_kernel=False,
                      samples=_float_binary_samples(low=0.5, scalar=False))
 copysign = _binary_math("copysign", np.copysign, samples=_float_binary_samples())
 logaddexp = _binary_math("logaddexp", _logaddexp("e"), tensors_only=True,
-                         integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
+                         integer_kernel=False, complex_kernel=True, inplace=False,
+                         samples=_float_binary_samples(scalar=False))
 logaddexp2 = _binary_math("logaddexp2", _logaddexp("2"), tensors_only=True,
                           integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
 nextafter = _binary_math("nextafter", np.nextafter, result="promoted", tensors_only=True,
@@ -1480,12 +1501,12 @@ def copysign(grad):
 
 @logaddexp.def_derivative("self")
 def logaddexp(grad, self, other):
-    return grad / (1 + (other - self).exp())
+    return grad / conj_if_complex(1 + (other - self).exp())
 
 
 @logaddexp.def_derivative("other")
 def logaddexp(grad, self, other):
-    return grad / (1 + (self - other).exp())
+    return grad / conj_if_complex(1 + (self - other).exp())
 
 
 @logaddexp2.def_derivative("self")

@@ -26,8 +26,9 @@ from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, co
 from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
-from microtensor.ops.loops import (_type_name, array_module, dims_of, float_dtype,
-                                   from_numpy_result, new_result, reduce, reduced_shape)
+from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
+                                   float_dtype, from_numpy_result, new_result, reduce,
+                                   reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
@@ -278,7 +279,7 @@ def prod(grad, self, dim, keepdim, result):
     zeros_in_slice = is_zero.sum(reduce_dims, keepdim=True)
     at_zero = nonzero.prod(reduce_dims, keepdim=True) * (zeros_in_slice == 1)
     elsewhere = result / nonzero * (zeros_in_slice == 0)
-    return grad * where(is_zero, at_zero, elsewhere)
+    return grad * conj_if_complex(where(is_zero, at_zero, elsewhere))
 
 
 # --------------------------------------------------------------------------- extrema
@@ -652,7 +653,7 @@ def logsumexp(self, dim, keepdim=False):
 def logsumexp(grad, self, dim, keepdim, result):
     grad = unsqueeze_reduced(grad, self._sizes, dim, keepdim)
     result = unsqueeze_reduced(result, self._sizes, dim, keepdim)
-    return grad * (self - result).exp()
+    return grad * conj_if_complex((self - result).exp())
 
 
 def _normalised_exp(name, log):
@@ -918,17 +919,18 @@ def aminmax(self, *, dim=None, keepdim=False, out=None):
 
 def _statistic_and_mean(name, statistic):
     def composite(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        if not self._dtype.is_floating_point:
+        if self._dtype.kind < 2:    # (neither floating nor complex)
             raise RuntimeError(f"{name} only support floating point and complex dtypes")
         dim, correction = _var_arguments(dim, unbiased, correction)
-        return statistic(self, dim, correction, keepdim), mean(self, dim, keepdim)
+        return (statistic(self, dim, keepdim=keepdim, correction=correction),
+                mean(self, dim, keepdim))
     composite.__name__ = name
     composite.__doc__ = f"``({name[:3]}, mean)`` over ``dim``, as ``{name[:3]}`` takes them."
     return op(name, kind="composite", method=False, samples=_var_samples)(composite)
 
 
-var_mean = _statistic_and_mean("var_mean", _var)
-std_mean = _statistic_and_mean("std_mean", _std)
+var_mean = _statistic_and_mean("var_mean", var)
+std_mean = _statistic_and_mean("std_mean", std)
 
 
 def _logcumsumexp_samples(make):
@@ -938,17 +940,45 @@ def _logcumsumexp_samples(make):
 @op(family="reduction", samples=_logcumsumexp_samples)
 def logcumsumexp(self, dim, *, out=None):
     """``log(cumsum(exp(self)))`` along ``dim``, without overflow (running ``logaddexp``)."""
-    if not self._dtype.is_floating_point:
+    if self._dtype.kind < 2:    # (neither floating nor complex)
         raise NotImplementedError(f"\"logcumsumexp_out_cpu\" not implemented for "
                                   f"'{_type_name(self._dtype)}'")
     arr, axis = _along(self, dim)
     result = new_result(self._sizes, self._dtype, device=self.device)
     if self._numel:
-        with np.errstate(invalid="ignore"):
-            accumulated = np.logaddexp.accumulate(arr.astype(compute_numpy(self._dtype)),
-                                                  axis=axis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self._dtype.is_complex:
+                accumulated = _complex_logcumsumexp(arr, axis)
+            else:
+                accumulated = np.logaddexp.accumulate(arr.astype(compute_numpy(self._dtype)),
+                                                      axis=axis)
         result._array().reshape(arr.shape)[...] = accumulated
     return result
+
+
+def _complex_logcumsumexp(z, axis):
+    """``log(cumsum(exp(z)))`` of complex ``z`` without overflow: the real and imaginary
+    parts of ``exp(z)``, split by sign, are each accumulated in log space (real
+    ``logaddexp``), then combined relative to the largest.  The imaginary part is taken
+    on the branch nearest to that of the running element of largest real part, where
+    PyTorch's running ``logaddexp`` keeps it."""
+    magnitude, angle = z.real, z.imag
+    parts = []
+    for wave in (np.cos(angle), np.sin(angle)):
+        for sign in (1, -1):
+            parts.append(np.logaddexp.accumulate(
+                magnitude + np.log(np.maximum(sign * wave, 0)), axis=axis))
+    largest = np.maximum.reduce(parts)
+    shift = np.where(np.isfinite(largest), largest, 0)
+    real, imag = (np.exp(parts[i] - shift) - np.exp(parts[i + 1] - shift) for i in (0, 2))
+    logged = shift + np.log(real + 1j * imag)
+    # the element of largest real part so far (the last one reaching the running maximum)
+    positions = np.arange(z.shape[axis]).reshape((-1,) + (1,) * (z.ndim - axis - 1))
+    running = np.maximum.accumulate(magnitude, axis=axis)
+    leader = np.maximum.accumulate(np.where(magnitude == running, positions, 0), axis=axis)
+    near = np.take_along_axis(angle, leader, axis=axis)
+    turns = np.round((near - logged.imag) / (2 * np.pi))
+    return np.where(np.isfinite(turns), logged + 2j * np.pi * turns, logged)
 
 
 @logcumsumexp.def_derivative("self")
@@ -958,13 +988,15 @@ def logcumsumexp(grad, self, dim, result):
     if grad.dim() == 0:
         return grad
     d = _single_dim(dim, grad.dim())
+
+    def reverse_logcumsumexp(x):
+        return logcumsumexp(x.flip(d), d).flip(d)
+    if grad.dtype.is_complex:   # (no sign to split: conj(exp(self_j - result_i)) in log space)
+        return (reverse_logcumsumexp(grad.log() - result.conj()) + self.conj()).exp()
     lowest = float(np.finfo(grad._dtype.np).min)
     log_abs = grad.abs().log()
     positive = where(grad > 0, log_abs, log_abs.new_full((), lowest))
     negative = where(grad < 0, log_abs, log_abs.new_full((), lowest))
-
-    def reverse_logcumsumexp(x):
-        return logcumsumexp(x.flip(d), d).flip(d)
     return (reverse_logcumsumexp(positive - result) + self).exp() - \
         (reverse_logcumsumexp(negative - result) + self).exp()
 

@@ -17,8 +17,8 @@ from microtensor._C import meta
 from microtensor._C.tensor import bool_, float32, float64, int32, int64
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import (_type_name, array_module, dims_of, is_floating_array,
-                                   new_result)
+from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
+                                   is_floating_array, new_result)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64, _into,
                                        cumulative_)
@@ -383,7 +383,7 @@ def cumprod(grad, self, dim):
     cols = tensor(np.arange(n)).view(1, n)
     without_j = x.unsqueeze(-2).expand(*x.shape[:-1], n, n).masked_fill(rows == cols, 1.0)
     partial = without_j.cumprod(-1).masked_fill(cols < rows, 0.0)   # [..., j, i]
-    return (partial * g.unsqueeze(-2)).sum(-1).movedim(-1, d)
+    return (conj_if_complex(partial) * g.unsqueeze(-2)).sum(-1).movedim(-1, d)
 
 
 
