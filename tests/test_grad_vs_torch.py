@@ -59,6 +59,8 @@ PYTORCH_WRONG = [
      "PyTorch's backward of dist at p=0 raises (an undefined gradient)"),
     ("linalg_cond", lambda b: b["p"] in ("fro", float("inf"), -float("inf"), 1, -1),
      "PyTorch's backward raises (its inverse, saved for backward, is modified in place)"),
+    ("vander", lambda b: True,
+     "PyTorch's backward of torch.vander raises (a tensor it saved is modified in place)"),
     ("scaled_dot_product_attention", lambda b: b["is_causal"] and b["attn_mask"] is not None,
      "PyTorch refuses an explicit attn_mask with is_causal=True once an input requires grad"),
 ]

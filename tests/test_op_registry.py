@@ -451,3 +451,13 @@ def test_gradcheck_warns_on_float32_and_rejects_overlap():
     overlapping = mt.ones(1, dtype=mt.float64).expand(3).detach().requires_grad_()
     with pytest.raises(RuntimeError, match="stride 0"):
         gradcheck(lambda a: a * 2, (overlapping,))
+
+
+def test_declared_inputs_are_parameters_of_differentiable_ops():
+    """The sweeps find what to differentiate by the declared ``inputs``: a name that is
+    not one of the kernel's parameters would leave the op unchecked without a word."""
+    import inspect
+    unknown = {name: [i for i in op.inputs
+                      if i not in inspect.signature(op.kernel).parameters]
+               for name, op in REGISTRY.items() if op.differentiable}
+    assert {name: names for name, names in unknown.items() if names} == {}

@@ -129,7 +129,7 @@ def _einsum_samples(make):
             Sample("ij->ji", [make(2, 3)]), Sample("iij->j", make(2, 2, 3))]
 
 
-@op(kind="composite", samples=_einsum_samples)
+@op(kind="composite", inputs=("operands",), samples=_einsum_samples)
 def einsum(equation, *operands):
     """Einstein summation with PyTorch's equation syntax (ellipsis, implicit output)."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):

@@ -418,14 +418,14 @@ def _frequencies(values, dtype, device, requires_grad):
     return result.requires_grad_() if requires_grad else result
 
 
-@op(kind="composite", method=False, function=False)
+@op(kind="composite", inputs=(), method=False, function=False)
 def fft_fftfreq(n, d=1.0, *, dtype=None, device=None, requires_grad=False):
     """The sample frequencies of an ``n``-point ``fft``: 0, 1, ..., then the negative ones,
     divided by ``n * d``."""
     return _frequencies(np.fft.fftfreq(n, d), dtype, device, requires_grad)
 
 
-@op(kind="composite", method=False, function=False)
+@op(kind="composite", inputs=(), method=False, function=False)
 def fft_rfftfreq(n, d=1.0, *, dtype=None, device=None, requires_grad=False):
     """The sample frequencies of an ``n``-point ``rfft``: 0 .. n // 2, divided by ``n * d``."""
     return _frequencies(np.fft.rfftfreq(n, d), dtype, device, requires_grad)

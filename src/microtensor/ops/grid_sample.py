@@ -431,7 +431,7 @@ def _affine_samples(make):
             Sample(make(1, 3, 4), (1, 2, 3, 1, 2), True)]
 
 
-@op(kind="composite", method=False, samples=_affine_samples)
+@op(kind="composite", inputs=("theta",), method=False, samples=_affine_samples)
 def affine_grid_generator(theta, size, align_corners):
     """The grid (N, *spatial, d) of the affine maps ``theta`` (N, d, d + 1) applied to the
     output pixels' normalised coordinates (x first), for ``size`` (N, C, *spatial)."""

@@ -526,7 +526,8 @@ def _group_norm_samples(make):
             Sample(make(2, 4, 2, 2), 4, make(4), None, 1e-3)]
 
 
-@op(kind="composite", method=False, samples=_group_norm_samples)
+@op(kind="composite", inputs=("input", "weight", "bias"), method=False,
+    samples=_group_norm_samples)
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=False):
     """The channels (dim 1) split into ``num_groups`` groups, each normalised over its
     channels and spatial dims: one ``layer_norm`` over a (N, groups, rest) view (a
@@ -563,7 +564,7 @@ def _rms_norm_samples(make):
             Sample(make(5), (5,))]
 
 
-@op(kind="composite", method=False, samples=_rms_norm_samples)
+@op(kind="composite", inputs=("input", "weight"), method=False, samples=_rms_norm_samples)
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``input / sqrt(mean(input²) + eps)`` over the last dims, times ``weight``
     (``eps=None``: the machine epsilon of the input's dtype, as PyTorch)."""

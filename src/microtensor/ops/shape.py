@@ -1079,7 +1079,7 @@ def _vander_samples(make):
             Sample(tensor_of(np.array([1, -2, 3], dtype=np.int32)))]
 
 
-@op(kind="composite", method=False, samples=_vander_samples)
+@op(kind="composite", inputs=("x",), method=False, samples=_vander_samples)
 def vander(x, N=None, increasing=False):
     """Columns ``x ** 0 .. x ** (N-1)`` (highest power first unless ``increasing``)."""
     if x.dim() != 1:
