@@ -324,3 +324,27 @@ def test_vmap_matches_loop_without_fallback(name, in_dim):
         batched = mt.vmap(lambda t: fn(mt, t), in_dims=in_dim)(z)
     samples = [fn(mt, z.select(in_dim, i)) for i in range(z.shape[in_dim])]
     assert np.array_equal(batched.numpy(), mt.stack(samples).numpy())
+
+
+ORDERING_REFUSALS = {
+    "median": lambda lib, z: z.median(), "median(dim)": lambda lib, z: z.median(0),
+    "nanmedian": lambda lib, z: z.nanmedian(), "nanmedian(dim)": lambda lib, z: z.nanmedian(0),
+    "kthvalue": lambda lib, z: z.kthvalue(1), "mode": lambda lib, z: z.mode(),
+    "cummax": lambda lib, z: z.cummax(0), "cummin": lambda lib, z: z.cummin(0),
+    "relu6": lambda lib, z: lib.nn.functional.relu6(z),
+    "hardtanh": lambda lib, z: lib.nn.functional.hardtanh(z),
+    "threshold": lambda lib, z: lib.nn.functional.threshold(z, 0.1, 0.0),
+    "fmax": lambda lib, z: lib.fmax(z, z), "fmin": lambda lib, z: lib.fmin(z, z),
+    "nansum": lambda lib, z: z.nansum(),
+}
+
+
+@pytest.mark.parametrize("name", ORDERING_REFUSALS)
+def test_ordering_ops_refuse_complex_as_torch(name):
+    """Complex numbers have no order: PyTorch refuses these (NumPy would order them
+    lexicographically and answer)."""
+    with pytest.raises(Exception) as theirs:
+        ORDERING_REFUSALS[name](torch, torch.tensor([1 + 2j, 3 - 1j, 0.5j]))
+    with pytest.raises(type(theirs.value)) as ours:
+        ORDERING_REFUSALS[name](mt, mt.tensor([1 + 2j, 3 - 1j, 0.5j]))
+    assert str(ours.value) == str(theirs.value)

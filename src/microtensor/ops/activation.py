@@ -20,7 +20,8 @@ from microtensor._C.tensor import float32, int64
 from microtensor._dtype import cast_scalar, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
-from microtensor.ops.loops import _type_name, conj_if_complex, float_dtype, pointwise
+from microtensor.ops.loops import (_type_name, conj_if_complex, float_dtype, pointwise,
+                                   refuse_complex)
 from microtensor.ops.loops import store as _store
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -639,6 +640,8 @@ def softplus(grad, self, beta, threshold):
 
 
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
+    if self._dtype.is_complex:
+        raise NotImplementedError("clamp is not supported for complex types")
     clipped = _store(lambda a: np.minimum(np.maximum(a, min_val), max_val))
     return _unary("hardtanh", self, clipped,
                   out, integers="keep")
@@ -723,6 +726,7 @@ def log_sigmoid(grad, self):
 
 
 def threshold(self, threshold, value, *, out=None):
+    refuse_complex(self, "threshold_cpu")
     kept = _store(lambda a: np.where(a > threshold, a, value))
     return _unary("threshold", self, kept, out, integers="keep")
 

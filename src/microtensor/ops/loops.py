@@ -105,6 +105,13 @@ def _type_name(dt):
     return info(dt).scalar_name
 
 
+def refuse_complex(t, kernel):
+    """PyTorch's error for a kernel that has no complex version (ordering ops: NumPy
+    would order complex numbers lexicographically, PyTorch refuses)."""
+    if t._dtype.is_complex:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(t._dtype)}\'')
+
+
 def refuse_unless_floating(dt, kernel):
     """PyTorch's error for a kernel that has real floating versions only."""
     if not dt.is_floating_point:

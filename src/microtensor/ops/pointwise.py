@@ -1387,17 +1387,21 @@ def _float_binary_samples(low=None, high=None, scalar=True):
 
 
 def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
-                 differentiable=True, integer_kernel=True, complex_kernel=False, inplace=True):
+                 differentiable=True, integer_kernel=True, complex_kernel=False, inplace=True,
+                 real_only=False):
     """Declare a two-input elementwise op (kernel only) and its in-place variant (unless
     ``inplace`` is False: PyTorch has none).
     ``result``: "float" (integers promote to the default float), "promoted" (PyTorch's
     promotion) or "integer" (integer inputs only); ``integer_kernel`` False: PyTorch has
     no kernel for integer or bool inputs (its error names the kernel); ``complex_kernel``
-    True (with ``integer_kernel`` False): it has one for complex inputs."""
+    True (with ``integer_kernel`` False): it has one for complex inputs; ``real_only``:
+    complex inputs are refused (an ordering)."""
     def kernel(self, other, *, out=None):
         if tensors_only:
             _require_tensors(name, input=self, other=other)
         dt = result_type(self, other)
+        if real_only and dt.is_complex:
+            raise RuntimeError(f"{name} not implemented for complex tensors.")
         if result == "integer" and (dt.is_floating_point or dt is bool_) or \
                 not integer_kernel and not (dt.is_floating_point or
                                             complex_kernel and dt.is_complex):
@@ -1457,9 +1461,9 @@ nextafter = _binary_math("nextafter", np.nextafter, result="promoted", tensors_o
                          integer_kernel=False, differentiable=False,
                          samples=_float_binary_samples(scalar=False))
 fmax = _binary_math("fmax", np.fmax, result="promoted", tensors_only=True,
-                    inplace=False, samples=_tensor_pair_samples)
+                    inplace=False, samples=_tensor_pair_samples, real_only=True)
 fmin = _binary_math("fmin", np.fmin, result="promoted", tensors_only=True,
-                    inplace=False, samples=_tensor_pair_samples)
+                    inplace=False, samples=_tensor_pair_samples, real_only=True)
 gcd = _binary_math("gcd", np.gcd, result="integer", tensors_only=True, differentiable=False,
                    samples=lambda make: [Sample(make(3, 4, dtype=int64), make(4, dtype=int64))])
 lcm = _binary_math("lcm", np.lcm, result="integer", tensors_only=True, differentiable=False,

@@ -865,6 +865,8 @@ def _nan_samples(make):
 @op(kind="composite", samples=_nan_samples)
 def nansum(self, dim=None, keepdim=False, *, dtype=None, out=None):
     """``sum`` with NaN counted as 0 (no gradient to them)."""
+    if self._dtype.is_complex:
+        raise RuntimeError("nansum on CPU does not support complex inputs")
     if self._dtype.is_floating_point:
         self = self.masked_fill(self.isnan(), 0)
     result = sum(self, dim, keepdim, dtype=dtype)

@@ -18,7 +18,7 @@ from microtensor._C.tensor import bool_, float32, float64, int32, int64
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
-                                   is_floating_array, new_result)
+                                   is_floating_array, new_result, refuse_complex)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64, _into,
                                        cumulative_)
@@ -222,6 +222,7 @@ def _kthvalue(self, k, dim=-1, keepdim=False):
 @op(kind="composite", samples=_kthvalue_samples)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """The ``k``-th smallest value along ``dim`` and its index."""
+    refuse_complex(self, "kthvalue_cpu")
     return ReturnKthvalue(*_kthvalue(self, k, dim, keepdim))
 
 
@@ -265,6 +266,7 @@ _median_all.def_derivative("self")(_evenly_to_extrema)
 @op(kind="composite", samples=_median_samples)
 def median(self, dim=None, keepdim=False):
     """The lower median of all elements, or ``(values, indices)`` along ``dim``."""
+    refuse_complex(self, "median_cpu" if dim is None else "median_out")
     if dim is None:
         return _median_all(self)
     return ReturnMedian(*_median(self, dim, keepdim))
@@ -304,6 +306,7 @@ def _mode(self, dim=-1, keepdim=False):
 def mode(self, dim=-1, keepdim=False):
     """The most frequent value along ``dim`` (the smallest of equally frequent ones) and
     the index of its last occurrence."""
+    refuse_complex(self, "mode_cpu")
     return ReturnMode(*_mode(self, dim, keepdim))
 
 
@@ -349,12 +352,14 @@ _cummin = _cum_extremum("cummin", np.minimum.accumulate)
 @op(kind="composite", samples=_cum_extremum_samples)
 def cummax(self, dim):
     """Running maximum along ``dim`` and the index where it was reached."""
+    refuse_complex(self, "cummax_cpu")
     return ReturnCummax(*_cummax(self, dim))
 
 
 @op(kind="composite", samples=_cum_extremum_samples)
 def cummin(self, dim):
     """Running minimum along ``dim`` and the index where it was reached."""
+    refuse_complex(self, "cummin_cpu")
     return ReturnCummin(*_cummin(self, dim))
 
 
@@ -805,6 +810,7 @@ _nanmedian_all.def_derivative("self")(_evenly_to_extrema)
 @op(kind="composite", samples=lambda make: _nanmedian_samples(make) + [Sample(make(0))])
 def nanmedian(self, dim=None, keepdim=False, *, out=None):
     """``median`` ignoring NaN: of all elements, or ``(values, indices)`` along ``dim``."""
+    refuse_complex(self, "median_cpu" if dim is None else "median_out")
     if dim is None:
         if out is not None:
             raise TypeError("nanmedian() missing 1 required positional arguments: \"dim\"")
