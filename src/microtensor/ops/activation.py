@@ -228,6 +228,7 @@ def erf(grad, self):
 
 @op(family="pointwise", samples=_float_samples(integers=True))
 def erfc(self, *, out=None):
+    refuse_complex(self, "erfc_vml_cpu")
     return _unary("erfc", self, _ERFC_LOOP, out, integers="promote")
 
 

@@ -23,7 +23,7 @@ from microtensor.ops.arguments import int_arg
 from microtensor.ops.copy import linked
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
-                                   from_numpy_result, pointwise, store)
+                                   from_numpy_result, pointwise, refuse_complex, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -498,6 +498,9 @@ _COMPLEX_UNARY = {   # PyTorch's answers for complex tensors, where NumPy's diff
                             "numbers. Please use torch.sgn instead.", NotImplementedError),
     **{name: _refuse_complex(f"{name} is not supported for complex inputs")
        for name in ("floor", "ceil", "round", "trunc", "frac", "relu")},
+    **{name: lambda self, out, kernel=kernel: refuse_complex(self, kernel)
+       for name, kernel in (("lgamma", "lgamma_vml_cpu"), ("digamma", "digamma"),
+                            ("i0", "i0_vml_cpu"))},
 }
 
 
@@ -590,6 +593,7 @@ def _round_samples(make):
 @op(family="pointwise", samples=_round_samples)
 def round(self, *, decimals=0, out=None):
     if not decimals:
+        refuse_complex(self, "round_vml_cpu")
         return pointwise(_rint, self, out=out)
     if not self._dtype.is_floating_point:
         raise NotImplementedError(
@@ -1293,6 +1297,7 @@ def _logit(eps):
 
 @op(family="pointwise", samples=_logit_samples)
 def logit(self, eps=None, *, out=None):
+    refuse_complex(self, "logit_cpu")
     return pointwise(_logit(eps), self, out=out, dtype=float_dtype(self._dtype))
 
 
@@ -1320,6 +1325,7 @@ def polygamma(n, self, *, out=None):
     """The ``n``-th derivative of ``digamma`` (``Tensor.polygamma(n)`` as a method)."""
     if int_arg(n, "n") < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
+    refuse_complex(self, ("digamma", "trigamma")[n] if n < 2 else "polygamma")
     return pointwise(store(lambda a: special_math.polygamma(n, a)), self, out=out,
                      dtype=float_dtype(self._dtype))
 
@@ -1402,6 +1408,9 @@ def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
         dt = result_type(self, other)
         if real_only and dt.is_complex:
             raise RuntimeError(f"{name} not implemented for complex tensors.")
+        if dt.is_complex and not complex_kernel:
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
+                                      f"'{info(dt).scalar_name}'")
         if result == "integer" and (dt.is_floating_point or dt is bool_) or \
                 not integer_kernel and not (dt.is_floating_point or
                                             complex_kernel and dt.is_complex):
