@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import microtensor
-from test_port_vision import (Recorder, _assert_same, needs_torch,  # the shared harness
-                              _pytorch_on_one_thread)  # noqa: F401 (an autouse fixture)
+from test_port_vision import (  # the shared harness (and its autouse fixture)
+    Recorder, _assert_same, _pytorch_on_one_thread, needs_torch, train_wgan_gp)  # noqa: F401
 
 try:
     import torch as _torch
@@ -73,46 +73,16 @@ def _float32_default_after():
 # -- WGAN-GP: gradient penalty through autograd.grad(create_graph=True) --------------------
 
 def wgan_gp(torch, rec, rng):
+    """The vision file's WGAN-GP loop on MLPs, Adam betas (0.5, 0.9), in each dtype."""
     nn = torch.nn
     generator = nn.Sequential(nn.Linear(4, 12), nn.ReLU(), nn.Linear(12, 6))
     critic = nn.Sequential(nn.Linear(6, 12), nn.Softplus(), nn.Linear(12, 12), nn.Tanh(),
                            nn.Linear(12, 1))
     rec.sync("generator", generator)
     rec.sync("critic", critic)
-    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.9))
-    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-3, betas=(0.5, 0.9))
-
-    def gradient_penalty(real, fake, alpha):
-        interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
-        scores = critic(interpolates)
-        gradients, = torch.autograd.grad(outputs=scores, inputs=interpolates,
-                                         grad_outputs=torch.ones_like(scores),
-                                         create_graph=True, retain_graph=True)
-        return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
-
-    for step in range(3):
-        real = _normal(torch, rng, 8, 6) + 2
-        for n_critic in range(2):
-            z = _normal(torch, rng, 8, 4)
-            alpha = _data(torch, rng.random((8, 1)))
-            opt_c.zero_grad()
-            fake = generator(z).detach()
-            gp = gradient_penalty(real, fake, alpha)
-            loss_c = critic(fake).mean() - critic(real).mean() + 10 * gp
-            loss_c.backward()
-            rec(f"gp{step}.{n_critic}", gp)
-            rec(f"loss_c{step}.{n_critic}", loss_c)
-            rec.grads(f"critic{step}.{n_critic}", critic)
-            opt_c.step()
-        opt_g.zero_grad()
-        loss_g = -critic(generator(_normal(torch, rng, 8, 4))).mean()
-        loss_g.backward()
-        rec(f"loss_g{step}", loss_g)
-        rec.grads(f"generator{step}", generator)
-        opt_g.step()
-        rec.params(f"generator.after{step}", generator)
-        rec.params(f"critic.after{step}", critic)
-    rec("opt_c.state", opt_c.state_dict()["state"])
+    train_wgan_gp(torch, rec, generator, critic, (0.5, 0.9),
+                  lambda: _normal(torch, rng, 8, 6) + 2, lambda: _normal(torch, rng, 8, 4),
+                  lambda: _data(torch, rng.random((8, 1))), steps=3)
 
 
 @needs_torch

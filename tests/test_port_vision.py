@@ -728,18 +728,12 @@ def test_mobilenet():
 
 # -- WGAN-GP: a gradient penalty through autograd.grad(create_graph=True) ------------------
 
-def wgan_gp(torch, rec, rng):
-    nn = torch.nn
-
-    generator = nn.Sequential(nn.Linear(3, 12), nn.ReLU(), nn.Unflatten(1, (3, 2, 2)),
-                              nn.ConvTranspose2d(3, 1, 4, 2, 1), nn.Tanh())
-    critic = nn.Sequential(nn.Conv2d(1, 4, 3, 2, 1), nn.LeakyReLU(0.2),
-                           nn.InstanceNorm2d(4, affine=True), nn.Conv2d(4, 4, 3, 1, 1),
-                           nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(16, 1))
-    rec.sync("wgan.G", generator)
-    rec.sync("wgan.D", critic)
-    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.0, 0.9))
-    opt_d = torch.optim.Adam(critic.parameters(), lr=1e-3, betas=(0.0, 0.9))
+def train_wgan_gp(torch, rec, generator, critic, betas, real, noise, alpha, steps=2):
+    """WGAN-GP as its paper's algorithm: two critic steps on a gradient penalty taken
+    through ``autograd.grad(create_graph=True)``, then a generator step; ``real``,
+    ``noise`` and ``alpha`` draw a batch each call.  Shared by the side-by-side files."""
+    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=betas)
+    opt_d = torch.optim.Adam(critic.parameters(), lr=1e-3, betas=betas)
 
     def gradient_penalty(real, fake, alpha):
         interpolates = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
@@ -750,28 +744,42 @@ def wgan_gp(torch, rec, rng):
         gradients = gradients.view(gradients.size(0), -1)
         return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
 
-    for step in range(2):
+    for step in range(steps):
         for critic_step in range(2):            # n_critic
-            real = torch.tensor(rng.uniform(-1, 1, (4, 1, 4, 4)).astype(np.float32))
-            z = _input(torch, rng, 4, 3)
-            alpha = torch.tensor(rng.uniform(size=(4, 1, 1, 1)).astype(np.float32))
+            batch, z, mix = real(), noise(), alpha()
             opt_d.zero_grad()
             fake = generator(z).detach()
-            gp = gradient_penalty(real, fake, alpha)
-            loss_d = critic(fake).mean() - critic(real).mean() + 10 * gp
+            gp = gradient_penalty(batch, fake, mix)
+            loss_d = critic(fake).mean() - critic(batch).mean() + 10 * gp
             loss_d.backward()
             rec(f"s{step}.c{critic_step}.gp", gp)
             rec(f"s{step}.c{critic_step}.loss_d", loss_d)
             rec.grads(f"s{step}.c{critic_step}.D", critic)
             opt_d.step()
         opt_g.zero_grad()
-        loss_g = -critic(generator(_input(torch, rng, 4, 3))).mean()
+        loss_g = -critic(generator(noise())).mean()
         loss_g.backward()
         rec(f"s{step}.loss_g", loss_g)
         rec.grads(f"s{step}.G", generator)
         opt_g.step()
         rec.params(f"s{step}.G.after", generator)
         rec.params(f"s{step}.D.after", critic)
+    rec("opt_d.state", opt_d.state_dict()["state"])
+
+
+def wgan_gp(torch, rec, rng):
+    nn = torch.nn
+    generator = nn.Sequential(nn.Linear(3, 12), nn.ReLU(), nn.Unflatten(1, (3, 2, 2)),
+                              nn.ConvTranspose2d(3, 1, 4, 2, 1), nn.Tanh())
+    critic = nn.Sequential(nn.Conv2d(1, 4, 3, 2, 1), nn.LeakyReLU(0.2),
+                           nn.InstanceNorm2d(4, affine=True), nn.Conv2d(4, 4, 3, 1, 1),
+                           nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(16, 1))
+    rec.sync("wgan.G", generator)
+    rec.sync("wgan.D", critic)
+    train_wgan_gp(torch, rec, generator, critic, (0.0, 0.9),
+                  lambda: torch.tensor(rng.uniform(-1, 1, (4, 1, 4, 4)).astype(np.float32)),
+                  lambda: _input(torch, rng, 4, 3),
+                  lambda: torch.tensor(rng.uniform(size=(4, 1, 1, 1)).astype(np.float32)))
 
 
 @needs_torch
