@@ -44,12 +44,12 @@ cdef object _batched_type = None   # vmap's BatchedTensor, once vmap is imported
 cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
-cdef object _non_tensor_error = None
+cdef object _non_tensor_error = None  # PyTorch's TypeError for a non-tensor argument
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 cdef object _forward_ad = None     # forward AD's handler(op, args, kwargs) while a level is active
 cdef object _profile_begin = None  # a recording profiler's begin(op, args) and end()
 cdef object _profile_end = None
-cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc): the one-input ops served in C
+cdef dict _unary_kernels = {}      # op -> (fn, is_ufunc, loops, quiet): one-input ops served in C
 cdef dict _batched_binary = {}     # op -> fn(a, b): the binary ops vmap's common case runs here
 cdef object _binary_handler = None # the handler those are a case of (served only while it is)
 cdef dict _batch_rules = None      # op -> its batching rule, the handler's cache (serve_rules)
@@ -263,6 +263,11 @@ def set_forward_ad(handler):
     pointer test here and one flag test in the fast paths."""
     global _forward_ad
     _forward_ad = handler
+    _bypass_fast_paths_while_handled()
+
+
+cdef _bypass_fast_paths_while_handled():
+    """The fast paths stand aside while forward AD or a profiler wants every op."""
     set_fast_paths_bypassed(_forward_ad is not None or _profile_begin is not None)
 
 
@@ -272,7 +277,7 @@ def set_profiler(begin, end):
     with none installed this costs one pointer test."""
     global _profile_begin, _profile_end
     _profile_begin, _profile_end = begin, end
-    set_fast_paths_bypassed(_forward_ad is not None or _profile_begin is not None)
+    _bypass_fast_paths_while_handled()
 
 
 cpdef object call(op, args, kwargs):
