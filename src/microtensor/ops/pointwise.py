@@ -384,7 +384,36 @@ def pow(self, exponent, *, out=None):
     if isinstance(self, TensorBase) and type(exponent) is float and \
             compute_numpy(self._dtype) is not self._dtype.np:
         exponent = float(self._dtype.np.type(exponent))   # PyTorch rounds it to half first
+    if isinstance(self, TensorBase) and type(exponent) in (int, float):
+        kernel = _EXACT_POWERS.get((self._dtype.is_complex, exponent))
+        if kernel is not None:
+            return pointwise(kernel, self, exponent, out=out)
     return pointwise(np.power, self, exponent, out=out)
+
+
+def _cube(base, exponent, *, out, dtype, casting):
+    square = np.multiply(base, base, dtype=dtype, casting=casting)
+    return np.multiply(square, base, out=out, dtype=dtype, casting=casting)
+
+
+def _inverse_square(base, exponent, *, out, dtype, casting):
+    square = np.multiply(base, base, dtype=dtype, casting=casting)
+    return np.divide(1, square, out=out, dtype=dtype, casting=casting)
+
+
+def _inverse_root(base, exponent, *, out, dtype, casting):
+    root = np.sqrt(base, dtype=dtype, casting=casting)
+    return np.divide(1, root, out=out, dtype=dtype, casting=casting)
+
+
+def _root(base, exponent, *, out, dtype, casting):
+    return np.sqrt(base, out=out, dtype=dtype, casting=casting)
+
+
+# Exponents PyTorch computes with other operations than its general ``pow`` (whose float
+# results differ from ``np.power``'s in the last bit): keyed by (complex base, exponent).
+_EXACT_POWERS = {(False, 3): _cube, (False, -2): _inverse_square,
+                 (False, -0.5): _inverse_root, (True, 0.5): _root}
 
 
 def _bool_power(base, exponent, *, out, dtype, casting):
