@@ -49,6 +49,9 @@ from microtensor.nn.lazy import *  # noqa: E402,F401,F403
 from microtensor.nn.lazy import __all__ as _lazy  # noqa: E402
 from microtensor.nn.parameter import UninitializedBuffer, UninitializedParameter  # noqa: E402
 __all__ += _lazy + ["UninitializedParameter", "UninitializedBuffer"]
+from microtensor.nn.linear_cross_entropy import *  # noqa: E402,F401,F403
+from microtensor.nn.linear_cross_entropy import __all__ as _linear_cross_entropy  # noqa: E402
+__all__ += _linear_cross_entropy
 modules.lazy = lazy     # PyTorch's path to the mixin: nn.modules.lazy.LazyModuleMixin
 from microtensor.nn.bilinear import Bilinear  # noqa: E402,F401
 from microtensor.nn.containers import Container  # noqa: E402,F401
@@ -80,7 +83,8 @@ def _torch_module_paths():
     for path in ("activation", "batchnorm", "channelshuffle", "container", "conv", "distance",
                  "dropout", "flatten", "fold", "instancenorm", "linear", "loss", "module",
                  "normalization", "padding", "pixelshuffle", "pooling", "rnn", "sparse",
-                 "transformer", "upsampling", "adaptive"):
+                 "transformer", "upsampling", "adaptive", "linear_cross_entropy",
+                 "linear_cross_entropy_options"):
         alias = types.ModuleType(f"{__name__}.modules.{path}",
                                  f"PyTorch's nn.modules.{path}: names found in microtensor.nn")
         alias.__getattr__ = find

@@ -1259,3 +1259,6 @@ def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=Non
     values, indices = _fractional_max_pool(3, input, kernel_size, output_size, output_ratio,
                                            _random_samples)
     return (values, indices) if return_indices else values
+
+
+from microtensor.nn.linear_cross_entropy import linear_cross_entropy  # noqa: E402,F401
