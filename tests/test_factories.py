@@ -140,18 +140,56 @@ def test_hand_derived_values():
     assert mt.tensor([1.7, -1.7], dtype=mt.int32).tolist() == [1, -1]
 
 
+LINSPACE_ENDS = [(0, 1), (-1, 1), (3, -2), (0.3, 7.1), (-3.7, 2.2), (-227.17, 226.3),
+                 (1e-3, 1e3), (0, 6.283185307179586), (2, 2)]
+
+
 @requires_torch
-@pytest.mark.parametrize("args, dtype", [((0, 1, 5), None), ((-1, 1, 7), "float64"),
-                                          ((3, -2, 11), None), ((0, 7, 4), "int64"),
-                                          ((0.5, 3.5, 4), "int32"), ((1e-3, 1e3, 50), "float64")])
-def test_linspace_matches_torch(args, dtype):
-    kw = {} if dtype is None else {"dtype": getattr(mt, dtype)}
-    tkw = {} if dtype is None else {"dtype": getattr(torch, dtype)}
-    ours, theirs = mt.linspace(*args, **kw), torch.linspace(*args, **tkw)
-    assert described(ours) == described(theirs)
-    # PyTorch's CPU kernel may fuse multiply-adds, so allow one rounding step of difference
-    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-12)
-    assert ours[0].item() == theirs[0].item() and ours[-1].item() == theirs[-1].item()
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int64",
+                                   "int32", "int8", "uint8"])
+@pytest.mark.parametrize("steps", [0, 1, 2, 5, 8, 100, 1001, 4097])
+def test_linspace_gives_torchs_bits(steps, dtype):
+    """Each point rounded as PyTorch's kernel rounds it (a fused multiply-add in float32
+    and float64, whose points near zero are exact where two roundings were off by the
+    ends' last place); integer results from the ends truncated first."""
+    for start, end in LINSPACE_ENDS:
+        try:
+            theirs = torch.linspace(start, end, steps, dtype=getattr(torch, dtype))
+        except RuntimeError:   # an end the dtype cannot hold
+            with pytest.raises(RuntimeError, match="without overflow"):
+                mt.linspace(start, end, steps, dtype=getattr(mt, dtype))
+            continue
+        ours = mt.linspace(start, end, steps, dtype=getattr(mt, dtype))
+        assert described(ours) == described(theirs)
+        np.testing.assert_array_equal(ours.double().numpy(), theirs.double().numpy(),
+                                      err_msg=f"{start}, {end}")
+
+
+def test_linspace_integer_ends_are_checked_and_wrapped_as_torch():
+    assert mt.linspace(-1, 1, 5, dtype=mt.uint8).tolist() == \
+        torch.linspace(-1, 1, 5, dtype=torch.uint8).tolist() if torch else True
+    with pytest.raises(RuntimeError, match="without overflow"):
+        mt.linspace(2, 300, 3, dtype=mt.uint8)
+    assert mt.linspace(2, 300, 1, dtype=mt.uint8).tolist() == [2]
+
+
+@requires_torch
+@pytest.mark.parametrize("value", [-1, -200, -255, -256, 255, 256, -255.0, -3.5, 3.5, True])
+def test_unsigned_fill_values_as_torch(value):
+    """PyTorch's uint8 takes the integers from -255 (wrapped: -1 is 255) to 255, and the
+    floats from 0; beyond, its overflow error."""
+    calls = [lambda lib: lib.full((2,), value, dtype=lib.uint8),
+             lambda lib: lib.zeros(2, dtype=lib.uint8).fill_(value),
+             lambda lib: lib.zeros(2, dtype=lib.uint8).masked_fill(lib.tensor([True, False]),
+                                                                   value)]
+    for call in calls:
+        try:
+            expected = call(torch).tolist()
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match="without overflow"):
+                call(mt)
+            continue
+        assert call(mt).tolist() == expected
 
 
 def test_from_numpy_and_as_tensor_share_memory():

@@ -60,6 +60,7 @@ from microtensor.ops import complex as _complex  # noqa: E402
 _complex.install(Tensor)
 from microtensor import special  # noqa: E402
 from microtensor import fft  # noqa: E402
+from microtensor import signal  # noqa: E402
 from microtensor import random  # noqa: E402
 from microtensor import storage  # noqa: E402
 from microtensor.storage import TypedStorage, UntypedStorage  # noqa: E402

@@ -145,6 +145,10 @@ def check_scalar_fits(value, dt):
         fits = part is float64 or not math.isfinite(value) or abs(value) <= _FLOAT32_MAX
     else:
         low, high = _INTEGER_RANGE[dt]
+        if kind is int and not low:
+            # PyTorch's unsigned types also take the integers down to minus their maximum,
+            # wrapped (-1 is 255 in uint8): the ``~mask``-style values C code writes
+            low = -high
         fits = low <= value <= high and (kind is int or not math.isnan(value))
     if not fits:
         raise RuntimeError(f"value cannot be converted to type {info(dt).limit_name} without "

@@ -20,7 +20,7 @@ from microtensor._C.tensor import (TensorBase, bool_, cpu, device, dtype, dtype_
                                    empty_strided_unchecked, float32, float64, from_array,
                                    get_default_dtype, int64, uint8)
 from microtensor._dtype import (check_scalar_fits, default_complex_dtype, promote_types,
-                                scalar_dtype)
+                                scalar_dtype, wrap_scalar)
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_arg, int_tuple, size_arg
 from microtensor.ops.dispatch import run_kernel
@@ -119,7 +119,7 @@ def fill(t, value):
 def fill_new(sizes, dt, dev, value, requires_grad=False):
     check_scalar_fits(value, dt)
     t = empty_contiguous(sizes, dt, dev)
-    fill(t, value)
+    fill(t, wrap_scalar(value, dt))
     return finish(t, requires_grad)
 
 
@@ -228,18 +228,67 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
     result = empty_contiguous(parse_size((steps,)), dt, cpu)   # refuses what cannot be held
+    if not dt.is_floating_point and steps:
+        for end_point in (start, end) if steps > 1 else (start,):
+            check_scalar_fits(end_point, dt)
     result._array()[...] = _linspace_values(start, end, steps, dt)
     return finish(result, requires_grad).to(on_device(device) or cpu)
 
 
 def _linspace_values(start, end, steps, dt):
-    """PyTorch's linspace in the result's float type (float64 for other dtypes)."""
-    compute = dt.np if dt.is_floating_point else np.dtype(np.float64)
-    first, last = compute.type(start), compute.type(end)
+    """PyTorch's linspace in the result's float type (float64 for other dtypes): the first
+    half of the points is ``start + step * i``, the second ``end - step * (steps - 1 - i)``
+    (so that both ends are exact), each point computed as PyTorch's kernel computes it
+    (``_point``)."""
+    if dt.is_floating_point:
+        compute = dt.np
+        first, last = compute.type(start), compute.type(end)
+    else:   # the ends in the result's type first, then the points in float64
+        compute = np.dtype(np.float64)
+        first, last = (compute.type(np.int64(_truncated(x)).astype(dt.np)) for x in (start, end))
     step = (last - first) / compute.type(max(steps - 1, 1))
-    index = np.arange(steps, dtype=compute)
-    return np.where((index < steps // 2) | (steps == 1), first + step * index,
-                    last - step * (compute.type(steps - 1) - index))
+    index = np.arange(steps, dtype=np.float64)
+    return np.where((index < steps // 2) | (steps == 1), _point(step, index, first),
+                    _point(-step, (steps - 1) - index, last))
+
+
+def _truncated(x):
+    return math.trunc(x) if isinstance(x, float) else x
+
+
+def _point(step, count, base):
+    """``base + step * count`` in the type of ``base``: float32 and float64 rounded once,
+    as PyTorch's fused multiply-add (rounding the product first would leave an error of
+    the ends' size where the points pass through zero); float16 and bfloat16 rounding the
+    product and then the sum, bfloat16 with the count rounded to it first."""
+    kind = np.dtype(type(base))
+    if kind.itemsize == 2:
+        count = count.astype(np.float32)
+        if kind != np.float16:
+            count = count.astype(kind).astype(np.float32)
+        product = (np.float32(step) * count).astype(kind)
+        return (np.float32(base) + product.astype(np.float32)).astype(kind)
+    if kind.itemsize == 4:   # exact product in float64, one rounding (but at a tie) to float32
+        return (np.float64(step) * count + np.float64(base)).astype(kind)
+    return _fused_multiply_add(step, count, base)
+
+
+_SPLITTER = 134217729.0   # 2^27 + 1: splits a float64 into two halves of 26 bits
+
+
+def _fused_multiply_add(a, b, c):
+    """``a * b + c`` for float64, rounded once but in rare ties: the product's rounding
+    error recovered by Dekker's splitting and the sum's by Knuth's two-sum, both added
+    back."""
+    product = a * b
+    a_high = a * _SPLITTER - (a * _SPLITTER - a)
+    b_high = b * _SPLITTER - (b * _SPLITTER - b)
+    a_low, b_low = a - a_high, b - b_high
+    error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+    total = product + c
+    total_error = (product - (total - (total - product))) + (c - (total - product))
+    fused = total + (total_error + error)
+    return np.where(np.isfinite(fused), fused, product + c)   # (splitting overflows near max)
 
 
 @_quiet_conversion
