@@ -250,7 +250,7 @@ class RandomUnstructured(_AmountMethod):
 class L1Unstructured(_AmountMethod):
     """Prunes the ``amount`` entries of smallest magnitude.  Among equal magnitudes the
     earlier entries go first; PyTorch's choice among ties depends on its sorting
-    internals (see ``L1Unstructured`` in docs/porting.md)."""
+    internals (docs/porting.md, "Pruning")."""
 
     PRUNING_TYPE = "unstructured"
 
@@ -313,7 +313,9 @@ class RandomStructured(_StructuredMethod):
 
 class LnStructured(_StructuredMethod):
     """Prunes the ``amount`` channels along ``dim`` of smallest ``n``-norm (``n`` as
-    ``p`` of ``microtensor.norm``: a number, ``inf``, ``-inf``, ``"fro"``, ``"nuc"``)."""
+    ``p`` of ``microtensor.norm``: a number, ``inf``, ``-inf``, ``"fro"``, ``"nuc"``).
+    Among equal norms the earlier channels are kept (PyTorch's choice among ties depends
+    on its sorting internals)."""
 
     def __init__(self, amount, n, dim=-1):
         super().__init__(amount, dim)
