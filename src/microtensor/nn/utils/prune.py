@@ -223,7 +223,7 @@ class _AmountMethod(BasePruningMethod):
         """How many of ``size`` units to prune, refused when more than ``size``."""
         amount = self.amount
         count = amount if isinstance(amount, numbers.Integral) else round(amount * size)
-        if isinstance(count, numbers.Integral) and count > size:
+        if count > size:
             raise ValueError(f"amount={count} should be smaller than the number of parameters "
                              f"to prune={size}")
         return count
