@@ -262,6 +262,19 @@ def test_random_methods_prune_as_many_as_torch(layer):
     np.testing.assert_array_equal(to_np(ours.weight)[kept], to_np(ours.weight_orig)[kept])
 
 
+def test_global_random_unstructured_prunes_as_many_as_torch():
+    counts = []
+    for lib, prune in ((mt, P), (torch, TP)):
+        first, second = linear(lib), conv(lib)
+        prune.l1_unstructured(first, "weight", 5)
+        prune.global_unstructured([(first, "weight"), (second, "weight")],
+                                  prune.RandomUnstructured, amount=0.5)
+        counts.append((zeros_count(first.weight_mask) + zeros_count(second.weight_mask),
+                       hook_layout(first), hook_layout(second)))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == 5 + round(0.5 * (20 + 48 - 5))
+
+
 def test_random_methods_draw_from_microtensors_generator():
     def masks():
         layer = conv(mt)
