@@ -1,6 +1,7 @@
 """The autograd graph's Python nodes: the two that in-place writes into views create.
 
-``saved_tensors_hooks`` is the context manager for packing saved tensors.
+``saved_tensors_hooks`` is the context manager for packing saved tensors; ``save_on_cpu``
+is the one that keeps them on the CPU.
 
 The graph's data structures (``Node`` with its edges and hooks, ``AccumulateGrad``,
 ``SavedTensor``, ``Geometry``) and ``OpNode``, which runs a registered op's derivative,
@@ -19,6 +20,7 @@ from microtensor._C.meta import contiguous_format
 __all__ = ["AccumulateGrad", "AsStridedBackward0", "CopySlices", "Geometry", "Node", "OpNode",
            "RELEASED_ERROR", "SavedInplaceViewOutput", "SavedTensor", "saved_tensors_hooks",
            "to_dot", "to_text"]
+__all__ += ["save_on_cpu"]
 
 
 class saved_tensors_hooks:
@@ -273,3 +275,29 @@ def to_dot(root):
             out.append(f'  {ids[node]} -> {fn_id} [style=dashed, label="fn"];')
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+class save_on_cpu(saved_tensors_hooks):
+    """Context manager: the tensors saved for backward are kept on the CPU and moved back
+    to their device when backward needs them, as PyTorch's.  A CPU tensor is kept as it
+    is; with ``pin_memory=True`` every saved tensor is first copied into a new contiguous
+    CPU tensor (pinned when ``device_type``'s backend, ``microtensor.<device_type>``, is
+    available), and the copies travel back asynchronously."""
+
+    def __init__(self, pin_memory=False, device_type="cuda"):
+        import microtensor
+        backend = getattr(microtensor, device_type, microtensor.cuda)
+
+        def to_cpu(tensor):
+            if not pin_memory:
+                return tensor.device, tensor.cpu()
+            pinned = backend.is_available() and not tensor.is_sparse
+            copy = microtensor.empty(tensor.size(), dtype=tensor.dtype, pin_memory=pinned)
+            copy.copy_(tensor, non_blocking=pinned)
+            return tensor.device, copy
+
+        def back_to_device(packed):
+            device, tensor = packed
+            return tensor.to(device, non_blocking=pin_memory)
+
+        super().__init__(to_cpu, back_to_device)

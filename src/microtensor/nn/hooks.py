@@ -2,16 +2,19 @@
 ``BackwardHook`` that runs a module's full backward (pre-)hooks."""
 import warnings
 import weakref
+from abc import ABCMeta
 from collections import OrderedDict
 
+from microtensor._C.autograd import RemovableHandle as _GraphHookHandle
 from microtensor._C.tensor import TensorBase
 from microtensor.autograd.function import Function
 from microtensor.autograd.grad_mode import is_grad_enabled
 
 
-class RemovableHandle:
+class RemovableHandle(metaclass=ABCMeta):
     """Returned by the ``register_*_hook`` methods: ``remove()`` (or leaving a ``with``
-    block) unregisters the hook.  Holds its tables weakly, so it keeps no module alive."""
+    block) unregisters the hook.  Holds its tables weakly, so it keeps no module alive.
+    Public as ``microtensor.utils.hooks.RemovableHandle``."""
 
     next_id = 0
 
@@ -47,6 +50,12 @@ class RemovableHandle:
 
     def __exit__(self, *exc):
         self.remove()
+
+
+# The handles of tensor and graph-node hooks (``Tensor.register_hook``,
+# ``Node.register_hook``...) come from the C core, which holds its plain-dict tables
+# strongly; they are RemovableHandles too, with ``remove()`` and the ``with`` block.
+RemovableHandle.register(_GraphHookHandle)
 
 
 class BackwardHookFunction(Function):

@@ -179,6 +179,7 @@ def _norm_samples(make):
     return [Sample(make(3, 4)), Sample(make(3, 4), 2, 1), Sample(make(3, 4), 1, -1, True),
             Sample(make(3, 4), float("inf"), 0), Sample(make(3, 4), -float("inf"), 1),
             Sample(make(3, 4), 3), Sample(make(2, 3, 4), "fro", (0, 2)),
+            Sample(make(3, 2), "nuc"), Sample(make(2, 3, 4), "nuc", (0, 2), True),
             Sample(make(2, 3, 4), p=1.5, dim=1, keepdim=True), Sample(make(5), dim=0),
             Sample(make()), Sample(_with_zeros(make, 3, 4), 0, 1)]
 
@@ -589,9 +590,28 @@ def _norm0(grad):
     return None
 
 
+def _nuclear_norm(self, dim, keepdim, dtype):
+    """``norm(p="nuc")``: ``linalg.matrix_norm`` over the two dims ``dim`` (every dim when
+    None), with its errors."""
+    from microtensor import linalg
+    result_dtype = dtype or self._dtype
+    if not (result_dtype.is_floating_point or result_dtype.is_complex):
+        raise RuntimeError("linalg.matrix_norm: Expected a floating point or complex tensor as "
+                           f"input. Got {_type_name(result_dtype)}")
+    dims = tuple(range(self.dim())) if dim is None else \
+        (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    if self.dim() >= 2 and len(dims) != 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got "
+                           f"{' '.join(map(str, dims))}")
+    return linalg.matrix_norm(self, "nuc", dims, keepdim, dtype=dtype)
+
+
 @op(kind="composite", samples=_norm_samples)
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
-    """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims)."""
+    """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims;
+    ``"nuc"``: the nuclear norm over two dims)."""
+    if p == "nuc":
+        return _nuclear_norm(self, dim, keepdim, dtype)
     if self._dtype.is_complex and dtype is None:
         return norm(self.abs(), p, dim, keepdim)     # a norm of the magnitudes
     if not (dtype or self._dtype).is_floating_point:

@@ -1,5 +1,7 @@
-"""Utilities around the tensor core, as ``torch.utils``: ``data`` (datasets and loaders) and
-``checkpoint`` (activation checkpointing) and ``dlpack`` (exchange with other libraries)."""
-from microtensor.utils import checkpoint, data, dlpack
+"""Utilities around the tensor core, as ``torch.utils``: ``data`` (datasets and loaders),
+``checkpoint`` (activation checkpointing), ``dlpack`` (exchange with other libraries) and
+``hooks`` (the handles hooks return)."""
+from microtensor.utils import checkpoint, data, dlpack, hooks
 
 __all__ = ["checkpoint", "data", "dlpack"]
+__all__ += ["hooks"]
