@@ -149,6 +149,11 @@ def _check_parts(first, second, first_name="real", second_name="imag"):
         if not isinstance(t, TensorBase):
             raise TypeError(f"complex(): argument '{name}' must be Tensor, not "
                             f"{type(t).__name__}")
+    if first._dtype is float16 and second._dtype is float16:
+        # PyTorch's result is complex32 (its ``polar`` has no half kernel)
+        if first_name == "abs":
+            raise NotImplementedError("\"polar_cpu\" not implemented for 'Half'")
+        raise NotImplementedError("microtensor has no complex32 (chalf)")
     if first._dtype not in (float32, float64) or second._dtype not in (float32, float64):
         raise RuntimeError("Expected both inputs to be Half, Float or Double tensors but got "
                            f"{info(first._dtype).scalar_name} and "

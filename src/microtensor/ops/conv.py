@@ -356,8 +356,17 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     out = empty_strided_unchecked(shape, strides, input._dtype, device_of(input, weight))
     if not out._numel:
         return out
-    target = out._array()
+    result = out._array()
     x, w = input._array(), weight._array()
+    bias_values = None if bias is None else bias._array()
+    # float16 and bfloat16: sums and bias in float32, the result rounded once, as
+    # PyTorch's (rounding the sums and then the sum with the bias is off by a last place
+    # of the largest term where terms cancel)
+    half = input._dtype.itemsize == 2 and input._dtype.is_floating_point
+    if half:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+        bias_values = None if bias is None else bias_values.astype(np.float32)
+    target = array_module(result).empty_like(result, dtype=np.float32) if half else result
     if input._numel == 0 or weight._numel == 0:
         target[...] = 0
     elif transposed:
@@ -366,7 +375,9 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
         _convolve(_padded(x, padding, channels_last), w, stride, dilation, groups, target,
                   channels_last)
     if bias is not None:
-        target += bias._array().reshape((-1,) + (1,) * len(stride))
+        target += bias_values.reshape((-1,) + (1,) * len(stride))
+    if half:
+        result[...] = target
     return out
 
 

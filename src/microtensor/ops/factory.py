@@ -261,7 +261,7 @@ def _point(step, count, base):
     as PyTorch's fused multiply-add (rounding the product first would leave an error of
     the ends' size where the points pass through zero); float16 and bfloat16 rounding the
     product and then the sum, bfloat16 with the count rounded to it first."""
-    kind = np.dtype(type(base))
+    kind = np.result_type(base)   # (a scalar, or a column of them: histogram's edges)
     if kind.itemsize == 2:
         count = count.astype(np.float32)
         if kind != np.float16:

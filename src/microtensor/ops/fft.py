@@ -141,6 +141,9 @@ def _fft_c2c(grad, dim, normalization, forward):
 
 @op(method=False, function=False, batch_rule=_batch_rule, samples=_r2c_samples)
 def _fft_r2c(self, dim, normalization, onesided):
+    if self._dtype.itemsize == 2 and self._dtype.is_floating_point:
+        raise RuntimeError(f"MKL FFT doesn't support tensors of type: "
+                           f"{info(self._dtype).scalar_name}")
     axes = _axes(self, dim)
     fft = array_module(self._array()).fft
     norm = _NUMPY_NORM[True][normalization]

@@ -149,6 +149,12 @@ def _check_arguments(input, bins, ranges, weight, dims, function):
         raise NotImplementedError(f"\"histogramdd\" not implemented for "
                                   f"'{_type_name(input.dtype)}'")
     bins = _check_bins(bins, dims, function)
+    if input.dtype.itemsize == 2 and ranges is None and \
+            not all(isinstance(b, TensorBase) for b in bins):
+        # PyTorch has no float16/bfloat16 kernel that finds the data's range (given edges
+        # or a given range work)
+        raise NotImplementedError(f"\"histogramdd\" not implemented for "
+                                  f"'{_type_name(input.dtype)}'")
     for d, b in enumerate(bins):
         if isinstance(b, TensorBase) and b.dtype is not input.dtype:
             raise RuntimeError(f"torch.histogramdd: input tensor and bins tensors should have "

@@ -52,11 +52,14 @@ EighResult = _named("linalg_eigh", ("eigenvalues", "eigenvectors"))
 # --------------------------------------------------------------------------- checks
 
 def check_matrix(A, fn, square=True):
-    """PyTorch's checks of a (batch of) matrix argument: floating or complex dtype, 2+
-    dims, square."""
+    """PyTorch's checks of a (batch of) matrix argument: floating or complex dtype (not
+    float16 or bfloat16), 2+ dims, square."""
     if A.dim() < 2:
         raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
     if A._dtype not in (float32, float64, complex64, complex128):
+        if A._dtype.is_floating_point:   # float16, bfloat16: PyTorch has no CPU kernel
+            raise NotImplementedError(f"\"{fn}\" not implemented for "
+                                      f"'{_type_name(A._dtype)}'")
         raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. "
                            f"Got {_type_name(A._dtype)}")
     if A._dtype.is_complex and fn.partition("(")[0] not in COMPLEX_FUNCTIONS:
@@ -916,7 +919,8 @@ def linalg_matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
     if A.dim() < 2:
         raise RuntimeError("torch.linalg.matrix_rank: The input tensor input must have at "
                            "least 2 dimensions.")
-    if A._dtype not in (float32, float64, complex64, complex128):
+    if A._dtype not in (float32, float64, complex64, complex128) and \
+            not A._dtype.is_floating_point:   # (half types: the decomposition refuses them)
         raise RuntimeError("This function doesn't handle types other than float and double")
     S = linalg_eigh(A)[0].abs() if hermitian else linalg_svd(A, False)[1]
     cutoff = singular_value_cutoff(A, S, atol, rtol)
