@@ -340,8 +340,16 @@ def test_registry_samples_in_every_dtype(name, index):
                                                        for k, v in sample.kwargs.items()}
         try:
             expected = fn(*to_torch(args), **to_torch(kwargs))
-        except (RuntimeError, TypeError, NotImplementedError, AttributeError):
-            continue      # PyTorch does not run this op in this dtype, or takes other args
+        except (TypeError, AttributeError):
+            continue      # PyTorch's op takes other arguments
+        except (RuntimeError, NotImplementedError) as refusal:
+            # PyTorch does not run this op in this dtype: for the half types, microtensor
+            # refuses it with the same exception type, or computes it (in float32, rounded)
+            # (integer refusals: tests/test_dtype_refusals_vs_torch.py)
+            if dt.is_floating_point:
+                failures.extend(f"{dt_name}: {m}"
+                                for m in _refused_alike(name, args, kwargs, dt, refusal))
+            continue
         try:
             result = REGISTRY[name](*args, **kwargs)
         except Exception as e:    # noqa: BLE001  (reported with the dtype below)
@@ -351,6 +359,19 @@ def test_registry_samples_in_every_dtype(name, index):
             result, expected = result[0], expected[0]
         failures.extend(f"{dt_name}: {m}" for m in _compare(result, expected, dt_name))
     assert not failures, "\n".join(failures)
+
+
+def _refused_alike(name, args, kwargs, dt, refusal):
+    try:
+        result = REGISTRY[name](*args, **kwargs)
+    except Exception as e:    # noqa: BLE001  (its type is the check)
+        if not isinstance(e, type(refusal)):
+            return [f"PyTorch raised {refusal!r}, microtensor {e!r}"]
+        return []
+    results = result if isinstance(result, (tuple, list)) else [result]
+    return [f"PyTorch raised {refusal!r}, microtensor computed a {r.dtype} result"
+            for r in results if isinstance(r, TensorBase) and r.dtype.is_floating_point
+            and r.dtype is not dt]
 
 
 def _compare(ours, theirs, dt_name, where="output"):
@@ -364,9 +385,13 @@ def _compare(ours, theirs, dt_name, where="output"):
         rtol, atol = TOLERANCE.get(dt_name, (0, 0))
         a, b = as_numpy(ours), as_numpy(theirs)
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
-            # a half-type result computed in float32 may round to the neighbouring value
-            ok = np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True) if rtol else \
-                np.allclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
+            # a half-type result computed in float32 may round to the neighbouring value;
+            # where an output's terms cancel, PyTorch's kernels round partial sums: a last
+            # place of the output's largest value
+            finite = np.abs(b[np.isfinite(b)]) if b.size else b
+            scale = max(1.0, float(finite.max())) if finite.size else 1.0
+            ok = np.allclose(a, b, rtol=rtol, atol=atol * scale, equal_nan=True) if rtol \
+                else np.allclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True)
         else:
             ok = np.array_equal(a, b)
         return [] if ok else [f"{where}: values differ:\n{a}\nvs\n{b}"]
