@@ -440,6 +440,17 @@ def test_sparse_leaf_grad_matches_torch(use, indices):
     assert leaves[0].grad is None
 
 
+def test_to_sparse_is_differentiable():
+    x = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    grads = []
+    for lib in (mt, torch):
+        dense = lib.tensor(x, requires_grad=True)
+        s = dense.to_sparse()
+        (lib.sparse.mm(s, lib.ones(3, 2, dtype=lib.float64)) ** 2).sum().backward()
+        grads.append(dense.grad)
+    assert_dense(*grads, atol=1e-12)
+
+
 # --------------------------------------------------------------------------- refusals
 
 def test_ops_without_a_sparse_version_raise_not_implemented():
@@ -447,7 +458,7 @@ def test_ops_without_a_sparse_version_raise_not_implemented():
     for call in (lambda: mt.exp(s), lambda: s.exp(), lambda: s.view(6), lambda: mt.relu(s),
                  lambda: s[0], lambda: mt.ones(3, 2) @ s,
                  lambda: mt.mm(mt.ones(3, 2), s), lambda: s * s, lambda: s * mt.ones(3),
-                 lambda: bool(s)):
+                 lambda: bool(s), lambda: s == s, lambda: s < 1):
         with pytest.raises(NotImplementedError, match="Sparse|sparse"):
             call()
     with pytest.raises(NotImplementedError, match="aten::exp"):

@@ -490,6 +490,11 @@ class SparseTensor:
     def __bool__(self):
         raise unsupported("is_nonzero")
 
+    # comparisons have no sparse version: refused rather than compared by identity
+    __eq__, __ne__, __lt__, __le__, __gt__, __ge__ = (
+        _refusing(name) for name in ("eq", "ne", "lt", "le", "gt", "ge"))
+    __hash__ = object.__hash__
+
     def __getattr__(self, name):
         # a dense Tensor method: a sparse kernel PyTorch may have, this type does not
         tensor_attribute = getattr(_mt().Tensor, name, None)
