@@ -19,6 +19,7 @@ def _quiet_torch():
     # PyTorch warns that it skips the invariant checks by default
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse invariant checks")
+        warnings.filterwarnings("ignore", message=r"torch\.sparse\.SparseTensor")
         yield
 
 
@@ -113,6 +114,25 @@ def test_construction_takes_float_and_int32_indices_and_lists():
         ours, theirs = _both(indices, mt.tensor(V))
         assert_sparse(ours, theirs)
     assert_sparse(mt.sparse_coo_tensor(I, V), torch.sparse_coo_tensor(I, V))
+
+
+@pytest.mark.filterwarnings("ignore:microtensor.sparse")
+def test_legacy_typed_constructors():
+    with pytest.warns(UserWarning, match="deprecated"):
+        mt.sparse.FloatTensor(2, 2)
+    i, v = mt.tensor([[0, 1], [1, 0]]), mt.tensor([1.0, 2.0])
+    ti, tv = _to_torch(i), _to_torch(v)
+    assert_sparse(mt.sparse.FloatTensor(i, v, mt.Size([2, 2])),
+                  torch.sparse.FloatTensor(ti, tv, torch.Size([2, 2])))
+    assert_sparse(mt.sparse.FloatTensor(i, v), torch.sparse.FloatTensor(ti, tv))
+    assert_sparse(mt.sparse.FloatTensor(i, v.double(), (2, 2)),       # values keep their dtype
+                  torch.sparse.FloatTensor(ti, tv.double(), (2, 2)))
+    assert_sparse(mt.sparse.DoubleTensor(2, 3), torch.sparse.DoubleTensor(2, 3))
+    assert_sparse(mt.sparse.LongTensor(i, mt.tensor([1, 2]), (2, 2)),
+                  torch.sparse.LongTensor(ti, torch.tensor([1, 2]), (2, 2)))
+    assert_same_error(lambda: mt.sparse.FloatTensor(i.int(), v, (2, 2)),
+                      lambda: torch.sparse.FloatTensor(ti.int(), tv, (2, 2)))
+    assert mt.sparse.FloatTensor(i, v.double()).type() == "microtensor.sparse.DoubleTensor"
 
 
 @pytest.mark.parametrize("indices, values, size", [
@@ -449,6 +469,26 @@ def test_to_sparse_is_differentiable():
         (lib.sparse.mm(s, lib.ones(3, 2, dtype=lib.float64)) ** 2).sum().backward()
         grads.append(dense.grad)
     assert_dense(*grads, atol=1e-12)
+
+
+def test_vmap_over_values_takes_no_fallback():
+    batch = mt.tensor(np.random.default_rng(3).standard_normal((4, 4)))
+    dense = mt.tensor(np.random.default_rng(4).standard_normal((3, 2)))
+
+    def product(v):
+        return mt.sparse_coo_tensor(I, v, (2, 3)) @ dense
+
+    def summed(v):
+        return (mt.sparse.sum(mt.sparse_coo_tensor(I, v, (2, 3)), 0).to_dense() ** 2).sum()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # the loop fallback warns
+        out = mt.vmap(product)(batch)
+        grads = mt.vmap(mt.func.grad(summed))(batch)
+    for k in range(4):
+        np.testing.assert_allclose(out[k].numpy(), product(batch[k]).numpy(), atol=1e-12)
+        np.testing.assert_allclose(grads[k].numpy(), mt.func.grad(summed)(batch[k]).numpy(),
+                                   atol=1e-12)
 
 
 # --------------------------------------------------------------------------- refusals

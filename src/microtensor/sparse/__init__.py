@@ -8,12 +8,15 @@ entry's column, scaled by its value, added into the entry's row (``index_select`
 ``mul``, ``index_add``).  Their gradients wrt the dense operand and the values, their
 second derivatives and their vmap over the dense operand are those ops'.
 """
+import warnings
+
 from microtensor._C.tensor import TensorBase
-from microtensor._dtype_table import BY_NAME
+from microtensor._dtype_table import BY_NAME, DTYPES
 from microtensor.sparse._coo import (SparseTensor, sparse_coo, sparse_coo_tensor, to_sparse,
                                      unsupported)
 
 __all__ = ["mm", "addmm", "sum", "spmm", "SparseTensor", "sparse_coo_tensor"]
+__all__ += [f"{info.scalar_name}Tensor" for info in DTYPES]
 
 
 def _scalar_type(dtype):
@@ -101,6 +104,35 @@ def sum(input, dim=None, dtype=None):
     import microtensor as mt
     shape = mt.Size(s for d, s in enumerate(input.shape) if d not in dims)
     return SparseTensor(input._indices()[kept], values, shape, False).coalesce()
+
+
+# --------------------------------------------------------------------------- legacy types
+
+def _legacy_constructor(info):
+    """``torch.sparse.FloatTensor`` and its kin, as old ports call them:
+    ``(indices, values[, size])`` (int64 indices; the values keep their dtype, as in
+    PyTorch) or ``(*sizes)``, an empty sparse tensor of this type."""
+    def constructor(*args, device=None):
+        import microtensor as mt
+        warnings.warn(f"microtensor.sparse.{info.scalar_name}Tensor(...) is deprecated. Please "
+                      f"use microtensor.sparse_coo_tensor(indices, values, shape, dtype=, "
+                      f"device=).", UserWarning, stacklevel=2)
+        if args and isinstance(args[0], TensorBase):
+            if len(args) not in (2, 3) or not isinstance(args[1], TensorBase):
+                raise TypeError(f"{info.scalar_name}Tensor(): expected (Tensor indices, "
+                                f"Tensor values[, size]) or sizes")
+            if args[0].dtype is not mt.int64:
+                raise RuntimeError("indices must be an int64 tensor")
+            return sparse_coo_tensor(*args, device=device)
+        sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+        dtype = getattr(mt, info.name)
+        return sparse_coo_tensor(mt.zeros(len(sizes), 0, dtype=mt.int64),
+                                 mt.zeros(0, dtype=dtype), sizes, device=device)
+    constructor.__name__ = constructor.__qualname__ = f"{info.scalar_name}Tensor"
+    return constructor
+
+
+globals().update({f"{info.scalar_name}Tensor": _legacy_constructor(info) for info in DTYPES})
 
 
 # --------------------------------------------------------------------------- dense ops

@@ -19,6 +19,7 @@ import math
 import numbers
 
 from microtensor._C.tensor import TensorBase, get_default_dtype, int64
+from microtensor._dtype_table import BY_NAME
 from microtensor._printing import _body, _with_suffixes
 from microtensor._tensor_extras import layout
 
@@ -360,7 +361,9 @@ class SparseTensor:
         return self.to(_mt().float32)
 
     def type(self, dtype=None):
-        return self.to(dtype) if dtype is not None else "microtensor.sparse.FloatTensor"
+        if dtype is not None:
+            return self.to(dtype)
+        return f"microtensor.sparse.{BY_NAME[self.dtype.name].scalar_name}Tensor"
 
     # ------------------------------------------------------------------ shape
     def transpose(self, dim0, dim1):
