@@ -150,10 +150,6 @@ def _dense_then_sparse(op_name):
     return run
 
 
-def _addmm(input, mat1, mat2, *, beta=1, alpha=1):
-    return addmm(input, mat1, mat2, beta=beta, alpha=alpha)
-
-
 # ops of the registry that take a sparse operand where PyTorch's do; others are refused
 _BY_SECOND = {"add": _dense_then_sparse("add"), "sub": _dense_then_sparse("sub")}
 _BY_FIRST = ("mm", "matmul", "neg", "mul", "div", "add", "sub", "clone", "detach", "t",
@@ -170,8 +166,6 @@ def dispatch_op(op, args, kwargs):
     if "out" in kwargs:
         raise unsupported(f"{op.name} (out=)") from None
     first = args[0] if args else kwargs.get("input", kwargs.get("self"))
-    if op.name == "addmm" and len(args) >= 2 and isinstance(args[1], SparseTensor):
-        return _addmm(*args, **kwargs)
     if isinstance(first, SparseTensor) and op.name in _BY_FIRST:
         rest = args[1:] if args else ()
         kwargs = {k: v for k, v in kwargs.items() if k not in ("input", "self")}

@@ -11,8 +11,8 @@ leaf (``requires_grad=True``) keeps its gradient on its values, shown as PyTorch
 
 ``SparseTensor`` is no ``Tensor`` subclass: the dense kernels never see its (absent)
 strided memory.  A dense op given one fails, and the dispatcher's failure path hands the
-call to ``dispatch_op`` here, which runs the few ops that take a sparse operand
-(``mm``, ``matmul``, ``addmm``...) and refuses the others with PyTorch's
+call to ``microtensor.sparse.dispatch_op``, which runs the few ops that take a sparse
+operand (``mm``, ``matmul``, ``neg``...) and refuses the others with PyTorch's
 ``NotImplementedError``; a dense call never reaches this module.
 """
 import math
