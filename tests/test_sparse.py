@@ -99,6 +99,8 @@ def test_layouts():
     dict(indices=np.zeros((2, 0), np.int64), values=np.zeros(0, np.float32)),
     dict(indices=np.zeros((2, 0), np.int64), values=np.zeros(0, np.float32), size=(2, 2)),
     dict(indices=[[0, 1], [1, 0]], values=V[:2], is_coalesced=True),
+    dict(indices=I, values=[1 + 1j, 2j, 3, 4]),
+    dict(indices=I, values=[True, False, True, True]),
 ])
 def test_construction_matches_torch(case):
     case = dict(case)
@@ -203,6 +205,11 @@ def test_to_sparse(sparse_dim):
     assert_sparse(mt.tensor(x).to_sparse(*args), torch.tensor(x).to_sparse(*args))
 
 
+@pytest.mark.parametrize("x", [3.0, 0.0])
+def test_to_sparse_of_a_scalar(x):
+    assert_sparse(mt.tensor(x).to_sparse(), torch.tensor(x).to_sparse())
+
+
 def test_to_sparse_errors_and_sparse_input():
     for bad in (3, -1, 0):
         assert_same_error(lambda: mt.zeros(2, 3).to_sparse(bad),
@@ -216,6 +223,7 @@ def test_to_sparse_errors_and_sparse_input():
 
 @pytest.mark.parametrize("case", [
     (I, V, None), (I, [1, 2, 3, 4], None), ([[0, 2]], [[1.0, 2.0], [3.0, 4.0]], None),
+    (I, np.array([1 + 1j, 2j, 3, 4], np.complex64), None),
     (np.zeros((2, 0), np.int64), np.zeros(0, np.float32), (2, 2)),
 ])
 def test_repr_matches_torch(case):
@@ -244,7 +252,8 @@ def test_clone_detach_to_keep_the_pattern():
         assert_sparse(ours.clone(), theirs.clone())
         assert_sparse(ours.detach(), theirs.detach())
         assert_sparse(ours.to(mt.float64), theirs.to(torch.float64))
-        assert_sparse(ours.double(), theirs.double())
+        for method in ("double", "half", "long", "int", "bool", "cfloat", "byte"):
+            assert_sparse(getattr(ours, method)(), getattr(theirs, method)())
     clone = ours.clone()
     clone._values().add_(1)
     assert ours._values().tolist() != clone._values().tolist()
@@ -257,6 +266,8 @@ def test_transpose():
     assert_sparse(ours.transpose(0, 1), theirs.transpose(0, 1))
     assert_sparse(ours.coalesce().t(), theirs.coalesce().t())
     assert_same_error(lambda: ours.transpose(0, 2), lambda: theirs.transpose(0, 2))
+    assert_sparse(mt.t(ours), torch.t(theirs))
+    assert_sparse(mt.transpose(ours, 1, 0), torch.transpose(theirs, 1, 0))
     hybrid, torch_hybrid = _both(mt.tensor([[0, 2]]), mt.ones(2, 2))
     assert_same_error(lambda: hybrid.transpose(0, 1), lambda: torch_hybrid.transpose(0, 1))
 
@@ -359,6 +370,7 @@ def test_product_errors_match_torch():
         (lambda: mt.sparse.mm(ours, mt.ones(3, 2, dtype=mt.float64)),
          lambda: torch.sparse.mm(theirs, torch.ones(3, 2, dtype=torch.float64))),
     ]
+    cases.append((lambda: ours @ mt.ones(2, 3, 2), lambda: theirs @ torch.ones(2, 3, 2)))
     for mine, reference in cases:
         assert_same_error(mine, reference)
     hybrid = mt.sparse_coo_tensor([[0, 2]], mt.ones(2, 2))

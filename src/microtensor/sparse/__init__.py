@@ -66,7 +66,8 @@ def matmul(input, other):
     if isinstance(other, TensorBase) and other.dim() == 1:
         return mm(input, other.unsqueeze(1)).squeeze(1)
     if isinstance(other, TensorBase) and other.dim() != 2:
-        raise unsupported(f"matmul (sparse @ {other.dim()}-D dense)")
+        # PyTorch's error: its batched matmul would expand the sparse operand
+        raise RuntimeError("expand is unsupported for Sparse tensors")
     return mm(input, other)
 
 

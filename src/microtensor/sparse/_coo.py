@@ -19,6 +19,7 @@ import math
 import numbers
 
 from microtensor._C.tensor import TensorBase, get_default_dtype, int64
+from microtensor._dtype import default_complex_dtype
 from microtensor._dtype_table import BY_NAME
 from microtensor._printing import _body, _with_suffixes
 from microtensor._tensor_extras import layout
@@ -104,14 +105,13 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
             if high >= shape[d]:
                 raise RuntimeError(f"size is inconsistent with indices: for dim {d}, size is "
                                    f"{shape[d]} but found index {high}")
-    if requires_grad:
-        if not (vals.dtype.is_floating_point or vals.dtype.is_complex):
-            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
-                               "gradients")
-        if not vals.requires_grad:       # a leaf of its own over the values' memory
-            vals = vals.detach().requires_grad_()
-    elif vals.requires_grad:             # a non-leaf: the values' history is its own
+    if requires_grad and not (vals.dtype.is_floating_point or vals.dtype.is_complex):
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require "
+                           "gradients")
+    if vals.requires_grad:               # a non-leaf: the values' history is its own
         vals = vals.view(vals.shape)
+    elif requires_grad:                  # a leaf of its own over the values' memory
+        vals = vals.detach().requires_grad_()
     coalesced = nnz <= 1 if is_coalesced is None else bool(is_coalesced)
     return SparseTensor(idx, vals, mt.Size(shape), coalesced)
 
@@ -144,9 +144,12 @@ def to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=N
     nonzero = self.detach() != 0
     if sparse_dim < ndim:
         nonzero = nonzero.any(tuple(range(sparse_dim, ndim)))
-    idx = nonzero.nonzero().t().contiguous() if sparse_dim else mt.zeros(0, 1, dtype=int64)
-    vals = self[tuple(idx)] if sparse_dim else self.unsqueeze(0)
-    return SparseTensor(idx, vals, self.shape, True)
+    if sparse_dim == 0:     # a 0-d tensor: one entry, or none when it is zero
+        kept = int(nonzero.item())
+        return SparseTensor(mt.zeros(0, kept, dtype=int64), self.unsqueeze(0)[:kept],
+                            self.shape, True)
+    idx = nonzero.nonzero().t().contiguous()
+    return SparseTensor(idx, self[tuple(idx)], self.shape, True)
 
 
 # --------------------------------------------------------------------------- the type
@@ -354,12 +357,6 @@ class SparseTensor:
             return self
         return self._like(vals, self._index_tensor.to(vals.device))
 
-    def double(self):
-        return self.to(_mt().float64)
-
-    def float(self):
-        return self.to(_mt().float32)
-
     def type(self, dtype=None):
         if dtype is not None:
             return self.to(dtype)
@@ -527,7 +524,7 @@ class SparseTensor:
     # ------------------------------------------------------------------ printing
     def __repr__(self):
         suffixes = [f"nnz={self._nnz()}"]
-        if self.dtype not in (get_default_dtype(), int64, _mt().bool):
+        if self.dtype not in (get_default_dtype(), default_complex_dtype(), int64, _mt().bool):
             suffixes.append(f"dtype={self.dtype!r}")
         if self.device.type != "cpu":
             suffixes.append(f"device='{self.device}'")
@@ -543,6 +540,22 @@ class SparseTensor:
         return _with_suffixes(text, suffixes, 7)
 
     __str__ = __repr__
+
+
+def _converter(method, dtype_name):
+    def convert(self):
+        return self.to(getattr(_mt(), dtype_name))
+    convert.__name__ = method
+    return convert
+
+
+# ``double()``, ``long()``...: ``to`` that dtype
+for _method, _dtype_name in (("half", "float16"), ("bfloat16", "bfloat16"), ("float", "float32"),
+                             ("double", "float64"), ("cfloat", "complex64"),
+                             ("cdouble", "complex128"), ("bool", "bool"), ("byte", "uint8"),
+                             ("char", "int8"), ("short", "int16"), ("int", "int32"),
+                             ("long", "int64")):
+    setattr(SparseTensor, _method, _converter(_method, _dtype_name))
 
 
 def _rebuild(indices, values, shape, coalesced):
