@@ -288,6 +288,31 @@ def test_scalar_arithmetic():
     assert_sparse(ints / 2, torch_ints / 2)
 
 
+@pytest.mark.parametrize("dense_shape", [(3,), (2, 3), (2, 1), (1,)])
+def test_times_a_dense_tensor(dense_shape):
+    dense = np.arange(1.0, 1.0 + np.prod(dense_shape)).reshape(dense_shape)
+    ours, theirs = _both(mt.tensor(I), mt.tensor(V))
+    assert_sparse(ours * mt.tensor(dense), theirs * torch.tensor(dense))
+    assert_sparse(mt.mul(mt.tensor(dense), ours), torch.mul(torch.tensor(dense), theirs))
+    hybrid, torch_hybrid = _both(mt.tensor([[0, 2]]), mt.ones(2, 2))
+    assert_sparse(hybrid * mt.tensor([1.0, 2.0]), torch_hybrid * torch.tensor([1.0, 2.0]))
+
+
+def test_times_a_dense_tensor_is_differentiable():
+    values, dense = _graph_operands()
+    grads = []
+    for lib in (mt, torch):
+        v = lib.tensor(values, requires_grad=True)
+        d = lib.tensor(dense, requires_grad=True)
+        s = lib.sparse_coo_tensor(lib.tensor(I), v, (2, 3))
+        ((s * d.t()).to_dense() ** 2).sum().backward()
+        grads.append((v.grad, d.grad))
+    (mv, md), (tv, td) = grads
+    assert_dense(mv, tv, atol=1e-10)
+    assert td.is_sparse     # PyTorch's gradient of the dense operand is sparse; ours dense
+    assert_dense(md, td.to_dense(), atol=1e-10)
+
+
 def test_sparse_addition():
     a, ta = _both(mt.tensor(I), mt.tensor(V))
     b, tb = _both(mt.tensor([[0, 1], [1, 1]]), mt.tensor([1.0, 2.0]), (2, 3))
@@ -509,7 +534,7 @@ def test_ops_without_a_sparse_version_raise_not_implemented():
     s = mt.sparse_coo_tensor(I, V)
     for call in (lambda: mt.exp(s), lambda: s.exp(), lambda: s.view(6), lambda: mt.relu(s),
                  lambda: s[0], lambda: mt.ones(3, 2) @ s,
-                 lambda: mt.mm(mt.ones(3, 2), s), lambda: s * s, lambda: s * mt.ones(3),
+                 lambda: mt.mm(mt.ones(3, 2), s), lambda: s * s, lambda: s * mt.ones(1, 2, 3),
                  lambda: bool(s), lambda: s == s, lambda: s < 1):
         with pytest.raises(NotImplementedError, match="Sparse|sparse"):
             call()

@@ -152,7 +152,8 @@ def _dense_then_sparse(op_name):
 
 
 # ops of the registry that take a sparse operand where PyTorch's do; others are refused
-_BY_SECOND = {"add": _dense_then_sparse("add"), "sub": _dense_then_sparse("sub")}
+_BY_SECOND = {"add": _dense_then_sparse("add"), "sub": _dense_then_sparse("sub"),
+              "mul": lambda input, other: other.mul(input)}
 _BY_FIRST = ("mm", "matmul", "neg", "mul", "div", "add", "sub", "clone", "detach", "t",
              "transpose", "sum", "to_sparse")
 

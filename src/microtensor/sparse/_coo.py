@@ -31,7 +31,7 @@ _UNSUPPORTED = ("Could not run 'aten::{}' with arguments from the 'SparseCPU' ba
                 "sparse COO tensors support {}.")
 _SUPPORTED = ("to_dense, coalesce, sparse.mm/mm/matmul/@ and sparse.addmm with a dense "
               "right operand, sparse.sum, t/transpose, clone, detach, to, neg, +/- of two sparse "
-              "tensors and * or / by a scalar")
+              "tensors, * by a dense tensor and * or / by a scalar")
 
 
 def _mt():
@@ -391,10 +391,15 @@ class SparseTensor:
 
     def mul(self, other):
         factor = _scalar(other)
-        if factor is None:
-            raise unsupported("mul") if not isinstance(other, SparseTensor) else \
-                unsupported("mul (of two sparse tensors)")
-        return self._like(self._value_tensor * factor)
+        if factor is not None:
+            return self._like(self._value_tensor * factor)
+        if not isinstance(other, TensorBase):
+            raise unsupported("mul")
+        # times a dense tensor: each entry times the dense value at its position
+        if _mt().broadcast_shapes(self._shape, other.shape) != self._shape:
+            raise unsupported("mul (broadcasting a sparse tensor to a larger shape)")
+        at_entries = other.expand(self._shape)[tuple(self._index_tensor)]
+        return self._like(self._value_tensor * at_entries)
 
     __mul__ = __rmul__ = mul
 
