@@ -160,6 +160,15 @@ def test_out_of_bounds_indices_are_always_refused():
         lambda: torch.sparse_coo_tensor(indices, values, (2, 2), check_invariants=True))
 
 
+def test_values_share_memory_but_not_autograd_flags():
+    values = mt.tensor(V)
+    for s in (mt.sparse_coo_tensor(I, values), mt.sparse_coo_tensor(I, values, requires_grad=True)):
+        s.requires_grad_()
+        assert s.is_leaf and s.requires_grad and not values.requires_grad
+    values.mul_(2)     # as in PyTorch, the sparse tensor's values are the given memory
+    assert s._values().tolist() == [2 * v for v in V]
+
+
 def test_requires_grad_only_for_float_values():
     assert_same_error(lambda: mt.sparse_coo_tensor(I, [1, 2, 3, 4], requires_grad=True),
                       lambda: torch.sparse_coo_tensor(I, [1, 2, 3, 4], requires_grad=True))

@@ -108,10 +108,10 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
     if requires_grad and not (vals.dtype.is_floating_point or vals.dtype.is_complex):
         raise RuntimeError("Only Tensors of floating point and complex dtype can require "
                            "gradients")
-    if vals.requires_grad:               # a non-leaf: the values' history is its own
+    if vals.requires_grad:      # a non-leaf: the values' history is its own
         vals = vals.view(vals.shape)
-    elif requires_grad:                  # a leaf of its own over the values' memory
-        vals = vals.detach().requires_grad_()
+    else:                       # a leaf of its own over the values' memory
+        vals = vals.detach().requires_grad_(requires_grad)
     coalesced = nnz <= 1 if is_coalesced is None else bool(is_coalesced)
     return SparseTensor(idx, vals, mt.Size(shape), coalesced)
 
