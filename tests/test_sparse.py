@@ -279,6 +279,11 @@ def test_transpose():
     assert_sparse(mt.transpose(ours, 1, 0), torch.transpose(theirs, 1, 0))
     hybrid, torch_hybrid = _both(mt.tensor([[0, 2]]), mt.ones(2, 2))
     assert_same_error(lambda: hybrid.transpose(0, 1), lambda: torch_hybrid.transpose(0, 1))
+    assert_same_error(hybrid.t, torch_hybrid.t)
+    cube, torch_cube = _both(mt.tensor([[0], [1], [2]]), mt.tensor([1.0]), (2, 2, 3))
+    assert_same_error(cube.t, torch_cube.t)
+    vector, torch_vector = _both(mt.tensor([[0, 1]]), mt.tensor([1.0, 2.0]))
+    assert_sparse(vector.t(), torch_vector.t())
 
 
 # --------------------------------------------------------------------------- arithmetic

@@ -377,7 +377,7 @@ class SparseTensor:
                            f"sparse_dim: {sparse_dim}, d0: {d0}, d1: {d1}")
 
     def t(self):
-        if self.dim() > 2:
+        if self.sparse_dim() > 2 or self.dense_dim() > 0:
             raise RuntimeError(f"t() expects a tensor with <= 2 sparse and 0 dense dimensions, "
                                f"but got {self.sparse_dim()} sparse and {self.dense_dim()} "
                                f"dense dimensions")
@@ -408,9 +408,8 @@ class SparseTensor:
         if divisor is None:
             raise RuntimeError("Sparse division requires a scalar or zero-dim dense tensor "
                                "divisor")
-        quotient = self._value_tensor.div(divisor, rounding_mode=rounding_mode)
         if rounding_mode is None:
-            return self._like(quotient)
+            return self._like(self._value_tensor / divisor)
         # rounding is not linear: duplicates are summed first
         coalesced = self.coalesce()
         return coalesced._like(coalesced._value_tensor.div(divisor,
