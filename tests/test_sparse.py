@@ -399,6 +399,19 @@ def test_products_match_torch(product):
     assert_dense(product(mt, ours.coalesce(), mt.tensor(dense)), expected, atol=1e-12)
 
 
+def test_sparse_namespace_on_dense_tensors():
+    a, b = np.ones((2, 3), np.float32), np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    for name in ("mm", "spmm"):
+        ours = getattr(mt.sparse if name == "mm" else mt, name)(mt.tensor(a), mt.tensor(b))
+        theirs = getattr(torch.sparse if name == "mm" else torch, name)(torch.tensor(a),
+                                                                        torch.tensor(b))
+        assert_dense(ours, theirs)
+    assert_dense(mt.sparse.addmm(mt.ones(2, 2), mt.tensor(a), mt.tensor(b)),
+                 torch.sparse.addmm(torch.ones(2, 2), torch.tensor(a), torch.tensor(b)))
+    assert_same_error(lambda: mt.sparse.sum(mt.tensor(a)),
+                      lambda: torch.sparse.sum(torch.tensor(a)))
+
+
 def test_product_errors_match_torch():
     ours, theirs, dense = _product_operands(np.float32)
     cases = [

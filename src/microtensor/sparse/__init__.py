@@ -35,7 +35,10 @@ def _check_matrix(sparse, name):
 
 def mm(mat1, mat2):
     """As ``torch.sparse.mm``: sparse ``mat1`` (n x m) times dense ``mat2`` (m x k), a dense
-    n x k tensor; differentiable wrt ``mat2`` and wrt ``mat1``'s values."""
+    n x k tensor; differentiable wrt ``mat2`` and wrt ``mat1``'s values.  Two dense
+    matrices: their ``mm``, as PyTorch's."""
+    if isinstance(mat1, TensorBase):
+        return mat1.mm(mat2)
     _check_matrix(mat1, "mm")
     if isinstance(mat2, SparseTensor):
         raise unsupported("mm (sparse @ sparse)")
@@ -85,6 +88,8 @@ def addmm(mat, mat1, mat2, *, beta=1, alpha=1):
 def sum(input, dim=None, dtype=None):
     """As ``torch.sparse.sum``: over all dims a dense 0-d tensor; over ``dim`` a
     (coalesced) sparse tensor, or a dense one when every sparse dim is summed."""
+    if isinstance(input, TensorBase):
+        raise RuntimeError("coalesce expected sparse coordinate tensor layout but got Strided")
     if not isinstance(input, SparseTensor):
         raise TypeError(f"sparse.sum(): argument 'input' must be a sparse tensor, got "
                         f"{type(input).__name__}")
