@@ -500,6 +500,21 @@ def test_vmap_over_the_dense_operand_takes_no_fallback(call):
         np.testing.assert_allclose(grads[i].numpy(), d.grad.numpy(), atol=1e-12)
 
 
+def test_forward_ad_through_a_product():
+    # PyTorch has no forward AD through sparse_coo_tensor: the reference is the dense product
+    rng = np.random.default_rng(5)
+    v, tv = (mt.tensor(rng.standard_normal(4)) for _ in range(2))
+    d, td = (mt.tensor(rng.standard_normal((3, 2))) for _ in range(2))
+
+    def product(v, d):
+        return mt.sparse_coo_tensor(I, v, (2, 3)) @ d
+
+    _, tangent = mt.func.jvp(product, (v, d), (tv, td))
+    expected = (mt.sparse_coo_tensor(I, tv, (2, 3)).to_dense() @ d +
+                mt.sparse_coo_tensor(I, v, (2, 3)).to_dense() @ td)
+    np.testing.assert_allclose(tangent.numpy(), expected.numpy(), atol=1e-12)
+
+
 def _torch_sparse(s):
     return torch.sparse_coo_tensor(_to_torch(s._indices()), _to_torch(s._values()), s.shape)
 
