@@ -15,7 +15,8 @@ from microtensor._dtype_table import BY_NAME, DTYPES
 from microtensor.sparse._coo import (SparseTensor, sparse_coo, sparse_coo_tensor, to_sparse,
                                      unsupported)
 
-__all__ = ["mm", "addmm", "sum", "spmm", "SparseTensor", "sparse_coo_tensor"]
+__all__ = ["mm", "addmm", "sum", "spmm", "softmax", "log_softmax", "SparseTensor",
+           "sparse_coo_tensor"]
 __all__ += [f"{info.scalar_name}Tensor" for info in DTYPES]
 
 
@@ -110,6 +111,50 @@ def sum(input, dim=None, dtype=None):
     import microtensor as mt
     shape = mt.Size(s for d, s in enumerate(input.shape) if d not in dims)
     return SparseTensor(input._indices()[kept], values, shape, False).coalesce()
+
+
+def _softmax(name, input, dim, dtype):
+    """``softmax``/``log_softmax`` over ``dim`` of the stored entries (the others count as
+    -inf, so they stay out), on the coalesced tensor."""
+    if not isinstance(input, SparseTensor):
+        raise TypeError(f"sparse.{name}(): argument 'input' must be a sparse tensor, got "
+                        f"{type(input).__name__}")
+    import microtensor as mt
+    dim = input._dim(dim)
+    input = input.coalesce()
+    values = input._values() if dtype is None else input._values().to(dtype)
+    if not (values.dtype.is_floating_point or values.dtype.is_complex):
+        raise NotImplementedError(f'"softmax" not implemented for '
+                                  f"'{_scalar_type(values.dtype)}'")
+    sparse_dim = input.sparse_dim()
+    if dim >= sparse_dim:           # along a dense dim: each entry's block on its own
+        return input._like(getattr(values, name)(dim - sparse_dim + 1))
+    # the entries of one group share every sparse index but the one along ``dim``
+    others = [d for d in range(sparse_dim) if d != dim]
+    sizes = [input.shape[d] for d in others]
+    key = SparseTensor(input._indices()[others], values, mt.Size(sizes), True)
+    _, group = mt.unique(key._linear_indices(), return_inverse=True)
+    groups = int(group.max()) + 1 if group.numel() else 0
+    blocks = (groups,) + tuple(values.shape[1:])
+    spread = group.view((-1,) + (1,) * (values.dim() - 1)).expand(values.shape)
+    with mt.no_grad():              # a shift for stability: the result does not depend on it
+        shift = mt.zeros(blocks, dtype=values.dtype).scatter_reduce(
+            0, spread, values, "amax", include_self=False)
+    shifted = values - shift.index_select(0, group)
+    totals = mt.zeros(blocks, dtype=values.dtype).index_add(0, group, shifted.exp())
+    if name == "softmax":
+        return input._like(shifted.exp() / totals.index_select(0, group))
+    return input._like(shifted - totals.log().index_select(0, group))
+
+
+def softmax(input, dim, *, dtype=None):
+    """As ``torch.sparse.softmax``: over ``dim``, among the stored entries only."""
+    return _softmax("softmax", input, dim, dtype)
+
+
+def log_softmax(input, dim, *, dtype=None):
+    """As ``torch.sparse.log_softmax``: over ``dim``, among the stored entries only."""
+    return _softmax("log_softmax", input, dim, dtype)
 
 
 # --------------------------------------------------------------------------- legacy types
