@@ -30,8 +30,9 @@ _UNSUPPORTED = ("Could not run 'aten::{}' with arguments from the 'SparseCPU' ba
                 "could be because the operator doesn't exist for this backend: microtensor's "
                 "sparse COO tensors support {}.")
 _SUPPORTED = ("to_dense, coalesce, sparse.mm/mm/matmul/@ and sparse.addmm with a dense "
-              "right operand, sparse.sum, t/transpose, clone, detach, to, neg, +/- of two sparse "
-              "tensors, * by a dense tensor and * or / by a scalar")
+              "right operand, sparse.sum, sparse.softmax/log_softmax, t/transpose, clone, "
+              "detach, to, neg, +/- of two sparse tensors, * by a dense tensor and * or / by "
+              "a scalar")
 
 
 def _mt():
