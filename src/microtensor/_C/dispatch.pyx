@@ -28,6 +28,10 @@ end callbacks, and the C fast paths stand aside so that every op comes here.
    (rebasing history), which it installs here.
 6. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
+A call whose kernel failed on an argument that is no tensor goes, only then, to the
+layout handler ``microtensor.sparse`` installs (a sparse operand: its sparse version, or
+PyTorch's NotImplementedError), else gets PyTorch's TypeError for a non-tensor argument.
+
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
