@@ -169,6 +169,15 @@ def test_values_share_memory_but_not_autograd_flags():
     assert s._values().tolist() == [2 * v for v in V]
 
 
+def test_flags_data_and_cpu():
+    ours, theirs = _both(mt.tensor(I), mt.tensor(V))
+    assert ours.is_contiguous() == theirs.is_contiguous()
+    assert ours.cpu() is ours and theirs.cpu() is theirs
+    assert_sparse(ours.data, theirs.data)
+    ours.requires_grad = theirs.requires_grad = True
+    assert ours.requires_grad and ours.is_leaf and theirs.is_leaf
+
+
 def test_requires_grad_only_for_float_values():
     assert_same_error(lambda: mt.sparse_coo_tensor(I, [1, 2, 3, 4], requires_grad=True),
                       lambda: torch.sparse_coo_tensor(I, [1, 2, 3, 4], requires_grad=True))

@@ -243,6 +243,9 @@ class SparseTensor:
     def element_size(self):
         return self.dtype.itemsize
 
+    def is_contiguous(self, memory_format=None):
+        return False      # PyTorch's answer: no strided memory
+
     def _dim(self, dim):
         n = max(self.dim(), 1)
         if not -n <= dim < n:
@@ -313,7 +316,9 @@ class SparseTensor:
         return self
 
     # ------------------------------------------------------------------ autograd
-    requires_grad = property(lambda self: self._value_tensor.requires_grad)
+    requires_grad = property(lambda self: self._value_tensor.requires_grad,
+                             lambda self, flag: self.requires_grad_(flag))
+    data = property(lambda self: self.detach())
     grad_fn = property(lambda self: self._value_tensor.grad_fn)
     is_leaf = property(lambda self: self._value_tensor.is_leaf)
 
@@ -357,6 +362,9 @@ class SparseTensor:
         if vals is self._value_tensor:
             return self
         return self._like(vals, self._index_tensor.to(vals.device))
+
+    def cpu(self):
+        return self.to("cpu")
 
     def type(self, dtype=None):
         if dtype is not None:
