@@ -88,5 +88,7 @@ from microtensor import _dtype_table  # noqa: E402
 # microtensor.half, .float, .long ...: the table's other names of each dtype
 globals().update({alias: _core.DTYPES[info.name] for info in _dtype_table.DTYPES
                   for alias in info.aliases})
+from microtensor import sparse  # noqa: E402
+sparse.install(Tensor, globals())   # sparse_coo, sparse_coo_tensor, Tensor.to_sparse
 
 __version__ = "0.1.0"

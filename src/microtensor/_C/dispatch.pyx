@@ -28,6 +28,10 @@ end callbacks, and the C fast paths stand aside so that every op comes here.
    (rebasing history), which it installs here.
 6. Otherwise the kernel runs directly; an in-place op then bumps its target's version.
 
+A call whose kernel failed on an argument that is no tensor goes, only then, to the
+layout handler ``microtensor.sparse`` installs (a sparse operand: its sparse version, or
+PyTorch's NotImplementedError), else gets PyTorch's TypeError for a non-tensor argument.
+
 ``microtensor.ops.dispatch`` is the Python face of this module (and documents the
 layering); nothing here imports above ``_C``.
 """
@@ -45,6 +49,7 @@ cdef object _batching = None       # vmap's handler(op, level, args, kwargs)
 cdef object _record_inplace = None
 cdef object _call_with_out = None
 cdef object _non_tensor_error = None  # PyTorch's TypeError for a non-tensor argument
+cdef object _layout_handler = None # handler(op, args, kwargs) of a call with a sparse operand
 cdef object _observer = None       # observer(op, args, kwargs) of ops with a norm rule
 cdef object _forward_ad = None     # forward AD's handler(op, args, kwargs) while a level is active
 cdef object _profile_begin = None  # a recording profiler's begin(op, args) and end()
@@ -140,6 +145,14 @@ def install_non_tensor_error(non_tensor_error):
     as something else (None otherwise)."""
     global _non_tensor_error
     _non_tensor_error = non_tensor_error
+
+
+def install_layout_handler(layout_handler):
+    """Called once by ``microtensor.sparse``: ``layout_handler(op, args, kwargs)`` runs (or
+    refuses) a call whose kernel failed on a sparse operand, NotImplemented when it has
+    none."""
+    global _layout_handler
+    _layout_handler = layout_handler
 
 
 def install_out_call(call_with_out):
@@ -307,6 +320,11 @@ cdef object _call(op, args, kwargs):
     try:
         return _dispatch(op, args, kwargs)
     except (AttributeError, TypeError) as failure:   # a dict where a tensor goes, say
+        # or a sparse tensor, which dense kernels cannot read: only failed calls pay for it
+        if _layout_handler is not None:
+            result = _layout_handler(op, args, kwargs)
+            if result is not NotImplemented:
+                return result
         error = None if _non_tensor_error is None else \
             _non_tensor_error(op, args, kwargs, failure)
         if error is None:
