@@ -54,48 +54,36 @@ DIFFERENCES = {
         "complex Hermitian LDL factorisations (hermitian=True) are not implemented: refused "
         "with a NotImplementedError that says so")) for name, index in [
         ("linalg_ldl_factor", 3), ("linalg_ldl_factor_ex", 3), ("linalg_ldl_solve", 2)]},
-    **{key: (indices, "not fixed yet: " + what) for key, indices, what in [
-        (("cholesky", "int64"), [0, 1], "PyTorch's NotImplementedError names cholesky_cpu"),
-        (("cholesky", "bool"), [0, 1], "PyTorch's NotImplementedError names cholesky_cpu"),
-        (("linalg_eigh", "int64"), [0, 1, 2], "PyTorch's NotImplementedError names its kernel"),
-        (("linalg_eigh", "bool"), [0, 1, 2], "PyTorch's NotImplementedError names its kernel"),
-        (("linalg_matrix_rank", "int64"), [2, 5], "PyTorch's message names linalg.svd"),
-        (("linalg_matrix_rank", "bool"), [2, 5], "PyTorch's message names linalg.svd"),
-        (("linalg_householder_product", "int64"), [0, 1, 2], "PyTorch refuses integers"),
-        (("orgqr", "int64"), [0, 1], "PyTorch refuses integers"),
-        (("ormqr", "int64"), [0, 1, 2], "PyTorch refuses integers"),
-        (("linalg_vecdot", "int64"), [0, 1, 2], "PyTorch refuses integers"),
-        (("linalg_vecdot", "bool"), [0, 1, 2], "PyTorch refuses bool"),
-        (("linalg_vander", "bool"), [0, 1, 2], "PyTorch refuses bool"),
-        (("embedding_renorm_", "int64"), [0, 1, 2], "PyTorch refuses integers"),
-        (("embedding_renorm_", "bool"), [0, 1, 2], "PyTorch refuses bool"),
-        (("trapezoid", "bool"), [0, 1, 2, 3, 4], "PyTorch refuses bool"),
-        (("trapz", "bool"), [0, 1], "PyTorch refuses bool"),
-        (("cumulative_trapezoid", "bool"), [0, 1, 2, 3], "PyTorch refuses bool"),
-        (("cross", "bool"), [0, 1, 2], "PyTorch's NotImplementedError names cross"),
-        (("bilinear", "bool"), [0, 1, 2], "PyTorch refuses bool"),
-        (("einsum", "bool"), [0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 13], "PyTorch refuses bool"),
-        (("inner", "bool"), [0, 1, 3], "PyTorch refuses bool"),
-        (("tensordot", "bool"), [0, 1, 2, 3], "PyTorch refuses bool"),
-        (("addbmm", "bool"), [2], "PyTorch refuses an int alpha first"),
-        (("addr", "bool"), [1, 2], "PyTorch's result is bool"),
-        (("addr", "int64"), [2], "PyTorch refuses a float alpha"),
-        (("affine_grid_generator", "complex64"), [0, 1, 2, 3], "PyTorch answers"),
-        (("affine_grid_generator", "int64"), [0, 1, 2, 3], "PyTorch answers"),
-        (("affine_grid_generator", "bool"), [0, 1, 2, 3], "PyTorch names linspace_cpu"),
-        (("dropout", "bool"), [2], "PyTorch's result is bool"),
-        (("alpha_dropout", "bool"), [2], "PyTorch's result is bool"),
-        (("feature_dropout", "bool"), [2], "PyTorch's result is bool"),
-        (("feature_alpha_dropout", "bool"), [2], "PyTorch's result is bool"),
-        (("native_dropout", "int64"), [1, 2], "PyTorch refuses"),
-        (("native_dropout", "bool"), [1, 2], "PyTorch refuses"),
-        (("nll_loss_backward", "complex64"), [0, 1, 2, 3], "PyTorch's error type"),
-        (("nll_loss_backward", "int64"), [0, 1, 2, 3], "PyTorch's error type"),
-        (("nll_loss_backward", "bool"), [0, 1, 2, 3], "PyTorch's error type"),
-        (("pad", "bool"), [3, 4, 5, 6, 7, 10, 11], "PyTorch refuses bool reflection and "
-                                                 "replication pads"),
-        (("soft_margin_loss", "complex64"), [0, 1, 2, 3], "PyTorch answers"),
-    ]},
+    **{key: (indices, reason) for reason, keys in [
+        ("bool contractions: PyTorch refuses them (its bmm, dot and addmm have no bool kernel) "
+         "but sums a single bool operand into int64 and keeps a bool outer product; "
+         "microtensor contracts bools into bools", [
+             (("einsum", "bool"), [0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 13]),
+             (("bilinear", "bool"), [0, 1, 2]), (("inner", "bool"), [0, 1, 3]),
+             (("tensordot", "bool"), [0, 1, 2, 3])]),
+        ("addr of bool tensors: PyTorch reads beta and alpha as bools (a bool result) and "
+         "refuses a floating alpha with integer tensors; microtensor scales in int64 and "
+         "accepts it", [(("addr", "bool"), [1, 2]), (("addr", "int64"), [2])]),
+        ("addbmm of empty bool batches: PyTorch refuses with a RuntimeError (its int64 sum "
+         "cannot be cast to bool), microtensor with mm's NotImplementedError (no bool "
+         "kernel)", [(("addbmm", "bool"), [2])]),
+        ("PyTorch's message names linalg.svd, which it calls when tolerances are given; "
+         "microtensor's is matrix_rank's own on every path (the same exception type)", [
+             (("linalg_matrix_rank", "int64"), [2, 5]),
+             (("linalg_matrix_rank", "bool"), [2, 5])]),
+        ("microtensor's op checks theta as torch.nn.functional.affine_grid does (a "
+         "ValueError unless floating); PyTorch's ATen op underneath it checks nothing", [
+             (("affine_grid_generator", dtype), [0, 1, 2, 3])
+             for dtype in ("complex64", "int64", "bool")]),
+        ("PyTorch's side of the comparison is its autograd of nll_loss, which refuses to "
+         "make an integer or bool tensor require grad (and refuses complex tensors with a "
+         "NotImplementedError); microtensor's op refuses them all with a TypeError", [
+             (("nll_loss_backward", dtype), [0, 1, 2, 3])
+             for dtype in ("complex64", "int64", "bool")]),
+        ("not implemented: microtensor's soft_margin_loss is written with softplus, which "
+         "has no complex kernel (refused with a NotImplementedError, no wrong answer)", [
+             (("soft_margin_loss", "complex64"), [0, 1, 2, 3])]),
+    ] for key, indices in keys},
     ("topk", "int64"): ([0, 3], (
         "ties (the samples truncated to integers): the order of tied indices is that of each "
         "library's sort, which PyTorch does not specify")),

@@ -379,6 +379,8 @@ def cross(input, other, dim=None):
     ``torch.cross``'s deprecated default)."""
     if input.dim() != other.dim():
         raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    if result_type(input, other) is bool_:
+        raise NotImplementedError("\"cross\" not implemented for 'Bool'")
     shape = tuple(meta.broadcast_shapes(input._sizes, other._sizes))
     input, other = input.expand(*shape), other.expand(*shape)
     if dim is None:

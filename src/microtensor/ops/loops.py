@@ -114,6 +114,12 @@ def refuse_complex(t, kernel, *, bool_too=False):
         raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(dt)}\'')
 
 
+def refuse_integral(dt, kernel):
+    """PyTorch's error for a kernel that has floating and complex versions only."""
+    if dt.kind < 2:     # (neither floating nor complex)
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(dt)}\'')
+
+
 def refuse_unless_floating(dt, kernel):
     """PyTorch's error for a kernel that has real floating versions only."""
     if not dt.is_floating_point:
