@@ -193,7 +193,11 @@ def linalg_slogdet(grad, A, result0):
         g = phase if g is None else g + phase
     if g is None:
         return None
-    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
+    # g A^-H as PyTorch computes it, through the LU factors of A^H: at a singular matrix
+    # the triangular solves give its infinities and NaNs (an inverse would raise)
+    LU, pivots, _ = linalg_lu_factor_ex(A.mH)
+    identity = eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return linalg_lu_solve(LU, pivots, g.unsqueeze(-1).unsqueeze(-1) * identity)
 
 
 # --------------------------------------------------------------------------- solve
