@@ -513,7 +513,7 @@ def _bool_identity(a, *, out, dtype, casting):
     return np.copyto(out, a, casting="unsafe")
 
 
-def _refuse_complex_in_place(self):
+def _refuse_complex_abs_in_place(self):
     if self._dtype.is_complex:
         raise RuntimeError("In-place abs is not supported for complex tensors.")
 
@@ -560,7 +560,7 @@ asin = _unary("asin", np.arcsin, samples=_unary_samples(low=-0.9, high=0.9, inte
 acos = _unary("acos", np.arccos, samples=_unary_samples(low=-0.9, high=0.9, integers=False))
 atan = _unary("atan", np.arctan)
 sqrt = _unary("sqrt", np.sqrt, samples=_unary_samples(low=0.5))
-abs = _unary("abs", np.absolute, floating=False, refuse_in_place=_refuse_complex_in_place)
+abs = _unary("abs", np.absolute, floating=False, refuse_in_place=_refuse_complex_abs_in_place)
 sign = _unary("sign", lambda a, out, dtype, casting: np.nan_to_num(
     np.sign(a, out=out, dtype=dtype, casting=casting), copy=False, nan=0.0, posinf=np.inf,
     neginf=-np.inf), floating=False)   # 0 at NaN, as PyTorch
