@@ -144,8 +144,7 @@ def test_dtype_acceptance_matches_torch(name, index, dtype):
     if fn is None or op.random:
         pytest.skip("no PyTorch counterpart, or random")
     args, kwargs = _sample(name, index)
-    if not _tensors([args, list(kwargs.values())], []) or not any(
-            t.dtype.is_floating_point for t in _tensors([args, list(kwargs.values())], [])):
+    if not any(t.dtype.is_floating_point for t in _tensors([args, list(kwargs.values())], [])):
         pytest.skip("no floating input")
     if not _pytorch_takes_the_sample(fn, args, kwargs):
         pytest.skip("PyTorch's op of this name takes other arguments (or refuses the sample)")
