@@ -62,14 +62,23 @@ def _convention(name, args, kwargs):
     return None
 
 
-def _complex(value, rng):
-    """``value`` with each floating tensor made a complex128 leaf."""
+def _map_floating(value, fn):
+    """``value`` with each floating tensor ``t`` (in lists and tuples too) made ``fn(t)``."""
     if isinstance(value, TensorBase) and value.dtype.is_floating_point:
-        real = np.asarray(value.detach()._array(), dtype=np.float64)
-        return mt.tensor(real + 0.3j * rng.standard_normal(real.shape), requires_grad=True)
+        return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_complex(v, rng) for v in value)
+        return type(value)(_map_floating(v, fn) for v in value)
     return value
+
+
+def _complex(value, rng, dtype=mt.complex128, requires_grad=True):
+    """``value`` with each floating tensor made complex (the same real parts, seeded random
+    imaginary parts): a complex128 leaf by default."""
+    def complex_(t):
+        real = np.asarray(t.detach()._array(), dtype=np.float64)
+        return mt.tensor(real + 0.3j * rng.standard_normal(real.shape), dtype=dtype,
+                         requires_grad=requires_grad)
+    return _map_floating(value, complex_)
 
 
 def _leaves(value, tensor_type, found):

@@ -131,20 +131,20 @@ def _dtype_name(t):
         else t.dtype.name
 
 
-def _assert_matches_torch(ours, theirs, compare_values, where="output"):
+def _assert_matches_torch(ours, theirs, compare_values, where="output", rtol=1e-6, atol=1e-7):
     if isinstance(theirs, torch.Tensor):
         assert isinstance(ours, TensorBase), f"{where}: expected a tensor, got {ours!r}"
         assert tuple(ours.shape) == tuple(theirs.shape), f"{where}: shape"
         assert _dtype_name(ours) == _dtype_name(theirs), f"{where}: dtype"
         if compare_values:
             np.testing.assert_allclose(np.asarray(ours.detach()._array()),
-                                       theirs.detach().resolve_conj().numpy(), rtol=1e-6,
-                                       atol=1e-7,
+                                       theirs.detach().resolve_conj().numpy(), rtol=rtol,
+                                       atol=atol,
                                        equal_nan=True, err_msg=where)
     elif isinstance(theirs, (tuple, list)):
         assert len(ours) == len(theirs), f"{where}: number of outputs"
         for i, (a, b) in enumerate(zip(ours, theirs)):
-            _assert_matches_torch(a, b, compare_values, f"{where}[{i}]")
+            _assert_matches_torch(a, b, compare_values, f"{where}[{i}]", rtol, atol)
     elif compare_values:
         assert ours == theirs, where
 

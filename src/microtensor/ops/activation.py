@@ -16,12 +16,12 @@ import numpy as np
 
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
-from microtensor._C.tensor import float32, int64
+from microtensor._C.tensor import bool_, float32, int64
 from microtensor._dtype import cast_scalar, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import (_type_name, conj_if_complex, float_dtype, pointwise,
-                                   refuse_complex)
+                                   refuse_complex, refuse_unless_floating)
 from microtensor.ops.loops import store as _store
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -215,6 +215,7 @@ _ERF_LOOP, _ERFC_LOOP, _ERFINV_LOOP = _store(_erf), _store(_erfc), _store(_erfin
 
 @op(family="pointwise", samples=_float_samples(integers=True))
 def erf(self, *, out=None):
+    refuse_complex(self, "erf_vml_cpu")
     return _unary("erf", self, _ERF_LOOP, out, integers="promote")
 
 
@@ -242,6 +243,7 @@ def erfc(grad, self):
 
 @op(family="pointwise", samples=_float_samples(-0.95, 0.95))
 def erfinv(self, *, out=None):
+    refuse_complex(self, "erfinv_vml_cpu")
     return _unary("erfinv", self, _ERFINV_LOOP, out, integers="promote")
 
 
@@ -266,8 +268,10 @@ def _atan2_samples(make):
 
 @op(inputs=("self", "other"), family="pointwise", samples=_atan2_samples)
 def atan2(self, other, *, out=None):
+    dt = result_type(self, other)
+    refuse_complex(dt, "atan2_cpu")
     return pointwise(_store(lambda a, b: np.arctan2(a, b)), self, other, out=out,
-                     dtype=float_dtype(result_type(self, other)))
+                     dtype=float_dtype(dt))
 
 
 @atan2.def_joint_derivative     # both gradients share the scale
@@ -313,6 +317,8 @@ def _scalar_value(self, tensor1, tensor2, value):
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))
 def addcmul(self, tensor1, tensor2, *, value=1, out=None):
+    if result_type(self, tensor1, tensor2) is bool_:
+        raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
     value = _scalar_value(self, tensor1, tensor2, value)
     return pointwise(_store(lambda a, b, c: a + value * (b * c)), self, tensor1, tensor2,
                      out=out)
@@ -380,7 +386,8 @@ def _nan_to_num_samples(make):
 
 @op(family="pointwise", samples=_nan_to_num_samples)
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
-    if not self._dtype.is_floating_point:
+    # (NumPy's replaces in the real and the imaginary parts of complex numbers, as PyTorch's)
+    if not (self._dtype.is_floating_point or self._dtype.is_complex):
         return pointwise(_store(lambda a: a), self, out=out)
     info = np.finfo(self._dtype.np)
     big = info.max if posinf is None else posinf
@@ -498,6 +505,7 @@ def _gelu_backward_samples(make):
 def gelu_backward(grad_output, self, *, approximate="none"):
     """``grad_output`` times GELU's derivative at ``self``: one pass, as PyTorch's."""
     _check_approximate(approximate)
+    refuse_unless_floating(result_type(grad_output, self), "GeluBackwardKernelImpl")
     return pointwise(_with_c_kernel(nnkernels.gelu_backward,
                                     lambda g, a, approx: g * _gelu_derivative(a, approx),
                                     approximate), grad_output, self)
@@ -524,7 +532,8 @@ _SILU_LOOP = _store(lambda a: a / (1.0 + np.exp(-a)))
 
 
 def silu(self, *, out=None):
-    _float_only("silu_cpu", self)
+    if not self._dtype.is_complex:      # (PyTorch has a complex kernel of silu)
+        _float_only("silu_cpu", self)
     return pointwise(_SILU_LOOP, self, out=out)
 
 
@@ -534,7 +543,7 @@ silu = _activation(silu, _float_samples(), loop=_SILU_LOOP)
 @silu.def_derivative("self")
 def silu(grad, self):
     s = self.sigmoid()
-    return grad * s * (1 + self * (1 - s))
+    return grad * conj_if_complex(s * (1 + self * (1 - s)))
 
 
 _MISH_LOOP = _store(lambda a: a * np.tanh(np.logaddexp(a, 0)))
@@ -643,6 +652,8 @@ def softplus(grad, self, beta, threshold):
 def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
     if self._dtype.is_complex:
         raise NotImplementedError("clamp is not supported for complex types")
+    if self._dtype is bool_:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
     clipped = _store(lambda a: np.minimum(np.maximum(a, min_val), max_val))
     return _unary("hardtanh", self, clipped,
                   out, integers="keep")
@@ -727,7 +738,7 @@ def log_sigmoid(grad, self):
 
 
 def threshold(self, threshold, value, *, out=None):
-    refuse_complex(self, "threshold_cpu")
+    refuse_complex(self, "threshold_cpu", bool_too=True)
     kept = _store(lambda a: np.where(a > threshold, a, value))
     return _unary("threshold", self, kept, out, integers="keep")
 

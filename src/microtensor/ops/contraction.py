@@ -16,6 +16,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, compute_numpy, empty_contiguous, float32
+from microtensor._dtype import result_type
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import (REDUCED_FLOATS, _checked_inplace, bmm, require_one_dtype,
@@ -378,6 +379,8 @@ def cross(input, other, dim=None):
     ``torch.cross``'s deprecated default)."""
     if input.dim() != other.dim():
         raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    if result_type(input, other) is bool_:
+        raise NotImplementedError("\"cross\" not implemented for 'Bool'")
     shape = tuple(meta.broadcast_shapes(input._sizes, other._sizes))
     input, other = input.expand(*shape), other.expand(*shape)
     if dim is None:
@@ -417,6 +420,9 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         if t.dim() < 2:
             raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: "
                                f"{t.dim()}D")
+        if not t.dtype.is_floating_point:
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: "
+                               f"{_type_name(t.dtype)}")
     if x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
                            f"{x1.shape[-1]} X2: {x2.shape[-1]}")
@@ -451,6 +457,10 @@ def _cosine_samples(make):
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (norms clamped to
     ``eps``), broadcasting the other dims."""
+    common = result_type(x1, x2)
+    if not common.is_floating_point:
+        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
+                           f"{_type_name(common)}")
     # broadcast first, as PyTorch does: a size-1 ``dim`` stretched counts in its norm
     shape = meta.broadcast_pair(tuple(x1.shape), tuple(x2.shape))
     x1, x2 = x1.expand(shape), x2.expand(shape)

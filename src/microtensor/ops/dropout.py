@@ -47,7 +47,8 @@ def _dropout(input, p, train, feature, alpha, inplace):
     if p == 0 or not train or input.numel() == 0:
         return input
     if p == 1:
-        return input.mul_(0) if inplace else input * 0
+        zero = input.new_zeros(())     # (of the input's dtype: a bool input stays bool)
+        return input.mul_(zero) if inplace else input * zero
     shape = _noise_shape(input, feature)
     if not input.is_floating_point():
         # PyTorch's noise has the input's dtype: dividing it by 1 - p fails so
@@ -139,6 +140,9 @@ def native_dropout(input, p, train):
     and an all-True mask."""
     if not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={1 - p}")
+    if train is not False and input._dtype.kind < 2:     # (neither floating nor complex)
+        raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                           f"{_type_name(input._dtype)}")
     if train is False or p == 0:
         return input.clone(), ones_like(input, dtype=bool_)
     if p == 1:

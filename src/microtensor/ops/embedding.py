@@ -136,6 +136,9 @@ def embedding_renorm_(self, indices, max_norm, norm_type):
                            "operation.")
     if self.dim() != 2:
         raise RuntimeError("embedding_renorm_(): 'self' must be 2-D")
+    if self._dtype.kind < 2:     # (neither floating nor complex)
+        raise RuntimeError(f"norm(): input dtype should be either floating point or complex. "
+                           f"Got {_type_name(self._dtype)} instead.")
     positions = _positions(self, indices).reshape(-1)
     target = self._array()
     # a row picked twice is scaled once: both writes carry the value computed from the

@@ -141,6 +141,8 @@ def _fft_c2c(grad, dim, normalization, forward):
 
 @op(method=False, function=False, batch_rule=_batch_rule, samples=_r2c_samples)
 def _fft_r2c(self, dim, normalization, onesided):
+    if not self._dtype.is_floating_point:
+        raise RuntimeError(_R2C_FLOATING_ONLY.format(info(self._dtype).scalar_name))
     if self._dtype.itemsize == 2 and self._dtype.is_floating_point:
         raise RuntimeError(f"MKL FFT doesn't support tensors of type: "
                            f"{info(self._dtype).scalar_name}")
@@ -197,6 +199,13 @@ def _zero_padded(x, dim, count):
 
 # --------------------------------------------------------------------------- arguments
 
+# PyTorch's refusals of a complex input to a real-input transform: ihfftn's is that of
+# its r2c kernel
+_R2C_FLOATING_ONLY = "Only supports floating-point dtypes, but found: {}"
+_REAL_INPUT_ERRORS = {"rfftn": "rfftn expects a real-valued input tensor, but got {}",
+                      "ihfftn": _R2C_FLOATING_ONLY}
+
+
 def _floating(name, x, complex_input):
     """``x`` in the dtype the transform computes in: integers in the default float type,
     complex when ``complex_input`` (a real-input transform refuses complex values)."""
@@ -206,8 +215,9 @@ def _floating(name, x, complex_input):
     if x._dtype in (float16, bfloat16):
         raise RuntimeError(f"Unsupported dtype {info(x._dtype).scalar_name}")
     if complex_input is False and x._dtype.is_complex:
-        raise RuntimeError(f"{name} expects a real input tensor, but got "
-                           f"{info(x._dtype).scalar_name}")
+        raise RuntimeError(_REAL_INPUT_ERRORS.get(name, name + " expects a real input tensor, "
+                                                        "but got {}").format(
+            info(x._dtype).scalar_name))
     if x._dtype.kind < 2:
         x = x.to(get_default_dtype())
     if complex_input and not x._dtype.is_complex:

@@ -25,7 +25,8 @@ from microtensor.ops.copy import clone
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import arange, empty_strided, full, tensor
 from microtensor.ops.loops import (_type_name as type_name, array_module, check_no_internal_overlap,
-                                   check_no_overlap, has_internal_overlap, new_result, update_at)
+                                   check_no_overlap, has_internal_overlap, new_result,
+                                   refuse_complex, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op, REGISTRY
 from microtensor.ops.shape import cat, fresh_tensor
 from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call, fallback,
@@ -1303,6 +1304,10 @@ def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
     if reduce not in INDEX_REDUCTIONS:
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or "
                            f"amin but got {reduce}.")
+    if not include_self:
+        refuse_complex(self, "index_reduce_func_exclude_input_init", bool_too=True)
+    elif reduce in ("amax", "amin"):    # (complex numbers have no order)
+        refuse_complex(self, {"amax": "maximum_cpu", "amin": "minimum_cpu"}[reduce])
     _check_index_and_source("index_reduce_", self, index, source)
     d = meta.wrap_dim(dim, max(self.dim(), 1))
     target, values = (self.view(1), source.view(1)) if not self.dim() else (self, source)

@@ -11,7 +11,7 @@ import math
 
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
-from microtensor._C.tensor import empty_strided_unchecked
+from microtensor._C.tensor import bool_, empty_strided_unchecked
 from microtensor.ops.arguments import int_tuple
 from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
                                   memory_format_of, update_at)
@@ -132,6 +132,10 @@ def pad(self, pad, mode="constant", value=None):
     after) from the last dim backwards; a negative pad crops."""
     pad = _pad_args(pad)
     check_pad(self._sizes, pad, mode, value)
+    if mode in ("reflect", "replicate") and self._dtype is bool_:
+        kernel = "reflection" if mode == "reflect" else "replication"
+        raise NotImplementedError(f"\"{kernel}_pad{len(pad) // 2}d\" not implemented for "
+                                  f"'Bool'")
     arr = self._array()
     xp = array_module(arr)
     ndim = arr.ndim

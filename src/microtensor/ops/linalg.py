@@ -1160,6 +1160,15 @@ def renorm_(self, p, dim, maxnorm):
     return self.mul_(_renorm_factor(self.clone(), p, dim, maxnorm))
 
 
+def _refuse_bool(name, y, x):
+    """PyTorch's error for bool samples ``y`` or points ``x`` of the trapezoidal rule."""
+    if x is not None and (y._dtype is bool_ or x._dtype is bool_):
+        raise RuntimeError(f"{name}: received a bool input for `x` or `y`, but bool is not "
+                           f"supported")
+    if y._dtype is bool_:
+        raise RuntimeError(f"{name}: received a bool input for `y`, but bool is not supported")
+
+
 def _trapezoid_spacing(name, y, x, d):
     """``x``'s differences along ``d``, shaped to broadcast against the trapezoids of ``y``
     (a 1-D ``x`` lies along ``d``)."""
@@ -1189,8 +1198,9 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
     n = y.shape[d]
     if x is not None and dx is not None:
         raise RuntimeError("trapezoid: received both x and dx")
-    if n == 0:
+    if n == 0:      # (whatever the dtype, as PyTorch's)
         return y.new_zeros(tuple(y.shape[:d]) + tuple(y.shape[d + 1:]))
+    _refuse_bool("trapezoid", y, x)
     if x is None:
         step = 1 if dx is None else dx
         return (y.sum(d) - (y.select(d, 0) + y.select(d, -1)) * 0.5) * step
@@ -1213,6 +1223,7 @@ def _cumulative_trapezoid_samples(make):
 @op(kind="composite", inputs=("y", "x"), method=False, samples=_cumulative_trapezoid_samples)
 def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     """The running trapezoidal rule along ``dim`` (one fewer element than ``y``)."""
+    _refuse_bool("cumulative_trapezoid", y, x)
     d = _sample_dim(y, dim)
     n = y.shape[d]
     if x is not None and dx is not None:

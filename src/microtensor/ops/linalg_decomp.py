@@ -21,10 +21,10 @@ from collections import namedtuple
 import numpy as np
 
 from microtensor._C.meta import broadcast_shapes as _broadcast_shapes, contiguous_format
-from microtensor._C.tensor import complex64, complex128, float32, float64, int32
+from microtensor._C.tensor import bool_, complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result, refuse_integral
 from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import (BatchedTensor, batch_size, call, front_or_expanded, wrap,
                                       wrap_result)
@@ -196,7 +196,11 @@ def linalg_slogdet(grad, A, result0):
         g = phase if g is None else g + phase
     if g is None:
         return None
-    return g.unsqueeze(-1).unsqueeze(-1) * linalg_inv(A).mH
+    # g A^-H as PyTorch computes it, through the LU factors of A^H: at a singular matrix
+    # the triangular solves give its infinities and NaNs (an inverse would raise)
+    LU, pivots, _ = linalg_lu_factor_ex(A.mH)
+    identity = eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return linalg_lu_solve(LU, pivots, g.unsqueeze(-1).unsqueeze(-1) * identity)
 
 
 # --------------------------------------------------------------------------- solve
@@ -308,6 +312,7 @@ def _check_uplo(UPLO):
 def linalg_eigh(A, UPLO="L"):
     """Eigenvalues (ascending, real) and eigenvectors of each Hermitian matrix of ``A``,
     read from its ``UPLO`` triangle."""
+    refuse_integral(A._dtype, "linalg_eigh_cpu")
     check_matrix(A, "linalg.eigh")
     _check_uplo(UPLO)
     w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
@@ -562,6 +567,7 @@ def svd(self, some=True, compute_uv=True):
 @op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
                                                               Sample(_spd(make, 2), True)])
 def cholesky(self, upper=False):
+    refuse_integral(self._dtype, "cholesky_cpu")
     return linalg_cholesky(self, upper=upper)
 
 
@@ -861,6 +867,9 @@ def linalg_vecdot(x, y, *, dim=-1):
     """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``, ``x``
     conjugated."""
     _check_same_dtype("linalg.vecdot", "x", x, "y", y)
+    if x._dtype.kind < 2:     # (neither floating nor complex)
+        raise RuntimeError(f"linalg.vecdot: Expected a floating point or complex tensor as "
+                           f"input. Got {_type_name(x._dtype)}")
     return (x.conj() * y).sum(dim)
 
 
@@ -872,6 +881,9 @@ def _vander_samples(make):
 def linalg_vander(x, *, N=None):
     """The Vandermonde matrices of the vectors of ``x``: increasing powers 0 .. N-1 (``N``
     defaults to the vectors' length)."""
+    if x._dtype is bool_:
+        raise RuntimeError("linalg.vander supports floating point, complex, and integer "
+                           "tensors, but got Bool")
     if x.dim() == 0:
         x = x.unsqueeze(0)
     count = x.shape[-1] if N is None else N
@@ -1493,6 +1505,7 @@ def linalg_householder_product(A, tau):
     if tau._dtype is not A._dtype:
         raise RuntimeError(f"{fn}: tau dtype {_type_name(tau._dtype)} does not match input "
                            f"dtype {_type_name(A._dtype)}")
+    refuse_integral(A._dtype, "orgqr_cpu")
     eye_mk = eye(m, n, dtype=A.dtype, device=A.device)
     reflectors = A.tril(-1) + eye_mk
     Q = eye_mk.expand(tuple(A.shape)).clone()
@@ -1863,6 +1876,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
         raise RuntimeError(f"{fn}: Expected other to have the same number of dimensions as "
                            f"input, but got other.ndim equal to {input3.dim()} and input.ndim "
                            f"is equal to {self.dim()}")
+    refuse_integral(self._dtype, "ormqr_cpu")
     m, columns = self.shape[-2:]
     side = -2 if left else -1
     if input3.shape[side] != m:

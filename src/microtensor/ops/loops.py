@@ -105,11 +105,19 @@ def _type_name(dt):
     return info(dt).scalar_name
 
 
-def refuse_complex(t, kernel):
+def refuse_complex(t, kernel, *, bool_too=False):
     """PyTorch's error for a kernel that has no complex version (ordering ops: NumPy
-    would order complex numbers lexicographically, PyTorch refuses)."""
-    if t._dtype.is_complex:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(t._dtype)}\'')
+    would order complex numbers lexicographically, PyTorch refuses), nor a bool one when
+    ``bool_too``.  ``t``: a tensor or a dtype (that of several inputs promoted)."""
+    dt = t._dtype if isinstance(t, TensorBase) else t
+    if dt.is_complex or bool_too and dt is bool_:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(dt)}\'')
+
+
+def refuse_integral(dt, kernel):
+    """PyTorch's error for a kernel that has floating and complex versions only."""
+    if dt.kind < 2:     # (neither floating nor complex)
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_type_name(dt)}\'')
 
 
 def refuse_unless_floating(dt, kernel):

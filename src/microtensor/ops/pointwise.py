@@ -23,7 +23,8 @@ from microtensor.ops.arguments import int_arg
 from microtensor.ops.copy import linked
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
-                                   from_numpy_result, pointwise, refuse_complex, store)
+                                   from_numpy_result, pointwise, refuse_complex,
+                                   refuse_unless_floating, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -278,7 +279,7 @@ def div(self, other, *, rounding_mode=None, out=None):
         return pointwise(np.true_divide, self, other, out=out, dtype=_float_result(self, other),
                          wrapped_numbers=wrapped)
     if rounding_mode in ("floor", "trunc"):
-        _check_not_bool(f"div_{rounding_mode}_cpu", self, other)
+        _refuse_complex_or_bool(f"div_{rounding_mode}_cpu", self, other)
         _check_integer_divisor(self, other)
     if rounding_mode == "floor":
         return pointwise(np.floor_divide, self, other, out=out, wrapped_numbers=wrapped)
@@ -325,7 +326,7 @@ def floor_divide_(self, other):
 
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def remainder(self, other, *, out=None):
-    _check_not_bool("remainder_cpu", self, other)
+    _refuse_complex_or_bool("remainder_cpu", self, other)
     _check_integer_divisor(self, other)
     return pointwise(np.remainder, self, other, out=out, wrapped_numbers=True)
 
@@ -345,6 +346,7 @@ remainder_ = inplace_variant(remainder)
 
 @op(inputs=BINARY, family="pointwise", samples=_binary_samples(low=0.5))
 def fmod(self, other, *, out=None):
+    _refuse_complex_or_bool("fmod_cpu", self, other)
     _check_integer_divisor(self, other)
     return pointwise(np.fmod, self, other, out=out, wrapped_numbers=True)
 
@@ -375,7 +377,7 @@ def pow(self, exponent, *, out=None):
         exponent = exponent.contiguous()
     if result_type(self, exponent) is bool_:
         if isinstance(exponent, TensorBase) or not isinstance(self, TensorBase):
-            _check_not_bool("pow", self, exponent)
+            _refuse_complex_or_bool("pow", self, exponent)
         # bool ** True is the base, bool ** False ones, as PyTorch's
         return pointwise(_bool_power, self, exponent, out=out)
     if isinstance(exponent, TensorBase) and exponent._dtype.kind < 2 and \
@@ -420,10 +422,9 @@ def _bool_power(base, exponent, *, out, dtype, casting):
     return np.logical_or(base, np.logical_not(exponent), out=out)
 
 
-def _check_not_bool(kernel, *operands):
-    """PyTorch's error for integer-only kernels that have no bool version."""
-    if result_type(*operands) is bool_:
-        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+def _refuse_complex_or_bool(kernel, *operands):
+    """PyTorch's error for kernels with integer and real floating versions only."""
+    refuse_complex(result_type(*operands), kernel, bool_too=True)
 
 
 def _int_power(base, exponent, *, out, dtype, casting):
@@ -500,7 +501,8 @@ def float_power_(self, exponent):
 
 _BOOL_UNARY = {   # PyTorch's answers for bool tensors
     "abs": (NotImplementedError, "\"abs_cpu\" not implemented for 'Bool'"),
-    "floor": (NotImplementedError, "\"floor_vml_cpu\" not implemented for 'Bool'"),
+    **{name: (NotImplementedError, f"\"{name}_vml_cpu\" not implemented for 'Bool'")
+       for name in ("floor", "ceil", "trunc")},
     "relu": (RuntimeError, "Boolean inputs not supported for relu"),
     "neg": (RuntimeError, "Negation, the `-` operator, on a bool tensor is not supported. If "
                           "you are trying to invert a mask, use the `~` or `logical_not()` "
@@ -515,7 +517,7 @@ def _complex_abs(self, out):
                      out=out, dtype=self._dtype.to_real())
 
 
-def _refuse_complex(message, error=RuntimeError):
+def _refuse_complex(message, error=NotImplementedError):
     def refuse(self, out):
         raise error(message)
     return refuse
@@ -524,9 +526,12 @@ def _refuse_complex(message, error=RuntimeError):
 _COMPLEX_UNARY = {   # PyTorch's answers for complex tensors, where NumPy's differ
     "abs": _complex_abs,
     "sign": _refuse_complex("Unlike NumPy, torch.sign is not intended to support complex "
-                            "numbers. Please use torch.sgn instead.", NotImplementedError),
+                            "numbers. Please use torch.sgn instead."),
     **{name: _refuse_complex(f"{name} is not supported for complex inputs")
-       for name in ("floor", "ceil", "round", "trunc", "frac", "relu")},
+       for name in ("floor", "ceil", "trunc")},
+    "relu": _refuse_complex("clamp is not supported for complex types"),
+    **{name: _refuse_complex(f"{name} is not supported for complex tensors.", RuntimeError)
+       for name in ("deg2rad", "rad2deg")},
     **{name: lambda self, out, kernel=kernel: refuse_complex(self, kernel)
        for name, kernel in (("lgamma", "lgamma_vml_cpu"), ("digamma", "digamma"),
                             ("i0", "i0_vml_cpu"))},
@@ -537,9 +542,20 @@ def _bool_identity(a, *, out, dtype, casting):
     return np.copyto(out, a, casting="unsafe")
 
 
-def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False):
-    """Declare a one-input elementwise op and its in-place variant (kernel only)."""
+def _refuse_complex_abs_in_place(self):
+    if self._dtype.is_complex:
+        raise RuntimeError("In-place abs is not supported for complex tensors.")
+
+
+def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False,
+           floating_kernel=None, refuse_in_place=None):
+    """Declare a one-input elementwise op and its in-place variant (kernel only).
+    ``floating_kernel``: the name of PyTorch's kernel when it has real floating versions
+    only (its error for the other dtypes names it); ``refuse_in_place``: what the in-place
+    variant refuses (``inplace_variant``'s ``refuse``)."""
     def kernel(self, *, out=None):
+        if floating_kernel:
+            refuse_unless_floating(self._dtype, floating_kernel)
         if self._dtype is bool_ and name in _BOOL_UNARY:
             error, message = _BOOL_UNARY[name]
             if error is None:           # sign of a bool is the bool
@@ -551,7 +567,7 @@ def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False):
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
     declared = op(name, family="pointwise", samples=samples)(kernel)
-    inplace_variant(declared)
+    inplace_variant(declared, refuse=refuse_in_place)
     set_unary_kernel(declared, ufunc, quiet)   # float32/float64 calls skip the Python kernel
     return declared
 
@@ -573,7 +589,7 @@ asin = _unary("asin", np.arcsin, samples=_unary_samples(low=-0.9, high=0.9, inte
 acos = _unary("acos", np.arccos, samples=_unary_samples(low=-0.9, high=0.9, integers=False))
 atan = _unary("atan", np.arctan)
 sqrt = _unary("sqrt", np.sqrt, samples=_unary_samples(low=0.5))
-abs = _unary("abs", np.absolute, floating=False)
+abs = _unary("abs", np.absolute, floating=False, refuse_in_place=_refuse_complex_abs_in_place)
 sign = _unary("sign", lambda a, out, dtype, casting: np.nan_to_num(
     np.sign(a, out=out, dtype=dtype, casting=casting), copy=False, nan=0.0, posinf=np.inf,
     neginf=-np.inf), floating=False)   # 0 at NaN, as PyTorch
@@ -582,7 +598,7 @@ ceil = _unary("ceil", np.ceil, floating=False)
 trunc = _unary("trunc", np.trunc, floating=False)
 frac = _unary("frac", lambda a, out, dtype, casting: np.subtract(
     a, np.trunc(a), out=out, dtype=dtype, casting=casting), floating=False,
-    samples=_unary_samples(integers=False))
+    samples=_unary_samples(integers=False), floating_kernel="frac_cpu")
 reciprocal = _unary("reciprocal", lambda a, out, dtype, casting: np.divide(
     1, a, out=out, dtype=dtype, casting=casting), samples=_unary_samples(low=0.5))
 rsqrt = _unary("rsqrt", lambda a, out, dtype, casting: np.divide(
@@ -622,7 +638,7 @@ def _round_samples(make):
 @op(family="pointwise", samples=_round_samples)
 def round(self, *, decimals=0, out=None):
     if not decimals:
-        refuse_complex(self, "round_vml_cpu")
+        refuse_complex(self, "round_vml_cpu", bool_too=True)
         return pointwise(_rint, self, out=out)
     if not self._dtype.is_floating_point:
         raise NotImplementedError(
@@ -831,6 +847,8 @@ def clamp(self, min=None, max=None, *, out=None):
     dt = result_type(self, min, max)
     if dt.is_complex:
         raise NotImplementedError("clamp is not supported for complex types")
+    if dt is bool_ and isinstance(min, TensorBase) and isinstance(max, TensorBase):
+        raise NotImplementedError("\"clamp_cpu\" not implemented for 'Bool'")  # (both bounds)
     check_scalar_fits(min, dt)
     check_scalar_fits(max, dt)
     result = self
@@ -960,7 +978,7 @@ def lerp(self, end, weight, *, out=None):
     if self._dtype.kind < 2:     # (neither floating nor complex)
         kind = "tensor" if isinstance(weight, TensorBase) else "scalar"
         raise NotImplementedError(f"\"lerp_kernel_{kind}\" not implemented for "
-                                  f"'{self._dtype.name.capitalize()}'")
+                                  f"'{_type_name(self._dtype)}'")
     return pointwise(_lerp_kernel, self, end, weight, out=out)
 
 
@@ -1296,6 +1314,7 @@ def sinc(grad, self):
 @op(method=False, function=False, family="pointwise", samples=_float_unary_samples(-4.0, 4.0))
 def special_i1(self, *, out=None):
     """The modified Bessel function I1 (``torch.special.i1``): ``i0``'s derivative."""
+    refuse_complex(self, "i1_cpu")
     return pointwise(store(special_math.i1), self, out=out, dtype=float_dtype(self._dtype))
 
 
@@ -1385,6 +1404,9 @@ def mvlgamma(self, p, *, out=None):
     ``log(pi) p (p - 1) / 4 + sum_i lgamma(self - i / 2)``."""
     if p < 1:
         raise RuntimeError("p has to be greater than or equal to 1")
+    if self._dtype is bool_:
+        raise RuntimeError("The input tensor may not be a boolean tensor.")
+    refuse_complex(self, "arange_cpu")
     if not self._dtype.is_floating_point:
         self = self.to(get_default_dtype())
     total = lgamma(self)
@@ -1597,6 +1619,8 @@ def _with_zeros(t):
     samples=_heaviside_samples)
 def heaviside(self, values, *, out=None):
     _require_tensors("heaviside", input=self, values=values)
+    if self._dtype.is_complex or values._dtype.is_complex:
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
     if self._dtype is not values._dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different "
                            "dtypes.")
@@ -1632,6 +1656,8 @@ def _sign_samples(make):
 
 @op(differentiable=False, family="pointwise", samples=_sign_samples)
 def signbit(self, *, out=None):
+    if self._dtype.is_complex:
+        raise NotImplementedError("signbit is not implemented for complex tensors.")
     # integers and bool tested as float64 (np.signbit has no bool loop)
     return pointwise(_predicate(np.signbit), self, out=out, dtype=bool_,
                      compute_dtype=self._dtype if self._dtype.is_floating_point else float64)
@@ -1639,6 +1665,8 @@ def signbit(self, *, out=None):
 
 def _infinity_test(name, sign):
     def kernel(self, *, out=None):
+        if self._dtype.is_complex:
+            raise RuntimeError(f"{name} does not support complex inputs.")
         if not self._dtype.is_floating_point:    # no integer is infinite
             return pointwise(_predicate(np.isinf), self, out=out, dtype=bool_,
                              compute_dtype=float_dtype(self._dtype))
@@ -1733,8 +1761,9 @@ def _check_isin(elements, test_elements):
         raise TypeError(f"isin() received an invalid combination of arguments - got "
                         f"({type(elements).__name__}, {type(test_elements).__name__})")
     for value in (elements, test_elements):
-        if isinstance(value, TensorBase) and value._dtype is bool_:
-            raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+        if isinstance(value, TensorBase) and (value._dtype is bool_ or value._dtype.is_complex):
+            raise RuntimeError(f"Unsupported input type encountered for isin(): "
+                               f"{_type_name(value._dtype)}")
 
 
 @op(inputs=(), method=False, differentiable=False, samples=_isin_samples)

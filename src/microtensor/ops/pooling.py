@@ -27,7 +27,8 @@ from microtensor.ops.conv import convolution
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import ones, tensor
 from microtensor.ops.loops import (array_module, from_numpy_result, in_format,
-                                  is_floating_array, memory_format_of)
+                                  is_floating_array, memory_format_of, refuse_complex,
+                                  refuse_unless_floating)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import call, to_front, wrap
 
@@ -196,6 +197,7 @@ def pool_format(self, d):
 
 
 def _max_pool(self, d, op_name, kernel_size, stride, padding, dilation, ceil_mode):
+    refuse_complex(self, "max_pool3d" if d == 3 else "max_pool2d", bool_too=True)
     kernel, stride, padding, dilation, out = pool_geometry(
         self._sizes, d, kernel_size, stride, padding, dilation, ceil_mode, op_name)
     sizes, lead = self._sizes[-d:], self._sizes[:-d]
@@ -340,6 +342,7 @@ def adaptive_max_pool2d(self, output_size):
     """The maximum over each adaptive window (PyTorch's ``floor``/``ceil`` bounds) and its
     flat index in the input plane: one gather of the windows, one reduction."""
     check_adaptive_input(self._sizes, 2, "adaptive_max_pool2d")
+    refuse_unless_floating(self._dtype, "adaptive_max_pool2d")
     h, w = self._sizes[-2:]
     oh, ow = adaptive_output_size(self._sizes, 2, output_size)
     arr = self._array().reshape((-1, h, w))
@@ -406,6 +409,7 @@ def _adaptive_avg_samples(d):
 
 def _adaptive_avg_pool(self, output_size, d, name):
     check_adaptive_input(tuple(self.shape), d, name)
+    refuse_unless_floating(self._dtype, "adaptive_avg_pool2d")
     out = adaptive_output_size(tuple(self.shape), d, output_size)
     sizes = tuple(self.shape)[-d:]
     result = self
@@ -485,6 +489,7 @@ def _avg_pool_arrays(x, d, kernel, stride, padding, out, count_include_pad,
 
 def _avg_pool(self, d, name, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override):
+    refuse_complex(self, "avg_pool3d_out_frame" if d == 3 else "avg_pool2d", bool_too=True)
     kernel, stride, padding, out = _avg_pool_geometry(
         self._sizes, d, name, kernel_size, stride, padding, ceil_mode, divisor_override)
     x = self._array()

@@ -327,8 +327,14 @@ def inplace_variant(base, name=None, **options):
     Its kernel is ``base.kernel(..., out=self)`` and its samples the base op's unless
     ``samples`` is given; its derivative is the base op's (declared before this), with the
     old value of ``self`` copied and saved only when a formula that will run reads it.
+    ``refuse``, when given, is called with the arguments first: it raises PyTorch's error
+    for what the in-place form refuses and the out-of-place one accepts.
     """
+    refuse = options.pop("refuse", None)
+
     def kernel(*args, **kwargs):
+        if refuse is not None:
+            refuse(*args, **kwargs)
         return base.kernel(*args, out=args[0], **kwargs)
     kernel.__signature__ = inspect.signature(base.kernel)
     options.setdefault("samples", base.samples)

@@ -16,7 +16,8 @@ from microtensor._C.tensor import TensorBase, bool_, int64
 from microtensor.ops.factory import arange, full, tensor
 from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
                                      dimwise_index_batch_rule)
-from microtensor.ops.loops import _type_name, array_module, is_floating_array, update_at
+from microtensor.ops.loops import (_type_name, array_module, is_floating_array, refuse_complex,
+                                   update_at)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -64,6 +65,8 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True, out=None
     if reduce == "mean" and self._dtype is bool_:
         raise NotImplementedError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented "
                                   "for 'Bool'")
+    if reduce in ("amax", "amin"):      # (complex numbers have no order)
+        refuse_complex(self, f"scatter_gather_tensor_cpu_reduce_{reduce}")
     d, positions = _check_scatter("scatter", self, dim, index, src)
     result = _target(self, out, (index, src))
     target = result._array().reshape(_shape_or_vector(self))

@@ -15,6 +15,7 @@ import numpy as np
 
 from microtensor._C import meta
 from microtensor._C.tensor import bool_, float32, float64, int32, int64
+from microtensor._dtype import result_type
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
@@ -171,8 +172,9 @@ def argsort(self, dim=-1, descending=False, stable=False):
 
 @op(family="reduction", method=False, function=False, samples=_topk_samples)
 def _topk(self, k, dim=-1, largest=True, sorted=True):
-    if self._dtype.is_complex:
-        raise RuntimeError(" topk does not support complex dtypes on CPU")
+    if self._dtype.is_complex or self._dtype is bool_:
+        kind = "complex" if self._dtype.is_complex else "bool"
+        raise RuntimeError(f" topk does not support {kind} dtypes on CPU")
     k = int_arg(k, "k")
     d, size = _dim_size(self, dim)
     if not 0 <= k <= size:
@@ -222,7 +224,7 @@ def _kthvalue(self, k, dim=-1, keepdim=False):
 @op(kind="composite", samples=_kthvalue_samples)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """The ``k``-th smallest value along ``dim`` and its index."""
-    refuse_complex(self, "kthvalue_cpu")
+    refuse_complex(self, "kthvalue_cpu", bool_too=True)
     return ReturnKthvalue(*_kthvalue(self, k, dim, keepdim))
 
 
@@ -266,7 +268,7 @@ _median_all.def_derivative("self")(_evenly_to_extrema)
 @op(kind="composite", samples=_median_samples)
 def median(self, dim=None, keepdim=False):
     """The lower median of all elements, or ``(values, indices)`` along ``dim``."""
-    refuse_complex(self, "median_cpu" if dim is None else "median_out")
+    refuse_complex(self, "median_cpu" if dim is None else "median_out", bool_too=True)
     if dim is None:
         return _median_all(self)
     return ReturnMedian(*_median(self, dim, keepdim))
@@ -417,6 +419,7 @@ def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=No
             raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites,"
                                " got side of left while right was True")
         right = side == "right"
+    refuse_complex(result_type(sorted_sequence, self), "searchsorted_out_cpu", bool_too=True)
     seq = sorted_sequence._array()
     values = self._array() if hasattr(self, "_array") else np.asarray(self)
     if sorter is not None:
@@ -539,6 +542,7 @@ def _check_unique_dim(shape, axis):
 def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """The distinct values (or slices along ``dim``), sorted; with ``return_inverse`` where
     each element (slice) went, with ``return_counts`` how often each occurs."""
+    refuse_complex(self, "unique")
     arr = self._array()
     xp = array_module(arr)
     if hasattr(arr, "get"):       # a device array: NumPy's unique on the host copy
@@ -706,6 +710,7 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     """The first element (slice along ``dim``) of each run of equal consecutive ones; with
     ``return_inverse`` the run each element belongs to, with ``return_counts`` the run
     lengths."""
+    refuse_complex(self, "unique")
     arr = self._array()
     xp = array_module(arr)
     if hasattr(arr, "get"):       # a device array: computed on the host copy, as unique
@@ -810,7 +815,7 @@ _nanmedian_all.def_derivative("self")(_evenly_to_extrema)
 @op(kind="composite", samples=lambda make: _nanmedian_samples(make) + [Sample(make(0))])
 def nanmedian(self, dim=None, keepdim=False, *, out=None):
     """``median`` ignoring NaN: of all elements, or ``(values, indices)`` along ``dim``."""
-    refuse_complex(self, "median_cpu" if dim is None else "median_out")
+    refuse_complex(self, "median_cpu" if dim is None else "median_out", bool_too=True)
     if dim is None:
         if out is not None:
             raise TypeError("nanmedian() missing 1 required positional arguments: \"dim\"")

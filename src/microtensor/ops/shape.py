@@ -546,7 +546,7 @@ def trace(self):
     if self.dim() != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {self.dim()}")
     if self._dtype is bool_:
-        raise RuntimeError("\"trace\" not implemented for 'Bool'")
+        raise NotImplementedError("\"trace\" not implemented for 'Bool'")
     dtype = self._dtype if self._dtype.kind >= 2 else int64     # (floating or complex)
     return fresh_tensor(np.trace(self._array(), dtype=dtype.np))
 

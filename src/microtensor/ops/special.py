@@ -18,7 +18,7 @@ from microtensor._dtype import info, result_type
 from microtensor.backends import cuda
 from microtensor.ops import special_math
 from microtensor.ops.activation import _erfc, _erfinv, scaled_erfc_of_large
-from microtensor.ops.loops import float_dtype, pointwise, store
+from microtensor.ops.loops import float_dtype, pointwise, refuse_complex, store
 from microtensor.ops.pointwise import _require_tensors, lgamma, where
 from microtensor.ops.registry import Sample, inplace_variant, op
 
@@ -442,13 +442,16 @@ def _float_samples(low=None, high=None):
     return samples
 
 
-def _unary(name, fn, samples, differentiable=True):
+def _unary(name, fn, samples, differentiable=True, kernel_name=None):
     """Declare ``special_<name>``: ``fn`` elementwise in float64, the result in the input's
-    float type (integers and bool: the default one)."""
+    float type (integers and bool: the default one; complex tensors refused with the error
+    of PyTorch's kernel ``kernel_name``, ``<name>_cpu`` by default)."""
     loop = _host_loop(fn)
+    kernel_name = kernel_name or name + "_cpu"
 
     def kernel(self, *, out=None):
         _require_tensors("special_" + name, input=self)
+        refuse_complex(self, kernel_name)
         return pointwise(loop, self, out=out, dtype=float_dtype(self._dtype),
                          compute_dtype=float64)
     kernel.__name__ = "special_" + name
@@ -459,7 +462,8 @@ def _unary(name, fn, samples, differentiable=True):
 
 def _binary(name, fn, samples, *, tensors_only=False, **options):
     """Declare a two-input op ``name``: ``fn`` elementwise in float64, the result in the
-    promoted float type.  Either input may be a Python number (not both) unless
+    promoted float type (complex ones refused).  Either input may be a Python number (not
+    both) unless
     ``tensors_only``, where integer and bool inputs are refused too (PyTorch has no such
     kernel)."""
     loop = _host_loop(fn)
@@ -472,6 +476,7 @@ def _binary(name, fn, samples, *, tensors_only=False, **options):
             raise TypeError(f"{name}() received an invalid combination of arguments - got "
                             f"({type(self).__name__}, {type(other).__name__})")
         dt = result_type(self, other)
+        refuse_complex(dt, short + "_cpu")
         if tensors_only and not dt.is_floating_point:
             raise NotImplementedError(f"\"{short}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
@@ -489,7 +494,7 @@ def _derivative_not_implemented(name):
     raise NotImplementedError(f"the derivative for '{name}' is not implemented.")
 
 
-special_ndtr = _unary("ndtr", ndtr, _float_samples())
+special_ndtr = _unary("ndtr", ndtr, _float_samples(), kernel_name="erf_vml_cpu")
 special_ndtri = _unary("ndtri", ndtri, _float_samples(0.02, 0.98))
 special_log_ndtr = _unary("log_ndtr", log_ndtr, _float_samples(-12.0, 4.0))
 special_erfcx = _unary("erfcx", erfcx, _float_samples(-3.0, 8.0))
@@ -672,16 +677,17 @@ def _polynomial_samples(low, high):
 
 def _polynomial(name, fn, samples):
     """Declare ``special_<name>(input, n)``: the polynomial of degree ``n`` (either may be a
-    number) in float64, the result in the promoted float type; no derivative (PyTorch's
-    results do not require grad)."""
+    number) in float64, the result in the promoted float type (complex ones refused); no
+    derivative (PyTorch's results do not require grad)."""
     loop = _host_loop(fn)
 
     def kernel(self, n, *, out=None):
         if not isinstance(self, TensorBase) and not isinstance(n, TensorBase):
             raise TypeError(f"special_{name}() received an invalid combination of arguments "
                             f"- got ({type(self).__name__}, {type(n).__name__})")
-        return pointwise(loop, self, n, out=out, dtype=float_dtype(result_type(self, n)),
-                         compute_dtype=float64)
+        dt = result_type(self, n)
+        refuse_complex(dt, name + "_cpu")
+        return pointwise(loop, self, n, out=out, dtype=float_dtype(dt), compute_dtype=float64)
     kernel.__name__ = "special_" + name
     kernel.__doc__ = fn.__doc__.splitlines()[0]
     return op("special_" + name, inputs=(), method=False, function=False,
