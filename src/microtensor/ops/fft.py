@@ -143,7 +143,7 @@ def _fft_c2c(grad, dim, normalization, forward):
 def _fft_r2c(self, dim, normalization, onesided):
     if not self._dtype.is_floating_point:
         raise RuntimeError(_R2C_FLOATING_ONLY.format(info(self._dtype).scalar_name))
-    if self._dtype.itemsize == 2 and self._dtype.is_floating_point:
+    if self._dtype.itemsize == 2:   # float16, bfloat16
         raise RuntimeError(f"MKL FFT doesn't support tensors of type: "
                            f"{info(self._dtype).scalar_name}")
     axes = _axes(self, dim)
