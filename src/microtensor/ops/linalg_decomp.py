@@ -1313,7 +1313,15 @@ def _lu_unpack(op, level, args, kwargs):
 @op(kind="composite", inputs=("LU_data",), method=False,
     samples=lambda make: _lu_unpack_samples(make)[:4])
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
-    return LUUnpackResult(*_lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots))
+    return LUUnpackResult(*_permutation_detached(_lu_unpack(LU_data, LU_pivots, unpack_data,
+                                                            unpack_pivots)))
+
+
+def _permutation_detached(factors):
+    """``(P, L, U)`` with ``P`` cut from the graph: a permutation has no gradient, and
+    PyTorch's does not require grad."""
+    P, L, U = factors
+    return P.detach(), L, U
 
 
 @op(kind="composite", inputs=("A",), method=False, function=False,
@@ -1321,7 +1329,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 def linalg_lu(A, *, pivot=True):
     """``(P, L, U)`` with ``A = P L U``."""
     LU, pivots, _ = linalg_lu_factor_ex(A, pivot=pivot)
-    return LUResult(*_lu_unpack(LU, pivots))
+    return LUResult(*_permutation_detached(_lu_unpack(LU, pivots)))
 
 
 def _lu_solve_samples(make):
