@@ -55,8 +55,7 @@ TORCH_VIEW_OF_INPUT = ("PyTorch's einsum returns a view of the operand when noth
 QUANTILE_LAYOUT = ("PyTorch computes the quantiles with the q dim last and moves it to the "
                    "front (a permuted result); microtensor's is row-major")
 KNOWN_LAYOUT_DIFFERENCES = {
-    **{name: COLUMN_MAJOR for name in ("linalg_householder_product", "orgqr", "ormqr",
-                                       "triangular_solve")},
+    "triangular_solve": COLUMN_MAJOR,                    # its copy of the coefficients
     **{f"{name}-{i}": COLUMN_MAJOR for name, indices in {
         "linalg_lu_solve": (4,),            # adjoint=True
         "svd": (2, 3)}.items()              # V (the adjoint of Vh), and compute_uv=False

@@ -24,7 +24,7 @@ from microtensor._C.meta import broadcast_shapes as _broadcast_shapes, contiguou
 from microtensor._C.tensor import complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result, owned
 from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import (BatchedTensor, batch_size, call, front_or_expanded, wrap,
                                       wrap_result)
@@ -92,8 +92,9 @@ def _result(arr, like):
 
 def _column_major(t):
     """``t`` (a fresh result) with each matrix stored column-major, as LAPACK writes it and
-    PyTorch returns it (batch dims outermost): a tensor of its own, not a view."""
-    return t if t.dim() < 2 else _transposed_alias(t.mT.contiguous())
+    PyTorch returns it (batch dims outermost): a tensor of its own, not a view, its history
+    kept (composites call it too)."""
+    return t if t.dim() < 2 else owned(t.mT.contiguous().mT)
 
 
 def _transposed_alias(stored):
@@ -1519,7 +1520,7 @@ def linalg_householder_product(A, tau):
     for i in reversed(range(k)):
         v = reflectors[..., :, i:i + 1]
         Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mH @ Q)
-    return Q
+    return _column_major(Q)
 
 
 @op(kind="composite", inputs=("self", "input2"),
@@ -1901,7 +1902,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     Q = linalg_householder_product(REGISTRY["pad"](self[..., :, :k], (0, m - k)), input2)
     if transpose:
         Q = Q.mH
-    return Q @ input3 if left else input3 @ Q
+    return _column_major(Q @ input3 if left else input3 @ Q)
 
 
 # =========================================================================== eig: the
