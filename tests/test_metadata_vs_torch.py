@@ -57,7 +57,6 @@ QUANTILE_LAYOUT = ("PyTorch computes the quantiles with the q dim last and moves
 KNOWN_LAYOUT_DIFFERENCES = {
     "triangular_solve": COLUMN_MAJOR,                    # its copy of the coefficients
     **{f"{name}-{i}": COLUMN_MAJOR for name, indices in {
-        "linalg_lu_solve": (4,),            # adjoint=True
         "svd": (2, 3)}.items()              # V (the adjoint of Vh), and compute_uv=False
        for i in indices},
     **{f"{name}-2": "PyTorch's solution for a batch of vector right-hand sides is the "

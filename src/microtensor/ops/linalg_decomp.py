@@ -1388,11 +1388,13 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     # A = P L U: the triangles of LU are read by the triangular solves
     if left and not adjoint:
         return solve(LU, solve(LU, P.mT @ B, False, True), True)
+    # PyTorch's layouts: column-major for left=True, row-major (its transposed solution)
+    # for left=False
     if left:
-        return P @ solve(LU.mH, solve(LU.mH, B, False), True, True)
+        return _column_major(P @ solve(LU.mH, solve(LU.mH, B, False), True, True))
     if not adjoint:
         return solve(LU, solve(LU, B, True), False, True) @ P.mT
-    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False)
+    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False).contiguous()
 
 
 def _solve_ex_samples(make):
