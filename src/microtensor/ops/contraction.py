@@ -21,7 +21,8 @@ from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import eye, tensor
 from microtensor.ops.linalg import (REDUCED_FLOATS, _checked_inplace, bmm, require_one_dtype,
                                     scaled_sum)
-from microtensor.ops.loops import _type_name, array_module, conj_if_complex, from_numpy_result
+from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, from_numpy_result,
+                                   owned)
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.shape import stack
 from microtensor.vmap.helpers import call, same_level, to_front, wrap
@@ -365,7 +366,7 @@ def kron(self, other):
     inter_a = tuple(s for d in a.shape for s in (d, 1))
     inter_b = tuple(s for d in b.shape for s in (1, d))
     out = a.reshape(inter_a) * b.reshape(inter_b)
-    return out.reshape(tuple(x * y for x, y in zip(a.shape, b.shape)))
+    return owned(out.reshape(tuple(x * y for x, y in zip(a.shape, b.shape))))
 
 
 def _cross_samples(make):

@@ -23,7 +23,7 @@ import numpy as np
 from microtensor._C import meta
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bool_, int64
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result
+from microtensor.ops.loops import _type_name, array_module, from_numpy_result, owned
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import tensor
 from microtensor.ops.registry import Sample, op
@@ -449,4 +449,4 @@ def affine_grid_generator(theta, size, align_corners):
     mesh = np.meshgrid(*axes[::-1], indexing="ij")[::-1]
     base = np.stack(list(mesh) + [np.ones(spatial)], -1).reshape(-1, len(spatial) + 1)
     points = tensor(base, dtype=theta.dtype, device=theta.device) @ theta.transpose(1, 2)
-    return points.reshape((size[0],) + spatial + (len(spatial),))
+    return owned(points.reshape((size[0],) + spatial + (len(spatial),)))

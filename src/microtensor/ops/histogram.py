@@ -19,7 +19,7 @@ import numpy as np
 
 from microtensor._C.tensor import TensorBase
 from microtensor.ops.factory import _linspace_values, tensor
-from microtensor.ops.loops import _type_name, from_numpy_result
+from microtensor.ops.loops import _type_name, from_numpy_result, owned
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, wrap
 
@@ -245,7 +245,7 @@ def histogram(self, bins=100, *, range=None, weight=None, density=False):
         bins = bins.reshape(1, -1)
     hist, edges = _histogram_rows(self.reshape(1, -1, 1), [bins], range,
                                   None if weight is None else weight.reshape(1, -1), density)
-    return ReturnHistogram(hist[0], edges[0])
+    return owned(ReturnHistogram(hist[0], edges[0]))
 
 
 @op(kind="composite", differentiable=False, method=False,
@@ -273,7 +273,7 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):
     bins = [b.reshape(1, -1) if isinstance(b, TensorBase) else b for b in bins]
     out = _histogram_rows(input.reshape(1, -1, dims), bins, range,
                           None if weight is None else weight.reshape(1, -1), density)
-    return ReturnHistogramdd(out[0][0], tuple(e[0] for e in out[1:]))
+    return owned(ReturnHistogramdd(out[0][0], tuple(e[0] for e in out[1:])))
 
 
 __all__ = ["histogram", "histogramdd", "ReturnHistogram", "ReturnHistogramdd"]

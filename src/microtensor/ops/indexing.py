@@ -25,7 +25,7 @@ from microtensor.ops.copy import clone
 from microtensor.ops.dispatch import call_by_name
 from microtensor.ops.factory import arange, empty_strided, full, tensor
 from microtensor.ops.loops import (_type_name as type_name, array_module, check_no_internal_overlap,
-                                   check_no_overlap, has_internal_overlap, new_result,
+                                   check_no_overlap, has_internal_overlap, new_result, owned,
                                    refuse_complex, update_at)
 from microtensor.ops.registry import Sample, inplace_variant, op, REGISTRY
 from microtensor.ops.shape import cat, fresh_tensor
@@ -1158,8 +1158,8 @@ def _put_at(self, coordinates, values, accumulate=False, inplace=False):
     if order == list(range(self.dim())):
         return self.index_put(coordinates, values, accumulate)
     inverse = sorted(range(len(order)), key=order.__getitem__)
-    return self.permute(order).index_put(tuple(coordinates[k] for k in order), values,
-                                         accumulate).permute(inverse)
+    return owned(self.permute(order).index_put(tuple(coordinates[k] for k in order), values,
+                                               accumulate).permute(inverse))
 
 
 def _scatter_into_view(self, src, view):
@@ -1323,7 +1323,7 @@ def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
     spread = index.view((1,) * d + (-1,) + (1,) * (target.dim() - d - 1)).expand(values.shape)
     name = "scatter_reduce_" if inplace else "scatter_reduce"
     result = getattr(target, name)(d, spread, values, reduce, include_self=include_self)
-    return self if inplace else result.view(self.shape)
+    return self if inplace else owned(result.view(self.shape))
 
 
 def _index_reduce_samples(make):
@@ -1411,7 +1411,7 @@ def _put(self, index, source, accumulate, inplace):
     target = self if self.dim() else self.view(1)
     coordinates = REGISTRY["unravel_index"](flat, tuple(target.shape))
     result = _put_at(target, coordinates, source.reshape(-1), accumulate, inplace)
-    return self if inplace else result.view(self.shape)
+    return self if inplace else owned(result.view(self.shape))
 
 
 def _put_samples(make):

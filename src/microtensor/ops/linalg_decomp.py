@@ -24,7 +24,8 @@ from microtensor._C.meta import broadcast_shapes as _broadcast_shapes, contiguou
 from microtensor._C.tensor import bool_, complex64, complex128, float32, float64, int32
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import eye
-from microtensor.ops.loops import _type_name, array_module, from_numpy_result, refuse_integral
+from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, owned,
+                                   refuse_integral)
 from microtensor.ops.registry import REGISTRY, Sample, op
 from microtensor.vmap.helpers import (BatchedTensor, batch_size, call, front_or_expanded, wrap,
                                       wrap_result)
@@ -93,6 +94,22 @@ def _result(arr, like):
     return from_numpy_result(arr, like._dtype)
 
 
+def _column_major(t):
+    """``t`` (a fresh result) with each matrix stored column-major, as LAPACK writes it and
+    PyTorch returns it (batch dims outermost): a tensor of its own, not a view, its history
+    kept (composites call it too)."""
+    return t if t.dim() < 2 else owned(t.mT.contiguous().mT)
+
+
+def _transposed_alias(stored):
+    """The matrices of ``stored`` (row-major) read transposed: a column-major tensor of
+    its own over the same memory."""
+    def swapped(values):
+        return values[:-2] + (values[-1], values[-2])
+    return stored._make_alias_unchecked(swapped(stored._sizes), swapped(stored._strides),
+                                        stored._offset)
+
+
 def _lapack(fn, call, *arrays):
     """``call(*arrays)`` with NumPy's LinAlgError as ours (PyTorch's message)."""
     try:
@@ -142,7 +159,7 @@ def _square_samples(make):
 def linalg_inv(A):
     """The inverse of each square matrix of ``A``."""
     check_matrix(A, "linalg.inv")
-    return _result(_lapack("linalg.inv", np.linalg.inv, _array(A)), A)
+    return _column_major(_result(_lapack("linalg.inv", np.linalg.inv, _array(A)), A))
 
 
 @linalg_inv.def_derivative("A")
@@ -238,10 +255,10 @@ def linalg_solve(A, B, *, left=True):
                            f"and {b.shape[-2]}x{b.shape[-1]})")
     x = _lapack("linalg.solve", np.linalg.solve, a, b)
     if vector:
-        x = x[..., 0]
-    elif not left:
-        x = np.swapaxes(x, -1, -2)
-    return _result(x, A)
+        return _result(x[..., 0], A)
+    if not left:   # (the solution of the transposed system, transposed back: row-major)
+        return _result(np.swapaxes(x, -1, -2), A)
+    return _column_major(_result(x, A))
 
 
 @linalg_solve.def_joint_derivative     # A's gradient is made from B's
@@ -284,7 +301,7 @@ def linalg_cholesky(A, *, upper=False):
     check_matrix(A, "linalg.cholesky")
     a = _array(A)
     L = _lapack("linalg.cholesky", np.linalg.cholesky, _hermitian_from_lower(a))
-    return _result(np.conj(np.swapaxes(L, -1, -2)) if upper else L, A)
+    return _column_major(_result(np.conj(np.swapaxes(L, -1, -2)) if upper else L, A))
 
 
 @linalg_cholesky.def_derivative("A")
@@ -316,7 +333,7 @@ def linalg_eigh(A, UPLO="L"):
     check_matrix(A, "linalg.eigh")
     _check_uplo(UPLO)
     w, v = _lapack("linalg.eigh", np.linalg.eigh, _array(A), UPLO)
-    return from_numpy_result(w, _real_of(A._dtype)), _result(v, A)
+    return from_numpy_result(w, _real_of(A._dtype)), _column_major(_result(v, A))
 
 
 @linalg_eigh.def_derivative("A")
@@ -358,9 +375,9 @@ def linalg_qr(A, mode="reduced"):
     a = _array(A)
     if mode == "r":
         empty = array_module(a).empty((0,), a.dtype)
-        return _result(empty, A), _result(np.linalg.qr(a, mode="r"), A)
+        return _result(empty, A), _column_major(_result(np.linalg.qr(a, mode="r"), A))
     q, r = np.linalg.qr(a, mode=mode)
-    return _result(q, A), _result(r, A)
+    return _column_major(_result(q, A)), _column_major(_result(r, A))
 
 
 @linalg_qr.def_derivative("A")
@@ -404,7 +421,8 @@ def linalg_svd(A, full_matrices=True):
     """``U, S, Vh`` of each matrix of ``A`` (S descending)."""
     check_matrix(A, "linalg.svd", square=False)
     u, s, vh = _lapack("linalg.svd", np.linalg.svd, _array(A), full_matrices)
-    return _result(u, A), from_numpy_result(s, _real_of(A._dtype)), _result(vh, A)
+    return (_column_major(_result(u, A)), from_numpy_result(s, _real_of(A._dtype)),
+            _column_major(_result(vh, A)))
 
 
 @linalg_svd.def_derivative("A")
@@ -1056,8 +1074,8 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
         raise RuntimeError(f"{fn}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({n}x{n} and {rows}x{columns})")
     _broadcast_shapes(B._sizes[:-2], A._sizes[:-2])     # PyTorch's error when they do not
-    return _on_device_of(A, solve_triangular_array(_host(A), _host(B), upper, left,
-                                                   unitriangular))
+    return _column_major(_on_device_of(A, solve_triangular_array(_host(A), _host(B), upper,
+                                                                 left, unitriangular)))
 
 
 @linalg_solve_triangular.def_joint_derivative
@@ -1208,7 +1226,7 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     lu, pivots, info = lu_array(_host(A))
     if check_errors:
         raise_for_info(info, fn, "lu", A.dim() > 2)
-    return (_on_device_of(A, lu), _on_device_of(A, pivots, int32),
+    return (_column_major(_on_device_of(A, lu)), _on_device_of(A, pivots, int32),
             _on_device_of(A, info, int32))
 
 
@@ -1329,7 +1347,15 @@ def _lu_unpack(op, level, args, kwargs):
 @op(kind="composite", inputs=("LU_data",), method=False,
     samples=lambda make: _lu_unpack_samples(make)[:4])
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
-    return LUUnpackResult(*_lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots))
+    return LUUnpackResult(*_permutation_detached(_lu_unpack(LU_data, LU_pivots, unpack_data,
+                                                            unpack_pivots)))
+
+
+def _permutation_detached(factors):
+    """``(P, L, U)`` with ``P`` cut from the graph: a permutation has no gradient, and
+    PyTorch's does not require grad."""
+    P, L, U = factors
+    return P.detach(), L, U
 
 
 @op(kind="composite", inputs=("A",), method=False, function=False,
@@ -1337,7 +1363,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 def linalg_lu(A, *, pivot=True):
     """``(P, L, U)`` with ``A = P L U``."""
     LU, pivots, _ = linalg_lu_factor_ex(A, pivot=pivot)
-    return LUResult(*_lu_unpack(LU, pivots))
+    return LUResult(*_permutation_detached(_lu_unpack(LU, pivots)))
 
 
 def _lu_solve_samples(make):
@@ -1379,11 +1405,13 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     # A = P L U: the triangles of LU are read by the triangular solves
     if left and not adjoint:
         return solve(LU, solve(LU, P.mT @ B, False, True), True)
+    # PyTorch's layouts: column-major for left=True, row-major (its transposed solution)
+    # for left=False
     if left:
-        return P @ solve(LU.mH, solve(LU.mH, B, False), True, True)
+        return _column_major(P @ solve(LU.mH, solve(LU.mH, B, False), True, True))
     if not adjoint:
         return solve(LU, solve(LU, B, True), False, True) @ P.mT
-    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False)
+    return solve(LU.mH, solve(LU.mH, B @ P, True, True), False).contiguous()
 
 
 def _solve_ex_samples(make):
@@ -1460,7 +1488,7 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     L, info = cholesky_array(_host(A))
     if check_errors:
         raise_for_info(info, "linalg.cholesky_ex", "cholesky", A.dim() > 2)
-    return (_on_device_of(A, np.conj(np.swapaxes(L, -1, -2)) if upper else L),
+    return (_column_major(_on_device_of(A, np.conj(np.swapaxes(L, -1, -2)) if upper else L)),
             _on_device_of(A, info, int32))
 
 
@@ -1512,7 +1540,7 @@ def linalg_householder_product(A, tau):
     for i in reversed(range(k)):
         v = reflectors[..., :, i:i + 1]
         Q = Q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mH @ Q)
-    return Q
+    return _column_major(Q)
 
 
 @op(kind="composite", inputs=("self", "input2"),
@@ -1758,7 +1786,7 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     LD, pivots, info = ldl_array(_host(A))
     if check_errors:
         raise_for_info(info, fn, "ldl", A.dim() > 2)
-    return (_on_device_of(A, LD), _on_device_of(A, pivots, int32),
+    return (_column_major(_on_device_of(A, LD)), _on_device_of(A, pivots, int32),
             _on_device_of(A, info, int32))
 
 
@@ -1805,7 +1833,8 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
         raise RuntimeError(f"{fn}: Expected LD.shape[:-1] and pivots.shape to be the same, "
                            f"but got pivots with shape {list(pivots._sizes)} instead")
     _broadcast_shapes(B._sizes[:-2], LD._sizes[:-2])
-    return _on_device_of(LD, ldl_solve_array(_host(LD), _host(pivots), _host(B)))
+    return _column_major(_on_device_of(LD, ldl_solve_array(_host(LD), _host(pivots),
+                                                           _host(B))))
 
 
 @linalg_ldl_solve.def_batch_rule
@@ -1842,7 +1871,7 @@ def geqrf(self):
                                   f"'{_type_name(self._dtype)}'")
     # NumPy's 'raw' mode gives LAPACK's reflectors in column-major order: transposed
     reflectors, tau = np.linalg.qr(_host(self), mode="raw")
-    return GeqrfResult(_on_device_of(self, np.swapaxes(reflectors, -1, -2)),
+    return GeqrfResult(_transposed_alias(_on_device_of(self, reflectors)),
                        _on_device_of(self, tau))
 
 
@@ -1894,7 +1923,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     Q = linalg_householder_product(REGISTRY["pad"](self[..., :, :k], (0, m - k)), input2)
     if transpose:
         Q = Q.mH
-    return Q @ input3 if left else input3 @ Q
+    return _column_major(Q @ input3 if left else input3 @ Q)
 
 
 # =========================================================================== eig: the
@@ -1924,7 +1953,7 @@ def linalg_eig(A):
     w, v = _lapack("linalg.eig", np.linalg.eig, a)
     dtype = _complex_of(A._dtype)
     return from_numpy_result(w.astype(dtype.np), dtype), \
-        from_numpy_result(v.astype(dtype.np), dtype)
+        _column_major(from_numpy_result(v.astype(dtype.np), dtype))
 
 
 def _check_phase_invariant(VhgV_diagonal, fn):

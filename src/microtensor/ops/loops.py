@@ -401,3 +401,18 @@ def scalar_tensor_like(value, other):
         dt = bool_ if type(value) is bool else result_type(value, other)
         value = from_array(np.array(wrap_scalar(value, dt), dtype=dt.np))
     return value.to(other.device) if other.device.type != "cpu" else value
+
+
+def owned(result):
+    """``result`` (a tensor or a tuple of them, nested), computed as a view of the op's own
+    temporary, made a tensor of its own, its history kept (``_base`` None), as PyTorch's
+    result is: no caller can reach the temporary, and a view is refused what a tensor is
+    allowed (``detach_()``; an in-place change in grad mode after a call in no_grad mode).
+    Never call it on a result that may be an input or a view of one."""
+    if isinstance(result, tuple):
+        for t in result:
+            owned(t)
+    elif isinstance(result, TensorBase) and result._base is not None:
+        result._base = result._view_info = None
+        result._is_diff_view = False
+    return result

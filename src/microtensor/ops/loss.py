@@ -23,8 +23,8 @@ from microtensor.ops.contraction import pairwise_distance
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import arange, tensor
 from microtensor.ops.pointwise import minimum, where
-from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, pointwise,
-                                   refuse_unless_floating)
+from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, owned,
+                                   pointwise, refuse_unless_floating)
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import BatchedTensor, batch_size, call, front_or_expanded, wrap
 
@@ -455,7 +455,7 @@ def _check_long(what):
 def _per_row(losses, shape, reduction):
     """Per-row losses reduced, or, unreduced, in ``shape``."""
     if reduction == "none":
-        return losses.reshape(shape)
+        return owned(losses.reshape(shape))
     return _reduced(losses, reduction)
 
 

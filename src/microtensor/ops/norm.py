@@ -17,7 +17,7 @@ from microtensor._C.tensor import bfloat16, compute_numpy, float16, float32, is_
 from microtensor._C.meta import channels_last, channels_last_3d, contiguous_format
 from microtensor.ops.copy import linked
 from microtensor.ops.loops import (_type_name, from_numpy_result, in_format, memory_format_of,
-                                   refuse_unless_floating)
+                                   owned, refuse_unless_floating)
 from microtensor.ops import ghost
 from microtensor.ops.registry import Sample, op
 from microtensor.vmap.helpers import (batch_size, call, front_or_expanded, same_level, unwrap,
@@ -556,7 +556,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enable
     if bias is not None:
         out = out + channel_view(bias, len(shape))
     # float32 parameters of a half input leave the result in the input's dtype
-    return in_format(out.to(input.dtype), memory_format_of(input))   # and layout
+    return owned(in_format(out.to(input.dtype), memory_format_of(input)))   # and layout
 
 
 def _rms_norm_samples(make):
@@ -721,7 +721,9 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     """``(layer_norm(...), mean, rstd)``, the statistics over the normalised dims, kept
     as size-1 dims."""
     out = layer_norm(input, normalized_shape, weight, bias, eps)
-    return (out,) + _statistics(input, tuple(range(-len(normalized_shape), 0)), eps)
+    # the statistics are saved values, not differentiable outputs (PyTorch's)
+    return (out,) + tuple(s.detach() for s in
+                          _statistics(input, tuple(range(-len(normalized_shape), 0)), eps))
 
 
 def _native_batch_norm_samples(make):
@@ -747,7 +749,8 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
         return out, empty, empty.clone()
     dims = (0,) + tuple(range(2, input.dim()))
     mean, rstd = _statistics(input, dims, eps)
-    return out, mean.reshape(-1), rstd.reshape(-1)
+    # the statistics are saved values, not differentiable outputs (PyTorch's)
+    return out, mean.reshape(-1).detach(), rstd.reshape(-1).detach()
 
 
 def _native_group_norm_samples(make):
@@ -765,7 +768,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
         raise RuntimeError("Expected X.numel() == N * C * HxW to be true, but got false.")
     out = group_norm(input, group, weight, bias, eps)
     mean, rstd = _statistics(input.reshape(N, group, -1), (2,), eps)
-    return out, mean.reshape(N, group), rstd.reshape(N, group)
+    return out, owned(mean.reshape(N, group)), owned(rstd.reshape(N, group))
 
 
 __all__ += ["native_layer_norm", "native_batch_norm", "native_group_norm"]

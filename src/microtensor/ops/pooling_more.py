@@ -20,7 +20,7 @@ from microtensor._C import meta, nnkernels
 from microtensor._C.meta import channels_last_3d
 from microtensor._C.tensor import int64
 from microtensor.ops.loops import (_type_name, array_module, from_numpy_result, in_format,
-                                   is_floating_array)
+                                   is_floating_array, owned)
 from microtensor.ops.pooling import (_adaptive_windows, _averaging_matrix, avg_pool1d,
                                      avg_pool2d, avg_pool3d, max_pool1d_with_indices,
                                      max_pool2d_with_indices, max_pool3d_with_indices,
@@ -268,7 +268,7 @@ def adaptive_avg_pool3d(self, output_size):
     result = self.matmul(_averaging_rows(w, ow, self).mT)           # (..., d, h, ow)
     result = _averaging_rows(h, oh, self).matmul(result)            # (..., d, oh, ow)
     result = _averaging_rows(d, od, self).matmul(result.reshape(lead + (d, oh * ow)))
-    return result.reshape(lead + (od, oh, ow))
+    return owned(result.reshape(lead + (od, oh, ow)))
 
 
 def _averaging_rows(n, o, like):

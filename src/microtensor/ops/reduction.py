@@ -27,7 +27,7 @@ from microtensor._dtype import info
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
-                                   float_dtype, from_numpy_result, new_result, reduce,
+                                   float_dtype, from_numpy_result, new_result, owned, reduce,
                                    reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
 from microtensor.ops.registry import Sample, op
@@ -1080,7 +1080,7 @@ def _quantile(name, self, q, dim, keepdim, interpolation, ignore_nan):
             values = values.reshape((values.shape[0],) + (1,) * self.dim())
         elif self.dim():
             values = values.unsqueeze(_single_dim(dim, self.dim()) + 1)
-    return values.squeeze(0) if scalar_q else values
+    return owned(values.squeeze(0) if scalar_q else values)
 
 
 def _quantile_samples(make):
@@ -1185,7 +1185,7 @@ def _histc_rows(op, level, args, kwargs):
 def histc(self, bins=100, min=0, max=0, *, out=None):
     """A histogram of ``bins`` equal bins over [min, max] (the data's range when both are
     0); values outside the range, and NaN, are not counted."""
-    result = _histc_rows(self.reshape(1, -1), bins, min, max).reshape(bins)
+    result = owned(_histc_rows(self.reshape(1, -1), bins, min, max).reshape(bins))
     if out is None:
         return result
     return _into(out, result, f"torch.histogram: input tensor and hist tensor should have the "

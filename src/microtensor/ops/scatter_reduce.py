@@ -16,8 +16,8 @@ from microtensor._C.tensor import TensorBase, bool_, int64
 from microtensor.ops.factory import arange, full, tensor
 from microtensor.ops.indexing import (_along, _check_scatter, _padded, _shape_or_vector, _target,
                                      dimwise_index_batch_rule)
-from microtensor.ops.loops import (_type_name, array_module, is_floating_array, refuse_complex,
-                                   update_at)
+from microtensor.ops.loops import (_type_name, array_module, is_floating_array, owned,
+                                   refuse_complex, update_at)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -240,7 +240,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     start = _EMPTY_SEGMENT[how] if initial is None else initial
     base = full(out_shape, start, dtype=data.dtype, device=data.device)
     result = base.scatter_reduce(axis, index, data, how, include_self=initial is not None)
-    result = result.narrow(axis, 0, segments)
+    result = owned(result.narrow(axis, 0, segments).contiguous())
     if reduce != "mean":
         return result
     counts = lengths.reshape(tuple(lengths.shape) + (1,) * trailing).to(data.dtype)

@@ -19,7 +19,7 @@ from microtensor._dtype import result_type
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.factory import tensor
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
-                                   is_floating_array, new_result, refuse_complex)
+                                   is_floating_array, new_result, owned, refuse_complex)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64, _into,
                                        cumulative_)
@@ -151,7 +151,17 @@ def _sort(self, dim=-1, descending=False):
     if self._dtype.is_complex:
         raise RuntimeError(" Sort does not support complex dtypes on CPU")
     arr, axis = _along(self, dim)
-    return _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
+    values, indices = _values_indices(self, arr, axis, _stable_order(arr, axis, descending))
+    return _laid_out_like(values, self), _laid_out_like(indices, self)
+
+
+def _laid_out_like(result, like):
+    """``result`` strided as ``empty_like(like)`` (the input's layout when it is dense, as
+    PyTorch's sort allocates its outputs): a copy when it is not already."""
+    strides = meta.preserve_format_strides(like._sizes, like._strides)
+    if strides == result._strides:
+        return result
+    return result.new_empty_strided(result._sizes, strides).copy_(result)
 
 
 @_sort.def_derivative("self")
@@ -734,7 +744,8 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
     else:
         # computed with the dim first and moved back, so laid out as PyTorch's
         moved = np.ascontiguousarray(np.moveaxis(arr, axis, 0)[first])
-        result, inverse_shape = _fresh(xp.asarray(moved), self._dtype).movedim(0, axis), (n,)
+        result = owned(_fresh(xp.asarray(moved), self._dtype).movedim(0, axis))
+        inverse_shape = (n,)
     extra = []
     if return_inverse:
         extra.append(_fresh(xp.asarray((np.cumsum(starts) - 1).astype(np.int64)

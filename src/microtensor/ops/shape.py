@@ -21,7 +21,7 @@ from microtensor._dtype import promote_types, result_type
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_arg, int_tuple, ints_arg, size_arg
 from microtensor.ops.factory import arange, tensor_of
-from microtensor.ops.loops import (_type_name, array_module, device_of, new_result,
+from microtensor.ops.loops import (_type_name, array_module, device_of, new_result, owned,
                                    repeated_dim_error)
 from microtensor.ops.registry import Sample, inplace_variant, op
 from microtensor.ops.registry import REGISTRY
@@ -164,7 +164,7 @@ def stack(tensors, dim=0):
     if d < len(shape):
         # PyTorch's layout: the inputs joined along ``d`` as ``cat`` lays them out, then
         # that dim split in two (the unsqueezed inputs can suggest another memory format)
-        return cat(tensors, d).unflatten(d, (len(tensors), shape[d]))
+        return owned(cat(tensors, d).unflatten(d, (len(tensors), shape[d])))
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
@@ -687,15 +687,19 @@ def _channel_shuffled(input, groups):
                            f"channels and {groups} groups.")
     if input.numel() == 0:
         return input.view(shape)
+    # a copy always (PyTorch's result never shares the input's memory, even when the
+    # shuffle leaves the channels in place), viewed as the result's shape
     if meta.suggest_memory_format(shape, tuple(input.stride())) is meta.contiguous_format:
         grouped = input.reshape(shape[0], groups, channels // groups, -1)
-        return grouped.transpose(1, 2).reshape(shape)
+        return grouped.transpose(1, 2).clone(
+            memory_format=meta.contiguous_format)._unsafe_view(shape)
     last = len(shape) - 1
     channels_last = input.permute((0,) + tuple(range(2, len(shape))) + (1,))
     grouped = channels_last.reshape(tuple(channels_last.shape[:-1]) +
                                     (groups, channels // groups))
-    shuffled = grouped.transpose(-1, -2).reshape(tuple(channels_last.shape))
-    return shuffled.permute((0, last) + tuple(range(1, last)))
+    shuffled = grouped.transpose(-1, -2).clone(
+        memory_format=meta.contiguous_format)._unsafe_view(tuple(channels_last.shape))
+    return owned(shuffled.permute((0, last) + tuple(range(1, last))))
 
 
 @op(kind="composite", method=False, inputs=("input",), samples=_channel_shuffle_samples)
@@ -770,11 +774,11 @@ def rot90(self, k=1, dims=(0, 1)):
     d0, d1 = meta.wrap_dim(dims[0], n), meta.wrap_dim(dims[1], n)
     k = k % 4
     if k == 1:
-        return self.flip(d1).transpose(d0, d1)
+        return owned(self.flip(d1).transpose(d0, d1))
     if k == 2:
         return self.flip(d0, d1)
     if k == 3:
-        return self.flip(d0).transpose(d0, d1)
+        return owned(self.flip(d0).transpose(d0, d1))
     return self.clone(memory_format=meta.contiguous_format)
 
 
