@@ -349,3 +349,54 @@ def test_linspace_and_logspace_refuse_what_cannot_be_allocated_as_pytorch():
     for make in (mt.linspace, mt.logspace):
         with pytest.raises(RuntimeError, match="can't allocate memory"):
             make(0, 1, 2 ** 48)
+
+
+LAYOUT_FACTORIES = {
+    "zeros": lambda lib, **kw: lib.zeros(2, 3, **kw),
+    "ones": lambda lib, **kw: lib.ones(2, **kw),
+    "empty": lambda lib, **kw: lib.empty(2, **kw).zero_(),
+    "full": lambda lib, **kw: lib.full((2,), 1.5, **kw),
+    "empty_strided": lambda lib, **kw: lib.empty_strided((2, 2), (1, 2), **kw).zero_(),
+    "eye": lambda lib, **kw: lib.eye(3, **kw),
+    "arange": lambda lib, **kw: lib.arange(4, **kw),
+    "linspace": lambda lib, **kw: lib.linspace(0, 1, 5, **kw),
+    "logspace": lambda lib, **kw: lib.logspace(0, 1, 3, **kw),
+    "scalar_tensor": lambda lib, **kw: lib.scalar_tensor(2.0, **kw),
+    "randperm": lambda lib, **kw: lib.randperm(4, **kw).sort().values,
+    "zeros_like": lambda lib, **kw: lib.zeros_like(lib.ones(2), **kw),
+    "ones_like": lambda lib, **kw: lib.ones_like(lib.ones(2), **kw),
+    "full_like": lambda lib, **kw: lib.full_like(lib.ones(2), 3.0, **kw),
+    "empty_like": lambda lib, **kw: lib.empty_like(lib.ones(2), **kw).zero_(),
+    "new_zeros": lambda lib, **kw: lib.ones(2).new_zeros(3, **kw),
+    "new_full": lambda lib, **kw: lib.ones(2).new_full((2,), 4.0, **kw),
+    "hann_window": lambda lib, **kw: lib.hann_window(4, **kw),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("name", list(LAYOUT_FACTORIES))
+def test_factories_take_pytorchs_layout_argument(name):
+    """``layout=torch.strided`` (as in ``zeros(shape, dtype=t.dtype, layout=t.layout,
+    device=t.device)``) is accepted; another layout or a non-layout is refused."""
+    make = LAYOUT_FACTORIES[name]
+    ours, theirs = make(mt, layout=mt.strided), make(torch, layout=torch.strided)
+    assert described(ours) == described(theirs)
+    assert ours.tolist() == theirs.tolist()
+    with pytest.raises(Exception) as refusal:
+        make(torch, layout=torch.sparse_coo)
+        pytest.skip("PyTorch makes a sparse tensor here")
+    with pytest.raises(type(refusal.value), match="sparse_coo_tensor"):
+        make(mt, layout=mt.sparse_coo)
+    with pytest.raises(TypeError, match="layout"):
+        make(mt, layout="strided")
+
+
+def test_random_factories_take_the_strided_layout():
+    for make in (lambda **kw: mt.rand(2, **kw), lambda **kw: mt.randn(2, **kw),
+                 lambda **kw: mt.randint(0, 3, (2,), **kw),
+                 lambda **kw: mt.rand_like(mt.ones(2), **kw),
+                 lambda **kw: mt.randn_like(mt.ones(2), **kw),
+                 lambda **kw: mt.randint_like(mt.ones(2), 3, **kw)):
+        assert make(layout=mt.strided).layout is mt.strided
+        with pytest.raises(NotImplementedError):
+            make(layout=mt.sparse_coo)

@@ -123,10 +123,29 @@ def fill_new(sizes, dt, dev, value, requires_grad=False):
     return finish(t, requires_grad)
 
 
+def _strided_only(name, layout):
+    """PyTorch's ``layout=`` argument (given): ``strided``, the default, is what every
+    factory here makes; a sparse tensor is made with ``sparse_coo_tensor`` or
+    ``Tensor.to_sparse``."""
+    from microtensor._tensor_extras import layout as layout_type, strided
+    if layout is strided:
+        return
+    if not isinstance(layout, layout_type):
+        raise TypeError(f"{name}(): argument 'layout' must be microtensor.layout, not "
+                        f"{type(layout).__name__}")
+    # (PyTorch's filled tensors and windows check the layout first: a RuntimeError)
+    error = RuntimeError if name in ("ones", "full") or name.endswith("_window") else \
+        NotImplementedError
+    raise error(f"{name}(): layout={layout} is not supported here: a sparse tensor is made "
+                f"with sparse_coo_tensor() or Tensor.to_sparse()")
+
+
 # --------------------------------------------------------------------------- from sizes
 
-def empty(*size, dtype=None, device=None, requires_grad=False,
+def empty(*size, dtype=None, layout=None, device=None, requires_grad=False,
           memory_format=contiguous_format, pin_memory=False):
+    if layout is not None:
+        _strided_only("empty", layout)
     sizes = parse_size(size)
     dt = pick_dtype(dtype, get_default_dtype())
     strides = meta.strides_for_format(sizes, memory_format) \
@@ -135,17 +154,23 @@ def empty(*size, dtype=None, device=None, requires_grad=False,
     return finish(t, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
+def zeros(*size, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("zeros", layout)
     return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), on_device(device),
                     0, requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
+def ones(*size, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("ones", layout)
     return fill_new(parse_size(size), pick_dtype(dtype, get_default_dtype()), on_device(device),
                     1, requires_grad)
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+def full(size, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("full", layout)
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"full(): argument 'size' must be tuple of ints, not "
                         f"{type(size).__name__}")
@@ -155,7 +180,9 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     return fill_new(parse_size((size,)), dt, on_device(device), fill_value, requires_grad)
 
 
-def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("empty_strided", layout)
     sizes = parse_size((size,))
     strides = int_tuple(stride, "stride")
     if len(sizes) != len(strides):
@@ -170,7 +197,9 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False)
     return finish(t, requires_grad)
 
 
-def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+def eye(n, m=None, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("eye", layout)
     m = n if m is None else m
     for name, value in (("n", n), ("m", m)):
         if isinstance(value, numbers.Integral) and int_arg(value, name) < 0:
@@ -201,7 +230,9 @@ def _range_bounds(start, end, step):
 
 
 @_quiet_conversion
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("arange", layout)
     if end is None:
         start, end = 0, start
     start, end, step = _range_bounds(start, end, step)
@@ -221,9 +252,11 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 
 
 @_quiet_conversion
-def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+def linspace(start, end, steps, *, dtype=None, layout=None, device=None, requires_grad=False):
     """PyTorch's formula: the first half counts up from ``start``, the second half down
     from ``end`` (so both ends are exact), in the result's float type."""
+    if layout is not None:
+        _strided_only("linspace", layout)
     if int_arg(steps, "steps") < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
@@ -292,8 +325,11 @@ def _fused_multiply_add(a, b, c):
 
 
 @_quiet_conversion
-def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
+             requires_grad=False):
     """``base ** linspace(start, end, steps)``, computed in the result's float type."""
+    if layout is not None:
+        _strided_only("logspace", layout)
     if int_arg(steps, "steps") < 0:
         raise RuntimeError("number of steps must be non-negative")
     dt = pick_dtype(dtype, get_default_dtype())
@@ -475,7 +511,9 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
     return shared.clone() if copy else shared
 
 
-def scalar_tensor(value, *, dtype=None, device=None, requires_grad=False):
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("scalar_tensor", layout)
     return tensor(value, dtype=pick_dtype(dtype, get_default_dtype()), device=device,
                   requires_grad=requires_grad)
 
@@ -614,7 +652,9 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def rand(*size, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("rand", layout)
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "rand", complex_ok=True)
     sample = lambda rng, s: rng.random(s)   # noqa: E731
     return _random(_complex_sample(sample) if dt.is_complex else sample, size, dt,
@@ -624,7 +664,9 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def randn(*size, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("randn", layout)
     dt = floating_only(pick_dtype(dtype, get_default_dtype()), "randn", complex_ok=True)
     sample = lambda rng, s: rng.standard_normal(s)   # noqa: E731
     return _random(_complex_sample(sample, 0.5 ** 0.5) if dt.is_complex else sample, size, dt,
@@ -635,8 +677,10 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     family="factory",
     samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,)),
                           Sample(0, 5, ())])
-def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
+def randint(low, high=None, size=None, *, generator=None, dtype=None, layout=None, device=None,
             requires_grad=False):
+    if layout is not None:
+        _strided_only("randint", layout)
     if size is None:
         low, high, size = 0, low, high
     if high is None:
@@ -652,7 +696,9 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
 @op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=lambda make: [Sample(5), Sample(0)])
-def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+def randperm(n, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("randperm", layout)
     rng = (generator or default_generator)._rng
     meta.check_storage_nbytes(parse_size((int_arg(n, "n"),)), pick_dtype(dtype, int64).itemsize)
     values = rng.permutation(n).astype(pick_dtype(dtype, int64).np)
@@ -680,8 +726,10 @@ def _new_like(self, dtype, device, memory_format):
 @op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=_like_samples)
-def rand_like(self, *, dtype=None, device=None, requires_grad=False,
+def rand_like(self, *, dtype=None, layout=None, device=None, requires_grad=False,
               memory_format=preserve_format, generator=None):
+    if layout is not None:
+        _strided_only("rand_like", layout)
     t = _new_like(self, dtype, device, memory_format)
     floating_only(t._dtype, "rand_like")
     if t._numel:
@@ -692,8 +740,10 @@ def rand_like(self, *, dtype=None, device=None, requires_grad=False,
 @op(inputs=("self",), method=False, random=True, differentiable=False, kind="factory",
     family="factory",
     samples=_like_samples)
-def randn_like(self, *, dtype=None, device=None, requires_grad=False,
+def randn_like(self, *, dtype=None, layout=None, device=None, requires_grad=False,
                memory_format=preserve_format, generator=None):
+    if layout is not None:
+        _strided_only("randn_like", layout)
     t = _new_like(self, dtype, device, memory_format)
     floating_only(t._dtype, "randn_like")
     if t._numel:
@@ -714,24 +764,30 @@ def _filled_like(self, value, dtype, device, requires_grad, memory_format):
 @op(method=False, differentiable=False, kind="factory",
     family="factory",
     samples=_like_samples)
-def empty_like(self, *, dtype=None, device=None, requires_grad=False,
+def empty_like(self, *, dtype=None, layout=None, device=None, requires_grad=False,
                memory_format=preserve_format):
+    if layout is not None:
+        _strided_only("empty_like", layout)
     return _filled_like(self, None, dtype, device, requires_grad, memory_format)
 
 
 @op(method=False, differentiable=False, kind="factory",
     family="factory",
     samples=_like_samples)
-def zeros_like(self, *, dtype=None, device=None, requires_grad=False,
+def zeros_like(self, *, dtype=None, layout=None, device=None, requires_grad=False,
                memory_format=preserve_format):
+    if layout is not None:
+        _strided_only("zeros_like", layout)
     return _filled_like(self, 0, dtype, device, requires_grad, memory_format)
 
 
 @op(method=False, differentiable=False, kind="factory",
     family="factory",
     samples=_like_samples)
-def ones_like(self, *, dtype=None, device=None, requires_grad=False,
+def ones_like(self, *, dtype=None, layout=None, device=None, requires_grad=False,
               memory_format=preserve_format):
+    if layout is not None:
+        _strided_only("ones_like", layout)
     return _filled_like(self, 1, dtype, device, requires_grad, memory_format)
 
 
@@ -740,8 +796,10 @@ def ones_like(self, *, dtype=None, device=None, requires_grad=False,
     samples=lambda make: [
         Sample(make(2, 3), 2.5), Sample(make(3, dtype=int64), 4),
         Sample(make(2, 3), 7, dtype=int64)])
-def full_like(self, fill_value, *, dtype=None, device=None, requires_grad=False,
+def full_like(self, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
               memory_format=preserve_format):
+    if layout is not None:
+        _strided_only("full_like", layout)
     return _filled_like(self, fill_value, dtype, device, requires_grad, memory_format)
 
 
@@ -774,7 +832,9 @@ full_like.def_batch_rule(like_batch_rule)
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=_new_samples)
-def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+def new_empty(self, *size, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("new_empty", layout)
     return finish(empty_contiguous(parse_size(size), pick_dtype(dtype, self._dtype),
                                    to_device(device) or self.device), requires_grad)
 
@@ -782,7 +842,9 @@ def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=_new_samples)
-def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+def new_zeros(self, *size, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("new_zeros", layout)
     return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
                     to_device(device) or self.device, 0, requires_grad)
 
@@ -790,7 +852,9 @@ def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
 @op(function=False, differentiable=False, kind="factory",
     family="factory",
     samples=_new_samples)
-def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+def new_ones(self, *size, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("new_ones", layout)
     return fill_new(parse_size(size), pick_dtype(dtype, self._dtype),
                     to_device(device) or self.device, 1, requires_grad)
 
@@ -812,7 +876,9 @@ new_ones.def_batch_rule(new_sized_batch_rule)
     samples=lambda make: [
         Sample(make(2), (2, 3), 1.5), Sample(make(2, dtype=int64), (3,), 4),
         Sample(make(2), (2,), 2, dtype=int64)])
-def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False):
+    if layout is not None:
+        _strided_only("new_full", layout)
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"new_full(): argument 'size' must be tuple of ints, not "
                         f"{type(size).__name__}")
@@ -848,7 +914,10 @@ def new_tensor(op, level, args, kwargs):
     family="factory",
     samples=lambda make: [
         Sample(make(2), (2, 3), (1, 2)), Sample(make(2), (2,), (3,))])
-def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None,
+                      requires_grad=False):
+    if layout is not None:
+        _strided_only("new_empty_strided", layout)
     return empty_strided(size, stride, dtype=pick_dtype(dtype, self._dtype),
                          device=to_device(device) or self.device, requires_grad=requires_grad)
 
@@ -993,10 +1062,13 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
     return finish(_alias_numpy(raw.view(dtype.np)), requires_grad)
 
 
-def range_inclusive(start, end, step=1, *, dtype=None, device=None, requires_grad=False):
+def range_inclusive(start, end, step=1, *, dtype=None, layout=None, device=None,
+                    requires_grad=False):
     """``range``, deprecated in PyTorch and here: ``start`` to ``end`` *inclusive* by
     ``step`` (``floor((end - start) / step) + 1`` values), in the default dtype unless
     ``dtype`` is given.  Use ``arange``, which stops before ``end``."""
+    if layout is not None:
+        _strided_only("range_inclusive", layout)
     warnings.warn("torch.range is deprecated and will be removed in a future release because "
                   "its behavior is inconsistent with Python's range builtin. Instead, use "
                   "torch.arange, which produces values in [start, end).", UserWarning,
@@ -1021,6 +1093,8 @@ def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=Non
     """An uninitialised tensor of sizes ``size`` whose memory is laid out in the dim order
     ``physical_layout`` (outermost first): ``empty(size[p] for p in physical_layout)``
     permuted back, so ``empty_permuted((N, C, H, W), (0, 2, 3, 1))`` is channels-last."""
+    if layout is not None:
+        _strided_only("empty_permuted", layout)
     if not isinstance(size, (tuple, list)):
         raise TypeError(f"empty_permuted(): argument 'size' (position 1) must be tuple of "
                         f"ints, not {type(size).__name__}")
@@ -1077,10 +1151,12 @@ def _integer_bound(value, name):
     family="factory",
     samples=lambda make: [Sample(make(2, 3), 5), Sample(make(4, 3).t(), -2, 3),
                           Sample(make(3, dtype=int64), 7), Sample(make(), 1, 4)])
-def randint_like(self, low=0, high=None, *, generator=None, dtype=None, device=None,
+def randint_like(self, low=0, high=None, *, generator=None, dtype=None, layout=None, device=None,
                  requires_grad=False, memory_format=preserve_format):
     """Integers drawn uniformly from ``[low, high)`` (``randint_like(x, high)``: from 0)
     in a tensor shaped like ``self``, of its dtype unless ``dtype`` is given."""
+    if layout is not None:
+        _strided_only("randint_like", layout)
     if high is None:
         low, high = 0, low
     low, high = _integer_bound(low, "low"), _integer_bound(high, "high")
@@ -1097,6 +1173,8 @@ def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=
     into memory: ``shared=True`` maps the file itself (writes reach it; a missing or
     shorter file is created or extended), otherwise a private copy-on-write mapping of an
     existing file (writes stay in the tensor)."""
+    if layout is not None:
+        _strided_only("from_file", layout)
     dt = pick_dtype(dtype, get_default_dtype())
     size = int_arg(size, "size")
     nbytes = size * dt.itemsize
@@ -1161,6 +1239,8 @@ def _cosine_window(n, compute, alpha, beta):
 def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
                 requires_grad=False):
     """sin(pi k / (N - 1))^2 = 1/2 - cos(2 pi k / (N - 1)) / 2."""
+    if layout is not None:
+        _strided_only("hann_window", layout)
     return _window("hann_window", window_length, periodic, dtype, device, requires_grad,
                    lambda n, compute: _cosine_window(n, compute, 0.5, 0.5))
 
@@ -1168,6 +1248,8 @@ def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device
 def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None,
                    layout=None, device=None, requires_grad=False):
     """alpha - beta cos(2 pi k / (N - 1))."""
+    if layout is not None:
+        _strided_only("hamming_window", layout)
     return _window("hamming_window", window_length, periodic, dtype, device, requires_grad,
                    lambda n, compute: _cosine_window(n, compute, alpha, beta))
 
@@ -1181,6 +1263,8 @@ def _blackman(n, compute):
 def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
                     requires_grad=False):
     """0.42 - 0.5 cos(2 pi k / (N - 1)) + 0.08 cos(4 pi k / (N - 1))."""
+    if layout is not None:
+        _strided_only("blackman_window", layout)
     return _window("blackman_window", window_length, periodic, dtype, device, requires_grad,
                    _blackman)
 
@@ -1195,6 +1279,8 @@ def _bartlett(n, compute):
 def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None,
                     requires_grad=False):
     """The triangle 1 - |2k / (N - 1) - 1|."""
+    if layout is not None:
+        _strided_only("bartlett_window", layout)
     return _window("bartlett_window", window_length, periodic, dtype, device, requires_grad,
                    _bartlett)
 
@@ -1203,6 +1289,8 @@ def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout
                   device=None, requires_grad=False):
     """I0(beta sqrt(1 - ((k - a) / a)^2)) / I0(beta), a = (N - 1) / 2: the argument in the
     result's type (as PyTorch's), I0 in float64."""
+    if layout is not None:
+        _strided_only("kaiser_window", layout)
     def values(n, compute):
         half = compute((n - 1) / 2.0)
         ratio = (np.arange(n, dtype=compute) - half) / half
