@@ -321,16 +321,24 @@ def test_times_a_dense_tensor(dense_shape):
     assert_sparse(hybrid * mt.tensor([1.0, 2.0]), torch_hybrid * torch.tensor([1.0, 2.0]))
 
 
-def test_times_a_dense_tensor_is_differentiable():
+def _value_and_dense_grads(use):
+    """The gradients wrt a sparse tensor's values and a dense operand of
+    ``use(lib, sparse, dense)``, in microtensor and in PyTorch."""
     values, dense = _graph_operands()
     grads = []
     for lib in (mt, torch):
         v = lib.tensor(values, requires_grad=True)
         d = lib.tensor(dense, requires_grad=True)
         s = lib.sparse_coo_tensor(lib.tensor(I), v, (2, 3))
-        ((s * d.t()).to_dense() ** 2).sum().backward()
+        assert s.requires_grad and not s.is_leaf and s.grad_fn is not None
+        use(lib, s, d).backward()
         grads.append((v.grad, d.grad))
-    (mv, md), (tv, td) = grads
+    return grads
+
+
+def test_times_a_dense_tensor_is_differentiable():
+    (mv, md), (tv, td) = _value_and_dense_grads(
+        lambda lib, s, d: ((s * d.t()).to_dense() ** 2).sum())
     assert_dense(mv, tv, atol=1e-10)
     assert td.is_sparse     # PyTorch's gradient of the dense operand is sparse; ours dense
     assert_dense(md, td.to_dense(), atol=1e-10)
@@ -511,16 +519,7 @@ def _graph_operands():
     lambda lib, s, d: (((s + s.coalesce()) / 2) @ d).pow(2).sum(),
 ])
 def test_gradients_wrt_values_and_dense_match_torch(use):
-    values, dense = _graph_operands()
-    grads = []
-    for lib in (mt, torch):
-        v = lib.tensor(values, requires_grad=True)
-        d = lib.tensor(dense, requires_grad=True)
-        s = lib.sparse_coo_tensor(lib.tensor(I), v, (2, 3))
-        assert s.requires_grad and not s.is_leaf and s.grad_fn is not None
-        use(lib, s, d).backward()
-        grads.append((v.grad, d.grad))
-    (mv, md), (tv, td) = grads
+    (mv, md), (tv, td) = _value_and_dense_grads(use)
     assert_dense(mv, tv, atol=1e-10)
     assert_dense(md, td, atol=1e-10)
 
