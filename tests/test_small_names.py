@@ -1,6 +1,7 @@
 """Small names PyTorch programs use, against PyTorch: ``utils.hooks.RemovableHandle`` (the
 one class every hook registration returns, and what custom registries build) and
-``autograd.graph.save_on_cpu`` (saved tensors kept on the CPU)."""
+``autograd.graph.save_on_cpu`` (saved tensors kept on the CPU), and the functions PyTorch 2
+removed (``solve``, ``lstsq``, ``eig``, ``symeig``, ``matrix_rank``), which raise its error."""
 import gc
 import pickle
 import weakref
@@ -169,3 +170,23 @@ def test_save_on_cpu_moves_device_tensors_to_the_cpu_and_back(fake_cuda, pin_mem
     on_cpu = grads_after_inplace_change(torch, pin_memory=True)
     for mine, reference in zip(on_device, on_cpu):
         np.testing.assert_allclose(mine, reference, rtol=1e-6)
+
+
+REMOVED = [("solve", True), ("lstsq", True), ("eig", True), ("symeig", True),
+           ("matrix_rank", False)]
+
+
+@pytest.mark.parametrize("name, method", REMOVED)
+def test_functions_pytorch_2_removed_raise_its_error_naming_the_replacement(name, method):
+    """A PyTorch 1.x script calling them learns what to write, as under PyTorch 2."""
+    for lib in (mt, torch):
+        A = lib.eye(2)
+        calls = [lambda: getattr(lib, name)(A, A)]
+        if method:
+            calls.append(lambda: getattr(A, name)(A))
+        assert hasattr(A, name) == method
+        for call in calls:
+            with pytest.raises(RuntimeError, match="deprecated since version 1.9 and is now "
+                                                   "removed") as refusal:
+                call()
+            assert "linalg." in str(refusal.value)

@@ -52,6 +52,11 @@ from microtensor._legacy import TYPED_CONSTRUCTORS as _TYPED_CONSTRUCTORS  # noq
 globals().update(_TYPED_CONSTRUCTORS)   # FloatTensor, LongTensor ...
 from microtensor._printing import set_printoptions  # noqa: E402
 from microtensor._toplevel import is_floating_point, is_tensor, numel  # noqa: E402
+from microtensor._removed import eig, lstsq, matrix_rank, solve, symeig  # noqa: E402
+from microtensor._removed import TENSOR_METHODS as _REMOVED_METHODS  # noqa: E402
+for _name, _method in _REMOVED_METHODS.items():
+    setattr(Tensor, _name, _method)
+del _name, _method
 from microtensor import _composite  # noqa: E402
 _composite.install(Tensor, globals())
 from microtensor import _tensor_extras  # noqa: E402
