@@ -16,7 +16,8 @@ import pytest
 
 import microtensor
 from test_port_vision import (  # the shared harness (and its autouse fixture)
-    Recorder, _assert_same, _pytorch_on_one_thread, needs_torch, train_wgan_gp)  # noqa: F401
+    _pytorch_on_one_thread, needs_torch, train_wgan_gp)  # noqa: F401
+from test_port_vision import _run_both as _run_both_at_default_dtype
 
 try:
     import torch as _torch
@@ -35,19 +36,9 @@ TOLERANCES = {"float64": dict(rtol=1e-9, atol=1e-11), "float32": dict(rtol=2e-4,
 def _run_both(program, dtype="float64", **tolerances):
     """Runs ``program`` with modules and data in ``dtype`` (the default dtype, as
     ``set_default_dtype`` users do), on PyTorch, then on microtensor, and compares."""
-    tolerances = {**TOLERANCES[dtype], **tolerances}
-    rtol, atol = tolerances["rtol"], tolerances["atol"]
-    weights = {}
     _torch.set_default_dtype(getattr(_torch, dtype))
-    ref = Recorder(_torch, weights)
-    program(_torch, ref, np.random.default_rng(0))
     microtensor.set_default_dtype(getattr(microtensor, dtype))
-    got = Recorder(microtensor, weights)
-    program(microtensor, got, np.random.default_rng(0))
-    assert list(got.values) == list(ref.values)
-    for name, expected in ref.values.items():
-        _assert_same(got.values[name], expected, name, rtol, atol)
-    return ref, got
+    return _run_both_at_default_dtype(program, **{**TOLERANCES[dtype], **tolerances})
 
 
 def _data(torch, values):
