@@ -2,12 +2,14 @@
 
 The decompositions and solvers are ops of ``ops.linalg_decomp`` (NumPy's LAPACK, batched
 over leading dims); the norms, ``svdvals``, ``eigvalsh``, ``pinv`` and ``lstsq`` are
-written with them, so their derivatives and batching rules are those ops'.
+written with them, so their derivatives and batching rules are those ops'.  Each takes
+``out=`` where PyTorch's does (``takes_out``).
 """
 import math
 import numbers
 
 from microtensor.ops import linalg_decomp as _decomp
+from microtensor.ops.dispatch import takes_out
 from microtensor.ops.linalg_decomp import LinAlgError, check_matrix as _check_matrix
 from microtensor.ops.reduction import norm as _norm
 
@@ -15,6 +17,7 @@ LstsqResult = _decomp._named("linalg_lstsq", ("solution", "residuals", "rank",
                                               "singular_values"))
 
 
+@takes_out
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The vector ``ord``-norm of ``x`` over ``dim`` (None: all elements); ``ord`` is any
     number, ``inf`` or ``-inf`` (0 counts the nonzero elements)."""
@@ -24,46 +27,56 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _norm(x, ord, dim, keepdim, dtype)
 
 
+@takes_out
 def inv(A):
     """The inverse of each square matrix of ``A``; a singular one raises LinAlgError."""
     return _decomp.linalg_inv(A)
 
 
+@takes_out
 def det(A):
     return _decomp.linalg_det(A)
 
 
+@takes_out
 def slogdet(A):
     """``(sign, logabsdet)`` of the determinant of each square matrix of ``A``."""
     return _decomp.SlogdetResult(*_decomp.linalg_slogdet(A))
 
 
+@takes_out
 def solve(A, B, *, left=True):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
     return _decomp.linalg_solve(A, B, left=left)
 
 
+@takes_out
 def cholesky(A, *, upper=False):
     return _decomp.linalg_cholesky(A, upper=upper)
 
 
+@takes_out
 def qr(A, mode="reduced"):
     return _decomp.QRResult(*_decomp.linalg_qr(A, mode))
 
 
+@takes_out
 def svd(A, full_matrices=True):
     return _decomp.SVDResult(*_decomp.linalg_svd(A, full_matrices))
 
 
+@takes_out
 def svdvals(A):
     """The singular values of each matrix of ``A``, descending."""
     return _decomp.linalg_svd(A, False)[1]
 
 
+@takes_out
 def eigh(A, UPLO="L"):
     return _decomp.EighResult(*_decomp.linalg_eigh(A, UPLO))
 
 
+@takes_out
 def eigvalsh(A, UPLO="L"):
     return _decomp.linalg_eigh(A, UPLO)[0]
 
@@ -78,6 +91,7 @@ def _dims2(dim, ndim):
     return d0, d1
 
 
+@takes_out
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     """The matrix ``ord``-norm of ``A`` over the two dims ``dim``: 'fro', 'nuc', inf,
     -inf, 1, -1, 2, -2."""
@@ -104,6 +118,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     return value if keepdim else value.squeeze((d0, d1))
 
 
+@takes_out
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     """``vector_norm`` or ``matrix_norm`` as ``torch.linalg.norm`` dispatches: a 2-tuple
     ``dim`` or a string ``ord`` (or ``ord`` given with a 2-D input and no ``dim``) is a
@@ -123,6 +138,7 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
 
 
 
+@takes_out(casting=True)
 def pinv(A, *, atol=None, rtol=None, hermitian=False):
     """The pseudo-inverse: singular values (or absolute eigenvalues, ``hermitian``) at or
     below ``max(atol, rtol * largest)`` are treated as zero; with neither tolerance given,
@@ -191,6 +207,7 @@ __all__ += ["eig", "eigvals"]
 # --------------------------------------------------------------------------- the rest of
 # torch.linalg: the ops of ``ops.linalg_decomp`` and aliases of top-level ops
 
+@takes_out
 def cross(input, other, *, dim=-1):
     from microtensor import cross as _cross
     return _cross(input, other, dim=dim)
@@ -200,10 +217,12 @@ def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
     return A.diagonal(offset, dim1, dim2)
 
 
+@takes_out
 def matmul(input, other):
     return input @ other
 
 
+@takes_out
 def vecdot(x, y, *, dim=-1):
     return _decomp.linalg_vecdot(x, y, dim=dim)
 
@@ -212,10 +231,12 @@ def vander(x, *, N=None):
     return _decomp.linalg_vander(x, N=N)
 
 
+@takes_out
 def multi_dot(tensors):
     return _decomp.linalg_multi_dot(tensors)
 
 
+@takes_out
 def matrix_power(A, n):
     return _decomp.matrix_power(A, n)
 
@@ -224,6 +245,7 @@ def matrix_exp(A):
     return _decomp.linalg_matrix_exp(A)
 
 
+@takes_out(casting=True)
 def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
     """The rank: singular values above ``max(atol, rtol * largest)``; the older ``tol``
     (PyTorch's other overload) is ``atol`` with ``rtol=0``."""
@@ -234,10 +256,12 @@ def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
     return _decomp.linalg_matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian)
 
 
+@takes_out(casting=True)
 def cond(A, p=None):
     return _decomp.linalg_cond(A, p)
 
 
+@takes_out
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``) for triangular ``A``;
     ``B`` is cast to ``A``'s dtype, as PyTorch does."""
@@ -247,24 +271,29 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
                                            unitriangular=unitriangular)
 
 
+@takes_out
 def solve_ex(A, B, *, left=True, check_errors=False):
     return _decomp.linalg_solve_ex(A, B, left=left, check_errors=check_errors)
 
 
+@takes_out
 def inv_ex(A, *, check_errors=False):
     return _decomp.linalg_inv_ex(A, check_errors=check_errors)
 
 
+@takes_out
 def cholesky_ex(A, *, upper=False, check_errors=False):
     return _decomp.CholeskyExResult(*_decomp.linalg_cholesky_ex(
         A, upper=upper, check_errors=check_errors))
 
 
+@takes_out
 def lu_factor_ex(A, *, pivot=True, check_errors=False):
     return _decomp.LUFactorExResult(*_decomp.linalg_lu_factor_ex(
         A, pivot=pivot, check_errors=check_errors))
 
 
+@takes_out
 def lu_factor(A, *, pivot=True):
     """``(LU, pivots)``; a zero pivot raises (``lu_factor_ex`` reports it instead)."""
     LU, pivots, info = _decomp.linalg_lu_factor_ex(A, pivot=pivot)
@@ -272,41 +301,50 @@ def lu_factor(A, *, pivot=True):
     return _decomp.LUFactorResult(LU, pivots)
 
 
+@takes_out
 def lu(A, *, pivot=True):
     return _decomp.linalg_lu(A, pivot=pivot)
 
 
+@takes_out
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     return _decomp.linalg_lu_solve(LU, pivots, B, left=left, adjoint=adjoint)
 
 
+@takes_out(casting=True)
 def householder_product(A, tau):
     return _decomp.linalg_householder_product(A, tau)
 
 
+@takes_out(casting=True)
 def tensorinv(A, ind=2):
     return _decomp.linalg_tensorinv(A, ind)
 
 
+@takes_out(casting=True)
 def tensorsolve(A, B, dims=None):
     return _decomp.linalg_tensorsolve(A, B, dims)
 
 
+@takes_out
 def ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     return _decomp.LDLFactorExResult(*_decomp.linalg_ldl_factor_ex(
         A, hermitian=hermitian, check_errors=check_errors))
 
 
+@takes_out
 def ldl_factor(A, *, hermitian=False):
     return _decomp.linalg_ldl_factor(A, hermitian=hermitian)
 
 
+@takes_out
 def ldl_solve(LD, pivots, B, *, hermitian=False):
     return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)
 
 
 # --------------------------------------------------------------------------- eig
 
+@takes_out(casting=True)
 def eig(A):
     """``(eigenvalues, eigenvectors)`` of each square matrix of ``A``, complex whatever
     ``A``'s dtype (complex64 for float32 and complex64, else complex128); each eigenvector
@@ -315,6 +353,7 @@ def eig(A):
     return _decomp.EigResult(*_decomp.linalg_eig(A))
 
 
+@takes_out(casting=True)
 def eigvals(A):
     """The eigenvalues of each square matrix of ``A`` (complex)."""
     return _decomp.linalg_eigvals(A)

@@ -9,7 +9,8 @@ end callbacks, and the C fast paths stand aside so that every op comes here.
    on a float32/float64 CPU ``Tensor``, nothing else passed, runs that kernel in C
    (``tensor.unary_fast``), attaching the op's node when autograd records; any other call
    of it goes on below.
-2. A composite op (written in other ops) runs its Python body.
+2. A composite op (written in other ops) runs its Python body (given ``out=``, inside the
+   handler of step 4).
    While a dual level of forward AD is active (``set_forward_ad``), any other call goes to
    its handler first, which gives the outputs their tangents.
 3. A call with a batched argument (or, while this thread is inside a vmap, one that draws
@@ -336,6 +337,8 @@ cdef object _call(op, args, kwargs):
 
 cdef object _dispatch(op, args, kwargs):
     if op.kind == "composite":
+        if kwargs and "out" in <dict>kwargs:
+            return _call_with_out(op, args, kwargs)
         return op.kernel(*args, **(kwargs or {}))
     if _forward_ad is not None:
         result = _forward_ad(op, args, kwargs)
@@ -365,7 +368,7 @@ cdef object _dispatch(op, args, kwargs):
                 result = rule(op, level, args, kwargs)
             if result is not NotImplemented:
                 return result
-    if kwargs and (<dict>kwargs).get("out") is not None and op.kind != "inplace":
+    if kwargs and "out" in <dict>kwargs and op.kind != "inplace":
         return _call_with_out(op, args, kwargs)
     if needs_recording(op, args, kwargs):
         return _record(op, args, kwargs)

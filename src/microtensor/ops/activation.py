@@ -384,7 +384,7 @@ def _nan_to_num_samples(make):
             Sample(make(2, 3, dtype=int64), 1.0)]
 
 
-@op(family="pointwise", samples=_nan_to_num_samples)
+@op(out_casting=False, family="pointwise", samples=_nan_to_num_samples)
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
     # (NumPy's replaces in the real and the imaginary parts of complex numbers, as PyTorch's)
     if not (self._dtype.is_floating_point or self._dtype.is_complex):
@@ -404,7 +404,8 @@ def nan_to_num(grad, self):
 nan_to_num_ = inplace_variant(nan_to_num)
 
 
-@op(kind="composite", samples=lambda make: [Sample(make(3, 4)), Sample(make(()))])
+@op(out=True, out_casting=True, kind="composite",
+    samples=lambda make: [Sample(make(3, 4)), Sample(make(()))])
 def square(self):
     return pow(self, 2)
 
@@ -414,7 +415,7 @@ def square_(self):
     return pow_(self, 2)
 
 
-@op(kind="composite", samples=lambda make: [Sample(make(3, 4), -1.0, 1.0),
+@op(out=True, kind="composite", samples=lambda make: [Sample(make(3, 4), -1.0, 1.0),
                                             Sample(make(3, 4), max=0.5)])
 def clip(self, min=None, max=None):
     return clamp(self, min, max)
@@ -901,7 +902,7 @@ def _shrink_derivative(grad, self, lambd):
     return linked(where(_inside(self, lambd), grad.new_zeros(()), grad), self)
 
 
-@op(family="pointwise", samples=_shrink_samples)
+@op(out_casting=False, family="pointwise", samples=_shrink_samples)
 def hardshrink(self, lambd=0.5, *, out=None):
     """``self`` where ``|self| > lambd``, else 0."""
     _float_only("hardshrink_cpu", self)

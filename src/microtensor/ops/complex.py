@@ -169,7 +169,8 @@ def _complex_loop(re, im, *, out, dtype, casting):
     return np.add(re, np.multiply(im, 1j), out=out, casting="unsafe")
 
 
-@op(inputs=("real", "imag"), method=False, family="pointwise", samples=_parts_samples())
+@op(out_casting=False, inputs=("real", "imag"), method=False, family="pointwise",
+    samples=_parts_samples())
 def complex(real, imag, *, out=None):
     """The complex tensor ``real + i imag`` (both float32 or both float64)."""
     _check_parts(real, imag)
@@ -191,7 +192,7 @@ def _polar_loop(r, theta, *, out, dtype, casting):
                   out=out, casting="unsafe")
 
 
-@op(inputs=("abs", "angle"), method=False, family="pointwise",
+@op(out_casting=False, inputs=("abs", "angle"), method=False, family="pointwise",
     samples=_parts_samples(low=0.5))
 def polar(abs, angle, *, out=None):
     """The complex tensor with magnitudes ``abs`` and phases ``angle``."""

@@ -304,7 +304,7 @@ def _tensordot_samples(make):
             Sample(make(2, 3), make(2), dims=0)]
 
 
-@op(kind="composite", inputs=("a", "b"), samples=_tensordot_samples)
+@op(out=True, kind="composite", inputs=("a", "b"), samples=_tensordot_samples)
 def tensordot(a, b, dims=2):
     """Contract the last ``dims`` dims of ``a`` with the first of ``b``, or the listed
     pairs of dims."""
@@ -342,7 +342,7 @@ def _baddbmm_samples(make):
             Sample(make(2, 3, 4), make(2, 3, 5), make(2, 5, 4), beta=0)]
 
 
-@op(kind="composite", inputs=("self", "batch1", "batch2"), samples=_baddbmm_samples)
+@op(out=True, kind="composite", inputs=("self", "batch1", "batch2"), samples=_baddbmm_samples)
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * (batch1 @ batch2)``; with ``beta=0`` ``self`` is ignored."""
     require_one_dtype(self, batch1, batch2, "baddbmm")
@@ -357,7 +357,7 @@ def _kron_samples(make):
             Sample(make(2, 1, 2), make(3, 2))]
 
 
-@op(kind="composite", inputs=("self", "other"), samples=_kron_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("self", "other"), samples=_kron_samples)
 def kron(self, other):
     """Kronecker product: blocks ``self[i...] * other``, as one broadcast product."""
     n = max(self.dim(), other.dim())
@@ -374,7 +374,7 @@ def _cross_samples(make):
             Sample(make(3, 2), make(3, 1), dim=0)]
 
 
-@op(kind="composite", inputs=("input", "other"), samples=_cross_samples)
+@op(out=True, kind="composite", inputs=("input", "other"), samples=_cross_samples)
 def cross(input, other, dim=None):
     """Cross product of 3-vectors along ``dim`` (default: the first dim of size 3, as
     ``torch.cross``'s deprecated default)."""

@@ -8,7 +8,8 @@
 2. A call with a batched argument, or a random op while this thread is inside a vmap
    (``set_batching``, ``set_vmap_depth``), goes to vmap's handler, which runs the op's
    batching rule: ops on physical tensors, which come back through here.
-3. A call with ``out=`` is ``call_with_out``'s: the same for every op.
+3. A call with ``out=`` is ``call_with_out``'s: the same for every op (a composite op's
+   too), as PyTorch's rules for ``out=`` are (``write_out``).
 4. If grad mode is on and an input requires grad, autograd records the call: the kernel
    runs with grad mode off and a node is attached to its outputs (in-place ops by the
    rules of ``autograd.recording``).
@@ -16,6 +17,7 @@
 
 Layers above register themselves here, so this module imports nothing above ``ops``.
 """
+import functools
 import numbers
 import warnings
 
@@ -30,7 +32,8 @@ from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
 from microtensor.ops.registry import REGISTRY
 
 __all__ = ["batching", "binary", "call", "call_by_name", "call_with_out",
-           "install_inplace_recording", "run_kernel", "set_batching", "set_vmap_depth"]
+           "install_inplace_recording", "run_kernel", "set_batching", "set_vmap_depth",
+           "takes_out", "write_out"]
 
 # Installed by microtensor.autograd: how an in-place op is recorded.
 install_inplace_recording = _core.install_inplace_recording
@@ -63,59 +66,146 @@ def _tensors(values):
 
 
 def call_with_out(op, args, kwargs):
-    """``op(*args, **kwargs)`` with a tensor ``out``, by PyTorch's rules for every op:
-    refused when autograd would have to record it (an argument requires grad in grad
-    mode); else the result is computed and checked against ``out`` (dtype: the same, or
-    for elementwise ops one of no lower category; no memory shared with the inputs),
-    ``out`` is resized to it when the shapes differ (with a warning if ``out`` had
-    elements) and the result is copied in, which bumps ``out``'s version.  Computing into
-    a fresh tensor first keeps each kernel's ``out`` parameter for its in-place variant
-    alone (where ``out`` is ``self``)."""
-    if "out" not in op.param_names:
-        return run_kernel(op, args, kwargs)   # the kernel refuses the unknown keyword
+    """``op(*args, **kwargs)`` given ``out`` (a tensor, or a tuple of them for an op with
+    several outputs; None is the call without it), by PyTorch's rules for every op:
+    refused where PyTorch's function has no ``out=`` (``op.out``), and when autograd would have to record the call (an argument
+    requires grad in grad mode); else the result is computed into fresh tensors and
+    written into ``out`` (``write_out``).  Computing into a fresh tensor first keeps each
+    kernel's ``out`` parameter for its in-place variant alone (where ``out`` is
+    ``self``)."""
     kwargs = dict(kwargs)
     out = kwargs.pop("out")
-    if not isinstance(out, TensorBase):
-        raise TypeError(f"{op.name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out is None:   # PyTorch's default, given by name
+        return call(op, args, kwargs)
+    if op.kind == "composite" and "out" in op.param_names:
+        return op.kernel(*args, out=out, **kwargs)   # one that writes its own out
+    takes_out = op.out
+    if callable(takes_out):
+        takes_out = takes_out(op.bind(args, kwargs))
+    if not takes_out:
+        raise TypeError(f"{op.name}() got an unexpected keyword argument 'out' (PyTorch's "
+                        f"{op.name} takes none with these arguments)")
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if not outs or not all(isinstance(o, TensorBase) for o in outs):
+        raise TypeError(f"{op.name}(): argument 'out' must be Tensor or a tuple of Tensors, "
+                        f"not {type(out).__name__}")
     inputs = list(_tensors(list(args) + list(kwargs.values())))
-    if op.differentiable and is_grad_enabled() and \
-            any(t.requires_grad for t in inputs + [out]):
-        raise RuntimeError(f"{op.name}(): functions with out=... arguments don't support "
+    if op.differentiable:
+        _refuse_recording(op.name, inputs + list(outs))
+    factory = op.kind == "factory"
+    if factory or op.out_casting == "dtype":
+        _factory_dtype(kwargs, outs[0])
+    result = op.kernel(*args, **kwargs) if op.kind == "composite" else \
+        run_kernel(op, args, kwargs)
+    return write_out(op.name, result, out, inputs, op.out_casting, warn=not factory)
+
+
+def _refuse_recording(name, tensors):
+    if is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
                            f"automatic differentiation, but one of the arguments requires grad.")
-    result = run_kernel(op, args, kwargs)
-    if op.family != "pointwise" and result._dtype is not out._dtype:
-        # only elementwise kernels cast their result (PyTorch's TensorIterator)
-        raise RuntimeError(f"Expected out tensor to have dtype {info(result._dtype).cpp_name}, "
-                           f"but got {info(out._dtype).cpp_name} instead")
-    if not can_cast(result._dtype, out._dtype):
-        raise RuntimeError(f"result type {_type_name(result._dtype)} can't be cast to the "
-                           f"desired output type {_type_name(out._dtype)}")
-    target = out if out._sizes == result._sizes else _resized(out, result._sizes)
-    check_writable(target, inputs)
-    if target is not out:
-        if out._numel:
-            warnings.warn(f"An output with one or more elements was resized since it had shape "
-                          f"{list(out._sizes)}, which does not match the required output shape "
-                          f"{list(result._sizes)}. This behavior is deprecated, and in a future "
-                          f"release outputs will not be resized unless they have zero elements.",
-                          UserWarning, stacklevel=3)
-        target._storage.version = out._storage.version   # one counter, as for a resize_
-        out._set_storage(target._storage, target._sizes, target._strides, target._offset)
-    run_kernel(REGISTRY["copy_"], (out, result), None)
-    return out
 
 
-def _resized(out, sizes):
-    """A tensor with ``out``'s dtype and the contiguous geometry ``sizes``: over ``out``'s
-    storage from its offset when that holds enough elements, else over a new storage."""
-    strides = tuple(meta.contiguous_strides(sizes))
+def _factory_dtype(kwargs, out):
+    """A factory (or a reduction that takes a ``dtype``) given ``out`` computes in
+    ``out``'s dtype; another one asked for is refused."""
+    dtype = kwargs.get("dtype")
+    if dtype is None:
+        kwargs["dtype"] = out._dtype
+    elif dtype is not out._dtype:
+        raise RuntimeError(f"dtype {_type_name(dtype)} does not match dtype of out parameter "
+                           f"({_type_name(out._dtype)})")
+
+
+def takes_out(fn=None, *, factory=False, casting=False):
+    """PyTorch's ``out=`` for a function written in Python over ops (``linalg.svdvals``,
+    ``zeros``...): a decorator (``factory``: the function makes ``out``'s dtype;
+    ``casting``: as ``Op.out_casting``); the result is written into ``out`` by the rules
+    of every op (``write_out``)."""
+    if fn is None:
+        return lambda f: takes_out(f, factory=factory, casting=casting)
+
+    @functools.wraps(fn)
+    def with_out(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(o, TensorBase) for o in outs):
+            raise TypeError(f"{fn.__name__}(): argument 'out' must be Tensor or a tuple of "
+                            f"Tensors, not {type(out).__name__}")
+        inputs = list(_tensors(list(args) + list(kwargs.values())))
+        _refuse_recording(fn.__name__, inputs + list(outs))
+        if factory:
+            _factory_dtype(kwargs, outs[0])
+        return write_out(fn.__name__, fn(*args, **kwargs), out, inputs, casting,
+                         warn=not factory)
+    return with_out
+
+
+def write_out(name, result, out, inputs, casting, warn=True):
+    """Write ``result`` (a tensor, or a tuple of them) into ``out`` (a tensor, or a tuple
+    of as many) and return ``out``, by PyTorch's rules for ``out=``: each ``out`` must
+    have its result's dtype, or with ``casting`` one the result casts to without losing
+    its category; it must share no memory with the inputs but the very same elements;
+    one of another shape is resized (with a warning if it had elements, unless ``warn`` is
+    false: PyTorch's factories resize silently) over its own
+    storage when that holds enough, laid out as its result (an elementwise result follows
+    its inputs' layout, LAPACK's are column-major), and the copy in bumps its version.
+    Every check runs before anything is written."""
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if isinstance(result, (tuple, list)) != isinstance(out, (tuple, list)) or \
+            len(outs) != len(results):
+        wanted = f"a tuple of {len(results)} Tensors" if isinstance(result, (tuple, list)) \
+            else "Tensor"
+        raise TypeError(f"{name}(): argument 'out' must be {wanted}, not "
+                        f"{type(out).__name__}" + (f" of {len(outs)}" if
+                                                     isinstance(out, (tuple, list)) else ""))
+    targets = []
+    for value, target in zip(results, outs):
+        if value._dtype is not target._dtype:
+            if not casting:
+                raise RuntimeError(f"Expected out tensor to have dtype "
+                                   f"{info(value._dtype).cpp_name}, but got "
+                                   f"{info(target._dtype).cpp_name} instead")
+            if not can_cast(value._dtype, target._dtype):
+                raise RuntimeError(f"result type {_type_name(value._dtype)} can't be cast "
+                                   f"to the desired output type {_type_name(target._dtype)}")
+        if target._sizes != value._sizes:
+            target = _resized(target, value)
+        check_writable(target, inputs)
+        targets.append(target)
+    for value, target, given in zip(results, targets, outs):
+        if target is not given:
+            if given._numel and warn:
+                warnings.warn(f"An output with one or more elements was resized since it had "
+                              f"shape {list(given._sizes)}, which does not match the required "
+                              f"output shape {list(value._sizes)}. This behavior is deprecated, "
+                              f"and in a future release outputs will not be resized unless "
+                              f"they have zero elements.", UserWarning, stacklevel=4)
+            target._storage.version = given._storage.version   # one counter, as for resize_
+            given._set_storage(target._storage, target._sizes, target._strides, target._offset)
+        run_kernel(REGISTRY["copy_"], (given, value), None)
+    if not isinstance(out, (tuple, list)):
+        return out
+    return type(result)(*outs) if hasattr(result, "_fields") else tuple(outs)
+
+
+def _resized(out, like):
+    """A tensor with ``out``'s dtype and ``like``'s sizes and strides (contiguous ones when
+    ``like``'s leave gaps or overlap): over ``out``'s storage from its offset when that
+    holds enough elements, else over a new storage."""
+    sizes = like._sizes
+    strides = like._strides if meta.is_non_overlapping_and_dense(
+        like._sizes, like._strides) else tuple(meta.contiguous_strides(sizes))
     numel = 1
     for size in sizes:
         numel *= size
     if (out._offset + numel) * out._dtype.itemsize <= out._storage.nbytes():
-        # in bounds: a contiguous run of numel elements from the offset
+        # in bounds: a dense run of numel elements from the offset
         return out._make_alias_unchecked(sizes, strides, out._offset)
-    return empty_contiguous(sizes, out._dtype, out.device)
+    fresh = empty_contiguous(sizes, out._dtype, out.device)
+    return fresh._make_alias_unchecked(sizes, strides, 0)   # the same elements, dense
 
 
 _core.install_out_call(call_with_out)

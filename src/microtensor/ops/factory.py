@@ -23,7 +23,7 @@ from microtensor._dtype import (check_scalar_fits, default_complex_dtype, promot
                                 scalar_dtype, wrap_scalar)
 from microtensor.backends import cuda
 from microtensor.ops.arguments import int_arg, int_tuple, size_arg
-from microtensor.ops.dispatch import run_kernel
+from microtensor.ops.dispatch import run_kernel, takes_out
 from microtensor.ops.loops import strided_copy
 from microtensor.ops import special_math
 from microtensor.ops.registry import Sample, op
@@ -142,6 +142,7 @@ def _strided_only(name, layout):
 
 # --------------------------------------------------------------------------- from sizes
 
+@takes_out(factory=True)
 def empty(*size, dtype=None, layout=None, device=None, requires_grad=False,
           memory_format=contiguous_format, pin_memory=False):
     if layout is not None:
@@ -154,6 +155,7 @@ def empty(*size, dtype=None, layout=None, device=None, requires_grad=False,
     return finish(t, requires_grad)
 
 
+@takes_out(factory=True)
 def zeros(*size, dtype=None, layout=None, device=None, requires_grad=False):
     if layout is not None:
         _strided_only("zeros", layout)
@@ -161,6 +163,7 @@ def zeros(*size, dtype=None, layout=None, device=None, requires_grad=False):
                     0, requires_grad)
 
 
+@takes_out(factory=True)
 def ones(*size, dtype=None, layout=None, device=None, requires_grad=False):
     if layout is not None:
         _strided_only("ones", layout)
@@ -168,6 +171,7 @@ def ones(*size, dtype=None, layout=None, device=None, requires_grad=False):
                     1, requires_grad)
 
 
+@takes_out(factory=True)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False):
     if layout is not None:
         _strided_only("full", layout)
@@ -197,6 +201,7 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
     return finish(t, requires_grad)
 
 
+@takes_out(factory=True)
 def eye(n, m=None, *, dtype=None, layout=None, device=None, requires_grad=False):
     if layout is not None:
         _strided_only("eye", layout)
@@ -230,6 +235,7 @@ def _range_bounds(start, end, step):
 
 
 @_quiet_conversion
+@takes_out(factory=True)
 def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, requires_grad=False):
     if layout is not None:
         _strided_only("arange", layout)
@@ -252,6 +258,7 @@ def arange(start, end=None, step=1, *, dtype=None, layout=None, device=None, req
 
 
 @_quiet_conversion
+@takes_out(factory=True)
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, requires_grad=False):
     """PyTorch's formula: the first half counts up from ``start``, the second half down
     from ``end`` (so both ends are exact), in the result's float type."""
@@ -325,6 +332,7 @@ def _fused_multiply_add(a, b, c):
 
 
 @_quiet_conversion
+@takes_out(factory=True)
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
              requires_grad=False):
     """``base ** linspace(start, end, steps)``, computed in the result's float type."""
@@ -649,7 +657,7 @@ def _random(sample, size, dtype, dev, generator, requires_grad):
     return finish(t, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory", out=True,
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def rand(*size, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
@@ -661,7 +669,7 @@ def rand(*size, generator=None, dtype=None, layout=None, device=None, requires_g
                    on_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory", out=True,
     family="factory",
     samples=lambda make: [Sample(2, 3), Sample((4,)), Sample(3, dtype=float64), Sample(())])
 def randn(*size, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
@@ -673,7 +681,7 @@ def randn(*size, generator=None, dtype=None, layout=None, device=None, requires_
                    on_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory", out=True,
     family="factory",
     samples=lambda make: [Sample(0, 10, (3,)), Sample(5, (2, 2)), Sample(-3, 3, (4,)),
                           Sample(0, 5, ())])
@@ -693,7 +701,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, layout=Non
                    on_device(device), generator, requires_grad)
 
 
-@op(inputs=(), method=False, random=True, differentiable=False, kind="factory",
+@op(inputs=(), method=False, random=True, differentiable=False, kind="factory", out=True,
     family="factory",
     samples=lambda make: [Sample(5), Sample(0)])
 def randperm(n, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False):
@@ -1062,6 +1070,7 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
     return finish(_alias_numpy(raw.view(dtype.np)), requires_grad)
 
 
+@takes_out(factory=True)
 def range_inclusive(start, end, step=1, *, dtype=None, layout=None, device=None,
                     requires_grad=False):
     """``range``, deprecated in PyTorch and here: ``start`` to ``end`` *inclusive* by

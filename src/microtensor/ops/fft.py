@@ -281,37 +281,39 @@ def _c2c(name, x, s, dim, norm, forward):
     return _fft_c2c(_resized(x, dims, sizes), dims, _norm_code(norm, forward), forward)
 
 
-@op(kind="composite", method=False, function=False, samples=_one_dim_samples)
+@op(out=True, out_casting=True, kind="composite", method=False, function=False,
+    samples=_one_dim_samples)
 def fft_fft(self, n=None, dim=-1, norm=None):
     """The 1-D discrete Fourier transform along ``dim`` (``n``: the signal length, the input
     trimmed or zero-padded to it)."""
     return _c2c("fft_fft", self, *_one_dim(n, dim), norm, True)
 
 
-@op(kind="composite", method=False, function=False, samples=_one_dim_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_one_dim_samples)
 def fft_ifft(self, n=None, dim=-1, norm=None):
     """The inverse of ``fft``."""
     return _c2c("fft_ifft", self, *_one_dim(n, dim), norm, False)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_fft2(self, s=None, dim=(-2, -1), norm=None):
     """``fftn`` over the last two dims."""
     return _c2c("fft_fft2", self, s, dim, norm, True)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_ifft2(self, s=None, dim=(-2, -1), norm=None):
     return _c2c("fft_ifft2", self, s, dim, norm, False)
 
 
-@op(kind="composite", method=False, function=False, samples=_n_dim_samples)
+@op(out=True, out_casting=True, kind="composite", method=False, function=False,
+    samples=_n_dim_samples)
 def fft_fftn(self, s=None, dim=None, norm=None):
     """The N-D transform over ``dim`` (every dim, or the last ``len(s)``)."""
     return _c2c("fft_fftn", self, s, dim, norm, True)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_ifftn(self, s=None, dim=None, norm=None):
     return _c2c("fft_ifftn", self, s, dim, norm, False)
 
@@ -344,47 +346,49 @@ def _c2r(name, x, s, dim, norm, forward=False):
     return _fft_c2r(x.conj(), dims[-1:], code, last)
 
 
-@op(kind="composite", method=False, function=False, samples=_real_samples)
+@op(out=True, out_casting=True, kind="composite", method=False, function=False,
+    samples=_real_samples)
 def fft_rfft(self, n=None, dim=-1, norm=None):
     """The one-sided transform of a real signal: bins 0 .. n // 2."""
     return _r2c("rfft", self, *_one_dim(n, dim), norm)
 
 
-@op(kind="composite", method=False, function=False, samples=_half_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_half_samples)
 def fft_irfft(self, n=None, dim=-1, norm=None):
     """The real signal of length ``n`` (default ``2 * (m - 1)``) whose one-sided transform
     is ``self``."""
     return _c2r("irfft", self, *_one_dim(n, dim), norm)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_rfft2(self, s=None, dim=(-2, -1), norm=None):
     return _r2c("rfftn", self, s, dim, norm)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_irfft2(self, s=None, dim=(-2, -1), norm=None):
     return _c2r("irfftn", self, s, dim, norm)
 
 
-@op(kind="composite", method=False, function=False, samples=_real_n_dim_samples)
+@op(out=True, out_casting=True, kind="composite", method=False, function=False,
+    samples=_real_n_dim_samples)
 def fft_rfftn(self, s=None, dim=None, norm=None):
     return _r2c("rfftn", self, s, dim, norm)
 
 
-@op(kind="composite", method=False, function=False, samples=_half_n_dim_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_half_n_dim_samples)
 def fft_irfftn(self, s=None, dim=None, norm=None):
     return _c2r("irfftn", self, s, dim, norm)
 
 
-@op(kind="composite", method=False, function=False, samples=_half_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_half_samples)
 def fft_hfft(self, n=None, dim=-1, norm=None):
     """The real transform of a Hermitian signal given by its one-sided half (``irfft`` of
     the conjugate with the forward scaling)."""
     return _c2r("hfft", self, *_one_dim(n, dim), norm, forward=True)
 
 
-@op(kind="composite", method=False, function=False, samples=_real_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_real_samples)
 def fft_ihfft(self, n=None, dim=-1, norm=None):
     """The inverse of ``hfft``: the one-sided half of a real signal's inverse transform."""
     return _ihfftn("ihfft", self, *_one_dim(n, dim), norm)
@@ -400,23 +404,24 @@ def _ihfftn(name, x, s, dim, norm):
     return _fft_c2c(half, dims[:-1], code, False) if len(dims) > 1 else half
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_hfft2(self, s=None, dim=(-2, -1), norm=None):
     return _c2r("hfftn", self, s, dim, norm, forward=True)
 
 
-@op(kind="composite", method=False, function=False)
+@op(out=True, kind="composite", method=False, function=False)
 def fft_ihfft2(self, s=None, dim=(-2, -1), norm=None):
     return _ihfftn("ihfftn", self, s, dim, norm)
 
 
-@op(kind="composite", method=False, function=False, samples=_half_n_dim_samples)
+@op(out=True, kind="composite", method=False, function=False, samples=_half_n_dim_samples)
 def fft_hfftn(self, s=None, dim=None, norm=None):
     """The N-D ``hfft``: the real transform of a Hermitian signal given by its half."""
     return _c2r("hfftn", self, s, dim, norm, forward=True)
 
 
-@op(kind="composite", method=False, function=False, samples=_real_n_dim_samples)
+@op(out=True, out_casting=True, kind="composite", method=False, function=False,
+    samples=_real_n_dim_samples)
 def fft_ihfftn(self, s=None, dim=None, norm=None):
     """The inverse of ``hfftn``."""
     return _ihfftn("ihfftn", self, s, dim, norm)

@@ -226,7 +226,7 @@ def _histogram_samples(make):
             Sample(make(5), 2, range=(0.25, 0.25))]
 
 
-@op(kind="composite", differentiable=False, samples=_histogram_samples)
+@op(out=True, kind="composite", differentiable=False, samples=_histogram_samples)
 def histogram(self, bins=100, *, range=None, weight=None, density=False):
     """``(hist, bin_edges)`` of all of ``self``'s elements: ``bins`` equal bins over
     ``range`` (default: from the smallest element to the largest), or the edges given as a

@@ -514,7 +514,7 @@ def _index_put_samples(make):
             Sample(make(2, 3), (tensor([1, 1]), tensor([0, 0])), make(1), True)]
 
 
-@op(inputs=("self", "values"), samples=_index_put_samples)
+@op(inputs=("self", "values"), out=False, samples=_index_put_samples)
 def index_put(self, indices, values, accumulate=False, *, out=None):
     if not isinstance(values, TensorBase):
         name = "index_put_" if out is self else "index_put"
@@ -632,7 +632,7 @@ def _index_select_samples(make):
             Sample(make(3, 2), 1, tensor([], dtype=int64))]
 
 
-@op(samples=_index_select_samples)
+@op(out=True, samples=_index_select_samples)
 def index_select(self, dim, index):
     if not _is_integer_index(index):
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
@@ -690,7 +690,7 @@ def _gather_samples(make):
             Sample(make(4), 0, tensor([1, 1, 3, 0, 2])), Sample(make(), 0, tensor(0))]
 
 
-@op(samples=_gather_samples)
+@op(out=True, samples=_gather_samples)
 def gather(self, dim, index, *, sparse_grad=False):
     if not _is_integer_index(index):
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")
@@ -984,7 +984,7 @@ def _index_fill_samples(make):
             Sample(make(2, 5), 1, tensor([4]), make()), Sample(make(), 0, tensor(0), 1.0)]
 
 
-@op(inputs=("self", "value"), samples=_index_fill_samples)
+@op(inputs=("self", "value"), out=False, samples=_index_fill_samples)
 def index_fill(self, dim, index, value, *, out=None):
     if index._dtype is not int64:
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
@@ -1058,7 +1058,7 @@ def _masked_select_samples(make):
             Sample(make(3, 1), make(4, dtype=bool_))]
 
 
-@op(samples=_masked_select_samples)
+@op(out=True, samples=_masked_select_samples)
 def masked_select(self, mask):
     if mask._dtype is not bool_:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
@@ -1084,7 +1084,7 @@ def _take_samples(make):
             Sample(make(), tensor(0))]
 
 
-@op(samples=_take_samples)
+@op(out=True, samples=_take_samples)
 def take(self, index):
     if index._dtype is not int64:
         raise RuntimeError(f"take(): Expected a long tensor for index, but got "
@@ -1198,7 +1198,7 @@ def _slice_scatter_samples(make):
             Sample(make(4, 2), make(4, 2)), Sample(make(4, 2), make(3, 2), end=-1)]
 
 
-@op(kind="composite", inputs=("self", "src"), samples=_slice_scatter_samples)
+@op(out=True, kind="composite", inputs=("self", "src"), samples=_slice_scatter_samples)
 def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     return _scatter_into_view(self, src, lambda grid: grid.slice(dim, start, end, step))
 
@@ -1285,7 +1285,7 @@ def _index_copy(self, dim, index, source, inplace):
     return self.index_put(coordinates, values)
 
 
-@op(kind="composite", inputs=("self", "source"), samples=_index_copy_samples)
+@op(out=True, kind="composite", inputs=("self", "source"), samples=_index_copy_samples)
 def index_copy(self, dim, index, source):
     """``self`` with slice ``index[i]`` along ``dim`` replaced by slice ``i`` of
     ``source``."""
@@ -1333,7 +1333,7 @@ def _index_reduce_samples(make):
             Sample(make(3, 2), -1, tensor([0]), make(3, 1), "amin", include_self=False)]
 
 
-@op(kind="composite", inputs=("self", "source"), samples=_index_reduce_samples)
+@op(out=True, kind="composite", inputs=("self", "source"), samples=_index_reduce_samples)
 def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     """``self`` with slice ``i`` of ``source`` reduced (``prod``, ``mean``, ``amax``,
     ``amin``) into slice ``index[i]`` along ``dim`` (with ``self``'s own value unless

@@ -239,7 +239,7 @@ def _matmul_shape(self, other):
     return batch + rows + b[-1:]
 
 
-@op(inputs=BINARY, samples=_matmul_samples)
+@op(out=True, inputs=BINARY, samples=_matmul_samples)
 def matmul(self, other):
     """Matrix product with PyTorch's rank rules: 1-D operands are vectors (a dim is added
     then removed), leading dims are batch dims and broadcast."""
@@ -300,7 +300,7 @@ def matmul(grad, self, other_shape, other_strides):
 
 # --------------------------------------------------------------------------- fixed ranks
 
-@op(inputs=("self", "mat2"), samples=_mm_samples)
+@op(out=True, inputs=("self", "mat2"), samples=_mm_samples)
 def mm(self, mat2):
     if self.dim() != 2:
         raise RuntimeError("self must be a matrix")
@@ -325,7 +325,7 @@ def mm(grad, self, mat2_shape, mat2_strides):
     return _product_grad(mm, self.mT, grad, mat2_shape, mat2_strides)
 
 
-@op(inputs=("self", "mat2"), samples=_bmm_samples)
+@op(out=True, inputs=("self", "mat2"), samples=_bmm_samples)
 def bmm(self, mat2):
     if self.dim() != 3:
         raise RuntimeError("batch1 must be a 3D tensor")
@@ -348,7 +348,7 @@ def bmm(grad, self):
     return bmm(conj_if_complex(self).mT, grad)
 
 
-@op(inputs=("self", "vec"), samples=_mv_samples)
+@op(out=True, inputs=("self", "vec"), samples=_mv_samples)
 def mv(self, vec):
     if self.dim() != 2 or vec.dim() != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got 1, {self.dim()}, "
@@ -370,7 +370,7 @@ def mv(grad, self):
     return mv(conj_if_complex(self).mT, grad)
 
 
-@op(inputs=("self", "tensor"), samples=_dot_samples)
+@op(out=True, inputs=("self", "tensor"), samples=_dot_samples)
 def dot(self, tensor):
     if self.dim() != 1 or tensor.dim() != 1:
         raise RuntimeError(f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D "
@@ -479,7 +479,7 @@ mv.def_batch_rule(matmul_batch_rule)
 dot.def_batch_rule(matmul_batch_rule)
 
 
-@op(kind="composite", samples=_outer_samples)
+@op(out=True, out_casting=True, kind="composite", samples=_outer_samples)
 def outer(self, vec2):
     """``self[i] * vec2[j]`` (with type promotion, as PyTorch's ``outer``)."""
     for name, t in (("self", self), ("vec2", vec2)):
@@ -489,7 +489,7 @@ def outer(self, vec2):
 
 
 
-@op(kind="composite", samples=_addmm_samples)
+@op(out=True, kind="composite", samples=_addmm_samples)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat1 @ mat2)``; with ``beta=0`` ``self`` is ignored."""
     require_one_dtype(self, mat1, mat2, "addmm")
@@ -894,7 +894,7 @@ def _addmv_samples(make):
             Sample(make(1), make(3, 2), make(2), alpha=2, beta=0)]
 
 
-@op(kind="composite", inputs=("self", "mat", "vec"), samples=_addmv_samples)
+@op(out=True, kind="composite", inputs=("self", "mat", "vec"), samples=_addmv_samples)
 def addmv(self, mat, vec, *, beta=1, alpha=1):
     """``beta * self + alpha * (mat @ vec)``; with ``beta=0`` ``self`` is ignored."""
     if mat.dim() != 2 or vec.dim() != 1 or self.dim() > 1 or \
@@ -939,7 +939,8 @@ def _expanded_to(self, shape):
                            f"sizes: {list(self.shape)}") from None
 
 
-@op(kind="composite", inputs=("self", "vec1", "vec2"), samples=_addr_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("self", "vec1", "vec2"),
+    samples=_addr_samples)
 def addr(self, vec1, vec2, *, beta=1, alpha=1):
     """``beta * self + alpha * outer(vec1, vec2)``; with ``beta=0`` ``self`` is ignored."""
     for name, v in (("vec1", vec1), ("vec2", vec2)):
@@ -960,7 +961,7 @@ def _addbmm_samples(make):
             Sample(make(2, 2), make(0, 2, 3), make(0, 3, 2))]
 
 
-@op(kind="composite", inputs=("self", "batch1", "batch2"), samples=_addbmm_samples)
+@op(out=True, kind="composite", inputs=("self", "batch1", "batch2"), samples=_addbmm_samples)
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``: one product of the batches
     laid side by side."""
@@ -984,7 +985,7 @@ def addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
     return _checked_inplace(self, addbmm(self, batch1, batch2, beta=beta, alpha=alpha))
 
 
-@op(kind="composite", inputs=("self", "vec2"),
+@op(out=True, out_casting=True, kind="composite", inputs=("self", "vec2"),
     samples=lambda make: [Sample(make(3), make(2))])
 def ger(self, vec2):
     """``outer`` under its older name."""
@@ -996,7 +997,7 @@ def _inner_samples(make):
             Sample(make(2, 1, 3), make(3))]
 
 
-@op(kind="composite", inputs=BINARY, samples=_inner_samples)
+@op(out=True, kind="composite", inputs=BINARY, samples=_inner_samples)
 def inner(self, other):
     """The sums of products over the last dims: shape ``self[:-1] + other[:-1]``."""
     if self.dim() == 0 or other.dim() == 0:
@@ -1008,7 +1009,7 @@ def inner(self, other):
     return tensordot(self, other, ([-1], [-1]))
 
 
-@op(kind="composite", inputs=BINARY, samples=lambda make: [Sample(make(3), make(3))])
+@op(out=True, kind="composite", inputs=BINARY, samples=lambda make: [Sample(make(3), make(3))])
 def vdot(self, other):
     """The dot product of two 1-D tensors (conjugating the first: no-op for real ones)."""
     if self.dim() != 1 or other.dim() != 1:
@@ -1017,7 +1018,7 @@ def vdot(self, other):
     return dot(conj_if_complex(self), other)
 
 
-@op(kind="composite", inputs=("matrices",), method=False,
+@op(out=True, kind="composite", inputs=("matrices",), method=False,
     samples=lambda make: [Sample(make(2, 3), make(3, 4), make(4, 2)), Sample(make(2, 2))])
 def chain_matmul(*matrices):
     """The product of the matrices, left to right (``linalg.multi_dot``)."""
@@ -1147,7 +1148,7 @@ def _renorm_factor(self, p, dim, maxnorm):
     return REGISTRY["where"](norms > maxnorm, maxnorm / (norms + 1e-7), norms.new_ones(()))
 
 
-@op(kind="composite", samples=_renorm_samples)
+@op(out=True, kind="composite", samples=_renorm_samples)
 def renorm(self, p, dim, maxnorm):
     """``self`` with each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled
     down to norm ``maxnorm``."""

@@ -155,7 +155,7 @@ def _square_samples(make):
 
 # --------------------------------------------------------------------------- inv, det
 
-@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_square_samples)
 def linalg_inv(A):
     """The inverse of each square matrix of ``A``."""
     check_matrix(A, "linalg.inv")
@@ -167,7 +167,7 @@ def linalg_inv(grad, result):
     return -(result.mH @ grad @ result.mH)
 
 
-@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_square_samples)
 def linalg_det(A):
     """The determinant of each square matrix of ``A``."""
     check_matrix(A, "linalg.det")
@@ -195,7 +195,7 @@ def _products_of_others(S):
     return (before * after).unsqueeze(-2)
 
 
-@op(inputs=("A",), method=False, function=False, samples=_square_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_square_samples)
 def linalg_slogdet(A):
     """``(sign, logabsdet)`` of each square matrix of ``A``."""
     check_matrix(A, "linalg.slogdet")
@@ -235,7 +235,7 @@ def _solve_samples(make):
             Sample(_square_samples(make)[-1].args[0], _complex(make)(3, 2))]
 
 
-@op(inputs=("A", "B"), method=False, function=False, samples=_solve_samples)
+@op(out=True, inputs=("A", "B"), method=False, function=False, samples=_solve_samples)
 def linalg_solve(A, B, *, left=True):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
     check_matrix(A, "linalg.solve")
@@ -294,7 +294,7 @@ def _spd_samples(make):
             Sample(_spd(_complex(make), 2))]
 
 
-@op(inputs=("A",), method=False, function=False, samples=_spd_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_spd_samples)
 def linalg_cholesky(A, *, upper=False):
     """The Cholesky factor (lower, or upper with ``upper=True``) of each Hermitian
     positive-definite matrix of ``A``; only the lower triangle is read."""
@@ -325,7 +325,7 @@ def _check_uplo(UPLO):
         raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
 
 
-@op(inputs=("A",), method=False, function=False, samples=_eigh_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_eigh_samples)
 def linalg_eigh(A, UPLO="L"):
     """Eigenvalues (ascending, real) and eigenvectors of each Hermitian matrix of ``A``,
     read from its ``UPLO`` triangle."""
@@ -364,7 +364,7 @@ def _qr_samples(make):
             Sample(_complex(make)(4, 3))]
 
 
-@op(inputs=("A",), method=False, function=False, samples=_qr_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_qr_samples)
 def linalg_qr(A, mode="reduced"):
     """``Q, R`` of each matrix of ``A`` (``mode``: 'reduced', 'complete' or 'r', where Q
     is empty)."""
@@ -416,7 +416,7 @@ def _svd_samples(make):
             Sample(_complex(make)(2, 4, 3), full_matrices=False)]
 
 
-@op(inputs=("A",), method=False, function=False, samples=_svd_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_svd_samples)
 def linalg_svd(A, full_matrices=True):
     """``U, S, Vh`` of each matrix of ``A`` (S descending)."""
     check_matrix(A, "linalg.svd", square=False)
@@ -539,12 +539,12 @@ def det(self):
     return linalg_det(self)
 
 
-@op(kind="composite", inputs=("self",), samples=_square_samples)
+@op(out=True, kind="composite", inputs=("self",), samples=_square_samples)
 def inverse(self):
     return linalg_inv(self)
 
 
-@op(kind="composite", inputs=("self",), samples=_square_samples)
+@op(out=True, kind="composite", inputs=("self",), samples=_square_samples)
 def slogdet(self):
     return SlogdetTuple(*linalg_slogdet(self))
 
@@ -569,7 +569,7 @@ def _svd_tuple_samples(make):
             Sample(_complex(make)(3, 2))]
 
 
-@op(kind="composite", inputs=("self",), samples=_svd_tuple_samples)
+@op(out=True, kind="composite", inputs=("self",), samples=_svd_tuple_samples)
 def svd(self, some=True, compute_uv=True):
     """``U, S, V`` with ``self = U diag(S) Vᵀ`` (``V``, not ``linalg.svd``'s ``Vh``);
     without ``compute_uv``, ``U`` and ``V`` are zero-filled square matrices."""
@@ -582,7 +582,8 @@ def svd(self, some=True, compute_uv=True):
     return SvdTuple(U, S, Vh.mH)
 
 
-@op(kind="composite", inputs=("self",), samples=lambda make: [Sample(_spd(make)),
+@op(out=True, out_casting=True, kind="composite", inputs=("self",),
+    samples=lambda make: [Sample(_spd(make)),
                                                               Sample(_spd(make, 2), True)])
 def cholesky(self, upper=False):
     refuse_integral(self._dtype, "cholesky_cpu")
@@ -595,7 +596,7 @@ def _matrix_power_samples(make):
             Sample(_complex(make)(3, 3), 3)]
 
 
-@op(kind="composite", inputs=("self",), samples=_matrix_power_samples)
+@op(out=True, kind="composite", inputs=("self",), samples=_matrix_power_samples)
 def matrix_power(self, n):
     """``self`` multiplied by itself ``n`` times (``n < 0``: of its inverse; 0: the
     identity), by repeated squaring."""
@@ -830,7 +831,7 @@ def _chain_order(dims):
     return split
 
 
-@op(kind="composite", inputs=("tensors",), method=False, function=False,
+@op(out=True, kind="composite", inputs=("tensors",), method=False, function=False,
     samples=_multi_dot_samples)
 def linalg_multi_dot(tensors):
     """The product of the matrices ``tensors`` in the order of fewest multiplications (a
@@ -879,7 +880,7 @@ def _vecdot_samples(make):
             Sample(make(4), make(4)), Sample(_complex(make)(2, 3), _complex(make)(3))]
 
 
-@op(kind="composite", inputs=("x", "y"), method=False, function=False,
+@op(out=True, kind="composite", inputs=("x", "y"), method=False, function=False,
     samples=_vecdot_samples)
 def linalg_vecdot(x, y, *, dim=-1):
     """The dot products of the vectors of ``x`` and ``y`` (broadcast) along ``dim``, ``x``
@@ -941,7 +942,8 @@ def singular_value_cutoff(A, S, atol, rtol):
                                                           else atol.to(cutoff.dtype))
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False, differentiable=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("A",), method=False, function=False,
+    differentiable=False,
     samples=_tolerance_samples)
 def linalg_matrix_rank(A, *, atol=None, rtol=None, hermitian=False):
     """The number of singular values (absolute eigenvalues, ``hermitian``) of each matrix
@@ -968,7 +970,8 @@ def _cond_samples(make):
         Sample(_square_samples(make)[-1].args[0], "fro")]
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False, samples=_cond_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("A",), method=False, function=False,
+    samples=_cond_samples)
 def linalg_cond(A, p=None):
     """The condition number of each matrix of ``A`` in the ``p``-norm: ``norm(A) *
     norm(inv(A))``; through the singular values for ``p`` None, 2, -2 (any shape), else
@@ -1051,7 +1054,7 @@ def _triangle(G, upper, unitriangular):
     return G.triu(diagonal) if upper else G.tril(-diagonal)
 
 
-@op(inputs=("A", "B"), method=False, function=False, samples=_solve_triangular_samples)
+@op(out=True, inputs=("A", "B"), method=False, function=False, samples=_solve_triangular_samples)
 def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``) for triangular ``A``: only
     its ``upper`` (or lower) triangle is read (without the diagonal if
@@ -1097,7 +1100,7 @@ def _triangular_solve_samples(make):
             Sample(make(3, 2), _triangular(make, unit=True), False, False, True)]
 
 
-@op(kind="composite", inputs=("self", "A"), samples=_triangular_solve_samples)
+@op(out=True, kind="composite", inputs=("self", "A"), samples=_triangular_solve_samples)
 def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     """``(solution, cloned_coefficient)``: ``X`` with ``op(A) @ X = self`` (``op``: the
     transpose when ``transpose``), and a copy of ``A`` broadcast to the batch shape."""
@@ -1114,7 +1117,7 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     return TriangularSolveResult(solution, A.expand(batch + tuple(A.shape[-2:])).clone())
 
 
-@op(inputs=("self", "input2"),
+@op(out=True, out_casting=True, inputs=("self", "input2"),
     samples=lambda make: [Sample(make(3, 2), _triangular(make)),
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
@@ -1154,7 +1157,7 @@ def cholesky_solve(grad, input2, upper, result):
 cholesky_solve.def_batch_rule(two_matrix_batch_rule)
 
 
-@op(kind="composite", samples=lambda make: [Sample(_triangular(make)),
+@op(out=True, out_casting=True, kind="composite", samples=lambda make: [Sample(_triangular(make)),
                                              Sample(_triangular(make, 2, upper=True), True)])
 def cholesky_inverse(self, upper=False):
     """The inverse of ``A = L Lᴴ`` (``Uᴴ U`` when ``upper``) from its Cholesky factor."""
@@ -1209,7 +1212,7 @@ def _lu_samples(make):
             Sample(make(3, 3), check_errors=True), Sample(_complex(make)(2, 3, 3))]
 
 
-@op(inputs=("A",), method=False, function=False, samples=_lu_samples)
+@op(out=True, inputs=("A",), method=False, function=False, samples=_lu_samples)
 def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     """``(LU, pivots, info)``: ``A = P L U`` packed as LAPACK's getrf (``L`` unit lower
     below the diagonal, ``U`` on and above it), 1-based int32 row swaps ``pivots``, and per
@@ -1344,7 +1347,7 @@ def _lu_unpack(op, level, args, kwargs):
 
 # torch.func.vmap gives one empty placeholder for all samples where a factor is not
 # unpacked, the loop one per sample (as here): the composite's samples unpack all three
-@op(kind="composite", inputs=("LU_data",), method=False,
+@op(out=True, kind="composite", inputs=("LU_data",), method=False,
     samples=lambda make: _lu_unpack_samples(make)[:4])
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     return LUUnpackResult(*_permutation_detached(_lu_unpack(LU_data, LU_pivots, unpack_data,
@@ -1358,7 +1361,7 @@ def _permutation_detached(factors):
     return P.detach(), L, U
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False,
+@op(out=True, kind="composite", inputs=("A",), method=False, function=False,
     samples=lambda make: _lu_samples(make)[:4])
 def linalg_lu(A, *, pivot=True):
     """``(P, L, U)`` with ``A = P L U``."""
@@ -1377,7 +1380,7 @@ def _lu_solve_samples(make):
                    _complex(make)(3, 2), adjoint=True)]
 
 
-@op(kind="composite", inputs=("LU", "B"), method=False, function=False,
+@op(out=True, kind="composite", inputs=("LU", "B"), method=False, function=False,
     samples=_lu_solve_samples)
 def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     """``X`` with ``A @ X = B`` for ``A = P L U`` given as ``linalg.lu_factor`` returns it
@@ -1419,7 +1422,7 @@ def _solve_ex_samples(make):
                                               left=False)]
 
 
-@op(kind="composite", inputs=("A", "B"), method=False, function=False,
+@op(out=True, kind="composite", inputs=("A", "B"), method=False, function=False,
     samples=_solve_ex_samples)
 def linalg_solve_ex(A, B, *, left=True, check_errors=False):
     """``(result, info)``: ``linalg.solve``'s solution through the LU factorization, and
@@ -1439,7 +1442,8 @@ def linalg_solve_ex(A, B, *, left=True, check_errors=False):
     return SolveExResult(result.squeeze(-1) if vector else result, info)
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False, samples=_square_samples)
+@op(out=True, kind="composite", inputs=("A",), method=False, function=False,
+    samples=_square_samples)
 def linalg_inv_ex(A, *, check_errors=False):
     """``(inverse, info)``: the inverse through the LU factorization, and its ``info``
     (a singular matrix gives infinities instead of an error)."""
@@ -1479,7 +1483,7 @@ def cholesky_array(a):
     return L.reshape(a.shape), info.reshape(a.shape[:-2])
 
 
-@op(inputs=("A",), method=False, function=False,
+@op(out=True, inputs=("A",), method=False, function=False,
     samples=lambda make: _spd_samples(make) + [Sample(_spd(make), check_errors=True)])
 def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     """``(L, info)``: ``linalg.cholesky``'s factor, and per matrix the order of the first
@@ -1507,7 +1511,7 @@ def _householder_samples(make):
             Sample(make(3, 2), make(1)), Sample(_complex(make)(4, 3), _complex(make)(2))]
 
 
-@op(kind="composite", inputs=("A", "tau"), method=False, function=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("A", "tau"), method=False, function=False,
     samples=_householder_samples)
 def linalg_householder_product(A, tau):
     """The first ``n`` columns of ``H_1 ... H_k`` (``A``: m x n), ``H_i = I - tau_i v_i
@@ -1543,7 +1547,7 @@ def linalg_householder_product(A, tau):
     return _column_major(Q)
 
 
-@op(kind="composite", inputs=("self", "input2"),
+@op(out=True, out_casting=True, kind="composite", inputs=("self", "input2"),
     samples=lambda make: _householder_samples(make)[:2])
 def orgqr(self, input2):
     """``linalg.householder_product(self, input2)``."""
@@ -1558,7 +1562,7 @@ def _tensorinv_samples(make):
             Sample((_spd(make, n=6) + make(6, 6) * 0.3).reshape(2, 3, 6), 2)]
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("A",), method=False, function=False,
     samples=_tensorinv_samples)
 def linalg_tensorinv(A, ind=2):
     """The inverse of ``A`` for ``tensordot(A, X, ind)``: ``A`` read as a square matrix
@@ -1580,7 +1584,7 @@ def _tensorsolve_samples(make):
             Sample(A.reshape(2, 3, 6).movedim(-1, 0), make(2, 3), (0,))]
 
 
-@op(kind="composite", inputs=("A", "B"), method=False, function=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("A", "B"), method=False, function=False,
     samples=_tensorsolve_samples)
 def linalg_tensorsolve(A, B, dims=None):
     """``X`` with ``tensordot(A, X, X.dim()) = B``; ``dims``: dims of ``A`` moved to the
@@ -1599,7 +1603,7 @@ def linalg_tensorsolve(A, B, dims=None):
 
 # --------------------------------------------------------------------------- top level
 
-@op(kind="composite", inputs=("A",), samples=lambda make: [
+@op(out=True, out_casting=True, kind="composite", inputs=("A",), samples=lambda make: [
     Sample(make(3, 3)), Sample(make(2, 3, 3), get_infos=True), Sample(make(4, 2), True)])
 def lu(A, pivot=True, get_infos=False):
     """``(LU, pivots)`` of ``linalg.lu_factor`` (``get_infos``: and ``info``); a zero
@@ -1608,14 +1612,15 @@ def lu(A, pivot=True, get_infos=False):
     return result if get_infos else result[:2]
 
 
-@op(kind="composite", inputs=("self", "LU_data"), samples=lambda make: [
+@op(out=True, kind="composite", inputs=("self", "LU_data"), samples=lambda make: [
     Sample(s.args[2], *s.args[:2]) for s in _lu_solve_samples(make)[:2]])
 def lu_solve(self, LU_data, LU_pivots):
     """``linalg.lu_solve(LU_data, LU_pivots, self)``."""
     return linalg_lu_solve(LU_data, LU_pivots, self)
 
 
-@op(kind="composite", samples=lambda make: [Sample(make(4, 3)), Sample(make(2, 3, 3), False)])
+@op(out=True, kind="composite",
+    samples=lambda make: [Sample(make(4, 3)), Sample(make(2, 3, 3), False)])
 def qr(self, some=True):
     """``linalg.qr(self, 'reduced' if some else 'complete')``."""
     return QRTuple(*linalg_qr(self, "reduced" if some else "complete"))
@@ -1774,7 +1779,8 @@ def _ldl_samples(make):
 
 
 # PyTorch has no derivative of the LDLᵀ factorization or its solve: neither has one here
-@op(inputs=("A",), method=False, function=False, differentiable=False, samples=_ldl_samples)
+@op(out=True, inputs=("A",), method=False, function=False, differentiable=False,
+    samples=_ldl_samples)
 def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
     """``(LD, pivots, info)``: LAPACK's compact LDLᵀ of each symmetric matrix of ``A``
     (lower triangle read; ``hermitian`` is the same for real dtypes; complex ones are
@@ -1793,7 +1799,7 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False):
 linalg_ldl_factor_ex.def_batch_rule(one_matrix_batch_rule)
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False, differentiable=False,
+@op(out=True, kind="composite", inputs=("A",), method=False, function=False, differentiable=False,
     samples=lambda make: _ldl_samples(make)[:4])
 def linalg_ldl_factor(A, *, hermitian=False):
     """``(LD, pivots)``; a zero in D raises (``ldl_factor_ex`` reports it instead)."""
@@ -1810,7 +1816,7 @@ def _ldl_solve_samples(make):
                    _complex(make)(3, 2))]
 
 
-@op(inputs=("LD", "B"), method=False, function=False, differentiable=False,
+@op(out=True, inputs=("LD", "B"), method=False, function=False, differentiable=False,
     samples=_ldl_solve_samples)
 def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     """``X`` with ``A @ X = B`` for ``A`` factored by ``linalg.ldl_factor`` (batch dims of
@@ -1859,7 +1865,7 @@ def _geqrf_samples(make):
 
 
 # PyTorch has no derivative of geqrf: none here either
-@op(differentiable=False, samples=_geqrf_samples)
+@op(out=True, out_casting=True, differentiable=False, samples=_geqrf_samples)
 def geqrf(self):
     """``(a, tau)``: LAPACK's geqrf, the QR factorization of each matrix as ``R`` on and
     above the diagonal of ``a``, Householder reflectors below it, and their scales
@@ -1888,7 +1894,7 @@ def _ormqr_samples(make):
             Sample(_complex(make)(4, 3), _complex(make)(3), _complex(make)(4, 2), True, True)]
 
 
-@op(kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
+@op(out=True, kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
 def ormqr(self, input2, input3, left=True, transpose=False):
     """``op(Q) @ input3`` (``left=False``: ``input3 @ op(Q)``; ``op``: the transpose when
     ``transpose``) for the full square ``Q`` of the reflectors ``self`` and scales
@@ -1941,7 +1947,7 @@ def _complex_of(dtype):
     return complex64 if dtype in (float32, complex64) else complex128
 
 
-@op(inputs=("A",), method=False, function=False, samples=_eig_samples)
+@op(out=True, out_casting=True, inputs=("A",), method=False, function=False, samples=_eig_samples)
 def linalg_eig(A):
     """Eigenvalues and eigenvectors of each square matrix of ``A`` (LAPACK's geev: each
     eigenvector of unit norm, its largest component real), complex whatever ``A``'s
@@ -1990,7 +1996,8 @@ def linalg_eig(grad, result0, result1):
 linalg_eig.def_batch_rule(one_matrix_batch_rule)
 
 
-@op(kind="composite", inputs=("A",), method=False, function=False, samples=_eig_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("A",), method=False, function=False,
+    samples=_eig_samples)
 def linalg_eigvals(A):
     """The eigenvalues of each square matrix of ``A`` (complex)."""
     check_matrix(A, "linalg.eigvals")
@@ -2004,7 +2011,7 @@ def _pinv_samples(make):
             Sample(make(3, 3), rtol=1e-3), Sample(make(2, 3), atol=0.5)]
 
 
-@op(inputs=("A",), method=False, function=False, samples=_pinv_samples)
+@op(out=True, out_casting=True, inputs=("A",), method=False, function=False, samples=_pinv_samples)
 def linalg_pinv(A, atol=None, rtol=None, hermitian=False):
     """``linalg.pinv``'s value (checked there): singular values (absolute eigenvalues with
     ``hermitian``, read from the lower triangle) at or below ``max(atol, rtol * largest)``

@@ -733,7 +733,7 @@ def _native_batch_norm_samples(make):
             Sample(make(3, 2, 2), make(2), None, make(2), make(2, **pos), False, 0.1, 1e-5)]
 
 
-@op(kind="composite", method=False, inputs=("input", "weight", "bias"),
+@op(out=True, kind="composite", method=False, inputs=("input", "weight", "bias"),
     samples=_native_batch_norm_samples)
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
                       eps):

@@ -548,11 +548,14 @@ def _refuse_complex_abs_in_place(self):
 
 
 def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False,
-           floating_kernel=None, refuse_in_place=None):
+           floating_kernel=None, refuse_in_place=None, out=True):
     """Declare a one-input elementwise op and its in-place variant (kernel only).
+    ``floating``: integers and bool compute in the default float dtype (else the result
+    keeps the input's dtype, and PyTorch wants it in an ``out=`` too);
     ``floating_kernel``: the name of PyTorch's kernel when it has real floating versions
     only (its error for the other dtypes names it); ``refuse_in_place``: what the in-place
-    variant refuses (``inplace_variant``'s ``refuse``)."""
+    variant refuses (``inplace_variant``'s ``refuse``); ``out``: whether PyTorch's
+    function takes ``out=``."""
     def kernel(self, *, out=None):
         if floating_kernel:
             refuse_unless_floating(self._dtype, floating_kernel)
@@ -566,7 +569,8 @@ def _unary(name, ufunc, floating=True, samples=_unary_samples(), quiet=False,
         return pointwise(ufunc, self, out=out,
                          dtype=float_dtype(self._dtype) if floating else None)
     kernel.__name__ = name
-    declared = op(name, family="pointwise", samples=samples)(kernel)
+    declared = op(name, family="pointwise", samples=samples, out=out,
+                  out_casting=floating)(kernel)
     inplace_variant(declared, refuse=refuse_in_place)
     set_unary_kernel(declared, ufunc, quiet)   # float32/float64 calls skip the Python kernel
     return declared
@@ -607,7 +611,7 @@ rsqrt = _unary("rsqrt", lambda a, out, dtype, casting: np.divide(
 sigmoid = _unary("sigmoid", lambda a, out, dtype, casting: np.divide(
     1, 1 + np.exp(np.negative(a, dtype=dtype)), out=out, dtype=dtype, casting=casting))
 relu = _unary("relu", lambda a, out, dtype, casting: np.maximum(
-    a, 0, out=out, dtype=dtype, casting=casting), floating=False, quiet=True)
+    a, 0, out=out, dtype=dtype, casting=casting), floating=False, quiet=True, out=False)
 
 
 def _rint(a, out, dtype, casting):
@@ -635,7 +639,7 @@ def _round_samples(make):
                                      Sample(make((), low=-20, high=20), decimals=2)]
 
 
-@op(family="pointwise", samples=_round_samples)
+@op(out_casting=False, family="pointwise", samples=_round_samples)
 def round(self, *, decimals=0, out=None):
     if not decimals:
         refuse_complex(self, "round_vml_cpu", bool_too=True)
@@ -896,7 +900,13 @@ def clamp_max(self, max):
     return clamp(self, max=max)
 
 
-@op(inputs=("condition", "self", "other"), method=False, family="pointwise",
+def _of_tensors(arguments):
+    """PyTorch's ``where`` takes ``out=`` only in its form on three tensors."""
+    return isinstance(arguments["self"], TensorBase) and isinstance(arguments["other"],
+                                                                   TensorBase)
+
+
+@op(out=_of_tensors, inputs=("condition", "self", "other"), method=False, family="pointwise",
     samples=_where_samples)
 def where(condition, self, other):
     _require_tensors("where", condition=condition)
@@ -921,7 +931,8 @@ def where(grad, condition):
     return where(condition, grad.new_zeros(()), grad)
 
 
-@op(inputs=("self", "mask", "value"), family="pointwise", samples=_masked_fill_samples)
+@op(inputs=("self", "mask", "value"), family="pointwise", out=False,
+    samples=_masked_fill_samples)
 def masked_fill(self, mask, value, *, out=None):
     if mask._dtype is not bool_:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
@@ -1088,7 +1099,7 @@ bitwise_or = _bitwise("bitwise_or", np.bitwise_or)
 bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
 
 
-@op(differentiable=False, family="pointwise",
+@op(out_casting=False, differentiable=False, family="pointwise",
     samples=lambda make: [Sample(make(3, 4, dtype=int64)), Sample(make(5, dtype=bool_))])
 def bitwise_not(self, *, out=None):
     if self._dtype.is_floating_point:
@@ -1398,7 +1409,7 @@ def _mvlgamma_samples(make):
             Sample(make((), low=1.6, high=4.0), 2)]
 
 
-@op(kind="composite", samples=_mvlgamma_samples)
+@op(out_casting=True, kind="composite", samples=_mvlgamma_samples)
 def mvlgamma(self, p, *, out=None):
     """The multivariate log-gamma of dimension ``p``:
     ``log(pi) p (p - 1) / 4 + sum_i lgamma(self - i / 2)``."""
@@ -1615,7 +1626,7 @@ def _with_zeros(t):
     return t
 
 
-@op(inputs=("self", "values"), differentiable=False, family="pointwise",
+@op(out_casting=False, inputs=("self", "values"), differentiable=False, family="pointwise",
     samples=_heaviside_samples)
 def heaviside(self, values, *, out=None):
     _require_tensors("heaviside", input=self, values=values)
@@ -1654,7 +1665,7 @@ def _sign_samples(make):
             Sample(make(4, dtype=bool_))]
 
 
-@op(differentiable=False, family="pointwise", samples=_sign_samples)
+@op(out_casting=False, differentiable=False, family="pointwise", samples=_sign_samples)
 def signbit(self, *, out=None):
     if self._dtype.is_complex:
         raise NotImplementedError("signbit is not implemented for complex tensors.")
@@ -1673,8 +1684,8 @@ def _infinity_test(name, sign):
         return pointwise(lambda a, out, dtype, casting: np.equal(a, sign * np.inf, out=out),
                          self, out=out, dtype=bool_, compute_dtype=self._dtype)
     kernel.__name__ = name
-    return op(name, differentiable=False, family="pointwise", samples=_float_only_samples)(
-        kernel)
+    return op(name, differentiable=False, family="pointwise", out_casting=False,
+              samples=_float_only_samples)(kernel)
 
 
 isposinf = _infinity_test("isposinf", 1)

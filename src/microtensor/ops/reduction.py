@@ -30,7 +30,7 @@ from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, di
                                    float_dtype, from_numpy_result, new_result, owned, reduce,
                                    reduced_shape)
 from microtensor.ops.pointwise import maximum, minimum, mul, where
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import Sample, op, out_with_dim
 from microtensor.vmap.helpers import batch_size, call, front_or_expanded, to_front, wrap
 from microtensor.vmap.rules import reduction as reduction_family
 
@@ -213,7 +213,7 @@ def _count_samples(make):
 
 # --------------------------------------------------------------------------- sum, mean, prod
 
-@op(family="reduction", samples=_reduction_samples)
+@op(out=out_with_dim, out_casting="dtype", family="reduction", samples=_reduction_samples)
 def sum(self, dim=None, keepdim=False, *, dtype=None):
     out_dtype = _integer_to_int64(self, dtype)
     if dim is None and not keepdim and self.device.type == "cpu" and \
@@ -244,7 +244,7 @@ def sum_to_size(self, *size):
     return result.view(size) if lead else result
 
 
-@op(kind="composite", samples=_reduction_samples)
+@op(out=True, out_casting=True, kind="composite", samples=_reduction_samples)
 def mean(self, dim=None, keepdim=False, *, dtype=None):
     if (dtype or self._dtype).kind < 2:
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a "
@@ -259,7 +259,7 @@ def mean(self, dim=None, keepdim=False, *, dtype=None):
     return total / count if count else total * math.nan
 
 
-@op(family="reduction", samples=_prod_samples)
+@op(out=out_with_dim, out_casting="dtype", family="reduction", samples=_prod_samples)
 def prod(self, dim=None, keepdim=False, *, dtype=None):
     return reduce(np.prod, self, dim, keepdim, _integer_to_int64(self, dtype),
                   round_each_step=True)
@@ -291,14 +291,14 @@ def _refuse_complex(self, message, error=RuntimeError):
         raise error(message.format(_type_name(self._dtype)))
 
 
-@op(family="reduction", samples=_extremum_samples)
+@op(out=True, family="reduction", samples=_extremum_samples)
 def amax(self, dim=(), keepdim=False):
     _refuse_complex(self, "\"max_values_cpu\" not implemented for '{}'", NotImplementedError)
     _check_reducible("amax", self, dim)
     return reduce(np.amax, self, dim, keepdim, None)
 
 
-@op(family="reduction", samples=_extremum_samples)
+@op(out=True, family="reduction", samples=_extremum_samples)
 def amin(self, dim=(), keepdim=False):
     _refuse_complex(self, "\"min_values_cpu\" not implemented for '{}'", NotImplementedError)
     _check_reducible("amin", self, dim)
@@ -386,7 +386,7 @@ def _extremum(name, full, by_dim, binary, return_type):
     extremum.__doc__ = (f"``{name}(input)``: the {name}imum value; ``{name}(input, dim, "
                         f"keepdim=False)``: ``(values, indices)`` along ``dim``; "
                         f"``{name}(input, other)``: elementwise {name}imum.")
-    return op(name, kind="composite", samples=_max_samples)(extremum)
+    return op(name, kind="composite", out=True, samples=_max_samples)(extremum)
 
 
 max = _extremum("max", amax, _max_dim, maximum, ReturnMax)
@@ -414,7 +414,8 @@ def _arg_extremum(name, np_arg):
         return _fresh(index.reshape(index.shape if self.dim() else ()), int64)
     kernel.__name__ = name
     # dim=None means the index into the flattened tensor: vmap needs a rule for that case
-    return op(name, family="reduction", differentiable=False, samples=_arg_samples)(kernel)
+    return op(name, family="reduction", differentiable=False, out=True,
+              samples=_arg_samples)(kernel)
 
 
 argmax = _arg_extremum("argmax", np.argmax)
@@ -502,7 +503,14 @@ def _std(grad, self, dim, correction, keepdim, result):
     return _var_backward(grad, self, dim, correction, keepdim)
 
 
-@op(kind="composite", samples=_var_samples)
+def _without_unbiased(arguments):
+    """PyTorch's ``var``/``std`` take ``out=`` except in their legacy form
+    ``(input, unbiased)``."""
+    dim = arguments["dim"]
+    return not isinstance(dim, bool) and not (dim is None and arguments["unbiased"] is not None)
+
+
+@op(out=_without_unbiased, kind="composite", samples=_var_samples)
 def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
     if self._dtype.is_complex:
@@ -515,7 +523,7 @@ def _complex_var(self, dim, correction, keepdim):
     return _var(self.real, dim, correction, keepdim) + _var(self.imag, dim, correction, keepdim)
 
 
-@op(kind="composite", samples=_var_samples)
+@op(out=_without_unbiased, kind="composite", samples=_var_samples)
 def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
     if self._dtype.is_complex:
@@ -606,7 +614,7 @@ def _nuclear_norm(self, dim, keepdim, dtype):
     return linalg.matrix_norm(self, "nuc", dims, keepdim, dtype=dtype)
 
 
-@op(kind="composite", samples=_norm_samples)
+@op(out=True, kind="composite", samples=_norm_samples)
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector ``p``-norm over ``dim`` (``"fro"``: 2-norm of the flattened dims;
     ``"nuc"``: the nuclear norm over two dims)."""
@@ -650,7 +658,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
 
 # --------------------------------------------------------------------------- exp-normalising
 
-@op(family="reduction", samples=_logsumexp_samples)
+@op(out=True, out_casting=True, family="reduction", samples=_logsumexp_samples)
 def logsumexp(self, dim, keepdim=False):
     dtype = float_dtype(self._dtype)
     shape = reduced_shape(self._sizes, dims_of(dim, self.dim()), keepdim)
@@ -710,7 +718,7 @@ def _normalised_exp(name, log):
             out /= np.sum(out, axis=axis, keepdims=True)
         return result
     kernel.__name__ = name
-    return op(name, family="reduction", samples=_single_dim_samples)(kernel)
+    return op(name, family="reduction", out=True, samples=_single_dim_samples)(kernel)
 
 
 softmax = _normalised_exp("softmax", log=False)
@@ -807,7 +815,7 @@ def _log_softmax_backward_data(op, level, args, kwargs):
 
 # --------------------------------------------------------------------------- scans
 
-@op(family="reduction", samples=_single_dim_samples)
+@op(out=True, out_casting="dtype", family="reduction", samples=_single_dim_samples)
 def cumsum(self, dim, *, dtype=None):
     result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
@@ -848,12 +856,12 @@ def _logical_reduction(np_reduction, self, dim, keepdim):
     return from_numpy_result(np_reduction(arr, axis=dims, keepdims=keepdim), result_dtype)
 
 
-@op(family="reduction", differentiable=False, samples=_bool_samples)
+@op(out=True, family="reduction", differentiable=False, samples=_bool_samples)
 def all(self, dim=None, keepdim=False):
     return _logical_reduction(np.all, self, dim, keepdim)
 
 
-@op(family="reduction", differentiable=False, samples=_bool_samples)
+@op(out=True, family="reduction", differentiable=False, samples=_bool_samples)
 def any(self, dim=None, keepdim=False):
     return _logical_reduction(np.any, self, dim, keepdim)
 

@@ -29,7 +29,15 @@ An ``Op`` bundles what each layer needs to know about one operator:
   ``samples(make)`` returning a list of ``Sample(*args, **kwargs)``, where
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
   ``microtensor.testing``) makes a random tensor.  The first argument is the tensor the
-  method is called on.
+  method is called on;
+* ``out`` and ``out_casting``: whether PyTorch's function takes ``out=`` (True, False, or
+  a function of the bound arguments for ops where only some overloads do: ``sum`` with a
+  ``dim``) and whether the result may be cast into an ``out`` of another dtype without
+  losing its kind (PyTorch's elementwise ops and some others), must have the result's
+  dtype exactly (most others), or is the dtype to compute in ("dtype": ``sum``,
+  ``cumsum`` ... take it as their ``dtype`` argument).  Kernels never see
+  ``out``: the dispatcher computes the result and writes it in (``dispatch.write_out``),
+  the same for every op.
 
 The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<name>`` and
 ``Tensor.<name>``.
@@ -162,7 +170,8 @@ class Op:
 
     def __init__(self, name, kernel, *, inputs=("self",), method=True, function=True,
                  kind="function", samples=None, batch_rule=None, family=None,
-                 inplace_of=None, differentiable=True, random=False):
+                 inplace_of=None, differentiable=True, random=False, out=None,
+                 out_casting=None):
         self.name = name
         self.kernel = kernel
         self.inputs = inputs                 # parameters that can carry gradients
@@ -191,6 +200,10 @@ class Op:
         self.varargs = next((p.name for p in sig.parameters.values()
                              if p.kind is p.VAR_POSITIONAL), None)
         self.param_names = frozenset(sig.parameters)
+        # a kernel's own ``out`` parameter serves its in-place variant, and tells that
+        # PyTorch has an out= variant unless ``out`` says otherwise
+        self.out = "out" in self.param_names if out is None else out
+        self.out_casting = family == "pointwise" if out_casting is None else out_casting
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
         # what recording reads of the op on every recorded call, as one attribute
@@ -308,6 +321,12 @@ class Op:
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+
+def out_with_dim(arguments):
+    """``op(..., out=out_with_dim)``: PyTorch's form that reduces every element (``sum``,
+    ``prod``, ``median`` without a ``dim``) takes no ``out=``; the one along ``dim`` does."""
+    return arguments["dim"] is not None
 
 
 def op(name=None, **options):

@@ -23,7 +23,7 @@ from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, di
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64, _into,
                                        cumulative_)
-from microtensor.ops.registry import Sample, op
+from microtensor.ops.registry import Sample, op, out_with_dim
 from microtensor.ops.shape import cat, stack
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
 
@@ -169,7 +169,7 @@ def _sort(grad, self_shape, dim, result1):
     return _to_positions(grad[0], self_shape, dim, result1)
 
 
-@op(kind="composite", samples=_sort_samples)
+@op(out=True, kind="composite", samples=_sort_samples)
 def sort(self, dim=-1, descending=False, *, stable=False):
     """``(values, indices)`` sorted along ``dim``; the sort is always stable."""
     return ReturnSort(*_sort(self, dim, descending))
@@ -200,7 +200,7 @@ def _topk(grad, self_shape, dim, result1):
     return _to_positions(grad[0], self_shape, dim, result1)
 
 
-@op(kind="composite", samples=_topk_samples)
+@op(out=True, kind="composite", samples=_topk_samples)
 def topk(self, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) values along ``dim``, in sorted order."""
     return ReturnTopk(*_topk(self, k, dim, largest, sorted))
@@ -231,7 +231,7 @@ def _kthvalue(self, k, dim=-1, keepdim=False):
     return _select_kth(self, k - 1, dim, keepdim)
 
 
-@op(kind="composite", samples=_kthvalue_samples)
+@op(out=True, kind="composite", samples=_kthvalue_samples)
 def kthvalue(self, k, dim=-1, keepdim=False):
     """The ``k``-th smallest value along ``dim`` and its index."""
     refuse_complex(self, "kthvalue_cpu", bool_too=True)
@@ -275,7 +275,7 @@ def _median_all(self, dim=None, keepdim=False):
 _median_all.def_derivative("self")(_evenly_to_extrema)
 
 
-@op(kind="composite", samples=_median_samples)
+@op(out=out_with_dim, kind="composite", samples=_median_samples)
 def median(self, dim=None, keepdim=False):
     """The lower median of all elements, or ``(values, indices)`` along ``dim``."""
     refuse_complex(self, "median_cpu" if dim is None else "median_out", bool_too=True)
@@ -314,7 +314,7 @@ def _mode(self, dim=-1, keepdim=False):
     return _fresh(values, self._dtype), _fresh(indices, int64)
 
 
-@op(kind="composite", samples=_mode_samples)
+@op(out=True, kind="composite", samples=_mode_samples)
 def mode(self, dim=-1, keepdim=False):
     """The most frequent value along ``dim`` (the smallest of equally frequent ones) and
     the index of its last occurrence."""
@@ -361,21 +361,21 @@ _cummax = _cum_extremum("cummax", np.maximum.accumulate)
 _cummin = _cum_extremum("cummin", np.minimum.accumulate)
 
 
-@op(kind="composite", samples=_cum_extremum_samples)
+@op(out=True, kind="composite", samples=_cum_extremum_samples)
 def cummax(self, dim):
     """Running maximum along ``dim`` and the index where it was reached."""
     refuse_complex(self, "cummax_cpu")
     return ReturnCummax(*_cummax(self, dim))
 
 
-@op(kind="composite", samples=_cum_extremum_samples)
+@op(out=True, kind="composite", samples=_cum_extremum_samples)
 def cummin(self, dim):
     """Running minimum along ``dim`` and the index where it was reached."""
     refuse_complex(self, "cummin_cpu")
     return ReturnCummin(*_cummin(self, dim))
 
 
-@op(family="reduction", samples=_cumprod_samples)
+@op(out=True, out_casting="dtype", family="reduction", samples=_cumprod_samples)
 def cumprod(self, dim, *, dtype=None):
     dtype = _integer_to_int64(self, dtype)
     result = new_result(self._sizes, dtype, device=self.device)
@@ -416,7 +416,7 @@ def _searchsorted_samples(make):
             Sample(seq, tensor(0.5))]
 
 
-@op(inputs=(), method=False, differentiable=False, samples=_searchsorted_samples)
+@op(out=True, inputs=(), method=False, differentiable=False, samples=_searchsorted_samples)
 def searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None,
                  sorter=None):
     """Indices where ``self`` would be inserted in the innermost dim of ``sorted_sequence``
@@ -496,7 +496,7 @@ def _bucketize_samples(make):
             Sample(tensor(1.0), tensor([0.0, 1.0, 2.0]), out_int32=True)]
 
 
-@op(kind="composite", inputs=(), method=False, differentiable=False,
+@op(out=True, kind="composite", inputs=(), method=False, differentiable=False,
     samples=_bucketize_samples)
 def bucketize(self, boundaries, *, out_int32=False, right=False):
     """The bucket of each element of ``self`` among the 1-D ``boundaries``."""
@@ -515,7 +515,13 @@ def _nonzero_samples(make):
             Sample(tensor(0.0), as_tuple=True), Sample(tensor([True, False, True]))]
 
 
-@op(differentiable=False, samples=_nonzero_samples)
+def _not_as_tuple(arguments):
+    if arguments["as_tuple"]:
+        raise RuntimeError("nonzero does not support the out kwarg when as_tuple is True")
+    return True
+
+
+@op(out=_not_as_tuple, differentiable=False, samples=_nonzero_samples)
 def nonzero(self, *, as_tuple=False):
     """The indices of the non-zero elements: an ``(n, dim)`` tensor, or per dim a 1-D
     tensor with ``as_tuple`` (a 0-d input counts as 1-d there)."""
@@ -883,7 +889,7 @@ def cumprod_(self, dim, *, dtype=None):
 
 # --------------------------------------------------------------------------- msort
 
-@op(kind="composite", samples=lambda make: [Sample(_distinct(make, 3, 4)),
+@op(out=True, kind="composite", samples=lambda make: [Sample(_distinct(make, 3, 4)),
                                             Sample(_distinct(make, 5)),
                                             Sample(_distinct(make, 4, 3).mT),
                                             Sample(tensor([[2, 1], [0, 3], [1, 1]]))])
@@ -909,7 +915,7 @@ def _check_static_size(size):
     return size
 
 
-@op(kind="composite", differentiable=False, samples=_nonzero_static_samples)
+@op(out=True, kind="composite", differentiable=False, samples=_nonzero_static_samples)
 def nonzero_static(self, *, size, fill_value=-1):
     """The first ``size`` rows of ``nonzero(self)``, padded with ``fill_value`` rows: a
     shape that does not depend on the values.  Written in ops (a stable sort puts the

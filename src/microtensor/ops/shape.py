@@ -54,7 +54,7 @@ def _cat_samples(make):
             Sample([make(3), make(0), make(2)], -1), Sample([make(2, 2, 2)], dim=2)]
 
 
-@op(kind="composite", inputs=("tensors",), samples=_cat_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), samples=_cat_samples)
 def cat(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -150,7 +150,7 @@ def _stack_samples(make):
             Sample([make()], 0)]
 
 
-@op(kind="composite", inputs=("tensors",), samples=_stack_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), samples=_stack_samples)
 def stack(tensors, dim=0):
     tensors = tuple(tensors)
     if not tensors:
@@ -173,7 +173,8 @@ def _hstack_samples(make):
             Sample([make(), make(2)])]
 
 
-@op(kind="composite", inputs=("tensors",), method=False, samples=_hstack_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
+    samples=_hstack_samples)
 def hstack(tensors):
     tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]
     if not tensors:
@@ -185,7 +186,8 @@ def _vstack_samples(make):
     return [Sample([make(3), make(2, 3)]), Sample([make(2, 2), make(1, 2), make(2)])]
 
 
-@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
+    samples=_vstack_samples)
 def vstack(tensors):
     tensors = [t.reshape(1, -1) if t.dim() < 2 else t for t in tensors]
     if not tensors:
@@ -571,7 +573,7 @@ def _diag_samples(make):
             Sample(make(3, 4), 2), Sample(make(4, 3), -1)]
 
 
-@op(samples=_diag_samples)
+@op(out=True, samples=_diag_samples)
 def diag(self, diagonal=0):
     if self.dim() not in (1, 2):
         raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {self.dim()}D")
@@ -725,12 +727,13 @@ def _concat_samples(make):
     return [Sample([make(2, 3), make(1, 3)]), Sample([make(2, 1), make(2, 2)], 1)]
 
 
-@op(kind="composite", inputs=("tensors",), method=False, samples=_concat_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
+    samples=_concat_samples)
 def concat(tensors, dim=0):
     return cat(tensors, dim)
 
 
-@op(kind="composite", inputs=("tensors",), method=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
     samples=lambda make: [Sample([make(2, 3), make(1, 3)]),
                           Sample([make(2, 1), make(2, 2)], axis=-1)])
 def concatenate(tensors, axis=0):
@@ -866,7 +869,7 @@ vsplit = _directional_split("vsplit", 0, 2)
 dsplit = _directional_split("dsplit", 2, 3)
 
 
-@op(kind="composite", inputs=("tensors",), method=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
     samples=lambda make: [Sample([make(3), make(3, 2)]), Sample([make(), make(1, 2)]),
                           Sample([make(2, 2, 1), make(2, 1, 1)])])
 def column_stack(tensors):
@@ -876,7 +879,7 @@ def column_stack(tensors):
     return hstack(tensors)
 
 
-@op(kind="composite", inputs=("tensors",), method=False,
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
     samples=lambda make: [Sample([make(3), make(3)]), Sample([make(2, 3), make(2, 3)]),
                           Sample([make(2, 2, 1), make(2, 2, 3), make(2, 2)])])
 def dstack(tensors):
@@ -892,7 +895,7 @@ def _index_samples(make):
             Sample(make(3, 4), tensor_of(np.array([5, 0, 11])))]
 
 
-@op(kind="composite", inputs=("self",), samples=_index_samples)
+@op(out=True, kind="composite", inputs=("self",), samples=_index_samples)
 def take_along_dim(self, indices, dim=None):
     """``gather`` of ``self`` and ``indices`` broadcast against each other except along
     ``dim``; without ``dim``, of the flattened tensors."""
@@ -933,7 +936,7 @@ def _diff_samples(make):
             Sample(tensor_of(np.array([True, False, False, True])), 2)]
 
 
-@op(kind="composite", inputs=("self", "prepend", "append"), samples=_diff_samples)
+@op(out=True, kind="composite", inputs=("self", "prepend", "append"), samples=_diff_samples)
 def diff(self, n=1, dim=-1, prepend=None, append=None):
     """The ``n``-th forward difference along ``dim`` (exclusive or for bool tensors), of
     ``self`` with ``prepend`` and ``append`` joined before and after."""
@@ -1163,7 +1166,8 @@ __all__ += ["unsafe_split", "unsafe_split_with_sizes", "unsafe_chunk"]
 
 # --------------------------------------------------------------------------- row_stack
 
-@op(kind="composite", inputs=("tensors",), method=False, samples=_vstack_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("tensors",), method=False,
+    samples=_vstack_samples)
 def row_stack(tensors):
     """``vstack``'s other name."""
     return vstack(tensors)
@@ -1302,7 +1306,7 @@ def _declare_copy(base, samples=None, method=False):
     kernel.__signature__ = inspect.signature(REGISTRY[base].kernel)
     kernel.__name__ = kernel.__qualname__ = base + "_copy"
     kernel.__doc__ = f"``{base}``'s values in a fresh contiguous tensor."
-    return op(base + "_copy", kind="composite", method=method,
+    return op(base + "_copy", kind="composite", method=method, out=True,
               samples=samples or REGISTRY[base].samples,
               differentiable=base != "detach")(kernel)
 
@@ -1316,19 +1320,19 @@ _declare_copy("t", lambda make: [Sample(make(2, 3)), Sample(make(3)), Sample(mak
 
 
 # aten's forms take the sizes (dims) as one list, not spread
-@op(kind="composite", method=False,
+@op(out=True, kind="composite", method=False,
     samples=lambda make: [Sample(make(3, 1), (2, 3, 4)), Sample(make(2), [3, -1])])
 def expand_copy(self, size, *, implicit=False):
     return _fresh(self.expand(size))
 
 
-@op(kind="composite", method=False,
+@op(out=True, kind="composite", method=False,
     samples=lambda make: [Sample(make(2, 3, 4), (2, 0, 1)), Sample(make(4, 3).t(), [1, 0])])
 def permute_copy(self, dims):
     return _fresh(self.permute(dims))
 
 
-@op(kind="composite", method=False,
+@op(out=True, kind="composite", method=False,
     samples=lambda make: [Sample(make(2, 3, 4), (6, 4)), Sample(make(2, 6), [-1])])
 def view_copy(self, size):
     return _fresh(self.view(size))
