@@ -44,7 +44,7 @@ def slogdet(A):
     return _decomp.SlogdetResult(*_decomp.linalg_slogdet(A))
 
 
-@takes_out
+@takes_out(layout="column-major")
 def solve(A, B, *, left=True):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``)."""
     return _decomp.linalg_solve(A, B, left=left)
@@ -261,7 +261,7 @@ def cond(A, p=None):
     return _decomp.linalg_cond(A, p)
 
 
-@takes_out
+@takes_out(layout="column-major")
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     """``X`` with ``A @ X = B`` (``left=False``: ``X @ A = B``) for triangular ``A``;
     ``B`` is cast to ``A``'s dtype, as PyTorch does."""
@@ -271,7 +271,7 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False):
                                            unitriangular=unitriangular)
 
 
-@takes_out
+@takes_out(layout="column-major")
 def solve_ex(A, B, *, left=True, check_errors=False):
     return _decomp.linalg_solve_ex(A, B, left=left, check_errors=check_errors)
 
@@ -306,17 +306,17 @@ def lu(A, *, pivot=True):
     return _decomp.linalg_lu(A, pivot=pivot)
 
 
-@takes_out
+@takes_out(layout="column-major")
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     return _decomp.linalg_lu_solve(LU, pivots, B, left=left, adjoint=adjoint)
 
 
-@takes_out(casting=True)
+@takes_out(casting=True, layout="lapack")
 def householder_product(A, tau):
     return _decomp.linalg_householder_product(A, tau)
 
 
-@takes_out(casting=True)
+@takes_out(casting=True, layout="contiguous")
 def tensorinv(A, ind=2):
     return _decomp.linalg_tensorinv(A, ind)
 
@@ -337,14 +337,14 @@ def ldl_factor(A, *, hermitian=False):
     return _decomp.linalg_ldl_factor(A, hermitian=hermitian)
 
 
-@takes_out
+@takes_out(layout="column-major")
 def ldl_solve(LD, pivots, B, *, hermitian=False):
     return _decomp.linalg_ldl_solve(LD, pivots, B, hermitian=hermitian)
 
 
 # --------------------------------------------------------------------------- eig
 
-@takes_out(casting=True)
+@takes_out(casting=True, layout="lapack")
 def eig(A):
     """``(eigenvalues, eigenvectors)`` of each square matrix of ``A``, complex whatever
     ``A``'s dtype (complex64 for float32 and complex64, else complex128); each eigenvector

@@ -221,7 +221,7 @@ def _angle_loop(a, *, out, dtype, casting):
     return np.copyto(out, np.angle(a) if np.iscomplexobj(a) else a, casting=casting)
 
 
-@op(family="pointwise", samples=_angle_samples)
+@op(family="pointwise", out_layout="contiguous", samples=_angle_samples)
 def angle(self, *, out=None):
     """The phase of each element (``atan2(imag, real)``); of a real tensor 0 or pi."""
     dt = self._dtype.to_real() if self._dtype.is_complex else (

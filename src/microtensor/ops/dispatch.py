@@ -97,7 +97,8 @@ def call_with_out(op, args, kwargs):
         _factory_dtype(kwargs, outs[0])
     result = op.kernel(*args, **kwargs) if op.kind == "composite" else \
         run_kernel(op, args, kwargs)
-    return write_out(op.name, result, out, inputs, op.out_casting, warn=not factory)
+    return write_out(op.name, result, out, inputs, op.out_casting, op.out_layout,
+                     warn=not factory)
 
 
 def _refuse_recording(name, tensors):
@@ -117,13 +118,14 @@ def _factory_dtype(kwargs, out):
                            f"({_type_name(out._dtype)})")
 
 
-def takes_out(fn=None, *, factory=False, casting=False):
+def takes_out(fn=None, *, factory=False, casting=False, layout=None):
     """PyTorch's ``out=`` for a function written in Python over ops (``linalg.svdvals``,
-    ``zeros``...): a decorator (``factory``: the function makes ``out``'s dtype;
-    ``casting``: as ``Op.out_casting``); the result is written into ``out`` by the rules
-    of every op (``write_out``)."""
+    ``zeros``...): a decorator (``factory``: the function makes ``out``'s dtype, and
+    resizes ``out`` without a warning; ``casting`` and ``layout``: as ``Op.out_casting``
+    and ``Op.out_layout``); the result is written into ``out`` by the rules of every op
+    (``write_out``)."""
     if fn is None:
-        return lambda f: takes_out(f, factory=factory, casting=casting)
+        return lambda f: takes_out(f, factory=factory, casting=casting, layout=layout)
 
     @functools.wraps(fn)
     def with_out(*args, out=None, **kwargs):
@@ -137,20 +139,23 @@ def takes_out(fn=None, *, factory=False, casting=False):
         _refuse_recording(fn.__name__, inputs + list(outs))
         if factory:
             _factory_dtype(kwargs, outs[0])
-        return write_out(fn.__name__, fn(*args, **kwargs), out, inputs, casting,
+        return write_out(fn.__name__, fn(*args, **kwargs), out, inputs, casting, layout,
                          warn=not factory)
     return with_out
 
 
-def write_out(name, result, out, inputs, casting, warn=True):
+def write_out(name, result, out, inputs, casting, layout=None, warn=True):
     """Write ``result`` (a tensor, or a tuple of them) into ``out`` (a tensor, or a tuple
     of as many) and return ``out``, by PyTorch's rules for ``out=``: each ``out`` must
     have its result's dtype, or with ``casting`` one the result casts to without losing
     its category; it must share no memory with the inputs but the very same elements;
     one of another shape is resized (with a warning if it had elements, unless ``warn`` is
-    false: PyTorch's factories resize silently) over its own
-    storage when that holds enough, laid out as its result (an elementwise result follows
-    its inputs' layout, LAPACK's are column-major), and the copy in bumps its version.
+    false: PyTorch's factories resize silently) over its own storage when that holds
+    enough, laid out by ``layout``: None, as its result (an elementwise result follows its
+    inputs' layout); "contiguous"; "column-major" (each matrix, as LAPACK writes them);
+    "lapack", as its result when ``out`` was empty and of its dtype, else contiguous
+    (PyTorch's linear algebra, which writes LAPACK's results straight into such an
+    ``out`` only).  The copy in bumps ``out``'s version.
     Every check runs before anything is written."""
     results = result if isinstance(result, (tuple, list)) else (result,)
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -172,7 +177,7 @@ def write_out(name, result, out, inputs, casting, warn=True):
                 raise RuntimeError(f"result type {_type_name(value._dtype)} can't be cast "
                                    f"to the desired output type {_type_name(target._dtype)}")
         if target._sizes != value._sizes:
-            target = _resized(target, value)
+            target = _resized(target, value, layout)
         check_writable(target, inputs)
         targets.append(target)
     for value, target, given in zip(results, targets, outs):
@@ -191,13 +196,19 @@ def write_out(name, result, out, inputs, casting, warn=True):
     return type(result)(*outs) if hasattr(result, "_fields") else tuple(outs)
 
 
-def _resized(out, like):
-    """A tensor with ``out``'s dtype and ``like``'s sizes and strides (contiguous ones when
-    ``like``'s leave gaps or overlap): over ``out``'s storage from its offset when that
-    holds enough elements, else over a new storage."""
+def _resized(out, like, layout):
+    """A tensor with ``out``'s dtype and ``like``'s sizes, laid out by ``layout`` (see
+    ``write_out``; contiguous where ``like``'s strides leave gaps or overlap): over
+    ``out``'s storage from its offset when that holds enough elements, else over a new
+    storage."""
     sizes = like._sizes
-    strides = like._strides if meta.is_non_overlapping_and_dense(
-        like._sizes, like._strides) else tuple(meta.contiguous_strides(sizes))
+    if layout == "column-major" and len(sizes) >= 2:
+        strides = _column_major(sizes)
+    elif (layout is None or layout == "lapack" and not out._numel and
+          out._dtype is like._dtype) and meta.is_non_overlapping_and_dense(sizes, like._strides):
+        strides = like._strides
+    else:
+        strides = tuple(meta.contiguous_strides(sizes))
     numel = 1
     for size in sizes:
         numel *= size
@@ -206,6 +217,14 @@ def _resized(out, like):
         return out._make_alias_unchecked(sizes, strides, out._offset)
     fresh = empty_contiguous(sizes, out._dtype, out.device)
     return fresh._make_alias_unchecked(sizes, strides, 0)   # the same elements, dense
+
+
+def _column_major(sizes):
+    """Strides of a stack of column-major matrices of ``sizes``."""
+    rows, columns = sizes[-2], sizes[-1]
+    batch = tuple(stride * max(rows * columns, 1)
+                  for stride in meta.contiguous_strides(sizes[:-2]))
+    return batch + (1, max(rows, 1))
 
 
 _core.install_out_call(call_with_out)

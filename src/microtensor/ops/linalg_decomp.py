@@ -582,7 +582,7 @@ def svd(self, some=True, compute_uv=True):
     return SvdTuple(U, S, Vh.mH)
 
 
-@op(out=True, out_casting=True, kind="composite", inputs=("self",),
+@op(out=True, out_casting=True, out_layout="contiguous", kind="composite", inputs=("self",),
     samples=lambda make: [Sample(_spd(make)),
                                                               Sample(_spd(make, 2), True)])
 def cholesky(self, upper=False):
@@ -1100,7 +1100,8 @@ def _triangular_solve_samples(make):
             Sample(make(3, 2), _triangular(make, unit=True), False, False, True)]
 
 
-@op(out=True, kind="composite", inputs=("self", "A"), samples=_triangular_solve_samples)
+@op(out=True, out_layout="column-major", kind="composite", inputs=("self", "A"),
+    samples=_triangular_solve_samples)
 def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     """``(solution, cloned_coefficient)``: ``X`` with ``op(A) @ X = self`` (``op``: the
     transpose when ``transpose``), and a copy of ``A`` broadcast to the batch shape."""
@@ -1117,7 +1118,7 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     return TriangularSolveResult(solution, A.expand(batch + tuple(A.shape[-2:])).clone())
 
 
-@op(out=True, out_casting=True, inputs=("self", "input2"),
+@op(out=True, out_casting=True, out_layout="contiguous", inputs=("self", "input2"),
     samples=lambda make: [Sample(make(3, 2), _triangular(make)),
                           Sample(make(2, 3, 1), _triangular(make, upper=True), True),
                           Sample(make(3, 2), _triangular(make, 2))])
@@ -1157,7 +1158,8 @@ def cholesky_solve(grad, input2, upper, result):
 cholesky_solve.def_batch_rule(two_matrix_batch_rule)
 
 
-@op(out=True, out_casting=True, kind="composite", samples=lambda make: [Sample(_triangular(make)),
+@op(out=True, out_casting=True, out_layout="lapack", kind="composite",
+    samples=lambda make: [Sample(_triangular(make)),
                                              Sample(_triangular(make, 2, upper=True), True)])
 def cholesky_inverse(self, upper=False):
     """The inverse of ``A = L Lᴴ`` (``Uᴴ U`` when ``upper``) from its Cholesky factor."""
@@ -1547,7 +1549,7 @@ def linalg_householder_product(A, tau):
     return _column_major(Q)
 
 
-@op(out=True, out_casting=True, kind="composite", inputs=("self", "input2"),
+@op(out=True, out_casting=True, out_layout="lapack", kind="composite", inputs=("self", "input2"),
     samples=lambda make: _householder_samples(make)[:2])
 def orgqr(self, input2):
     """``linalg.householder_product(self, input2)``."""
@@ -1603,7 +1605,8 @@ def linalg_tensorsolve(A, B, dims=None):
 
 # --------------------------------------------------------------------------- top level
 
-@op(out=True, out_casting=True, kind="composite", inputs=("A",), samples=lambda make: [
+@op(out=True, out_casting=True, out_layout="contiguous", kind="composite", inputs=("A",),
+    samples=lambda make: [
     Sample(make(3, 3)), Sample(make(2, 3, 3), get_infos=True), Sample(make(4, 2), True)])
 def lu(A, pivot=True, get_infos=False):
     """``(LU, pivots)`` of ``linalg.lu_factor`` (``get_infos``: and ``info``); a zero
@@ -1612,7 +1615,8 @@ def lu(A, pivot=True, get_infos=False):
     return result if get_infos else result[:2]
 
 
-@op(out=True, kind="composite", inputs=("self", "LU_data"), samples=lambda make: [
+@op(out=True, out_layout="column-major", kind="composite", inputs=("self", "LU_data"),
+    samples=lambda make: [
     Sample(s.args[2], *s.args[:2]) for s in _lu_solve_samples(make)[:2]])
 def lu_solve(self, LU_data, LU_pivots):
     """``linalg.lu_solve(LU_data, LU_pivots, self)``."""
@@ -1865,7 +1869,7 @@ def _geqrf_samples(make):
 
 
 # PyTorch has no derivative of geqrf: none here either
-@op(out=True, out_casting=True, differentiable=False, samples=_geqrf_samples)
+@op(out=True, out_casting=True, out_layout="lapack", differentiable=False, samples=_geqrf_samples)
 def geqrf(self):
     """``(a, tau)``: LAPACK's geqrf, the QR factorization of each matrix as ``R`` on and
     above the diagonal of ``a``, Householder reflectors below it, and their scales
@@ -1894,7 +1898,8 @@ def _ormqr_samples(make):
             Sample(_complex(make)(4, 3), _complex(make)(3), _complex(make)(4, 2), True, True)]
 
 
-@op(out=True, kind="composite", inputs=("self", "input2", "input3"), samples=_ormqr_samples)
+@op(out=True, out_layout="lapack", kind="composite", inputs=("self", "input2", "input3"),
+    samples=_ormqr_samples)
 def ormqr(self, input2, input3, left=True, transpose=False):
     """``op(Q) @ input3`` (``left=False``: ``input3 @ op(Q)``; ``op``: the transpose when
     ``transpose``) for the full square ``Q`` of the reflectors ``self`` and scales

@@ -35,7 +35,8 @@ An ``Op`` bundles what each layer needs to know about one operator:
   ``dim``) and whether the result may be cast into an ``out`` of another dtype without
   losing its kind (PyTorch's elementwise ops and some others), must have the result's
   dtype exactly (most others), or is the dtype to compute in ("dtype": ``sum``,
-  ``cumsum`` ... take it as their ``dtype`` argument).  Kernels never see
+  ``cumsum`` ... take it as their ``dtype`` argument); ``out_layout``: how an ``out`` of
+  another shape is laid out as it is resized (``dispatch.write_out``).  Kernels never see
   ``out``: the dispatcher computes the result and writes it in (``dispatch.write_out``),
   the same for every op.
 
@@ -171,7 +172,7 @@ class Op:
     def __init__(self, name, kernel, *, inputs=("self",), method=True, function=True,
                  kind="function", samples=None, batch_rule=None, family=None,
                  inplace_of=None, differentiable=True, random=False, out=None,
-                 out_casting=None):
+                 out_casting=None, out_layout=None):
         self.name = name
         self.kernel = kernel
         self.inputs = inputs                 # parameters that can carry gradients
@@ -204,6 +205,7 @@ class Op:
         # PyTorch has an out= variant unless ``out`` says otherwise
         self.out = "out" in self.param_names if out is None else out
         self.out_casting = family == "pointwise" if out_casting is None else out_casting
+        self.out_layout = out_layout
         self.input_positions = tuple(self.params.index(n) for n in inputs
                                      if n in self.params)
         # what recording reads of the op on every recorded call, as one attribute

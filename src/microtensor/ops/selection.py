@@ -521,7 +521,7 @@ def _not_as_tuple(arguments):
     return True
 
 
-@op(out=_not_as_tuple, differentiable=False, samples=_nonzero_samples)
+@op(out=_not_as_tuple, out_layout="column-major", differentiable=False, samples=_nonzero_samples)
 def nonzero(self, *, as_tuple=False):
     """The indices of the non-zero elements: an ``(n, dim)`` tensor, or per dim a 1-D
     tensor with ``as_tuple`` (a 0-d input counts as 1-d there)."""

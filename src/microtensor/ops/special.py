@@ -442,10 +442,11 @@ def _float_samples(low=None, high=None):
     return samples
 
 
-def _unary(name, fn, samples, differentiable=True, kernel_name=None):
+def _unary(name, fn, samples, differentiable=True, kernel_name=None, out_layout=None):
     """Declare ``special_<name>``: ``fn`` elementwise in float64, the result in the input's
     float type (integers and bool: the default one; complex tensors refused with the error
-    of PyTorch's kernel ``kernel_name``, ``<name>_cpu`` by default)."""
+    of PyTorch's kernel ``kernel_name``, ``<name>_cpu`` by default; ``out_layout``: as
+    ``Op.out_layout``)."""
     loop = _host_loop(fn)
     kernel_name = kernel_name or name + "_cpu"
 
@@ -457,7 +458,7 @@ def _unary(name, fn, samples, differentiable=True, kernel_name=None):
     kernel.__name__ = "special_" + name
     kernel.__doc__ = f"``torch.special.{name}``: {fn.__doc__.splitlines()[0]}"
     return op("special_" + name, method=False, function=False, family="pointwise",
-              samples=samples, differentiable=differentiable)(kernel)
+              samples=samples, differentiable=differentiable, out_layout=out_layout)(kernel)
 
 
 def _binary(name, fn, samples, *, tensors_only=False, **options):
@@ -494,7 +495,8 @@ def _derivative_not_implemented(name):
     raise NotImplementedError(f"the derivative for '{name}' is not implemented.")
 
 
-special_ndtr = _unary("ndtr", ndtr, _float_samples(), kernel_name="erf_vml_cpu")
+special_ndtr = _unary("ndtr", ndtr, _float_samples(), kernel_name="erf_vml_cpu",
+                      out_layout="contiguous")   # PyTorch's is a composite of erf
 special_ndtri = _unary("ndtri", ndtri, _float_samples(0.02, 0.98))
 special_log_ndtr = _unary("log_ndtr", log_ndtr, _float_samples(-12.0, 4.0))
 special_erfcx = _unary("erfcx", erfcx, _float_samples(-3.0, 8.0))
