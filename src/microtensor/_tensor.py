@@ -448,7 +448,7 @@ def _method(op):
 def _function(op):
     if op.kind == "composite" and op.varargs is None and not op.out:
         return op.kernel   # no dispatcher frame: nothing but the body to run
-    return _named(op_function(op), op, op.name)
+    return _named(op_function(op), op, op.name)   # (``out=`` goes to the dispatcher)
 
 
 def _named(fn, op, qualname):

@@ -399,6 +399,14 @@ def op_function(op):
                 args, kwargs = _spread_varargs(op, args, kwargs)
             return call(op, args, kwargs)
         return varargs_function
+    if op.kind == "composite":
+        kernel = op.kernel
+
+        def composite_function(*args, **kwargs):
+            if kwargs and "out" in kwargs:
+                return call(op, args, kwargs)
+            return kernel(*args, **kwargs)   # the body, as the dispatcher would run it
+        return composite_function
 
     def function(*args, **kwargs):
         return call(op, args, kwargs)
