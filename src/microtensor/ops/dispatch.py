@@ -148,7 +148,8 @@ def write_out(name, result, out, inputs, casting, layout=None, warn=True):
     """Write ``result`` (a tensor, or a tuple of them) into ``out`` (a tensor, or a tuple
     of as many) and return ``out``, by PyTorch's rules for ``out=``: each ``out`` must
     have its result's dtype, or with ``casting`` one the result casts to without losing
-    its category; it must share no memory with the inputs but the very same elements;
+    its category (with ``casting="kind"``: of the same kind, real or complex); it must
+    share no memory with the inputs but the very same elements;
     one of another shape is resized (with a warning if it had elements, unless ``warn`` is
     false: PyTorch's factories resize silently) over its own storage when that holds
     enough, laid out by ``layout``: None, as its result (an elementwise result follows its
@@ -169,7 +170,7 @@ def write_out(name, result, out, inputs, casting, layout=None, warn=True):
     targets = []
     for value, target in zip(results, outs):
         if value._dtype is not target._dtype:
-            if not casting:
+            if not casting or casting == "kind" and value._dtype.kind != target._dtype.kind:
                 raise RuntimeError(f"Expected out tensor to have dtype "
                                    f"{info(value._dtype).cpp_name}, but got "
                                    f"{info(target._dtype).cpp_name} instead")

@@ -289,7 +289,8 @@ def fft_fft(self, n=None, dim=-1, norm=None):
     return _c2c("fft_fft", self, *_one_dim(n, dim), norm, True)
 
 
-@op(out=True, kind="composite", method=False, function=False, samples=_one_dim_samples)
+@op(out=True, out_casting="kind", kind="composite", method=False, function=False,
+    samples=_one_dim_samples)
 def fft_ifft(self, n=None, dim=-1, norm=None):
     """The inverse of ``fft``."""
     return _c2c("fft_ifft", self, *_one_dim(n, dim), norm, False)
@@ -353,7 +354,8 @@ def fft_rfft(self, n=None, dim=-1, norm=None):
     return _r2c("rfft", self, *_one_dim(n, dim), norm)
 
 
-@op(out=True, kind="composite", method=False, function=False, samples=_half_samples)
+@op(out=True, out_casting="kind", kind="composite", method=False, function=False,
+    samples=_half_samples)
 def fft_irfft(self, n=None, dim=-1, norm=None):
     """The real signal of length ``n`` (default ``2 * (m - 1)``) whose one-sided transform
     is ``self``."""
@@ -376,12 +378,14 @@ def fft_rfftn(self, s=None, dim=None, norm=None):
     return _r2c("rfftn", self, s, dim, norm)
 
 
-@op(out=True, kind="composite", method=False, function=False, samples=_half_n_dim_samples)
+@op(out=True, out_casting="kind", kind="composite", method=False, function=False,
+    samples=_half_n_dim_samples)
 def fft_irfftn(self, s=None, dim=None, norm=None):
     return _c2r("irfftn", self, s, dim, norm)
 
 
-@op(out=True, kind="composite", method=False, function=False, samples=_half_samples)
+@op(out=True, out_casting="kind", kind="composite", method=False, function=False,
+    samples=_half_samples)
 def fft_hfft(self, n=None, dim=-1, norm=None):
     """The real transform of a Hermitian signal given by its one-sided half (``irfft`` of
     the conjugate with the forward scaling)."""
@@ -414,7 +418,8 @@ def fft_ihfft2(self, s=None, dim=(-2, -1), norm=None):
     return _ihfftn("ihfftn", self, s, dim, norm)
 
 
-@op(out=True, kind="composite", method=False, function=False, samples=_half_n_dim_samples)
+@op(out=True, out_casting="kind", kind="composite", method=False, function=False,
+    samples=_half_n_dim_samples)
 def fft_hfftn(self, s=None, dim=None, norm=None):
     """The N-D ``hfft``: the real transform of a Hermitian signal given by its half."""
     return _c2r("hfftn", self, s, dim, norm, forward=True)

@@ -844,7 +844,7 @@ def minimum(grad, self, other):
     return grad * (1 - ((self < other) + (self == other) * 0.5))
 
 
-@op(inputs=("self", "min", "max"), family="pointwise", samples=_clamp_samples)
+@op(out_casting=False, inputs=("self", "min", "max"), family="pointwise", samples=_clamp_samples)
 def clamp(self, min=None, max=None, *, out=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
@@ -906,7 +906,8 @@ def _of_tensors(arguments):
                                                                    TensorBase)
 
 
-@op(out=_of_tensors, inputs=("condition", "self", "other"), method=False, family="pointwise",
+@op(out=_of_tensors, out_casting=False, inputs=("condition", "self", "other"), method=False,
+    family="pointwise",
     samples=_where_samples)
 def where(condition, self, other):
     _require_tensors("where", condition=condition)

@@ -510,7 +510,7 @@ def _without_unbiased(arguments):
     return not isinstance(dim, bool) and not (dim is None and arguments["unbiased"] is not None)
 
 
-@op(out=_without_unbiased, kind="composite", samples=_var_samples)
+@op(out=_without_unbiased, out_casting="kind", kind="composite", samples=_var_samples)
 def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
     if self._dtype.is_complex:
@@ -523,7 +523,7 @@ def _complex_var(self, dim, correction, keepdim):
     return _var(self.real, dim, correction, keepdim) + _var(self.imag, dim, correction, keepdim)
 
 
-@op(out=_without_unbiased, kind="composite", samples=_var_samples)
+@op(out=_without_unbiased, out_casting="kind", kind="composite", samples=_var_samples)
 def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, correction = _var_arguments(dim, unbiased, correction)
     if self._dtype.is_complex:

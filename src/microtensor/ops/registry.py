@@ -33,8 +33,9 @@ An ``Op`` bundles what each layer needs to know about one operator:
 * ``out`` and ``out_casting``: whether PyTorch's function takes ``out=`` (True, False, or
   a function of the bound arguments for ops where only some overloads do: ``sum`` with a
   ``dim``) and whether the result may be cast into an ``out`` of another dtype without
-  losing its kind (PyTorch's elementwise ops and some others), must have the result's
-  dtype exactly (most others), or is the dtype to compute in ("dtype": ``sum``,
+  losing its category (PyTorch's elementwise ops and some others; "kind": into the same
+  kind only, as its real FFTs), must have the result's dtype exactly (most others), or is
+  the dtype to compute in ("dtype": ``sum``,
   ``cumsum`` ... take it as their ``dtype`` argument); ``out_layout``: how an ``out`` of
   another shape is laid out as it is resized (``dispatch.write_out``).  Kernels never see
   ``out``: the dispatcher computes the result and writes it in (``dispatch.write_out``),

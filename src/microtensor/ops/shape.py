@@ -936,7 +936,8 @@ def _diff_samples(make):
             Sample(tensor_of(np.array([True, False, False, True])), 2)]
 
 
-@op(out=True, kind="composite", inputs=("self", "prepend", "append"), samples=_diff_samples)
+@op(out=True, out_casting=True, kind="composite", inputs=("self", "prepend", "append"),
+    samples=_diff_samples)
 def diff(self, n=1, dim=-1, prepend=None, append=None):
     """The ``n``-th forward difference along ``dim`` (exclusive or for bool tensors), of
     ``self`` with ``prepend`` and ``append`` joined before and after."""
