@@ -744,10 +744,17 @@ def test_is_set_to_and_const_data_ptr_as_pytorch():
         assert not x.is_set_to(x.clone()) and x.const_data_ptr() == x.data_ptr()
 
 
-def test_toplevel_composites_are_the_method_objects():
-    """A composite in-place op is one Python function, the method and the function alike."""
-    for name in ("clip_", "square_", "clamp_min_", "clamp_max_", "addmv_"):
-        assert getattr(mt, name) is getattr(mt.Tensor, name)
+@pytest.mark.parametrize("name, args", [
+    ("clip_", (-1.0, 1.0)), ("square_", ()), ("clamp_min_", (0.5,)), ("clamp_max_", (0.5,)),
+    ("addmv_", (mt.ones(3, 2), mt.ones(2)))])
+def test_toplevel_composites_run_as_the_methods(name, args):
+    """A composite in-place op's function and method run its one body alike: the same
+    values written into the same tensor, its version bumped once."""
+    as_function, as_method = mt.tensor([-2.0, 0.25, 2.0]), mt.tensor([-2.0, 0.25, 2.0])
+    assert getattr(mt, name)(as_function, *args) is as_function
+    assert getattr(as_method, name)(*args) is as_method
+    assert as_function.tolist() == as_method.tolist()
+    assert as_function._version == as_method._version == 1
 
 
 @pytest.mark.parametrize("name", ["cumsum_", "cumprod_", "lerp_", "clamp_min_", "addmm_",

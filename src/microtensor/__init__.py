@@ -22,7 +22,7 @@ from microtensor.ops.registry import REGISTRY as _REGISTRY
 
 from microtensor.ops import indexing as _indexing  # noqa: E402
 
-_core._install(Tensor, _dispatch.binary, _dispatch.call_by_name, _indexing.getitem,
+_core._install(Tensor, _dispatch.binary, _dispatch.call_method, _indexing.getitem,
                _attach_node, {name: _REGISTRY[name] for name in (
                    "add", "sub", "mul", "div", "sum", "view", "transpose", "unsqueeze",
                    "expand", "matmul")}, _dispatch.call)

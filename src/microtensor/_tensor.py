@@ -438,17 +438,11 @@ def legacy_new(args, kwargs, dtype=None):
 
 
 def _method(op):
-    # a composite op runs as its kernel, unless the dispatcher's wrapper must first take
-    # its ``*args`` by keyword
-    if op.kind == "composite" and op.varargs is None:
-        return op.kernel
     return _named(op_method(op), op, "Tensor." + op.name)
 
 
 def _function(op):
-    if op.kind == "composite" and op.varargs is None and not op.out:
-        return op.kernel   # no dispatcher frame: nothing but the body to run
-    return _named(op_function(op), op, op.name)   # (``out=`` goes to the dispatcher)
+    return _named(op_function(op), op, op.name)
 
 
 def _named(fn, op, qualname):

@@ -377,40 +377,97 @@ cdef object _dispatch(op, args, kwargs):
 
 def op_method(op):
     """``Tensor.<name>`` for ``op``: a compiled function (no Python frame per call) that
-    binds like a Python one."""
+    binds like a Python one, PyTorch's other names of keywords included (``axis=`` for
+    ``dim=``: ``_keyword_aliases``)."""
+    cdef tuple aliases = _keyword_aliases(op, False)
     if op.varargs is not None:
         def varargs_method(self, *args, **kwargs):
             args = (self,) + args
-            if kwargs and op.varargs in kwargs:
-                args, kwargs = _spread_varargs(op, args, kwargs)
+            if kwargs:
+                args, kwargs = _renamed(op, aliases, args, kwargs)
+                if op.varargs in kwargs:
+                    args, kwargs = _spread_varargs(op, args, kwargs)
             return call(op, args, kwargs)
         return varargs_method
+    if op.kind == "composite":
+        kernel = op.kernel
+
+        def composite_method(self, *args, **kwargs):
+            if kwargs:
+                args, kwargs = _renamed(op, aliases, (self,) + args, kwargs)
+                return kernel(*args, **kwargs)
+            return kernel(self, *args)   # the body, as the dispatcher would run it
+        return composite_method
 
     def method(self, *args, **kwargs):
-        return call(op, (self,) + args, kwargs)
+        if kwargs:
+            args, kwargs = _renamed(op, aliases, (self,) + args, kwargs)
+            return call(op, args, kwargs)
+        return call(op, (self,) + args, None)
     return method
 
 
 def op_function(op):
-    """``microtensor.<name>`` for ``op``, compiled like ``op_method``."""
+    """``microtensor.<name>`` for ``op``, compiled like ``op_method`` (``input=`` names
+    the tensor a method is called on)."""
+    cdef tuple aliases = _keyword_aliases(op, True)
     if op.varargs is not None:
         def varargs_function(*args, **kwargs):
-            if kwargs and op.varargs in kwargs:
-                args, kwargs = _spread_varargs(op, args, kwargs)
+            if kwargs:
+                args, kwargs = _renamed(op, aliases, args, kwargs)
+                if op.varargs in kwargs:
+                    args, kwargs = _spread_varargs(op, args, kwargs)
             return call(op, args, kwargs)
         return varargs_function
     if op.kind == "composite":
         kernel = op.kernel
 
         def composite_function(*args, **kwargs):
-            if kwargs and "out" in kwargs:
-                return call(op, args, kwargs)
+            if kwargs:
+                args, kwargs = _renamed(op, aliases, args, kwargs)
+                if "out" in kwargs:
+                    return call(op, args, kwargs)
             return kernel(*args, **kwargs)   # the body, as the dispatcher would run it
         return composite_function
 
     def function(*args, **kwargs):
+        if kwargs:
+            args, kwargs = _renamed(op, aliases, args, kwargs)
         return call(op, args, kwargs)
     return function
+
+
+cdef tuple _keyword_aliases(op, bint function):
+    """PyTorch's other names for ``op``'s keywords, as ``(alias, name)`` pairs: its
+    argument parser takes NumPy's ``axis`` for ``dim`` and ``keepdims`` for ``keepdim``,
+    and a function takes the tensor a method is called on as ``input`` (``self`` here)."""
+    names = op.param_names
+    pairs = []
+    if function and "self" in names and "input" not in names:
+        pairs.append(("input", "self"))
+    if "dim" in names and "axis" not in names:
+        pairs.append(("axis", "dim"))
+    if "keepdim" in names and "keepdims" not in names:
+        pairs.append(("keepdims", "keepdim"))
+    return tuple(pairs)
+
+
+cdef tuple _renamed(op, tuple aliases, tuple args, dict kwargs):
+    """``(args, kwargs)`` with each alias of ``aliases`` in ``kwargs`` under its name
+    (``self`` as the only positional argument when it is the first parameter, so that it
+    binds before ``*args``)."""
+    for alias, name in aliases:
+        if alias in kwargs:
+            kwargs = dict(kwargs)
+            value = kwargs.pop(alias)
+            first = name == "self" and op.params and op.params[0] == "self"
+            if (args if first else name in kwargs):
+                raise TypeError(f"{op.name}() got multiple values for argument '{alias}'")
+            if first:
+                args = (value,)
+            else:
+                kwargs[name] = value
+    return args, kwargs
 
 
 cdef tuple _spread_varargs(op, tuple args, dict kwargs):

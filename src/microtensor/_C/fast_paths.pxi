@@ -10,7 +10,7 @@
 
 
 cdef object _dispatch_binary = None  # ops.dispatch.binary(name, a, b): + - * / on a non-tensor
-cdef object _dispatch_call = None    # ops.dispatch.call_by_name(name, *args): slow path of methods
+cdef object _dispatch_call = None    # ops.dispatch.call_method(name, *args): slow path of methods
 cdef object _getitem = None          # ops.indexing.getitem: the slow path of tensor[index]
 cdef object _attach_node = None     # autograd: attach_node(op, args, kwargs, result)
 cdef dict _recorded_ops = None      # the Ops the fast paths record, by name, for _attach_node

@@ -31,7 +31,7 @@ from microtensor._dtype import NotATensor, can_cast, info
 from microtensor.ops.loops import _type_name, check_writable, scalar_tensor_like
 from microtensor.ops.registry import REGISTRY
 
-__all__ = ["batching", "binary", "call", "call_by_name", "call_with_out",
+__all__ = ["batching", "binary", "call", "call_by_name", "call_method", "call_with_out",
            "install_inplace_recording", "run_kernel", "set_batching", "set_vmap_depth",
            "takes_out", "write_out"]
 
@@ -55,6 +55,19 @@ def binary(name, a, b):
 
 def call_by_name(name, *args, **kwargs):
     return call(REGISTRY[name], args, kwargs)
+
+
+_METHODS = {}
+
+
+def call_method(name, *args, **kwargs):
+    """``Tensor.<name>(*args[1:], **kwargs)`` on ``args[0]``, bound as the op's method
+    binds (PyTorch's keyword aliases included): the slow path of the methods the core
+    serves in C (``sum``, ``view`` ...)."""
+    method = _METHODS.get(name)
+    if method is None:
+        method = _METHODS[name] = _core.op_method(REGISTRY[name])
+    return method(*args, **kwargs)
 
 
 def _tensors(values):
