@@ -84,6 +84,8 @@ def _to_torch(x):
                 mt.channels_last_3d: torch.channels_last_3d}[x]
     if isinstance(x, (list, tuple)):
         return type(x)(_to_torch(v) for v in x)
+    if isinstance(x, dict):   # keyword arguments
+        return {k: _to_torch(v) for k, v in x.items()}
     return x
 
 

@@ -110,8 +110,10 @@ def call_with_out(op, args, kwargs):
         _factory_dtype(kwargs, outs[0])
     result = op.kernel(*args, **kwargs) if op.kind == "composite" else \
         run_kernel(op, args, kwargs)
-    return write_out(op.name, result, out, inputs, op.out_casting, op.out_layout,
-                     warn=not factory)
+    casting = op.out_casting
+    if callable(casting):
+        casting = casting(op.bind(args, kwargs))
+    return write_out(op.name, result, out, inputs, casting, op.out_layout, warn=not factory)
 
 
 def _refuse_recording(name, tensors):

@@ -370,6 +370,12 @@ def _min_dim(grad, self_shape, dim, keepdim, result1):
     return _to_selected(grad, self_shape, dim, keepdim, result1)
 
 
+def _elementwise(arguments):
+    """``max(input, other)`` (``other`` also given as ``dim``): an elementwise op, which
+    casts into its ``out``."""
+    return isinstance(arguments["dim"], TensorBase) or arguments["other"] is not None
+
+
 def _extremum(name, full, by_dim, binary, return_type):
     def extremum(self, dim=None, keepdim=False, *, other=None):
         if isinstance(dim, TensorBase):
@@ -386,7 +392,8 @@ def _extremum(name, full, by_dim, binary, return_type):
     extremum.__doc__ = (f"``{name}(input)``: the {name}imum value; ``{name}(input, dim, "
                         f"keepdim=False)``: ``(values, indices)`` along ``dim``; "
                         f"``{name}(input, other)``: elementwise {name}imum.")
-    return op(name, kind="composite", out=True, samples=_max_samples)(extremum)
+    return op(name, kind="composite", out=True, out_casting=_elementwise,
+              samples=_max_samples)(extremum)
 
 
 max = _extremum("max", amax, _max_dim, maximum, ReturnMax)

@@ -36,7 +36,9 @@ An ``Op`` bundles what each layer needs to know about one operator:
   losing its category (PyTorch's elementwise ops and some others; "kind": into the same
   kind only, as its real FFTs), must have the result's dtype exactly (most others), or is
   the dtype to compute in ("dtype": ``sum``,
-  ``cumsum`` ... take it as their ``dtype`` argument); ``out_layout``: how an ``out`` of
+  ``cumsum`` ... take it as their ``dtype`` argument), or a function of the bound
+  arguments that says which (``max(input, other)`` casts, ``max(input)`` does not);
+  ``out_layout``: how an ``out`` of
   another shape is laid out as it is resized (``dispatch.write_out``).  Kernels never see
   ``out``: the dispatcher computes the result and writes it in (``dispatch.write_out``),
   the same for every op.
