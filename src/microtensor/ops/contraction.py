@@ -304,7 +304,7 @@ def _tensordot_samples(make):
             Sample(make(2, 3), make(2), dims=0)]
 
 
-@op(out=True, kind="composite", inputs=("a", "b"), samples=_tensordot_samples)
+@op(out=True, kind="composite", inputs=("a", "b"), method=False, samples=_tensordot_samples)
 def tensordot(a, b, dims=2):
     """Contract the last ``dims`` dims of ``a`` with the first of ``b``, or the listed
     pairs of dims."""
@@ -410,7 +410,7 @@ _CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
                 "donot_use_mm_for_euclid_dist")
 
 
-@op(kind="composite", inputs=("x1", "x2"), samples=_cdist_samples)
+@op(kind="composite", inputs=("x1", "x2"), method=False, samples=_cdist_samples)
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M):
     (..., P, R); batch dims broadcast.  Every ``compute_mode`` computes the differences
@@ -454,7 +454,7 @@ def _cosine_samples(make):
             Sample(make(3, 4), make(1, 4), dim=0)]
 
 
-@op(kind="composite", inputs=("x1", "x2"), samples=_cosine_samples)
+@op(kind="composite", inputs=("x1", "x2"), method=False, samples=_cosine_samples)
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (norms clamped to
     ``eps``), broadcasting the other dims."""
@@ -483,7 +483,7 @@ def _pairwise_samples(make):
             Sample(make(4), make(4), keepdim=True), Sample(make(2, 3), make(2, 3), p=3.0)]
 
 
-@op(kind="composite", inputs=("x1", "x2"), samples=_pairwise_samples)
+@op(kind="composite", inputs=("x1", "x2"), method=False, samples=_pairwise_samples)
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """``norm(x1 - x2 + eps, p)`` along the last dim."""
     rank = max(x1.dim(), x2.dim())
