@@ -853,6 +853,10 @@ def clamp(self, min=None, max=None, *, out=None):
         raise NotImplementedError("clamp is not supported for complex types")
     if dt is bool_ and isinstance(min, TensorBase) and isinstance(max, TensorBase):
         raise NotImplementedError("\"clamp_cpu\" not implemented for 'Bool'")  # (both bounds)
+    if dt is bool_ and not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
+        kernel = "clamp" if min is not None and max is not None else \
+            "clamp_min" if min is not None else "clamp_max"
+        raise NotImplementedError(f"\"{kernel}_scalar_cpu\" not implemented for 'Bool'")
     check_scalar_fits(min, dt)
     check_scalar_fits(max, dt)
     result = self
@@ -1076,15 +1080,16 @@ logical_xor = _logical("logical_xor", np.logical_xor, 2)
 logical_not = _logical("logical_not", np.logical_not, 1)
 
 
-def _bitwise(name, ufunc, samples=_bitwise_samples, loop_name=None):
+def _bitwise(name, ufunc, samples=_bitwise_samples, loop_name=None, bools=True):
     """Declare a two-input integer op (``loop_name``: PyTorch's kernel name in its refusal
-    of floats, ``name`` by default) and its in-place variant."""
+    of floats, ``name`` by default; ``bools``: whether it has a kernel for bool) and its
+    in-place variant."""
     def kernel(self, other, *, out=None):
         for value in (self, other):
             if type(value) is int:    # PyTorch parses its scalar before checking the dtype
                 check_scalar_range(value)
         dt = result_type(self, other)
-        if dt.is_floating_point:
+        if dt.is_floating_point or dt.is_complex or (dt is bool_ and not bools):
             raise NotImplementedError(f"\"{loop_name or name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
         return pointwise(ufunc, self, other, out=out, wrapped_numbers=True)
@@ -1457,14 +1462,15 @@ def _float_binary_samples(low=None, high=None, scalar=True):
 
 def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
                  differentiable=True, integer_kernel=True, complex_kernel=False, inplace=True,
-                 real_only=False):
+                 real_only=False, in_result_dtype=False):
     """Declare a two-input elementwise op (kernel only) and its in-place variant (unless
     ``inplace`` is False: PyTorch has none).
     ``result``: "float" (integers promote to the default float), "promoted" (PyTorch's
     promotion) or "integer" (integer inputs only); ``integer_kernel`` False: PyTorch has
     no kernel for integer or bool inputs (its error names the kernel); ``complex_kernel``
     True (with ``integer_kernel`` False): it has one for complex inputs; ``real_only``:
-    complex inputs are refused (an ordering)."""
+    complex inputs are refused (an ordering); ``in_result_dtype``: ``fn`` runs in the
+    result's dtype, half types too (which others compute in float32 and round)."""
     def kernel(self, other, *, out=None):
         if tensors_only:
             _require_tensors(name, input=self, other=other)
@@ -1479,14 +1485,23 @@ def _binary_math(name, fn, *, result="float", tensors_only=False, samples=None,
                                             complex_kernel and dt.is_complex):
             raise NotImplementedError(f"\"{name}_cpu\" not implemented for "
                                       f"'{info(dt).scalar_name}'")
-        return pointwise(store(fn), self, other, out=out,
-                         dtype=float_dtype(dt) if result == "float" else dt)
+        return pointwise(_in_own_dtype(fn) if in_result_dtype else store(fn), self, other,
+                         out=out, dtype=float_dtype(dt) if result == "float" else dt)
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, family="pointwise", samples=samples,
                   differentiable=differentiable)(kernel)
     if inplace:
         inplace_variant(declared, differentiable=differentiable)
     return declared
+
+
+def _in_own_dtype(fn):
+    """A ``pointwise`` loop running ``fn`` in the result's own dtype, half types included
+    (where ``store``'s loops compute in float32)."""
+    def loop(*arrays, out, dtype, casting):
+        np.copyto(out, fn(*[a.astype(out.dtype, copy=False) for a in arrays]), casting=casting)
+        return out
+    return loop
 
 
 def _xlogy(x, y):
@@ -1530,8 +1545,8 @@ logaddexp = _binary_math("logaddexp", _logaddexp("e"), tensors_only=True,
 logaddexp2 = _binary_math("logaddexp2", _logaddexp("2"), tensors_only=True,
                           integer_kernel=False, inplace=False, samples=_float_binary_samples(scalar=False))
 nextafter = _binary_math("nextafter", np.nextafter, result="promoted", tensors_only=True,
-                         integer_kernel=False, differentiable=False,
-                         samples=_float_binary_samples(scalar=False))
+                         integer_kernel=False, differentiable=False, in_result_dtype=True,
+                         samples=_float_binary_samples(scalar=False))   # (half types' steps)
 fmax = _binary_math("fmax", np.fmax, result="promoted", tensors_only=True,
                     inplace=False, samples=_tensor_pair_samples, real_only=True)
 fmin = _binary_math("fmin", np.fmin, result="promoted", tensors_only=True,
@@ -1857,9 +1872,9 @@ def _shift_samples(make):
 
 
 bitwise_left_shift = _bitwise("bitwise_left_shift", _shift(np.left_shift, True),
-                              _shift_samples, "lshift")
+                              _shift_samples, "lshift", bools=False)
 bitwise_right_shift = _bitwise("bitwise_right_shift", _shift(np.right_shift, False),
-                               _shift_samples, "rshift")
+                               _shift_samples, "rshift", bools=False)
 
 
 
