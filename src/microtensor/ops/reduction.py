@@ -23,7 +23,7 @@ from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
                                    float32, float64, uint8)
-from microtensor._dtype import info
+from microtensor._dtype import info, promote_types
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
@@ -69,6 +69,12 @@ def unsqueeze_reduced(grad, self_shape, dim, keepdim):
 
 def _reduced_count(shape, dim):
     return math.prod(shape[d] for d in dims_of(dim, len(shape))) if shape else 1
+
+
+def refuse_bool_accumulation(name, dtype):
+    """PyTorch has no kernel for a cumulative sum or product in bool."""
+    if dtype is bool_:
+        raise NotImplementedError(f"\"{name}_out_cpu\" not implemented for 'Bool'")
 
 
 def _integer_to_int64(self, dtype):
@@ -219,6 +225,8 @@ def sum(self, dim=None, keepdim=False, *, dtype=None):
     if dim is None and not keepdim and self.device.type == "cpu" and \
             compute_numpy(self._dtype) is self._dtype.np:    # not the half types
         value = kernels.sum_all(self._array())
+        if self._dtype.is_complex and not out_dtype.is_complex:
+            value = value.real   # the real parts' sum: complex values cast to a real dtype
         return from_numpy_result(np.asarray(value, dtype=out_dtype.np))
     return reduce(np.add.reduce, self, dim, keepdim, out_dtype)
 
@@ -627,13 +635,21 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     ``"nuc"``: the nuclear norm over two dims)."""
     if p == "nuc":
         return _nuclear_norm(self, dim, keepdim, dtype)
-    if self._dtype.is_complex and dtype is None:
-        return norm(self.abs(), p, dim, keepdim)     # a norm of the magnitudes
-    if not (dtype or self._dtype).is_floating_point:
+    if self._dtype.kind < 2 or (dtype or self._dtype).kind < 2:   # (kinds: floats, complex)
         raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor "
                            f"as input. Got {_type_name(self._dtype)}")
     if dtype is not None:
+        if dtype.is_complex != self._dtype.is_complex:
+            kind = "complex" if self._dtype.is_complex else "real"
+            raise RuntimeError(f"linalg.vector_norm: dtype should be {kind} for {kind} "
+                               f"inputs, but got {_type_name(dtype)}")
+        if promote_types(self._dtype, dtype) is not dtype:
+            raise RuntimeError(f"linalg.vector_norm: the dtype of the input "
+                               f"({_type_name(self._dtype)}) should be convertible without "
+                               f"narrowing to the specified dtype ({_type_name(dtype)})")
         self = self.to(dtype)
+    if self._dtype.is_complex:
+        return norm(self.abs(), p, dim, keepdim)     # a norm of the magnitudes (real)
     if isinstance(dim, (int, np.integer)):
         dim = (dim,)
     if p == "fro" and dim is not None and len(dim) > 2:
@@ -824,6 +840,7 @@ def _log_softmax_backward_data(op, level, args, kwargs):
 
 @op(out=True, out_casting="dtype", family="reduction", samples=_single_dim_samples)
 def cumsum(self, dim, *, dtype=None):
+    refuse_bool_accumulation("cumsum", dtype)
     result = new_result(self._sizes, _integer_to_int64(self, dtype), device=self.device)
     arr, axis = _along(self, dim)
     if not self._numel:
@@ -902,6 +919,10 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None, out=None):
     """``sum`` with NaN counted as 0 (no gradient to them)."""
     if self._dtype.is_complex:
         raise RuntimeError("nansum on CPU does not support complex inputs")
+    if self._dtype.is_floating_point and dtype is not None and dtype.is_complex:
+        # (an integer tensor is summed as sum sums it)
+        raise NotImplementedError(f"\"nansum_cpu\" not implemented for "
+                                  f"'{info(dtype).scalar_name}'")
     if self._dtype.is_floating_point:
         self = self.masked_fill(self.isnan(), 0)
     result = sum(self, dim, keepdim, dtype=dtype)
@@ -914,6 +935,9 @@ def nanmean(self, dim=None, keepdim=False, *, dtype=None, out=None):
     if not self._dtype.is_floating_point:
         raise RuntimeError(f"nanmean(): expected input to have floating point or complex "
                            f"dtype but got {_type_name(self._dtype)}")
+    if dtype is not None and dtype.kind < 2:
+        raise RuntimeError(f"nanmean(): could not infer output dtype. Optional dtype must be "
+                           f"either a floating point or complex dtype. Got: {_type_name(dtype)}")
     present = self.isnan().logical_not()
     result = nansum(self, dim, keepdim, dtype=dtype) / present.sum(dim, keepdim)
     return result if out is None else _into(out, result, cast=True)

@@ -22,7 +22,7 @@ from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, di
                                    is_floating_array, new_result, owned, refuse_complex)
 from microtensor.ops.reduction import (_evenly_to_extrema, _ValuesIndices, _along,
                                        _check_reducible, _fresh, _integer_to_int64, _into,
-                                       cumulative_)
+                                       cumulative_, refuse_bool_accumulation)
 from microtensor.ops.registry import Sample, op, out_with_dim
 from microtensor.ops.shape import cat, stack
 from microtensor.vmap.helpers import batch_size, call, to_front, unwrap, wrap
@@ -377,6 +377,7 @@ def cummin(self, dim):
 
 @op(out=True, out_casting="dtype", family="reduction", samples=_cumprod_samples)
 def cumprod(self, dim, *, dtype=None):
+    refuse_bool_accumulation("cumprod", dtype)
     dtype = _integer_to_int64(self, dtype)
     result = new_result(self._sizes, dtype, device=self.device)
     arr, axis = _along(self, dim)
