@@ -1047,7 +1047,7 @@ def _comparison(name, ufunc):
     kernel.__name__ = name
     declared = op(name, inputs=BINARY, differentiable=False, family="pointwise",
                   samples=_comparison_samples)(kernel)
-    inplace_variant(declared, differentiable=False)
+    inplace_variant(declared, differentiable=False, predicate=True)
     return declared
 
 
@@ -1070,7 +1070,7 @@ def _logical(name, ufunc, arity):
     kernel.__name__ = name
     declared = op(name, inputs=BINARY[:arity], differentiable=False, family="pointwise",
                   samples=_logical_samples if arity == 2 else _float_only_samples)(kernel)
-    inplace_variant(declared, differentiable=False)
+    inplace_variant(declared, differentiable=False, predicate=True)
     return declared
 
 

@@ -52,6 +52,8 @@ from operator import attrgetter
 
 from microtensor._C.autograd import Formulas, bind_arguments
 from microtensor._C.dispatch import call
+from microtensor._C.tensor import TensorBase
+from microtensor._dtype import can_cast, info, result_type
 
 REGISTRY = {}
 
@@ -345,6 +347,21 @@ def op(name=None, **options):
     return declare
 
 
+def _refuse_uncastable(base, args, kwargs):
+    """PyTorch's first check of an elementwise op written into ``self``: the inputs'
+    promoted type must cast into ``self``'s dtype (before any kernel is looked for)."""
+    bound = base.bind(args, kwargs)
+    # a number counts as the second operand (``add_(0.5)``), not as a third (``lerp_``'s
+    # weight, which PyTorch's kernel takes aside)
+    promoted = result_type(*[bound[name] for i, name in enumerate(base.inputs)
+                             if bound.get(name) is not None and
+                             (i < 2 or isinstance(bound[name], TensorBase))])
+    target = args[0]._dtype
+    if not can_cast(promoted, target):
+        raise RuntimeError(f"result type {info(promoted).scalar_name} can't be cast to the "
+                           f"desired output type {info(target).scalar_name}")
+
+
 def inplace_variant(base, name=None, **options):
     """Declare ``<base>_``: the same computation written into ``self``.
 
@@ -352,14 +369,23 @@ def inplace_variant(base, name=None, **options):
     ``samples`` is given; its derivative is the base op's (declared before this), with the
     old value of ``self`` copied and saved only when a formula that will run reads it.
     ``refuse``, when given, is called with the arguments first: it raises PyTorch's error
-    for what the in-place form refuses and the out-of-place one accepts.
+    for what the in-place form refuses and the out-of-place one accepts.  An elementwise
+    op's inputs must promote to a type that casts into ``self``'s, as PyTorch checks first
+    (so its refusal names that, not a missing kernel), unless ``predicate`` (a comparison:
+    its truth values are written in ``self``'s dtype).
     """
     refuse = options.pop("refuse", None)
+    casts = base.family == "pointwise" and not options.pop("predicate", False)
 
     def kernel(*args, **kwargs):
         if refuse is not None:
             refuse(*args, **kwargs)
-        return base.kernel(*args, out=args[0], **kwargs)
+        try:
+            return base.kernel(*args, out=args[0], **kwargs)
+        except NotImplementedError:
+            if casts:
+                _refuse_uncastable(base, args, kwargs)
+            raise
     kernel.__signature__ = inspect.signature(base.kernel)
     options.setdefault("samples", base.samples)
     o = Op(name or base.name + "_", kernel, inputs=base.inputs, kind="inplace",
