@@ -16,6 +16,7 @@ import pytest
 import microtensor as mt
 from microtensor._C.tensor import TensorBase
 from microtensor.ops import REGISTRY
+from test_out_vs_torch import _functions
 
 try:
     import torch
@@ -31,8 +32,8 @@ NUMBERS = [True, 3, 2.5, 1.5j]
 
 OPS = sorted(name for name, op in REGISTRY.items()
              if op.family == "pointwise" and op.kind != "inplace" and len(op.inputs) >= 2
-             and op.function and not name.startswith("_") and torch is not None
-             and hasattr(torch, name))
+             and not name.startswith("_") and torch is not None
+             and None not in _functions(name))
 
 
 def _operand(L, dtype, zero_dim):
@@ -65,6 +66,9 @@ def _known_difference(a, b, t_result, t_error):
             torch.isnan(t_result).any():
         return ("0 ** 0 of complex tensors: PyTorch's exp(y log x) gives nan, microtensor "
                 "NumPy's 1")
+    if isinstance(t_error, NotImplementedError) and "'Half'" in str(t_error):
+        return ("lenient: microtensor computes half types in float32 and rounds where "
+                "PyTorch's CPU has no half kernel (special_zeta)")
     if t_error is not None and "cannot be converted to type" in str(t_error):
         return ("a complex bound for a real tensor: PyTorch's overflow RuntimeError, "
                 "microtensor's NotImplementedError for complex clamp")
@@ -79,7 +83,7 @@ def _values(t):
 
 @pytest.mark.parametrize("name", OPS)
 def test_every_dtype_pair_matches_torch(name):
-    t_fn, mt_fn = getattr(torch, name), getattr(mt, name)
+    t_fn, mt_fn = _functions(name)
     failures = []
     operands = _operands()
     for a, ta, left in operands:
@@ -111,4 +115,45 @@ def test_every_dtype_pair_matches_torch(name):
                 problem = None
             if problem and _known_difference(a, b, expected, t_error) is None:
                 failures.append(f"{where}: {problem}")
+    assert not failures, "\n".join(failures[:20])
+
+
+SCALED = {
+    "add": lambda L, x, f: L.add(x, x, alpha=f),
+    "sub": lambda L, x, f: L.sub(x, x, alpha=f),
+    "addr alpha": lambda L, x, f: L.addr(L.outer(x, x), x, x, alpha=f),
+    "addr beta": lambda L, x, f: L.addr(L.outer(x, x), x, x, beta=f),
+    "addcmul": lambda L, x, f: L.addcmul(x, x, x, value=f),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCALED))
+def test_scale_factors_of_every_kind_match_torch(name):
+    """``alpha``/``beta``/``value`` as bool, int, float and complex numbers on tensors of
+    every dtype: PyTorch's refusals (a float factor of an integer result, a bool factor of
+    a non-bool one) and its results (a float factor of a complex sum is fine)."""
+    failures = []
+    for dtype in DTYPES:
+        for factor in (True, 2, 2.5, 1.5j):
+            ours, theirs = _operand(mt, dtype, False), _operand(torch, dtype, False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    expected, t_error = SCALED[name](torch, theirs, factor), None
+                except Exception as error:   # noqa: BLE001
+                    expected, t_error = None, error
+                try:
+                    result, error = SCALED[name](mt, ours, factor), None
+                except Exception as e:   # noqa: BLE001
+                    result, error = None, e
+            where = f"{name}({dtype}, {factor!r})"
+            if t_error is not None:
+                if error is None or type(error) is not type(t_error):
+                    failures.append(f"{where}: PyTorch raises {t_error!r}, microtensor "
+                                    f"{error!r}")
+            elif error is not None:
+                failures.append(f"{where}: microtensor raises {error!r}")
+            elif str(result.dtype).split(".")[-1] != str(expected.dtype).split(".")[-1] or \
+                    not np.allclose(_values(result), _values(expected), rtol=1e-3):
+                failures.append(f"{where}: {result}, PyTorch's {expected}")
     assert not failures, "\n".join(failures[:20])

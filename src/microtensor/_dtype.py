@@ -178,8 +178,11 @@ def wrap_scalar(value, dt):
 
 def cast_scalar(value, dt):
     """A Python number as an op computing in ``dt`` applies it (``alpha``, ``value``): an
-    integer dtype truncates a float and wraps beyond its range, as PyTorch converts."""
-    if dt.kind >= 2 or dt is bool_ or isinstance(value, bool):
+    integer dtype truncates a float and wraps beyond its range, bool takes its truth, as
+    PyTorch converts."""
+    if dt is bool_:
+        return bool(value)
+    if dt.kind >= 2 or isinstance(value, bool):
         return value
     return wrap_scalar(int(value), dt)
 

@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import bool_, float32, int64
-from microtensor._dtype import cast_scalar, finfo, result_type
+from microtensor._dtype import cast_scalar, check_scalar_fits, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import (_type_name, conj_if_complex, float_dtype, pointwise,
@@ -311,8 +311,11 @@ def _addc_samples(divisor_low):
 
 def _scalar_value(self, tensor1, tensor2, value):
     """``value`` as PyTorch applies it: converted to the result's type (an integer result
-    truncates a float ``value`` and wraps it to its range)."""
-    return cast_scalar(value, result_type(self, tensor1, tensor2))
+    truncates a float ``value`` and wraps it to its range; a complex one is refused by a
+    real result)."""
+    dt = result_type(self, tensor1, tensor2)
+    check_scalar_fits(value, dt)
+    return cast_scalar(value, dt)
 
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))

@@ -19,7 +19,7 @@ from microtensor._C.dispatch import batching
 from microtensor._C.tensor import bfloat16, bool_, empty_contiguous, float16, is_grad_enabled
 from microtensor._dtype import can_cast, cast_scalar, info, result_type
 from microtensor.ops.factory import tensor
-from microtensor.ops.loops import _type_name, conj_if_complex, device_of
+from microtensor.ops.loops import _type_name, check_scale_factor, conj_if_complex, device_of
 from microtensor.ops.registry import Sample, op
 from microtensor.ops.registry import REGISTRY
 from microtensor.vmap.helpers import (BatchedTensor, aligned, batch_size, call,
@@ -947,6 +947,9 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
         if v.dim() != 1:
             raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.dim()}-D")
     product = outer(vec1, vec2)
+    dt = result_type(self, product)
+    check_scale_factor("beta", beta, dt)
+    check_scale_factor("alpha", alpha, dt)
     return scaled_sum(_expanded_to(self, tuple(product.shape)), product, beta, alpha)
 
 

@@ -100,6 +100,20 @@ def check_out(out, shape, dtype):
                            f"output type {_type_name(out._dtype)}")
 
 
+def check_scale_factor(name, value, dt):
+    """PyTorch's checks of a scale factor (``add``'s ``alpha``, ``addr``'s ``beta``)
+    against the result's dtype ``dt``: a bool one only for bool results, a floating one
+    not for integer or bool results, a complex one only for complex results."""
+    if isinstance(value, bool) and dt is not bool_:
+        raise RuntimeError(f"Boolean {name} only supported for Boolean results.")
+    if isinstance(value, (float, complex)) and dt.kind < 2:
+        raise RuntimeError(f"For integral input tensors, argument {name} must not be a "
+                           f"floating point number.")
+    if isinstance(value, complex) and not dt.is_complex:
+        raise RuntimeError(f"For non-complex input tensors, argument {name} must not be a "
+                           f"complex number.")
+
+
 def _type_name(dt):
     """PyTorch's ScalarType name of ``dt`` (``Float``), as its messages print it."""
     return info(dt).scalar_name
@@ -220,8 +234,9 @@ def store(fn):
     """A ``pointwise`` loop from ``fn(*arrays)`` computing in the compute dtype.  Kernels
     call NumPy's functions, which CuPy's arrays take to CuPy's own."""
     def loop(*arrays, out, dtype, casting):
-        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else a
-                    for a in arrays]
+        # (a Python bool would make NumPy compute in float16: np.log1p(True))
+        operands = [a.astype(dtype, copy=False) if hasattr(a, "astype") else
+                    np.dtype(dtype).type(a) if type(a) is bool else a for a in arrays]
         np.copyto(out, fn(*operands), casting=casting)
         return out
     return loop

@@ -22,7 +22,8 @@ from microtensor._dtype import (check_scalar_fits, check_scalar_range, info, res
 from microtensor.ops.arguments import int_arg
 from microtensor.ops.copy import linked
 from microtensor.ops import special_math
-from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, float_dtype,
+from microtensor.ops.loops import (_type_name, array_module, check_scale_factor,
+                                   conj_if_complex, float_dtype,
                                    from_numpy_result, pointwise, refuse_complex,
                                    refuse_unless_floating, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -156,11 +157,7 @@ def _scaled(self, other, alpha):
     against the result's dtype, and the product computed in that dtype (a float32
     ``other`` of a float64 sum is not rounded to float32 first)."""
     dt = result_type(self, other)
-    if isinstance(alpha, bool) and dt is not bool_:
-        raise RuntimeError("Boolean alpha only supported for Boolean results.")
-    if isinstance(alpha, float) and not dt.is_floating_point:
-        raise RuntimeError("For integral input tensors, argument alpha must not be a floating "
-                           "point number.")
+    check_scale_factor("alpha", alpha, dt)
     if isinstance(other, TensorBase) and other._dtype is not dt:
         other = other.to(dt)
     return other * (bool(alpha) if dt is bool_ else alpha)
