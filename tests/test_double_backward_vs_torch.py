@@ -145,6 +145,8 @@ TORCH_HAS_NO_DOUBLE_BACKWARD = {
                          "implemented",
     "multilabel_margin_loss": "PyTorch: derivative for aten::multilabel_margin_loss_backward "
                               "is not implemented",
+    "segment_reduce": "PyTorch: its first gradient requires grad, but its grad_fn is "
+                      "NotImplemented (_segment_reduce_backward has no derivative)",
     ("native_batch_norm", 1): "PyTorch's double backward without weight fails (Expected a "
                               "proper Tensor but got None)",
     ("native_layer_norm", 1): "PyTorch's double backward without weight fails (Expected a "

@@ -21,7 +21,7 @@ LstsqResult = _decomp._named("linalg_lstsq", ("solution", "residuals", "rank",
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The vector ``ord``-norm of ``x`` over ``dim`` (None: all elements); ``ord`` is any
     number, ``inf`` or ``-inf`` (0 counts the nonzero elements)."""
-    if isinstance(ord, bool) or not isinstance(ord, numbers.Real):
+    if not isinstance(ord, numbers.Real):   # (a bool is 0 or 1, as PyTorch reads it)
         raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, "
                         f"not {type(ord).__name__}")
     return _norm(x, ord, dim, keepdim, dtype)

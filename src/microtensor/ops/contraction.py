@@ -462,6 +462,8 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     if not common.is_floating_point:
         raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
                            f"{_type_name(common)}")
+    if not eps >= 0:   # (NaN too)
+        raise RuntimeError(f"eps must be non-negative, got: {eps}")
     # broadcast first, as PyTorch does: a size-1 ``dim`` stretched counts in its norm
     shape = meta.broadcast_pair(tuple(x1.shape), tuple(x2.shape))
     x1, x2 = x1.expand(shape), x2.expand(shape)

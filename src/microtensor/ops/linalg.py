@@ -1194,6 +1194,11 @@ def _trapezoid_samples(make):
             Sample(make(2, 3), dx=0.5), Sample(make(2, 3), make(3), dim=1), Sample(make(2, 0))]
 
 
+def _check_spacing(name, dx):
+    if isinstance(dx, (bool, complex)):
+        raise RuntimeError(f"{name}: Currently, we only support dx as a real number.")
+
+
 @op(kind="composite", inputs=("y", "x"), method=False, samples=_trapezoid_samples)
 def trapezoid(y, x=None, *, dx=None, dim=-1):
     """The trapezoidal rule along ``dim``: with sample points ``x``, or spacing ``dx``
@@ -1202,6 +1207,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
     n = y.shape[d]
     if x is not None and dx is not None:
         raise RuntimeError("trapezoid: received both x and dx")
+    _check_spacing("trapezoid", dx)
     if n == 0:      # (whatever the dtype, as PyTorch's)
         return y.new_zeros(tuple(y.shape[:d]) + tuple(y.shape[d + 1:]))
     _refuse_bool("trapezoid", y, x)
@@ -1232,6 +1238,7 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     n = y.shape[d]
     if x is not None and dx is not None:
         raise RuntimeError("cumulative_trapezoid: received both x and dx")
+    _check_spacing("cumulative_trapezoid", dx)
     if n == 0:
         return y.narrow(d, 0, 0) * 1.0
     pairs = y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1)

@@ -919,7 +919,7 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None, out=None):
     """``sum`` with NaN counted as 0 (no gradient to them)."""
     if self._dtype.is_complex:
         raise RuntimeError("nansum on CPU does not support complex inputs")
-    if self._dtype.is_floating_point and dtype is not None and dtype.is_complex:
+    if self._dtype.is_floating_point and getattr(dtype, "is_complex", False):
         # (an integer tensor is summed as sum sums it)
         raise NotImplementedError(f"\"nansum_cpu\" not implemented for "
                                   f"'{info(dtype).scalar_name}'")
@@ -935,7 +935,7 @@ def nanmean(self, dim=None, keepdim=False, *, dtype=None, out=None):
     if not self._dtype.is_floating_point:
         raise RuntimeError(f"nanmean(): expected input to have floating point or complex "
                            f"dtype but got {_type_name(self._dtype)}")
-    if dtype is not None and dtype.kind < 2:
+    if getattr(dtype, "kind", 2) < 2:
         raise RuntimeError(f"nanmean(): could not infer output dtype. Optional dtype must be "
                            f"either a floating point or complex dtype. Got: {_type_name(dtype)}")
     present = self.isnan().logical_not()
