@@ -11,12 +11,12 @@ exception type and leaves ``self`` as it was.
 """
 import warnings
 
-import numpy as np
 import pytest
 
 import microtensor as mt
 from microtensor.ops import REGISTRY
-from test_promotion_vs_torch import DTYPES, _known_difference, _operand, _operands, _values
+from test_promotion_vs_torch import (DTYPES, _known_difference, _operand, _operands,
+                                     outcome_problem)
 
 try:
     import torch
@@ -51,20 +51,9 @@ def test_every_dtype_pair_in_place_matches_torch(name):
                     error = None
                 except Exception as e:   # noqa: BLE001
                     error = e
-            where = f"{dtype}.{name}({label})"
-            if t_error is not None:
-                if error is None or type(error) is not type(t_error):
-                    problem = f"PyTorch raises {t_error!r}, microtensor {error!r}"
-                elif ours.tolist() != before:
-                    problem = "refused, but self changed"
-                else:
-                    problem = None
-            elif error is not None:
-                problem = f"microtensor raises {error!r}"
-            elif not np.allclose(_values(ours), _values(theirs), rtol=1e-3, equal_nan=True):
-                problem = f"self {ours.tolist()}, PyTorch's {theirs.tolist()}"
-            else:
-                problem = None
+            problem = outcome_problem(ours, error, theirs, t_error) or (
+                "refused, but self changed" if error is not None and ours.tolist() != before
+                else None)
             if problem and _known_difference(ours, other, theirs, t_error) is None:
-                failures.append(f"{where}: {problem}")
+                failures.append(f"{dtype}.{name}({label}): {problem}")
     assert not failures, "\n".join(failures[:20])

@@ -11,11 +11,10 @@ import warnings
 
 import pytest
 
-import microtensor as mt
 from microtensor._C.tensor import TensorBase
 from microtensor.ops import REGISTRY
-from test_keywords_vs_torch import _outcome, _same
-from test_op_registry import CASES, GAUGE_DEPENDENT, _sample, _to_torch
+from test_keywords_vs_torch import _outcome, assert_same_outcome
+from test_op_registry import CASES, _sample, _to_torch
 from test_out_vs_torch import _detached
 
 try:
@@ -62,19 +61,8 @@ def test_method_matches_torch(name, index):
         warnings.simplefilter("ignore")
         theirs, t_error = _outcome(method, t_args[1:], t_kwargs)
         ours, error = _outcome(getattr(args[0], name), args[1:], kwargs)
-    reason = DIFFERENCES.get((name, index))
-    try:
-        if t_error is not None:
-            assert error is not None and type(error) is type(t_error), \
-                f"PyTorch raises {type(t_error).__name__} ({t_error}), microtensor {error!r}"
-        else:
-            assert error is None, f"microtensor raises {type(error).__name__}: {error}"
-            _same(ours, theirs, not op.random and name not in GAUGE_DEPENDENT and
-                  "empty" not in name)
-            if op.kind == "inplace":
-                assert ours is args[0], "an in-place method returns self"
-    except AssertionError:
-        if reason is None:
-            raise
-        return
-    assert reason is None, f"now the same as PyTorch (remove from DIFFERENCES): {reason}"
+    def returns_self():
+        if op.kind == "inplace":
+            assert ours is args[0], "an in-place method returns self"
+    assert_same_outcome(op, (ours, error), (theirs, t_error), DIFFERENCES.get((name, index)),
+                        returns_self)

@@ -197,7 +197,7 @@ def _run(fn, args, kwargs, out):
 def _compare(name, variant, random, mt_outs, mt_out, t_outs, ours, theirs):
     """The differences between the two libraries' outcomes of one variant (a message, or
     None when they agree)."""
-    (result, error, resized), (t_result, t_error, t_resized) = ours, theirs
+    (result, error, resized), (_, t_error, t_resized) = ours, theirs
     if t_error is not None:
         if error is None:
             return f"PyTorch refuses ({type(t_error).__name__}: {t_error}), microtensor answers"

@@ -81,6 +81,22 @@ def _values(t):
     return np.asarray(t.tolist(), dtype=np.complex128 if t.dtype.is_complex else np.float64)
 
 
+def outcome_problem(ours, error, expected, t_error, rtol=1e-3):
+    """What differs between microtensor's outcome (a result or an error) and PyTorch's, in
+    words, or None: the exception type of a refusal, else the dtype and the values."""
+    if t_error is not None:
+        if error is None or type(error) is not type(t_error):
+            return f"PyTorch raises {t_error!r}, microtensor {error!r}"
+        return None
+    if error is not None:
+        return f"microtensor raises {error!r}"
+    if str(ours.dtype).split(".")[-1] != str(expected.dtype).split(".")[-1]:
+        return f"dtype {ours.dtype}, PyTorch's {expected.dtype}"
+    if not np.allclose(_values(ours), _values(expected), rtol=rtol, equal_nan=True):
+        return f"values {ours.tolist()}, PyTorch's {expected.tolist()}"
+    return None
+
+
 @pytest.mark.parametrize("name", OPS)
 def test_every_dtype_pair_matches_torch(name):
     t_fn, mt_fn = _functions(name)
@@ -100,21 +116,9 @@ def test_every_dtype_pair_matches_torch(name):
                     ours, error = mt_fn(a, b), None
                 except Exception as e:   # noqa: BLE001
                     ours, error = None, e
-            where = f"{name}({left}, {right})"
-            if t_error is not None:
-                same = error is not None and type(error) is type(t_error)
-                problem = None if same else \
-                    f"PyTorch raises {type(t_error).__name__}, microtensor {error!r}"
-            elif error is not None:
-                problem = f"microtensor raises {type(error).__name__}: {error}"
-            elif str(ours.dtype).split(".")[-1] != str(expected.dtype).split(".")[-1]:
-                problem = f"dtype {ours.dtype}, PyTorch's {expected.dtype}"
-            elif not np.allclose(_values(ours), _values(expected), rtol=1e-3, equal_nan=True):
-                problem = f"values {ours.tolist()}, PyTorch's {expected.tolist()}"
-            else:
-                problem = None
+            problem = outcome_problem(ours, error, expected, t_error)
             if problem and _known_difference(a, b, expected, t_error) is None:
-                failures.append(f"{where}: {problem}")
+                failures.append(f"{name}({left}, {right}): {problem}")
     assert not failures, "\n".join(failures[:20])
 
 
@@ -146,14 +150,7 @@ def test_scale_factors_of_every_kind_match_torch(name):
                     result, error = SCALED[name](mt, ours, factor), None
                 except Exception as e:   # noqa: BLE001
                     result, error = None, e
-            where = f"{name}({dtype}, {factor!r})"
-            if t_error is not None:
-                if error is None or type(error) is not type(t_error):
-                    failures.append(f"{where}: PyTorch raises {t_error!r}, microtensor "
-                                    f"{error!r}")
-            elif error is not None:
-                failures.append(f"{where}: microtensor raises {error!r}")
-            elif str(result.dtype).split(".")[-1] != str(expected.dtype).split(".")[-1] or \
-                    not np.allclose(_values(result), _values(expected), rtol=1e-3):
-                failures.append(f"{where}: {result}, PyTorch's {expected}")
+            problem = outcome_problem(result, error, expected, t_error)
+            if problem:
+                failures.append(f"{name}({dtype}, {factor!r}): {problem}")
     assert not failures, "\n".join(failures[:20])

@@ -15,6 +15,7 @@ import pytest
 
 import microtensor as mt
 from microtensor.ops import REGISTRY
+from test_promotion_vs_torch import outcome_problem
 
 try:
     import torch
@@ -44,12 +45,6 @@ def _outcome(fn, *args, **kwargs):
             return None, error
 
 
-def _values(t):
-    if isinstance(t, torch.Tensor):
-        return (t.to(torch.complex128) if t.dtype.is_complex else t.double()).numpy()
-    return np.asarray(t.tolist(), dtype=np.complex128 if t.dtype.is_complex else np.float64)
-
-
 def test_the_ops_with_a_dtype_argument_are_swept():
     assert {"sum", "mean", "prod", "cumsum", "cumprod", "nansum", "nanmean", "norm",
             "softmax", "log_softmax"} <= set(OPS)
@@ -69,17 +64,7 @@ def test_every_input_and_asked_dtype_matches_torch(name):
             for dims in ([(1,)] if name in ALONG_ONLY else [(), (1,)]):
                 expected, t_error = _outcome(t_fn, tx, *dims, **t_kwargs)
                 ours, error = _outcome(mt_fn, x, *dims, **kwargs)
-                where = f"{name}({source}, {dims}, dtype={asked})"
-                if t_error is not None:
-                    if error is None or type(error) is not type(t_error):
-                        failures.append(f"{where}: PyTorch raises {t_error!r}, microtensor "
-                                        f"{error!r}")
-                elif error is not None:
-                    failures.append(f"{where}: microtensor raises {error!r}")
-                elif str(ours.dtype).split(".")[-1] != str(expected.dtype).split(".")[-1]:
-                    failures.append(f"{where}: dtype {ours.dtype}, PyTorch's {expected.dtype}")
-                elif not np.allclose(_values(ours), _values(expected), rtol=1e-2,
-                                     equal_nan=True):
-                    failures.append(f"{where}: {ours.tolist()}, PyTorch's "
-                                    f"{expected.tolist()}")
+                problem = outcome_problem(ours, error, expected, t_error, rtol=1e-2)
+                if problem:
+                    failures.append(f"{name}({source}, {dims}, dtype={asked}): {problem}")
     assert not failures, "\n".join(failures[:20])
