@@ -61,9 +61,6 @@ DIFFERENCES = {
              (("einsum", "bool"), [0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 13]),
              (("bilinear", "bool"), [0, 1, 2]), (("inner", "bool"), [0, 1, 3]),
              (("tensordot", "bool"), [0, 1, 2, 3])]),
-        ("addr of bool tensors: PyTorch reads beta and alpha as bools (a bool result) and "
-         "refuses a floating alpha with integer tensors; microtensor scales in int64 and "
-         "accepts it", [(("addr", "bool"), [1, 2]), (("addr", "int64"), [2])]),
         ("addbmm of empty bool batches: PyTorch refuses with a RuntimeError (its int64 sum "
          "cannot be cast to bool), microtensor with mm's NotImplementedError (no bool "
          "kernel)", [(("addbmm", "bool"), [2])]),

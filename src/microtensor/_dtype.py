@@ -176,10 +176,19 @@ def wrap_scalar(value, dt):
     return value
 
 
+def check_scalars_fit(dt, *values):
+    """``check_scalar_fits`` for each of an op's number parameters given (not None)."""
+    for value in values:
+        if value is not None:
+            check_scalar_fits(value, dt)
+
+
 def cast_scalar(value, dt):
     """A Python number as an op computing in ``dt`` applies it (``alpha``, ``value``): an
     integer dtype truncates a float and wraps beyond its range, bool takes its truth, as
-    PyTorch converts."""
+    PyTorch converts; one it cannot hold (NaN for an integer dtype, a complex number for a
+    real one) is refused with PyTorch's error."""
+    check_scalar_fits(value, dt)
     if dt is bool_:
         return bool(value)
     if dt.kind >= 2 or isinstance(value, bool):

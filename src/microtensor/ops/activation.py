@@ -17,7 +17,7 @@ import numpy as np
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
 from microtensor._C.tensor import bool_, float32, int64
-from microtensor._dtype import cast_scalar, check_scalar_fits, finfo, result_type
+from microtensor._dtype import cast_scalar, check_scalars_fit, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import (_type_name, conj_if_complex, float_dtype, pointwise,
@@ -313,9 +313,7 @@ def _scalar_value(self, tensor1, tensor2, value):
     """``value`` as PyTorch applies it: converted to the result's type (an integer result
     truncates a float ``value`` and wraps it to its range; a complex one is refused by a
     real result)."""
-    dt = result_type(self, tensor1, tensor2)
-    check_scalar_fits(value, dt)
-    return cast_scalar(value, dt)
+    return cast_scalar(value, result_type(self, tensor1, tensor2))
 
 
 @op(inputs=("self", "tensor1", "tensor2"), family="pointwise", samples=_addc_samples(None))
@@ -569,6 +567,7 @@ def mish(grad, self):
 
 def leaky_relu(self, negative_slope=0.01, *, out=None):
     _float_only("leaky_relu_cpu", self)
+    check_scalars_fit(self._dtype, negative_slope)
     return pointwise(_store(lambda a: np.where(a > 0, a, a * negative_slope)), self,
                      out=out)
 
@@ -584,6 +583,7 @@ def leaky_relu(grad, self, negative_slope):
 
 def elu(self, alpha=1.0, scale=1.0, input_scale=1.0, *, out=None):
     _float_only("elu_cpu", self)
+    check_scalars_fit(self._dtype, alpha, scale, input_scale)
     return pointwise(_store(lambda a: np.where(
         a > 0, a * scale, np.expm1(np.minimum(a, 0) * input_scale) * (alpha * scale))),
         self, out=out)
@@ -636,6 +636,7 @@ def celu_(self, alpha=1.0):
 
 def softplus(self, beta=1.0, threshold=20.0, *, out=None):
     _float_only("softplus_cpu", self)
+    check_scalars_fit(self._dtype, beta, threshold)
     return pointwise(_store(lambda a: np.where(
         a * beta > threshold, a, np.logaddexp(a * beta, 0) / beta)), self, out=out)
 
@@ -658,6 +659,7 @@ def hardtanh(self, min_val=-1.0, max_val=1.0, *, out=None):
         raise NotImplementedError("clamp is not supported for complex types")
     if self._dtype is bool_:
         raise RuntimeError("Bool inputs not supported for hardtanh")
+    check_scalars_fit(self._dtype, min_val, max_val)
     clipped = _store(lambda a: np.minimum(np.maximum(a, min_val), max_val))
     return _unary("hardtanh", self, clipped,
                   out, integers="keep")
@@ -743,6 +745,7 @@ def log_sigmoid(grad, self):
 
 def threshold(self, threshold, value, *, out=None):
     refuse_complex(self, "threshold_cpu", bool_too=True)
+    check_scalars_fit(self._dtype, threshold, value)
     kept = _store(lambda a: np.where(a > threshold, a, value))
     return _unary("threshold", self, kept, out, integers="keep")
 
@@ -909,6 +912,7 @@ def _shrink_derivative(grad, self, lambd):
 def hardshrink(self, lambd=0.5, *, out=None):
     """``self`` where ``|self| > lambd``, else 0."""
     _float_only("hardshrink_cpu", self)
+    check_scalars_fit(self._dtype, lambd)
     return pointwise(_store(lambda a: np.where(_inside(a, lambd), 0, a)), self, out=out)
 
 
@@ -927,6 +931,7 @@ def _check_shrink_lambda(self, lambd):
 def softshrink(self, lambd=0.5, *, out=None):
     """``self`` moved ``lambd`` towards 0, and 0 where ``|self| <= lambd``."""
     _float_only("softshrink_check", self)
+    check_scalars_fit(self._dtype, lambd)
     _check_shrink_lambda(self, lambd)
     return pointwise(_store(lambda a: np.where(a > lambd, a - lambd,
                                                np.where(a < -lambd, a + lambd, a * 0))),

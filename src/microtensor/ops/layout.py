@@ -12,6 +12,7 @@ import math
 from microtensor._C import meta
 from microtensor._C.meta import contiguous_format
 from microtensor._C.tensor import bool_, empty_strided_unchecked
+from microtensor._dtype import check_scalar_fits
 from microtensor.ops.arguments import int_tuple
 from microtensor.ops.loops import (array_module, empty_in_format, from_numpy_result,
                                   memory_format_of, update_at)
@@ -251,4 +252,5 @@ def constant_pad_nd(self, pad, value=0):
     """``pad(self, pad, "constant", value)``: the aten name, ``value`` defaulting to 0."""
     if len(pad) % 2:
         raise RuntimeError(f"Length of pad must be even but instead it equals {len(pad)}")
+    check_scalar_fits(value, self._dtype)
     return REGISTRY["pad"](self, pad, "constant", value)

@@ -23,7 +23,7 @@ from microtensor._C import kernels, meta, nnkernels
 from microtensor._C.dispatch import batching
 from microtensor._C.tensor import (TensorBase, bool_, int64, is_grad_enabled, compute_numpy,
                                    float32, float64, uint8)
-from microtensor._dtype import info, promote_types
+from microtensor._dtype import check_scalars_fit, info, promote_types
 from microtensor.ops.arguments import int_arg, size_arg
 from microtensor.ops.factory import arange
 from microtensor.ops.loops import (_type_name, array_module, conj_if_complex, dims_of,
@@ -1224,6 +1224,7 @@ def _histc_rows(op, level, args, kwargs):
 def histc(self, bins=100, min=0, max=0, *, out=None):
     """A histogram of ``bins`` equal bins over [min, max] (the data's range when both are
     0); values outside the range, and NaN, are not counted."""
+    check_scalars_fit(float64, min, max)
     result = owned(_histc_rows(self.reshape(1, -1), bins, min, max).reshape(bins))
     if out is None:
         return result
