@@ -1,6 +1,7 @@
 """Python numbers given as an op's parameters (``dx``, ``eps``, ``ord``, ``alpha``...) of
 the kinds PyTorch treats specially, against PyTorch: a bool where a real number is
-wanted, a negative or NaN ``eps``, a complex scale factor."""
+wanted, a negative or NaN ``eps``, a complex scale factor, a number the tensor's dtype
+cannot hold (PyTorch's "value cannot be converted ... without overflow")."""
 import warnings
 
 import numpy as np
@@ -30,6 +31,17 @@ CALLS = {
     "add alpha=1.5j real": lambda L, x: L.add(x, x, alpha=1.5j),
     "addcmul value=1.5j real": lambda L, x: L.addcmul(x, x, x, value=1.5j),
     "special.xlog1py(x, True)": lambda L, x: L.special.xlog1py(x, True),
+    "elu alpha=1.5j": lambda L, x: L.nn.functional.elu(x, alpha=1.5j),
+    "leaky_relu slope=1.5j": lambda L, x: L.nn.functional.leaky_relu(x, 1.5j),
+    "threshold value=1.5j": lambda L, x: L.threshold(x, 2.0, 1.5j),
+    "hardtanh min=nan int64": lambda L, x: L.nn.functional.hardtanh(x.long(), float("nan")),
+    "addmm beta=nan int64": lambda L, x: L.addmm(x.long().reshape(2, 2), x.long().reshape(
+        2, 2), x.long().reshape(2, 2), beta=float("nan")),
+    "addcmul value=inf int64": lambda L, x: L.addcmul(x.long(), x.long(), x.long(),
+                                                      value=float("inf")),
+    "constant_pad_nd value=1e300 int64": lambda L, x: L.constant_pad_nd(x.long(), (1, 1),
+                                                                        1e300),
+    "histc min=1.5j": lambda L, x: L.histc(x, 4, 1.5j, 3.0),
 }
 
 
