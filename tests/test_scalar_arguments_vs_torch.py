@@ -42,6 +42,10 @@ CALLS = {
     "constant_pad_nd value=1e300 int64": lambda L, x: L.constant_pad_nd(x.long(), (1, 1),
                                                                         1e300),
     "histc min=1.5j": lambda L, x: L.histc(x, 4, 1.5j, 3.0),
+    "logit eps=1.5j": lambda L, x: L.logit(x / 5, 1.5j),
+    "nan_to_num nan=1.5j": lambda L, x: L.nan_to_num(x, 1.5j),
+    "rrelu lower=nan": lambda L, x: L.rrelu(x - 2, float("nan"), 0.3),
+    "rrelu upper=inf training": lambda L, x: L.rrelu(x - 2, 0.1, float("inf"), True),
 }
 
 

@@ -16,12 +16,12 @@ import numpy as np
 
 from microtensor._C import meta, nnkernels
 from microtensor._C.dispatch import set_unary_kernel
-from microtensor._C.tensor import bool_, float32, int64
+from microtensor._C.tensor import bool_, float32, float64, int64
 from microtensor._dtype import cast_scalar, check_scalars_fit, finfo, result_type
 from microtensor.ops.copy import linked
 from microtensor.ops.factory import rand_like
 from microtensor.ops.loops import (_type_name, conj_if_complex, float_dtype, pointwise,
-                                   refuse_complex, refuse_unless_floating)
+                                   real_number_arg, refuse_complex, refuse_unless_floating)
 from microtensor.ops.loops import store as _store
 from microtensor.ops.pointwise import clamp, clamp_, pow, pow_, where
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
@@ -388,6 +388,8 @@ def _nan_to_num_samples(make):
 @op(out_casting=False, family="pointwise", samples=_nan_to_num_samples)
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None, *, out=None):
     # (NumPy's replaces in the real and the imaginary parts of complex numbers, as PyTorch's)
+    for name, value in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+        real_number_arg("nan_to_num", name, value)
     if not (self._dtype.is_floating_point or self._dtype.is_complex):
         return pointwise(_store(lambda a: a), self, out=out)
     info = np.finfo(self._dtype.np)
@@ -967,6 +969,10 @@ def _rrelu_noise(self, lower, upper, training, generator):
     """The slopes of the negative elements: one uniform draw in [lower, upper) per element
     in training (``rand_like``, a random op: vmap's ``randomness`` governs it), their mean
     otherwise."""
+    check_scalars_fit(float64, lower, upper)
+    for name, bound in (("lower", lower), ("upper", upper)):
+        if not math.isfinite(bound):
+            raise RuntimeError(f"rrelu: {name} bound must be finite, got {bound}")
     if lower > upper:
         raise RuntimeError("Lower bound should be less than or equal to the upper bound")
     _float_only("rrelu_with_noise_out_cpu" if training else "leaky_relu_cpu", self)

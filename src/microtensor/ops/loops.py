@@ -5,6 +5,8 @@ out by PyTorch's rule (the output follows the inputs' dimension order); ``reduce
 NumPy reduction; ``new_result`` and ``from_numpy_result`` make tensors.  NumPy only ever
 sees views of microtensor storages, so results and in-place writes land where they should.
 """
+import numbers
+
 import numpy as np
 
 from microtensor._C import kernels, meta
@@ -98,6 +100,13 @@ def check_out(out, shape, dtype):
     if not can_cast(dtype, out._dtype):
         raise RuntimeError(f"result type {_type_name(dtype)} can't be cast to the desired "
                            f"output type {_type_name(out._dtype)}")
+
+
+def real_number_arg(fn, name, value):
+    """PyTorch's TypeError for a parameter it parses as a float (``logit``'s ``eps``)
+    given a complex number (None: not given)."""
+    if value is not None and not isinstance(value, numbers.Real):
+        raise TypeError(f"{fn}(): argument '{name}' must be float, not {type(value).__name__}")
 
 
 def check_scale_factor(name, value, dt):

@@ -24,8 +24,8 @@ from microtensor.ops.copy import linked
 from microtensor.ops import special_math
 from microtensor.ops.loops import (_type_name, array_module, check_scale_factor,
                                    conj_if_complex, float_dtype,
-                                   from_numpy_result, pointwise, refuse_complex,
-                                   refuse_unless_floating, store)
+                                   from_numpy_result, pointwise, real_number_arg,
+                                   refuse_complex, refuse_unless_floating, store)
 from microtensor.ops.registry import REGISTRY, Sample, inplace_variant, op
 from microtensor.vmap.helpers import (aligned, call, front_or_expanded, inplace_error,
                                       no_fallback, same_level, to_front, wrap)
@@ -1359,6 +1359,7 @@ def _logit(eps):
 
 @op(family="pointwise", samples=_logit_samples)
 def logit(self, eps=None, *, out=None):
+    real_number_arg("logit", "eps", eps)
     refuse_complex(self, "logit_cpu")
     return pointwise(_logit(eps), self, out=out, dtype=float_dtype(self._dtype))
 
