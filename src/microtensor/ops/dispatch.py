@@ -81,11 +81,11 @@ def _tensors(values):
 def call_with_out(op, args, kwargs):
     """``op(*args, **kwargs)`` given ``out`` (a tensor, or a tuple of them for an op with
     several outputs; None is the call without it), by PyTorch's rules for every op:
-    refused where PyTorch's function has no ``out=`` (``op.out``), and when autograd would have to record the call (an argument
-    requires grad in grad mode); else the result is computed into fresh tensors and
-    written into ``out`` (``write_out``).  Computing into a fresh tensor first keeps each
-    kernel's ``out`` parameter for its in-place variant alone (where ``out`` is
-    ``self``)."""
+    refused where PyTorch's function has no ``out=`` (``op.out``), and when autograd
+    would have to record the call (``_checked_outs``); else the result is computed into
+    fresh tensors and written into ``out`` (``write_out``).  Computing into a fresh tensor
+    first keeps each kernel's ``out`` parameter for its in-place variant alone (where
+    ``out`` is ``self``)."""
     kwargs = dict(kwargs)
     out = kwargs.pop("out")
     if out is None:   # PyTorch's default, given by name
@@ -98,13 +98,8 @@ def call_with_out(op, args, kwargs):
     if not takes_out:
         raise TypeError(f"{op.name}() got an unexpected keyword argument 'out' (PyTorch's "
                         f"{op.name} takes none with these arguments)")
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    if not outs or not all(isinstance(o, TensorBase) for o in outs):
-        raise TypeError(f"{op.name}(): argument 'out' must be Tensor or a tuple of Tensors, "
-                        f"not {type(out).__name__}")
     inputs = list(_tensors(list(args) + list(kwargs.values())))
-    if op.differentiable:
-        _refuse_recording(op.name, inputs + list(outs))
+    outs = _checked_outs(op.name, out, inputs, op.differentiable)
     factory = op.kind == "factory"
     if factory or op.out_casting == "dtype":
         _factory_dtype(kwargs, outs[0])
@@ -116,10 +111,19 @@ def call_with_out(op, args, kwargs):
     return write_out(op.name, result, out, inputs, casting, op.out_layout, warn=not factory)
 
 
-def _refuse_recording(name, tensors):
-    if is_grad_enabled() and any(t.requires_grad for t in tensors):
+def _checked_outs(name, out, inputs, differentiable=True):
+    """``out`` as a tuple of tensors; refused when it is something else, or when autograd
+    would have to record the call (a differentiable one, with an input or an out that
+    requires grad in grad mode)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if not outs or not all(isinstance(o, TensorBase) for o in outs):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor or a tuple of Tensors, "
+                        f"not {type(out).__name__}")
+    if differentiable and is_grad_enabled() and \
+            any(t.requires_grad for t in inputs + list(outs)):
         raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
                            f"automatic differentiation, but one of the arguments requires grad.")
+    return outs
 
 
 def _factory_dtype(kwargs, out):
@@ -146,12 +150,8 @@ def takes_out(fn=None, *, factory=False, casting=False, layout=None):
     def with_out(*args, out=None, **kwargs):
         if out is None:
             return fn(*args, **kwargs)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(o, TensorBase) for o in outs):
-            raise TypeError(f"{fn.__name__}(): argument 'out' must be Tensor or a tuple of "
-                            f"Tensors, not {type(out).__name__}")
         inputs = list(_tensors(list(args) + list(kwargs.values())))
-        _refuse_recording(fn.__name__, inputs + list(outs))
+        outs = _checked_outs(fn.__name__, out, inputs)
         if factory:
             _factory_dtype(kwargs, outs[0])
         return write_out(fn.__name__, fn(*args, **kwargs), out, inputs, casting, layout,
