@@ -30,18 +30,18 @@ An ``Op`` bundles what each layer needs to know about one operator:
   ``make(*shape, dtype=float64, low=None, high=None)`` (supplied by
   ``microtensor.testing``) makes a random tensor.  The first argument is the tensor the
   method is called on;
-* ``out`` and ``out_casting``: whether PyTorch's function takes ``out=`` (True, False, or
-  a function of the bound arguments for ops where only some overloads do: ``sum`` with a
-  ``dim``) and whether the result may be cast into an ``out`` of another dtype without
-  losing its category (PyTorch's elementwise ops and some others; "kind": into the same
-  kind only, as its real FFTs), must have the result's dtype exactly (most others), or is
-  the dtype to compute in ("dtype": ``sum``,
-  ``cumsum`` ... take it as their ``dtype`` argument), or a function of the bound
-  arguments that says which (``max(input, other)`` casts, ``max(input)`` does not);
-  ``out_layout``: how an ``out`` of
-  another shape is laid out as it is resized (``dispatch.write_out``).  Kernels never see
-  ``out``: the dispatcher computes the result and writes it in (``dispatch.write_out``),
-  the same for every op.
+* ``out``, ``out_casting`` and ``out_layout``: PyTorch's ``out=`` for the op.  ``out``:
+  whether its function takes one (True, False, or a function of the bound arguments
+  where only some overloads do: ``sum`` with a ``dim``).  ``out_casting``: True, the
+  result may be cast into an ``out`` of another dtype that does not lose its category
+  (elementwise ops and some others); False, ``out`` must have the result's dtype (most
+  others); "kind", only into the same kind (real FFTs); "dtype", the op computes in
+  ``out``'s dtype (``sum``, ``cumsum``: their ``dtype`` argument); or a function of the
+  bound arguments giving one of these (``max(input, other)`` casts, ``max(input)`` does
+  not).  ``out_layout``: how an ``out`` of another shape is laid out as it is resized.
+  The dispatcher computes the result and writes it in (``dispatch.write_out``), the same
+  for every op; a kernel's own ``out`` parameter serves its in-place variant (and the
+  few composites that write their own).
 
 The decorator ``op`` declares one; ``functions`` and ``methods`` become ``mt.<name>`` and
 ``Tensor.<name>``.
